@@ -1,0 +1,55 @@
+/* dt_alloc.h: device memory through a caching allocator, host memory (optionally pinned).
+ *
+ * Why a cache: cudaMalloc/cudaFree synchronize the device and cost tens of microseconds, so a
+ * training step must not call them. Freed device blocks go to a free list and are handed out
+ * again for a request of the same (rounded) size; a steady-state step, which asks for the same
+ * sizes in the same order every time, then runs with zero cudaMalloc calls
+ * (dt_mem_stats.device_mallocs stops growing; a test checks it).
+ *
+ * All device work runs on one stream, so a block freed on the host can be given to the next
+ * request at once: the kernels that use it are queued behind the ones that used it before.
+ */
+#ifndef DT_ALLOC_H
+#define DT_ALLOC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    size_t in_use;          /* bytes in live blocks (rounded sizes) */
+    size_t peak_in_use;     /* high-water mark of in_use since the last reset */
+    size_t reserved;        /* bytes obtained from cudaMalloc and not yet returned */
+    size_t peak_reserved;
+    uint64_t device_mallocs; /* cudaMalloc calls so far */
+    uint64_t allocs;         /* dt_gpu_malloc calls so far */
+} dt_mem_stats;
+
+void *dt_gpu_malloc(size_t bytes); /* never NULL; out of memory is fatal with the numbers */
+void dt_gpu_free(void *ptr);       /* NULL is ignored */
+void dt_gpu_empty_cache(void);     /* returns every cached free block to the driver */
+dt_mem_stats dt_gpu_mem_stats(void);
+void dt_gpu_reset_peak(void);
+/* Poison mode (tests): every block handed out is filled with 0xFF bytes (a NaN in float32),
+ * so an element a kernel forgot to write shows up as NaN in the comparison. */
+void dt_gpu_set_poison(int on);
+
+/* Host memory, 64-byte aligned. pinned=1 gives page-locked memory (cudaMallocHost) when a GPU
+ * is in use, so host-to-device copies from it can be asynchronous; otherwise plain memory. */
+void *dt_host_alloc(size_t bytes, int pinned);
+void dt_host_free(void *ptr, int pinned);
+
+/* Device <-> host copies on the context stream. The synchronous ones wait for the stream. */
+void dt_copy_h2d(void *dst, const void *src, size_t bytes);
+void dt_copy_d2h(void *dst, const void *src, size_t bytes);
+void dt_copy_d2d(void *dst, const void *src, size_t bytes);
+void dt_copy_h2d_async(void *dst, const void *src, size_t bytes); /* src must be pinned */
+void dt_memset_gpu(void *dst, int byte, size_t bytes);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,156 @@
+#include "dt_autograd.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "dt_common.h"
+
+/* The tape: nodes and their ctx blocks are carved from a chunked arena that is rewound, not
+ * freed, when the tape is reset, so recording costs no malloc in a steady-state step. */
+typedef struct arena_chunk {
+    struct arena_chunk *next;
+    size_t used, cap;
+    _Alignas(16) unsigned char mem[];
+} arena_chunk;
+
+static arena_chunk *g_chunks, *g_cur;
+static dt_node **g_tape;
+static int g_n, g_cap;
+static int g_grad_on = 1;
+
+static void *arena_alloc(size_t bytes) {
+    bytes = (bytes + 15) & ~(size_t)15;
+    while (g_cur && g_cur->used + bytes > g_cur->cap) g_cur = g_cur->next;
+    if (!g_cur) {
+        size_t cap = bytes > (1 << 20) ? bytes : (1 << 20);
+        arena_chunk *c = dt_xmalloc(sizeof *c + cap);
+        c->used = 0;
+        c->cap = cap;
+        c->next = NULL;
+        if (!g_chunks) g_chunks = c;
+        else {
+            arena_chunk *last = g_chunks;
+            while (last->next) last = last->next;
+            last->next = c;
+        }
+        g_cur = c;
+    }
+    void *p = g_cur->mem + g_cur->used;
+    g_cur->used += bytes;
+    memset(p, 0, bytes);
+    return p;
+}
+
+int dt_grad_enabled(void) { return g_grad_on; }
+void dt_set_grad_enabled(int on) { g_grad_on = on; }
+
+void dt_requires_grad(dt_tensor *t) { t->requires_grad = 1; }
+
+int dt_needs_grad(const dt_tensor *t) { return t && t->requires_grad; }
+
+int dt_any_requires_grad(int n, dt_tensor *const *in) {
+    if (!g_grad_on) return 0;
+    for (int i = 0; i < n; i++)
+        if (in[i] && in[i]->requires_grad) return 1;
+    return 0;
+}
+
+dt_node *dt_record(const char *op, dt_backward_fn backward, dt_tensor *out, int n_in,
+                   dt_tensor *const *in, size_t ctx_bytes) {
+    if (!dt_any_requires_grad(n_in, in)) return NULL;
+    if (n_in > DT_NODE_MAX_IN) dt_fatal("dt_record(%s): %d inputs (at most %d)", op, n_in, DT_NODE_MAX_IN);
+    dt_node *n = arena_alloc(sizeof *n);
+    n->op = op;
+    n->backward = backward;
+    n->out = out;
+    n->n_in = n_in;
+    for (int i = 0; i < n_in; i++) n->in[i] = in[i];
+    if (ctx_bytes) n->ctx = arena_alloc(ctx_bytes);
+    out->requires_grad = 1;
+    out->node = n;
+    if (g_n == g_cap) {
+        g_cap = g_cap ? g_cap * 2 : 1024;
+        g_tape = dt_xrealloc(g_tape, g_cap * sizeof *g_tape);
+    }
+    g_tape[g_n++] = n;
+    return n;
+}
+
+void dt_node_save(dt_node *n, dt_tensor *t) {
+    if (n->n_saved == DT_NODE_MAX_SAVED) dt_fatal("dt_node_save(%s): too many saved buffers", n->op);
+    n->saved[n->n_saved++] = t;
+}
+
+float *dt_grad_dst(dt_tensor *t, float *beta) {
+    if (!t || !t->requires_grad) return NULL;
+    if (!t->grad) {
+        t->grad = dt_tensor_new_unscoped(t->ndim, t->shape, t->dev);
+        t->grad_valid = 1;
+        *beta = 0.0f;
+        return t->grad->data;
+    }
+    *beta = t->grad_valid ? 1.0f : 0.0f;
+    t->grad_valid = 1;
+    return t->grad->data;
+}
+
+static void release_node(dt_node *n) {
+    if (n->out && !n->out->retain && !n->out->is_param) dt_tensor_release(n->out);
+    for (int i = 0; i < n->n_saved; i++) {
+        dt_tensor *s = n->saved[i];
+        if (!s) continue;
+        if (s->scoped) dt_tensor_release(s); else dt_tensor_free(s);
+        n->saved[i] = NULL;
+    }
+}
+
+void dt_tape_reset(void) {
+    for (int i = 0; i < g_n; i++) {
+        dt_node *n = g_tape[i];
+        for (int j = 0; j < n->n_saved; j++)
+            if (n->saved[j] && !n->saved[j]->scoped) dt_tensor_free(n->saved[j]);
+        if (n->out && n->out->node == n) n->out->node = NULL;
+    }
+    g_n = 0;
+    g_cur = g_chunks;
+    for (arena_chunk *c = g_chunks; c; c = c->next) c->used = 0;
+}
+
+int dt_tape_size(void) { return g_n; }
+
+static void run_tape(void) {
+    for (int i = g_n - 1; i >= 0; i--) {
+        dt_node *n = g_tape[i];
+        if (n->out && n->out->grad && n->out->grad_valid) n->backward(n);
+        release_node(n);
+        if (n->out && n->out->node == n) n->out->node = NULL;
+    }
+    g_n = 0;
+    g_cur = g_chunks;
+    for (arena_chunk *c = g_chunks; c; c = c->next) c->used = 0;
+}
+
+void dt_backward_with(dt_tensor *out, const dt_tensor *grad_out) {
+    dt_require_same_shape("backward (gradient of the output)", out, grad_out);
+    if (!out->requires_grad) dt_fatal("backward: the output does not require a gradient (nothing recorded)");
+    float beta;
+    float *g = dt_grad_dst(out, &beta);
+    if (beta != 0.0f) dt_fatal("backward: the output already holds a gradient");
+    dt_tensor tmp = *out->grad;
+    tmp.data = g;
+    dt_tensor_copy(&tmp, grad_out);
+    run_tape();
+}
+
+void dt_backward(dt_tensor *loss) {
+    if (loss->numel != 1) {
+        char b[128];
+        dt_fatal("backward: the loss must have one element, got %s (use dt_backward_with)",
+                 dt_shape_str(loss, b, sizeof b));
+    }
+    if (!loss->requires_grad) dt_fatal("backward: the loss does not require a gradient (nothing recorded)");
+    float beta;
+    dt_grad_dst(loss, &beta);
+    dt_tensor_fill(loss->grad, 1.0f);
+    run_tape();
+}

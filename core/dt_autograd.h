@@ -1,0 +1,79 @@
+/* dt_autograd.h: reverse-mode automatic differentiation with a tape.
+ *
+ * Each differentiable op computes its output, then calls dt_record(): if gradients are on and
+ * any input wants one, a node (backward function, inputs, output, op parameters, saved
+ * buffers) is appended to the tape. dt_backward(loss) walks the tape from the end: a node
+ * whose output received a gradient runs its backward, which adds into its inputs' gradients.
+ *
+ * Gradient accumulation without memsets: dt_grad_dst(t, &beta) returns where to write t's
+ * gradient and beta = 0 when this is the first contribution (overwrite) or 1 when one is
+ * already there (add). Every backward kernel takes that beta, so a tensor used twice
+ * (residual connections) gets both contributions and nothing is zero-filled first.
+ *
+ * Memory: once a node's backward has run, nothing earlier on the tape can need its output or
+ * the output's gradient (they were made after every earlier node), so the engine releases
+ * both at once, together with the buffers the node saved. Peak memory is therefore the
+ * forward's activations, not activations plus all gradients. A tensor with retain = 1 keeps
+ * its data. The tape is cleared at the end of dt_backward and by dt_tape_reset().
+ */
+#ifndef DT_AUTOGRAD_H
+#define DT_AUTOGRAD_H
+
+#include <stddef.h>
+
+#include "dt_tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DT_NODE_MAX_IN 8
+#define DT_NODE_MAX_SAVED 4
+
+typedef struct dt_node dt_node;
+typedef void (*dt_backward_fn)(dt_node *n);
+
+struct dt_node {
+    const char *op;                     /* name, for error messages and profiles */
+    dt_backward_fn backward;
+    dt_tensor *out;                     /* out->grad holds the incoming gradient */
+    dt_tensor *in[DT_NODE_MAX_IN];      /* NULL entries allowed (optional inputs) */
+    int n_in;
+    dt_tensor *saved[DT_NODE_MAX_SAVED]; /* extra buffers the node owns; released after backward */
+    int n_saved;
+    void *ctx;                          /* op parameters, lives on the tape's arena */
+};
+
+/* Gradient mode (on by default). dt_no_grad_begin/end nest. */
+int dt_grad_enabled(void);
+void dt_set_grad_enabled(int on);
+
+/* 1 when recording this op would be useful: gradients on and some input requires one. */
+int dt_any_requires_grad(int n, dt_tensor *const *in);
+
+/* Appends a node for `out` if dt_any_requires_grad(n_in, in); returns it (or NULL when no
+ * node is needed). ctx_bytes of zeroed parameter space are reserved in node->ctx. */
+dt_node *dt_record(const char *op, dt_backward_fn backward, dt_tensor *out, int n_in,
+                   dt_tensor *const *in, size_t ctx_bytes);
+void dt_node_save(dt_node *n, dt_tensor *t);
+
+/* Backward from a scalar (seeded with 1) or from `out` with an explicit upstream gradient. */
+void dt_backward(dt_tensor *loss);
+void dt_backward_with(dt_tensor *out, const dt_tensor *grad_out);
+
+/* Where to write t's gradient (allocated on first use); see the header comment for beta.
+ * Returns NULL when t does not require a gradient. */
+float *dt_grad_dst(dt_tensor *t, float *beta);
+/* Whether input i of a node needs its gradient computed. */
+int dt_needs_grad(const dt_tensor *t);
+
+void dt_tape_reset(void);
+int dt_tape_size(void);
+
+/* Makes t a leaf that wants a gradient (test inputs, parameters). */
+void dt_requires_grad(dt_tensor *t);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,65 @@
+/* dt_cuda.h: CUDA-only declarations: the stream/handles of the context and the checking
+ * macros. Include it only from files compiled with CUDA on (DT_CUDA defined).
+ *
+ * DT_CHECK(call), DT_CUBLAS(call), DT_CURAND(call) print the failing call, its error string
+ * and file:line, then exit non-zero. DT_CHECK_LAUNCH() goes after every kernel launch: it
+ * catches launch errors at once and, in debug mode, synchronizes so that an error inside the
+ * kernel is reported at the launch that caused it.
+ */
+#ifndef DT_CUDA_H
+#define DT_CUDA_H
+
+#ifndef DT_CUDA
+#error "dt_cuda.h included in a build without CUDA"
+#endif
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <curand.h>
+
+#include "dt_common.h"
+#include "dt_device.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+cudaStream_t dt_stream(void);
+cublasHandle_t dt_cublas(void);
+curandGenerator_t dt_curand(void);
+const struct cudaDeviceProp *dt_gpu_props(void);
+
+const char *dt_cublas_status_str(cublasStatus_t s);
+const char *dt_curand_status_str(curandStatus_t s);
+DT_NORETURN void dt_cuda_fail(const char *what, const char *call, const char *msg,
+                              const char *file, int line);
+void dt_check_launch_at(const char *file, int line);
+
+#ifdef __cplusplus
+}
+#endif
+
+#define DT_CHECK(call)                                                                  \
+    do {                                                                                \
+        cudaError_t dt_e_ = (call);                                                     \
+        if (dt_e_ != cudaSuccess)                                                       \
+            dt_cuda_fail("CUDA", #call, cudaGetErrorString(dt_e_), __FILE__, __LINE__); \
+    } while (0)
+
+#define DT_CUBLAS(call)                                                                    \
+    do {                                                                                   \
+        cublasStatus_t dt_s_ = (call);                                                     \
+        if (dt_s_ != CUBLAS_STATUS_SUCCESS)                                                \
+            dt_cuda_fail("cuBLAS", #call, dt_cublas_status_str(dt_s_), __FILE__, __LINE__); \
+    } while (0)
+
+#define DT_CURAND(call)                                                                    \
+    do {                                                                                   \
+        curandStatus_t dt_s_ = (call);                                                     \
+        if (dt_s_ != CURAND_STATUS_SUCCESS)                                                \
+            dt_cuda_fail("cuRAND", #call, dt_curand_status_str(dt_s_), __FILE__, __LINE__); \
+    } while (0)
+
+#define DT_CHECK_LAUNCH() dt_check_launch_at(__FILE__, __LINE__)
+
+#endif

@@ -1,0 +1,161 @@
+#include "dt_device.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dt_common.h"
+
+static uint64_t g_seed = 0x5eed;
+static int g_debug_sync = -1; /* -1: not read from the environment yet */
+
+const char *dt_dev_name(dt_dev dev) { return dev == DT_GPU ? "cuda" : "cpu"; }
+
+void dt_set_seed(uint64_t seed) { g_seed = seed; }
+uint64_t dt_seed(void) { return g_seed; }
+
+void dt_set_debug_sync(int on) { g_debug_sync = on; }
+int dt_debug_sync(void) {
+    if (g_debug_sync < 0) g_debug_sync = (int)dt_env_long("DT_DEBUG_SYNC", 0);
+    return g_debug_sync;
+}
+
+#ifdef DT_CUDA
+#include "dt_cuda.h"
+
+static struct {
+    int ready;
+    int device;
+    cudaStream_t stream;
+    cublasHandle_t cublas;
+    curandGenerator_t curand;
+    struct cudaDeviceProp props;
+    int tf32;
+} g_ctx;
+
+int dt_built_with_cuda(void) { return 1; }
+
+int dt_gpu_count(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError(); /* clear the sticky "no device" error */
+        return 0;
+    }
+    return n;
+}
+
+void dt_cuda_fail(const char *what, const char *call, const char *msg, const char *file,
+                  int line) {
+    fflush(stdout);
+    fprintf(stderr, "deftc: %s error at %s:%d: %s failed: %s\n", what, file, line, call, msg);
+    fflush(stderr);
+    exit(1);
+}
+
+void dt_check_launch_at(const char *file, int line) {
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) dt_cuda_fail("CUDA", "kernel launch", cudaGetErrorString(e), file, line);
+    if (dt_debug_sync()) {
+        e = cudaStreamSynchronize(g_ctx.stream);
+        if (e != cudaSuccess)
+            dt_cuda_fail("CUDA", "kernel (debug sync)", cudaGetErrorString(e), file, line);
+    }
+}
+
+const char *dt_cublas_status_str(cublasStatus_t s) {
+    switch (s) {
+    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_MAPPING_ERROR: return "CUBLAS_STATUS_MAPPING_ERROR";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    default: return "unknown cuBLAS status";
+    }
+}
+
+const char *dt_curand_status_str(curandStatus_t s) {
+    switch (s) {
+    case CURAND_STATUS_SUCCESS: return "CURAND_STATUS_SUCCESS";
+    case CURAND_STATUS_NOT_INITIALIZED: return "CURAND_STATUS_NOT_INITIALIZED";
+    case CURAND_STATUS_ALLOCATION_FAILED: return "CURAND_STATUS_ALLOCATION_FAILED";
+    case CURAND_STATUS_TYPE_ERROR: return "CURAND_STATUS_TYPE_ERROR";
+    case CURAND_STATUS_OUT_OF_RANGE: return "CURAND_STATUS_OUT_OF_RANGE";
+    case CURAND_STATUS_LAUNCH_FAILURE: return "CURAND_STATUS_LAUNCH_FAILURE";
+    default: return "other cuRAND status";
+    }
+}
+
+void dt_gpu_init(int device) {
+    if (g_ctx.ready) return;
+    int n = dt_gpu_count();
+    if (n == 0)
+        dt_fatal("no CUDA device is visible (cudaGetDeviceCount returned 0 or failed); "
+                 "run on a machine with a GPU or use device=cpu");
+    if (device < 0 || device >= n)
+        dt_fatal("CUDA device %d requested but only %d visible", device, n);
+    DT_CHECK(cudaSetDevice(device));
+    DT_CHECK(cudaGetDeviceProperties(&g_ctx.props, device));
+    DT_CHECK(cudaStreamCreateWithFlags(&g_ctx.stream, cudaStreamNonBlocking));
+    DT_CUBLAS(cublasCreate(&g_ctx.cublas));
+    DT_CUBLAS(cublasSetStream(g_ctx.cublas, g_ctx.stream));
+    DT_CUBLAS(cublasSetMathMode(g_ctx.cublas, g_ctx.tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                        : CUBLAS_PEDANTIC_MATH));
+    DT_CURAND(curandCreateGenerator(&g_ctx.curand, CURAND_RNG_PSEUDO_PHILOX4_32_10));
+    DT_CURAND(curandSetStream(g_ctx.curand, g_ctx.stream));
+    DT_CURAND(curandSetPseudoRandomGeneratorSeed(g_ctx.curand, g_seed));
+    g_ctx.device = device;
+    g_ctx.ready = 1;
+}
+
+int dt_gpu_ready(void) { return g_ctx.ready; }
+
+void dt_gpu_sync(void) {
+    if (g_ctx.ready) DT_CHECK(cudaStreamSynchronize(g_ctx.stream));
+}
+
+void dt_set_tf32(int on) {
+    g_ctx.tf32 = on;
+    if (g_ctx.ready)
+        DT_CUBLAS(cublasSetMathMode(g_ctx.cublas, on ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                     : CUBLAS_PEDANTIC_MATH));
+}
+
+static void require_ready(void) {
+    if (!g_ctx.ready) dt_gpu_init(0);
+}
+cudaStream_t dt_stream(void) { require_ready(); return g_ctx.stream; }
+cublasHandle_t dt_cublas(void) { require_ready(); return g_ctx.cublas; }
+curandGenerator_t dt_curand(void) { require_ready(); return g_ctx.curand; }
+const struct cudaDeviceProp *dt_gpu_props(void) { require_ready(); return &g_ctx.props; }
+int dt_gpu_sm_count(void) { return dt_gpu_props()->multiProcessorCount; }
+
+void dt_device_describe(char *buf, int len) {
+    if (!g_ctx.ready) {
+        snprintf(buf, len, "cpu (%d cores)", dt_num_cores());
+        return;
+    }
+    const struct cudaDeviceProp *p = &g_ctx.props;
+    snprintf(buf, len, "%s, %.1f GiB, %d SMs, L2 %d MiB, sm_%d%d", p->name,
+             p->totalGlobalMem / 1073741824.0, p->multiProcessorCount, p->l2CacheSize >> 20,
+             p->major, p->minor);
+}
+
+#else /* CPU-only build */
+
+int dt_built_with_cuda(void) { return 0; }
+int dt_gpu_count(void) { return 0; }
+void dt_gpu_init(int device) {
+    (void)device;
+    dt_fatal("deftc was built without CUDA (CUDA=0); rebuild with nvcc available or use device=cpu");
+}
+int dt_gpu_ready(void) { return 0; }
+void dt_gpu_sync(void) {}
+void dt_set_tf32(int on) { (void)on; }
+int dt_gpu_sm_count(void) { return 0; }
+void dt_device_describe(char *buf, int len) { snprintf(buf, len, "cpu (%d cores)", dt_num_cores()); }
+
+#endif

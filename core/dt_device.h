@@ -1,0 +1,53 @@
+/* dt_device.h: the device context. One GPU, one stream, one cuBLAS handle, one cuRAND
+ * generator, one seed. Every kernel and library call of deftc runs on dt_stream(), so the
+ * order of work on the device is the order of calls on the host and nothing needs an
+ * explicit synchronization except reading results back.
+ *
+ * This header is plain C and usable in a CPU-only build (CUDA=0): there dt_gpu_count()
+ * returns 0 and asking for a GPU is a clear error. CUDA types live in dt_cuda.h.
+ */
+#ifndef DT_DEVICE_H
+#define DT_DEVICE_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Where a tensor lives. */
+typedef enum { DT_CPU = 0, DT_GPU = 1 } dt_dev;
+
+const char *dt_dev_name(dt_dev dev);
+
+/* 1 when deftc was built with CUDA (make CUDA=1). */
+int dt_built_with_cuda(void);
+
+/* Number of visible CUDA devices; 0 when none is visible or deftc was built without CUDA.
+ * Never fatal: programs use it to fall back to the CPU or to explain why they cannot. */
+int dt_gpu_count(void);
+
+/* Creates the context on `device` (idempotent). Fatal with a clear message when there is no
+ * GPU. Debug mode (every launch followed by a synchronize and an error check) is switched on
+ * by dt_set_debug_sync(1) or the environment variable DT_DEBUG_SYNC=1. */
+void dt_gpu_init(int device);
+int dt_gpu_ready(void);
+void dt_gpu_sync(void);                 /* waits for all work on dt_stream() */
+void dt_set_debug_sync(int on);
+int dt_debug_sync(void);
+
+/* The global seed: cuRAND (device init) and every host RNG stream derive from it. */
+void dt_set_seed(uint64_t seed);
+uint64_t dt_seed(void);
+
+/* TF32 tensor-core math for cuBLAS (off by default: deftc computes in plain fp32). */
+void dt_set_tf32(int on);
+
+/* One line naming the GPU, its memory, SM count and L2 size (or "cpu"). */
+void dt_device_describe(char *buf, int len);
+int dt_gpu_sm_count(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

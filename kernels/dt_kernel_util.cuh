@@ -1,0 +1,27 @@
+/* dt_kernel_util.cuh: launch-size helpers shared by the .cu files. */
+#ifndef DT_KERNEL_UTIL_CUH
+#define DT_KERNEL_UTIL_CUH
+
+#include <stdint.h>
+
+#include "dt_cuda.h"
+
+/* Grid for a grid-stride loop over n elements: enough blocks to fill the GPU several times
+ * over, never more than the work needs. */
+static inline int dt_grid_for(int64_t n, int block) {
+    int64_t need = (n + block - 1) / block;
+    int64_t cap = (int64_t)dt_gpu_sm_count() * 32;
+    if (need > cap) need = cap;
+    return need < 1 ? 1 : (int)need;
+}
+
+#define DT_GRID_STRIDE(i, n) \
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
+
+/* Writes v into *dst honouring the backward convention: overwrite when beta == 0 (the old
+ * value may be garbage or NaN), else add. */
+__device__ __forceinline__ void dt_store_beta(float *dst, float v, float beta) {
+    *dst = beta == 0.0f ? v : *dst + v;
+}
+
+#endif

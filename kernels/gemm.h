@@ -1,0 +1,28 @@
+/* gemm.h: single-precision matrix products in row-major terms.
+ *   C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C
+ * op(A) = A (stored [M,K], lda >= K) or, with ta = 1, A^T (A stored [K,M], lda >= M);
+ * likewise B. beta == 0 overwrites C even if it holds NaN.
+ * The CUDA version calls cuBLAS (column-major) by computing C^T = op(B)^T op(A)^T, which is
+ * the same memory read the other way round. The CPU twin is a blocked, threaded loop. */
+#ifndef DT_K_GEMM_H
+#define DT_K_GEMM_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+void dt_gemm_cpu(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                 int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
+void dt_gemm_cuda(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                  int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
+/* count products C_i = op(A_i) op(B_i) with A_i = A + i*sA etc. (cuBLAS strided batched). */
+void dt_gemm_batched_cuda(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
+                          const float *A, int64_t lda, int64_t sA, const float *B, int64_t ldb,
+                          int64_t sB, float beta, float *C, int64_t ldc, int64_t sC, int64_t count);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,288 @@
+/* Foundation tests: tensors, scopes, autograd bookkeeping, .npy I/O, RNG, thread pool. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dt_autograd.h"
+#include "dt_check.h"
+#include "dt_npy.h"
+#include "dt_ops.h"
+#include "dt_parallel.h"
+#include "dt_param.h"
+#include "dt_test.h"
+#include "gemm.h"
+
+DT_TEST(tensor_create_view_copy) {
+    dt_tensor *t = dt_tensor_new4(DT_CPU, 2, 3, 4, 5);
+    EXPECT_EQ_INT(t->numel, 120);
+    EXPECT_EQ_INT(t->ndim, 4);
+    for (int i = 0; i < 120; i++) t->data[i] = (float)i;
+    int64_t s[2] = {6, 20};
+    dt_tensor *v = dt_tensor_view(t, 2, s);
+    EXPECT(v->data == t->data);
+    EXPECT_EQ_INT(v->shape[1], 20);
+    dt_tensor *c = dt_tensor_to(t, DT_CPU);
+    EXPECT(c->data != t->data);
+    EXPECT_NEAR(c->data[119], 119.0, 0);
+    char buf[64];
+    EXPECT(!strcmp(dt_shape_str(t, buf, sizeof buf), "[2, 3, 4, 5]"));
+}
+
+DT_TEST(tensor_scope_frees_and_keep_detaches) {
+    dt_scope_begin();
+    dt_tensor *a = dt_tensor_new1(DT_CPU, 10);
+    dt_tensor *b = dt_tensor_new1(DT_CPU, 10);
+    dt_tensor_keep(b);
+    EXPECT(a->scoped);
+    EXPECT(!b->scoped);
+    dt_scope_end();
+    b->data[9] = 1.0f; /* still alive: caller-owned */
+    dt_tensor_free(b);
+}
+
+static void bad_add(void *arg) {
+    (void)arg;
+    dt_tensor *a = dt_tensor_new4(DT_CPU, 2, 3, 4, 5), *b = dt_tensor_new4(DT_CPU, 2, 3, 5, 4);
+    dt_add(a, b);
+}
+static void bad_view(void *arg) {
+    (void)arg;
+    int64_t s[1] = {7};
+    dt_tensor_view(dt_tensor_new1(DT_CPU, 6), 1, s);
+}
+static void bad_matmul(void *arg) {
+    (void)arg;
+    dt_matmul(dt_tensor_new2(DT_CPU, 3, 4), dt_tensor_new2(DT_CPU, 5, 6));
+}
+
+DT_TEST(shape_mismatch_is_a_clear_error) {
+    EXPECT_DEATH(bad_add, NULL, "add: shape mismatch: [2, 3, 4, 5] vs [2, 3, 5, 4]");
+    EXPECT_DEATH(bad_view, NULL, "cannot view [6] (6 elements) as [7]");
+    EXPECT_DEATH(bad_matmul, NULL, "matmul: inner dimensions differ: [3, 4] x [5, 6]");
+}
+
+static void released_use(void *arg) {
+    (void)arg;
+    dt_tensor *x = dt_tensor_new1(DT_CPU, 4);
+    dt_tensor_fill(x, 1.0f);
+    dt_requires_grad(x);
+    dt_tensor *y = dt_relu(x);
+    dt_tensor_set_name(y, "relu_out");
+    dt_backward(dt_sum(y));
+    dt_relu(y); /* y's data was released after backward */
+}
+
+DT_TEST(autograd_releases_activations_after_backward) {
+    EXPECT_DEATH(released_use, NULL, "relu_out was already released");
+}
+
+DT_TEST(autograd_accumulates_reused_tensor) {
+    /* y = x*x + x: dy/dx = 2x + 1, x used three times. */
+    dt_tensor *x = dt_test_randn4(1, 1, 2, 3, 1.0f);
+    dt_requires_grad(x);
+    dt_tensor *y = dt_add(dt_mul(x, x), x);
+    dt_backward(dt_sum(y));
+    for (int i = 0; i < 6; i++) EXPECT_NEAR(x->grad->data[i], 2 * x->data[i] + 1, 1e-6);
+    EXPECT_EQ_INT(dt_tape_size(), 0);
+}
+
+DT_TEST(autograd_no_grad_records_nothing) {
+    dt_tensor *x = dt_test_randn4(1, 1, 2, 3, 1.0f);
+    dt_requires_grad(x);
+    dt_set_grad_enabled(0);
+    dt_tensor *y = dt_relu(x);
+    dt_set_grad_enabled(1);
+    EXPECT(!y->requires_grad);
+    EXPECT_EQ_INT(dt_tape_size(), 0);
+}
+
+DT_TEST(autograd_param_grads_overwrite_after_zero_grad) {
+    dt_params ps = {0};
+    int64_t s[1] = {4};
+    dt_tensor *w = dt_param_new(&ps, "w", 1, s, DT_CPU, 1);
+    dt_tensor_fill(w, 2.0f);
+    for (int step = 0; step < 3; step++) {
+        dt_params_zero_grad(&ps);
+        dt_scope_begin();
+        dt_backward(dt_sum(dt_mul(w, w)));
+        dt_scope_end();
+        EXPECT_NEAR(w->grad->data[0], 4.0, 1e-6); /* not 8 or 12: zero_grad means overwrite */
+    }
+    /* Without zero_grad the gradients accumulate. */
+    dt_scope_begin();
+    dt_backward(dt_sum(w));
+    dt_scope_end();
+    EXPECT_NEAR(w->grad->data[3], 5.0, 1e-6);
+    dt_params_free(&ps);
+}
+
+DT_TEST(npy_roundtrip_and_bad_files) {
+    char path[600], err_path[600];
+    snprintf(path, sizeof path, "%s/a.npy", dt_test_tmpdir());
+    dt_tensor *t = dt_test_randn4(2, 3, 4, 5, 1.0f);
+    dt_err err;
+    EXPECT_EQ_INT(dt_npy_save(path, t, &err), 0);
+    dt_tensor *u = dt_npy_load(path, DT_CPU, &err);
+    EXPECT(u && dt_same_shape(t, u));
+    if (u) EXPECT(!memcmp(t->data, u->data, t->numel * sizeof(float)));
+    /* Truncated data. */
+    FILE *f = fopen(path, "rb");
+    char buf[1024];
+    size_t n = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    snprintf(err_path, sizeof err_path, "%s/trunc.npy", dt_test_tmpdir());
+    f = fopen(err_path, "wb");
+    fwrite(buf, 1, n - 8, f);
+    fclose(f);
+    EXPECT(dt_npy_load(err_path, DT_CPU, &err) == NULL);
+    EXPECT_MSG(strstr(err.msg, "truncated data"), "message: %s", err.msg);
+    /* Wrong dtype. */
+    char hdr[128] = "{'descr': '<f8', 'fortran_order': False, 'shape': (2,), }";
+    size_t hl = strlen(hdr);
+    while ((10 + hl + 1) % 64) hdr[hl++] = ' ';
+    hdr[hl++] = '\n';
+    snprintf(err_path, sizeof err_path, "%s/f8.npy", dt_test_tmpdir());
+    f = fopen(err_path, "wb");
+    fwrite("\x93NUMPY\x01\x00", 1, 8, f);
+    unsigned char len[2] = {(unsigned char)hl, 0};
+    fwrite(len, 1, 2, f);
+    fwrite(hdr, 1, hl, f);
+    double d[2] = {1, 2};
+    fwrite(d, sizeof d, 1, f);
+    fclose(f);
+    EXPECT(dt_npy_load(err_path, DT_CPU, &err) == NULL);
+    EXPECT_MSG(strstr(err.msg, "dtype is '<f8'"), "message: %s", err.msg);
+    /* Not a npy file at all; missing file. */
+    snprintf(err_path, sizeof err_path, "%s/text.npy", dt_test_tmpdir());
+    f = fopen(err_path, "w");
+    fputs("hello world, not numpy\n", f);
+    fclose(f);
+    EXPECT(dt_npy_load(err_path, DT_CPU, &err) == NULL);
+    EXPECT_MSG(strstr(err.msg, "bad magic"), "message: %s", err.msg);
+    EXPECT(dt_npy_load("/nonexistent/x.npy", DT_CPU, &err) == NULL);
+    EXPECT_MSG(strstr(err.msg, "cannot open /nonexistent/x.npy"), "message: %s", err.msg);
+}
+
+DT_TEST(rng_streams_are_reproducible) {
+    dt_rng a, b;
+    dt_rng_derive(&a, 7, 3, 11);
+    dt_rng_derive(&b, 7, 3, 11);
+    for (int i = 0; i < 100; i++) EXPECT(dt_rng_u64(&a) == dt_rng_u64(&b));
+    dt_rng_derive(&b, 7, 3, 12);
+    EXPECT(dt_rng_u64(&a) != dt_rng_u64(&b));
+    /* Moments of the normal generator. */
+    double s = 0, s2 = 0;
+    for (int i = 0; i < 100000; i++) {
+        double v = dt_rng_normal(&a);
+        s += v;
+        s2 += v * v;
+    }
+    EXPECT_NEAR(s / 1e5, 0.0, 0.02);
+    EXPECT_NEAR(s2 / 1e5, 1.0, 0.02);
+    uint32_t counts[5] = {0};
+    for (int i = 0; i < 50000; i++) counts[dt_rng_below(&a, 5)]++;
+    for (int i = 0; i < 5; i++) EXPECT_NEAR(counts[i], 10000, 400);
+}
+
+static void square_range(void *ctx, int64_t b, int64_t e) {
+    int64_t *v = ctx;
+    for (int64_t i = b; i < e; i++) v[i] = i * i;
+}
+
+DT_TEST(parallel_for_covers_every_index) {
+    int64_t v[10007];
+    memset(v, -1, sizeof v);
+    dt_parallel_for(10007, 100, square_range, v);
+    int bad = 0;
+    for (int64_t i = 0; i < 10007; i++) bad += v[i] != i * i;
+    EXPECT_EQ_INT(bad, 0);
+}
+
+DT_TEST(gemm_cpu_matches_naive_all_transposes) {
+    int64_t M = 37, N = 53, K = 301;
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            float *A = malloc(M * K * 4), *B = malloc(K * N * 4), *C = malloc(M * N * 4), *R = malloc(M * N * 4);
+            dt_rng_fill_normal(dt_test_rng(), A, M * K, 0, 1);
+            dt_rng_fill_normal(dt_test_rng(), B, K * N, 0, 1);
+            dt_rng_fill_normal(dt_test_rng(), C, M * N, 0, 1);
+            for (int64_t i = 0; i < M; i++)
+                for (int64_t j = 0; j < N; j++) {
+                    double s = 0;
+                    for (int64_t k = 0; k < K; k++)
+                        s += (double)(ta ? A[k * M + i] : A[i * K + k]) * (tb ? B[j * K + k] : B[k * N + j]);
+                    R[i * N + j] = (float)(0.5 * s + 2.0 * C[i * N + j]);
+                }
+            dt_gemm_cpu(ta, tb, M, N, K, 0.5f, A, ta ? M : K, B, tb ? K : N, 2.0f, C, N);
+            char what[64];
+            snprintf(what, sizeof what, "gemm ta=%d tb=%d", ta, tb);
+            dt_expect_close(what, C, R, M * N, 1e-5);
+            free(A); free(B); free(C); free(R);
+        }
+}
+
+/* ---- gradient checks of the first ops ---- */
+
+static dt_tensor *b_add(dt_tensor **in, void *a) { (void)a; return dt_add(in[0], in[1]); }
+static dt_tensor *b_mul(dt_tensor **in, void *a) { (void)a; return dt_mul(in[0], in[1]); }
+static dt_tensor *b_relu(dt_tensor **in, void *a) { (void)a; return dt_relu(in[0]); }
+static dt_tensor *b_sigmoid(dt_tensor **in, void *a) { (void)a; return dt_sigmoid(in[0]); }
+static dt_tensor *b_add_relu(dt_tensor **in, void *a) { (void)a; return dt_add_relu(in[0], in[1]); }
+static dt_tensor *b_sum(dt_tensor **in, void *a) { (void)a; return dt_sum(in[0]); }
+static dt_tensor *b_mean(dt_tensor **in, void *a) { (void)a; return dt_mean(in[0]); }
+static dt_tensor *b_matmul(dt_tensor **in, void *a) { (void)a; return dt_matmul(in[0], in[1]); }
+static dt_tensor *b_linear(dt_tensor **in, void *a) { (void)a; return dt_linear(in[0], in[1], in[2]); }
+static dt_tensor *b_slice(dt_tensor **in, void *a) { (void)a; return dt_slice_channels(in[0], 2, 5); }
+static dt_tensor *b_reshape(dt_tensor **in, void *a) {
+    (void)a;
+    int64_t s[2] = {12, 10};
+    return dt_mul(dt_reshape(in[0], 2, s), in[1]);
+}
+
+/* Moves entries away from 0 so that relu's kink is never inside [x-h, x+h]. */
+static void away_from_zero(dt_tensor *t, float margin) {
+    for (int64_t i = 0; i < t->numel; i++)
+        if (fabsf(t->data[i]) < margin) t->data[i] = t->data[i] < 0 ? -margin : margin;
+}
+
+DT_TEST(gradcheck_pointwise_ops) {
+    dt_tensor *a = dt_test_randn4(2, 3, 4, 5, 1.0f), *b = dt_test_randn4(2, 3, 4, 5, 1.0f);
+    dt_requires_grad(a);
+    dt_requires_grad(b);
+    away_from_zero(a, 0.05f);
+    dt_tensor *in[2] = {a, b};
+    EXPECT(dt_gradcheck("add", b_add, NULL, 2, in, NULL));
+    EXPECT(dt_gradcheck("mul", b_mul, NULL, 2, in, NULL));
+    EXPECT(dt_gradcheck("relu", b_relu, NULL, 1, in, NULL));
+    EXPECT(dt_gradcheck("sigmoid", b_sigmoid, NULL, 1, in, NULL));
+    EXPECT(dt_gradcheck("sum", b_sum, NULL, 1, in, NULL));
+    EXPECT(dt_gradcheck("mean", b_mean, NULL, 1, in, NULL));
+    dt_tensor *wide = dt_test_randn4(2, 7, 2, 3, 1.0f);
+    dt_requires_grad(wide);
+    EXPECT(dt_gradcheck("slice_channels", b_slice, NULL, 1, &wide, NULL));
+    /* add_relu: keep a+b away from 0 */
+    for (int64_t i = 0; i < a->numel; i++) {
+        float s = a->data[i] + b->data[i];
+        if (fabsf(s) < 0.05f) a->data[i] += s < 0 ? -0.1f : 0.1f;
+    }
+    EXPECT(dt_gradcheck("add_relu", b_add_relu, NULL, 2, in, NULL));
+    int64_t s2[2] = {12, 10};
+    dt_tensor *c = dt_test_randn(2, s2, 1.0f);
+    dt_tensor *in2[2] = {a, c};
+    EXPECT(dt_gradcheck("reshape", b_reshape, NULL, 2, in2, NULL));
+}
+
+DT_TEST(gradcheck_matmul_linear) {
+    int64_t sa[2] = {5, 7}, sb[2] = {7, 3}, sw[2] = {4, 7}, sbias[1] = {4};
+    dt_tensor *a = dt_test_randn(2, sa, 1.0f), *b = dt_test_randn(2, sb, 1.0f);
+    dt_tensor *w = dt_test_randn(2, sw, 1.0f), *bias = dt_test_randn(1, sbias, 1.0f);
+    dt_requires_grad(a);
+    dt_requires_grad(b);
+    dt_requires_grad(w);
+    dt_requires_grad(bias);
+    dt_tensor *in[2] = {a, b};
+    EXPECT(dt_gradcheck("matmul", b_matmul, NULL, 2, in, NULL));
+    dt_tensor *in3[3] = {a, w, bias};
+    EXPECT(dt_gradcheck("linear", b_linear, NULL, 3, in3, NULL));
+}
