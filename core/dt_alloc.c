@@ -25,6 +25,14 @@ void *dt_host_alloc(size_t bytes, int pinned) {
     return p;
 }
 
+void *dt_dev_alloc(dt_dev dev, size_t bytes) {
+    return dev == DT_GPU ? dt_gpu_malloc(bytes) : dt_host_alloc(bytes, 0);
+}
+
+void dt_dev_free(dt_dev dev, void *ptr) {
+    if (dev == DT_GPU) dt_gpu_free(ptr); else dt_host_free(ptr, 0);
+}
+
 void dt_host_free(void *ptr, int pinned) {
     if (!ptr) return;
 #ifdef DT_CUDA

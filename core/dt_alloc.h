@@ -42,6 +42,12 @@ void dt_gpu_set_poison(int on);
 void *dt_host_alloc(size_t bytes, int pinned);
 void dt_host_free(void *ptr, int pinned);
 
+/* Scratch memory on either device (GPU: the caching allocator; CPU: aligned host memory):
+ * workspaces of ops that live for one call. */
+#include "dt_device.h"
+void *dt_dev_alloc(dt_dev dev, size_t bytes);
+void dt_dev_free(dt_dev dev, void *ptr);
+
 /* Device <-> host copies on the context stream. The synchronous ones wait for the stream. */
 void dt_copy_h2d(void *dst, const void *src, size_t bytes);
 void dt_copy_d2h(void *dst, const void *src, size_t bytes);

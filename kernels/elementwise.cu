@@ -31,6 +31,8 @@ __global__ void k_broadcast_scalar(int64_t n, const float *s, float alpha, float
     DT_GRID_STRIDE(i, n) dt_store_beta(&dx[i], v, beta);
 }
 
+__global__ void k_scale_shift(int64_t n, float a, float b, float *x) { DT_GRID_STRIDE(i, n) x[i] = a * x[i] + b; }
+
 }  // namespace
 
 #define LAUNCH(kernel, n, ...)                                                    \
@@ -51,5 +53,6 @@ void dt_relu_bwd_cuda(int64_t n, const float *y, const float *dy, float beta, fl
 void dt_sigmoid_fwd_cuda(int64_t n, const float *x, float *y) { LAUNCH(k_sigmoid_fwd, n, x, y); }
 void dt_sigmoid_bwd_cuda(int64_t n, const float *y, const float *dy, float beta, float *dx) { LAUNCH(k_sigmoid_bwd, n, y, dy, beta, dx); }
 void dt_add_relu_fwd_cuda(int64_t n, const float *a, const float *b, float *y) { LAUNCH(k_add_relu, n, a, b, y); }
+void dt_scale_shift_cuda(int64_t n, float a, float b, float *x) { LAUNCH(k_scale_shift, n, a, b, x); }
 void dt_broadcast_scalar_cuda(int64_t n, const float *s, float alpha, float beta, float *dx) { LAUNCH(k_broadcast_scalar, n, s, alpha, beta, dx); }
 }

@@ -27,6 +27,8 @@ extern "C" {
     void dt_sigmoid_bwd_##sfx(int64_t n, const float *y, const float *dy, float beta, float *dx); \
     /* y = relu(a + b): the residual join of a ResNet block */                               \
     void dt_add_relu_fwd_##sfx(int64_t n, const float *a, const float *b, float *y);         \
+    /* x = a*x + b */                                                                          \
+    void dt_scale_shift_##sfx(int64_t n, float a, float b, float *x);                         \
     /* dx = beta*dx + alpha*s, s a single float in the same memory space (scalar broadcast) */ \
     void dt_broadcast_scalar_##sfx(int64_t n, const float *s, float alpha, float beta, float *dx);
 

@@ -44,3 +44,7 @@ void dt_broadcast_scalar_cpu(int64_t n, const float *s, float alpha, float beta,
     float v = alpha * s[0];
     for (int64_t i = 0; i < n; i++) STORE(dx[i], v, beta);
 }
+
+void dt_scale_shift_cpu(int64_t n, float a, float b, float *x) {
+    for (int64_t i = 0; i < n; i++) x[i] = a * x[i] + b;
+}

@@ -52,6 +52,7 @@ DT_GPU_TEST(gpu_parity_matmul_linear) {
     EXPECT(dt_parity("linear", b_linear, NULL, NULL, 3, in3, 1e-5f));
 }
 
+#ifdef DT_CUDA /* calls the CUDA kernels directly */
 DT_GPU_TEST(gpu_gemm_all_transposes_and_batched) {
     int64_t M = 70, N = 93, K = 131;
     for (int ta = 0; ta < 2; ta++)
@@ -76,6 +77,8 @@ DT_GPU_TEST(gpu_gemm_all_transposes_and_batched) {
     EXPECT(dt_expect_close("gemm batched", h, C->data, cnt * M * N, 1e-5));
     free(h);
 }
+
+#endif
 
 DT_GPU_TEST(gpu_poison_is_on) {
     /* The runner poisons device memory; a fresh block must read as NaN, not zero. */

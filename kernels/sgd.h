@@ -1,0 +1,44 @@
+/* sgd.h: SGD with momentum / Nesterov / weight decay (PyTorch's torch.optim.SGD rule) over
+ * many tensors in one launch ("multi-tensor apply"):
+ *   g = grad + wd * p
+ *   m = first ? g : momentum * m + (1 - dampening) * g       (when momentum != 0)
+ *   d = nesterov ? g + momentum * m : m                        (d = g without momentum)
+ *   p = p - lr * d
+ * The CUDA version walks a table of fixed-size chunks, so one launch covers every parameter
+ * whatever their sizes; the tables live on the device and change only when the set of
+ * parameters with a gradient changes. */
+#ifndef DT_K_SGD_H
+#define DT_K_SGD_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    float *p;
+    const float *g;
+    float *m; /* momentum buffer (unused when momentum == 0) */
+    int64_t n;
+    float wd;
+    int first; /* the momentum buffer starts as g */
+} dt_sgd_tensor;
+
+typedef struct {
+    int32_t tensor;
+    int32_t pad;
+    int64_t begin, end;
+} dt_sgd_chunk;
+
+#define DT_SGD_CHUNK 16384
+
+void dt_sgd_step_cpu(const dt_sgd_tensor *ts, int count, float lr, float momentum, float dampening, int nesterov);
+/* ts and chunks are device copies. */
+void dt_sgd_step_cuda(const dt_sgd_tensor *ts, const dt_sgd_chunk *chunks, int nchunks, float lr, float momentum,
+                      float dampening, int nesterov);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

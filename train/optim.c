@@ -1,0 +1,86 @@
+#include <stdlib.h>
+#include <string.h>
+
+#include "dt_alloc.h"
+#include "dt_common.h"
+#include "dt_optim.h"
+#include "sgd.h"
+
+void dt_sgd_init(dt_sgd *s, dt_params *params, const dt_sgd_opts *opts) {
+    memset(s, 0, sizeof *s);
+    s->o = *opts;
+    s->params = params;
+    s->bufs = dt_xcalloc(params->n ? params->n : 1, sizeof *s->bufs);
+    s->active_prev = dt_xcalloc(params->n ? params->n : 1, 1);
+}
+
+void dt_sgd_free(dt_sgd *s) {
+    for (int i = 0; i < s->params->n; i++) dt_tensor_free(s->bufs[i]);
+    free(s->bufs);
+    free(s->active_prev);
+    if (s->dev_tensors) dt_gpu_free(s->dev_tensors);
+    if (s->dev_chunks) dt_gpu_free(s->dev_chunks);
+    memset(s, 0, sizeof *s);
+}
+
+static float wd_of(const dt_sgd *s, const dt_tensor *p) {
+    return (p->no_decay && !s->o.decay_all) ? 0.0f : s->o.weight_decay;
+}
+
+void dt_sgd_step(dt_sgd *s, float lr) {
+    dt_params *ps = s->params;
+    int n = ps->n, changed = !s->dev_valid;
+    dt_sgd_tensor *tab = dt_xmalloc((n ? n : 1) * sizeof *tab);
+    int count = 0;
+    int64_t nchunks = 0;
+    for (int i = 0; i < n; i++) {
+        dt_tensor *p = ps->items[i];
+        int active = p->grad_valid && p->grad;
+        int first = 0;
+        if (active && s->o.momentum != 0.0f && !s->bufs[i]) {
+            s->bufs[i] = dt_tensor_new_unscoped(p->ndim, p->shape, p->dev);
+            first = 1;
+        }
+        /* A first step changes the table (first flag now, not next time). */
+        if (active != s->active_prev[i] || first) changed = 1;
+        s->active_prev[i] = (unsigned char)active;
+        if (!active) continue;
+        tab[count++] = (dt_sgd_tensor){p->data, p->grad->data, s->bufs[i] ? s->bufs[i]->data : NULL, p->numel,
+                                       wd_of(s, p), first};
+        nchunks += dt_ceil_div(p->numel, DT_SGD_CHUNK);
+    }
+    if (count && ps->items[0]->dev == DT_GPU) {
+        if (changed) {
+            dt_sgd_chunk *ch = dt_xmalloc(nchunks * sizeof *ch);
+            int64_t k = 0;
+            for (int t = 0; t < count; t++)
+                for (int64_t b = 0; b < tab[t].n; b += DT_SGD_CHUNK)
+                    ch[k++] = (dt_sgd_chunk){t, 0, b, b + DT_SGD_CHUNK < tab[t].n ? b + DT_SGD_CHUNK : tab[t].n};
+            if (count > s->table_cap_t) {
+                if (s->dev_tensors) dt_gpu_free(s->dev_tensors);
+                s->dev_tensors = dt_gpu_malloc(n * sizeof *tab);
+                s->table_cap_t = n;
+            }
+            if (nchunks > s->table_cap_c) {
+                if (s->dev_chunks) dt_gpu_free(s->dev_chunks);
+                s->dev_chunks = dt_gpu_malloc(nchunks * sizeof *ch);
+                s->table_cap_c = (int)nchunks;
+            }
+            dt_copy_h2d(s->dev_tensors, tab, count * sizeof *tab);
+            dt_copy_h2d(s->dev_chunks, ch, nchunks * sizeof *ch);
+            s->nchunks = (int)nchunks;
+            s->dev_valid = 1;
+            free(ch);
+            /* The 'first' flags were just uploaded; the next step must upload cleared ones. */
+            for (int t = 0; t < count; t++)
+                if (tab[t].first) s->dev_valid = 0;
+        }
+#ifdef DT_CUDA
+        dt_sgd_step_cuda(s->dev_tensors, s->dev_chunks, s->nchunks, lr, s->o.momentum, s->o.dampening, s->o.nesterov);
+#endif
+    } else if (count) {
+        dt_sgd_step_cpu(tab, count, lr, s->o.momentum, s->o.dampening, s->o.nesterov);
+    }
+    free(tab);
+    s->steps++;
+}
