@@ -118,27 +118,39 @@ void dt_tape_reset(void) {
 
 int dt_tape_size(void) { return g_n; }
 
+/* Runs the nodes the gradient reaches, newest first. A node it does not reach belongs to
+ * another graph (or a branch that does not lead to this output): it stays on the tape, with
+ * its tensors intact, for a later backward. */
 static void run_tape(void) {
+    int kept = 0;
     for (int i = g_n - 1; i >= 0; i--) {
         dt_node *n = g_tape[i];
-        if (n->out && n->out->grad && n->out->grad_valid) n->backward(n);
-        release_node(n);
-        if (n->out && n->out->node == n) n->out->node = NULL;
+        if (n->out && n->out->grad && n->out->grad_valid) {
+            n->backward(n);
+            release_node(n);
+            if (n->out->node == n) n->out->node = NULL;
+        } else {
+            g_tape[i] = NULL;
+            g_tape[g_n - 1 - kept++] = n; /* slots above i are already free */
+        }
     }
-    g_n = 0;
-    g_cur = g_chunks;
-    for (arena_chunk *c = g_chunks; c; c = c->next) c->used = 0;
+    /* The kept nodes sit at the top of the array in their original order: move them down. */
+    memmove(g_tape, g_tape + g_n - kept, kept * sizeof *g_tape);
+    g_n = kept;
+    if (!g_n) {
+        g_cur = g_chunks;
+        for (arena_chunk *c = g_chunks; c; c = c->next) c->used = 0;
+    }
 }
 
 void dt_backward_with(dt_tensor *out, const dt_tensor *grad_out) {
     dt_require_same_shape("backward (gradient of the output)", out, grad_out);
     if (!out->requires_grad) dt_fatal("backward: the output does not require a gradient (nothing recorded)");
-    float beta;
-    float *g = dt_grad_dst(out, &beta);
-    if (beta != 0.0f) dt_fatal("backward: the output already holds a gradient");
-    dt_tensor tmp = *out->grad;
-    tmp.data = g;
-    dt_tensor_copy(&tmp, grad_out);
+    if (out->grad) dt_fatal("backward: the output already holds a gradient");
+    dt_require_same_device("backward (gradient of the output)", out, grad_out);
+    /* The caller's buffer serves as the gradient directly (no copy); it is only read. */
+    out->grad = dt_tensor_alias(grad_out);
+    out->grad_valid = 1;
     run_tape();
 }
 

@@ -14,7 +14,9 @@
  * the output's gradient (they were made after every earlier node), so the engine releases
  * both at once, together with the buffers the node saved. Peak memory is therefore the
  * forward's activations, not activations plus all gradients. A tensor with retain = 1 keeps
- * its data. The tape is cleared at the end of dt_backward and by dt_tape_reset().
+ * its data. dt_backward consumes the nodes it reaches; nodes of other graphs stay recorded
+ * (like PyTorch, where each output owns its graph). dt_tape_reset() drops everything, and
+ * the end of the outermost scope does so too.
  */
 #ifndef DT_AUTOGRAD_H
 #define DT_AUTOGRAD_H

@@ -124,6 +124,19 @@ void dt_set_tf32(int on) {
                                                      : CUBLAS_PEDANTIC_MATH));
 }
 
+static cudaStream_t g_own_stream;
+
+void dt_set_stream(void *stream) {
+    dt_gpu_init(0);
+    if (!g_own_stream) g_own_stream = g_ctx.stream;
+    cudaStream_t s = stream ? (cudaStream_t)stream : g_own_stream;
+    if (s == g_ctx.stream) return;
+    DT_CHECK(cudaStreamSynchronize(g_ctx.stream));
+    g_ctx.stream = s;
+    DT_CUBLAS(cublasSetStream(g_ctx.cublas, s));
+    DT_CURAND(curandSetStream(g_ctx.curand, s));
+}
+
 static void require_ready(void) {
     if (!g_ctx.ready) dt_gpu_init(0);
 }
@@ -156,6 +169,10 @@ int dt_gpu_ready(void) { return 0; }
 void dt_gpu_sync(void) {}
 void dt_set_tf32(int on) { (void)on; }
 int dt_gpu_sm_count(void) { return 0; }
+void dt_set_stream(void *stream) {
+    (void)stream;
+    dt_fatal("dt_set_stream: deftc was built without CUDA (CUDA=0)");
+}
 void dt_device_describe(char *buf, int len) { snprintf(buf, len, "cpu (%d cores)", dt_num_cores()); }
 
 #endif

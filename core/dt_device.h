@@ -43,6 +43,11 @@ uint64_t dt_seed(void);
 /* TF32 tensor-core math for cuBLAS (off by default: deftc computes in plain fp32). */
 void dt_set_tf32(int on);
 
+/* Runs deftc's work on a caller's CUDA stream (a cudaStream_t passed as void*; NULL gives
+ * deftc's own stream back). Switching synchronizes the previous stream first, so that
+ * memory deftc frees and reuses is never still in use on another stream. */
+void dt_set_stream(void *stream);
+
 /* One line naming the GPU, its memory, SM count and L2 size (or "cpu"). */
 void dt_device_describe(char *buf, int len);
 int dt_gpu_sm_count(void);

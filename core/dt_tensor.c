@@ -159,6 +159,15 @@ dt_tensor *dt_tensor_view(dt_tensor *t, int ndim, const int64_t *shape) {
     return v;
 }
 
+dt_tensor *dt_tensor_alias(const dt_tensor *t) {
+    dt_require_live("alias", t);
+    dt_tensor *v = header(t->ndim, t->shape, t->dev);
+    v->storage = t->storage;
+    v->storage->refs++;
+    v->data = t->data;
+    return v;
+}
+
 void dt_tensor_set_name(dt_tensor *t, const char *name) {
     snprintf(t->name, sizeof t->name, "%s", name);
 }

@@ -69,6 +69,9 @@ dt_tensor *dt_tensor_to(const dt_tensor *t, dt_dev dev);   /* a copy on `dev` */
 /* A view with another shape of the same numel (no copy, no autograd: see dt_reshape). */
 dt_tensor *dt_tensor_view(dt_tensor *t, int ndim, const int64_t *shape);
 
+/* An unscoped view with the same shape (shares storage; freeing it leaves t alone). */
+dt_tensor *dt_tensor_alias(const dt_tensor *t);
+
 void dt_tensor_free(dt_tensor *t);     /* frees a caller-owned tensor (and its grad) */
 void dt_tensor_keep(dt_tensor *t);     /* detaches from the current scope: caller owns it */
 void dt_tensor_release(dt_tensor *t);  /* drops the data (and grad) early; struct stays */

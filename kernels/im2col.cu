@@ -1,21 +1,24 @@
-/* CUDA versions of im2col.h. Memory-bound: consecutive threads take consecutive output
- * columns (ox fastest), so every store to col is coalesced and loads of x are near-coalesced
- * (stride sw). All indices are 64-bit. */
+/* CUDA versions of im2col.h. Memory-bound, so the index arithmetic must stay cheap:
+ *  - the grid is 2-D/3-D (channel, image in blockIdx.y/z) so a thread derives its position
+ *    with one or two divisions instead of five;
+ *  - indices are 32-bit whenever the buffers allow (64-bit division costs ~3x more);
+ *  - col2im is specialized for stride 1 and 2, where "is this tap aligned with an output
+ *    position" needs no division at all.
+ * Consecutive threads take consecutive output columns, so stores to col (im2col) and loads
+ * from col (col2im) are coalesced. */
 #include "dt_kernel_util.cuh"
 #include "im2col.h"
 
 namespace {
 
-/* One thread per (c, i, oy, ox); it writes that column entry for all kh*kw taps.
- * I is int32_t when every index fits (the common case: 64-bit division costs ~10x more), else
- * int64_t. */
+/* thread -> column q of channel c (blockIdx.y); writes the kh*kw taps of that column. */
 template <typename I>
 __global__ void k_im2col(const float *__restrict__ x, I nb, I C, I H, I W, dt_conv_geom g, I Ho, I Wo,
                          float *__restrict__ col) {
-    const I P = Ho * Wo, NP = nb * P, total = C * NP;
-    for (I t = (I)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += (I)gridDim.x * blockDim.x) {
-        I q = t % NP, c = t / NP;
-        I i = q / P, p = q % P, oy = p / Wo, ox = p % Wo;
+    const I P = Ho * Wo, NP = nb * P;
+    const I c = blockIdx.y;
+    for (I q = (I)blockIdx.x * blockDim.x + threadIdx.x; q < NP; q += (I)gridDim.x * blockDim.x) {
+        I i = q / P, p = q - i * P, oy = p / Wo, ox = p - oy * Wo;
         const float *xp = x + ((int64_t)i * C + c) * H * W;
         float *out = col + (int64_t)c * g.kh * g.kw * NP + q;
         I iy0 = oy * g.sh - g.ph, ix0 = ox * g.sw - g.pw;
@@ -24,56 +27,91 @@ __global__ void k_im2col(const float *__restrict__ x, I nb, I C, I H, I W, dt_co
             bool row_ok = iy >= 0 && iy < H;
             for (int kx = 0; kx < g.kw; kx++) {
                 I ix = ix0 + kx * g.dw;
-                *out = (row_ok && ix >= 0 && ix < W) ? __ldg(xp + (int64_t)iy * W + ix) : 0.0f;
+                *out = (row_ok && ix >= 0 && ix < W) ? __ldg(xp + iy * W + ix) : 0.0f;
                 out += NP;
             }
         }
     }
 }
 
-/* One thread per input element (i, c, iy, ix): gathers its taps (deterministic). */
-template <typename I>
+/* Output index along one axis for input coordinate t = in + pad - k*dil, or -1. S is the
+ * stride when known at compile time (1 or 2), 0 for a run-time stride s. */
+template <int S, typename I>
+__device__ __forceinline__ I out_index(I t, int s, I n_out) {
+    if (t < 0) return -1;
+    I o;
+    if (S == 1) o = t;
+    else if (S == 2) { if (t & 1) return -1; o = t >> 1; }
+    else { if (t % s) return -1; o = t / s; }
+    return o < n_out ? o : -1;
+}
+
+/* thread -> input element (iy, ix) of plane (i = blockIdx.z, c = blockIdx.y); gathers the
+ * column entries of the taps that read it, in tap order (deterministic). */
+template <int S, typename I>
 __global__ void k_col2im(const float *__restrict__ col, I nb, I C, I H, I W, dt_conv_geom g, I Ho, I Wo,
                          float beta, float *__restrict__ x) {
-    const I P = Ho * Wo, NP = nb * P, total = nb * C * H * W;
-    for (I t = (I)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += (I)gridDim.x * blockDim.x) {
-        I ix = t % W, iy = (t / W) % H, c = (t / (H * W)) % C, i = t / (C * H * W);
+    const I P = Ho * Wo, NP = nb * P, HW = H * W;
+    const I c = blockIdx.y, i = blockIdx.z;
+    const float *cp = col + (int64_t)c * g.kh * g.kw * NP + (int64_t)i * P;
+    float *xp = x + ((int64_t)i * C + c) * HW;
+    for (I t = (I)blockIdx.x * blockDim.x + threadIdx.x; t < HW; t += (I)gridDim.x * blockDim.x) {
+        I iy = t / W, ix = t - iy * W;
         float s = 0.0f;
-        const float *cp = col + (int64_t)c * g.kh * g.kw * NP + (int64_t)i * P;
         for (int ky = 0; ky < g.kh; ky++) {
-            I ty = iy + g.ph - ky * g.dh;
-            if (ty < 0 || ty % g.sh) continue;
-            I oy = ty / g.sh;
-            if (oy >= Ho) continue;
+            I oy = out_index<S>(iy + g.ph - ky * g.dh, g.sh, Ho);
+            if (oy < 0) continue;
             for (int kx = 0; kx < g.kw; kx++) {
-                I tx = ix + g.pw - kx * g.dw;
-                if (tx < 0 || tx % g.sw) continue;
-                I ox = tx / g.sw;
-                if (ox >= Wo) continue;
+                I ox = out_index<S>(ix + g.pw - kx * g.dw, g.sw, Wo);
+                if (ox < 0) continue;
                 s += cp[(int64_t)(ky * g.kw + kx) * NP + oy * Wo + ox];
             }
         }
-        dt_store_beta(&x[t], s, beta);
+        dt_store_beta(&xp[t], s, beta);
     }
 }
 
-/* Both kernels need C*kh*kw*nb*P (the column buffer) to fit the index type too. */
-static bool fits32(int64_t a, int64_t b) { return a < INT32_MAX && b < INT32_MAX; }
-
-/* [nb, C, P] <-> [C, nb*P]: both sides walk p fastest, so both are coalesced. */
+/* [nb, C, P] <-> [C, nb*P], plane by plane: blockIdx.y = c, blockIdx.z = i. */
 __global__ void k_nchw_to_cnhw(const float *__restrict__ x, int64_t nb, int64_t C, int64_t P, float *__restrict__ y) {
-    DT_GRID_STRIDE(t, nb * C * P) {
-        int64_t p = t % P, c = (t / P) % C, i = t / (C * P);
-        y[c * nb * P + i * P + p] = x[t];
-    }
+    int64_t c = blockIdx.y, i = blockIdx.z;
+    const float *src = x + (i * C + c) * P;
+    float *dst = y + c * nb * P + i * P;
+    for (int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; p < P; p += (int64_t)gridDim.x * blockDim.x) dst[p] = src[p];
 }
 
 __global__ void k_cnhw_to_nchw(const float *__restrict__ y, int64_t nb, int64_t C, int64_t P,
                                const float *__restrict__ bias, float *__restrict__ x) {
-    DT_GRID_STRIDE(t, nb * C * P) {
-        int64_t p = t % P, c = (t / P) % C, i = t / (C * P);
-        x[t] = y[c * nb * P + i * P + p] + (bias ? bias[c] : 0.0f);
-    }
+    int64_t c = blockIdx.y, i = blockIdx.z;
+    const float *src = y + c * nb * P + i * P;
+    float *dst = x + (i * C + c) * P;
+    float b = bias ? bias[c] : 0.0f;
+    for (int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; p < P; p += (int64_t)gridDim.x * blockDim.x) dst[p] = src[p] + b;
+}
+
+bool fits32(int64_t v) { return v < INT32_MAX; }
+
+/* blockIdx.y/z are limited to 65535. */
+void check_grid(const char *what, int64_t y, int64_t z) {
+    if (y > 65535 || z > 65535)
+        dt_fatal("%s: %lld channels x %lld images exceed the launch grid (65535 each); use smaller chunks",
+                 what, (long long)y, (long long)z);
+}
+
+unsigned blocks_for(int64_t n, int64_t planes) {
+    /* enough blocks in x to give ~4 waves in total over all planes, at most what n needs */
+    int64_t need = (n + 255) / 256;
+    int64_t want = (int64_t)dt_gpu_sm_count() * 16 / (planes > 0 ? planes : 1) + 1;
+    return (unsigned)(need < want ? need : want);
+}
+
+template <typename I>
+void launch_col2im(const float *col, int64_t nb, int64_t C, int64_t H, int64_t W, dt_conv_geom g, int64_t Ho, int64_t Wo,
+                   float beta, float *x) {
+    dim3 grid(blocks_for(H * W, C * nb), (unsigned)C, (unsigned)nb);
+    bool s1 = g.sh == 1 && g.sw == 1, s2 = g.sh == 2 && g.sw == 2;
+    if (s1) k_col2im<1, I><<<grid, 256, 0, dt_stream()>>>(col, (I)nb, (I)C, (I)H, (I)W, g, (I)Ho, (I)Wo, beta, x);
+    else if (s2) k_col2im<2, I><<<grid, 256, 0, dt_stream()>>>(col, (I)nb, (I)C, (I)H, (I)W, g, (I)Ho, (I)Wo, beta, x);
+    else k_col2im<0, I><<<grid, 256, 0, dt_stream()>>>(col, (I)nb, (I)C, (I)H, (I)W, g, (I)Ho, (I)Wo, beta, x);
 }
 
 }  // namespace
@@ -81,34 +119,40 @@ __global__ void k_cnhw_to_nchw(const float *__restrict__ y, int64_t nb, int64_t 
 extern "C" {
 void dt_im2col_cuda(const float *x, int64_t nb, int64_t C, int64_t H, int64_t W, dt_conv_geom g,
                     int64_t Ho, int64_t Wo, float *col) {
-    int64_t total = C * nb * Ho * Wo;
-    if (total <= 0) return;
-    if (fits32(total * g.kh * g.kw, nb * C * H * W))
-        k_im2col<int32_t><<<dt_grid_for(total, 256), 256, 0, dt_stream()>>>(x, (int32_t)nb, (int32_t)C, (int32_t)H,
-                                                                           (int32_t)W, g, (int32_t)Ho, (int32_t)Wo, col);
+    int64_t NP = nb * Ho * Wo;
+    if (NP * C <= 0) return;
+    check_grid("im2col", C, 1);
+    dim3 grid(blocks_for(NP, C), (unsigned)C);
+    if (fits32(C * g.kh * g.kw * NP) && fits32(nb * C * H * W))
+        k_im2col<int32_t><<<grid, 256, 0, dt_stream()>>>(x, (int32_t)nb, (int32_t)C, (int32_t)H, (int32_t)W, g,
+                                                         (int32_t)Ho, (int32_t)Wo, col);
     else
-        k_im2col<int64_t><<<dt_grid_for(total, 256), 256, 0, dt_stream()>>>(x, nb, C, H, W, g, Ho, Wo, col);
+        k_im2col<int64_t><<<grid, 256, 0, dt_stream()>>>(x, nb, C, H, W, g, Ho, Wo, col);
     DT_CHECK_LAUNCH();
 }
+
 void dt_col2im_cuda(const float *col, int64_t nb, int64_t C, int64_t H, int64_t W, dt_conv_geom g,
                     int64_t Ho, int64_t Wo, float beta, float *x) {
-    int64_t total = nb * C * H * W;
-    if (total <= 0) return;
-    if (fits32(total, C * g.kh * g.kw * nb * Ho * Wo))
-        k_col2im<int32_t><<<dt_grid_for(total, 256), 256, 0, dt_stream()>>>(col, (int32_t)nb, (int32_t)C, (int32_t)H,
-                                                                           (int32_t)W, g, (int32_t)Ho, (int32_t)Wo, beta, x);
+    if (nb * C * H * W <= 0) return;
+    check_grid("col2im", C, nb);
+    if (fits32(C * g.kh * g.kw * nb * Ho * Wo) && fits32(nb * C * H * W))
+        launch_col2im<int32_t>(col, nb, C, H, W, g, Ho, Wo, beta, x);
     else
-        k_col2im<int64_t><<<dt_grid_for(total, 256), 256, 0, dt_stream()>>>(col, nb, C, H, W, g, Ho, Wo, beta, x);
+        launch_col2im<int64_t>(col, nb, C, H, W, g, Ho, Wo, beta, x);
     DT_CHECK_LAUNCH();
 }
+
 void dt_nchw_to_cnhw_cuda(const float *x, int64_t nb, int64_t C, int64_t P, float *y) {
     if (nb * C * P <= 0) return;
-    k_nchw_to_cnhw<<<dt_grid_for(nb * C * P, 256), 256, 0, dt_stream()>>>(x, nb, C, P, y);
+    check_grid("nchw_to_cnhw", C, nb);
+    k_nchw_to_cnhw<<<dim3(blocks_for(P, C * nb), (unsigned)C, (unsigned)nb), 256, 0, dt_stream()>>>(x, nb, C, P, y);
     DT_CHECK_LAUNCH();
 }
+
 void dt_cnhw_to_nchw_cuda(const float *y, int64_t nb, int64_t C, int64_t P, const float *bias, float *x) {
     if (nb * C * P <= 0) return;
-    k_cnhw_to_nchw<<<dt_grid_for(nb * C * P, 256), 256, 0, dt_stream()>>>(y, nb, C, P, bias, x);
+    check_grid("cnhw_to_nchw", C, nb);
+    k_cnhw_to_nchw<<<dim3(blocks_for(P, C * nb), (unsigned)C, (unsigned)nb), 256, 0, dt_stream()>>>(y, nb, C, P, bias, x);
     DT_CHECK_LAUNCH();
 }
 }

@@ -23,7 +23,7 @@ static size_t g_col_budget;
 
 void dt_conv_set_col_budget(size_t bytes) { g_col_budget = bytes; }
 size_t dt_conv_col_budget(void) {
-    if (!g_col_budget) g_col_budget = (size_t)dt_env_long("DT_COL_BUDGET_MB", 64) << 20;
+    if (!g_col_budget) g_col_budget = (size_t)dt_env_long("DT_COL_BUDGET_MB", 256) << 20;
     return g_col_budget;
 }
 

@@ -19,7 +19,7 @@ extern "C" {
  * Implemented as im2col + GEMM over chunks of images whose column buffer fits the budget
  * (dt_conv_set_col_budget), so memory stays bounded for any batch size. */
 dt_tensor *dt_conv2d(dt_tensor *x, dt_tensor *w, dt_tensor *bias, dt_conv_geom g);
-void dt_conv_set_col_budget(size_t bytes); /* default 64 MiB; env DT_COL_BUDGET_MB */
+void dt_conv_set_col_budget(size_t bytes); /* default 256 MiB; env DT_COL_BUDGET_MB */
 size_t dt_conv_col_budget(void);
 /* Images per chunk for a column buffer of `col_floats_per_image` floats. */
 int64_t dt_conv_chunk(int64_t N, int64_t col_floats_per_image);

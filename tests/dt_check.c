@@ -157,8 +157,9 @@ int dt_parity(const char *name, dt_build_fn f, void *arg_cpu, void *arg_gpu, int
     if (yc->requires_grad) {
         dt_tensor *R = dt_tensor_like(yc);
         dt_tensor_fill_normal(R, dt_test_rng(), 0.0f, 1.0f);
+        dt_tensor *Rg = dt_tensor_to(R, DT_GPU);
         dt_backward_with(yc, R);
-        dt_backward_with(yg, R);
+        dt_backward_with(yg, Rg);
         for (int i = 0; i < n_in; i++) {
             if (!in_cpu[i] || !in_cpu[i]->requires_grad) continue;
             if (!in_cpu[i]->grad || !in_gpu[i]->grad) {

@@ -286,3 +286,23 @@ DT_TEST(gradcheck_matmul_linear) {
     dt_tensor *in3[3] = {a, w, bias};
     EXPECT(dt_gradcheck("linear", b_linear, NULL, 3, in3, NULL));
 }
+
+DT_TEST(autograd_backward_leaves_other_graphs_alone) {
+    /* Two independent graphs on one tape: backward through the first must not touch the
+     * second, which then backpropagates on its own. */
+    dt_tensor *a = dt_test_randn4(1, 1, 1, 5, 1.0f), *b = dt_test_randn4(1, 1, 1, 5, 1.0f);
+    dt_requires_grad(a);
+    dt_requires_grad(b);
+    dt_tensor *la = dt_sum(dt_mul(a, a));
+    dt_tensor *lb = dt_sum(dt_mul(b, b));
+    EXPECT_EQ_INT(dt_tape_size(), 4);
+    dt_backward(la);
+    EXPECT_EQ_INT(dt_tape_size(), 2);
+    EXPECT(b->grad == NULL);
+    dt_backward(lb);
+    EXPECT_EQ_INT(dt_tape_size(), 0);
+    for (int i = 0; i < 5; i++) {
+        EXPECT_NEAR(a->grad->data[i], 2 * a->data[i], 1e-6);
+        EXPECT_NEAR(b->grad->data[i], 2 * b->data[i], 1e-6);
+    }
+}

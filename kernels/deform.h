@@ -1,0 +1,63 @@
+/* deform.h: the deformable-convolution column kernels (torchvision.ops.deform_conv2d
+ * semantics), CPU reference and CUDA "unfused" baseline.
+ *
+ * Shapes, for a chunk of nb images, K = kh*kw taps, G offset groups (C % G == 0), P = Ho*Wo:
+ *   x       [nb, C, H, W]
+ *   offset  [nb, 2*G*K, Ho, Wo]   channel (g*K + k)*2 holds dy, +1 holds dx of tap k, group g
+ *   mask    [nb, G*K, Ho, Wo]     channel g*K + k (NULL: DCNv1, all ones)
+ *   col     [C*K, nb*P]           col[c*K + k][i*P + p] = mask * bilinear(x[i,c], y, x)
+ *     with y = oy*sh - ph + ky*dh + dy, x = ox*sw - pw + kx*dw + dx, channel c in group c/(C/G).
+ *
+ * Backward pieces (dcol = W^T dY in the same layout as col):
+ *   col2im        dx[i,c,..] += adjoint of the sampling (scatter; float atomics on the GPU)
+ *   col2im_det    the same, deterministic: fixed-point int64 atomics (see below)
+ *   col2im_coord  doffset / dmask of each (i, g, k, p): sums over the group's channels
+ *                 (a gather: deterministic by construction)
+ *
+ * Deterministic scatter: float addition is not associative, so atomics in a varying order
+ * give varying bits. Integer addition is: contributions v are added as round(v * S) to int64
+ * accumulators and converted back once. S = 2^e is chosen per call from the largest |dcol|
+ * and |mask| (computed on the device) so that no accumulator can overflow: a dx element
+ * receives at most K*P contributions of at most max|dcol|*max|mask| each. The resolution
+ * S^-1 is then ~2^-47 of max|dcol|, far below float32 rounding of the sums. */
+#ifndef DT_K_DEFORM_H
+#define DT_K_DEFORM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "conv_geom.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    int64_t nb, C, H, W, Ho, Wo;
+    int G;           /* offset groups */
+    dt_conv_geom g;
+} dt_deform_shape;
+
+#define DT_DECL_DEFORM(sfx)                                                                          \
+    void dt_deform_im2col_##sfx(const dt_deform_shape *s, const float *x, const float *offset,       \
+                                const float *mask, float *col);                                      \
+    /* dx += scatter(dcol) (dx must be initialized) */                                               \
+    void dt_deform_col2im_##sfx(const dt_deform_shape *s, const float *dcol, const float *offset,    \
+                                const float *mask, float *dx);                                       \
+    void dt_deform_col2im_coord_##sfx(const dt_deform_shape *s, const float *dcol, const float *x,   \
+                                      const float *offset, const float *mask, float *doffset,        \
+                                      float beta_off, float *dmask, float beta_mask);
+
+DT_DECL_DEFORM(cpu)
+DT_DECL_DEFORM(cuda)
+
+/* Deterministic scatter on the GPU: acc [nb*C*H*W] int64 (zeroed by this call), scale one
+ * float of device scratch; dx = beta*dx + acc/S. ws: dt_deform_det_ws_bytes(s). */
+size_t dt_deform_det_ws_bytes(const dt_deform_shape *s);
+void dt_deform_col2im_det_cuda(const dt_deform_shape *s, const float *dcol, const float *offset, const float *mask,
+                               float beta, float *dx, void *ws);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

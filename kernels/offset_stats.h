@@ -1,0 +1,33 @@
+/* offset_stats.h: the raw counts behind the offset statistics of a deformable layer.
+ * offset: [N, 2*GK, Ho, Wo], (dy, dx) pairs in channels (2j, 2j+1).
+ * Histograms of |dy| and |dx| in bins of 1/64 px up to 64 px (bin 4096 = anything larger),
+ * sums of |dy| and |dx| in fixed point (2^-16 px), the largest |component|, and the number of
+ * samples with |dy| > halo or |dx| > halo. All integer arithmetic, so the counts are exact
+ * and identical on the CPU and the GPU. */
+#ifndef DT_K_OFFSET_STATS_H
+#define DT_K_OFFSET_STATS_H
+
+#include <stdint.h>
+
+#define DT_OFFHIST_BINS 4097
+#define DT_OFFHIST_PER_PX 64
+/* Layout of the uint64 result array. */
+#define DT_OFFHIST_DY 0
+#define DT_OFFHIST_DX DT_OFFHIST_BINS
+#define DT_OFFHIST_SUM (2 * DT_OFFHIST_BINS)   /* [sum|dy|, sum|dx|] * 2^16 */
+#define DT_OFFHIST_OUT (2 * DT_OFFHIST_BINS + 2)
+#define DT_OFFHIST_MAX (2 * DT_OFFHIST_BINS + 3) /* float bits of max |component| */
+#define DT_OFFHIST_LEN (2 * DT_OFFHIST_BINS + 4)
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* out: DT_OFFHIST_LEN uint64 (zeroed by the call; device memory for _cuda). */
+void dt_offset_hist_cpu(int64_t N, int64_t GK, int64_t P, const float *offset, float halo, uint64_t *out);
+void dt_offset_hist_cuda(int64_t N, int64_t GK, int64_t P, const float *offset, float halo, uint64_t *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

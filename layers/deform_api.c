@@ -1,0 +1,102 @@
+/* The C API over dt_deform_raw_forward / dt_deform_raw_backward (see dt_deform_api.h). */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "deft.h"
+#include "dt_deform.h"
+#include "dt_deform_api.h"
+#include "dt_device.h"
+#include "dt_layers.h"
+
+static char g_err[512];
+
+const char *dt_deform_api_error(void) { return g_err; }
+
+static int fail(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_err, sizeof g_err, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int dt_deform_api_out_size(const dt_deform_desc *d, int *ho, int *wo) {
+    if (!d) return fail("descriptor is NULL");
+    if (d->n < 1 || d->c < 1 || d->h < 1 || d->w < 1 || d->cout < 1)
+        return fail("sizes must be positive (n %d c %d h %d w %d cout %d)", d->n, d->c, d->h, d->w, d->cout);
+    if (d->kh < 1 || d->kw < 1 || d->stride_h < 1 || d->stride_w < 1 || d->dil_h < 1 || d->dil_w < 1 || d->pad_h < 0 ||
+        d->pad_w < 0)
+        return fail("invalid geometry: kernel %dx%d stride %dx%d pad %dx%d dilation %dx%d", d->kh, d->kw, d->stride_h,
+                    d->stride_w, d->pad_h, d->pad_w, d->dil_h, d->dil_w);
+    if (d->offset_groups < 1 || d->c % d->offset_groups)
+        return fail("%d channels cannot be split into %d offset groups", d->c, d->offset_groups);
+    int64_t h = dt_conv_out_size(d->h, d->kh, d->stride_h, d->pad_h, d->dil_h);
+    int64_t w = dt_conv_out_size(d->w, d->kw, d->stride_w, d->pad_w, d->dil_w);
+    if (h < 1 || w < 1) return fail("input %dx%d is too small for the kernel: output would be %lldx%lld", d->h, d->w, (long long)h, (long long)w);
+    if (ho) *ho = (int)h;
+    if (wo) *wo = (int)w;
+    return 0;
+}
+
+/* Validates and fills a plan; 0 on success. */
+static int plan_of(const dt_deform_desc *d, int mode, dt_deform_plan *p) {
+    int ho, wo;
+    if (dt_deform_api_out_size(d, &ho, &wo)) return -1;
+    int impl = mode & ~DT_DEFORM_API_DETERMINISTIC;
+    if (impl != DT_DEFORM_API_UNFUSED && impl != DT_DEFORM_API_DEFT)
+        return fail("unknown mode %d (DT_DEFORM_API_UNFUSED, DT_DEFORM_API_DEFT, optionally | DT_DEFORM_API_DETERMINISTIC)", mode);
+    if (!dt_built_with_cuda()) return fail("libdeftc was built without CUDA");
+    if (dt_gpu_count() == 0) return fail("no CUDA device is visible");
+    dt_tensor shape;
+    memset(&shape, 0, sizeof shape);
+    shape.ndim = 4;
+    shape.shape[0] = d->n;
+    shape.shape[1] = d->c;
+    shape.shape[2] = d->h;
+    shape.shape[3] = d->w;
+    dt_conv_geom g = {d->kh, d->kw, d->stride_h, d->stride_w, d->pad_h, d->pad_w, d->dil_h, d->dil_w};
+    dt_deft_knobs k = dt_deft_knobs_default();
+    k.halo = 2;
+    k.deterministic = (mode & DT_DEFORM_API_DETERMINISTIC) != 0;
+    *p = dt_deform_plan_make(DT_GPU, &shape, d->cout, ho, wo, g, d->offset_groups, d->has_mask,
+                             impl == DT_DEFORM_API_DEFT ? DT_DEFORM_DEFT : DT_DEFORM_UNFUSED, &k);
+    p->deterministic = k.deterministic;
+#ifdef DT_CUDA
+    if (p->tiled) {
+        dt_deft_cfg c = {d->n, d->c, d->h, d->w, ho, wo, d->offset_groups, d->has_mask, g, k.tile_h, k.tile_w, k.halo,
+                         k.swizzle, k.stage, k.deterministic};
+        const char *bad = dt_deft_check(&c);
+        if (bad && strstr(bad, "chunk")) bad = NULL; /* the plan chunks the batch itself */
+        if (bad) return fail("%s", bad);
+    }
+#endif
+    return 0;
+}
+
+int dt_deform_api_forward(const dt_deform_desc *d, int mode, const float *x, const float *offset, const float *mask,
+                          const float *weight, const float *bias, float *y, void *stream) {
+    dt_deform_plan p;
+    if (plan_of(d, mode, &p)) return -1;
+    if (!x || !offset || !weight || !y) return fail("x, offset, weight and y must not be NULL");
+    if (d->has_mask != (mask != NULL)) return fail("has_mask is %d but mask is %s", d->has_mask, mask ? "given" : "NULL");
+    if (d->has_bias != (bias != NULL)) return fail("has_bias is %d but bias is %s", d->has_bias, bias ? "given" : "NULL");
+    dt_set_stream(stream);
+    dt_deform_raw_forward(&p, x, offset, mask, weight, bias, y);
+    return 0;
+}
+
+int dt_deform_api_backward(const dt_deform_desc *d, int mode, const float *x, const float *offset, const float *mask,
+                           const float *weight, const float *grad_y, float *grad_x, float *grad_offset,
+                           float *grad_mask, float *grad_weight, float *grad_bias, void *stream) {
+    dt_deform_plan p;
+    if (plan_of(d, mode, &p)) return -1;
+    if (!x || !offset || !weight || !grad_y) return fail("x, offset, weight and grad_y must not be NULL");
+    if (d->has_mask != (mask != NULL)) return fail("has_mask is %d but mask is %s", d->has_mask, mask ? "given" : "NULL");
+    if (grad_mask && !mask) return fail("grad_mask requested but there is no mask");
+    if (grad_bias && !d->has_bias) return fail("grad_bias requested but has_bias is 0");
+    dt_set_stream(stream);
+    dt_deform_grads gr = {grad_x, grad_offset, grad_mask, grad_weight, grad_bias, 0, 0, 0, 0, 0};
+    dt_deform_raw_backward(&p, x, offset, mask, weight, grad_y, &gr);
+    return 0;
+}

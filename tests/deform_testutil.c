@@ -1,0 +1,61 @@
+#include "deform_testutil.h"
+
+#include <math.h>
+
+#include "dt_check.h"
+#include "dt_test.h"
+
+dt_tensor *dt_test_offsets(const dt_deform_case *c, int64_t Ho, int64_t Wo, int avoid_kinks) {
+    int64_t K = (int64_t)c->g.kh * c->g.kw;
+    dt_tensor *off = dt_tensor_new4(DT_CPU, c->n, 2 * c->groups * K, Ho, Wo);
+    for (int64_t i = 0; i < off->numel; i++) {
+        float v = c->off_mean + c->off_std * dt_rng_normal(dt_test_rng());
+        if (avoid_kinks) {
+            /* Base coordinates are integers, so only the offset's fractional part matters. */
+            float f = v - floorf(v);
+            if (f < 0.15f) v += 0.15f - f + 0.05f * dt_rng_uniform(dt_test_rng());
+            else if (f > 0.85f) v -= f - 0.85f + 0.05f * dt_rng_uniform(dt_test_rng());
+        }
+        off->data[i] = v;
+    }
+    return off;
+}
+
+/* Bilinear sampling with per-corner zero padding, written from torchvision's definition
+ * independently of kernels/deform_bilinear.h. */
+static double sample(const float *plane, int64_t H, int64_t W, double y, double x) {
+    if (y <= -1 || y >= H || x <= -1 || x >= W) return 0;
+    int64_t y0 = (int64_t)floor(y), x0 = (int64_t)floor(x);
+    double ly = y - y0, lx = x - x0, v = 0;
+    for (int dy = 0; dy < 2; dy++)
+        for (int dx = 0; dx < 2; dx++) {
+            int64_t yy = y0 + dy, xx = x0 + dx;
+            if (yy < 0 || yy >= H || xx < 0 || xx >= W) continue;
+            v += (dy ? ly : 1 - ly) * (dx ? lx : 1 - lx) * plane[yy * W + xx];
+        }
+    return v;
+}
+
+void dt_test_deform_direct(const dt_deform_case *c, const float *x, const float *off, const float *mask, const float *w,
+                           const float *bias, int64_t Ho, int64_t Wo, float *y) {
+    int64_t K = (int64_t)c->g.kh * c->g.kw, P = Ho * Wo, Cg = c->c / c->groups;
+    for (int64_t n = 0; n < c->n; n++)
+        for (int64_t o = 0; o < c->cout; o++)
+            for (int64_t oy = 0; oy < Ho; oy++)
+                for (int64_t ox = 0; ox < Wo; ox++) {
+                    double s = bias ? bias[o] : 0;
+                    for (int64_t ch = 0; ch < c->c; ch++) {
+                        int64_t grp = ch / Cg;
+                        for (int64_t k = 0; k < K; k++) {
+                            int64_t ky = k / c->g.kw, kx = k % c->g.kw, p = oy * Wo + ox;
+                            double dy = off[((n * c->groups + grp) * K + k) * 2 * P + p];
+                            double dx = off[(((n * c->groups + grp) * K + k) * 2 + 1) * P + p];
+                            double m = mask ? mask[((n * c->groups + grp) * K + k) * P + p] : 1.0;
+                            double yy = oy * c->g.sh - c->g.ph + ky * c->g.dh + dy;
+                            double xx = ox * c->g.sw - c->g.pw + kx * c->g.dw + dx;
+                            s += w[(o * c->c + ch) * K + k] * m * sample(x + (n * c->c + ch) * c->h * c->w, c->h, c->w, yy, xx);
+                        }
+                    }
+                    y[((n * c->cout + o) * Ho + oy) * Wo + ox] = (float)s;
+                }
+}

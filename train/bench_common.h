@@ -1,0 +1,47 @@
+/* bench_common.h: options, shapes, timing helpers and the table printers of build/bench. */
+#ifndef DT_BENCH_COMMON_H
+#define DT_BENCH_COMMON_H
+
+#include <stdio.h>
+
+#include "dt_common.h"
+#include "dt_tensor.h"
+
+#define DT_BENCH_MAX 16
+
+typedef struct {
+    const char *name;
+    int cin, cout, h, stride;
+    int count; /* how many of this shape ResNet-18 has */
+} dt_bench_shape;
+
+extern const dt_bench_shape DT_RESNET18_SHAPES[7];
+
+typedef struct {
+    int batch, reps, warmup, mask;
+    int what_conv, what_deform;
+    float sigma;
+    int nshapes;
+    const dt_bench_shape *shapes[7];
+    int nbudgets;
+    int budgets_mb[DT_BENCH_MAX];
+    int nmodes;
+    char modes[DT_BENCH_MAX][32];
+    char torch[512], csv[512];
+    /* parsed from --torch: per shape, plain f+b, plain fwd, dcn fwd, dcn f+b (ms); <0 if absent */
+    double torch_plain_fb[7], torch_plain_f[7], torch_dcn_f[7], torch_dcn_fb[7];
+} dt_bench_opts;
+
+int dt_bench_parse(dt_bench_opts *o, int argc, char **argv, dt_err *err);
+/* Median of reps timings of fn(arg) with CUDA events, after warmup calls. */
+double dt_bench_time(void (*fn)(void *), void *arg, int warmup, int reps);
+void dt_bench_conv(const dt_bench_opts *o, FILE *csv);
+void dt_bench_deform(const dt_bench_opts *o, FILE *csv);
+/* GEMM floor: the three full-batch cuBLAS GEMMs of a conv (fwd, data grad, weight grad). */
+double dt_bench_gemm_floor(int64_t M, int64_t K, int64_t NP, int warmup, int reps);
+/* Plain conv2d forward+backward time (median), for ratios. */
+#include "conv_geom.h"
+double dt_bench_conv_fb(dt_tensor *x, dt_tensor *w, dt_tensor *gy, dt_conv_geom g, int warmup, int reps);
+dt_tensor *dt_bench_randn(int64_t n, int64_t c, int64_t h, int64_t w, float std, uint64_t seed);
+
+#endif

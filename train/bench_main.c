@@ -1,0 +1,53 @@
+/* build/bench: layerwise benchmark of convolutions on the GPU.
+ *
+ *   build/bench [--what conv|deform|all] [--batch 64] [--shapes l1,l2a,...] [--reps 30]
+ *               [--warmup 5] [--budgets 64] [--sigma 1.0] [--mask] [--modes unfused,deft,...]
+ *               [--torch FILE] [--csv FILE]
+ *
+ * For each ResNet-18 3x3 shape (at 224x224 input) it times, with CUDA events (median of
+ * --reps after --warmup), the forward alone and forward+backward (input, weight and - for
+ * deformable modes - offset-conv gradients) on random data. --torch reads the output of
+ * shared/bench/torch_reference.py layers run in the same device call, so each row carries
+ * its ratio to cuDNN's plain conv (and to torchvision's DCN). The GEMM floor is measured
+ * here too: the three cuBLAS GEMMs of the main conv at full batch, nothing else.
+ * Tables go to stdout; --csv writes every number. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_common.h"
+#include "dt_alloc.h"
+#include "dt_common.h"
+#include "dt_device.h"
+#include "dt_layers.h"
+#include "dt_ops.h"
+#include "dt_timer.h"
+#include "gemm.h"
+
+int main(int argc, char **argv) {
+    dt_bench_opts o;
+    dt_err err;
+    if (dt_bench_parse(&o, argc, argv, &err) != 0) {
+        fprintf(stderr, "bench: %s\n", err.msg);
+        return 2;
+    }
+    if (dt_gpu_count() == 0) {
+        fprintf(stderr, "bench: no CUDA GPU visible (or built with CUDA=0); the benchmark times GPU kernels\n");
+        return 1;
+    }
+    dt_gpu_init(0);
+    char dev[256];
+    dt_device_describe(dev, sizeof dev);
+    printf("# deftc bench: %s, batch %d, fp32 (no TF32), median of %d after %d warm-up\n", dev, o.batch, o.reps, o.warmup);
+    FILE *csv = NULL;
+    if (o.csv[0]) {
+        csv = fopen(o.csv, "w");
+        if (!csv) { fprintf(stderr, "bench: cannot write %s\n", o.csv); return 1; }
+        fprintf(csv, "table,layer,mode,budget_mb,fwd_ms,fb_ms,tflops_fb,gemm_floor_ms,cudnn_fb_ms,tv_dcn_fb_ms,extra1,extra2\n");
+    }
+    if (o.what_conv) dt_bench_conv(&o, csv);
+    if (o.what_deform) dt_bench_deform(&o, csv);
+    if (csv) fclose(csv);
+    return 0;
+}
