@@ -58,7 +58,10 @@ LIB_OBJ := $(LIB_C:%.c=$(BUILD)/obj/%.o) $(LIB_CU:%.cu=$(BUILD)/obj/%.cu.o)
 TEST_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tests/*.c))
 PROGRAMS := $(patsubst %_main.c,$(BUILD)/%,$(notdir $(wildcard train/*_main.c data/*_main.c)))
 
-.PHONY: all lib test test-gpu clean help
+.PHONY: all lib test test-gpu clean help data bench-loader
+
+# The sample dataset (procedurally drawn shapes, see docs/data.md).
+DATA ?= data_sample
 all: lib $(PROGRAMS) $(BUILD)/test
 
 lib: $(BUILD)/libdeftc.a $(BUILD)/libdeftc.so
@@ -95,6 +98,15 @@ test: $(BUILD)/test
 test-gpu: $(BUILD)/test
 	$(BUILD)/test --gpu
 
+data: $(BUILD)/mkdata
+	@if [ -d $(DATA)/train ]; then echo "$(DATA) exists (remove it to regenerate)"; \
+	else $(BUILD)/mkdata --out $(DATA); fi
+
+# Loader throughput on ImageNet-like JPEGs (500x375, ~110 KB), generated once.
+bench-loader: $(BUILD)/mkdata $(BUILD)/loaderbench
+	test -d $(BUILD)/inet-bench || $(BUILD)/mkdata --out $(BUILD)/inet-bench --train 200 --val 0 --width 500 --height 375
+	$(BUILD)/loaderbench --data $(BUILD)/inet-bench
+
 clean:
 	rm -rf $(BUILD)
 
@@ -103,5 +115,7 @@ help:
 	@echo "make test            CPU test suite (what CI runs)"
 	@echo "make test-gpu        GPU parity suite (needs a visible CUDA GPU)"
 	@echo "make CUDA=0          CPU-only build"
+	@echo "make data            generate the sample dataset into $(DATA)/ (build/mkdata --help)"
+	@echo "make bench-loader    loader images/s on ImageNet-like JPEGs"
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,338 @@
+#include "dt_dataset.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+
+#define MAX_DEPTH 16
+
+/* ---- a string arena addressed by offsets (it moves while it grows) ---- */
+typedef struct {
+    char *buf;
+    size_t len, cap;
+} arena;
+
+static void arena_put(arena *a, const void *s, size_t n) {
+    if (a->len + n > a->cap) {
+        size_t cap = a->cap ? a->cap * 2 : 1 << 16;
+        while (cap < a->len + n) cap *= 2;
+        a->buf = dt_xrealloc(a->buf, cap);
+        a->cap = cap;
+    }
+    memcpy(a->buf + a->len, s, n);
+    a->len += n;
+}
+
+/* Appends the concatenation of the pieces (NULL-terminated list) and a NUL; returns the
+ * offset of the new string. */
+static size_t arena_cat(arena *a, const char *p0, const char *p1, const char *p2, const char *p3,
+                        const char *p4) {
+    const char *p[5] = {p0, p1, p2, p3, p4};
+    size_t off = a->len;
+    for (int i = 0; i < 5 && p[i]; i++) arena_put(a, p[i], strlen(p[i]));
+    arena_put(a, "", 1);
+    return off;
+}
+
+static size_t arena_add(arena *a, const char *s) { return arena_cat(a, s, NULL, NULL, NULL, NULL); }
+
+/* A vector of offsets into an arena. */
+typedef struct {
+    size_t *v;
+    int64_t n, cap;
+} offvec;
+
+static void offvec_push(offvec *o, size_t x) {
+    if (o->n == o->cap) {
+        o->cap = o->cap ? o->cap * 2 : 256;
+        o->v = dt_xrealloc(o->v, (size_t)o->cap * sizeof *o->v);
+    }
+    o->v[o->n++] = x;
+}
+
+/* qsort has no context argument in C11; sorting runs on the calling thread. */
+static __thread const char *t_sort_base;
+static int cmp_off(const void *a, const void *b) {
+    return strcmp(t_sort_base + *(const size_t *)a, t_sort_base + *(const size_t *)b);
+}
+
+int dt_is_image_name(const char *name) {
+    static const char *const exts[] = {"jpg", "jpeg", "png", "bmp", "gif", "tga", "psd",
+                                       "hdr", "pic", "pnm", "ppm", "pgm"};
+    const char *dot = strrchr(name, '.');
+    if (!dot || dot == name) return 0;
+    for (size_t i = 0; i < sizeof exts / sizeof *exts; i++)
+        if (!strcasecmp(dot + 1, exts[i])) return 1;
+    return 0;
+}
+
+/* Entry kind from readdir, resolving symlinks and unknown types with one fstatat. */
+enum { K_OTHER, K_FILE, K_DIR };
+static int entry_kind(DIR *d, const struct dirent *e) {
+#ifdef _DIRENT_HAVE_D_TYPE
+    if (e->d_type == DT_REG) return K_FILE;
+    if (e->d_type == DT_DIR) return K_DIR;
+    if (e->d_type != DT_LNK && e->d_type != DT_UNKNOWN) return K_OTHER;
+#endif
+    struct stat st;
+    if (fstatat(dirfd(d), e->d_name, &st, 0) != 0) return K_OTHER; /* dangling link */
+    return S_ISREG(st.st_mode) ? K_FILE : S_ISDIR(st.st_mode) ? K_DIR : K_OTHER;
+}
+
+/* Files of one class folder, walked like os.walk(followlinks=True): dirs holds the relative
+ * sub-folder paths ("" = the class folder itself), files (dir index, name) pairs. */
+typedef struct {
+    int32_t dir_rank;
+    size_t name;
+} file_ent;
+static __thread const char *t_walk_base;
+static int cmp_file(const void *a, const void *b) {
+    const file_ent *x = a, *y = b;
+    if (x->dir_rank != y->dir_rank) return x->dir_rank < y->dir_rank ? -1 : 1;
+    return strcmp(t_walk_base + x->name, t_walk_base + y->name);
+}
+
+static int cmp_name_only(const void *a, const void *b) {
+    return strcmp(t_walk_base + ((const file_ent *)a)->name, t_walk_base + ((const file_ent *)b)->name);
+}
+
+/* Appends the class folder's image paths to (out, paths); returns the number found. */
+static int64_t scan_class(const char *class_dir, arena *out, offvec *paths) {
+    arena tmp = {0};
+    offvec dirs = {0};
+    file_ent *files = NULL;
+    int64_t nfiles = 0, capfiles = 0;
+    int32_t *depth = NULL;
+    offvec_push(&dirs, arena_add(&tmp, ""));
+    depth = dt_xrealloc(depth, sizeof *depth);
+    depth[0] = 0;
+    for (int64_t di = 0; di < dirs.n; di++) {
+        /* tmp may move: copy the relative path out before adding entries. */
+        char *rel = dt_xstrdup(tmp.buf + dirs.v[di]);
+        int dep = depth[di];
+        char *full = dt_xmalloc(strlen(class_dir) + strlen(rel) + 2);
+        sprintf(full, "%s%s%s", class_dir, *rel ? "/" : "", rel);
+        DIR *d = opendir(full);
+        if (!d) {
+            dt_warn("cannot open %s: %s (skipped)", full, strerror(errno));
+        } else {
+            struct dirent *e;
+            while ((e = readdir(d))) {
+                if (e->d_name[0] == '.') continue; /* ".", "..", hidden */
+                int k;
+#ifdef _DIRENT_HAVE_D_TYPE
+                /* Fast path: a regular file with a non-image name needs no further look. */
+                if (e->d_type == DT_REG && !dt_is_image_name(e->d_name)) continue;
+#endif
+                if (dt_is_image_name(e->d_name)) {
+                    k = entry_kind(d, e);
+                    if (k == K_FILE) {
+                        if (nfiles == capfiles) {
+                            capfiles = capfiles ? capfiles * 2 : 1024;
+                            files = dt_xrealloc(files, (size_t)capfiles * sizeof *files);
+                        }
+                        files[nfiles].dir_rank = (int32_t)di;
+                        files[nfiles].name = arena_add(&tmp, e->d_name);
+                        nfiles++;
+                        continue;
+                    }
+                } else {
+                    k = entry_kind(d, e);
+                }
+                if (k != K_DIR) continue;
+                if (dep + 1 > MAX_DEPTH) {
+                    dt_warn("%s/%s: folders nested deeper than %d levels are not scanned (a symlink loop?)", full,
+                            e->d_name, MAX_DEPTH);
+                    continue;
+                }
+                size_t off = *rel ? arena_cat(&tmp, rel, "/", e->d_name, NULL, NULL) : arena_add(&tmp, e->d_name);
+                offvec_push(&dirs, off);
+                depth = dt_xrealloc(depth, (size_t)dirs.cap * sizeof *depth);
+                depth[dirs.n - 1] = dep + 1;
+            }
+            closedir(d);
+        }
+        free(full);
+        free(rel);
+    }
+    if (dirs.n > 1) {
+        /* Directories in sorted relative-path order (the class folder, "", first); each
+         * file's dir index becomes its directory's rank. */
+        file_ent *order = dt_xmalloc((size_t)dirs.n * sizeof *order);
+        for (int64_t i = 0; i < dirs.n; i++) order[i] = (file_ent){(int32_t)i, dirs.v[i]};
+        t_walk_base = tmp.buf;
+        qsort(order, (size_t)dirs.n, sizeof *order, cmp_name_only);
+        int32_t *rank = dt_xmalloc((size_t)dirs.n * sizeof *rank);
+        for (int64_t r = 0; r < dirs.n; r++) {
+            rank[order[r].dir_rank] = (int32_t)r;
+            dirs.v[r] = order[r].name;
+        }
+        for (int64_t f = 0; f < nfiles; f++) files[f].dir_rank = rank[files[f].dir_rank];
+        free(order);
+        free(rank);
+    }
+    t_walk_base = tmp.buf;
+    qsort(files, (size_t)nfiles, sizeof *files, cmp_file);
+    for (int64_t f = 0; f < nfiles; f++) {
+        const char *rel = tmp.buf + dirs.v[files[f].dir_rank], *name = tmp.buf + files[f].name;
+        size_t off = *rel ? arena_cat(out, class_dir, "/", rel, "/", name) : arena_cat(out, class_dir, "/", name, NULL, NULL);
+        offvec_push(paths, off);
+    }
+    free(files);
+    free(depth);
+    free(dirs.v);
+    free(tmp.buf);
+    return nfiles;
+}
+
+/* Sorted class folder names of `dir` (offsets into a). */
+static int list_classes(const char *dir, arena *a, offvec *names, dt_err *err) {
+    DIR *d = opendir(dir);
+    if (!d) return dt_errf(err, "cannot open dataset folder %s: %s", dir, strerror(errno));
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        if (entry_kind(d, e) == K_DIR) offvec_push(names, arena_add(a, e->d_name));
+    }
+    closedir(d);
+    t_sort_base = a->buf;
+    qsort(names->v, (size_t)names->n, sizeof *names->v, cmp_off);
+    return 0;
+}
+
+/* "a, b, c" (at most `max` names, then "and N more") appended to buf. */
+static void append_names(char *buf, size_t cap, const char *const *names, int n, int max) {
+    size_t len = strlen(buf);
+    for (int i = 0; i < n && i < max; i++)
+        len += (size_t)snprintf(buf + len, len < cap ? cap - len : 0, "%s%s", i ? ", " : "", names[i]);
+    if (n > max && len < cap) snprintf(buf + len, cap - len, " and %d more", n - max);
+}
+
+static int compare_classes(const dt_dataset *ds, const dt_dataset *ref, dt_err *err) {
+    const char **missing = dt_xmalloc((size_t)ref->num_classes * sizeof(char *) + 1);
+    const char **extra = dt_xmalloc((size_t)ds->num_classes * sizeof(char *) + 1);
+    int nm = 0, ne = 0, i = 0, j = 0;
+    while (i < ref->num_classes || j < ds->num_classes) {
+        int c = i == ref->num_classes ? 1 : j == ds->num_classes ? -1 : strcmp(ref->classes[i], ds->classes[j]);
+        if (c == 0) i++, j++;
+        else if (c < 0) missing[nm++] = ref->classes[i++];
+        else extra[ne++] = ds->classes[j++];
+    }
+    int rc = 0;
+    if (nm || ne) {
+        char m[400] = "", x[400] = "";
+        append_names(m, sizeof m, missing, nm, 8);
+        append_names(x, sizeof x, extra, ne, 8);
+        rc = dt_errf(err, "class folders of %s differ from those of %s: %s%s%s%s%s", ds->dir, ref->dir,
+                     nm ? "missing in " : "", nm ? ds->split : "", nm ? ": " : "", m, nm && ne ? "; " : "");
+        if (ne && err) {
+            size_t len = strlen(err->msg);
+            snprintf(err->msg + len, sizeof err->msg - len, "extra in %s: %s", ds->split, x);
+        }
+    }
+    free(missing);
+    free(extra);
+    return rc;
+}
+
+int dt_dataset_open(dt_dataset *ds, const char *root, const char *split, const dt_dataset *classes_from,
+                    dt_err *err) {
+    memset(ds, 0, sizeof *ds);
+    struct stat st;
+    if (stat(root, &st) != 0) return dt_errf(err, "dataset folder %s: %s", root, strerror(errno));
+    if (!S_ISDIR(st.st_mode)) return dt_errf(err, "dataset folder %s is not a folder", root);
+    char *dir = dt_xmalloc(strlen(root) + strlen(split) + 2);
+    sprintf(dir, "%s/%s", root, split);
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        int rc = dt_errf(err, "dataset folder %s has no %s/ folder (expected %s/<class>/<image>)", root, split, dir);
+        free(dir);
+        return rc;
+    }
+    arena names = {0};
+    offvec cls = {0};
+    if (list_classes(dir, &names, &cls, err) != 0) {
+        free(dir);
+        return -1;
+    }
+    if (cls.n == 0) {
+        int rc = dt_errf(err, "no class folders in %s (expected %s/<class>/<image>)", dir, dir);
+        free(dir);
+        free(names.buf);
+        free(cls.v);
+        return rc;
+    }
+    if (cls.n > INT32_MAX) dt_fatal("%s: too many classes", dir);
+    ds->root = dt_xstrdup(root);
+    ds->split = dt_xstrdup(split);
+    ds->dir = dir;
+    ds->num_classes = (int)cls.n;
+    ds->classes = dt_xmalloc((size_t)cls.n * sizeof(char *));
+    for (int c = 0; c < ds->num_classes; c++) ds->classes[c] = names.buf + cls.v[c];
+    if (classes_from && compare_classes(ds, classes_from, err) != 0) {
+        free(ds->classes);
+        ds->classes = NULL;
+        free(names.buf);
+        free(cls.v);
+        dt_dataset_close(ds);
+        return -1;
+    }
+
+    arena out = {0};
+    offvec paths = {0};
+    arena_put(&out, names.buf, names.len); /* class names first, at the same offsets */
+    ds->class_count = dt_xcalloc((size_t)ds->num_classes, sizeof *ds->class_count);
+    int64_t *first = dt_xmalloc(((size_t)ds->num_classes + 1) * sizeof *first);
+    for (int c = 0; c < ds->num_classes; c++) {
+        first[c] = paths.n;
+        const char *name = names.buf + cls.v[c];
+        char *class_dir = dt_xmalloc(strlen(dir) + strlen(name) + 2);
+        sprintf(class_dir, "%s/%s", dir, name);
+        ds->class_count[c] = scan_class(class_dir, &out, &paths);
+        if (ds->class_count[c] == 0) {
+            ds->empty_classes++;
+            dt_warn("class folder %s has no images (class %d keeps its label)", class_dir, c);
+        }
+        free(class_dir);
+    }
+    first[ds->num_classes] = paths.n;
+    free(names.buf);
+    ds->count = paths.n;
+    /* The arena is final: turn offsets into pointers. */
+    ds->arena_ = out.buf;
+    for (int c = 0; c < ds->num_classes; c++) ds->classes[c] = out.buf + cls.v[c];
+    free(cls.v);
+    ds->paths = dt_xmalloc((size_t)(paths.n ? paths.n : 1) * sizeof(char *));
+    ds->labels = dt_xmalloc((size_t)(paths.n ? paths.n : 1) * sizeof(int32_t));
+    for (int c = 0; c < ds->num_classes; c++)
+        for (int64_t i = first[c]; i < first[c + 1]; i++) {
+            ds->paths[i] = out.buf + paths.v[i];
+            ds->labels[i] = c;
+        }
+    free(first);
+    free(paths.v);
+    if (ds->count == 0) {
+        int rc = dt_errf(err,
+                         "no images in %s: %d class folder%s, all empty (images need an extension stb_image "
+                         "reads: jpg jpeg png bmp gif tga psd hdr pic pnm ppm pgm)",
+                         dir, ds->num_classes, ds->num_classes == 1 ? "" : "s");
+        dt_dataset_close(ds);
+        return rc;
+    }
+    return 0;
+}
+
+void dt_dataset_close(dt_dataset *ds) {
+    free(ds->root);
+    free(ds->split);
+    free(ds->dir);
+    free(ds->classes);
+    free(ds->paths);
+    free(ds->labels);
+    free(ds->class_count);
+    free(ds->arena_);
+    memset(ds, 0, sizeof *ds);
+}

@@ -1,0 +1,57 @@
+/* dt_dataset.h: an image-classification dataset in torchvision ImageFolder layout.
+ *
+ *   ROOT/train/<class>/<image>     ROOT/val/<class>/<image>
+ *
+ * Classes are the folder names under ROOT/<split>, sorted bytewise (strcmp, which is Python's
+ * sorted() on names); a class's label is its index in that list. Names are compared whole,
+ * so "cat" and "cats" are two classes. The val split must have exactly the train classes
+ * (dt_dataset_open with classes_from = the train set checks it and names the differences).
+ *
+ * Images: files whose extension stb_image reads (jpg jpeg png bmp gif tga psd hdr pic pnm
+ * ppm pgm, any case); other files and hidden entries (".*") are ignored. Like ImageFolder,
+ * a class folder is walked recursively (following symlinks, 16 levels at most), and files
+ * are ordered by (directory path, file name). An empty class folder is a warning: the class
+ * exists and keeps its label. Scanning reads directories only (readdir and d_type; stat only
+ * for entries whose type the file system does not report, and for symlinks): no file is
+ * opened, so 1.28M ImageNet files scan in seconds.
+ */
+#ifndef DT_DATASET_H
+#define DT_DATASET_H
+
+#include <stdint.h>
+
+#include "dt_common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    char *root;         /* ROOT as given */
+    char *split;        /* "train", "val", ... */
+    char *dir;          /* ROOT/split */
+    int num_classes;
+    char **classes;     /* [num_classes] folder names, sorted */
+    int64_t count;      /* number of images */
+    char **paths;       /* [count] full paths ROOT/split/<class>/..., grouped by class */
+    int32_t *labels;    /* [count] class index of each image */
+    int64_t *class_count; /* [num_classes] images per class */
+    int empty_classes;  /* class folders without images (warned) */
+    char *arena_;       /* storage of the strings above */
+} dt_dataset;
+
+/* True when `name` has an extension stb_image decodes (case-insensitive). */
+int dt_is_image_name(const char *name);
+
+/* Scans ROOT/split. classes_from: NULL for the training split (classes are found); for val
+ * pass the opened train set: the class folders must match exactly and labels are the train
+ * indices. Returns 0, or -1 with err naming the folder (missing folder, no class folders, no
+ * images at all, class folders differing from classes_from). */
+int dt_dataset_open(dt_dataset *ds, const char *root, const char *split, const dt_dataset *classes_from,
+                    dt_err *err);
+void dt_dataset_close(dt_dataset *ds);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,534 @@
+#include "dt_loader.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dt_alloc.h"
+#include "dt_device.h"
+#include "dt_image.h"
+#include "dt_rng.h"
+#include "dt_timer.h"
+#include "dt_transform.h"
+
+/* Slot life cycle: FREE -> FILLING (a worker claimed its first sample) -> READY (all samples
+ * written) -> HELD (handed to the training loop) -> FREE (released). Batch b lives in slot
+ * b % K. All state changes happen under the loader mutex; the pixel writes of a sample happen
+ * outside it, and the mutex hand-over (done++ under the lock, READY seen under the lock)
+ * orders them before the consumer's reads. */
+enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_HELD };
+
+typedef struct {
+    float *images;   /* [B, 3, S, S] */
+    int32_t *labels; /* [B] */
+    int state;
+    int64_t batch;
+    int n, done;
+} slot;
+
+/* A cached image: immutable once published (release store), read by any worker. */
+typedef struct {
+    dt_image img;
+} cached;
+
+struct dt_loader {
+    const dt_dataset *ds;
+    dt_loader_opts o;
+    int S, B, K, nthreads, pinned;
+    int64_t n, nb, n_used; /* images, batches per epoch, samples used per epoch */
+    pthread_t *threads;
+    int nstarted;
+
+    pthread_mutex_t mu;
+    pthread_cond_t work_cv;  /* workers: an item may be claimable (slot freed, epoch, stop) */
+    pthread_cond_t ready_cv; /* consumer: a batch became ready */
+    pthread_cond_t idle_cv;  /* start_epoch: the last in-flight sample finished */
+    slot *slots;
+
+    /* Epoch state, under mu. */
+    int started, active, stop, epoch;
+    int64_t gen;        /* incremented by every start_epoch: stale batches are recognized */
+    int64_t *perm;      /* [n] epoch order; rewritten only while no sample is in flight */
+    int64_t next_item;  /* next epoch position a worker claims */
+    int64_t next_batch; /* next batch the consumer gets */
+    int inflight;
+    int summary_done;
+
+    /* Statistics, under mu. */
+    int64_t skipped, images_out;
+    double decode_ms, wait_ms, total_wait_ms, t_start, t_end;
+    int failed;
+    char errmsg[1024];
+
+    /* Files known not to decode: one bit per dataset index, set with atomic OR. */
+    _Atomic uint64_t *bad;
+    _Atomic int64_t bad_count;
+
+    /* Cache: one pointer per dataset index, published with compare-and-swap. */
+    _Atomic(cached *) *cache;
+    int cache_size;
+    size_t cache_max;
+    _Atomic size_t cache_bytes;
+    _Atomic int64_t cache_images;
+    atomic_int cache_full_warned;
+};
+
+/* Per-worker buffers, reused for every sample. */
+typedef struct {
+    dt_loader *l;
+    dt_scratch file, resample;
+    uint8_t *u8; /* [S, S, 3] */
+} worker_ctx;
+
+dt_loader_opts dt_loader_default_opts(int train) {
+    dt_loader_opts o;
+    memset(&o, 0, sizeof o);
+    o.batch = 64;
+    o.image_size = 224;
+    o.train = train;
+    o.workers = 0;
+    o.seed = 0;
+    o.cache = 0;
+    o.cache_size = 0;
+    o.cache_max_mb = 0;
+    o.drop_last = -1;
+    o.prefetch = 4;
+    return o;
+}
+
+static int is_bad(dt_loader *l, int64_t i) {
+    return (atomic_load_explicit(&l->bad[i >> 6], memory_order_relaxed) >> (i & 63)) & 1;
+}
+
+/* Marks file i bad; warns the first time (exactly once across threads and epochs). */
+static void mark_bad(dt_loader *l, int64_t i, const char *why) {
+    uint64_t bit = 1ULL << (i & 63);
+    uint64_t old = atomic_fetch_or_explicit(&l->bad[i >> 6], bit, memory_order_relaxed);
+    if (!(old & bit)) {
+        atomic_fetch_add_explicit(&l->bad_count, 1, memory_order_relaxed);
+        dt_warn("%s (skipped from now on; the slot takes the next image)", why);
+    }
+}
+
+/* The image a sample is transformed from: the cached (downsized) form when caching, so that
+ * the first epoch equals the later ones; the decoded file otherwise. *owned is set when the
+ * caller must free the returned image. */
+static const dt_image *get_image(worker_ctx *w, int64_t idx, dt_image *tmp, int *owned, dt_err *err) {
+    dt_loader *l = w->l;
+    *owned = 0;
+    if (l->cache) {
+        cached *c = atomic_load_explicit(&l->cache[idx], memory_order_acquire);
+        if (c) return &c->img;
+    }
+    if (dt_image_load(l->ds->paths[idx], tmp, &w->file, err) != 0) return NULL;
+    if (!l->cache) {
+        *owned = 1;
+        return tmp;
+    }
+    /* Downsize to the cache size (never up). */
+    cached *c = dt_xmalloc(sizeof *c);
+    int sh = tmp->w < tmp->h ? tmp->w : tmp->h;
+    if (sh > l->cache_size) {
+        int rw, rh;
+        dt_resize_shorter_dims(tmp->w, tmp->h, l->cache_size, &rw, &rh);
+        c->img.w = rw;
+        c->img.h = rh;
+        c->img.pix = dt_xmalloc((size_t)rw * rh * 3);
+        dt_image_resize(tmp, rw, rh, c->img.pix, &w->resample);
+        dt_image_free(tmp);
+    } else {
+        c->img = *tmp; /* stb's buffer is plain malloc memory: take it over */
+        tmp->pix = NULL;
+    }
+    size_t bytes = (size_t)c->img.w * c->img.h * 3 + sizeof *c;
+    size_t before = atomic_fetch_add(&l->cache_bytes, bytes);
+    int fits = !l->cache_max || before + bytes <= l->cache_max;
+    cached *expected = NULL;
+    if (fits && atomic_compare_exchange_strong_explicit(&l->cache[idx], &expected, c, memory_order_acq_rel,
+                                                        memory_order_acquire)) {
+        atomic_fetch_add(&l->cache_images, 1);
+        return &c->img;
+    }
+    atomic_fetch_sub(&l->cache_bytes, bytes);
+    if (!fits && !atomic_exchange(&l->cache_full_warned, 1))
+        dt_warn("loader cache is full (%d MB): further images are decoded every epoch", l->o.cache_max_mb);
+    if (expected) { /* another worker cached the same image first: identical, use it */
+        free(c->img.pix);
+        free(c);
+        return &expected->img;
+    }
+    *tmp = c->img; /* not kept: the caller frees it after the transform */
+    free(c);
+    *owned = 1;
+    return tmp;
+}
+
+/* Decodes and transforms one candidate; 0 on success. */
+static int load_sample(worker_ctx *w, int64_t idx, dt_rng *r, float *out) {
+    dt_loader *l = w->l;
+    dt_image tmp = {0};
+    int owned;
+    dt_err err;
+    const dt_image *img = get_image(w, idx, &tmp, &owned, &err);
+    if (!img) {
+        mark_bad(l, idx, err.msg);
+        return -1;
+    }
+    if (l->o.train)
+        dt_transform_train(img, l->S, r, out, w->u8, &w->resample);
+    else
+        dt_transform_val(img, l->S, out, w->u8, &w->resample);
+    if (owned) {
+        free(tmp.pix);
+        tmp.pix = NULL;
+    }
+    return 0;
+}
+
+/* Fills one batch row for epoch position p. Returns 1 if perm[p] itself was skipped, -1 if
+ * no image of the dataset decodes. */
+static int fill_sample(worker_ctx *w, const int64_t *perm, int epoch, int64_t p, float *out, int32_t *label) {
+    dt_loader *l = w->l;
+    int skipped = 0;
+    for (int64_t d = 0; d < l->n; d++) {
+        int64_t q = p + d < l->n ? p + d : p + d - l->n;
+        int64_t idx = perm[q];
+        if (is_bad(l, idx)) {
+            skipped |= d == 0;
+            continue;
+        }
+        /* The stream of the image itself; a replacement (d > 0) gets its own stream, so an
+         * image appearing twice in an epoch is augmented differently. */
+        dt_rng r;
+        dt_rng_derive(&r, d ? l->o.seed ^ dt_hash64((uint64_t)d) : l->o.seed, (uint64_t)epoch, (uint64_t)idx);
+        if (load_sample(w, idx, &r, out) == 0) {
+            *label = l->ds->labels[idx];
+            return skipped;
+        }
+        skipped |= d == 0;
+    }
+    memset(out, 0, (size_t)3 * l->S * l->S * sizeof(float));
+    *label = -1;
+    return -1;
+}
+
+static void *worker_main(void *arg) {
+    worker_ctx *w = arg;
+    dt_loader *l = w->l;
+    size_t per_image = (size_t)3 * l->S * l->S;
+    pthread_mutex_lock(&l->mu);
+    for (;;) {
+        if (l->stop) break;
+        if (l->active && l->next_item < l->n_used) {
+            int64_t b = l->next_item / l->B;
+            slot *s = &l->slots[b % l->K];
+            if (s->state == SLOT_FREE) {
+                s->state = SLOT_FILLING;
+                s->batch = b;
+                int64_t left = l->n_used - b * l->B;
+                s->n = left < l->B ? (int)left : l->B;
+                s->done = 0;
+            }
+            if (s->state == SLOT_FILLING && s->batch == b) {
+                int64_t p = l->next_item++;
+                int j = (int)(p - b * l->B), epoch = l->epoch;
+                const int64_t *perm = l->perm;
+                l->inflight++;
+                pthread_mutex_unlock(&l->mu);
+
+                double t0 = dt_now_ms();
+                int rc = fill_sample(w, perm, epoch, p, s->images + (size_t)j * per_image, &s->labels[j]);
+                double dt = dt_now_ms() - t0;
+
+                pthread_mutex_lock(&l->mu);
+                l->inflight--;
+                l->decode_ms += dt;
+                if (rc > 0) l->skipped++;
+                if (rc < 0 && !l->failed) {
+                    l->failed = 1;
+                    snprintf(l->errmsg, sizeof l->errmsg, "none of the %lld images of %s decodes",
+                             (long long)l->n, l->ds->dir);
+                    pthread_cond_broadcast(&l->ready_cv);
+                }
+                if (++s->done == s->n) {
+                    s->state = SLOT_READY;
+                    pthread_cond_broadcast(&l->ready_cv);
+                }
+                if (l->inflight == 0) pthread_cond_broadcast(&l->idle_cv);
+                continue;
+            }
+        }
+        pthread_cond_wait(&l->work_cv, &l->mu);
+    }
+    pthread_mutex_unlock(&l->mu);
+    dt_scratch_free(&w->file);
+    dt_scratch_free(&w->resample);
+    free(w->u8);
+    free(w);
+    return NULL;
+}
+
+dt_loader *dt_loader_new(const dt_dataset *ds, const dt_loader_opts *opts, dt_err *err) {
+    dt_loader_opts o = opts ? *opts : dt_loader_default_opts(1);
+    if (!ds || ds->count <= 0) {
+        dt_errf(err, "loader: the dataset is empty");
+        return NULL;
+    }
+    if (o.batch < 1 || o.batch > 1 << 20) {
+        dt_errf(err, "loader: batch size %d is out of range (1 .. 1048576)", o.batch);
+        return NULL;
+    }
+    if (o.image_size < 8 || o.image_size > 8192) {
+        dt_errf(err, "loader: image size %d is out of range (8 .. 8192)", o.image_size);
+        return NULL;
+    }
+    if (o.workers < 0 || o.workers > 1024) {
+        dt_errf(err, "loader: %d workers is out of range (0 = one per core, at most 1024)", o.workers);
+        return NULL;
+    }
+    if (o.prefetch == 0) o.prefetch = 4;
+    if (o.prefetch < 2 || o.prefetch > 64) {
+        dt_errf(err, "loader: prefetch %d is out of range (2 .. 64 batches)", o.prefetch);
+        return NULL;
+    }
+    if (o.drop_last < 0) o.drop_last = o.train ? 1 : 0;
+    int cache_size = o.cache_size ? o.cache_size : dt_val_resize_size(o.image_size);
+    if (o.cache && cache_size < o.image_size) {
+        dt_errf(err, "loader: cache_size %d is smaller than the image size %d", cache_size, o.image_size);
+        return NULL;
+    }
+    if (o.cache_max_mb < 0) {
+        dt_errf(err, "loader: cache_max_mb %d is negative", o.cache_max_mb);
+        return NULL;
+    }
+    if (ds->count > INT32_MAX) {
+        dt_errf(err, "loader: %lld images is more than the loader supports (2^31 - 1)", (long long)ds->count);
+        return NULL;
+    }
+    int64_t nb = o.drop_last ? ds->count / o.batch : dt_ceil_div(ds->count, o.batch);
+    if (nb == 0) {
+        dt_errf(err, "loader: %s has %lld images, fewer than one batch of %d (drop_last is on)", ds->dir,
+                (long long)ds->count, o.batch);
+        return NULL;
+    }
+
+    dt_loader *l = dt_xcalloc(1, sizeof *l);
+    l->ds = ds;
+    l->o = o;
+    l->S = o.image_size;
+    l->B = o.batch;
+    l->K = o.prefetch;
+    l->n = ds->count;
+    l->nb = nb;
+    l->n_used = o.drop_last ? nb * o.batch : ds->count;
+    l->nthreads = o.workers ? o.workers : dt_num_cores();
+    l->epoch = -1;
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_cond_init(&l->work_cv, NULL);
+    pthread_cond_init(&l->ready_cv, NULL);
+    pthread_cond_init(&l->idle_cv, NULL);
+    /* Pinned only when the GPU context exists now; remembered so that free matches. */
+    l->pinned = dt_gpu_ready();
+    l->slots = dt_xcalloc((size_t)l->K, sizeof *l->slots);
+    for (int k = 0; k < l->K; k++) {
+        l->slots[k].images = dt_host_alloc((size_t)l->B * 3 * l->S * l->S * sizeof(float), l->pinned);
+        l->slots[k].labels = dt_host_alloc((size_t)l->B * sizeof(int32_t), l->pinned);
+        l->slots[k].state = SLOT_FREE;
+    }
+    l->perm = dt_xmalloc((size_t)l->n * sizeof *l->perm);
+    l->bad = dt_xcalloc((size_t)dt_ceil_div(l->n, 64), sizeof *l->bad);
+    if (o.cache) {
+        l->cache = dt_xcalloc((size_t)l->n, sizeof *l->cache);
+        l->cache_size = cache_size;
+        l->cache_max = (size_t)o.cache_max_mb << 20;
+    }
+    l->threads = dt_xcalloc((size_t)l->nthreads, sizeof *l->threads);
+    for (int t = 0; t < l->nthreads; t++) {
+        worker_ctx *w = dt_xcalloc(1, sizeof *w);
+        w->l = l;
+        w->u8 = dt_xmalloc((size_t)l->S * l->S * 3);
+        int rc = pthread_create(&l->threads[t], NULL, worker_main, w);
+        if (rc != 0) {
+            free(w->u8);
+            free(w);
+            dt_errf(err, "loader: cannot start worker thread %d of %d: %s", t + 1, l->nthreads, strerror(rc));
+            dt_loader_free(l);
+            return NULL;
+        }
+        l->nstarted++;
+    }
+    return l;
+}
+
+void dt_loader_start_epoch(dt_loader *l, int epoch) {
+    pthread_mutex_lock(&l->mu);
+    l->active = 0; /* no new claims; let the samples in flight finish */
+    while (l->inflight > 0) pthread_cond_wait(&l->idle_cv, &l->mu);
+    l->gen++;
+    for (int k = 0; k < l->K; k++) l->slots[k].state = SLOT_FREE;
+    for (int64_t i = 0; i < l->n; i++) l->perm[i] = i;
+    if (l->o.train) {
+        /* Fisher-Yates from the stream (seed, epoch, tag): a function of the epoch only. */
+        dt_rng r;
+        dt_rng_derive(&r, l->o.seed, (uint64_t)epoch, 0x53485546464c45ULL /* "SHUFFLE" */);
+        for (int64_t i = l->n - 1; i > 0; i--) {
+            int64_t j = dt_rng_below(&r, (uint32_t)(i + 1));
+            int64_t t = l->perm[i];
+            l->perm[i] = l->perm[j];
+            l->perm[j] = t;
+        }
+    }
+    l->epoch = epoch;
+    l->next_item = 0;
+    l->next_batch = 0;
+    l->skipped = 0;
+    l->images_out = 0;
+    l->decode_ms = 0;
+    l->wait_ms = 0;
+    l->summary_done = 0;
+    l->t_start = dt_now_ms();
+    l->t_end = 0;
+    l->started = 1;
+    l->active = 1;
+    pthread_cond_broadcast(&l->work_cv);
+    pthread_mutex_unlock(&l->mu);
+}
+
+int dt_loader_next(dt_loader *l, dt_batch *b) {
+    pthread_mutex_lock(&l->mu);
+    if (!l->started) {
+        pthread_mutex_unlock(&l->mu);
+        dt_fatal("dt_loader_next: call dt_loader_start_epoch first");
+    }
+    if (l->failed) {
+        pthread_mutex_unlock(&l->mu);
+        return -1;
+    }
+    if (l->next_batch >= l->nb) {
+        if (!l->summary_done) {
+            l->summary_done = 1;
+            l->t_end = dt_now_ms();
+            if (l->skipped)
+                dt_warn("epoch %d of %s: %lld images did not decode and were replaced by the next ones "
+                        "(%lld bad files known)",
+                        l->epoch, l->ds->dir, (long long)l->skipped, (long long)atomic_load(&l->bad_count));
+        }
+        pthread_mutex_unlock(&l->mu);
+        return 0;
+    }
+    slot *s = &l->slots[l->next_batch % l->K];
+    if (s->state == SLOT_HELD) {
+        pthread_mutex_unlock(&l->mu);
+        dt_fatal("dt_loader_next: all %d batch slots are held (batch %lld was never released); release a "
+                 "batch before fetching the one %d later",
+                 l->K, (long long)s->batch, l->K);
+    }
+    double t0 = dt_now_ms();
+    while (!(s->state == SLOT_READY && s->batch == l->next_batch) && !l->failed)
+        pthread_cond_wait(&l->ready_cv, &l->mu);
+    double waited = dt_now_ms() - t0;
+    l->wait_ms += waited;
+    l->total_wait_ms += waited;
+    if (l->failed) {
+        pthread_mutex_unlock(&l->mu);
+        return -1;
+    }
+    s->state = SLOT_HELD;
+    b->images = s->images;
+    b->labels = s->labels;
+    b->n = s->n;
+    b->index = l->next_batch;
+    b->slot_ = (int)(l->next_batch % l->K);
+    b->gen_ = l->gen;
+    l->next_batch++;
+    l->images_out += s->n;
+    pthread_mutex_unlock(&l->mu);
+    return 1;
+}
+
+void dt_loader_release(dt_loader *l, dt_batch *b) {
+    if (!b->images) return;
+    pthread_mutex_lock(&l->mu);
+    slot *s = &l->slots[b->slot_];
+    /* A batch of an abandoned epoch (start_epoch came between) is no longer ours to free. */
+    if (b->gen_ == l->gen && s->state == SLOT_HELD && s->batch == b->index) {
+        s->state = SLOT_FREE;
+        pthread_cond_broadcast(&l->work_cv);
+    }
+    pthread_mutex_unlock(&l->mu);
+    b->images = NULL;
+    b->labels = NULL;
+}
+
+int64_t dt_loader_batches(const dt_loader *l) { return l->nb; }
+int64_t dt_loader_size(const dt_loader *l) { return l->n; }
+
+dt_loader_stats dt_loader_epoch_stats(dt_loader *l) {
+    dt_loader_stats st;
+    memset(&st, 0, sizeof st);
+    pthread_mutex_lock(&l->mu);
+    st.epoch = l->epoch;
+    st.batches = l->next_batch;
+    st.images = l->images_out;
+    st.skipped = l->skipped;
+    st.decode_ms = l->decode_ms;
+    st.wait_ms = l->wait_ms;
+    st.total_wait_ms = l->total_wait_ms;
+    st.epoch_ms = l->started ? (l->t_end ? l->t_end : dt_now_ms()) - l->t_start : 0;
+    pthread_mutex_unlock(&l->mu);
+    st.bad_files = atomic_load(&l->bad_count);
+    st.cache_images = l->cache ? atomic_load(&l->cache_images) : 0;
+    st.cache_bytes = l->cache ? atomic_load(&l->cache_bytes) : 0;
+    return st;
+}
+
+void dt_loader_stats_str(const dt_loader_stats *s, char *buf, size_t cap) {
+    int len = snprintf(buf, cap,
+                       "epoch %d: %lld batches, %lld images in %.1f s, %lld skipped (%lld bad files), decode %.1f s "
+                       "(all workers), waited %.2f s",
+                       s->epoch, (long long)s->batches, (long long)s->images, s->epoch_ms / 1e3,
+                       (long long)s->skipped, (long long)s->bad_files, s->decode_ms / 1e3, s->wait_ms / 1e3);
+    if (s->cache_images && len > 0 && (size_t)len < cap)
+        snprintf(buf + len, cap - (size_t)len, ", cache %lld images %.1f MB", (long long)s->cache_images,
+                 s->cache_bytes / 1048576.0);
+}
+
+const char *dt_loader_error(dt_loader *l) {
+    pthread_mutex_lock(&l->mu);
+    const char *m = l->failed ? l->errmsg : "";
+    pthread_mutex_unlock(&l->mu);
+    return m;
+}
+
+void dt_loader_free(dt_loader *l) {
+    if (!l) return;
+    pthread_mutex_lock(&l->mu);
+    l->stop = 1;
+    pthread_cond_broadcast(&l->work_cv);
+    pthread_mutex_unlock(&l->mu);
+    for (int t = 0; t < l->nstarted; t++) pthread_join(l->threads[t], NULL);
+    free(l->threads);
+    for (int k = 0; k < l->K; k++) {
+        dt_host_free(l->slots[k].images, l->pinned);
+        dt_host_free(l->slots[k].labels, l->pinned);
+    }
+    free(l->slots);
+    free(l->perm);
+    free((void *)l->bad);
+    if (l->cache) {
+        for (int64_t i = 0; i < l->n; i++) {
+            cached *c = atomic_load(&l->cache[i]);
+            if (c) {
+                free(c->img.pix);
+                free(c);
+            }
+        }
+        free((void *)l->cache);
+    }
+    pthread_cond_destroy(&l->work_cv);
+    pthread_cond_destroy(&l->ready_cv);
+    pthread_cond_destroy(&l->idle_cv);
+    pthread_mutex_destroy(&l->mu);
+    free(l);
+}

@@ -1,0 +1,111 @@
+/* dt_loader.h: a multi-threaded batch loader over a dt_dataset.
+ *
+ * Worker threads decode and transform samples (dt_transform.h) into a ring of `prefetch`
+ * batch slots in host memory (pinned when the GPU context is up: init the GPU before making
+ * the loader, so the training loop's host->device copies can be asynchronous):
+ *
+ *   images [B, 3, S, S] float32, CHW, normalized      labels [B] int32
+ *
+ * The training loop, per epoch:
+ *
+ *   dt_loader_start_epoch(l, epoch);
+ *   dt_batch cur = {0}, prev = {0};
+ *   while (dt_loader_next(l, &cur) == 1) {      // blocks only while the workers are behind
+ *       copy cur.images / cur.labels to the device (async), launch the step ...
+ *       if (prev.images) dt_loader_release(l, &prev);   // after its copy has completed
+ *       prev = cur;
+ *   }
+ *   if (prev.images) dt_loader_release(l, &prev);
+ *
+ * Determinism: the order of an epoch is a Fisher-Yates shuffle from (seed, epoch) when
+ * training, the dataset order otherwise; sample i's augmentation draws from the stream
+ * (seed, epoch, i). Batches are bit-identical for any number of workers and any timing.
+ *
+ * Unreadable images (missing, corrupt, truncated) are skipped: one warning naming the file
+ * the first time, a thread-safe bitmap remembers it for later epochs, and the slot is filled
+ * with the next sample of the epoch order that decodes (wrapping around), so a batch never
+ * shrinks and the result does not depend on which worker found the bad file. The epoch's
+ * count is in dt_loader_epoch_stats and a warning at the end of the epoch.
+ *
+ * Cache (opts.cache): every decoded image is kept in memory as uint8 with its shorter side
+ * reduced to cache_size (default round(S * 256 / 224), the val resize, so val batches are
+ * bit-identical with and without the cache); train crops are then taken from the cached
+ * image, also on the first epoch, so results do not depend on whether an image was already
+ * cached. Shared by all workers and epochs; cache_max_mb caps it.
+ */
+#ifndef DT_LOADER_H
+#define DT_LOADER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dt_common.h"
+#include "dt_dataset.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dt_loader dt_loader;
+
+typedef struct {
+    int batch;        /* B (default 64) */
+    int image_size;   /* S (default 224) */
+    int train;        /* 1: shuffle + RandomResizedCrop + flip; 0: resize + center crop */
+    int workers;      /* threads (0 = number of cores) */
+    uint64_t seed;
+    int cache;        /* keep decoded, downsized images in memory */
+    int cache_size;   /* shorter side of cached images (0 = round(S * 256 / 224)) */
+    int cache_max_mb; /* cap on cache memory (0 = no cap); images past it are not kept */
+    int drop_last;    /* -1 = default: 1 when training, 0 otherwise (last batch short) */
+    int prefetch;     /* ring slots K (default 4, at least 2) */
+} dt_loader_opts;
+
+/* The defaults above; train selects the train defaults. */
+dt_loader_opts dt_loader_default_opts(int train);
+
+typedef struct {
+    float *images;    /* [B, 3, S, S] float32 CHW normalized (rows past n are stale) */
+    int32_t *labels;  /* [B] int32 */
+    int n;            /* samples in this batch (B except a short last batch) */
+    int64_t index;    /* batch number in the epoch */
+    int slot_;        /* ring slot, for dt_loader_release */
+    int64_t gen_;
+} dt_batch;
+
+typedef struct {
+    int epoch;
+    int64_t batches;      /* handed out so far in this epoch */
+    int64_t images;       /* samples in those batches */
+    int64_t skipped;      /* samples of this epoch that did not decode (slot refilled) */
+    int64_t bad_files;    /* distinct files known not to decode, all epochs */
+    double decode_ms;     /* worker time decoding + transforming, summed over workers */
+    double wait_ms;       /* time dt_loader_next blocked in this epoch */
+    double total_wait_ms; /* ... over all epochs */
+    double epoch_ms;      /* since dt_loader_start_epoch */
+    int64_t cache_images; /* images held in the cache */
+    size_t cache_bytes;
+} dt_loader_stats;
+
+/* ds must outlive the loader. One consumer thread calls start_epoch / next / release. Errors
+ * (bad option, fewer images than one batch with drop_last) return NULL with err set. */
+dt_loader *dt_loader_new(const dt_dataset *ds, const dt_loader_opts *opts, dt_err *err);
+/* Starts (or restarts) an epoch; batches of an unfinished epoch are abandoned and any batch
+ * still held becomes invalid. */
+void dt_loader_start_epoch(dt_loader *l, int epoch);
+/* 1: got a batch (blocks until ready); 0: the epoch is done; -1: no image of the dataset
+ * decodes (dt_loader_error says why). At most prefetch - 1 batches may be held at once. */
+int dt_loader_next(dt_loader *l, dt_batch *b);
+void dt_loader_release(dt_loader *l, dt_batch *b);
+int64_t dt_loader_batches(const dt_loader *l); /* batches per epoch */
+int64_t dt_loader_size(const dt_loader *l);    /* images in the dataset */
+dt_loader_stats dt_loader_epoch_stats(dt_loader *l);
+/* One line: "epoch 3: 1251 batches, 0 skipped, decode 812.3 s (worker), wait 1.2 s, ..." */
+void dt_loader_stats_str(const dt_loader_stats *s, char *buf, size_t cap);
+const char *dt_loader_error(dt_loader *l);
+void dt_loader_free(dt_loader *l); /* joins the workers, also mid-epoch */
+
+#ifdef __cplusplus
+}
+#endif
+#endif

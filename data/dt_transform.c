@@ -1,0 +1,110 @@
+#include "dt_transform.h"
+
+#include <math.h>
+#include <pthread.h>
+
+const float dt_imagenet_mean[3] = {0.485f, 0.456f, 0.406f};
+const float dt_imagenet_std[3] = {0.229f, 0.224f, 0.225f};
+
+/* Python's round(): half to even (nearbyint in the default rounding mode). */
+static int round_half_even(double x) { return (int)nearbyint(x); }
+
+dt_box dt_rrc_box(int width, int height, double scale_lo, double scale_hi, double ratio_lo, double ratio_hi,
+                  dt_rng *r) {
+    dt_box b;
+    double area = (double)width * height;
+    double log_lo = log(ratio_lo), log_hi = log(ratio_hi);
+    for (int attempt = 0; attempt < 10; attempt++) {
+        double target = area * (scale_lo + (scale_hi - scale_lo) * dt_rng_uniform_f64(r));
+        double aspect = exp(log_lo + (log_hi - log_lo) * dt_rng_uniform_f64(r));
+        int w = round_half_even(sqrt(target * aspect));
+        int h = round_half_even(sqrt(target / aspect));
+        if (0 < w && w <= width && 0 < h && h <= height) {
+            b.y = (int)dt_rng_below(r, (uint32_t)(height - h + 1));
+            b.x = (int)dt_rng_below(r, (uint32_t)(width - w + 1));
+            b.w = w;
+            b.h = h;
+            return b;
+        }
+    }
+    /* Fallback: the largest centered box whose ratio is clamped into [ratio_lo, ratio_hi]. */
+    double in_ratio = (double)width / height;
+    if (in_ratio < ratio_lo) {
+        b.w = width;
+        b.h = round_half_even(b.w / ratio_lo);
+    } else if (in_ratio > ratio_hi) {
+        b.h = height;
+        b.w = round_half_even(b.h * ratio_hi);
+    } else {
+        b.w = width;
+        b.h = height;
+    }
+    if (b.w < 1) b.w = 1; /* 1-pixel-wide images: keep the box non-empty */
+    if (b.h < 1) b.h = 1;
+    b.y = (height - b.h) / 2;
+    b.x = (width - b.w) / 2;
+    return b;
+}
+
+void dt_resize_shorter_dims(int w, int h, int size, int *ow, int *oh) {
+    if (w <= h) {
+        *ow = size;
+        *oh = (int)((double)((int64_t)size * h) / w);
+    } else {
+        *oh = size;
+        *ow = (int)((double)((int64_t)size * w) / h);
+    }
+    if (*ow < 1) *ow = 1;
+    if (*oh < 1) *oh = 1;
+}
+
+int dt_val_resize_size(int S) { return (int)floor(S * 256.0 / 224.0 + 0.5); }
+
+/* (v / 255 - mean) / std for every uint8 value, per channel: one table lookup per element. */
+static float g_lut[3][256];
+static pthread_once_t g_lut_once = PTHREAD_ONCE_INIT;
+static void init_lut(void) {
+    for (int c = 0; c < 3; c++)
+        for (int v = 0; v < 256; v++) g_lut[c][v] = ((float)v / 255.0f - dt_imagenet_mean[c]) / dt_imagenet_std[c];
+}
+
+void dt_normalize_u8(const uint8_t *u8, int S, int flip, float *out) {
+    pthread_once(&g_lut_once, init_lut);
+    size_t plane = (size_t)S * S;
+    float *o0 = out, *o1 = out + plane, *o2 = out + 2 * plane;
+    for (int y = 0; y < S; y++) {
+        const uint8_t *row = u8 + (size_t)y * S * 3;
+        size_t base = (size_t)y * S;
+        for (int x = 0; x < S; x++) {
+            const uint8_t *p = row + (size_t)(flip ? S - 1 - x : x) * 3;
+            o0[base + x] = g_lut[0][p[0]];
+            o1[base + x] = g_lut[1][p[1]];
+            o2[base + x] = g_lut[2][p[2]];
+        }
+    }
+}
+
+void dt_transform_train(const dt_image *img, int S, dt_rng *r, float *out, uint8_t *u8, dt_scratch *scratch) {
+    dt_box b = dt_rrc_box(img->w, img->h, 0.08, 1.0, 3.0 / 4.0, 4.0 / 3.0, r);
+    int flip = dt_rng_uniform(r) < 0.5f;
+    dt_image_crop_resize(img, b.x, b.y, b.w, b.h, S, S, u8, scratch);
+    dt_normalize_u8(u8, S, flip, out);
+}
+
+void dt_resize_center_crop(const dt_image *img, int resize, int S, uint8_t *u8, dt_scratch *scratch) {
+    int rw, rh;
+    dt_resize_shorter_dims(img->w, img->h, resize, &rw, &rh);
+    /* CenterCrop offsets inside the resized image (torchvision: int(round((H - S) / 2))). When
+     * the resized image is smaller than S (resize < S), the crop reaches outside and the
+     * resampler clamps to the border instead of torchvision's zero padding. */
+    int left = round_half_even((rw - S) / 2.0), top = round_half_even((rh - S) / 2.0);
+    /* Same origin/scale as dt_image_resize(img, rw, rh): bit-identical to resize-then-crop. */
+    dt_axis_map mx = {S, 0.0, left, (double)img->w / rw, 0, img->w};
+    dt_axis_map my = {S, 0.0, top, (double)img->h / rh, 0, img->h};
+    dt_image_resample(img, &mx, &my, u8, scratch);
+}
+
+void dt_transform_val(const dt_image *img, int S, float *out, uint8_t *u8, dt_scratch *scratch) {
+    dt_resize_center_crop(img, dt_val_resize_size(S), S, u8, scratch);
+    dt_normalize_u8(u8, S, 0, out);
+}
