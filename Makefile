@@ -58,7 +58,11 @@ LIB_OBJ := $(LIB_C:%.c=$(BUILD)/obj/%.o) $(LIB_CU:%.cu=$(BUILD)/obj/%.cu.o)
 TEST_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tests/*.c))
 PROGRAMS := $(patsubst %_main.c,$(BUILD)/%,$(notdir $(wildcard train/*_main.c data/*_main.c)))
 
-.PHONY: all lib test test-gpu clean help data bench-loader
+.PHONY: all lib test test-gpu clean help data bench-loader run reproduce
+
+# The main job: the all-deformable ResNet-18 (deft) on the sample dataset, on the GPU.
+# On a machine without a GPU: make run RUN_CONFIG=configs/sample_cpu.cfg
+RUN_CONFIG ?= configs/sample_deft.cfg
 
 # The sample dataset (procedurally drawn shapes, see docs/data.md).
 DATA ?= data_sample
@@ -98,6 +102,15 @@ test: $(BUILD)/test
 test-gpu: $(BUILD)/test
 	$(BUILD)/test --gpu
 
+run: all
+	@test -d $(DATA)/train || $(BUILD)/mkdata --out $(DATA)
+	@mkdir -p runs
+	$(BUILD)/train $(RUN_CONFIG) data=$(DATA)
+
+# The normalized training-time table of plain / unfused / deft ResNet-18 and the ablation.
+reproduce: all
+	BUILD=$(BUILD) bash bench/reproduce.sh
+
 data: $(BUILD)/mkdata
 	@if [ -d $(DATA)/train ]; then echo "$(DATA) exists (remove it to regenerate)"; \
 	else $(BUILD)/mkdata --out $(DATA); fi
@@ -111,6 +124,8 @@ clean:
 	rm -rf $(BUILD)
 
 help:
+	@echo "make run             the main job: all-deformable ResNet-18 (deft) on the sample dataset ($(RUN_CONFIG))"
+	@echo "make reproduce       plain / unfused / deft training-time table + ablation (GPU; bench/reproduce.sh)"
 	@echo "make                 build library, programs and tests into $(BUILD)/ (CUDA=$(CUDA), CUDA_ARCH=$(CUDA_ARCH))"
 	@echo "make test            CPU test suite (what CI runs)"
 	@echo "make test-gpu        GPU parity suite (needs a visible CUDA GPU)"

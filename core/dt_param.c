@@ -21,6 +21,7 @@ dt_tensor *dt_param_new(dt_params *ps, const char *name, int ndim, const int64_t
     p->requires_grad = 1;
     p->is_param = 1;
     p->no_decay = !decay;
+    p->lr_mult = 1.0f;
     p->grad = dt_tensor_new_unscoped(ndim, shape, dev);
     dt_tensor_fill(p->grad, 0.0f);
     p->grad_valid = 0;

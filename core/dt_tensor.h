@@ -48,6 +48,7 @@ typedef struct dt_tensor {
     struct dt_node *node; /* the op that produced it (NULL for leaves) */
     int is_param;         /* persistent gradient, updated by the optimizer */
     int no_decay;         /* parameters exempt from weight decay (BN, biases) */
+    float lr_mult;        /* parameters: learning-rate multiplier (1 unless set) */
     int retain;           /* keep data after backward (the engine frees activations early) */
 
     /* bookkeeping */

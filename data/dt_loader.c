@@ -94,6 +94,7 @@ dt_loader_opts dt_loader_default_opts(int train) {
     o.cache_max_mb = 0;
     o.drop_last = -1;
     o.prefetch = 4;
+    o.crop_scale_min = 0.08;
     return o;
 }
 
@@ -176,7 +177,7 @@ static int load_sample(worker_ctx *w, int64_t idx, dt_rng *r, float *out) {
         return -1;
     }
     if (l->o.train)
-        dt_transform_train(img, l->S, r, out, w->u8, &w->resample);
+        dt_transform_train(img, l->S, l->o.crop_scale_min, r, out, w->u8, &w->resample);
     else
         dt_transform_val(img, l->S, out, w->u8, &w->resample);
     if (owned) {
@@ -290,6 +291,11 @@ dt_loader *dt_loader_new(const dt_dataset *ds, const dt_loader_opts *opts, dt_er
     if (o.prefetch == 0) o.prefetch = 4;
     if (o.prefetch < 2 || o.prefetch > 64) {
         dt_errf(err, "loader: prefetch %d is out of range (2 .. 64 batches)", o.prefetch);
+        return NULL;
+    }
+    if (o.crop_scale_min == 0) o.crop_scale_min = 0.08;
+    if (!(o.crop_scale_min > 0 && o.crop_scale_min <= 1)) {
+        dt_errf(err, "loader: crop_scale_min %g is out of range (0, 1]", o.crop_scale_min);
         return NULL;
     }
     if (o.drop_last < 0) o.drop_last = o.train ? 1 : 0;

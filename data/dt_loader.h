@@ -59,6 +59,7 @@ typedef struct {
     int cache_max_mb; /* cap on cache memory (0 = no cap); images past it are not kept */
     int drop_last;    /* -1 = default: 1 when training, 0 otherwise (last batch short) */
     int prefetch;     /* ring slots K (default 4, at least 2) */
+    double crop_scale_min; /* RandomResizedCrop's smallest area fraction (default 0.08) */
 } dt_loader_opts;
 
 /* The defaults above; train selects the train defaults. */

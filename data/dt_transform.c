@@ -84,8 +84,9 @@ void dt_normalize_u8(const uint8_t *u8, int S, int flip, float *out) {
     }
 }
 
-void dt_transform_train(const dt_image *img, int S, dt_rng *r, float *out, uint8_t *u8, dt_scratch *scratch) {
-    dt_box b = dt_rrc_box(img->w, img->h, 0.08, 1.0, 3.0 / 4.0, 4.0 / 3.0, r);
+void dt_transform_train(const dt_image *img, int S, double scale_min, dt_rng *r, float *out, uint8_t *u8,
+                        dt_scratch *scratch) {
+    dt_box b = dt_rrc_box(img->w, img->h, scale_min, 1.0, 3.0 / 4.0, 4.0 / 3.0, r);
     int flip = dt_rng_uniform(r) < 0.5f;
     dt_image_crop_resize(img, b.x, b.y, b.w, b.h, S, S, u8, scratch);
     dt_normalize_u8(u8, S, flip, out);

@@ -1,6 +1,7 @@
 /* dt_transform.h: the ImageNet train and val transforms, as torchvision's
  *
- *   train: RandomResizedCrop(S, scale=(0.08, 1), ratio=(3/4, 4/3)), RandomHorizontalFlip(0.5),
+ *   train: RandomResizedCrop(S, scale=(scale_min, 1), ratio=(3/4, 4/3)) (scale_min 0.08 as torchvision
+ *          unless configured), RandomHorizontalFlip(0.5),
  *          ToTensor, Normalize(mean, std)
  *   val:   Resize(round(S * 256 / 224)), CenterCrop(S), ToTensor, Normalize(mean, std)
  *
@@ -46,7 +47,9 @@ int dt_val_resize_size(int S);
 void dt_normalize_u8(const uint8_t *u8, int S, int flip, float *out);
 
 /* The transforms. `u8` is scratch of S*S*3 bytes, `scratch` the resampler's. */
-void dt_transform_train(const dt_image *img, int S, dt_rng *r, float *out, uint8_t *u8, dt_scratch *scratch);
+/* scale_min: the smallest crop area as a fraction of the image (torchvision: 0.08). */
+void dt_transform_train(const dt_image *img, int S, double scale_min, dt_rng *r, float *out, uint8_t *u8,
+                        dt_scratch *scratch);
 void dt_transform_val(const dt_image *img, int S, float *out, uint8_t *u8, dt_scratch *scratch);
 /* The val geometry alone (also for tests): Resize(resize) then CenterCrop(S) as one resample
  * into u8 [S, S, 3]. */

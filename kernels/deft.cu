@@ -177,22 +177,27 @@ __global__ void __launch_bounds__(DEFT_THREADS) k_fwd(dims d, const float *__res
                     }
                 }
             }
-            /* Sum the channel slices in a fixed order. */
-            __syncthreads();
+            /* Sum the channel slices in a fixed order, 7 offset channels per round so that the
+             * exchange buffer stays small (CS * 7 * TP floats). */
 #pragma unroll
-            for (int j = 0; j < OCB; j++) scratch[(slice * OCB + j) * d.tp + pos] = acc[j];
-            __syncthreads();
-            for (int idx = tid; idx < on * d.tp; idx += DEFT_THREADS) {
-                int o = idx / d.tp, p = idx - o * d.tp, oc = o0 + o;
-                float s = __ldg(boff + oc);
-                for (int sl = 0; sl < CS; sl++) s += scratch[(sl * OCB + o) * d.tp + p];
-                if (oc >= 2 * d.GK) s = 1.0f / (1.0f + __expf(-s));
-                offs[oc * d.tp + p] = s;
-                int oy = oy0 + p / d.tw, ox = ox0 + p % d.tw;
-                if (oy < d.Ho && ox < d.Wo) {
-                    int64_t pi = (int64_t)oy * d.Wo + ox;
-                    if (oc < 2 * d.GK) offset[((int64_t)i * 2 * d.GK + oc) * d.P + pi] = s;
-                    else mask[((int64_t)i * d.GK + oc - 2 * d.GK) * d.P + pi] = s;
+            for (int r = 0; r < OCB / 7; r++) {
+                __syncthreads();
+#pragma unroll
+                for (int j = 0; j < 7; j++) scratch[(slice * 7 + j) * d.tp + pos] = acc[7 * r + j];
+                __syncthreads();
+                for (int idx = tid; idx < 7 * d.tp; idx += DEFT_THREADS) {
+                    int o = 7 * r + idx / d.tp, p = idx % d.tp, oc = o0 + o;
+                    if (o >= on) continue;
+                    float sum = __ldg(boff + oc);
+                    for (int sl = 0; sl < CS; sl++) sum += scratch[(sl * 7 + idx / d.tp) * d.tp + p];
+                    if (oc >= 2 * d.GK) sum = 1.0f / (1.0f + __expf(-sum));
+                    offs[oc * d.tp + p] = sum;
+                    int oy = oy0 + p / d.tw, ox = ox0 + p % d.tw;
+                    if (oy < d.Ho && ox < d.Wo) {
+                        int64_t pi = (int64_t)oy * d.Wo + ox;
+                        if (oc < 2 * d.GK) offset[((int64_t)i * 2 * d.GK + oc) * d.P + pi] = sum;
+                        else mask[((int64_t)i * d.GK + oc - 2 * d.GK) * d.P + pi] = sum;
+                    }
                 }
             }
             __syncthreads();
@@ -264,9 +269,7 @@ __global__ void __launch_bounds__(DEFT_THREADS) k_bwd(dims d, const float *__res
                                                       float *__restrict__ dx, unsigned long long *__restrict__ acc,
                                                       const double *__restrict__ scale, float *__restrict__ part) {
     extern __shared__ __align__(16) float smem[];
-    float *xs = smem;                                                       /* [CC][FHW] */
-    float *dxs_f = xs + (STAGE ? (d.CC * d.FHW + 3) & ~3 : 0);              /* [CC][FHW], 16-byte aligned */
-    unsigned long long *dxs_i = reinterpret_cast<unsigned long long *>(dxs_f); /* or int64 (DET) */
+    float *xs = smem; /* [CC][FHW]: the input footprint, for the corner values */
     const int tid = threadIdx.x;
     int i, ty, tx;
     tile_of(d, blockIdx.x, &i, &ty, &tx);
@@ -283,11 +286,13 @@ __global__ void __launch_bounds__(DEFT_THREADS) k_bwd(dims d, const float *__res
     const int nsamp = d.K * d.tp;
     sample sm[DEFT_SPT];
     float gy[DEFT_SPT], gx[DEFT_SPT], gm[DEFT_SPT];
+    int gbase[DEFT_SPT]; /* plane index of the top-left corner, for the scatter */
 #pragma unroll
     for (int j = 0; j < DEFT_SPT; j++) {
         gy[j] = gx[j] = gm[j] = 0.0f;
         int s = tid + j * DEFT_THREADS;
         sm[j].valid = 0;
+        gbase[j] = 0;
         if (s >= nsamp) continue;
         int k = s / d.tp, p = s - k * d.tp;
         int oy = oy0 + p / d.tw, ox = ox0 + p % d.tw;
@@ -299,18 +304,20 @@ __global__ void __launch_bounds__(DEFT_THREADS) k_bwd(dims d, const float *__res
             if (d.mask) m = __ldg(mask + ((int64_t)i * d.GK + g * d.K + k) * d.P + pi);
         }
         sm[j] = make_sample(d, s, i, oy0, ox0, fy0, fx0, dy, dxo, m, STAGE);
+        int ky = k / d.kw, kx = k - ky * d.kw;
+        float yy = (float)(oy * d.sh - d.ph + ky * d.dh) + dy, xx = (float)(ox * d.sw - d.pw + kx * d.dw) + dxo;
+        dt_bilin b = dt_bilin_make(yy, xx, d.H, d.W);
+        gbase[j] = b.yl * d.W + b.xl;
     }
 
+    /* The input gradient goes straight to global memory with atomics (red.global): measured
+     * faster on H200 than accumulating the footprint in shared memory and flushing it, which
+     * costs shared-memory capacity (occupancy), bank-conflicted atomics and a second pass. */
     for (int c0 = cbeg; c0 < cend; c0 += d.CC) {
         const int cn = min(d.CC, cend - c0);
         if (STAGE) {
             __syncthreads();
             stage(d, xs, xi, c0, cn, fy0, fx0);
-            if (dx) {
-                for (int idx = tid; idx < cn * d.FHW; idx += DEFT_THREADS) {
-                    if (DET) dxs_i[idx] = 0ull; else dxs_f[idx] = 0.0f;
-                }
-            }
             __syncthreads();
         }
         for (int cc = 0; cc < cn; cc++) {
@@ -330,38 +337,12 @@ __global__ void __launch_bounds__(DEFT_THREADS) k_bwd(dims d, const float *__res
                 gm[j] += g0 * (hy * hx * v[0] + hy * s.lx * v[1] + s.ly * hx * v[2] + s.ly * s.lx * v[3]);
                 if (!dx) continue;
                 float gd = g0 * s.m, cw[4] = {hy * hx * gd, hy * s.lx * gd, s.ly * hx * gd, s.ly * s.lx * gd};
-                if (s.insm) {
-                    int o4[4] = {s.base, s.base + 1, s.base + d.FW, s.base + d.FW + 1};
+                int o4[4] = {gbase[j], gbase[j] + 1, gbase[j] + d.W, gbase[j] + d.W + 1};
 #pragma unroll
-                    for (int q = 0; q < 4; q++) {
-                        if (!((s.ok >> q) & 1)) continue;
-                        if (DET) atomicAdd(dxs_i + cc * d.FHW + o4[q], fp_encode(cw[q], S));
-                        else atomicAdd(dxs_f + cc * d.FHW + o4[q], cw[q]);
-                    }
-                } else {
-                    int o4[4] = {s.base, s.base + 1, s.base + d.W, s.base + d.W + 1};
-#pragma unroll
-                    for (int q = 0; q < 4; q++) {
-                        if (!((s.ok >> q) & 1)) continue;
-                        if (DET) atomicAdd(acci + (int64_t)c * HW + o4[q], fp_encode(cw[q], S));
-                        else atomicAdd(dxi + (int64_t)c * HW + o4[q], cw[q]);
-                    }
-                }
-            }
-        }
-        if (STAGE && dx) {
-            __syncthreads();
-            for (int idx = tid; idx < cn * d.FHW; idx += DEFT_THREADS) {
-                int cc = idx / d.FHW, r = idx - cc * d.FHW, fy = r / d.FW, fx = r - fy * d.FW;
-                int iy = fy0 + fy, ix = fx0 + fx;
-                if (iy < 0 || iy >= d.H || ix < 0 || ix >= d.W) continue;
-                int64_t o = (int64_t)(c0 + cc) * HW + iy * d.W + ix;
-                if (DET) {
-                    unsigned long long v = dxs_i[idx];
-                    if (v) atomicAdd(acci + o, v);
-                } else {
-                    float v = dxs_f[idx];
-                    if (v != 0.0f) atomicAdd(dxi + o, v);
+                for (int q = 0; q < 4; q++) {
+                    if (!((s.ok >> q) & 1)) continue;
+                    if (DET) atomicAdd(acci + (int64_t)c * HW + o4[q], fp_encode(cw[q], S));
+                    else atomicAdd(dxi + (int64_t)c * HW + o4[q], cw[q]);
                 }
             }
         }
@@ -415,7 +396,26 @@ __global__ void k_split_om(dims d, const float *__restrict__ om, float *__restri
 
 /* ------------------------------------------------------------------ host side */
 
-const int SMEM_BUDGET = 96 * 1024;
+/* Shared memory per block, chosen for occupancy: at most ~48 KB lets 4 blocks (32 warps)
+ * share an SM, enough warps in flight to hide the gathers' latency (measured: ~100 KB
+ * blocks, 2 per SM, ran the fused kernels slower than the unfused ones). */
+const int SMEM_BUDGET = 48 * 1024;
+
+/* tile 0x0 = automatic: the largest of 8x8, 4x8, 4x4 that still gives >= 2 blocks per SM
+ * (small feature maps, like ResNet's 7x7, otherwise leave most of the GPU idle). */
+void pick_tile(const dt_deft_cfg *c, int *th, int *tw) {
+    *th = c->tile_h;
+    *tw = c->tile_w;
+    if (*th > 0 && *tw > 0) return;
+    static const int cand[3][2] = {{8, 8}, {4, 8}, {4, 4}};
+    int want = 2 * dt_gpu_sm_count();
+    for (int t = 0; t < 3; t++) {
+        *th = cand[t][0];
+        *tw = cand[t][1];
+        long blocks = (long)c->nb * ((c->Ho + *th - 1) / *th) * ((c->Wo + *tw - 1) / *tw);
+        if (blocks >= want) return;
+    }
+}
 
 dims make_dims(const dt_deft_cfg *c, int bwd) {
     dims d;
@@ -424,17 +424,19 @@ dims make_dims(const dt_deft_cfg *c, int bwd) {
     d.GK = c->G * d.K; d.mask = c->has_mask; d.OC = (c->has_mask ? 3 : 2) * d.GK;
     d.kh = c->g.kh; d.kw = c->g.kw; d.sh = c->g.sh; d.sw = c->g.sw; d.ph = c->g.ph; d.pw = c->g.pw;
     d.dh = c->g.dh; d.dw = c->g.dw;
-    d.th = c->tile_h; d.tw = c->tile_w; d.tp = d.th * d.tw;
+    pick_tile(c, &d.th, &d.tw);
+    d.tp = d.th * d.tw;
     d.tiles_y = (c->Ho + d.th - 1) / d.th; d.tiles_x = (c->Wo + d.tw - 1) / d.tw; d.tiles = d.tiles_x * d.tiles_y;
     d.halo = c->halo; d.swizzle = c->swizzle;
     d.FH = (d.th - 1) * d.sh + (d.kh - 1) * d.dh + 2 * d.halo + 2;
     d.FW = (d.tw - 1) * d.sw + (d.kw - 1) * d.dw + 2 * d.halo + 2;
     d.FHW = d.FH * d.FW;
     /* channel chunk: what fits the shared-memory budget next to the other buffers */
-    size_t per_c = (size_t)d.FHW * sizeof(float) * (bwd ? (c->det ? 3 : 2) : 1);
-    size_t wsz = (size_t)WCH * d.K * OCB > 7168 ? (size_t)WCH * d.K * OCB : 7168;
+    size_t per_c = (size_t)d.FHW * sizeof(float);
+    size_t wsz = (size_t)WCH * d.K * OCB > 1792 ? (size_t)WCH * d.K * OCB : 1792; /* weights / exchange */
     size_t other = (bwd ? 16 : (size_t)(((d.OC * d.tp + 3) & ~3) + wsz + 4) * sizeof(float));
     int cc = c->stage ? (int)((SMEM_BUDGET - other) / per_c) : d.C; /* unstaged: nothing to fit */
+    if (c->stage && (size_t)SMEM_BUDGET <= other + per_c) cc = 1;
     d.CC = cc < 1 ? 1 : cc;
     d.splits_per_group = 1;
     d.cs = d.Cg;
@@ -444,16 +446,14 @@ dims make_dims(const dt_deft_cfg *c, int bwd) {
 size_t fwd_smem(const dims &d, bool fuse, bool stage) {
     size_t f = (stage ? ((size_t)d.CC * d.FHW + 3) & ~(size_t)3 : 0) + ((d.OC * d.tp + 3) & ~3);
     if (fuse) {
-        size_t w = (size_t)WCH * d.K * OCB, r = 7168; /* CS*OCB*TP = 256*28 */
+        size_t w = (size_t)WCH * d.K * OCB, r = 1792; /* exchange: CS * 7 * TP = 256 * 7 */
         f += w > r ? w : r;
     }
     return f * sizeof(float);
 }
 
-size_t bwd_smem(const dims &d, bool stage, bool det) {
-    if (!stage) return 0;
-    size_t xs = ((size_t)d.CC * d.FHW + 3) & ~(size_t)3;
-    return (xs + (size_t)d.CC * d.FHW * (det ? 2 : 1)) * sizeof(float);
+size_t bwd_smem(const dims &d, bool stage) {
+    return stage ? (size_t)d.CC * d.FHW * sizeof(float) : 0;
 }
 
 /* Channel splits for the backward: enough blocks to fill the GPU when tiles are few, each
@@ -480,18 +480,20 @@ extern "C" {
 
 const char *dt_deft_check(const dt_deft_cfg *c) {
     static char msg[256];
-    int tp = c->tile_h * c->tile_w, K = c->g.kh * c->g.kw;
-    if (c->tile_h < 1 || c->tile_w < 1 || DEFT_THREADS % tp)
+    int th, tw;
+    pick_tile(c, &th, &tw);
+    int tp = th * tw, K = c->g.kh * c->g.kw;
+    if (th < 1 || tw < 1 || DEFT_THREADS % tp)
         return snprintf(msg, sizeof msg, "deft tile %dx%d: tile_h*tile_w must divide %d (e.g. 8x8, 4x8, 4x4, 16x16)",
-                        c->tile_h, c->tile_w, DEFT_THREADS), msg;
+                        th, tw, DEFT_THREADS), msg;
     if (K * tp > DEFT_SPT * DEFT_THREADS)
         return snprintf(msg, sizeof msg, "deft tile %dx%d: with a %dx%d kernel at most %d positions per tile",
-                        c->tile_h, c->tile_w, c->g.kh, c->g.kw, DEFT_SPT * DEFT_THREADS / K), msg;
+                        th, tw, c->g.kh, c->g.kw, DEFT_SPT * DEFT_THREADS / K), msg;
     if (c->halo < 0 || c->halo > 32) return snprintf(msg, sizeof msg, "deft halo %d: must be 0..32", c->halo), msg;
     dims d = make_dims(c, 1);
-    if ((size_t)d.FHW * sizeof(float) * 3 > (size_t)SMEM_BUDGET && c->stage)
+    if ((size_t)d.FHW * sizeof(float) * 2 > (size_t)SMEM_BUDGET && c->stage)
         return snprintf(msg, sizeof msg, "deft tile %dx%d with halo %d: the staged footprint (%dx%d) does not fit shared memory",
-                        c->tile_h, c->tile_w, c->halo, d.FH, d.FW), msg;
+                        th, tw, c->halo, d.FH, d.FW), msg;
     if ((int64_t)c->C * K * c->nb * c->Ho * c->Wo >= INT32_MAX / 2 || (int64_t)c->nb * c->C * c->H * c->W >= INT32_MAX)
         return "deft: chunk too large for 32-bit indexing (the caller must use smaller chunks)";
     return NULL;
@@ -545,7 +547,7 @@ void dt_deft_bwd_cuda(const dt_deft_cfg *c, const float *dcol, const float *x, c
         DT_CHECK(cudaMemsetAsync(dx, 0, nx * sizeof(float), dt_stream()));
     }
     fp_ws f = fp_ws_at(fws);
-    size_t smem = bwd_smem(d, stage, det);
+    size_t smem = bwd_smem(d, stage);
     dim3 grid((unsigned)(d.nb * d.tiles), (unsigned)(d.G * d.splits_per_group));
     if (grid.x && grid.y) {
 #define LAUNCH_BWD(S, D)                                                                                           \

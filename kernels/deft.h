@@ -39,7 +39,8 @@ extern "C" {
 typedef struct {
     int nb, C, H, W, Ho, Wo, G, has_mask;
     dt_conv_geom g;
-    int tile_h, tile_w, halo, swizzle, stage, det;
+    int tile_h, tile_w; /* 0 x 0: chosen for occupancy (8x8, 4x8 or 4x4) */
+    int halo, swizzle, stage, det;
 } dt_deft_cfg;
 
 /* Validates the configuration: returns NULL or a message naming the bad knob. */

@@ -14,7 +14,7 @@ __global__ void k_sgd(const dt_sgd_tensor *__restrict__ ts, const dt_sgd_chunk *
             s.m[i] = m;
             d = nesterov ? g + momentum * m : m;
         }
-        s.p[i] = p - lr * d;
+        s.p[i] = p - lr * s.lr_mult * d;
     }
 }
 

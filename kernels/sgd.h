@@ -3,7 +3,7 @@
  *   g = grad + wd * p
  *   m = first ? g : momentum * m + (1 - dampening) * g       (when momentum != 0)
  *   d = nesterov ? g + momentum * m : m                        (d = g without momentum)
- *   p = p - lr * d
+ *   p = p - lr * lr_mult * d
  * The CUDA version walks a table of fixed-size chunks, so one launch covers every parameter
  * whatever their sizes; the tables live on the device and change only when the set of
  * parameters with a gradient changes. */
@@ -22,7 +22,8 @@ typedef struct {
     float *m; /* momentum buffer (unused when momentum == 0) */
     int64_t n;
     float wd;
-    int first; /* the momentum buffer starts as g */
+    float lr_mult; /* this tensor's learning rate is lr * lr_mult */
+    int first;     /* the momentum buffer starts as g */
 } dt_sgd_tensor;
 
 typedef struct {

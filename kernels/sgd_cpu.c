@@ -10,7 +10,7 @@ void dt_sgd_step_cpu(const dt_sgd_tensor *ts, int count, float lr, float momentu
                 s->m[i] = m;
                 d = nesterov ? g + momentum * m : m;
             }
-            s->p[i] -= lr * d;
+            s->p[i] -= lr * s->lr_mult * d;
         }
     }
 }

@@ -27,9 +27,23 @@ int dt_deform_mode_parse(const char *s) {
 }
 
 dt_deft_knobs dt_deft_knobs_default(void) {
-    dt_deft_knobs k = {.tile_h = 8, .tile_w = 8, .halo = -1, .halo_refresh = 200, .swizzle = 1, .fuse_offset = 1,
+    dt_deft_knobs k = {.tile_h = 0, .tile_w = 0, .halo = -1, .halo_refresh = 200, .swizzle = 1, .fuse_offset = 1,
                        .stage = 1, .deterministic = 0};
     return k;
+}
+
+int dt_deft_knobs_validate(const dt_deft_knobs *k, dt_conv_geom g, char *err, int errlen) {
+    int tp = k->tile_h * k->tile_w, K = g.kh * g.kw;
+    if (!(k->tile_h == 0 && k->tile_w == 0)) {
+        if (k->tile_h < 1 || k->tile_w < 1 || 256 % tp)
+            return snprintf(err, errlen, "tile %dx%d: tile_h*tile_w must divide 256 (e.g. 8x8, 4x8, 4x4), or 0x0 for automatic",
+                            k->tile_h, k->tile_w), -1;
+        if (K * tp > 1024)
+            return snprintf(err, errlen, "tile %dx%d: with a %dx%d kernel a tile holds at most %d positions", k->tile_h,
+                            k->tile_w, g.kh, g.kw, 1024 / K), -1;
+    }
+    if (k->halo < -1 || k->halo > 32) return snprintf(err, errlen, "halo %d: must be -1 (automatic) or 0..32", k->halo), -1;
+    return 0;
 }
 
 /* ---- shape checks shared by the op and the fused op ---- */
@@ -306,9 +320,9 @@ void dt_offset_stats_compute(const dt_tensor *offset, float halo, dt_offset_stat
         st->mean_abs_dx = h[DT_OFFHIST_SUM + 1] / 65536.0 / valid;
     }
     static const double qs[4] = {0.5, 0.9, 0.99, 0.999};
-    for (int i = 0; i < 4; i++) {
-        st->p_dy[i] = percentile(h + DT_OFFHIST_DY, valid, qs[i], st->max_abs);
-        st->p_dx[i] = percentile(h + DT_OFFHIST_DX, valid, qs[i], st->max_abs);
+    for (int i = 0; i < 4; i++) { /* interpolated within a bin, never past the largest value */
+        st->p_dy[i] = fminf(percentile(h + DT_OFFHIST_DY, valid, qs[i], st->max_abs), st->max_abs);
+        st->p_dx[i] = fminf(percentile(h + DT_OFFHIST_DX, valid, qs[i], st->max_abs), st->max_abs);
     }
     st->halo = halo;
     st->frac_outside = st->samples ? (double)h[DT_OFFHIST_OUT] / st->samples : 0.0;

@@ -32,7 +32,8 @@ int dt_deform_mode_parse(const char *s); /* -1 when unknown */
 
 /* The fusion choices of the deft mode, each switchable for ablation. */
 typedef struct {
-    int tile_h, tile_w; /* output positions per fused block (default 8 x 8) */
+    int tile_h, tile_w; /* output positions per fused block; 0 x 0 (default): 8x8, 4x8 or 4x4,
+                           the largest that still gives >= 2 blocks per SM */
     int halo;           /* input pixels staged around the tile; -1: chosen from the offset
                            statistics (the DefT idea), refreshed every halo_refresh calls */
     int halo_refresh;   /* calls between automatic halo updates (default 200) */
@@ -42,6 +43,8 @@ typedef struct {
     int deterministic;  /* bitwise-reproducible backward (default 0); also honoured by unfused */
 } dt_deft_knobs;
 dt_deft_knobs dt_deft_knobs_default(void);
+/* 0, or -1 with a message naming the bad knob (checked on the CPU, e.g. for a config). */
+int dt_deft_knobs_validate(const dt_deft_knobs *k, dt_conv_geom g, char *err, int errlen);
 
 /* Offset statistics of one layer (DefT sizes its halo from these). */
 typedef struct {

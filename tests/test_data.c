@@ -513,7 +513,7 @@ DT_TEST(data_normalize_constant_image_exact) {
         dt_rng r;
         dt_rng_derive(&r, 1, 2, 3);
         if (mode == 0)
-            dt_transform_train(&im, S, &r, out, u8, &sc);
+            dt_transform_train(&im, S, 0.08, &r, out, u8, &sc);
         else
             dt_transform_val(&im, S, out, u8, &sc);
         int bad = 0;

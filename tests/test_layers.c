@@ -329,6 +329,7 @@ DT_TEST(sgd_matches_pytorch_rule) {
         dt_tensor *p = dt_param_new(&ps, "p", 1, s, DT_CPU, 1);
         dt_tensor *q = dt_param_new(&ps, "q", 1, s, DT_CPU, 0); /* no_decay */
         dt_tensor *r = dt_param_new(&ps, "r", 1, s, DT_CPU, 1); /* never gets a gradient */
+        q->lr_mult = 0.5f;
         for (int i = 0; i < 5; i++) p->data[i] = q->data[i] = r->data[i] = 1.0f + i;
         dt_sgd opt;
         dt_sgd_opts o = {.momentum = 0.9f, .weight_decay = 0.1f, .nesterov = nesterov};
@@ -347,7 +348,7 @@ DT_TEST(sgd_matches_pytorch_rule) {
                 mp[i] = step ? 0.9 * mp[i] + gp : gp;
                 mq[i] = step ? 0.9 * mq[i] + gq : gq;
                 pr[i] -= 0.1 * (nesterov ? gp + 0.9 * mp[i] : mp[i]);
-                qr[i] -= 0.1 * (nesterov ? gq + 0.9 * mq[i] : mq[i]);
+                qr[i] -= 0.5 * 0.1 * (nesterov ? gq + 0.9 * mq[i] : mq[i]);
             }
         }
         for (int i = 0; i < 5; i++) {

@@ -159,6 +159,7 @@ DT_GPU_TEST(gpu_parity_sgd_multi_tensor) {
         snprintf(n, sizeof n, "p%d", i);
         dt_tensor *a = dt_param_new(&pc, n, 1, &sizes[i], DT_CPU, i % 2);
         dt_tensor *b = dt_param_new(&pg, n, 1, &sizes[i], DT_GPU, i % 2);
+        a->lr_mult = b->lr_mult = i == 2 ? 0.1f : 1.0f;
         dt_tensor_fill_normal(a, dt_test_rng(), 0, 1);
         dt_tensor_copy(b, a);
     }

@@ -46,7 +46,7 @@ void dt_sgd_step(dt_sgd *s, float lr) {
         s->active_prev[i] = (unsigned char)active;
         if (!active) continue;
         tab[count++] = (dt_sgd_tensor){p->data, p->grad->data, s->bufs[i] ? s->bufs[i]->data : NULL, p->numel,
-                                       wd_of(s, p), first};
+                                       wd_of(s, p), p->lr_mult, first};
         nchunks += dt_ceil_div(p->numel, DT_SGD_CHUNK);
     }
     if (count && ps->items[0]->dev == DT_GPU) {

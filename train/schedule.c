@@ -11,7 +11,8 @@ static float after_warmup(const dt_schedule *s, int64_t step) {
     }
     case DT_SCHED_COSINE: {
         int64_t span = s->total_steps - s->warmup_steps;
-        double t = span > 0 ? (double)(step - s->warmup_steps) / span : 1.0;
+        if (span <= 0) return s->base_lr; /* all warmup: nothing left to anneal */
+        double t = (double)(step - s->warmup_steps) / span;
         if (t < 0) t = 0;
         if (t > 1) t = 1;
         return (float)(s->min_lr + (s->base_lr - s->min_lr) * 0.5 * (1.0 + cos(M_PI * t)));

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# `make reproduce`: the normalized training-time table behind DefT's "46 % less training time".
+# ResNet-18 on synthetic data (random device tensors: pure compute, no loader), 224x224,
+# batch 64 and 256: plain, all-deformable `unfused`, all-deformable `deft`; then the ablation
+# at batch 64 (each deft knob off in turn, and deterministic mode). Median step time after
+# the warm-up steps. Writes runs/reproduce.csv, runs/reproduce_chart.csv and a PNG chart.
+#   STEPS=40 WARM=10 BATCHES="64 256" VERSION=1 bash bench/reproduce.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+B=${BUILD:-build}
+STEPS=${STEPS:-40}
+WARM=${WARM:-10}
+BATCHES=${BATCHES:-"64 256"}
+VERSION=${VERSION:-1}
+OUTDIR=${OUTDIR:-runs}
+mkdir -p "$OUTDIR"
+CSV=$OUTDIR/reproduce.csv
+echo "config,batch,median_ms,p90_ms,fwd_ms,bwd_ms,opt_ms,img_per_s,peak_gib" > "$CSV"
+
+run() { # label batch overrides...
+    local label=$1 batch=$2
+    shift 2
+    local log=$OUTDIR/repro_${label}_b${batch}
+    "$B/train" configs/synthetic_timing.cfg batch="$batch" steps="$STEPS" timing_warmup="$WARM" \
+        deform_version="$VERSION" progress=0 log="$log" "$@" > "$log.out" 2>&1 || {
+        echo "reproduce: $label (batch $batch) failed:"; tail -5 "$log.out"; exit 1; }
+    local s=$log\_summary.txt
+    printf '%s,%s,%s,%s,%s,%s,%s,%s,%s\n' "$label" "$batch" "$(awk '/^median_step_ms/{print $2}' "$s")" \
+        "$(awk '/^p90_step_ms/{print $2}' "$s")" "$(awk '/^fwd_ms/{print $2}' "$s")" "$(awk '/^bwd_ms/{print $2}' "$s")" \
+        "$(awk '/^opt_ms/{print $2}' "$s")" "$(awk '/^img_per_s/{print $2}' "$s")" "$(awk '/^peak_mem_gib/{print $2}' "$s")" >> "$CSV"
+    echo "  $label batch $batch: $(awk '/^median_step_ms/{print $2}' "$s") ms/step"
+}
+
+for b in $BATCHES; do
+    run plain "$b" deform=none
+    run unfused "$b" deform=all deform_mode=unfused
+    run deft "$b" deform=all deform_mode=deft
+done
+b=$(echo $BATCHES | awk '{print $1}')
+run deft_fuse0 "$b" deform=all deform_mode=deft fuse_offset=0
+run deft_stage0 "$b" deform=all deform_mode=deft stage=0
+run deft_swizzle0 "$b" deform=all deform_mode=deft swizzle=0
+run deft_halo1 "$b" deform=all deform_mode=deft halo=1
+run deft_det "$b" deform=all deform_mode=deft deterministic=1
+run unfused_det "$b" deform=all deform_mode=unfused deterministic=1
+
+# The normalized table (plain = 1.00) and the reduction of deft over unfused.
+python3 - "$CSV" "$OUTDIR" <<'PY' || awk -F, 'NR>1{print}' "$CSV"
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+out = sys.argv[2]
+by = {(r['config'], r['batch']): float(r['median_ms']) for r in rows}
+print('\n| config | batch | ms/step | normalized (plain = 1.00) | img/s | peak GiB |')
+print('| --- | ---: | ---: | ---: | ---: | ---: |')
+chart = open(out + '/reproduce_chart.csv', 'w')
+for r in rows:
+    plain = by.get(('plain', r['batch']))
+    norm = float(r['median_ms']) / plain if plain else float('nan')
+    print(f"| {r['config']} | {r['batch']} | {float(r['median_ms']):.2f} | {norm:.2f} | {float(r['img_per_s']):.0f} | {float(r['peak_gib']):.2f} |")
+    chart.write(f"{r['config']} b{r['batch']},{norm:.3f},({float(r['median_ms']):.1f} ms)\n")
+for b in sorted({r['batch'] for r in rows}, key=int):
+    if ('unfused', b) in by and ('deft', b) in by:
+        print(f"batch {b}: deft takes {100 * (1 - by[('deft', b)] / by[('unfused', b)]):.1f} % less time than unfused")
+PY
+if [ -f "$OUTDIR/reproduce_chart.csv" ] && [ -x "$B/chart" ]; then
+    "$B/chart" "$OUTDIR/reproduce_chart.csv" "$OUTDIR/reproduce.png" "ResNet-18 step time, normalized to plain (lower is better)"
+    echo "chart: $OUTDIR/reproduce.png"
+fi

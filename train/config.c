@@ -1,0 +1,237 @@
+/* Table-driven config parsing: one row per key with its type, range or choices, default and
+ * a line of help. */
+#include <ctype.h>
+#include <errno.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dt_config.h"
+
+typedef enum { T_INT, T_I64, T_U64, T_FLOAT, T_STR, T_ENUM, T_BOOL } key_type;
+
+typedef struct {
+    const char *key;
+    key_type type;
+    size_t off, size;
+    const char *def;
+    const char *choices; /* T_ENUM: "a|b|c" */
+    double lo, hi;       /* numeric range */
+    const char *help;
+} key_spec;
+
+#define F(field) offsetof(dt_train_cfg, field), sizeof(((dt_train_cfg *)0)->field)
+
+static const key_spec KEYS[] = {
+    {"data", T_STR, F(data), "", NULL, 0, 0, "dataset root holding train/<class>/ and val/<class>/"},
+    {"synthetic", T_BOOL, F(synthetic), "0", NULL, 0, 1, "1: random device tensors instead of images (times pure compute)"},
+    {"classes", T_INT, F(classes), "1000", NULL, 2, 100000, "number of classes when synthetic=1"},
+    {"image_size", T_INT, F(image_size), "224", NULL, 32, 1024, "input resolution (square)"},
+    {"batch", T_INT, F(batch), "64", NULL, 1, 65536, "images per step"},
+    {"workers", T_INT, F(workers), "0", NULL, 0, 1024, "loader threads (0 = number of cores)"},
+    {"crop_scale_min", T_FLOAT, F(crop_scale_min), "0.08", NULL, 0.01, 1, "RandomResizedCrop's smallest area fraction"},
+    {"cache", T_BOOL, F(cache), "0", NULL, 0, 1, "keep decoded, downsized images in memory (small datasets)"},
+    {"max_val_batches", T_INT, F(max_val_batches), "0", NULL, 0, 1 << 30, "evaluate on at most this many val batches (0 = all)"},
+    {"device", T_ENUM, F(device), "cuda", "cuda|cpu", 0, 0, "where to train"},
+    {"tf32", T_BOOL, F(tf32), "0", NULL, 0, 1, "TF32 tensor cores for cuBLAS (off: plain fp32)"},
+    {"col_budget_mb", T_INT, F(col_budget_mb), "256", NULL, 1, 65536, "column-buffer budget of conv/deform chunks (MiB)"},
+    {"epochs", T_INT, F(epochs), "1", NULL, 1, 100000, "epochs to train"},
+    {"steps", T_I64, F(steps), "0", NULL, 0, 1e15, "stop after this many steps (0 = run the epochs)"},
+    {"lr", T_FLOAT, F(lr), "0.1", NULL, 0, 1e6, "base learning rate"},
+    {"momentum", T_FLOAT, F(momentum), "0.9", NULL, 0, 1, "SGD momentum"},
+    {"nesterov", T_BOOL, F(nesterov), "0", NULL, 0, 1, "Nesterov momentum"},
+    {"weight_decay", T_FLOAT, F(weight_decay), "1e-4", NULL, 0, 1, "L2 weight decay"},
+    {"decay_bn_bias", T_BOOL, F(decay_bn_bias), "1", NULL, 0, 1, "0: exempt BN and bias parameters from weight decay"},
+    {"schedule", T_ENUM, F(schedule), "cosine", "const|step|cosine", 0, 0, "learning-rate schedule"},
+    {"lr_step_epochs", T_INT, F(lr_step_epochs), "30", NULL, 1, 100000, "schedule=step: epochs between decays"},
+    {"lr_gamma", T_FLOAT, F(lr_gamma), "0.1", NULL, 0, 1, "schedule=step: decay factor"},
+    {"min_lr", T_FLOAT, F(min_lr), "0", NULL, 0, 1e6, "schedule=cosine: final learning rate"},
+    {"warmup", T_I64, F(warmup), "0", NULL, 0, 1e12, "linear warmup steps"},
+    {"warmup_start", T_FLOAT, F(warmup_start), "0.1", NULL, 0, 1, "warmup starts at lr * warmup_start"},
+    {"label_smoothing", T_FLOAT, F(label_smoothing), "0", NULL, 0, 0.999, "label smoothing of the cross-entropy"},
+    {"width", T_FLOAT, F(width), "1", NULL, 0.0625, 4, "channel-width multiplier (1 = ResNet-18; 0.25 for quick CPU runs)"},
+    {"deform", T_STR, F(deform), "none", NULL, 0, 0, "deformable 3x3 convs: none, all, or stages like 3,4"},
+    {"deform_version", T_INT, F(deform_version), "1", NULL, 1, 2, "1 = DCNv1, 2 = DCNv2 (with mask)"},
+    {"deform_mode", T_ENUM, F(deform_mode), "deft", "unfused|deft", 0, 0, "implementation of the deformable convs"},
+    {"offset_groups", T_INT, F(offset_groups), "1", NULL, 1, 64, "offset groups of the deformable convs"},
+    {"offset_init_std", T_FLOAT, F(offset_init_std), "0", NULL, 0, 10, "std of the offset convs' initial weights (0 = zeros)"},
+    {"offset_lr_mult", T_FLOAT, F(offset_lr_mult), "0.1", NULL, 0, 100, "learning-rate multiplier of the offset convs"},
+    {"tile", T_STR, F(tile), "auto", NULL, 0, 0, "deft: output tile per block, auto or HxW (8x8, 4x8, 4x4, ...)"},
+    {"halo", T_INT, F(halo), "-1", NULL, -1, 32, "deft: staged halo in px (-1 = from the offset statistics)"},
+    {"halo_refresh", T_INT, F(halo_refresh), "200", NULL, 0, 1 << 30, "deft: steps between automatic halo updates"},
+    {"swizzle", T_BOOL, F(swizzle), "1", NULL, 0, 1, "deft: block-ID swizzle for L2 reuse"},
+    {"fuse_offset", T_BOOL, F(fuse_offset), "1", NULL, 0, 1, "deft: offset conv inside the sampling kernel"},
+    {"stage", T_BOOL, F(stage), "1", NULL, 0, 1, "deft: stage the input tile in shared memory"},
+    {"deterministic", T_BOOL, F(deterministic), "0", NULL, 0, 1, "bitwise-reproducible deformable backward"},
+    {"seed", T_U64, F(seed), "0", NULL, 0, 1.8e19, "seed of initialization, shuffling and augmentation"},
+    {"checkpoint", T_STR, F(checkpoint), "", NULL, 0, 0, "write a checkpoint here after every epoch (and at the end)"},
+    {"resume", T_STR, F(resume), "", NULL, 0, 0, "resume from this checkpoint"},
+    {"log", T_STR, F(log), "", NULL, 0, 0, "log prefix: writes PREFIX.log, PREFIX_steps.csv, PREFIX_epochs.csv"},
+    {"log_every", T_INT, F(log_every), "10", NULL, 1, 1 << 30, "steps between log lines"},
+    {"eval_every", T_INT, F(eval_every), "1", NULL, 0, 100000, "epochs between evaluations (0 = only at the end)"},
+    {"timing_warmup", T_INT, F(timing_warmup), "10", NULL, 0, 1 << 30, "steps left out of the time statistics"},
+    {"progress", T_BOOL, F(progress), "1", NULL, 0, 1, "live progress line when stdout is a terminal"},
+    {"stop_at", T_I64, F(stop_at), "0", NULL, 0, 1e15, "stop after this global step, writing the checkpoint (resume later)"},
+};
+#define NKEYS ((int)(sizeof KEYS / sizeof *KEYS))
+
+static void list_keys(char *buf, size_t len) {
+    size_t o = 0;
+    for (int i = 0; i < NKEYS && o < len; i++) o += snprintf(buf + o, len - o, "%s%s", i ? ", " : "", KEYS[i].key);
+}
+
+static char *trim(char *s) {
+    while (isspace((unsigned char)*s)) s++;
+    char *e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1])) *--e = 0;
+    return s;
+}
+
+static int set_value(dt_train_cfg *c, const key_spec *k, const char *v, dt_err *err) {
+    void *dst = (char *)c + k->off;
+    char *end;
+    errno = 0;
+    switch (k->type) {
+    case T_STR:
+        if (strlen(v) >= k->size) return dt_errf(err, "value for '%s' is too long (at most %zu characters)", k->key, k->size - 1);
+        strcpy(dst, v);
+        return 0;
+    case T_ENUM: {
+        size_t n = strlen(v);
+        for (const char *p = k->choices; *p;) {
+            const char *q = strchr(p, '|');
+            size_t len = q ? (size_t)(q - p) : strlen(p);
+            if (len == n && !strncmp(p, v, n)) {
+                strcpy(dst, v);
+                return 0;
+            }
+            p += len + (q ? 1 : 0);
+        }
+        return dt_errf(err, "bad value '%s' for '%s': expected one of %s", v, k->key, k->choices);
+    }
+    case T_BOOL:
+        if (!strcmp(v, "1") || !strcmp(v, "true") || !strcmp(v, "yes") || !strcmp(v, "on")) *(int *)dst = 1;
+        else if (!strcmp(v, "0") || !strcmp(v, "false") || !strcmp(v, "no") || !strcmp(v, "off")) *(int *)dst = 0;
+        else return dt_errf(err, "bad value '%s' for '%s': expected 0 or 1", v, k->key);
+        return 0;
+    case T_FLOAT: {
+        double d = strtod(v, &end);
+        if (end == v || *end || errno) return dt_errf(err, "bad value '%s' for '%s': expected a number", v, k->key);
+        if (d < k->lo || d > k->hi) return dt_errf(err, "value %s for '%s' is out of range [%g, %g]", v, k->key, k->lo, k->hi);
+        *(float *)dst = (float)d;
+        return 0;
+    }
+    default: {
+        long long x = strtoll(v, &end, 10);
+        if (end == v || *end || errno) return dt_errf(err, "bad value '%s' for '%s': expected an integer", v, k->key);
+        if ((double)x < k->lo || (double)x > k->hi)
+            return dt_errf(err, "value %s for '%s' is out of range [%.0f, %.0f]", v, k->key, k->lo, k->hi);
+        if (k->type == T_INT) *(int *)dst = (int)x;
+        else if (k->type == T_I64) *(int64_t *)dst = x;
+        else *(uint64_t *)dst = (uint64_t)x;
+        return 0;
+    }
+    }
+}
+
+static int set_kv(dt_train_cfg *c, const char *key, const char *value, dt_err *err) {
+    for (int i = 0; i < NKEYS; i++)
+        if (!strcmp(KEYS[i].key, key)) return set_value(c, &KEYS[i], value, err);
+    char keys[2048];
+    list_keys(keys, sizeof keys);
+    return dt_errf(err, "unknown key '%s' (valid keys: %s)", key, keys);
+}
+
+void dt_config_defaults(dt_train_cfg *c) {
+    memset(c, 0, sizeof *c);
+    for (int i = 0; i < NKEYS; i++)
+        if (set_value(c, &KEYS[i], KEYS[i].def, NULL)) dt_fatal("config default of %s is invalid", KEYS[i].key);
+}
+
+int dt_config_set(dt_train_cfg *c, const char *assignment, dt_err *err) {
+    char buf[1024];
+    if (strlen(assignment) >= sizeof buf) return dt_errf(err, "override too long: %.40s...", assignment);
+    strcpy(buf, assignment);
+    char *eq = strchr(buf, '=');
+    if (!eq) return dt_errf(err, "override '%s' is not of the form key=value", assignment);
+    *eq = 0;
+    return set_kv(c, trim(buf), trim(eq + 1), err);
+}
+
+int dt_config_load(dt_train_cfg *c, const char *path, dt_err *err) {
+    FILE *f = fopen(path, "r");
+    if (!f) return dt_errf(err, "cannot open config %s: %s", path, strerror(errno));
+    char line[1024];
+    int ln = 0;
+    while (fgets(line, sizeof line, f)) {
+        ln++;
+        char *hash = strchr(line, '#');
+        if (hash) *hash = 0;
+        char *s = trim(line);
+        if (!*s) continue;
+        char *eq = strchr(s, '=');
+        if (!eq) {
+            fclose(f);
+            return dt_errf(err, "%s:%d: expected 'key = value', got '%s'", path, ln, s);
+        }
+        *eq = 0;
+        dt_err e;
+        if (set_kv(c, trim(s), trim(eq + 1), &e)) {
+            fclose(f);
+            return dt_errf(err, "%s:%d: %s", path, ln, e.msg);
+        }
+    }
+    fclose(f);
+    return 0;
+}
+
+int dt_config_check(const dt_train_cfg *c, dt_err *err) {
+    if (!c->synthetic && !c->data[0])
+        return dt_errf(err, "no dataset: set data=PATH (a folder with train/ and val/) or synthetic=1");
+    int h, w;
+    if (strcmp(c->tile, "auto") && (sscanf(c->tile, "%dx%d", &h, &w) != 2 || h < 1 || w < 1))
+        return dt_errf(err, "bad value '%s' for 'tile': expected auto or HxW like 8x8", c->tile);
+    const char *d = c->deform;
+    if (strcmp(d, "none") && strcmp(d, "all")) {
+        int ok = 1, any = 0;
+        for (const char *p = d; *p; p++) {
+            if (*p >= '1' && *p <= '4') any = 1;
+            else if (*p != ',') ok = 0;
+        }
+        if (!ok || !any) return dt_errf(err, "bad value '%s' for 'deform': expected none, all, or stages like 3,4", d);
+    }
+    if (c->resume[0] && c->checkpoint[0] && !strcmp(c->resume, c->checkpoint)) {
+        /* allowed: resume and keep writing the same file */
+    }
+    return 0;
+}
+
+void dt_config_write(const dt_train_cfg *c, FILE *f) {
+    for (int i = 0; i < NKEYS; i++) {
+        const key_spec *k = &KEYS[i];
+        const void *v = (const char *)c + k->off;
+        fprintf(f, "%s = ", k->key);
+        switch (k->type) {
+        case T_STR:
+        case T_ENUM: fprintf(f, "%s\n", (const char *)v); break;
+        case T_BOOL:
+        case T_INT: fprintf(f, "%d\n", *(const int *)v); break;
+        case T_I64: fprintf(f, "%lld\n", (long long)*(const int64_t *)v); break;
+        case T_U64: fprintf(f, "%llu\n", (unsigned long long)*(const uint64_t *)v); break;
+        case T_FLOAT: fprintf(f, "%.9g\n", *(const float *)v); break;
+        }
+    }
+}
+
+void dt_config_help(FILE *f) {
+    fprintf(f, "keys (file lines `key = value`, or command-line overrides key=value):\n");
+    for (int i = 0; i < NKEYS; i++) {
+        const key_spec *k = &KEYS[i];
+        char dom[64] = "";
+        if (k->type == T_ENUM) snprintf(dom, sizeof dom, "%s", k->choices);
+        else if (k->type == T_BOOL) snprintf(dom, sizeof dom, "0|1");
+        else if (k->type == T_STR) snprintf(dom, sizeof dom, "text");
+        else snprintf(dom, sizeof dom, "%g..%g", k->lo, k->hi);
+        fprintf(f, "  %-16s %-18s default %-8s %s\n", k->key, dom, k->def[0] ? k->def : "\"\"", k->help);
+    }
+}

@@ -1,0 +1,56 @@
+/* dt_checkpoint.h: training checkpoints. One binary file: a magic and version, the payload
+ * length and its FNV-1a checksum, then the effective config text, the position (epoch, batch
+ * within the epoch, global step) and named float32 tensors (parameters, BN running
+ * statistics, momentum buffers "momentum/<param>"). Written to a temporary file, flushed to
+ * disk and renamed over the target, so a crash never leaves a half-written checkpoint in
+ * place. Reading verifies everything and says what is wrong. */
+#ifndef DT_CHECKPOINT_H
+#define DT_CHECKPOINT_H
+
+#include <stdint.h>
+
+#include "dt_common.h"
+#include "dt_tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    int64_t epoch;  /* epoch to continue in */
+    int64_t batch;  /* batches of that epoch already done */
+    int64_t step;   /* global optimizer steps done */
+} dt_ckpt_pos;
+
+typedef struct {
+    const char *name;
+    const dt_tensor *t;
+} dt_ckpt_item;
+
+int dt_checkpoint_save(const char *path, const char *config_text, const dt_ckpt_pos *pos, const dt_ckpt_item *items,
+                       int n, dt_err *err);
+
+/* A checkpoint read into memory. */
+typedef struct {
+    char *config_text;
+    dt_ckpt_pos pos;
+    int n;
+    char **names;
+    int *ndim;
+    int64_t (*shape)[DT_MAX_DIMS];
+    float **data;
+    void *blob;
+} dt_checkpoint;
+
+int dt_checkpoint_read(const char *path, dt_checkpoint *ck, dt_err *err);
+/* Index of a tensor by name, or -1. */
+int dt_checkpoint_find(const dt_checkpoint *ck, const char *name);
+/* Copies the named tensor into t (any device); -1 with a message when absent or the shape
+ * differs (naming both shapes). */
+int dt_checkpoint_copy_to(const dt_checkpoint *ck, const char *name, dt_tensor *t, const char *path, dt_err *err);
+void dt_checkpoint_free(dt_checkpoint *ck);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

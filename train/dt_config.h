@@ -1,0 +1,65 @@
+/* dt_config.h: the training program's configuration: a .cfg file of `key = value` lines
+ * (# starts a comment) plus `key=value` overrides from the command line, checked against a
+ * table of known keys. An unknown key or a bad value is an error that names it and lists
+ * what is valid. dt_config_help() prints the table. */
+#ifndef DT_CONFIG_H
+#define DT_CONFIG_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "dt_common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    /* data */
+    char data[512];        /* ImageFolder root (train/ and val/) */
+    int synthetic;         /* 1: random device tensors instead of images */
+    int classes;           /* synthetic only: number of classes */
+    int image_size, batch, workers, cache;
+    float crop_scale_min;
+    int max_val_batches;   /* 0 = whole val set */
+    /* device */
+    char device[8];        /* cuda | cpu */
+    int tf32;
+    int col_budget_mb;
+    /* schedule */
+    int epochs;
+    int64_t steps;         /* > 0: stop after this many steps (overrides epochs) */
+    float lr, momentum, weight_decay, label_smoothing, min_lr, lr_gamma, warmup_start;
+    int nesterov, decay_bn_bias, lr_step_epochs;
+    char schedule[16];     /* const | step | cosine */
+    int64_t warmup;        /* linear warmup steps */
+    /* model */
+    char deform[32];       /* none | all | stages like 3,4 */
+    int deform_version, offset_groups;
+    float width;
+    float offset_init_std, offset_lr_mult;
+    char deform_mode[16];  /* unfused | deft */
+    char tile[16];         /* auto | HxW */
+    int halo, halo_refresh, swizzle, fuse_offset, stage, deterministic;
+    /* run */
+    uint64_t seed;
+    char checkpoint[512], resume[512], log[512];
+    int log_every, eval_every, timing_warmup, progress;
+    int64_t stop_at;       /* > 0: stop (after a checkpoint) once this many steps are done */
+} dt_train_cfg;
+
+void dt_config_defaults(dt_train_cfg *c);
+/* Reads a .cfg file into c (on top of what is there). 0, or -1 with the file:line and key. */
+int dt_config_load(dt_train_cfg *c, const char *path, dt_err *err);
+/* One "key=value" override. */
+int dt_config_set(dt_train_cfg *c, const char *assignment, dt_err *err);
+/* Cross-key checks (after all sets): e.g. a dataset or synthetic=1. */
+int dt_config_check(const dt_train_cfg *c, dt_err *err);
+/* Writes every key = value (the effective configuration) to f. */
+void dt_config_write(const dt_train_cfg *c, FILE *f);
+void dt_config_help(FILE *f);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
