@@ -12,6 +12,7 @@
 #include "deform_bilinear.h"
 #include "dt_fixed_point.cuh"
 #include "dt_kernel_util.cuh"
+#include "dt_scatter.cuh"
 
 namespace {
 
@@ -70,18 +71,19 @@ __global__ void k_im2col(shape_dev<I> s, const float *__restrict__ x, const floa
 
 template <typename I>
 __global__ void k_col2im(shape_dev<I> s, const float *__restrict__ dcol, const float *__restrict__ offset,
-                         const float *__restrict__ mask, float *__restrict__ dx) {
+                         const float *__restrict__ mask, float *__restrict__ dx, int64_t nx, bool vec) {
     const I c = blockIdx.y;
     const int g = (int)(c / s.Cg);
     for (I q = (I)blockIdx.x * blockDim.x + threadIdx.x; q < s.NP; q += (I)gridDim.x * blockDim.x) {
         I i = q / s.P, p = q - i * s.P;
-        float *plane = dx + ((int64_t)i * s.C + c) * s.H * s.W;
+        int64_t plane = ((int64_t)i * s.C + c) * s.H * s.W;
         for (int k = 0; k < s.K; k++) {
             float m;
             dt_bilin b = tap(s, offset, mask, i, g, k, p, &m);
             float gv = m * dcol[((int64_t)c * s.K + k) * s.NP + q];
-            for (int t = 0; t < 4; t++)
-                if (b.ok[t]) atomicAdd(plane + dt_bilin_index(&b, t, (int)s.W), b.w[t] * gv);
+            int64_t top = plane + dt_bilin_index(&b, 0, (int)s.W);
+            dt_scatter_pair(dx, nx, top, b.w[0] * gv, b.w[1] * gv, b.ok[0], b.ok[1], vec);
+            dt_scatter_pair(dx, nx, top + s.W, b.w[2] * gv, b.w[3] * gv, b.ok[2], b.ok[3], vec);
         }
     }
 }
@@ -178,7 +180,9 @@ void dt_deform_col2im_cuda(const dt_deform_shape *s, const float *dcol, const fl
     if (NP * s->C <= 0) return;
     check_y("deform_col2im", s->C);
     dim3 grid(blocks_for(NP, s->C), (unsigned)s->C);
-    DISPATCH_I(s, k_col2im<I><<<grid, 256, 0, dt_stream()>>>(make_shape<I>(s), dcol, offset, mask, dx));
+    bool vec = ((uintptr_t)dx & 15) == 0; /* vector atomics need a 16-byte aligned buffer */
+    int64_t nx = s->nb * s->C * s->H * s->W;
+    DISPATCH_I(s, k_col2im<I><<<grid, 256, 0, dt_stream()>>>(make_shape<I>(s), dcol, offset, mask, dx, nx, vec));
     DT_CHECK_LAUNCH();
 }
 

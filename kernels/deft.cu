@@ -19,6 +19,7 @@
 #include "deform_bilinear.h"
 #include "dt_fixed_point.cuh"
 #include "dt_kernel_util.cuh"
+#include "dt_scatter.cuh"
 
 #define DEFT_THREADS 256
 #define DEFT_SPT 4   /* samples per thread at most: K * TP <= 1024 */
@@ -267,9 +268,11 @@ template <bool STAGE, bool DET>
 __global__ void __launch_bounds__(DEFT_THREADS) k_bwd(dims d, const float *__restrict__ dcol, const float *__restrict__ x,
                                                       const float *__restrict__ offset, const float *__restrict__ mask,
                                                       float *__restrict__ dx, unsigned long long *__restrict__ acc,
-                                                      const double *__restrict__ scale, float *__restrict__ part) {
+                                                      const double *__restrict__ scale, float *__restrict__ part,
+                                                      bool vec) {
     extern __shared__ __align__(16) float smem[];
     float *xs = smem; /* [CC][FHW]: the input footprint, for the corner values */
+    const int64_t nx = (int64_t)d.nb * d.C * d.H * d.W; /* dx points at the chunk's first image */
     const int tid = threadIdx.x;
     int i, ty, tx;
     tile_of(d, blockIdx.x, &i, &ty, &tx);
@@ -279,7 +282,6 @@ __global__ void __launch_bounds__(DEFT_THREADS) k_bwd(dims d, const float *__res
     const int fy0 = oy0 * d.sh - d.ph - d.halo, fx0 = ox0 * d.sw - d.pw - d.halo;
     const int HW = d.H * d.W;
     const float *xi = x + (int64_t)i * d.C * HW;
-    float *dxi = dx ? dx + (int64_t)i * d.C * HW : nullptr;
     unsigned long long *acci = DET && dx ? acc + (int64_t)i * d.C * HW : nullptr;
     const double S = DET ? *scale : 0.0;
 
@@ -337,12 +339,15 @@ __global__ void __launch_bounds__(DEFT_THREADS) k_bwd(dims d, const float *__res
                 gm[j] += g0 * (hy * hx * v[0] + hy * s.lx * v[1] + s.ly * hx * v[2] + s.ly * s.lx * v[3]);
                 if (!dx) continue;
                 float gd = g0 * s.m, cw[4] = {hy * hx * gd, hy * s.lx * gd, s.ly * hx * gd, s.ly * s.lx * gd};
-                int o4[4] = {gbase[j], gbase[j] + 1, gbase[j] + d.W, gbase[j] + d.W + 1};
+                if (DET) {
+                    int o4[4] = {gbase[j], gbase[j] + 1, gbase[j] + d.W, gbase[j] + d.W + 1};
 #pragma unroll
-                for (int q = 0; q < 4; q++) {
-                    if (!((s.ok >> q) & 1)) continue;
-                    if (DET) atomicAdd(acci + (int64_t)c * HW + o4[q], fp_encode(cw[q], S));
-                    else atomicAdd(dxi + (int64_t)c * HW + o4[q], cw[q]);
+                    for (int q = 0; q < 4; q++)
+                        if ((s.ok >> q) & 1) atomicAdd(acci + (int64_t)c * HW + o4[q], fp_encode(cw[q], S));
+                } else {
+                    int64_t top = ((int64_t)i * d.C + c) * HW + gbase[j];
+                    dt_scatter_pair(dx, nx, top, cw[0], cw[1], s.ok & 1, s.ok & 2, vec);
+                    dt_scatter_pair(dx, nx, top + d.W, cw[2], cw[3], s.ok & 4, s.ok & 8, vec);
                 }
             }
         }
@@ -548,13 +553,14 @@ void dt_deft_bwd_cuda(const dt_deft_cfg *c, const float *dcol, const float *x, c
     }
     fp_ws f = fp_ws_at(fws);
     size_t smem = bwd_smem(d, stage);
+    bool vec = ((uintptr_t)dx & 15) == 0; /* vector atomics need a 16-byte aligned buffer */
     dim3 grid((unsigned)(d.nb * d.tiles), (unsigned)(d.G * d.splits_per_group));
     if (grid.x && grid.y) {
 #define LAUNCH_BWD(S, D)                                                                                           \
     do {                                                                                                           \
         set_smem(k_bwd<S, D>, smem);                                                                               \
         k_bwd<S, D><<<grid, DEFT_THREADS, smem, dt_stream()>>>(d, dcol, x, offset, mask, dx, det ? f.acc : nullptr, \
-                                                               det ? f.scale : nullptr, part);                     \
+                                                               det ? f.scale : nullptr, part, vec);                \
     } while (0)
         if (stage && det) LAUNCH_BWD(true, true);
         else if (stage) LAUNCH_BWD(true, false);

@@ -162,8 +162,25 @@ void dt_deform_raw_forward(const dt_deform_plan *p, const float *x, const float 
 }
 
 /* dx, doffset, dmask of a chunk from dcol: the unfused kernels or the tiled DefT pass. */
+/* Scratch that grows to the largest chunk's need (a smaller last chunk may need more). */
+typedef struct {
+    void *p;
+    size_t bytes;
+} scratch;
+
+#ifdef DT_CUDA
+static void *scratch_get(scratch *s, size_t need) {
+    if (need > s->bytes) {
+        dt_gpu_free(s->p);
+        s->p = dt_gpu_malloc(need);
+        s->bytes = need;
+    }
+    return s->p;
+}
+#endif
+
 static void scatter_chunk(const dt_deform_plan *p, int64_t nb, const float *dcol, const float *x, const float *off,
-                          const float *mask, float *dx, float bx, float *doff, float bo, float *dmask, float bm, void **ws) {
+                          const float *mask, float *dx, float bx, float *doff, float bo, float *dmask, float bm, scratch *ws) {
     dt_dev dev = p->dev;
     dt_deform_shape s = plan_shape(p, nb);
     int64_t K = (int64_t)p->g.kh * p->g.kw, GK = p->G * K, P = p->Ho * p->Wo, nx = nb * p->C * p->H * p->W;
@@ -171,9 +188,9 @@ static void scatter_chunk(const dt_deform_plan *p, int64_t nb, const float *dcol
     if (p->tiled) {
 #ifdef DT_CUDA
         dt_deft_cfg c = plan_cfg(p, nb);
-        if (!*ws) *ws = dt_gpu_malloc(dt_deft_bwd_ws_bytes(&c));
+        void *w = scratch_get(ws, dt_deft_bwd_ws_bytes(&c));
         dt_deft_grad_out go = {doff, dmask, 2 * GK * P, GK * P, bo, bm, 0};
-        dt_deft_bwd_cuda(&c, dcol, x, off, mask, dx, bx, &go, *ws);
+        dt_deft_bwd_cuda(&c, dcol, x, off, mask, dx, bx, &go, w);
 #endif
         return;
     }
@@ -186,8 +203,7 @@ static void scatter_chunk(const dt_deform_plan *p, int64_t nb, const float *dcol
     if (!dx) return;
     if (dev == DT_GPU && p->deterministic) {
 #ifdef DT_CUDA
-        if (!*ws) *ws = dt_gpu_malloc(dt_deform_det_ws_bytes(&s));
-        dt_deform_col2im_det_cuda(&s, dcol, off, mask, bx, dx, *ws);
+        dt_deform_col2im_det_cuda(&s, dcol, off, mask, bx, dx, scratch_get(ws, dt_deform_det_ws_bytes(&s)));
 #endif
     } else {
         if (bx == 0.0f) DT_CALL(dev, dt_fill, nx, 0.0f, dx);
@@ -205,7 +221,7 @@ void dt_deform_raw_backward(const dt_deform_plan *p, const float *x, const float
     int64_t nb = dt_conv_chunk(N, CK * P);
     float *col = dt_dev_alloc(dev, (size_t)CK * nb * P * sizeof(float));
     float *dyt = nb > 1 ? dt_dev_alloc(dev, (size_t)Cout * nb * P * sizeof(float)) : NULL;
-    void *ws = NULL;
+    scratch ws = {NULL, 0};
     for (int64_t n0 = 0; n0 < N; n0 += nb) {
         int64_t b = N - n0 < nb ? N - n0 : nb, bP = b * P;
         const float *xc = x + n0 * C * HW, *oc = off + n0 * 2 * GK * P, *mc = mask ? mask + n0 * GK * P : NULL;
@@ -224,7 +240,7 @@ void dt_deform_raw_backward(const dt_deform_plan *p, const float *x, const float
                       gr->doff ? gr->doff + n0 * 2 * GK * P : NULL, gr->boff, gr->dmask ? gr->dmask + n0 * GK * P : NULL,
                       gr->bmask, &ws);
     }
-    if (ws) dt_dev_free(dev, ws);
+    if (ws.p) dt_dev_free(dev, ws.p);
     dt_dev_free(dev, col);
     if (dyt) dt_dev_free(dev, dyt);
 }

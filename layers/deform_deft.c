@@ -65,6 +65,7 @@ static void deft_backward(dt_node *n) {
     float *tmp = dt_gpu_malloc((size_t)tmp_rows * nb * P * sizeof(float)); /* dY or dom in [rows, nb*P] */
     float *dom = need_dom ? dt_gpu_malloc((size_t)nb * OC * P * sizeof(float)) : NULL;
     void *ws = NULL;
+    size_t ws_bytes = 0;
     for (int64_t n0 = 0; n0 < N; n0 += nb) {
         int64_t b = N - n0 < nb ? N - n0 : nb, bP = b * P;
         dt_deft_cfg c = make_cfg(x, b, Ho, Wo, ctx->g, ctx->G, ctx->version, &ctx->knobs, ctx->halo);
@@ -81,7 +82,13 @@ static void deft_backward(dt_node *n) {
         }
         if (!need_dom) continue;
         dt_gemm_cuda(1, 0, CK, bP, Cout, 1.0f, w->data, CK, dyc, bP, 0.0f, col, bP);
-        if (!ws) ws = dt_gpu_malloc(dt_deft_bwd_ws_bytes(&c));
+        /* A smaller last chunk can split channels more finely and need more scratch. */
+        size_t need = dt_deft_bwd_ws_bytes(&c);
+        if (need > ws_bytes) {
+            dt_gpu_free(ws);
+            ws = dt_gpu_malloc(need);
+            ws_bytes = need;
+        }
         float *dxc = dx ? dx + n0 * C * HW : NULL;
         dt_deft_grad_out go = {dom, dom + 2 * GK * P, OC * P, OC * P, 0.0f, 0.0f, 1};
         dt_deft_bwd_cuda(&c, col, xc, oc, mc, dxc, bx, &go, ws);

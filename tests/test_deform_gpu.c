@@ -256,6 +256,24 @@ static dt_tensor *b_layer(dt_tensor **in, void *a) {
     return dt_deform_conv_forward(l, in[0]);
 }
 
+/* A batch split into chunks of unequal size: the smaller last chunk splits channels more
+ * finely (more scratch) than the first; a regression test for a scratch overflow that only
+ * showed at batch 256. */
+DT_GPU_TEST(gpu_deft_uneven_chunks) {
+    const layer_case lc = {"uneven chunks", 7, 64, 7, 7, 32, {3, 3, 1, 1, 1, 1, 1, 1}, 1, 2, 0, 0.02f, 0.0f, 1.0f};
+    dt_deform_conv lcpu, lgpu;
+    init_layer_pair(&lc, &lcpu, &lgpu);
+    lgpu.mode = DT_DEFORM_DEFT;
+    size_t old = dt_conv_col_budget();
+    dt_conv_set_col_budget((size_t)5 * 64 * 9 * 49 * sizeof(float)); /* chunks of 5 and 2 images */
+    EXPECT(layer_parity(&lc, &lcpu, &lgpu, "deft uneven chunks", 1e-4f));
+    lgpu.knobs.deterministic = 1;
+    EXPECT(layer_parity(&lc, &lcpu, &lgpu, "deft uneven chunks det", 1e-4f));
+    dt_conv_set_col_budget(old);
+    free_layer(&lcpu);
+    free_layer(&lgpu);
+}
+
 DT_GPU_TEST(gpu_deft_deterministic_is_bitwise) {
     const layer_case *lc = &LAYERS[0];
     dt_deform_conv lcpu, lgpu;
