@@ -428,7 +428,7 @@ dims make_dims(const dt_deft_cfg *c, int bwd) {
     /* The backward splits channels across blocks when tiles are few, so its automatic tile
      * stays 8x8: 576 samples keep 256 threads busy, where a 4x4 tile (144) idles 44 % of them
      * (measured 2-3x slower than the unfused kernels on ResNet's 7x7 and 14x14 layers). */
-    if (bwd && c->tile_h == 0 && c->tile_w == 0) d.th = d.tw = 8;
+    if (bwd && c->tile_h == 0 && c->tile_w == 0 && c->g.kh * c->g.kw * 64 <= DEFT_SPT * DEFT_THREADS) d.th = d.tw = 8;
     d.tp = d.th * d.tw;
     d.tiles_y = (c->Ho + d.th - 1) / d.th; d.tiles_x = (c->Wo + d.tw - 1) / d.tw; d.tiles = d.tiles_x * d.tiles_y;
     d.halo = c->halo; d.swizzle = c->swizzle;
