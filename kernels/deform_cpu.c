@@ -13,14 +13,18 @@ typedef struct {
     float beta, beta2;
 } job;
 
-/* Offset (dy, dx) and mask of tap k, group g, image i, position p. */
-static inline void tap_params(const dt_deform_shape *s, const float *offset, const float *mask, int64_t i, int g, int k,
-                              int64_t p, float *dy, float *dx, float *m) {
+/* The bilinear sample of tap k (group g) at output position p of image i, and its mask:
+ * y = oy*sh - ph + ky*dh + dy, x = ox*sw - pw + kx*dw + dx with (dy, dx) from the offsets. */
+static inline dt_bilin tap_sample(const dt_deform_shape *s, const float *offset, const float *mask, int64_t i, int g,
+                                  int k, int64_t p, float *m) {
     int64_t K = (int64_t)s->g.kh * s->g.kw, P = s->Ho * s->Wo;
     const float *o = offset + ((i * s->G + g) * K + k) * 2 * P;
-    *dy = o[p];
-    *dx = o[P + p];
     *m = mask ? mask[((i * s->G + g) * K + k) * P + p] : 1.0f;
+    int64_t oy = p / s->Wo, ox = p % s->Wo;
+    int ky = k / s->g.kw, kx = k % s->g.kw;
+    float y = (float)(oy * s->g.sh - s->g.ph + ky * s->g.dh) + o[p];
+    float x = (float)(ox * s->g.sw - s->g.pw + kx * s->g.dw) + o[P + p];
+    return dt_bilin_make(y, x, (int)s->H, (int)s->W);
 }
 
 static void im2col_range(void *ctx, int64_t c0, int64_t c1) {
@@ -32,16 +36,10 @@ static void im2col_range(void *ctx, int64_t c0, int64_t c1) {
         for (int64_t i = 0; i < s->nb; i++) {
             const float *plane = j->x + (i * s->C + c) * s->H * s->W;
             for (int k = 0; k < K; k++) {
-                int ky = k / s->g.kw, kx = k % s->g.kw;
                 float *row = (float *)j->col + (c * K + k) * NP + i * P;
                 for (int64_t p = 0; p < P; p++) {
-                    int64_t oy = p / s->Wo, ox = p % s->Wo;
-                    float dy, dx, m;
-                    tap_params(s, j->offset, j->mask, i, g, k, p, &dy, &dx, &m);
-                    float y = (float)(oy * s->g.sh - s->g.ph + ky * s->g.dh) + dy;
-                    float xx = (float)(ox * s->g.sw - s->g.pw + kx * s->g.dw) + dx;
-                    dt_bilin b = dt_bilin_make(y, xx, (int)s->H, (int)s->W);
-                    float v[4];
+                    float m, v[4];
+                    dt_bilin b = tap_sample(s, j->offset, j->mask, i, g, k, p, &m);
                     dt_bilin_fetch(&b, plane, (int)s->W, v);
                     row[p] = m * dt_bilin_value(&b, v);
                 }
@@ -64,15 +62,10 @@ static void col2im_range(void *ctx, int64_t c0, int64_t c1) {
         for (int64_t i = 0; i < s->nb; i++) {
             float *plane = j->out + (i * s->C + c) * s->H * s->W;
             for (int k = 0; k < K; k++) {
-                int ky = k / s->g.kw, kx = k % s->g.kw;
                 const float *row = j->col + (c * K + k) * NP + i * P;
                 for (int64_t p = 0; p < P; p++) {
-                    int64_t oy = p / s->Wo, ox = p % s->Wo;
-                    float dy, dx, m;
-                    tap_params(s, j->offset, j->mask, i, g, k, p, &dy, &dx, &m);
-                    float y = (float)(oy * s->g.sh - s->g.ph + ky * s->g.dh) + dy;
-                    float xx = (float)(ox * s->g.sw - s->g.pw + kx * s->g.dw) + dx;
-                    dt_bilin b = dt_bilin_make(y, xx, (int)s->H, (int)s->W);
+                    float m;
+                    dt_bilin b = tap_sample(s, j->offset, j->mask, i, g, k, p, &m);
                     float gv = m * row[p];
                     for (int q = 0; q < 4; q++)
                         if (b.ok[q]) plane[dt_bilin_index(&b, q, (int)s->W)] += b.w[q] * gv;
@@ -95,14 +88,9 @@ static void coord_range(void *ctx, int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; t++) {
         int64_t i = t / (s->G * K);
         int g = (int)((t / K) % s->G), k = (int)(t % K);
-        int ky = k / s->g.kw, kx = k % s->g.kw;
         for (int64_t p = 0; p < P; p++) {
-            int64_t oy = p / s->Wo, ox = p % s->Wo;
-            float dy, dx, m;
-            tap_params(s, j->offset, j->mask, i, g, k, p, &dy, &dx, &m);
-            float y = (float)(oy * s->g.sh - s->g.ph + ky * s->g.dh) + dy;
-            float xx = (float)(ox * s->g.sw - s->g.pw + kx * s->g.dw) + dx;
-            dt_bilin b = dt_bilin_make(y, xx, (int)s->H, (int)s->W);
+            float m;
+            dt_bilin b = tap_sample(s, j->offset, j->mask, i, g, k, p, &m);
             double gy = 0, gx = 0, gm = 0;
             for (int64_t c = g * Cg; c < (g + 1) * Cg; c++) {
                 float v[4];

@@ -50,6 +50,7 @@ static void tiny_cfg(dt_train_cfg *c) {
     strcpy(c->deform, "all");
     strcpy(c->deform_mode, "unfused");
     c->progress = 0;
+    c->quiet = 1;
     c->log_every = 1000;
     c->max_val_batches = 2;
     c->seed = 7;
@@ -142,7 +143,7 @@ static void corrupt_resume(void *a) {
     snprintf(o, sizeof o, "resume=%s", g_ck);
     char d[700];
     snprintf(d, sizeof d, "data=%s", g_data);
-    exit(cli("device = cpu\nimage_size = 64\nwidth = 0.25\nbatch = 8\nsteps = 2\ndeform = all\nprogress = 0\n", o, d));
+    exit(cli("device = cpu\nimage_size = 64\nwidth = 0.25\nbatch = 8\nsteps = 2\ndeform = all\nprogress = 0\nquiet = 1\n", o, d));
 }
 static void mismatched_resume(void *a) {
     (void)a;
@@ -151,7 +152,7 @@ static void mismatched_resume(void *a) {
     char d[700];
     snprintf(d, sizeof d, "data=%s", g_data);
     /* the checkpoint has deformable stage 4, this model is plain */
-    exit(cli("device = cpu\nimage_size = 64\nwidth = 0.25\nbatch = 8\nsteps = 2\ndeform = none\nprogress = 0\n", o, d));
+    exit(cli("device = cpu\nimage_size = 64\nwidth = 0.25\nbatch = 8\nsteps = 2\ndeform = none\nprogress = 0\nquiet = 1\n", o, d));
 }
 
 DT_TEST(train_bad_checkpoints_are_clear_errors) {

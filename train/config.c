@@ -70,6 +70,7 @@ static const key_spec KEYS[] = {
     {"log_every", T_INT, F(log_every), "10", NULL, 1, 1 << 30, "steps between log lines"},
     {"eval_every", T_INT, F(eval_every), "1", NULL, 0, 100000, "epochs between evaluations (0 = only at the end)"},
     {"timing_warmup", T_INT, F(timing_warmup), "10", NULL, 0, 1 << 30, "steps left out of the time statistics"},
+    {"quiet", T_BOOL, F(quiet), "0", NULL, 0, 1, "print nothing but errors (the log files still get everything)"},
     {"progress", T_BOOL, F(progress), "1", NULL, 0, 1, "live progress line when stdout is a terminal"},
     {"stop_at", T_I64, F(stop_at), "0", NULL, 0, 1e15, "stop after this global step, writing the checkpoint (resume later)"},
 };

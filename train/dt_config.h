@@ -44,7 +44,7 @@ typedef struct {
     /* run */
     uint64_t seed;
     char checkpoint[512], resume[512], log[512];
-    int log_every, eval_every, timing_warmup, progress;
+    int log_every, eval_every, timing_warmup, progress, quiet;
     int64_t stop_at;       /* > 0: stop (after a checkpoint) once this many steps are done */
 } dt_train_cfg;
 

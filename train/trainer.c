@@ -33,7 +33,7 @@
 
 typedef struct {
     FILE *log, *steps_csv, *epochs_csv;
-    int tty;
+    int tty, quiet;
 } outputs;
 
 static void say(outputs *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -43,10 +43,12 @@ static void say(outputs *o, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
-    if (o->tty) fputs("\r\033[K", stdout);
-    fputs(line, stdout);
-    fputc('\n', stdout);
-    fflush(stdout);
+    if (!o->quiet) {
+        if (o->tty) fputs("\r\033[K", stdout);
+        fputs(line, stdout);
+        fputc('\n', stdout);
+        fflush(stdout);
+    }
     if (o->log) {
         fputs(line, o->log);
         fputc('\n', o->log);
@@ -338,7 +340,8 @@ static void log_offset_stats(run_state *s, int64_t epoch) {
 
 static int open_outputs(run_state *s, dt_err *err) {
     const dt_train_cfg *c = s->c;
-    s->out.tty = c->progress && isatty(1);
+    s->out.tty = c->progress && !c->quiet && isatty(1);
+    s->out.quiet = c->quiet;
     if (!c->log[0]) return 0;
     char p[600];
     snprintf(p, sizeof p, "%s.log", c->log);
