@@ -12,9 +12,10 @@
  * the mask channels put through the sigmoid. Phase 2 (sampling): thread = up to 4 samples
  * (tap, position); their corner weights are computed once and reused for every channel; a
  * sample whose 2x2 corners lie in the footprint reads shared memory, any other reads global.
- * Backward: the same tiling; per channel it reads dcol once, accumulates the offset / mask
- * gradients of its samples in registers, and scatters the input gradient into a shared
- * copy of the footprint that is added to dx once per cell when the chunk is done. */
+ * Backward: the same tiling (8x8 tiles by default, channels split across blocks when tiles
+ * are few); per channel it reads dcol once, accumulates the offset / mask gradients of its
+ * samples in registers, and adds the input gradient to dx with global atomics (a shared-memory
+ * accumulator flushed per footprint cell was measured slower: docs/deft.md). */
 #include "deft.h"
 #include "deform_bilinear.h"
 #include "dt_fixed_point.cuh"

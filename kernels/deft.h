@@ -10,8 +10,8 @@
  *            staged tile, writing the column buffer col [C*K, nb*P] for the cuBLAS GEMM.
  *            Without fuse it reads offsets/mask made by a separate offset conv.
  *   backward (dt_deft_bwd_cuda): one pass over the sampled positions and channels produces
- *            the input gradient (scattered into a shared-memory copy of the footprint, then
- *            added to dx once per cell) and the offset and mask gradients (summed over the
+ *            the input gradient (global atomics straight into dx: a shared-memory
+ *            accumulator was measured slower) and the offset and mask gradients (summed over the
  *            channels in registers), from dcol = W^T dY.
  * A sample whose corner falls outside the staged footprint reads (or scatters to) global
  * memory directly: any offset is correct, only slower. stage = 0 turns staging off
