@@ -467,9 +467,8 @@ int dt_train_run(const dt_train_cfg *c, dt_train_result *res, dt_err *err) {
     res->losses = dt_xcalloc(cap > 0 ? cap : 1, sizeof(float));
     double *t_step = dt_xcalloc(cap > 0 ? cap : 1, sizeof(double));
     double *t_fwd = dt_xcalloc(cap > 0 ? cap : 1, sizeof(double)), *t_bwd = dt_xcalloc(cap > 0 ? cap : 1, sizeof(double));
-    double *t_opt = dt_xcalloc(cap > 0 ? cap : 1, sizeof(double));
+    double *t_opt = dt_xcalloc(cap > 0 ? cap : 1, sizeof(double)), *t_wait = dt_xcalloc(cap > 0 ? cap : 1, sizeof(double));
     int64_t ntimed = 0;
-    double wait_total = 0;
     pending pq[2];
     memset(pq, 0, sizeof pq);
     marks_init(&pq[0].m, s->dev == DT_GPU);
@@ -499,12 +498,12 @@ int dt_train_run(const dt_train_cfg *c, dt_train_result *res, dt_err *err) {
         res->steps++;                                                                                      \
         epoch_loss += loss;                                                                                \
         epoch_steps++;                                                                                     \
-        if (res->steps > c->timing_warmup) {                                                               \
+        if (ntimed < cap) { /* every step; the warm-up is cut when the statistics are taken */             \
             t_step[ntimed] = step_ms;                                                                      \
             t_fwd[ntimed] = tt[0];                                                                         \
             t_bwd[ntimed] = tt[1];                                                                         \
-            t_opt[ntimed++] = tt[2];                                                                       \
-            wait_total += p_->wait_ms;                                                                     \
+            t_opt[ntimed] = tt[2];                                                                         \
+            t_wait[ntimed++] = p_->wait_ms;                                                                \
         }                                                                                                  \
         if (s->out.steps_csv)                                                                              \
             fprintf(s->out.steps_csv, "%lld,%lld,%.6f,%.6g,%.3f,%.3f,%.3f,%.3f,%.3f,%.1f\n",               \
@@ -612,7 +611,9 @@ int dt_train_run(const dt_train_cfg *c, dt_train_result *res, dt_err *err) {
         double ep_s = (dt_now_ms() - ep_t0) / 1e3;
         double v1 = NAN, v5 = NAN, vl = NAN;
         int last = step >= s->total_steps;
-        if (s->val_ld && epoch_done && ((c->eval_every && (epoch + 1) % c->eval_every == 0) || last)) {
+        /* Evaluate every eval_every epochs, and at the end of the run even mid-epoch (a
+         * steps-limited run); not when stop_at interrupts it (it will resume). */
+        if (s->val_ld && ((epoch_done && c->eval_every && (epoch + 1) % c->eval_every == 0) || last)) {
             evaluate(s, &v1, &v5, &vl, 1);
             res->val_top1 = v1;
             res->val_top5 = v5;
@@ -645,21 +646,28 @@ int dt_train_run(const dt_train_cfg *c, dt_train_result *res, dt_err *err) {
     if (!rc) {
         dt_mem_stats ms = dt_gpu_mem_stats();
         res->peak_mem = ms.peak_in_use;
-        res->median_step_ms = percentile(t_step, ntimed, 0.5);
-        res->p90_step_ms = percentile(t_step, ntimed, 0.9);
-        res->median_fwd_ms = percentile(t_fwd, ntimed, 0.5);
-        res->median_bwd_ms = percentile(t_bwd, ntimed, 0.5);
-        res->median_opt_ms = percentile(t_opt, ntimed, 0.5);
+        char peak[48] = "n/a (CPU run)";
+        if (s->dev == DT_GPU) snprintf(peak, sizeof peak, "%.2f GiB", res->peak_mem / 1073741824.0);
+        /* Statistics after the warm-up steps; a run shorter than the warm-up uses all of them. */
+        int64_t w = ntimed > c->timing_warmup ? c->timing_warmup : 0, n = ntimed - w;
+        if (!w && ntimed) say(&s->out, "note: only %lld steps, fewer than timing_warmup=%d: times include the warm-up",
+                              (long long)ntimed, c->timing_warmup);
+        res->median_step_ms = percentile(t_step + w, n, 0.5);
+        res->p90_step_ms = percentile(t_step + w, n, 0.9);
+        res->median_fwd_ms = percentile(t_fwd + w, n, 0.5);
+        res->median_bwd_ms = percentile(t_bwd + w, n, 0.5);
+        res->median_opt_ms = percentile(t_opt + w, n, 0.5);
         res->img_per_s = c->batch / res->median_step_ms * 1e3;
-        res->data_wait_ms = ntimed ? wait_total / ntimed : 0;
+        double wsum = 0;
+        for (int64_t i = w; i < ntimed; i++) wsum += t_wait[i];
+        res->data_wait_ms = n ? wsum / n : 0;
         say(&s->out,
             "summary: %lld steps in %.1f s; after %d warm-up steps: step median %.2f ms (p90 %.2f) = fwd %.2f + bwd %.2f + opt "
-            "%.2f; %.0f img/s; data wait %.2f ms/step; peak GPU memory %.2f GiB",
-            (long long)res->steps, (dt_now_ms() - run_t0) / 1e3, c->timing_warmup, res->median_step_ms, res->p90_step_ms,
-            res->median_fwd_ms, res->median_bwd_ms, res->median_opt_ms, res->img_per_s, res->data_wait_ms,
-            res->peak_mem / 1073741824.0);
+            "%.2f; %.0f img/s; data wait %.2f ms/step; peak GPU memory %s",
+            (long long)res->steps, (dt_now_ms() - run_t0) / 1e3, (int)w, res->median_step_ms, res->p90_step_ms,
+            res->median_fwd_ms, res->median_bwd_ms, res->median_opt_ms, res->img_per_s, res->data_wait_ms, peak);
         if (res->val_top1 >= 0) say(&s->out, "final val top-1 %.2f%%, top-5 %.2f%%", 100 * res->val_top1, 100 * res->val_top5);
-        else say(&s->out, "no evaluation (%s)", c->synthetic ? "synthetic data" : "stopped before the end of an epoch");
+        else say(&s->out, "no evaluation (%s)", c->synthetic ? "synthetic data" : "stopped by stop_at; resume to continue");
         if (c->log[0]) { /* machine-readable summary for scripts (make reproduce) */
             char p[600];
             snprintf(p, sizeof p, "%s_summary.txt", c->log);
@@ -681,6 +689,7 @@ int dt_train_run(const dt_train_cfg *c, dt_train_result *res, dt_err *err) {
     free(t_fwd);
     free(t_bwd);
     free(t_opt);
+    free(t_wait);
     dt_sgd_free(&s->opt);
     dt_resnet18_free(&s->model);
     cleanup(s);
