@@ -13,20 +13,9 @@
 #include "dt_param.h"
 #include "dt_schedule.h"
 #include "dt_test.h"
+#include "conv_testutil.h"
 #include "sgd.h"
 
-typedef struct {
-    dt_conv_geom g;
-} conv_arg;
-
-static dt_tensor *b_conv(dt_tensor **in, void *a) { return dt_conv2d(in[0], in[1], in[2], ((conv_arg *)a)->g); }
-
-typedef struct {
-    const char *name;
-    int64_t n, cin, h, w, cout;
-    dt_conv_geom g;
-    int bias;
-} conv_case;
 
 /* The shapes a ResNet needs (3x3 s1/s2, 1x1 s2 downsample, 7x7 s2 stem) and the odd ones:
  * non-square, dilation, batch 1 and a prime batch. */
@@ -53,7 +42,7 @@ static void run_conv_gradchecks(void) {
         conv_arg a = {c->g};
         char name[96];
         snprintf(name, sizeof name, "conv2d %s", c->name);
-        EXPECT(dt_gradcheck(name, b_conv, &a, 3, in, NULL));
+        EXPECT(dt_gradcheck(name, dt_test_build_conv, &a, 3, in, NULL));
     }
 }
 

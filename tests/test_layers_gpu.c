@@ -12,18 +12,8 @@
 #include "dt_optim.h"
 #include "dt_param.h"
 #include "dt_test.h"
+#include "conv_testutil.h"
 
-typedef struct {
-    dt_conv_geom g;
-} conv_arg;
-static dt_tensor *b_conv(dt_tensor **in, void *a) { return dt_conv2d(in[0], in[1], in[2], ((conv_arg *)a)->g); }
-
-typedef struct {
-    const char *name;
-    int64_t n, cin, h, w, cout;
-    dt_conv_geom g;
-    int bias;
-} conv_case;
 
 static const conv_case CASES[] = {
     {"3x3 s1 odd", 3, 5, 13, 11, 7, {3, 3, 1, 1, 1, 1, 1, 1}, 1},
@@ -53,7 +43,7 @@ DT_GPU_TEST(gpu_parity_conv2d) {
             conv_arg a = {c->g};
             char name[128];
             snprintf(name, sizeof name, "conv2d %s (budget %zu)", c->name, budgets[bi]);
-            EXPECT(dt_parity(name, b_conv, &a, NULL, 3, in, 1e-5f));
+            EXPECT(dt_parity(name, dt_test_build_conv, &a, NULL, 3, in, 1e-5f));
         }
     }
     dt_conv_set_col_budget(old);

@@ -164,23 +164,18 @@ static int setup_data(run_state *s, dt_err *err) {
     if (s->train_ds.count < c->batch)
         return dt_errf(err, "%s/train has %lld images, fewer than one batch of %d", c->data, (long long)s->train_ds.count,
                        c->batch);
-    dt_loader_opts lo = dt_loader_default_opts(1);
-    lo.batch = c->batch;
-    lo.image_size = c->image_size;
-    lo.workers = c->workers;
-    lo.seed = c->seed;
-    lo.cache = c->cache;
-    lo.crop_scale_min = c->crop_scale_min;
-    s->train_ld = dt_loader_new(&s->train_ds, &lo, err);
-    if (!s->train_ld) return -1;
-    dt_loader_opts vo = dt_loader_default_opts(0);
-    vo.batch = c->batch;
-    vo.image_size = c->image_size;
-    vo.workers = c->workers;
-    vo.seed = c->seed;
-    vo.cache = c->cache;
-    s->val_ld = dt_loader_new(&s->val_ds, &vo, err);
-    if (!s->val_ld) return -1;
+    for (int train = 1; train >= 0; train--) { /* the train loader, then the val one */
+        dt_loader_opts o = dt_loader_default_opts(train);
+        o.batch = c->batch;
+        o.image_size = c->image_size;
+        o.workers = c->workers;
+        o.seed = c->seed;
+        o.cache = c->cache;
+        o.crop_scale_min = c->crop_scale_min;
+        dt_loader **l = train ? &s->train_ld : &s->val_ld;
+        *l = dt_loader_new(train ? &s->train_ds : &s->val_ds, &o, err);
+        if (!*l) return -1;
+    }
     return 0;
 }
 

@@ -1,0 +1,24 @@
+/* conv_testutil.h: the conv2d fixtures shared by the CPU (finite differences) and GPU
+ * (parity) layer tests. */
+#ifndef DT_CONV_TESTUTIL_H
+#define DT_CONV_TESTUTIL_H
+
+#include "dt_layers.h"
+
+typedef struct {
+    dt_conv_geom g;
+} conv_arg;
+
+/* The op under test, as a dt_build_fn: in = {x, w, bias}. */
+static inline dt_tensor *dt_test_build_conv(dt_tensor **in, void *a) {
+    return dt_conv2d(in[0], in[1], in[2], ((conv_arg *)a)->g);
+}
+
+typedef struct {
+    const char *name;
+    int64_t n, cin, h, w, cout;
+    dt_conv_geom g;
+    int bias;
+} conv_case;
+
+#endif
