@@ -59,6 +59,8 @@ TEST_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tests/*.c))
 PROGRAMS := $(patsubst %_main.c,$(BUILD)/%,$(notdir $(wildcard train/*_main.c data/*_main.c)))
 
 .PHONY: all lib test test-gpu clean help data bench-loader run reproduce
+# Keep the programs' objects (make would delete them as intermediates and rebuild them).
+.SECONDARY:
 
 # The main job: the all-deformable ResNet-18 (deft) on the sample dataset, on the GPU.
 # On a machine without a GPU: make run RUN_CONFIG=configs/sample_cpu.cfg
