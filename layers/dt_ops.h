@@ -30,6 +30,9 @@ dt_tensor *dt_matmul(dt_tensor *a, dt_tensor *b);
 /* x [B, in], w [out, in], bias [out] or NULL -> [B, out] = x w^T + bias (PyTorch's Linear) */
 dt_tensor *dt_linear(dt_tensor *x, dt_tensor *w, dt_tensor *bias);
 
+/* out[0] = alpha * sum(x[0..n)) on the device of `dev` (deterministic; workspace internal). */
+void dt_sum_raw(dt_dev dev, int64_t n, const float *x, float alpha, float *out);
+
 /* Reads a one-element tensor (synchronizes with the device). */
 float dt_item(const dt_tensor *t);
 

@@ -4,8 +4,8 @@
 #include "dt_alloc.h"
 #include "dt_dispatch.h"
 #include "dt_layers.h"
+#include "dt_ops.h"
 #include "loss.h"
-#include "reduce.h"
 
 typedef struct {
     float eps;
@@ -37,15 +37,7 @@ dt_tensor *dt_softmax_cross_entropy(dt_tensor *logits, dt_tensor *labels, float 
     dt_tensor *rows = dt_tensor_new1(logits->dev, N);
     DT_CALL(logits->dev, dt_xent_fwd, N, K, logits->data, labels->data, smoothing, rows->data);
     dt_tensor *loss = dt_tensor_new1(logits->dev, 1);
-    if (logits->dev == DT_GPU) {
-#ifdef DT_CUDA
-        void *ws = dt_gpu_malloc(dt_sum_cuda_ws_bytes());
-        dt_sum_cuda(N, rows->data, 1.0f / (float)N, loss->data, ws);
-        dt_gpu_free(ws);
-#endif
-    } else {
-        dt_sum_cpu(N, rows->data, 1.0f / (float)N, loss->data);
-    }
+    dt_sum_raw(logits->dev, N, rows->data, 1.0f / (float)N, loss->data); /* the mean over rows */
     dt_tensor_release(rows);
     dt_tensor *in[2] = {logits, labels};
     dt_node *n = dt_record("softmax_cross_entropy", xent_backward, loss, 2, in, sizeof(xent_ctx));

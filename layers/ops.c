@@ -122,18 +122,24 @@ static void sum_backward(dt_node *n) {
     if (dx) DT_CALL(x->dev, dt_broadcast_scalar, x->numel, n->out->grad->data, c->scale, beta, dx);
 }
 
+void dt_sum_raw(dt_dev dev, int64_t n, const float *x, float alpha, float *out) {
+    if (dev == DT_GPU) {
+#ifdef DT_CUDA
+        void *ws = dt_gpu_malloc(dt_sum_cuda_ws_bytes());
+        dt_sum_cuda(n, x, alpha, out, ws);
+        dt_gpu_free(ws);
+#else
+        dt_fatal("sum: deftc was built with CUDA=0");
+#endif
+    } else {
+        dt_sum_cpu(n, x, alpha, out);
+    }
+}
+
 static dt_tensor *sum_scaled(dt_tensor *x, float scale, const char *name) {
     dt_require_live(name, x);
     dt_tensor *y = dt_tensor_new1(x->dev, 1);
-    if (x->dev == DT_GPU) {
-#ifdef DT_CUDA
-        void *ws = dt_gpu_malloc(dt_sum_cuda_ws_bytes());
-        dt_sum_cuda(x->numel, x->data, scale, y->data, ws);
-        dt_gpu_free(ws);
-#endif
-    } else {
-        dt_sum_cpu(x->numel, x->data, scale, y->data);
-    }
+    dt_sum_raw(x->dev, x->numel, x->data, scale, y->data);
     dt_node *n = dt_record(name, sum_backward, y, 1, &x, sizeof(sum_ctx));
     if (n) ((sum_ctx *)n->ctx)->scale = scale;
     return y;
