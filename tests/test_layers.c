@@ -13,7 +13,7 @@
 #include "dt_param.h"
 #include "dt_schedule.h"
 #include "dt_test.h"
-#include "conv_testutil.h"
+#include "layer_testutil.h"
 #include "sgd.h"
 
 
@@ -219,14 +219,6 @@ DT_TEST(batchnorm_statistics_and_running_update) {
 
 /* ---- pooling, loss ---- */
 
-typedef struct {
-    int k, s, p;
-} pool_arg;
-static dt_tensor *b_maxpool(dt_tensor **in, void *a) {
-    pool_arg *p = a;
-    return dt_maxpool2d(in[0], p->k, p->s, p->p);
-}
-static dt_tensor *b_avgpool(dt_tensor **in, void *a) { (void)a; return dt_global_avgpool(in[0]); }
 
 /* Distinct values at least 0.1 apart, so no finite-difference step changes an argmax. */
 static void distinct_values(dt_tensor *t) {
@@ -245,10 +237,10 @@ DT_TEST(gradcheck_pooling) {
     dt_requires_grad(x);
     pool_arg a = {3, 2, 1};
     dt_gradcheck_opts o = {.h = 1e-2f, .max_checks = 200};
-    EXPECT(dt_gradcheck("maxpool 3x3/2 p1", b_maxpool, &a, 1, &x, &o));
+    EXPECT(dt_gradcheck("maxpool 3x3/2 p1", dt_test_build_maxpool, &a, 1, &x, &o));
     pool_arg a2 = {2, 2, 0};
-    EXPECT(dt_gradcheck("maxpool 2x2/2", b_maxpool, &a2, 1, &x, &o));
-    EXPECT(dt_gradcheck("global avgpool", b_avgpool, NULL, 1, &x, NULL));
+    EXPECT(dt_gradcheck("maxpool 2x2/2", dt_test_build_maxpool, &a2, 1, &x, &o));
+    EXPECT(dt_gradcheck("global avgpool", dt_test_build_avgpool, NULL, 1, &x, NULL));
 }
 
 DT_TEST(maxpool_padding_and_first_max) {

@@ -12,7 +12,7 @@
 #include "dt_optim.h"
 #include "dt_param.h"
 #include "dt_test.h"
-#include "conv_testutil.h"
+#include "layer_testutil.h"
 
 
 static const conv_case CASES[] = {
@@ -103,14 +103,6 @@ DT_GPU_TEST(gpu_parity_batchnorm) {
 }
 
 typedef struct {
-    int k, s, p;
-} pool_arg;
-static dt_tensor *b_maxpool(dt_tensor **in, void *a) {
-    pool_arg *p = a;
-    return dt_maxpool2d(in[0], p->k, p->s, p->p);
-}
-static dt_tensor *b_avgpool(dt_tensor **in, void *a) { (void)a; return dt_global_avgpool(in[0]); }
-typedef struct {
     dt_tensor *lab_cpu, *lab_gpu;
     float eps;
 } xent_arg;
@@ -123,8 +115,8 @@ DT_GPU_TEST(gpu_parity_pool_loss_topk) {
     dt_tensor *x = dt_test_randn4(3, 5, 113, 111, 1.0f);
     dt_requires_grad(x);
     pool_arg a = {3, 2, 1};
-    EXPECT(dt_parity("maxpool 3x3/2 p1", b_maxpool, &a, NULL, 1, &x, 0));
-    EXPECT(dt_parity("global avgpool", b_avgpool, NULL, NULL, 1, &x, 1e-6f));
+    EXPECT(dt_parity("maxpool 3x3/2 p1", dt_test_build_maxpool, &a, NULL, 1, &x, 0));
+    EXPECT(dt_parity("global avgpool", dt_test_build_avgpool, NULL, NULL, 1, &x, 1e-6f));
     int64_t s[2] = {37, 1000}, sl[1] = {37};
     dt_tensor *logits = dt_test_randn(2, s, 3.0f), *lab = dt_tensor_new(1, sl, DT_CPU);
     for (int i = 0; i < 37; i++) lab->data[i] = (float)dt_rng_below(dt_test_rng(), 1000);

@@ -137,23 +137,18 @@ DT_TEST(train_bad_config_is_a_clear_error) {
 }
 
 static char g_ck[400];
-static void corrupt_resume(void *a) {
-    (void)a;
-    char o[800];
+/* Resumes from g_ck with the given deform setting (the checkpoint's model is all-deformable). */
+static void resume_with(const char *deform) {
+    char o[800], d[700], cfg[512];
     snprintf(o, sizeof o, "resume=%s", g_ck);
-    char d[700];
     snprintf(d, sizeof d, "data=%s", g_data);
-    exit(cli("device = cpu\nimage_size = 64\nwidth = 0.25\nbatch = 8\nsteps = 2\ndeform = all\nprogress = 0\nquiet = 1\n", o, d));
+    snprintf(cfg, sizeof cfg,
+             "device = cpu\nimage_size = 64\nwidth = 0.25\nbatch = 8\nsteps = 2\ndeform = %s\nprogress = 0\nquiet = 1\n",
+             deform);
+    exit(cli(cfg, o, d));
 }
-static void mismatched_resume(void *a) {
-    (void)a;
-    char o[800];
-    snprintf(o, sizeof o, "resume=%s", g_ck);
-    char d[700];
-    snprintf(d, sizeof d, "data=%s", g_data);
-    /* the checkpoint has deformable stage 4, this model is plain */
-    exit(cli("device = cpu\nimage_size = 64\nwidth = 0.25\nbatch = 8\nsteps = 2\ndeform = none\nprogress = 0\nquiet = 1\n", o, d));
-}
+static void corrupt_resume(void *a) { (void)a; resume_with("all"); }
+static void mismatched_resume(void *a) { (void)a; resume_with("none"); /* a plain model */ }
 
 DT_TEST(train_bad_checkpoints_are_clear_errors) {
     tiny_dataset();
