@@ -40,7 +40,7 @@ for s in $STEPS; do
         [ -f "$W/torch_layers.txt" ] || T 200 python3 "$YARD" layers --batch 64 > "$W/torch_layers.txt" 2>&1
         cat "$W/torch_layers.txt"
         log "bench deform"
-        M=${MODES:-unfused,deft,deft:stage=0,deft:fuse=0,deft:swizzle=0,deft:det=1,unfused:det=1}
+        M=${MODES:-unfused,deft,deft:dx=atomic,deft:fuse=1,deft:stage=1,deft:fuse=1:stage=1,deft:det=1,unfused:det=1}
         T 400 build/bench --what deform --torch "$W/torch_layers.txt" --modes "$M" --csv "$W/bench_deform.csv" 2>&1 | tee "$W/bench_deform.txt" | tail -45 ;;
     deform2)
         T 200 python3 "$YARD" layers --batch 64 --mask > "$W/torch_layers_mask.txt" 2>&1

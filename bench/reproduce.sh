@@ -2,7 +2,7 @@
 # `make reproduce`: the normalized training-time table behind DefT's "46 % less training time".
 # ResNet-18 on synthetic data (random device tensors: pure compute, no loader), 224x224,
 # batch 64 and 256: plain, all-deformable `unfused`, all-deformable `deft`; then the ablation
-# at batch 64 (each deft knob off in turn, and deterministic mode). Median step time after
+# at batch 64 (each deft knob against its default, DefT's fused + staged recipe, deterministic). Median step time after
 # the warm-up steps. Writes runs/reproduce.csv, runs/reproduce_chart.csv and a PNG chart.
 #   STEPS=40 WARM=10 BATCHES="64 256" VERSION=1 bash bench/reproduce.sh
 set -euo pipefail
@@ -37,10 +37,13 @@ for b in $BATCHES; do
     run deft "$b" deform=all deform_mode=deft
 done
 b=$(echo $BATCHES | awk '{print $1}')
-run deft_fuse0 "$b" deform=all deform_mode=deft fuse_offset=0
-run deft_stage0 "$b" deform=all deform_mode=deft stage=0
-run deft_swizzle0 "$b" deform=all deform_mode=deft swizzle=0
-run deft_halo1 "$b" deform=all deform_mode=deft halo=1
+# each knob of the deft path switched away from its default, then DefT's own recipe
+run deft_dx_atomic "$b" deform=all deform_mode=deft dx=atomic
+run deft_dx_gather "$b" deform=all deform_mode=deft dx=gather
+run deft_fuse1 "$b" deform=all deform_mode=deft fuse_offset=1
+run deft_stage1 "$b" deform=all deform_mode=deft stage=1
+run deft_fuse1_stage1 "$b" deform=all deform_mode=deft fuse_offset=1 stage=1
+run deft_fuse1_stage1_swizzle0 "$b" deform=all deform_mode=deft fuse_offset=1 stage=1 swizzle=0
 run deft_det "$b" deform=all deform_mode=deft deterministic=1
 run unfused_det "$b" deform=all deform_mode=unfused deterministic=1
 

@@ -26,13 +26,14 @@ struct shape_dev {
     geom_dev g;
 };
 
+/* The plan's chunk of nb images in index type I (32-bit where the buffers allow). */
 template <typename I>
-shape_dev<I> make_shape(const dt_deform_shape *s) {
+shape_dev<I> make_shape(const dt_deform_plan *p, int64_t nb) {
     shape_dev<I> d;
-    d.nb = (I)s->nb; d.C = (I)s->C; d.H = (I)s->H; d.W = (I)s->W; d.Ho = (I)s->Ho; d.Wo = (I)s->Wo;
-    d.P = (I)(s->Ho * s->Wo); d.NP = (I)(s->nb * s->Ho * s->Wo); d.K = (I)(s->g.kh * s->g.kw);
-    d.G = s->G; d.Cg = (I)(s->C / s->G);
-    d.g = {s->g.kh, s->g.kw, s->g.sh, s->g.sw, s->g.ph, s->g.pw, s->g.dh, s->g.dw};
+    d.nb = (I)nb; d.C = (I)p->C; d.H = (I)p->H; d.W = (I)p->W; d.Ho = (I)p->Ho; d.Wo = (I)p->Wo;
+    d.P = (I)p->P; d.NP = (I)(nb * p->P); d.K = (I)p->K;
+    d.G = p->G; d.Cg = (I)p->Cg;
+    d.g = {p->g.kh, p->g.kw, p->g.sh, p->g.sw, p->g.ph, p->g.pw, p->g.dh, p->g.dw};
     return d;
 }
 
@@ -140,26 +141,14 @@ __global__ void k_coord(shape_dev<I> s, const float *__restrict__ dcol, const fl
     }
 }
 
-bool fits32(const dt_deform_shape *s) {
-    int64_t K = (int64_t)s->g.kh * s->g.kw;
-    return s->C * K * s->nb * s->Ho * s->Wo < INT32_MAX && s->nb * s->C * s->H * s->W < INT32_MAX &&
-           s->nb * s->G * K * 3 * s->Ho * s->Wo < INT32_MAX;
-}
-
-unsigned blocks_for(int64_t n, int64_t planes) {
-    int64_t need = (n + 255) / 256;
-    int64_t want = (int64_t)dt_gpu_sm_count() * 16 / (planes > 0 ? planes : 1) + 1;
-    return (unsigned)(need < want ? need : want);
-}
-
-void check_y(const char *what, int64_t y) {
-    if (y > 65535) dt_fatal("%s: %lld rows exceed the launch grid (65535)", what, (long long)y);
+bool fits32(const dt_deform_plan *p, int64_t nb) {
+    return p->KC * nb * p->P < INT32_MAX && nb * p->C * p->H * p->W < INT32_MAX && nb * p->GK * 3 * p->P < INT32_MAX;
 }
 
 }  // namespace
 
-#define DISPATCH_I(s, ...)                        \
-    if (fits32(s)) {                              \
+#define DISPATCH_I(p, nb, ...)                    \
+    if (fits32(p, nb)) {                          \
         typedef int32_t I;                        \
         __VA_ARGS__;                              \
     } else {                                      \
@@ -169,47 +158,51 @@ void check_y(const char *what, int64_t y) {
 
 extern "C" {
 
-void dt_deform_im2col_cuda(const dt_deform_shape *s, const float *x, const float *offset, const float *mask, float *col) {
-    int64_t NP = s->nb * s->Ho * s->Wo;
-    if (NP * s->C <= 0) return;
-    check_y("deform_im2col", s->C);
-    dim3 grid(blocks_for(NP, s->C), (unsigned)s->C);
-    DISPATCH_I(s, k_im2col<I><<<grid, 256, 0, dt_stream()>>>(make_shape<I>(s), x, offset, mask, col));
+void dt_deform_im2col_cuda(const dt_deform_plan *p, int64_t nb, const float *x, const float *offset, const float *mask,
+                           float *col) {
+    int64_t NP = nb * p->P;
+    if (NP * p->C <= 0) return;
+    dt_check_grid_yz("deform_im2col", p->C, 1);
+    dim3 grid(dt_blocks_per_plane(NP, p->C), (unsigned)p->C);
+    DISPATCH_I(p, nb, k_im2col<I><<<grid, 256, 0, dt_stream()>>>(make_shape<I>(p, nb), x, offset, mask, col));
     DT_CHECK_LAUNCH();
 }
 
-void dt_deform_col2im_cuda(const dt_deform_shape *s, const float *dcol, const float *offset, const float *mask, float *dx) {
-    int64_t NP = s->nb * s->Ho * s->Wo;
-    if (NP * s->C <= 0) return;
-    check_y("deform_col2im", s->C);
-    dim3 grid(blocks_for(NP, s->C), (unsigned)s->C);
-    DISPATCH_I(s, k_col2im<I><<<grid, 256, 0, dt_stream()>>>(make_shape<I>(s), dcol, offset, mask, dx));
+void dt_deform_col2im_cuda(const dt_deform_plan *p, int64_t nb, const float *dcol, const float *offset, const float *mask,
+                           float *dx) {
+    int64_t NP = nb * p->P;
+    if (NP * p->C <= 0) return;
+    dt_check_grid_yz("deform_col2im", p->C, 1);
+    dim3 grid(dt_blocks_per_plane(NP, p->C), (unsigned)p->C);
+    DISPATCH_I(p, nb, k_col2im<I><<<grid, 256, 0, dt_stream()>>>(make_shape<I>(p, nb), dcol, offset, mask, dx));
     DT_CHECK_LAUNCH();
 }
 
-void dt_deform_col2im_coord_cuda(const dt_deform_shape *s, const float *dcol, const float *x, const float *offset,
-                                 const float *mask, float *doffset, float beta_off, float *dmask, float beta_mask) {
-    int64_t NP = s->nb * s->Ho * s->Wo, rows = (int64_t)s->G * s->g.kh * s->g.kw;
+void dt_deform_col2im_coord_cuda(const dt_deform_plan *p, int64_t nb, const float *dcol, const float *x,
+                                 const float *offset, const float *mask, float *doffset, float beta_off, float *dmask,
+                                 float beta_mask) {
+    int64_t NP = nb * p->P, rows = p->GK;
     if (NP <= 0) return;
-    check_y("deform_col2im_coord", rows);
-    dim3 grid(blocks_for(NP, rows), (unsigned)rows);
-    DISPATCH_I(s, k_coord<I><<<grid, 256, 0, dt_stream()>>>(make_shape<I>(s), dcol, x, offset, mask, doffset, beta_off,
-                                                           dmask, beta_mask));
+    dt_check_grid_yz("deform_col2im_coord", rows, 1);
+    dim3 grid(dt_blocks_per_plane(NP, rows), (unsigned)rows);
+    DISPATCH_I(p, nb, k_coord<I><<<grid, 256, 0, dt_stream()>>>(make_shape<I>(p, nb), dcol, x, offset, mask, doffset,
+                                                               beta_off, dmask, beta_mask));
     DT_CHECK_LAUNCH();
 }
 
-size_t dt_deform_det_ws_bytes(const dt_deform_shape *s) { return fp_ws_bytes(s->nb * s->C * s->H * s->W); }
+size_t dt_deform_det_ws_bytes(const dt_deform_plan *p, int64_t nb) { return fp_ws_bytes(nb * p->C * p->H * p->W); }
 
-void dt_deform_col2im_det_cuda(const dt_deform_shape *s, const float *dcol, const float *offset, const float *mask,
-                               float beta, float *dx, void *ws) {
-    int64_t K = (int64_t)s->g.kh * s->g.kw, P = s->Ho * s->Wo, NP = s->nb * P, nx = s->nb * s->C * s->H * s->W;
+void dt_deform_col2im_det_cuda(const dt_deform_plan *p, int64_t nb, const float *dcol, const float *offset,
+                               const float *mask, float beta, float *dx, void *ws) {
+    int64_t K = p->K, P = p->P, NP = nb * P, nx = nb * p->C * p->H * p->W;
     if (nx <= 0) return;
-    fp_prepare(ws, nx, dcol, s->C * K * NP, mask, s->nb * s->G * K * P, (double)K * P);
+    fp_prepare(ws, nx, dcol, p->C * K * NP, mask, nb * p->GK * P, (double)K * P);
     fp_ws w = fp_ws_at(ws);
     if (NP > 0) {
-        check_y("deform_col2im_det", s->C);
-        dim3 grid(blocks_for(NP, s->C), (unsigned)s->C);
-        DISPATCH_I(s, k_col2im_det<I><<<grid, 256, 0, dt_stream()>>>(make_shape<I>(s), dcol, offset, mask, w.scale, w.acc));
+        dt_check_grid_yz("deform_col2im_det", p->C, 1);
+        dim3 grid(dt_blocks_per_plane(NP, p->C), (unsigned)p->C);
+        DISPATCH_I(p, nb, k_col2im_det<I><<<grid, 256, 0, dt_stream()>>>(make_shape<I>(p, nb), dcol, offset, mask, w.scale,
+                                                                          w.acc));
         DT_CHECK_LAUNCH();
     }
     k_fp_to_float<<<dt_grid_for(nx, 256), 256, 0, dt_stream()>>>(nx, w.acc, w.scale, beta, dx);

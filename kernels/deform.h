@@ -1,7 +1,9 @@
-/* deform.h: the deformable-convolution column kernels (torchvision.ops.deform_conv2d
- * semantics), CPU reference and CUDA "unfused" baseline.
+/* deform.h: the NCHW deformable-convolution column kernels of the unfused mode
+ * (torchvision.ops.deform_conv2d semantics): the CPU reference every implementation is tested
+ * against, and the CUDA baseline that runs the op as PyTorch does.
  *
- * Shapes, for a chunk of nb images, K = kh*kw taps, G offset groups (C % G == 0), P = Ho*Wo:
+ * Shapes, for a chunk of nb images of a plan (deform_plan.h), K = kh*kw taps, G offset groups
+ * (C % G == 0), P = Ho*Wo:
  *   x       [nb, C, H, W]
  *   offset  [nb, 2*G*K, Ho, Wo]   channel (g*K + k)*2 holds dy, +1 holds dx of tap k, group g
  *   mask    [nb, G*K, Ho, Wo]     channel g*K + k (NULL: DCNv1, all ones)
@@ -26,36 +28,30 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "conv_geom.h"
+#include "deform_plan.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-typedef struct {
-    int64_t nb, C, H, W, Ho, Wo;
-    int G;           /* offset groups */
-    dt_conv_geom g;
-} dt_deform_shape;
-
-#define DT_DECL_DEFORM(sfx)                                                                          \
-    void dt_deform_im2col_##sfx(const dt_deform_shape *s, const float *x, const float *offset,       \
-                                const float *mask, float *col);                                      \
-    /* dx += scatter(dcol) (dx must be initialized) */                                               \
-    void dt_deform_col2im_##sfx(const dt_deform_shape *s, const float *dcol, const float *offset,    \
-                                const float *mask, float *dx);                                       \
-    void dt_deform_col2im_coord_##sfx(const dt_deform_shape *s, const float *dcol, const float *x,   \
-                                      const float *offset, const float *mask, float *doffset,        \
-                                      float beta_off, float *dmask, float beta_mask);
+#define DT_DECL_DEFORM(sfx)                                                                                      \
+    void dt_deform_im2col_##sfx(const dt_deform_plan *p, int64_t nb, const float *x, const float *offset,        \
+                                const float *mask, float *col);                                                  \
+    /* dx += scatter(dcol) (dx must be initialized) */                                                           \
+    void dt_deform_col2im_##sfx(const dt_deform_plan *p, int64_t nb, const float *dcol, const float *offset,     \
+                                const float *mask, float *dx);                                                   \
+    void dt_deform_col2im_coord_##sfx(const dt_deform_plan *p, int64_t nb, const float *dcol, const float *x,    \
+                                      const float *offset, const float *mask, float *doffset, float beta_off,    \
+                                      float *dmask, float beta_mask);
 
 DT_DECL_DEFORM(cpu)
 DT_DECL_DEFORM(cuda)
 
 /* Deterministic scatter on the GPU: acc [nb*C*H*W] int64 (zeroed by this call), scale one
  * float of device scratch; dx = beta*dx + acc/S. ws: dt_deform_det_ws_bytes(s). */
-size_t dt_deform_det_ws_bytes(const dt_deform_shape *s);
-void dt_deform_col2im_det_cuda(const dt_deform_shape *s, const float *dcol, const float *offset, const float *mask,
-                               float beta, float *dx, void *ws);
+size_t dt_deform_det_ws_bytes(const dt_deform_plan *p, int64_t nb);
+void dt_deform_col2im_det_cuda(const dt_deform_plan *p, int64_t nb, const float *dcol, const float *offset,
+                               const float *mask, float beta, float *dx, void *ws);
 
 #ifdef __cplusplus
 }

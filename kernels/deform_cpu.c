@@ -6,8 +6,20 @@
 #include "deform_bilinear.h"
 #include "dt_parallel.h"
 
+/* The plan's sizes for a chunk of nb images. */
 typedef struct {
-    const dt_deform_shape *s;
+    int64_t nb, C, H, W, Ho, Wo;
+    int G;
+    dt_conv_geom g;
+} shape;
+
+static shape shape_of(const dt_deform_plan *p, int64_t nb) {
+    shape s = {nb, p->C, p->H, p->W, p->Ho, p->Wo, p->G, p->g};
+    return s;
+}
+
+typedef struct {
+    const shape *s;
     const float *x, *offset, *mask, *col;
     float *out, *out2;
     float beta, beta2;
@@ -15,7 +27,7 @@ typedef struct {
 
 /* The bilinear sample of tap k (group g) at output position p of image i, and its mask:
  * y = oy*sh - ph + ky*dh + dy, x = ox*sw - pw + kx*dw + dx with (dy, dx) from the offsets. */
-static inline dt_bilin tap_sample(const dt_deform_shape *s, const float *offset, const float *mask, int64_t i, int g,
+static inline dt_bilin tap_sample(const shape *s, const float *offset, const float *mask, int64_t i, int g,
                                   int k, int64_t p, float *m) {
     int64_t K = (int64_t)s->g.kh * s->g.kw, P = s->Ho * s->Wo;
     const float *o = offset + ((i * s->G + g) * K + k) * 2 * P;
@@ -29,7 +41,7 @@ static inline dt_bilin tap_sample(const dt_deform_shape *s, const float *offset,
 
 static void im2col_range(void *ctx, int64_t c0, int64_t c1) {
     const job *j = ctx;
-    const dt_deform_shape *s = j->s;
+    const shape *s = j->s;
     int64_t K = (int64_t)s->g.kh * s->g.kw, P = s->Ho * s->Wo, NP = s->nb * P;
     for (int64_t c = c0; c < c1; c++) {
         int g = (int)(c / (s->C / s->G));
@@ -48,14 +60,16 @@ static void im2col_range(void *ctx, int64_t c0, int64_t c1) {
     }
 }
 
-void dt_deform_im2col_cpu(const dt_deform_shape *s, const float *x, const float *offset, const float *mask, float *col) {
+void dt_deform_im2col_cpu(const dt_deform_plan *p, int64_t nb, const float *x, const float *offset, const float *mask,
+                          float *col) {
+    shape sh = shape_of(p, nb), *s = &sh;
     job j = {.s = s, .x = x, .offset = offset, .mask = mask, .col = col};
     dt_parallel_for(s->C, 1, im2col_range, &j);
 }
 
 static void col2im_range(void *ctx, int64_t c0, int64_t c1) {
     const job *j = ctx;
-    const dt_deform_shape *s = j->s;
+    const shape *s = j->s;
     int64_t K = (int64_t)s->g.kh * s->g.kw, P = s->Ho * s->Wo, NP = s->nb * P;
     for (int64_t c = c0; c < c1; c++) {
         int g = (int)(c / (s->C / s->G));
@@ -75,7 +89,9 @@ static void col2im_range(void *ctx, int64_t c0, int64_t c1) {
     }
 }
 
-void dt_deform_col2im_cpu(const dt_deform_shape *s, const float *dcol, const float *offset, const float *mask, float *dx) {
+void dt_deform_col2im_cpu(const dt_deform_plan *p, int64_t nb, const float *dcol, const float *offset, const float *mask,
+                          float *dx) {
+    shape sh = shape_of(p, nb), *s = &sh;
     job j = {.s = s, .col = dcol, .offset = offset, .mask = mask, .out = dx};
     dt_parallel_for(s->C, 1, col2im_range, &j);
 }
@@ -83,7 +99,7 @@ void dt_deform_col2im_cpu(const dt_deform_shape *s, const float *dcol, const flo
 /* One (i, g, k) triple per index; loops over positions and the group's channels. */
 static void coord_range(void *ctx, int64_t t0, int64_t t1) {
     const job *j = ctx;
-    const dt_deform_shape *s = j->s;
+    const shape *s = j->s;
     int64_t K = (int64_t)s->g.kh * s->g.kw, P = s->Ho * s->Wo, NP = s->nb * P, Cg = s->C / s->G;
     for (int64_t t = t0; t < t1; t++) {
         int64_t i = t / (s->G * K);
@@ -111,8 +127,10 @@ static void coord_range(void *ctx, int64_t t0, int64_t t1) {
     }
 }
 
-void dt_deform_col2im_coord_cpu(const dt_deform_shape *s, const float *dcol, const float *x, const float *offset,
-                                const float *mask, float *doffset, float beta_off, float *dmask, float beta_mask) {
+void dt_deform_col2im_coord_cpu(const dt_deform_plan *p, int64_t nb, const float *dcol, const float *x,
+                                const float *offset, const float *mask, float *doffset, float beta_off, float *dmask,
+                                float beta_mask) {
+    shape sh = shape_of(p, nb), *s = &sh;
     job j = {.s = s, .col = dcol, .x = x, .offset = offset, .mask = mask, .out = doffset, .beta = beta_off,
              .out2 = dmask, .beta2 = beta_mask};
     dt_parallel_for(s->nb * s->G * (int64_t)s->g.kh * s->g.kw, 1, coord_range, &j);

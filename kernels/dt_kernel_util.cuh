@@ -15,6 +15,21 @@ static inline int dt_grid_for(int64_t n, int block) {
     return need < 1 ? 1 : (int)need;
 }
 
+/* Blocks in x for n elements per plane when blockIdx.y/z run over `planes` planes: ~16 blocks
+ * an SM in total, never more than one plane needs. */
+static inline unsigned dt_blocks_per_plane(int64_t n, int64_t planes) {
+    int64_t need = (n + 255) / 256;
+    int64_t want = (int64_t)dt_gpu_sm_count() * 16 / (planes > 0 ? planes : 1) + 1;
+    return (unsigned)(need < want ? need : want);
+}
+
+/* blockIdx.y and blockIdx.z are limited to 65535: fatal, naming the op, beyond. */
+static inline void dt_check_grid_yz(const char *what, int64_t y, int64_t z) {
+    if (y > 65535 || z > 65535)
+        dt_fatal("%s: a launch grid of %lld x %lld planes exceeds 65535 in y or z; use smaller chunks", what,
+                 (long long)y, (long long)z);
+}
+
 #define DT_GRID_STRIDE(i, n) \
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
 

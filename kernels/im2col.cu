@@ -71,43 +71,12 @@ __global__ void k_col2im(const float *__restrict__ col, I nb, I C, I H, I W, dt_
     }
 }
 
-/* [nb, C, P] <-> [C, nb*P], plane by plane: blockIdx.y = c, blockIdx.z = i. */
-__global__ void k_nchw_to_cnhw(const float *__restrict__ x, int64_t nb, int64_t C, int64_t P, float *__restrict__ y) {
-    int64_t c = blockIdx.y, i = blockIdx.z;
-    const float *src = x + (i * C + c) * P;
-    float *dst = y + c * nb * P + i * P;
-    for (int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; p < P; p += (int64_t)gridDim.x * blockDim.x) dst[p] = src[p];
-}
-
-__global__ void k_cnhw_to_nchw(const float *__restrict__ y, int64_t nb, int64_t C, int64_t P,
-                               const float *__restrict__ bias, float *__restrict__ x) {
-    int64_t c = blockIdx.y, i = blockIdx.z;
-    const float *src = y + c * nb * P + i * P;
-    float *dst = x + (i * C + c) * P;
-    float b = bias ? bias[c] : 0.0f;
-    for (int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; p < P; p += (int64_t)gridDim.x * blockDim.x) dst[p] = src[p] + b;
-}
-
 bool fits32(int64_t v) { return v < INT32_MAX; }
-
-/* blockIdx.y/z are limited to 65535. */
-void check_grid(const char *what, int64_t y, int64_t z) {
-    if (y > 65535 || z > 65535)
-        dt_fatal("%s: %lld channels x %lld images exceed the launch grid (65535 each); use smaller chunks",
-                 what, (long long)y, (long long)z);
-}
-
-unsigned blocks_for(int64_t n, int64_t planes) {
-    /* enough blocks in x to give ~4 waves in total over all planes, at most what n needs */
-    int64_t need = (n + 255) / 256;
-    int64_t want = (int64_t)dt_gpu_sm_count() * 16 / (planes > 0 ? planes : 1) + 1;
-    return (unsigned)(need < want ? need : want);
-}
 
 template <typename I>
 void launch_col2im(const float *col, int64_t nb, int64_t C, int64_t H, int64_t W, dt_conv_geom g, int64_t Ho, int64_t Wo,
                    float beta, float *x) {
-    dim3 grid(blocks_for(H * W, C * nb), (unsigned)C, (unsigned)nb);
+    dim3 grid(dt_blocks_per_plane(H * W, C * nb), (unsigned)C, (unsigned)nb);
     bool s1 = g.sh == 1 && g.sw == 1, s2 = g.sh == 2 && g.sw == 2;
     if (s1) k_col2im<1, I><<<grid, 256, 0, dt_stream()>>>(col, (I)nb, (I)C, (I)H, (I)W, g, (I)Ho, (I)Wo, beta, x);
     else if (s2) k_col2im<2, I><<<grid, 256, 0, dt_stream()>>>(col, (I)nb, (I)C, (I)H, (I)W, g, (I)Ho, (I)Wo, beta, x);
@@ -121,8 +90,8 @@ void dt_im2col_cuda(const float *x, int64_t nb, int64_t C, int64_t H, int64_t W,
                     int64_t Ho, int64_t Wo, float *col) {
     int64_t NP = nb * Ho * Wo;
     if (NP * C <= 0) return;
-    check_grid("im2col", C, 1);
-    dim3 grid(blocks_for(NP, C), (unsigned)C);
+    dt_check_grid_yz("im2col", C, 1);
+    dim3 grid(dt_blocks_per_plane(NP, C), (unsigned)C);
     if (fits32(C * g.kh * g.kw * NP) && fits32(nb * C * H * W))
         k_im2col<int32_t><<<grid, 256, 0, dt_stream()>>>(x, (int32_t)nb, (int32_t)C, (int32_t)H, (int32_t)W, g,
                                                          (int32_t)Ho, (int32_t)Wo, col);
@@ -134,7 +103,7 @@ void dt_im2col_cuda(const float *x, int64_t nb, int64_t C, int64_t H, int64_t W,
 void dt_col2im_cuda(const float *col, int64_t nb, int64_t C, int64_t H, int64_t W, dt_conv_geom g,
                     int64_t Ho, int64_t Wo, float beta, float *x) {
     if (nb * C * H * W <= 0) return;
-    check_grid("col2im", C, nb);
+    dt_check_grid_yz("col2im", C, nb);
     if (fits32(C * g.kh * g.kw * nb * Ho * Wo) && fits32(nb * C * H * W))
         launch_col2im<int32_t>(col, nb, C, H, W, g, Ho, Wo, beta, x);
     else
@@ -142,17 +111,4 @@ void dt_col2im_cuda(const float *col, int64_t nb, int64_t C, int64_t H, int64_t 
     DT_CHECK_LAUNCH();
 }
 
-void dt_nchw_to_cnhw_cuda(const float *x, int64_t nb, int64_t C, int64_t P, float *y) {
-    if (nb * C * P <= 0) return;
-    check_grid("nchw_to_cnhw", C, nb);
-    k_nchw_to_cnhw<<<dim3(blocks_for(P, C * nb), (unsigned)C, (unsigned)nb), 256, 0, dt_stream()>>>(x, nb, C, P, y);
-    DT_CHECK_LAUNCH();
-}
-
-void dt_cnhw_to_nchw_cuda(const float *y, int64_t nb, int64_t C, int64_t P, const float *bias, float *x) {
-    if (nb * C * P <= 0) return;
-    check_grid("cnhw_to_nchw", C, nb);
-    k_cnhw_to_nchw<<<dim3(blocks_for(P, C * nb), (unsigned)C, (unsigned)nb), 256, 0, dt_stream()>>>(y, nb, C, P, bias, x);
-    DT_CHECK_LAUNCH();
-}
 }

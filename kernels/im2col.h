@@ -7,9 +7,7 @@
  * so that y = W[Cout, C*kh*kw] . col is the convolution, laid out [Cout, nb*P] ("CNHW").
  * col2im is the adjoint: x[i][c][iy][ix] = beta*x + sum of the col entries that read it,
  * computed as a gather (each x element sums its own taps in a fixed order): deterministic,
- * no atomics.
- * nchw_to_cnhw / cnhw_to_nchw move a chunk between [nb, C, P] and [C, nb*P]; the latter can
- * add a per-channel bias on the way. */
+ * no atomics. The relayouts of the GEMM's [C, nb*P] output are in layout.h. */
 #ifndef DT_K_IM2COL_H
 #define DT_K_IM2COL_H
 
@@ -25,10 +23,7 @@ extern "C" {
     void dt_im2col_##sfx(const float *x, int64_t nb, int64_t C, int64_t H, int64_t W, dt_conv_geom g, \
                          int64_t Ho, int64_t Wo, float *col);                                        \
     void dt_col2im_##sfx(const float *col, int64_t nb, int64_t C, int64_t H, int64_t W, dt_conv_geom g, \
-                         int64_t Ho, int64_t Wo, float beta, float *x);                              \
-    void dt_nchw_to_cnhw_##sfx(const float *x, int64_t nb, int64_t C, int64_t P, float *y);          \
-    void dt_cnhw_to_nchw_##sfx(const float *y, int64_t nb, int64_t C, int64_t P, const float *bias,  \
-                               float *x);
+                         int64_t Ho, int64_t Wo, float beta, float *x);
 
 DT_DECL_IM2COL(cpu)
 DT_DECL_IM2COL(cuda)

@@ -77,18 +77,3 @@ void dt_col2im_cpu(const float *col, int64_t nb, int64_t C, int64_t H, int64_t W
     im2col_job j = {.ccol = col, .xo = x, .nb = nb, .C = C, .H = H, .W = W, .Ho = Ho, .Wo = Wo, .g = g, .beta = beta};
     dt_parallel_for(C, 1, col2im_range, &j);
 }
-
-void dt_nchw_to_cnhw_cpu(const float *x, int64_t nb, int64_t C, int64_t P, float *y) {
-    for (int64_t i = 0; i < nb; i++)
-        for (int64_t c = 0; c < C; c++) memcpy(y + c * nb * P + i * P, x + (i * C + c) * P, P * sizeof(float));
-}
-
-void dt_cnhw_to_nchw_cpu(const float *y, int64_t nb, int64_t C, int64_t P, const float *bias, float *x) {
-    for (int64_t i = 0; i < nb; i++)
-        for (int64_t c = 0; c < C; c++) {
-            const float *src = y + c * nb * P + i * P;
-            float *dst = x + (i * C + c) * P;
-            float b = bias ? bias[c] : 0.0f;
-            for (int64_t p = 0; p < P; p++) dst[p] = src[p] + b;
-        }
-}

@@ -10,8 +10,8 @@ __device__ __forceinline__ int bin_of(float a) {
     return b < (float)(DT_OFFHIST_BINS - 1) ? (int)b : DT_OFFHIST_BINS - 1;
 }
 
-__global__ void k_hist(int64_t N, int64_t GK, int64_t P, const float *__restrict__ offset, float halo,
-                       unsigned long long *__restrict__ out) {
+__global__ void k_hist(int64_t N, int64_t GK, int64_t P, const float *__restrict__ off, int64_t s_img, int64_t s_pos,
+                       int64_t s_ch, float halo, unsigned long long *__restrict__ out) {
     __shared__ unsigned hy[DT_OFFHIST_BINS], hx[DT_OFFHIST_BINS];
     for (int b = threadIdx.x; b < DT_OFFHIST_BINS; b += blockDim.x) hy[b] = hx[b] = 0;
     __syncthreads();
@@ -21,8 +21,8 @@ __global__ void k_hist(int64_t N, int64_t GK, int64_t P, const float *__restrict
     DT_GRID_STRIDE(t, total) {
         int64_t p = t % P, nj = t / P; /* nj = n*GK + j */
         int64_t n = nj / GK, j = nj % GK;
-        const float *dy = offset + (n * 2 * GK + 2 * j) * P;
-        float ay = fabsf(dy[p]), ax = fabsf(dy[P + p]);
+        const float *dy = off + n * s_img + p * s_pos + 2 * j * s_ch;
+        float ay = fabsf(dy[0]), ax = fabsf(dy[s_ch]);
         if (isnan(ay) || isnan(ax)) { outside++; maxbits = 0x7fc00000u; continue; }
         atomicAdd(&hy[bin_of(ay)], 1u);
         atomicAdd(&hx[bin_of(ax)], 1u);
@@ -44,12 +44,13 @@ __global__ void k_hist(int64_t N, int64_t GK, int64_t P, const float *__restrict
 
 }  // namespace
 
-extern "C" void dt_offset_hist_cuda(int64_t N, int64_t GK, int64_t P, const float *offset, float halo, uint64_t *out) {
+extern "C" void dt_offset_hist_cuda(int64_t N, int64_t GK, int64_t P, const float *off, int64_t s_img, int64_t s_pos,
+                                    int64_t s_ch, float halo, uint64_t *out) {
     DT_CHECK(cudaMemsetAsync(out, 0, DT_OFFHIST_LEN * sizeof(uint64_t), dt_stream()));
     int64_t total = N * GK * P;
     if (total <= 0) return;
     int blocks = dt_grid_for(total, 256);
     if (blocks > 2 * dt_gpu_sm_count()) blocks = 2 * dt_gpu_sm_count(); /* fewer merges into the global histogram */
-    k_hist<<<blocks, 256, 0, dt_stream()>>>(N, GK, P, offset, halo, (unsigned long long *)out);
+    k_hist<<<blocks, 256, 0, dt_stream()>>>(N, GK, P, off, s_img, s_pos, s_ch, halo, (unsigned long long *)out);
     DT_CHECK_LAUNCH();
 }

@@ -1,5 +1,7 @@
 /* offset_stats.h: the raw counts behind the offset statistics of a deformable layer.
- * offset: [N, 2*GK, Ho, Wo], (dy, dx) pairs in channels (2j, 2j+1).
+ * The offsets are a strided view: component c (0 dy, 1 dx) of pair j of image n at position p
+ * is off[n*s_img + p*s_pos + (2j + c)*s_ch] - an NCHW offset tensor [N, 2GK, Ho, Wo] has
+ * (s_img, s_pos, s_ch) = (2GK*P, 1, P), the deft mode's om [N*P, OCS] (P*OCS, OCS, 1).
  * Histograms of |dy| and |dx| in bins of 1/64 px up to 64 px (bin 4096 = anything larger),
  * sums of |dy| and |dx| in fixed point (2^-16 px), the largest |component|, and the number of
  * samples with |dy| > halo or |dx| > halo. All integer arithmetic, so the counts are exact
@@ -24,8 +26,11 @@ extern "C" {
 #endif
 
 /* out: DT_OFFHIST_LEN uint64 (zeroed by the call; device memory for _cuda). */
-void dt_offset_hist_cpu(int64_t N, int64_t GK, int64_t P, const float *offset, float halo, uint64_t *out);
-void dt_offset_hist_cuda(int64_t N, int64_t GK, int64_t P, const float *offset, float halo, uint64_t *out);
+#define DT_DECL_OFFHIST(sfx)                                                                                 \
+    void dt_offset_hist_##sfx(int64_t N, int64_t GK, int64_t P, const float *off, int64_t s_img, int64_t s_pos, \
+                              int64_t s_ch, float halo, uint64_t *out);
+DT_DECL_OFFHIST(cpu)
+DT_DECL_OFFHIST(cuda)
 
 #ifdef __cplusplus
 }

@@ -1,4 +1,5 @@
-/* conv2d = im2col + GEMM, chunked over images.
+/* conv2d = im2col + GEMM, chunked over images, on the column-conv skeleton (dt_colconv.h,
+ * layout DT_COLS_CN): this file supplies the columns (im2col) and their adjoint (col2im).
  *
  * Forward, per chunk of nb images (P = Ho*Wo, K = Cin*kh*kw):
  *   col[K, nb*P]   = im2col(x chunk)
@@ -12,11 +13,10 @@
  * The chunk is sized so that the column buffer stays within a budget: memory is bounded for
  * any batch size, and a budget near the L2 size keeps the buffer's traffic mostly on chip. */
 #include "bias.h"
-#include "dt_alloc.h"
+#include "dt_colconv.h"
 #include "dt_common.h"
 #include "dt_dispatch.h"
 #include "dt_layers.h"
-#include "gemm.h"
 #include "im2col.h"
 
 static size_t g_col_budget;
@@ -50,39 +50,53 @@ typedef struct {
     dt_conv_geom g;
 } conv_ctx;
 
+/* The column source of a plain conv: im2col of the input, col2im of the gradient. */
+typedef struct {
+    dt_dev dev;
+    const float *x;   /* [N, Cin, H, W] */
+    float *dx;        /* [N, Cin, H, W] or NULL */
+    float beta_x;
+    int64_t Cin, H, W, Ho, Wo;
+    dt_conv_geom g;
+} conv_cols;
+
+static void conv_fill(void *ctx, int64_t n0, int64_t nb, float *col) {
+    conv_cols *c = ctx;
+    DT_CALL(c->dev, dt_im2col, c->x + n0 * c->Cin * c->H * c->W, nb, c->Cin, c->H, c->W, c->g, c->Ho, c->Wo, col);
+}
+
+static void conv_adjoint(void *ctx, int64_t n0, int64_t nb, float *dcol) {
+    conv_cols *c = ctx;
+    DT_CALL(c->dev, dt_col2im, dcol, nb, c->Cin, c->H, c->W, c->g, c->Ho, c->Wo, c->beta_x, c->dx + n0 * c->Cin * c->H * c->W);
+}
+
+static dt_colconv conv_skeleton(conv_cols *cols, const dt_tensor *x, const dt_tensor *w, dt_conv_geom g, int64_t Ho,
+                                int64_t Wo) {
+    cols->dev = x->dev;
+    cols->x = x->data;
+    cols->Cin = x->shape[1];
+    cols->H = x->shape[2];
+    cols->W = x->shape[3];
+    cols->Ho = Ho;
+    cols->Wo = Wo;
+    cols->g = g;
+    int64_t R = cols->Cin * g.kh * g.kw;
+    dt_colconv cc = {.dev = x->dev, .layout = DT_COLS_CN, .N = x->shape[0], .Cout = w->shape[0], .P = Ho * Wo, .R = R,
+                     .nb = dt_conv_chunk(x->shape[0], R * Ho * Wo), .ctx = cols, .fill = conv_fill};
+    return cc;
+}
+
 static void conv_backward(dt_node *n) {
     dt_tensor *x = n->in[0], *w = n->in[1], *bias = n->in[2], *y = n->out, *dy = y->grad;
-    dt_conv_geom g = ((conv_ctx *)n->ctx)->g;
-    dt_dev dev = x->dev;
-    int64_t N = x->shape[0], Cin = x->shape[1], H = x->shape[2], W = x->shape[3];
-    int64_t Cout = w->shape[0], Ho = y->shape[2], Wo = y->shape[3], P = Ho * Wo, K = Cin * g.kh * g.kw;
-    float beta_b, beta_w, beta_x;
+    int64_t P = y->shape[2] * y->shape[3];
+    float beta_b, beta_w;
     float *db = dt_grad_dst(bias, &beta_b);
-    if (db) DT_CALL(dev, dt_bias_nchw_bwd, N, Cout, P, dy->data, beta_b, db);
-    float *dw = dt_grad_dst(w, &beta_w);
-    float *dx = dt_grad_dst(x, &beta_x);
-    if (!dw && !dx) return;
-    int64_t nb = dt_conv_chunk(N, K * P);
-    float *col = dt_dev_alloc(dev, (size_t)K * nb * P * sizeof(float));
-    float *dyt = nb > 1 ? dt_dev_alloc(dev, (size_t)Cout * nb * P * sizeof(float)) : NULL;
-    for (int64_t n0 = 0; n0 < N; n0 += nb) {
-        int64_t b = N - n0 < nb ? N - n0 : nb, bP = b * P;
-        const float *dyc = dy->data + n0 * Cout * P;
-        if (b > 1) {
-            DT_CALL(dev, dt_nchw_to_cnhw, dyc, b, Cout, P, dyt);
-            dyc = dyt;
-        }
-        if (dw) {
-            DT_CALL(dev, dt_im2col, x->data + n0 * Cin * H * W, b, Cin, H, W, g, Ho, Wo, col);
-            DT_CALL(dev, dt_gemm, 0, 1, Cout, K, bP, 1.0f, dyc, bP, col, bP, n0 == 0 ? beta_w : 1.0f, dw, K);
-        }
-        if (dx) {
-            DT_CALL(dev, dt_gemm, 1, 0, K, bP, Cout, 1.0f, w->data, K, dyc, bP, 0.0f, col, bP);
-            DT_CALL(dev, dt_col2im, col, b, Cin, H, W, g, Ho, Wo, beta_x, dx + n0 * Cin * H * W);
-        }
-    }
-    dt_dev_free(dev, col);
-    if (dyt) dt_dev_free(dev, dyt);
+    if (db) DT_CALL(x->dev, dt_bias_nchw_bwd, x->shape[0], w->shape[0], P, dy->data, beta_b, db);
+    conv_cols cols;
+    dt_colconv cc = conv_skeleton(&cols, x, w, ((conv_ctx *)n->ctx)->g, y->shape[2], y->shape[3]);
+    cols.dx = dt_grad_dst(x, &cols.beta_x);
+    if (cols.dx) cc.adjoint = conv_adjoint;
+    dt_colconv_backward(&cc, w->data, dy->data, dt_grad_dst(w, &beta_w), beta_w);
 }
 
 dt_tensor *dt_conv2d(dt_tensor *x, dt_tensor *w, dt_tensor *bias, dt_conv_geom g) {
@@ -99,27 +113,10 @@ dt_tensor *dt_conv2d(dt_tensor *x, dt_tensor *w, dt_tensor *bias, dt_conv_geom g
         dt_fatal("conv2d: bias %s must be [%lld]", dt_shape_str(bias, a, sizeof a), (long long)w->shape[0]);
     int64_t Ho, Wo;
     dt_conv_out_hw("conv2d", x, g, &Ho, &Wo);
-    int64_t N = x->shape[0], Cin = x->shape[1], H = x->shape[2], W = x->shape[3], Cout = w->shape[0];
-    int64_t P = Ho * Wo, K = Cin * g.kh * g.kw;
-    dt_dev dev = x->dev;
-    dt_tensor *y = dt_tensor_new4(dev, N, Cout, Ho, Wo);
-    int64_t nb = dt_conv_chunk(N, K * P);
-    float *col = dt_dev_alloc(dev, (size_t)K * nb * P * sizeof(float));
-    float *t = nb > 1 ? dt_dev_alloc(dev, (size_t)Cout * nb * P * sizeof(float)) : NULL;
-    for (int64_t n0 = 0; n0 < N; n0 += nb) {
-        int64_t bn = N - n0 < nb ? N - n0 : nb;
-        float *yc = y->data + n0 * Cout * P;
-        DT_CALL(dev, dt_im2col, x->data + n0 * Cin * H * W, bn, Cin, H, W, g, Ho, Wo, col);
-        if (bn == 1) {
-            DT_CALL(dev, dt_gemm, 0, 0, Cout, P, K, 1.0f, w->data, K, col, P, 0.0f, yc, P);
-            if (bias) DT_CALL(dev, dt_bias_nchw_fwd, 1, Cout, P, bias->data, yc);
-        } else {
-            DT_CALL(dev, dt_gemm, 0, 0, Cout, bn * P, K, 1.0f, w->data, K, col, bn * P, 0.0f, t, bn * P);
-            DT_CALL(dev, dt_cnhw_to_nchw, t, bn, Cout, P, bias ? bias->data : NULL, yc);
-        }
-    }
-    dt_dev_free(dev, col);
-    if (t) dt_dev_free(dev, t);
+    dt_tensor *y = dt_tensor_new4(x->dev, x->shape[0], w->shape[0], Ho, Wo);
+    conv_cols cols;
+    dt_colconv cc = conv_skeleton(&cols, x, w, g, Ho, Wo);
+    dt_colconv_forward(&cc, w->data, bias ? bias->data : NULL, y->data);
     dt_tensor *in[3] = {x, w, bias};
     dt_node *n = dt_record("conv2d", conv_backward, y, 3, in, sizeof(conv_ctx));
     if (n) ((conv_ctx *)n->ctx)->g = g;

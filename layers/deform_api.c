@@ -1,9 +1,8 @@
-/* The C API over dt_deform_raw_forward / dt_deform_raw_backward (see dt_deform_api.h). */
+/* The C API over dt_deform_forward_raw / dt_deform_backward_raw (see dt_deform_api.h). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "deft.h"
 #include "dt_deform.h"
 #include "dt_deform_api.h"
 #include "dt_device.h"
@@ -41,36 +40,19 @@ int dt_deform_api_out_size(const dt_deform_desc *d, int *ho, int *wo) {
 
 /* Validates and fills a plan; 0 on success. */
 static int plan_of(const dt_deform_desc *d, int mode, dt_deform_plan *p) {
-    int ho, wo;
-    if (dt_deform_api_out_size(d, &ho, &wo)) return -1;
+    if (dt_deform_api_out_size(d, NULL, NULL)) return -1;
     int impl = mode & ~DT_DEFORM_API_DETERMINISTIC;
     if (impl != DT_DEFORM_API_UNFUSED && impl != DT_DEFORM_API_DEFT)
         return fail("unknown mode %d (DT_DEFORM_API_UNFUSED, DT_DEFORM_API_DEFT, optionally | DT_DEFORM_API_DETERMINISTIC)", mode);
     if (!dt_built_with_cuda()) return fail("libdeftc was built without CUDA");
     if (dt_gpu_count() == 0) return fail("no CUDA device is visible");
-    dt_tensor shape;
-    memset(&shape, 0, sizeof shape);
-    shape.ndim = 4;
-    shape.shape[0] = d->n;
-    shape.shape[1] = d->c;
-    shape.shape[2] = d->h;
-    shape.shape[3] = d->w;
     dt_conv_geom g = {d->kh, d->kw, d->stride_h, d->stride_w, d->pad_h, d->pad_w, d->dil_h, d->dil_w};
-    dt_deft_knobs k = dt_deft_knobs_default();
-    k.halo = 2;
+    dt_deform_knobs k = dt_deform_knobs_default();
     k.deterministic = (mode & DT_DEFORM_API_DETERMINISTIC) != 0;
-    *p = dt_deform_plan_make(DT_GPU, &shape, d->cout, ho, wo, g, d->offset_groups, d->has_mask,
-                             impl == DT_DEFORM_API_DEFT ? DT_DEFORM_DEFT : DT_DEFORM_UNFUSED, &k);
-    p->deterministic = k.deterministic;
-#ifdef DT_CUDA
-    if (p->tiled) {
-        dt_deft_cfg c = {d->n, d->c, d->h, d->w, ho, wo, d->offset_groups, d->has_mask, g, k.tile_h, k.tile_w, k.halo,
-                         k.swizzle, k.stage, k.deterministic};
-        const char *bad = dt_deft_check(&c);
-        if (bad && strstr(bad, "chunk")) bad = NULL; /* the plan chunks the batch itself */
-        if (bad) return fail("%s", bad);
-    }
-#endif
+    const char *bad = dt_deform_plan_init(p, d->n, d->c, d->h, d->w, d->cout, g, d->offset_groups, d->has_mask,
+                                          impl == DT_DEFORM_API_DEFT ? DT_DEFORM_DEFT : DT_DEFORM_UNFUSED, &k,
+                                          dt_conv_col_budget());
+    if (bad) return fail("%s", bad);
     return 0;
 }
 
@@ -82,7 +64,8 @@ int dt_deform_api_forward(const dt_deform_desc *d, int mode, const float *x, con
     if (d->has_mask != (mask != NULL)) return fail("has_mask is %d but mask is %s", d->has_mask, mask ? "given" : "NULL");
     if (d->has_bias != (bias != NULL)) return fail("has_bias is %d but bias is %s", d->has_bias, bias ? "given" : "NULL");
     dt_set_stream(stream);
-    dt_deform_raw_forward(&p, x, offset, mask, weight, bias, y);
+    dt_deform_args a = {.x = x, .offset = offset, .mask = mask, .w = weight, .bias = bias};
+    dt_deform_forward_raw(&p, DT_GPU, &a, y);
     return 0;
 }
 
@@ -96,7 +79,8 @@ int dt_deform_api_backward(const dt_deform_desc *d, int mode, const float *x, co
     if (grad_mask && !mask) return fail("grad_mask requested but there is no mask");
     if (grad_bias && !d->has_bias) return fail("grad_bias requested but has_bias is 0");
     dt_set_stream(stream);
-    dt_deform_grads gr = {grad_x, grad_offset, grad_mask, grad_weight, grad_bias, 0, 0, 0, 0, 0};
-    dt_deform_raw_backward(&p, x, offset, mask, weight, grad_y, &gr);
+    dt_deform_grads gr = {.dx = grad_x, .doff = grad_offset, .dmask = grad_mask, .dw = grad_weight, .db = grad_bias};
+    dt_deform_args a = {.x = x, .offset = offset, .mask = mask, .w = weight};
+    dt_deform_backward_raw(&p, DT_GPU, &a, grad_y, &gr);
     return 0;
 }

@@ -32,7 +32,7 @@ typedef struct {
 
 enum {
     DT_DEFORM_API_UNFUSED = 0,       /* the unfused kernels */
-    DT_DEFORM_API_DEFT = 1,          /* the DefT tiled kernels (halo 2, automatic tile) */
+    DT_DEFORM_API_DEFT = 1,          /* the deft kernels (channels last inside, default knobs) */
     DT_DEFORM_API_DETERMINISTIC = 16 /* flag: bitwise-reproducible backward */
 };
 

@@ -22,7 +22,7 @@ typedef struct {
     float offset_init_std;    /* 0: zero-initialized offset convs (default) */
     float offset_lr_mult;     /* learning-rate multiplier of the offset convs (default 0.1) */
     dt_deform_mode deform_mode;
-    dt_deft_knobs knobs;
+    dt_deform_knobs knobs;
 } dt_resnet_cfg;
 
 dt_resnet_cfg dt_resnet_cfg_default(int num_classes);

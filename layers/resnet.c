@@ -18,7 +18,7 @@ dt_resnet_cfg dt_resnet_cfg_default(int num_classes) {
     c.offset_groups = 1;
     c.deform_mode = DT_DEFORM_DEFT;
     c.offset_lr_mult = 0.1f;
-    c.knobs = dt_deft_knobs_default();
+    c.knobs = dt_deform_knobs_default();
     return c;
 }
 

@@ -1,12 +1,19 @@
-/* Deformable convolution on the GPU against the CPU reference, on fresh random inputs:
- * the unfused op over odd shapes / strides / dilation / groups / masks / batch 1 and a prime
- * batch / zero offsets / offsets far outside the image; the DefT-fused layer under every
- * knob combination, offsets beyond the halo included; deterministic modes bit for bit. */
+/* Deformable convolution on the GPU, on fresh random inputs (device memory poisoned with NaN
+ * by the runner, so an element a kernel forgot to write fails):
+ *  - every channels-last kernel against its CPU twin (the index bit for bit);
+ *  - the op, both modes and every deft knob, against the CPU reference, over odd shapes,
+ *    strides, dilation, groups of odd sizes, masks, batch 1 and a prime batch, offsets far
+ *    outside the image and of 20 px, one-image and uneven chunks;
+ *  - the layer under every knob combination against the CPU's unfused layer;
+ *  - bitwise determinism, zero offsets = conv2d, deft = unfused on ResNet shapes, and a chunk
+ *    whose column buffer has more than 2^31 elements. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "deform_chunk.h"
+#include "deform_nhwc.h"
 #include "deform_testutil.h"
 #include "dt_alloc.h"
 #include "dt_check.h"
@@ -14,29 +21,22 @@
 #include "dt_init.h"
 #include "dt_layers.h"
 #include "dt_test.h"
+#include "layout.h"
+#include "offset_conv.h"
 
 static const dt_deform_case CASES[] = {
     {"odd 3x3 s1 G1 mask bias", 3, 5, 13, 11, 7, {3, 3, 1, 1, 1, 1, 1, 1}, 1, 1, 1, 0.0f, 1.0f},
     {"s2 G2 batch 5", 5, 8, 17, 15, 6, {3, 3, 2, 2, 1, 1, 1, 1}, 2, 0, 0, 0.2f, 1.5f},
-    {"dil2 G4 mask batch 1", 1, 8, 12, 14, 5, {3, 3, 1, 1, 2, 2, 2, 2}, 4, 1, 0, 0.0f, 1.0f},
+    {"dil2 G4 (2 ch a group) mask batch 1", 1, 8, 12, 14, 5, {3, 3, 1, 1, 2, 2, 2, 2}, 4, 1, 0, 0.0f, 1.0f},
+    {"2x3 s(1,2) p(0,1) G3", 2, 9, 10, 11, 4, {2, 3, 1, 2, 0, 1, 1, 1}, 3, 0, 1, 0.0f, 2.0f},
     {"zero offsets", 2, 6, 9, 9, 4, {3, 3, 1, 1, 1, 1, 1, 1}, 1, 0, 1, 0.0f, 0.0f},
     {"far outside the image", 2, 4, 8, 10, 3, {3, 3, 1, 1, 1, 1, 1, 1}, 2, 1, 0, 6.0f, 10.0f},
+    {"offsets of 20 px", 2, 32, 24, 20, 8, {3, 3, 1, 1, 1, 1, 1, 1}, 1, 1, 1, 0.0f, 20.0f},
+    {"prime batch 7, C 96", 7, 96, 9, 10, 16, {3, 3, 1, 1, 1, 1, 1, 1}, 1, 1, 0, 0.0f, 1.5f},
     {"ResNet l3 shape, batch 3", 3, 256, 14, 14, 256, {3, 3, 1, 1, 1, 1, 1, 1}, 1, 0, 0, 0.0f, 1.0f},
+    {"ResNet l4 shape, batch 2, G2", 2, 512, 7, 7, 64, {3, 3, 1, 1, 1, 1, 1, 1}, 2, 1, 1, 0.0f, 1.0f},
 };
-
-typedef struct {
-    const dt_deform_case *c;
-    int det, tiled;
-} op_arg;
-
-static dt_tensor *b_deform(dt_tensor **in, void *a) {
-    op_arg *o = a;
-    dt_deft_knobs k = dt_deft_knobs_default();
-    k.deterministic = o->det;
-    k.halo = 2;
-    return dt_deform_conv2d_mode(in[0], in[1], in[2], in[3], in[4], o->c->g, o->c->groups,
-                                 o->tiled ? DT_DEFORM_DEFT : DT_DEFORM_UNFUSED, &k);
-}
+#define NCASES (sizeof CASES / sizeof *CASES)
 
 static void make_inputs(const dt_deform_case *c, dt_tensor **in) {
     int64_t Ho = dt_conv_out_size(c->h, c->g.kh, c->g.sh, c->g.ph, c->g.dh);
@@ -55,31 +55,215 @@ static void make_inputs(const dt_deform_case *c, dt_tensor **in) {
         if (in[i]) dt_requires_grad(in[i]);
 }
 
-/* The op with given offsets, both implementations (unfused kernels; DefT tiled sampling),
- * deterministic or not, one image per chunk or several. */
-DT_GPU_TEST(gpu_parity_deform_op_both_modes) {
+/* ---- every kernel against its CPU twin (calls the CUDA entry points: CUDA builds only) ---- */
+#ifdef DT_CUDA
+
+static float *host_randn(int64_t n, float std) {
+    float *h = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+    dt_rng_fill_normal(dt_test_rng(), h, n, 0.0f, std);
+    return h;
+}
+static float *to_gpu(const float *h, int64_t n) {
+    float *d = dt_gpu_malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+    dt_copy_h2d(d, h, sizeof(float) * (size_t)n);
+    return d;
+}
+static float *from_gpu(const float *d, int64_t n) {
+    float *h = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+    dt_copy_d2h(h, d, sizeof(float) * (size_t)n);
+    return h;
+}
+static int close_gpu(const char *what, const float *d, const float *ref, int64_t n, double tol) {
+    float *h = from_gpu(d, n);
+    int ok = dt_expect_close(what, h, ref, n, tol);
+    free(h);
+    return ok;
+}
+
+DT_GPU_TEST(gpu_deft_kernels_match_cpu_twins) {
+    for (size_t ci = 0; ci < NCASES; ci++) {
+        const dt_deform_case *c = &CASES[ci];
+        dt_deform_plan p;
+        dt_deform_knobs k = dt_deform_knobs_default();
+        const char *bad = dt_deform_plan_init(&p, c->n, c->c, c->h, c->w, c->cout, c->g, c->groups, c->mask, DT_DEFORM_DEFT,
+                                              &k, (size_t)1 << 40);
+        EXPECT_MSG(!bad, "%s", bad ? bad : "");
+        if (bad) continue;
+        const int64_t nb = p.N, Q = nb * p.P, S = Q * p.K * p.G, nx = nb * p.H * p.W * p.C;
+        char what[200];
+#define NAME(...) (snprintf(what, sizeof what, __VA_ARGS__), what)
+        /* inputs: x channels last, offsets (+ sigmoid-range mask) in om, dcol, dom, weights */
+        dt_tensor *in[5];
+        make_inputs(c, in);
+        float *xT = malloc(nx * 4), *om = calloc(Q * p.OCS, 4);
+        dt_nchw_to_nhwc_cpu(nb, p.C, p.H * p.W, in[0]->data, p.C, xT);
+        dt_nchw_to_nhwc_cpu(nb, 2 * p.GK, p.P, in[1]->data, p.OCS, om);
+        if (in[2]) dt_nchw_to_nhwc_cpu(nb, p.GK, p.P, in[2]->data, p.OCS, om + 2 * p.GK);
+        float *dcol = host_randn(Q * p.KC, 1.0f), *dom = host_randn(Q * p.OCS, 1.0f);
+        for (int64_t q = 0; q < Q; q++)
+            for (int64_t o = p.OC; o < p.OCS; o++) dom[q * p.OCS + o] = 0.0f; /* as the kernels leave it */
+        float *woff = host_randn(p.OC * p.KC, 1.0f / sqrtf((float)p.KC)), *boff = host_randn(p.OC, 0.5f);
+        float *gx = to_gpu(xT, nx), *gom = to_gpu(om, Q * p.OCS), *gdcol = to_gpu(dcol, Q * p.KC);
+        float *gdom = to_gpu(dom, Q * p.OCS), *gwoff = to_gpu(woff, p.OC * p.KC), *gboff = to_gpu(boff, p.OC);
+        size_t wsc = dt_offconv_ws_bytes_cuda(&p, nb), wsi = dt_deform_index_ws_bytes_cuda(&p, nb);
+        void *gws = dt_gpu_malloc(wsc > wsi ? wsc : wsi), *cws = malloc(dt_deform_index_ws_bytes_cpu(&p, nb) + 64);
+
+        /* sampling, plain and tiled (offsets given) */
+        float *col = malloc(Q * p.KC * 4), *gcol = dt_gpu_malloc(Q * p.KC * 4);
+        dt_deform_sample_nhwc_cpu(&p, nb, xT, om, col);
+        dt_deform_sample_nhwc_cuda(&p, nb, gx, gom, gcol);
+        EXPECT(close_gpu(NAME("%s: sample", c->name), gcol, col, Q * p.KC, 1e-6));
+        int tiles[3][2] = {{0, 0}, {4, 16}, {2, 2}};
+        for (int v = 0; v < 6; v++) {
+            dt_deform_plan q = p;
+            q.knobs.stage = v & 1;
+            q.knobs.swizzle = (v >> 1) & 1;
+            q.knobs.tile_h = tiles[v / 2][0];
+            q.knobs.tile_w = tiles[v / 2][1];
+            q.halo = v % 3;
+            dt_memset_gpu(gcol, 0xff, Q * p.KC * 4);
+            dt_deform_tile_forward_cuda(&q, nb, gx, NULL, NULL, gom, gcol, gws);
+            EXPECT(close_gpu(NAME("%s: tiled sampling [stage %d swizzle %d tile %dx%d halo %d]", c->name, q.knobs.stage,
+                                  q.knobs.swizzle, q.knobs.tile_h, q.knobs.tile_w, q.halo),
+                             gcol, col, Q * p.KC, 1e-6));
+        }
+
+        /* offset conv forward, alone and fused into the tiles */
+        float *om2 = malloc(Q * p.OCS * 4), *gom2 = dt_gpu_malloc(Q * p.OCS * 4);
+        dt_offconv_fwd_cpu(&p, nb, xT, woff, boff, om2, NULL);
+        dt_offconv_fwd_cuda(&p, nb, gx, gwoff, gboff, gom2, gws);
+        EXPECT(close_gpu(NAME("%s: offset conv forward", c->name), gom2, om2, Q * p.OCS, 1e-5));
+        float *col2 = malloc(Q * p.KC * 4);
+        dt_deform_sample_nhwc_cpu(&p, nb, xT, om2, col2);
+        for (int stage = 0; stage < 2; stage++) {
+            dt_deform_plan q = p;
+            q.knobs.stage = stage;
+            q.knobs.fuse_offset = 1;
+            q.halo = 1;
+            dt_memset_gpu(gom2, 0xff, Q * p.OCS * 4);
+            dt_deform_tile_forward_cuda(&q, nb, gx, gwoff, gboff, gom2, gcol, gws);
+            EXPECT(close_gpu(NAME("%s: fused tile [stage %d]: offsets", c->name, stage), gom2, om2, Q * p.OCS, 1e-5));
+            /* the columns at offsets that differ by rounding: compare loosely (kinks) */
+            EXPECT(close_gpu(NAME("%s: fused tile [stage %d]: columns", c->name, stage), gcol, col2, Q * p.KC, 1e-3));
+        }
+
+        /* inverse index: identical to the CPU's */
+        dt_deform_index ic, ig;
+        dt_deform_index_build_cpu(&p, nb, om, cws, &ic);
+        dt_deform_index_build_cuda(&p, nb, gom, gws, &ig);
+        uint32_t *order = malloc(S * 4), *start = malloc((ic.keys + 1) * 4);
+        float *wm = malloc(S * 16);
+        dt_copy_d2h(order, ig.order, S * 4);
+        dt_copy_d2h(start, ig.start, (ic.keys + 1) * 4);
+        dt_copy_d2h(wm, ig.wm, S * 16);
+        EXPECT_MSG(!memcmp(start, ic.start, (ic.keys + 1) * 4), "%s: index segment starts differ from the CPU's", c->name);
+        EXPECT_MSG(!memcmp(order, ic.order, ic.start[ic.keys] * 4), "%s: index order differs from the CPU's", c->name);
+        EXPECT(dt_expect_close(NAME("%s: index weights", c->name), wm, ic.wm, S * 4, 1e-6));
+
+        /* gather: dx, and D where written (NaN elsewhere on both sides) */
+        float *dxT = malloc(nx * 4), *D = malloc(S * 16), *gdxT = dt_gpu_malloc(nx * 4), *gD = dt_gpu_malloc(S * 16);
+        for (int64_t e = 0; e < S * 4; e++) D[e] = NAN;
+        dt_memset_gpu(gD, 0xff, S * 16);
+        dt_deform_gather_dx_cpu(&p, nb, &ic, xT, dcol, dxT, D);
+        dt_deform_gather_dx_cuda(&p, nb, &ig, gx, gdcol, gdxT, gD);
+        EXPECT(close_gpu(NAME("%s: gather dx", c->name), gdxT, dxT, nx, 1e-5));
+        float *Dg = from_gpu(gD, S * 4);
+        int64_t nan_mismatch = 0;
+        for (int64_t e = 0; e < S * 4; e++) {
+            nan_mismatch += isnan(D[e]) != isnan(Dg[e]);
+            if (isnan(D[e])) D[e] = Dg[e] = 0.0f;
+        }
+        EXPECT_MSG(nan_mismatch == 0, "%s: gather wrote %lld corner dots the CPU did not, or missed them", c->name,
+                   (long long)nan_mismatch);
+        EXPECT(dt_expect_close(NAME("%s: gather corner dots", c->name), Dg, D, S * 4, 1e-5));
+        free(Dg);
+        dt_deform_gather_dx_cpu(&p, nb, &ic, xT, dcol, dxT, D); /* D again with its unwritten entries poisoned */
+
+        /* offset gradients from D, both mask conventions */
+        float *domc = malloc(Q * p.OCS * 4), *gdomc = dt_gpu_malloc(Q * p.OCS * 4);
+        for (int logits = 0; logits < 2; logits++) {
+            dt_deform_offset_grads_cpu(&p, nb, om, D, logits, domc);
+            dt_memset_gpu(gdomc, 0xff, Q * p.OCS * 4);
+            dt_deform_offset_grads_cuda(&p, nb, gom, gD, logits, gdomc);
+            EXPECT(close_gpu(NAME("%s: offset grads [logits %d]", c->name, logits), gdomc, domc, Q * p.OCS, 1e-5));
+        }
+
+        /* atomics: dx and the offset gradients in one pass */
+        float *dxa = calloc(nx, 4);
+        dt_deform_scatter_dx_cpu(&p, nb, xT, om, dcol, 1, dxa, domc);
+        dt_memset_gpu(gdxT, 0, nx * 4);
+        dt_memset_gpu(gdomc, 0xff, Q * p.OCS * 4);
+        dt_deform_scatter_dx_cuda(&p, nb, gx, gom, gdcol, 1, gdxT, gdomc);
+        EXPECT(close_gpu(NAME("%s: atomic dx", c->name), gdxT, dxa, nx, 1e-5));
+        EXPECT(close_gpu(NAME("%s: atomic offset grads", c->name), gdomc, domc, Q * p.OCS, 1e-5));
+        EXPECT(dt_expect_close(NAME("%s: atomic dx = gather dx (CPU)", c->name), dxa, dxT, nx, 1e-5));
+
+        /* offset conv backward: weight + bias (beta 0 and 1), input (beta 1 onto dx) */
+        float *dw = host_randn(p.OC * p.KC, 1.0f), *db = host_randn(p.OC, 1.0f);
+        float *gdw = to_gpu(dw, p.OC * p.KC), *gdb = to_gpu(db, p.OC);
+        for (int beta = 0; beta < 2; beta++) {
+            dt_offconv_bwd_weight_cpu(&p, nb, xT, dom, (float)beta, dw, (float)beta, db, NULL);
+            dt_offconv_bwd_weight_cuda(&p, nb, gx, gdom, (float)beta, gdw, (float)beta, gdb, gws);
+            EXPECT(close_gpu(NAME("%s: offset conv dW [beta %d]", c->name, beta), gdw, dw, p.OC * p.KC, 1e-5));
+            EXPECT(close_gpu(NAME("%s: offset conv db [beta %d]", c->name, beta), gdb, db, p.OC, 1e-5));
+        }
+        dt_copy_h2d(gdxT, dxT, nx * 4);
+        dt_offconv_bwd_input_cpu(&p, nb, dom, woff, 1.0f, dxT, NULL);
+        dt_offconv_bwd_input_cuda(&p, nb, gdom, gwoff, 1.0f, gdxT, gws);
+        EXPECT(close_gpu(NAME("%s: offset conv dx (beta 1)", c->name), gdxT, dxT, nx, 1e-5));
+#undef NAME
+        float *hfree[] = {xT, om, dcol, dom, woff, boff, col, om2, col2, (float *)order, (float *)start, wm, dxT, D, domc, dxa,
+                          dw, db};
+        for (size_t e = 0; e < sizeof hfree / sizeof *hfree; e++) free(hfree[e]);
+        float *gfree[] = {gx, gom, gdcol, gdom, gwoff, gboff, gcol, gom2, gdxT, gD, gdomc, gdw, gdb};
+        for (size_t e = 0; e < sizeof gfree / sizeof *gfree; e++) dt_gpu_free(gfree[e]);
+        dt_gpu_free(gws);
+        free(cws);
+    }
+}
+
+#endif /* DT_CUDA */
+
+/* ---- the op against the CPU reference ---- */
+
+typedef struct {
+    const dt_deform_case *c;
+    dt_deform_mode mode;
+    dt_deform_knobs k;
+} op_arg;
+
+static dt_tensor *b_op(dt_tensor **in, void *a) {
+    op_arg *o = a;
+    return dt_deform_conv2d_mode(in[0], in[1], in[2], in[3], in[4], o->c->g, o->c->groups, o->mode, &o->k);
+}
+
+DT_GPU_TEST(gpu_parity_deform_op_every_mode) {
     size_t budgets[2] = {1, 256 << 20};
     size_t old = dt_conv_col_budget();
-    for (int tiled = 0; tiled < 2; tiled++)
-        for (int bi = 0; bi < 2; bi++)
-            for (int det = 0; det < 2; det++) {
-                dt_conv_set_col_budget(budgets[bi]);
-                for (size_t i = 0; i < sizeof CASES / sizeof *CASES; i++) {
-                    const dt_deform_case *c = &CASES[i];
-                    dt_tensor *in[5];
-                    make_inputs(c, in);
-                    op_arg a = {c, det, tiled};
-                    char name[160];
-                    snprintf(name, sizeof name, "deform op %s %s%s (budget %zu)", tiled ? "deft" : "unfused", c->name,
-                             det ? " det" : "", budgets[bi]);
-                    EXPECT(dt_parity(name, b_deform, &a, NULL, 5, in, 2e-5f));
-                }
+    static const char *LABELS[6] = {"unfused", "unfused det", "deft", "deft dx=atomic", "deft stage=1", "deft det"};
+    for (int bi = 0; bi < 2; bi++) {
+        dt_conv_set_col_budget(budgets[bi]);
+        for (size_t i = 0; i < NCASES; i++) {
+            const dt_deform_case *c = &CASES[i];
+            dt_tensor *in[5];
+            make_inputs(c, in);
+            op_arg ref = {c, DT_DEFORM_UNFUSED, dt_deform_knobs_default()};
+            for (int m = 0; m < 6; m++) {
+                op_arg a = {c, m < 2 ? DT_DEFORM_UNFUSED : DT_DEFORM_DEFT, dt_deform_knobs_default()};
+                a.k.deterministic = m == 1 || m == 5;
+                a.k.dx = m == 3 ? DT_DX_ATOMIC : DT_DX_GATHER;
+                a.k.stage = m == 4;
+                a.k.halo = 2;
+                char name[200];
+                snprintf(name, sizeof name, "deform op %s: %s (budget %zu)", c->name, LABELS[m], budgets[bi]);
+                EXPECT(dt_parity(name, b_op, &ref, &a, 5, in, 2e-5f));
             }
+        }
+    }
     dt_conv_set_col_budget(old);
 }
 
-/* Runs op twice on the GPU with the same inputs and checks that every gradient is the same
- * bit for bit. */
+/* Runs build twice on the GPU with the same inputs; every gradient must match bit for bit. */
 static int same_bits_twice(dt_tensor *(*build)(dt_tensor **, void *), void *arg, dt_tensor **in_cpu, int n_in, const char *what) {
     float *first[8] = {0};
     int ok = 1;
@@ -113,17 +297,20 @@ static int same_bits_twice(dt_tensor *(*build)(dt_tensor **, void *), void *arg,
     return ok;
 }
 
-DT_GPU_TEST(gpu_deform_unfused_deterministic_is_bitwise) {
-    const dt_deform_case *c = &CASES[0];
-    dt_tensor *in[5];
-    make_inputs(c, in);
-    op_arg a = {c, 1, 0};
-    EXPECT(same_bits_twice(b_deform, &a, in, 5, "unfused deterministic"));
-    op_arg t = {c, 1, 1};
-    EXPECT(same_bits_twice(b_deform, &t, in, 5, "deft (tiled) deterministic"));
+DT_GPU_TEST(gpu_deform_op_deterministic_is_bitwise) {
+    for (size_t i = 0; i < NCASES; i += 3) {
+        const dt_deform_case *c = &CASES[i];
+        dt_tensor *in[5];
+        make_inputs(c, in);
+        op_arg u = {c, DT_DEFORM_UNFUSED, dt_deform_knobs_default()};
+        u.k.deterministic = 1;
+        EXPECT(same_bits_twice(b_op, &u, in, 5, "unfused deterministic"));
+        op_arg d = {c, DT_DEFORM_DEFT, dt_deform_knobs_default()}; /* the gather: deterministic by construction */
+        EXPECT(same_bits_twice(b_op, &d, in, 5, "deft (gather)"));
+    }
 }
 
-/* ---- the fused layer ---- */
+/* ---- the layer ---- */
 
 typedef struct {
     const char *name;
@@ -137,17 +324,17 @@ typedef struct {
 static const layer_case LAYERS[] = {
     {"odd 3x3 s1 G2 v2 bias", 3, 8, 11, 13, 6, {3, 3, 1, 1, 1, 1, 1, 1}, 2, 2, 1, 0.05f, 0.0f, 1.5f},
     {"s2 G1 v1 batch 5", 5, 16, 17, 15, 8, {3, 3, 2, 2, 1, 1, 1, 1}, 1, 1, 0, 0.05f, 0.3f, 1.5f},
-    {"dil2 G1 v2 batch 1", 1, 8, 12, 14, 5, {3, 3, 1, 1, 2, 2, 2, 2}, 1, 2, 0, 0.05f, 0.0f, 1.5f},
+    {"dil2 G1 v2 batch 1, 6 channels", 1, 6, 12, 14, 5, {3, 3, 1, 1, 2, 2, 2, 2}, 1, 2, 0, 0.05f, 0.0f, 1.5f},
     {"beyond halo and image", 2, 8, 10, 9, 4, {3, 3, 1, 1, 1, 1, 1, 1}, 1, 2, 0, 0.05f, 5.0f, 8.0f},
     {"l4-like 512ch 7x7", 2, 512, 7, 7, 16, {3, 3, 1, 1, 1, 1, 1, 1}, 1, 1, 0, 0.05f, 0.0f, 1.5f},
 };
 
-/* The GPU computes the offsets with its fused offset conv, the CPU with conv2d: they agree to
- * float rounding, not bit for bit. A sample that lands within that rounding of an integer
- * coordinate sits on a kink of bilinear sampling, where its offset gradient jumps, so the
- * offsets are kept away from integers: biases of integer + 0.5 +- 0.15 and an
+/* The GPU computes the offsets with its implicit-GEMM offset conv, the CPU with conv2d: they
+ * agree to float rounding, not bit for bit. A sample that lands within that rounding of an
+ * integer coordinate sits on a kink of bilinear sampling, where its offset gradient jumps, so
+ * the offsets are kept away from integers: biases of integer + 0.5 +- 0.15 and an
  * input-dependent part of std off_w_std <= 0.05 px keep every fractional part in ~[0.2, 0.8].
- * (The op-level test gives both sides the same offsets and needs no such care.) */
+ * (The op-level tests give both sides the same offsets and need no such care.) */
 static void init_layer_pair(const layer_case *lc, dt_deform_conv *lc_cpu, dt_deform_conv *lc_gpu) {
     dt_deform_conv_init(lc_cpu, NULL, "cpu", lc->c, lc->cout, lc->g, lc->groups, lc->version, lc->bias, 0.0f, DT_CPU);
     dt_deform_conv_init(lc_gpu, NULL, "gpu", lc->c, lc->cout, lc->g, lc->groups, lc->version, lc->bias, 0.0f, DT_GPU);
@@ -178,8 +365,7 @@ static void zero_grads(dt_deform_conv *l) {
     if (l->bias) l->bias->grad_valid = 0;
 }
 
-/* Forward + backward of the CPU reference and the GPU layer; compares output and every
- * gradient. Returns 1 when all agree to tol. */
+/* Forward + backward of the CPU reference layer and the GPU layer; output and every gradient. */
 static int layer_parity(const layer_case *lc, dt_deform_conv *lcpu, dt_deform_conv *lgpu, const char *what, float tol) {
     int ok = 1;
     char name[256];
@@ -218,37 +404,40 @@ DT_GPU_TEST(gpu_parity_deft_layer_every_knob) {
         dt_deform_conv lcpu, lgpu;
         init_layer_pair(lc, &lcpu, &lgpu);
         lgpu.mode = DT_DEFORM_DEFT;
-        /* all 16 on/off combinations of the four switches, 8x8 tiles, halo 1 */
-        int combos = li == 0 ? 16 : 4;
+        /* all 32 combinations of the five switches on the first layer, 8 on the others */
+        int combos = li == 0 ? 32 : 8;
         for (int m = 0; m < combos; m++) {
-            dt_deft_knobs k = dt_deft_knobs_default();
+            dt_deform_knobs k = dt_deform_knobs_default();
             k.halo = 1;
-            k.fuse_offset = combos == 16 ? (m & 1) : 1;
-            k.stage = combos == 16 ? !!(m & 2) : !!(m & 1);
-            k.swizzle = combos == 16 ? !!(m & 4) : 1;
-            k.deterministic = combos == 16 ? !!(m & 8) : !!(m & 2);
+            k.fuse_offset = m & 1;
+            k.stage = !!(m & 2);
+            k.dx = m & 4 ? DT_DX_ATOMIC : DT_DX_GATHER;
+            k.swizzle = combos == 32 ? !!(m & 8) : 1;
+            k.deterministic = combos == 32 ? !!(m & 16) : 0;
             lgpu.knobs = k;
             char what[256];
-            snprintf(what, sizeof what, "deft %s [fuse %d stage %d swizzle %d det %d]", lc->name, k.fuse_offset, k.stage,
-                     k.swizzle, k.deterministic);
+            snprintf(what, sizeof what, "deft %s [fuse %d stage %d dx %s swizzle %d det %d]", lc->name, k.fuse_offset, k.stage,
+                     dt_deform_dx_name(k.dx), k.swizzle, k.deterministic);
             EXPECT(layer_parity(lc, &lcpu, &lgpu, what, 1e-4f));
         }
-        /* tiles and halos, including the automatic halo from the statistics */
+        /* tiles and halos of the staged / fused kernel, the automatic halo included */
         int tiles[4][2] = {{4, 8}, {4, 4}, {16, 4}, {2, 16}}, halos[3] = {0, 3, -1};
         for (int t = 0; t < 4; t++) {
-            lgpu.knobs = dt_deft_knobs_default();
+            lgpu.knobs = dt_deform_knobs_default();
+            lgpu.knobs.stage = lgpu.knobs.fuse_offset = 1;
             lgpu.knobs.tile_h = tiles[t][0];
             lgpu.knobs.tile_w = tiles[t][1];
             char what[256];
-            snprintf(what, sizeof what, "deft %s [tile %dx%d]", lc->name, tiles[t][0], tiles[t][1]);
+            snprintf(what, sizeof what, "deft %s [stage+fuse, tile %dx%d]", lc->name, tiles[t][0], tiles[t][1]);
             EXPECT(layer_parity(lc, &lcpu, &lgpu, what, 1e-4f));
         }
         for (int hh = 0; hh < 3; hh++) {
-            lgpu.knobs = dt_deft_knobs_default();
+            lgpu.knobs = dt_deform_knobs_default();
+            lgpu.knobs.stage = 1;
             lgpu.knobs.halo = halos[hh];
             lgpu.calls = 0;
             char what[256];
-            snprintf(what, sizeof what, "deft %s [halo %d]", lc->name, halos[hh]);
+            snprintf(what, sizeof what, "deft %s [stage, halo %d]", lc->name, halos[hh]);
             EXPECT(layer_parity(lc, &lcpu, &lgpu, what, 1e-4f));
             if (halos[hh] < 0 && dt_test_verbose()) printf("    auto halo chose %d\n", lgpu.cur_halo);
         }
@@ -268,37 +457,36 @@ static dt_tensor *b_layer(dt_tensor **in, void *a) {
     return dt_deform_conv_forward(l, in[0]);
 }
 
-/* A batch split into chunks of unequal size: the smaller last chunk splits channels more
- * finely (more scratch) than the first; a regression test for a scratch overflow that only
- * showed at batch 256. */
+/* A batch split into chunks of unequal size (5 and 2 images). */
 DT_GPU_TEST(gpu_deft_uneven_chunks) {
     const layer_case lc = {"uneven chunks", 7, 64, 7, 7, 32, {3, 3, 1, 1, 1, 1, 1, 1}, 1, 2, 0, 0.05f, 0.0f, 1.5f};
     dt_deform_conv lcpu, lgpu;
     init_layer_pair(&lc, &lcpu, &lgpu);
     lgpu.mode = DT_DEFORM_DEFT;
     size_t old = dt_conv_col_budget();
-    dt_conv_set_col_budget((size_t)5 * 64 * 9 * 49 * sizeof(float)); /* chunks of 5 and 2 images */
+    dt_conv_set_col_budget((size_t)5 * 64 * 9 * 49 * sizeof(float));
     EXPECT(layer_parity(&lc, &lcpu, &lgpu, "deft uneven chunks", 1e-4f));
-    lgpu.knobs.deterministic = 1;
-    EXPECT(layer_parity(&lc, &lcpu, &lgpu, "deft uneven chunks det", 1e-4f));
+    lgpu.knobs.dx = DT_DX_ATOMIC;
+    EXPECT(layer_parity(&lc, &lcpu, &lgpu, "deft uneven chunks, dx=atomic", 1e-4f));
     dt_conv_set_col_budget(old);
     free_layer(&lcpu);
     free_layer(&lgpu);
 }
 
-DT_GPU_TEST(gpu_deft_deterministic_is_bitwise) {
+DT_GPU_TEST(gpu_deft_layer_deterministic_is_bitwise) {
     const layer_case *lc = &LAYERS[0];
     dt_deform_conv lcpu, lgpu;
     init_layer_pair(lc, &lcpu, &lgpu);
     lgpu.mode = DT_DEFORM_DEFT;
     lgpu.knobs.deterministic = 1;
-    lgpu.knobs.halo = 1;
     dt_tensor *x = dt_test_randn4(lc->n, lc->c, lc->h, lc->w, 1.0f);
     dt_tensor *own[4] = {lgpu.weight, lgpu.off_weight, lgpu.off_bias, lgpu.bias};
     dt_tensor *in[4] = {x, dt_tensor_to(lgpu.weight, DT_CPU), dt_tensor_to(lgpu.off_weight, DT_CPU),
                         dt_tensor_to(lgpu.off_bias, DT_CPU)};
     layer_arg a = {&lgpu};
-    EXPECT(same_bits_twice(b_layer, &a, in, 4, "deft deterministic"));
+    EXPECT(same_bits_twice(b_layer, &a, in, 4, "deft layer deterministic"));
+    lgpu.knobs.fuse_offset = lgpu.knobs.stage = 1;
+    EXPECT(same_bits_twice(b_layer, &a, in, 4, "deft layer deterministic, fuse + stage"));
     lgpu.weight = own[0];
     lgpu.off_weight = own[1];
     lgpu.off_bias = own[2];
@@ -324,26 +512,98 @@ DT_GPU_TEST(gpu_deft_zero_offsets_equal_conv2d) {
     free_layer(&l);
 }
 
-DT_GPU_TEST(gpu_deft_matches_unfused_on_resnet_shape) {
-    const layer_case lc = {"l2a-like", 4, 64, 56, 56, 128, {3, 3, 2, 2, 1, 1, 1, 1}, 1, 1, 0, 0.05f, 0.0f, 1.5f};
-    dt_deform_conv la, lb, lcpu;
-    init_layer_pair(&lc, &lcpu, &la);
-    dt_deform_conv_init(&lb, NULL, "b", lc.c, lc.cout, lc.g, 1, 1, 0, 0.0f, DT_GPU);
-    dt_tensor_copy(lb.weight, la.weight);
-    dt_tensor_copy(lb.off_weight, la.off_weight);
-    dt_tensor_copy(lb.off_bias, la.off_bias);
-    la.mode = DT_DEFORM_DEFT;
-    lb.mode = DT_DEFORM_UNFUSED;
-    dt_tensor *x = dt_tensor_to(dt_test_randn4(lc.n, lc.c, lc.h, lc.w, 1.0f), DT_GPU);
-    dt_requires_grad(x);
-    dt_tensor *ya = dt_deform_conv_forward(&la, x);
-    float *ha = dt_tensor_host_copy(ya);
-    dt_tensor *yb = dt_deform_conv_forward(&lb, x);
-    float *hb = dt_tensor_host_copy(yb);
-    EXPECT(dt_expect_close("deft vs unfused forward", ha, hb, ya->numel, 1e-5));
-    free(ha);
-    free(hb);
-    free_layer(&la);
-    free_layer(&lb);
-    free_layer(&lcpu);
+/* deft against unfused on the GPU, forward and backward, on ResNet's l1 and l2a shapes. */
+DT_GPU_TEST(gpu_deft_matches_unfused_on_resnet_shapes) {
+    const layer_case cases[2] = {{"l1-like", 4, 64, 56, 56, 64, {3, 3, 1, 1, 1, 1, 1, 1}, 1, 1, 0, 0.05f, 0.0f, 1.5f},
+                                 {"l2a-like", 4, 64, 56, 56, 128, {3, 3, 2, 2, 1, 1, 1, 1}, 1, 2, 0, 0.05f, 0.0f, 1.5f}};
+    for (int ci = 0; ci < 2; ci++) {
+        const layer_case *lc = &cases[ci];
+        dt_deform_conv la, lb;
+        init_layer_pair(lc, &lb, &la); /* lb is a CPU layer only for its initial values */
+        dt_deform_conv lu;
+        dt_deform_conv_init(&lu, NULL, "u", lc->c, lc->cout, lc->g, 1, lc->version, 0, 0.0f, DT_GPU);
+        dt_tensor_copy(lu.weight, la.weight);
+        dt_tensor_copy(lu.off_weight, la.off_weight);
+        dt_tensor_copy(lu.off_bias, la.off_bias);
+        la.mode = DT_DEFORM_DEFT;
+        lu.mode = DT_DEFORM_UNFUSED;
+        dt_tensor *x = dt_test_randn4(lc->n, lc->c, lc->h, lc->w, 1.0f);
+        dt_tensor *gy = NULL;
+        float *res[2][5];
+        dt_deform_conv *ls[2] = {&la, &lu};
+        for (int m = 0; m < 2; m++) {
+            dt_scope_begin();
+            zero_grads(ls[m]);
+            dt_tensor *xg = dt_tensor_to(x, DT_GPU);
+            dt_requires_grad(xg);
+            dt_tensor *y = dt_deform_conv_forward(ls[m], xg);
+            if (!gy) {
+                gy = dt_test_randn4(y->shape[0], y->shape[1], y->shape[2], y->shape[3], 1.0f);
+                dt_tensor_keep(gy);
+            }
+            res[m][0] = dt_tensor_host_copy(y);
+            dt_backward_with(y, dt_tensor_to(gy, DT_GPU));
+            res[m][1] = dt_tensor_host_copy(xg->grad);
+            res[m][2] = dt_tensor_host_copy(ls[m]->weight->grad);
+            res[m][3] = dt_tensor_host_copy(ls[m]->off_weight->grad);
+            res[m][4] = dt_tensor_host_copy(ls[m]->off_bias->grad);
+            dt_scope_end();
+        }
+        int64_t n[5] = {gy->numel, x->numel, la.weight->numel, la.off_weight->numel, la.off_bias->numel};
+        const char *names[5] = {"forward", "dx", "dW", "dW offset", "db offset"};
+        for (int i = 0; i < 5; i++) {
+            char what[128];
+            snprintf(what, sizeof what, "deft vs unfused, %s: %s", lc->name, names[i]);
+            EXPECT(dt_expect_close(what, res[0][i], res[1][i], n[i], 1e-4));
+            free(res[0][i]);
+            free(res[1][i]);
+        }
+        dt_tensor_free(gy);
+        free_layer(&la);
+        free_layer(&lb);
+        free_layer(&lu);
+    }
+}
+
+/* A chunk whose column buffer holds more than 2^31 floats (8.6 GB): the deft op with one huge
+ * chunk against the same op in the default chunks (64-bit offsets everywhere). */
+DT_GPU_TEST(gpu_deft_more_than_2e31_column_elements) {
+    const dt_deform_case c = {"huge", 10, 512, 216, 216, 8, {3, 3, 1, 1, 1, 1, 1, 1}, 1, 0, 0, 0.0f, 1.0f};
+    int64_t cols = (int64_t)c.n * 216 * 216 * 512 * 9;
+    EXPECT(cols > ((int64_t)1 << 31));
+    dt_tensor *in[5];
+    make_inputs(&c, in);
+    for (int i = 0; i < 5; i++)
+        if (in[i]) in[i]->requires_grad = 0;
+    dt_requires_grad(in[0]);
+    dt_requires_grad(in[1]);
+    float *res[2][3];
+    size_t old = dt_conv_col_budget();
+    for (int big = 0; big < 2; big++) {
+        dt_conv_set_col_budget(big ? (size_t)cols * 4 + 4096 : old);
+        dt_scope_begin();
+        dt_tensor *x = dt_tensor_to(in[0], DT_GPU), *off = dt_tensor_to(in[1], DT_GPU), *w = dt_tensor_to(in[3], DT_GPU);
+        dt_requires_grad(x);
+        dt_requires_grad(off);
+        dt_deform_knobs k = dt_deform_knobs_default();
+        dt_tensor *y = dt_deform_conv2d_mode(x, off, NULL, w, NULL, c.g, 1, DT_DEFORM_DEFT, &k);
+        res[big][0] = dt_tensor_host_copy(y); /* before the backward releases it */
+        dt_tensor *R = dt_tensor_like(y);
+        dt_init_reseed();
+        dt_init_normal(R, 0, 1);
+        dt_backward_with(y, R);
+        res[big][1] = dt_tensor_host_copy(x->grad);
+        res[big][2] = dt_tensor_host_copy(off->grad);
+        dt_scope_end();
+    }
+    dt_conv_set_col_budget(old);
+    int64_t n[3] = {(int64_t)c.n * c.cout * 216 * 216, in[0]->numel, in[1]->numel};
+    const char *names[3] = {"forward", "dx", "d offset"};
+    for (int i = 0; i < 3; i++) {
+        char what[96];
+        snprintf(what, sizeof what, "one 2^31+ chunk vs default chunks: %s", names[i]);
+        EXPECT(dt_expect_close(what, res[1][i], res[0][i], n[i], 1e-5));
+        free(res[0][i]);
+        free(res[1][i]);
+    }
 }

@@ -37,6 +37,8 @@ int dt_bench_parse(dt_bench_opts *o, int argc, char **argv, dt_err *err);
 double dt_bench_time(void (*fn)(void *), void *arg, int warmup, int reps);
 void dt_bench_conv(const dt_bench_opts *o, FILE *csv);
 void dt_bench_deform(const dt_bench_opts *o, FILE *csv);
+/* The per-step table of the deformable paths (CUDA builds; bench_deform_steps.c). */
+void dt_bench_deform_breakdown(const dt_bench_opts *o, FILE *csv);
 /* GEMM floor: the three full-batch cuBLAS GEMMs of a conv (fwd, data grad, weight grad). */
 double dt_bench_gemm_floor(int64_t M, int64_t K, int64_t NP, int warmup, int reps);
 /* Plain conv2d forward+backward time (median), for ratios. */

@@ -41,6 +41,7 @@ typedef struct {
     char deform_mode[16];  /* unfused | deft */
     char tile[16];         /* auto | HxW */
     int halo, halo_refresh, swizzle, fuse_offset, stage, deterministic;
+    char dx[16];           /* gather | atomic */
     /* run */
     uint64_t seed;
     char checkpoint[512], resume[512], log[512];

@@ -188,13 +188,14 @@ static void model_cfg(const dt_train_cfg *c, int classes, dt_resnet_cfg *mc) {
     mc->offset_init_std = c->offset_init_std;
     mc->offset_lr_mult = c->offset_lr_mult;
     mc->deform_mode = (dt_deform_mode)dt_deform_mode_parse(c->deform_mode);
-    dt_deft_knobs k = dt_deft_knobs_default();
+    dt_deform_knobs k = dt_deform_knobs_default();
     if (strcmp(c->tile, "auto")) sscanf(c->tile, "%dx%d", &k.tile_h, &k.tile_w);
     k.halo = c->halo;
     k.halo_refresh = c->halo_refresh;
     k.swizzle = c->swizzle;
     k.fuse_offset = c->fuse_offset;
     k.stage = c->stage;
+    k.dx = dt_deform_dx_parse(c->dx);
     k.deterministic = c->deterministic;
     mc->knobs = k;
 }
@@ -418,7 +419,7 @@ int dt_train_run(const dt_train_cfg *c, dt_train_result *res, dt_err *err) {
     dt_resnet_cfg mc;
     model_cfg(c, s->classes, &mc);
     char kerr[256];
-    if (dt_deft_knobs_validate(&mc.knobs, dt_geom(3, 1, 1, 1), kerr, sizeof kerr)) {
+    if (dt_deform_knobs_validate(&mc.knobs, kerr, sizeof kerr)) {
         cleanup(s);
         return dt_errf(err, "bad deft knob: %s", kerr), 2;
     }

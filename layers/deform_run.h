@@ -1,0 +1,45 @@
+/* deform_run.h: one call of a deformable convolution in flight, and the table of
+ * implementations that deform_run.c drives through the column-conv skeleton (dt_colconv.h).
+ * Private to layers/deform_*.c.
+ *
+ * An implementation supplies the skeleton's callbacks (begin a chunk, fill its columns,
+ * consume their gradient) in its column layout, plus open/close for per-call state: the
+ * weight in the layout its GEMMs read (gemm_w) and where the weight gradient accumulates
+ * (gemm_dw with gemm_bw for the first chunk). */
+#ifndef DT_DEFORM_RUN_H
+#define DT_DEFORM_RUN_H
+
+#include "dt_colconv.h"
+#include "dt_deform.h"
+
+typedef struct {
+    const dt_deform_plan *p;
+    dt_dev dev;
+    const dt_deform_args *a;
+    const dt_deform_grads *g; /* NULL in the forward */
+    const float *gemm_w;      /* [Cout, R] in the columns' order */
+    float *gemm_dw;           /* [Cout, R] or NULL */
+    float gemm_bw;
+    /* the implementation's state */
+    float *wT, *dwT;   /* deft: [Cout, K, C] weight and its gradient, channels last */
+    float *om;         /* deft: [N*P, OCS] offsets and mask of the whole batch */
+    int own_om;        /* om was built here from the op's offsets (freed at close) */
+    float *xT, *dxT;   /* deft: [nb, H, W, C] the chunk's input and its gradient */
+    float *dom;        /* deft: [nb*P, OCS] gradient w.r.t. om */
+    float *D;          /* deft gather: [nb*P*K*G, 4] corner dot products */
+    void *ws;          /* index, offset conv and tile workspaces (the largest) */
+} dt_deform_run;
+
+typedef struct {
+    dt_col_layout layout;
+    void (*open)(dt_deform_run *r);
+    void (*begin)(void *r, int64_t n0, int64_t nb, int backward); /* may be NULL */
+    void (*fill)(void *r, int64_t n0, int64_t nb, float *col);
+    void (*adjoint)(void *r, int64_t n0, int64_t nb, float *dcol);
+    void (*close)(dt_deform_run *r);
+} dt_deform_impl;
+
+extern const dt_deform_impl dt_deform_unfused_impl; /* deform_unfused.c */
+extern const dt_deform_impl dt_deform_deft_impl;    /* deform_deft.c */
+
+#endif

@@ -1,0 +1,402 @@
+/* The deft mode on the CPU: its channels-last twins (deform_nhwc.h, offset_conv.h) driven
+ * through the same orchestration as on the GPU, against the NCHW reference (the unfused
+ * mode); the inverse index's invariants; finite differences through the op and the layer;
+ * every knob; the pieces it is built from (fast division, relayouts, the plan). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "deform_chunk.h"
+#include "deform_nhwc.h"
+#include "deform_testutil.h"
+#include "dt_check.h"
+#include "dt_deform.h"
+#include "dt_fastdiv.h"
+#include "dt_layers.h"
+#include "dt_test.h"
+#include "layout.h"
+
+static const dt_deform_case CASES[] = {
+    {"3x3 s1 G1 mask bias", 2, 8, 7, 6, 3, {3, 3, 1, 1, 1, 1, 1, 1}, 1, 1, 1, 0.0f, 1.0f},
+    {"3x3 s2 G2 (2 ch a group)", 3, 4, 9, 8, 2, {3, 3, 2, 2, 1, 1, 1, 1}, 2, 0, 0, 0.3f, 1.5f},
+    {"3x3 dil2 G2 mask", 1, 6, 8, 9, 3, {3, 3, 1, 1, 2, 2, 2, 2}, 2, 1, 0, 0.0f, 0.8f},
+    {"2x3 s(1,2) p(0,1) G3", 2, 3, 6, 7, 2, {2, 3, 1, 2, 0, 1, 1, 1}, 3, 0, 1, 0.0f, 2.0f},
+    {"far outside the image", 2, 2, 5, 5, 2, {3, 3, 1, 1, 1, 1, 1, 1}, 1, 1, 0, 4.0f, 6.0f},
+    {"offsets of 20 px", 2, 16, 12, 10, 5, {3, 3, 1, 1, 1, 1, 1, 1}, 1, 1, 1, 0.0f, 20.0f},
+    {"prime batch 7, G3 of 4", 7, 12, 5, 6, 4, {3, 3, 1, 1, 1, 1, 1, 1}, 3, 1, 1, 0.5f, 1.2f},
+};
+#define NCASES (sizeof CASES / sizeof *CASES)
+
+static void make_inputs(const dt_deform_case *c, int avoid_kinks, dt_tensor **in) {
+    int64_t Ho = dt_conv_out_size(c->h, c->g.kh, c->g.sh, c->g.ph, c->g.dh);
+    int64_t Wo = dt_conv_out_size(c->w, c->g.kw, c->g.sw, c->g.pw, c->g.dw);
+    int64_t K = (int64_t)c->g.kh * c->g.kw, sb[1] = {c->cout};
+    in[0] = dt_test_randn4(c->n, c->c, c->h, c->w, 1.0f);
+    in[1] = dt_test_offsets(c, Ho, Wo, avoid_kinks);
+    in[2] = NULL;
+    if (c->mask) {
+        in[2] = dt_tensor_new4(DT_CPU, c->n, c->groups * K, Ho, Wo);
+        dt_tensor_fill_uniform(in[2], dt_test_rng(), 0.1f, 1.0f);
+    }
+    in[3] = dt_test_randn4(c->cout, c->c, c->g.kh, c->g.kw, 1.0f / sqrtf((float)(c->c * K)));
+    in[4] = c->bias ? dt_test_randn(1, sb, 1.0f) : NULL;
+    for (int i = 0; i < 5; i++)
+        if (in[i]) dt_requires_grad(in[i]);
+}
+
+/* Forward and every gradient of the op in `mode`, copied out. */
+typedef struct {
+    float *y, *g[5];
+    int64_t ny, n[5];
+} op_out;
+
+static op_out run_op(const dt_deform_case *c, dt_tensor **in, dt_deform_mode mode, const dt_deform_knobs *k, uint64_t rseed) {
+    op_out o;
+    memset(&o, 0, sizeof o);
+    dt_scope_begin();
+    for (int i = 0; i < 5; i++)
+        if (in[i]) in[i]->grad_valid = 0;
+    dt_tensor *y = dt_deform_conv2d_mode(in[0], in[1], in[2], in[3], in[4], c->g, c->groups, mode, k);
+    dt_tensor *R = dt_tensor_like(y);
+    dt_rng r;
+    dt_rng_seed(&r, rseed);
+    dt_tensor_fill_normal(R, &r, 0, 1);
+    o.ny = y->numel;
+    o.y = dt_tensor_host_copy(y);
+    dt_backward_with(y, R);
+    for (int i = 0; i < 5; i++)
+        if (in[i]) {
+            o.n[i] = in[i]->numel;
+            o.g[i] = dt_tensor_host_copy(in[i]->grad);
+        }
+    dt_scope_end();
+    return o;
+}
+
+static void free_out(op_out *o) {
+    free(o->y);
+    for (int i = 0; i < 5; i++) free(o->g[i]);
+}
+
+static int same_outputs(const char *what, const op_out *a, const op_out *ref, double tol) {
+    static const char *names[5] = {"input", "offset", "mask", "weight", "bias"};
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s: forward", what);
+    int ok = dt_expect_close(buf, a->y, ref->y, ref->ny, tol);
+    for (int i = 0; i < 5; i++) {
+        if (!ref->g[i]) continue;
+        snprintf(buf, sizeof buf, "%s: gradient of %s", what, names[i]);
+        ok &= dt_expect_close(buf, a->g[i], ref->g[i], ref->n[i], tol);
+    }
+    return ok;
+}
+
+/* The deft op (every dx method and sampling kernel, one-image and whole-batch chunks) computes
+ * what the NCHW reference computes: output and all five gradients. */
+DT_TEST(deft_op_matches_reference_every_knob) {
+    size_t old = dt_conv_col_budget();
+    for (size_t ci = 0; ci < NCASES; ci++) {
+        const dt_deform_case *c = &CASES[ci];
+        dt_tensor *in[5];
+        make_inputs(c, 0, in);
+        op_out ref = run_op(c, in, DT_DEFORM_UNFUSED, NULL, 7);
+        for (int variant = 0; variant < 6; variant++) {
+            dt_deform_knobs k = dt_deform_knobs_default();
+            k.dx = variant & 1 ? DT_DX_ATOMIC : DT_DX_GATHER;
+            k.stage = variant >= 2 && variant < 4;
+            k.halo = 1;
+            dt_conv_set_col_budget(variant >= 4 ? 1 : old); /* variants 4, 5: one image a chunk */
+            op_out o = run_op(c, in, DT_DEFORM_DEFT, &k, 7);
+            char what[160];
+            snprintf(what, sizeof what, "deft op %s [dx %s stage %d%s]", c->name, dt_deform_dx_name(k.dx), k.stage,
+                     variant >= 4 ? ", 1-image chunks" : "");
+            EXPECT(same_outputs(what, &o, &ref, 1e-5));
+            free_out(&o);
+        }
+        dt_conv_set_col_budget(old);
+        free_out(&ref);
+    }
+}
+
+static dt_tensor *b_deft(dt_tensor **in, void *a) {
+    const dt_deform_case *c = a;
+    dt_deform_knobs k = dt_deform_knobs_default();
+    return dt_deform_conv2d_mode(in[0], in[1], in[2], in[3], in[4], c->g, c->groups, DT_DEFORM_DEFT, &k);
+}
+
+DT_TEST(gradcheck_deft_op) {
+    for (size_t ci = 0; ci < NCASES; ci++) {
+        const dt_deform_case *c = &CASES[ci];
+        if (c->off_std > 10) continue; /* nothing new: the samples are all outside */
+        dt_tensor *in[5];
+        make_inputs(c, 1, in);
+        char what[96];
+        snprintf(what, sizeof what, "deft op %s", c->name);
+        dt_gradcheck_opts o = {.h = 1e-2f, .tol = 1e-2f, .max_checks = 40};
+        EXPECT(dt_gradcheck(what, b_deft, (void *)c, 5, in, &o));
+    }
+}
+
+/* ---- the inverse index ---- */
+
+static const dt_deform_plan *index_plan(const dt_deform_case *c, dt_deform_plan *p) {
+    dt_deform_knobs k = dt_deform_knobs_default();
+    const char *bad = dt_deform_plan_init(p, c->n, c->c, c->h, c->w, c->cout, c->g, c->groups, c->mask, DT_DEFORM_DEFT, &k,
+                                          (size_t)1 << 40);
+    EXPECT_MSG(!bad, "%s", bad ? bad : "");
+    return p;
+}
+
+/* om [N*P, OCS] from NCHW offsets/mask, as the deft op builds it. */
+static float *om_of(const dt_deform_plan *p, const dt_tensor *off, const dt_tensor *mask) {
+    float *om = calloc((size_t)(p->N * p->P * p->OCS), sizeof(float));
+    dt_nchw_to_nhwc_cpu(p->N, 2 * p->GK, p->P, off->data, p->OCS, om);
+    if (mask) dt_nchw_to_nhwc_cpu(p->N, p->GK, p->P, mask->data, p->OCS, om + 2 * p->GK);
+    return om;
+}
+
+/* Segments sorted by key, ids ascending inside; every sample that reads a pixel is in the
+ * segment of its top-left corner; the gather writes D for exactly the corners inside the image. */
+DT_TEST(deft_index_invariants) {
+    for (size_t ci = 0; ci < NCASES; ci++) {
+        const dt_deform_case *c = &CASES[ci];
+        dt_deform_plan p;
+        index_plan(c, &p);
+        dt_tensor *in[5];
+        make_inputs(c, 0, in);
+        float *om = om_of(&p, in[1], in[2]);
+        void *ws = malloc(dt_deform_index_ws_bytes_cpu(&p, p.N));
+        dt_deform_index idx;
+        dt_deform_index_build_cpu(&p, p.N, om, ws, &idx);
+        dt_deform_chunk ch = dt_deform_chunk_make(&p, p.N);
+        EXPECT_EQ_INT(idx.samples, ch.S);
+        EXPECT_EQ_INT(idx.start[0], 0);
+        int64_t valid = 0, bad_order = 0, bad_key = 0;
+        for (int64_t s = 0; s < ch.S; s++) {
+            int q, k, g, i;
+            float m;
+            dt_sample_decode(&ch, (uint32_t)s, &q, &k, &g);
+            dt_bilin b = dt_sample_bilin(&ch, om, q, k, g, &i, &m);
+            valid += dt_sample_key(&ch, &b, i, g, (uint32_t)idx.keys) != (uint32_t)idx.keys;
+        }
+        EXPECT_EQ_INT(idx.start[idx.keys], valid);
+        for (int64_t key = 0; key < idx.keys; key++) {
+            if (idx.start[key] > idx.start[key + 1]) bad_order++;
+            for (uint32_t e = idx.start[key]; e < idx.start[key + 1]; e++) {
+                if (e > idx.start[key] && idx.order[e] <= idx.order[e - 1]) bad_order++;
+                int q, k, g, i;
+                float m;
+                dt_sample_decode(&ch, idx.order[e], &q, &k, &g);
+                dt_bilin b = dt_sample_bilin(&ch, om, q, k, g, &i, &m);
+                bad_key += dt_sample_key(&ch, &b, i, g, (uint32_t)idx.keys) != (uint32_t)key;
+            }
+        }
+        EXPECT_EQ_INT(bad_order, 0);
+        EXPECT_EQ_INT(bad_key, 0);
+        /* D coverage */
+        int64_t nx = p.N * p.H * p.W * p.C;
+        float *xT = malloc(nx * 4), *dxT = malloc(nx * 4), *dcol = malloc(ch.Q * p.KC * 4), *D = malloc(ch.S * 16);
+        for (int64_t e = 0; e < nx; e++) xT[e] = dt_rng_normal(dt_test_rng());
+        for (int64_t e = 0; e < (int64_t)ch.Q * p.KC; e++) dcol[e] = dt_rng_normal(dt_test_rng());
+        for (int64_t e = 0; e < (int64_t)ch.S * 4; e++) D[e] = NAN;
+        dt_deform_gather_dx_cpu(&p, p.N, &idx, xT, dcol, dxT, D);
+        int64_t wrong = 0;
+        for (int64_t s = 0; s < ch.S; s++) {
+            int q, k, g, i;
+            float m;
+            dt_sample_decode(&ch, (uint32_t)s, &q, &k, &g);
+            dt_bilin b = dt_sample_bilin(&ch, om, q, k, g, &i, &m);
+            for (int t = 0; t < 4; t++) wrong += (b.inside && b.ok[t]) != !isnan(D[4 * s + t]);
+        }
+        EXPECT_MSG(wrong == 0, "%s: %lld corners with D written where it should not be, or missing", c->name, (long long)wrong);
+        free(xT);
+        free(dxT);
+        free(dcol);
+        free(D);
+        free(ws);
+        free(om);
+    }
+}
+
+/* ---- the layer ---- */
+
+typedef struct {
+    dt_deform_conv *l;
+} layer_arg;
+
+static dt_tensor *b_layer(dt_tensor **in, void *a) {
+    dt_deform_conv *l = ((layer_arg *)a)->l;
+    l->weight = in[1];
+    l->off_weight = in[2];
+    l->off_bias = in[3];
+    l->bias = in[4];
+    return dt_deform_conv_forward(l, in[0]);
+}
+
+/* Layer inputs with offsets near +-0.5 px (away from kinks) that vary a little with x. */
+static void layer_inputs(dt_deform_conv *l, int64_t n, int64_t h, int64_t w, dt_tensor **in) {
+    int64_t oc = dt_deform_offset_channels(l), n_off = 2 * l->groups * l->g.kh * l->g.kw;
+    int64_t so[4] = {oc, l->cin, l->g.kh, l->g.kw}, sob[1] = {oc}, sb[1] = {l->cout};
+    in[0] = dt_test_randn4(n, l->cin, h, w, 1.0f);
+    in[1] = dt_test_randn4(l->cout, l->cin, l->g.kh, l->g.kw, 0.5f);
+    in[2] = dt_test_randn(4, so, 0.01f);
+    in[3] = dt_tensor_new(1, sob, DT_CPU);
+    for (int64_t i = 0; i < oc; i++) in[3]->data[i] = i < n_off ? (i % 2 ? 0.5f : -0.5f) : 0.3f * (float)(i % 3) - 0.3f;
+    in[4] = dt_test_randn(1, sb, 1.0f);
+    for (int i = 0; i < 5; i++) dt_requires_grad(in[i]);
+}
+
+DT_TEST(gradcheck_deft_layer_v1_v2) {
+    for (int version = 1; version <= 2; version++)
+        for (int G = 1; G <= 2; G++) {
+            dt_deform_conv l;
+            dt_conv_geom g = dt_geom(3, version == 2 ? 2 : 1, 1, 1);
+            dt_deform_conv_init(&l, NULL, "dcn", 4, 3, g, G, version, 1, 0.0f, DT_CPU);
+            l.mode = DT_DEFORM_DEFT;
+            dt_tensor *own[4] = {l.weight, l.off_weight, l.off_bias, l.bias};
+            dt_tensor *in[5];
+            layer_inputs(&l, 2, 7, 7, in);
+            layer_arg a = {&l};
+            char what[64];
+            snprintf(what, sizeof what, "deft layer v%d G%d", version, G);
+            dt_gradcheck_opts o = {.h = 1e-2f, .tol = 2e-2f, .max_checks = 48};
+            EXPECT(dt_gradcheck(what, b_layer, &a, 5, in, &o));
+            for (int i = 0; i < 4; i++) dt_tensor_free(own[i]);
+        }
+}
+
+/* Output and all gradients of a layer in `mode` with `k`, for given inputs. */
+static op_out run_layer(dt_deform_conv *l, dt_tensor **in, dt_deform_mode mode, const dt_deform_knobs *k) {
+    op_out o;
+    memset(&o, 0, sizeof o);
+    l->mode = mode;
+    l->knobs = *k;
+    l->calls = 0;
+    dt_scope_begin();
+    for (int i = 0; i < 5; i++) in[i]->grad_valid = 0;
+    layer_arg a = {l};
+    dt_tensor *y = b_layer(in, &a);
+    dt_tensor *R = dt_tensor_like(y);
+    dt_rng r;
+    dt_rng_seed(&r, 11);
+    dt_tensor_fill_normal(R, &r, 0, 1);
+    o.ny = y->numel;
+    o.y = dt_tensor_host_copy(y);
+    dt_backward_with(y, R);
+    for (int i = 0; i < 5; i++) {
+        o.n[i] = in[i]->numel;
+        o.g[i] = dt_tensor_host_copy(in[i]->grad);
+    }
+    dt_scope_end();
+    return o;
+}
+
+/* The deft layer (offset conv as implicit GEMM, sigmoid inside, fused/staged tiles, both dx
+ * methods) against the unfused layer (conv2d + sigmoid + op). */
+DT_TEST(deft_layer_matches_unfused_every_knob) {
+    struct { int version, G, stride, dil, n, c, h, w; } LC[] = {{1, 1, 1, 1, 2, 8, 9, 8}, {2, 2, 2, 1, 3, 8, 11, 10},
+                                                                 {2, 1, 1, 2, 1, 5, 9, 9}};
+    for (size_t li = 0; li < sizeof LC / sizeof *LC; li++) {
+        dt_deform_conv l;
+        dt_conv_geom g = {3, 3, LC[li].stride, LC[li].stride, LC[li].dil, LC[li].dil, LC[li].dil, LC[li].dil};
+        dt_deform_conv_init(&l, NULL, "dcn", LC[li].c, 4, g, LC[li].G, LC[li].version, 1, 0.0f, DT_CPU);
+        dt_tensor *own[4] = {l.weight, l.off_weight, l.off_bias, l.bias};
+        dt_tensor *in[5];
+        layer_inputs(&l, LC[li].n, LC[li].h, LC[li].w, in);
+        dt_deform_knobs k0 = dt_deform_knobs_default();
+        op_out ref = run_layer(&l, in, DT_DEFORM_UNFUSED, &k0);
+        for (int m = 0; m < 8; m++) {
+            dt_deform_knobs k = dt_deform_knobs_default();
+            k.dx = m & 1 ? DT_DX_ATOMIC : DT_DX_GATHER;
+            k.fuse_offset = !!(m & 2);
+            k.stage = !!(m & 4);
+            op_out o = run_layer(&l, in, DT_DEFORM_DEFT, &k);
+            char what[160];
+            snprintf(what, sizeof what, "deft layer v%d G%d s%d d%d [dx %s fuse %d stage %d]", LC[li].version, LC[li].G,
+                     LC[li].stride, LC[li].dil, dt_deform_dx_name(k.dx), k.fuse_offset, k.stage);
+            static const char *names[5] = {"input", "weight", "offset weight", "offset bias", "bias"};
+            char buf[256];
+            snprintf(buf, sizeof buf, "%s: forward", what);
+            EXPECT(dt_expect_close(buf, o.y, ref.y, ref.ny, 1e-5));
+            for (int i = 0; i < 5; i++) {
+                snprintf(buf, sizeof buf, "%s: gradient of %s", what, names[i]);
+                EXPECT(dt_expect_close(buf, o.g[i], ref.g[i], ref.n[i], 1e-4));
+            }
+            free_out(&o);
+        }
+        free_out(&ref);
+        for (int i = 0; i < 4; i++) dt_tensor_free(own[i]);
+    }
+}
+
+/* ---- the pieces ---- */
+
+DT_TEST(fastdiv_matches_division) {
+    int64_t bad = 0;
+    for (uint32_t d = 1; d < 3000; d += (d < 300 ? 1 : 37)) {
+        dt_fastdiv f = dt_fastdiv_make(d);
+        for (int t = 0; t < 300; t++) {
+            uint32_t n = t < 100 ? (uint32_t)t : (uint32_t)(dt_rng_u64(dt_test_rng()) & 0x7fffffffu);
+            uint32_t q, r = dt_fastdiv_divmod(n, f, &q);
+            bad += q != n / d || r != n % d;
+        }
+        bad += dt_fastdiv_div(0x7fffffffu, f) != 0x7fffffffu / d;
+    }
+    uint32_t big[3] = {65537u, 1u << 30, 0x80000000u};
+    for (int b = 0; b < 3; b++) {
+        dt_fastdiv f = dt_fastdiv_make(big[b]);
+        for (int t = 0; t < 1000; t++) {
+            uint32_t n = (uint32_t)(dt_rng_u64(dt_test_rng()) & 0x7fffffffu);
+            bad += dt_fastdiv_div(n, f) != n / big[b];
+        }
+    }
+    EXPECT_EQ_INT(bad, 0);
+}
+
+DT_TEST(layout_nchw_nhwc_round_trip) {
+    int64_t nb = 3, C = 5, P = 7, ld = 8;
+    dt_tensor *x = dt_test_randn4(nb, C, 1, P, 1.0f);
+    float *y = calloc(nb * P * ld, 4), *back = malloc(nb * C * P * 4), bias[5] = {1, 2, 3, 4, 5};
+    dt_nchw_to_nhwc_cpu(nb, C, P, x->data, ld, y);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < nb; i++)
+        for (int64_t p = 0; p < P; p++)
+            for (int64_t c = 0; c < ld; c++)
+                bad += y[(i * P + p) * ld + c] != (c < C ? x->data[(i * C + c) * P + p] : 0.0f);
+    EXPECT_EQ_INT(bad, 0);
+    dt_nhwc_to_nchw_cpu(nb, C, P, y, ld, NULL, 0.0f, back);
+    EXPECT(!memcmp(back, x->data, nb * C * P * 4));
+    dt_nhwc_to_nchw_cpu(nb, C, P, y, ld, bias, 1.0f, back); /* beta 1: 2x + bias */
+    for (int64_t i = 0; i < nb * C * P; i++) bad += fabsf(back[i] - (2 * x->data[i] + bias[(i / P) % C])) > 1e-6f;
+    EXPECT_EQ_INT(bad, 0);
+    free(y);
+    free(back);
+}
+
+DT_TEST(deform_plan_chunks_and_errors) {
+    dt_deform_plan p;
+    dt_deform_knobs k = dt_deform_knobs_default();
+    const char *bad = dt_deform_plan_init(&p, 64, 64, 56, 56, 64, dt_geom(3, 1, 1, 1), 1, 0, DT_DEFORM_DEFT, &k, 256u << 20);
+    EXPECT(!bad);
+    EXPECT_EQ_INT(p.OC, 18);
+    EXPECT_EQ_INT(p.OCS, 20);
+    EXPECT_EQ_INT(p.nb, (256 << 20) / 4 / (3136 * 576)); /* the column budget decides */
+    EXPECT(dt_deform_plan_init(&p, 2, 6, 9, 9, 4, dt_geom(3, 1, 1, 1), 4, 0, DT_DEFORM_DEFT, &k, 1 << 20) != NULL);
+    bad = dt_deform_plan_init(&p, 2, 6, 9, 9, 4, dt_geom(3, 1, 1, 1), 4, 0, DT_DEFORM_DEFT, &k, 1 << 20);
+    EXPECT_MSG(bad && strstr(bad, "6 channels cannot be split into 4 offset groups"), "%s", bad ? bad : "(none)");
+    bad = dt_deform_plan_init(&p, 2, 6, 1, 9, 4, dt_geom(3, 1, 0, 1), 1, 0, DT_DEFORM_DEFT, &k, 1 << 20);
+    EXPECT_MSG(bad && strstr(bad, "too small"), "%s", bad ? bad : "(none)");
+    k.dx = 7;
+    bad = dt_deform_plan_init(&p, 2, 6, 9, 9, 4, dt_geom(3, 1, 1, 1), 1, 0, DT_DEFORM_DEFT, &k, 1 << 20);
+    EXPECT_MSG(bad && strstr(bad, "dx 7"), "%s", bad ? bad : "(none)");
+    /* a huge budget still keeps every per-chunk index below 2^31 */
+    k = dt_deform_knobs_default();
+    EXPECT(!dt_deform_plan_init(&p, 100000, 4, 64, 64, 4, dt_geom(3, 1, 1, 1), 1, 0, DT_DEFORM_DEFT, &k, (size_t)1 << 50));
+    EXPECT(p.nb * p.P * p.K * p.G < INT32_MAX && p.nb * (p.H + 1) * (p.W + 1) < INT32_MAX);
+    /* deterministic forces the gather */
+    k.dx = DT_DX_ATOMIC;
+    k.deterministic = 1;
+    EXPECT(!dt_deform_plan_init(&p, 1, 4, 8, 8, 4, dt_geom(3, 1, 1, 1), 1, 0, DT_DEFORM_DEFT, &k, 1 << 20));
+    EXPECT_EQ_INT(p.dx, DT_DX_GATHER);
+}
