@@ -57,8 +57,11 @@ LIB_CU := $(if $(filter 1,$(CUDA)),$(wildcard core/*.cu kernels/*.cu layers/*.cu
 LIB_OBJ := $(LIB_C:%.c=$(BUILD)/obj/%.o) $(LIB_CU:%.cu=$(BUILD)/obj/%.cu.o)
 TEST_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tests/*.c))
 PROGRAMS := $(patsubst %_main.c,$(BUILD)/%,$(notdir $(wildcard train/*_main.c data/*_main.c)))
+# The kernel lab (bench/lab/, CUDA only): variants validated then timed; built with everything
+# so that it never rots.
+LAB := $(if $(filter 1,$(CUDA)),$(BUILD)/deform_lab,)
 
-.PHONY: all lib test test-gpu clean help data bench-loader run reproduce
+.PHONY: all lib test test-gpu clean help data bench-loader run reproduce lab
 # Keep the programs' objects (make would delete them as intermediates and rebuild them).
 .SECONDARY:
 
@@ -68,7 +71,9 @@ RUN_CONFIG ?= configs/sample_deft.cfg
 
 # The sample dataset (procedurally drawn shapes, see docs/data.md).
 DATA ?= data_sample
-all: lib $(PROGRAMS) $(BUILD)/test
+all: lib $(PROGRAMS) $(LAB) $(BUILD)/test
+
+lab: $(LAB)
 
 lib: $(BUILD)/libdeftc.a $(BUILD)/libdeftc.so
 
@@ -92,6 +97,9 @@ $(BUILD)/%: $(BUILD)/obj/train/%_main.o $(BUILD)/libdeftc.a
 	$(CC) -o $@ $< $(BUILD)/libdeftc.a $(LDLIBS)
 
 $(BUILD)/%: $(BUILD)/obj/data/%_main.o $(BUILD)/libdeftc.a
+	$(CC) -o $@ $< $(BUILD)/libdeftc.a $(LDLIBS)
+
+$(BUILD)/deform_lab: $(BUILD)/obj/bench/lab/deform_lab.cu.o $(BUILD)/libdeftc.a
 	$(CC) -o $@ $< $(BUILD)/libdeftc.a $(LDLIBS)
 
 # Tests link the objects directly so that every test file's constructor is kept.
@@ -134,5 +142,6 @@ help:
 	@echo "make CUDA=0          CPU-only build"
 	@echo "make data            generate the sample dataset into $(DATA)/ (build/mkdata --help)"
 	@echo "make bench-loader    loader images/s on ImageNet-like JPEGs"
+	@echo "make lab             the deformable kernel lab (build/deform_lab: variants validated, then timed; GPU)"
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -26,7 +26,9 @@ int dt_debug_sync(void) {
 static struct {
     int ready;
     int device;
-    cudaStream_t stream;
+    cudaStream_t stream;      /* where launches go now (the main stream, or the side one) */
+    cudaStream_t main, side;  /* side: created on first use */
+    cudaEvent_t forked, done;
     cublasHandle_t cublas;
     curandGenerator_t curand;
     struct cudaDeviceProp props;
@@ -137,6 +139,30 @@ void dt_set_stream(void *stream) {
     DT_CURAND(curandSetStream(g_ctx.curand, s));
 }
 
+void dt_side_begin(void) {
+    dt_gpu_init(0);
+    if (!g_ctx.side) {
+        DT_CHECK(cudaStreamCreateWithFlags(&g_ctx.side, cudaStreamNonBlocking));
+        DT_CHECK(cudaEventCreateWithFlags(&g_ctx.forked, cudaEventDisableTiming));
+        DT_CHECK(cudaEventCreateWithFlags(&g_ctx.done, cudaEventDisableTiming));
+    }
+    if (g_ctx.stream == g_ctx.side) dt_fatal("dt_side_begin: already on the side stream");
+    g_ctx.main = g_ctx.stream;
+    DT_CHECK(cudaEventRecord(g_ctx.forked, g_ctx.main));
+    DT_CHECK(cudaStreamWaitEvent(g_ctx.side, g_ctx.forked, 0));
+    g_ctx.stream = g_ctx.side;
+}
+
+void dt_side_end(void) {
+    if (g_ctx.stream != g_ctx.side || !g_ctx.side) dt_fatal("dt_side_end: not on the side stream");
+    DT_CHECK(cudaEventRecord(g_ctx.done, g_ctx.side));
+    g_ctx.stream = g_ctx.main;
+}
+
+void dt_side_join(void) {
+    if (g_ctx.side) DT_CHECK(cudaStreamWaitEvent(g_ctx.stream, g_ctx.done, 0));
+}
+
 static void require_ready(void) {
     if (!g_ctx.ready) dt_gpu_init(0);
 }
@@ -169,6 +195,9 @@ int dt_gpu_ready(void) { return 0; }
 void dt_gpu_sync(void) {}
 void dt_set_tf32(int on) { (void)on; }
 int dt_gpu_sm_count(void) { return 0; }
+void dt_side_begin(void) {}
+void dt_side_end(void) {}
+void dt_side_join(void) {}
 void dt_set_stream(void *stream) {
     (void)stream;
     dt_fatal("dt_set_stream: deftc was built without CUDA (CUDA=0)");

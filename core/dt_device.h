@@ -48,6 +48,16 @@ void dt_set_tf32(int on);
  * memory deftc frees and reuses is never still in use on another stream. */
 void dt_set_stream(void *stream);
 
+/* A side stream for work that can overlap the main stream's (the deformable inverse index is
+ * built there while the column GEMMs run). dt_side_begin() makes the side stream wait for all
+ * work queued so far and sends later launches (dt_stream()) to it; dt_side_end() sends them
+ * back to the main stream; dt_side_join() makes the main stream wait for the side work.
+ * Memory used on the side must be allocated before dt_side_begin() and released only after
+ * dt_side_join() (the caching allocator orders reuse by the main stream alone). */
+void dt_side_begin(void);
+void dt_side_end(void);
+void dt_side_join(void);
+
 /* One line naming the GPU, its memory, SM count and L2 size (or "cpu"). */
 void dt_device_describe(char *buf, int len);
 int dt_gpu_sm_count(void);

@@ -238,6 +238,392 @@ __global__ void __launch_bounds__(DX_THREADS) k_dx(dt_deform_chunk c, int L, int
     }
 }
 
+/* ------------------------------------------------------------------ shared-memory tiles
+ * The fast path (C a multiple of 4): classic register-blocked SIMT GEMMs with operands staged
+ * in shared memory, double-buffered (the next tile's global loads are in flight while this
+ * one is multiplied), one barrier a tile. Each kernel keeps one operand broadcast across a
+ * warp (the thin offset-channel side) so that a shared-memory load feeds 20-32 FMAs. */
+
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool pred) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(pred ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+__device__ __forceinline__ float4 ldg4(const float *p) { return __ldg(reinterpret_cast<const float4 *>(p)); }
+__device__ __forceinline__ void fma4(float4 &a, float s, float4 b) {
+    a.x = fmaf(s, b.x, a.x);
+    a.y = fmaf(s, b.y, a.y);
+    a.z = fmaf(s, b.z, a.z);
+    a.w = fmaf(s, b.w, a.w);
+}
+
+/* Forward: block = 128 positions x one tile of OCT offset channels; a step = one tap x 32
+ * input channels (A: As[32 ch][128 pos], transposed on the way in; B: Bs[32 ch][OCT]).
+ * Warp w multiplies channels 4w..4w+3 of the step for all 128 positions (lane l: positions l,
+ * l+32, l+64, l+96), so B loads are warp-wide broadcasts; the 8 warps' partial sums are added
+ * at the end through shared memory, in warp order. Steps split over blockIdx.z when blocks
+ * are few (summed by k_fwd_finish). Weights: wv [NT][K][C][OCT] (offset channels last). */
+const int FT_THREADS = 256, FT_BM = 128, FT_BC = 32;
+
+template <int OCT>
+__global__ void __launch_bounds__(FT_THREADS, 1) k_fwd_tiled(dt_deform_chunk c, const float *__restrict__ wv,
+                                                             const float *__restrict__ bias, const float *__restrict__ xT,
+                                                             float *__restrict__ out, int steps_per_split, int split) {
+    __shared__ __align__(16) float As[2][FT_BC][FT_BM + 1];
+    __shared__ __align__(16) float Bs[2][FT_BC][OCT];
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int q0 = blockIdx.x * FT_BM, ot = blockIdx.y, z = blockIdx.z;
+    const int ncc = (c.C + FT_BC - 1) / FT_BC, T = c.K * ncc;
+    const int s0 = z * steps_per_split, s1 = min(T, s0 + steps_per_split);
+    /* loader: positions lp + 32j (j < 4), channel quad lcq of the step */
+    const int lp = tid >> 3, lcq = tid & 7;
+    int limg[4], ly0[4], lx0[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        int q = q0 + lp + 32 * j, oy = 0, ox = 0;
+        limg[j] = -1;
+        if (q < c.Q) dt_position_decode(&c, q, &limg[j], &oy, &ox);
+        ly0[j] = oy * c.sh - c.ph;
+        lx0[j] = ox * c.sw - c.pw;
+    }
+    const int BQ4 = OCT / 4; /* float4s in a B row */
+    float4 ra[4], rb = make_float4(0.f, 0.f, 0.f, 0.f);
+    auto load = [&](int s) {
+        const int k = s / ncc, cc0 = (s - k * ncc) * FT_BC;
+        uint32_t kyu;
+        const int kx = (int)dt_fastdiv_divmod((uint32_t)k, c.fkw, &kyu), ky = (int)kyu;
+        const int ch = cc0 + 4 * lcq;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            int iy = ly0[j] + ky * c.dh, ix = lx0[j] + kx * c.dw;
+            bool ok = limg[j] >= 0 && iy >= 0 && iy < c.H && ix >= 0 && ix < c.W && ch < c.C;
+            ra[j] = ok ? ldg4(xT + (((int64_t)limg[j] * c.H + iy) * c.W + ix) * c.C + ch) : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+        if (tid < FT_BC * BQ4) {
+            int row = tid / BQ4, col = tid - row * BQ4, chb = cc0 + row;
+            rb = chb < c.C ? ldg4(wv + (((int64_t)ot * c.K + k) * c.C + chb) * OCT + 4 * col) : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+    };
+    auto store = [&](int buf) {
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            int pos = lp + 32 * j;
+            As[buf][4 * lcq][pos] = ra[j].x;
+            As[buf][4 * lcq + 1][pos] = ra[j].y;
+            As[buf][4 * lcq + 2][pos] = ra[j].z;
+            As[buf][4 * lcq + 3][pos] = ra[j].w;
+        }
+        if (tid < FT_BC * BQ4) {
+            int row = tid / BQ4, col = tid - row * BQ4;
+            *reinterpret_cast<float4 *>(&Bs[buf][row][4 * col]) = rb;
+        }
+    };
+    float acc[4][OCT];
+#pragma unroll
+    for (int t = 0; t < 4; t++)
+#pragma unroll
+        for (int o = 0; o < OCT; o++) acc[t][o] = 0.0f;
+    if (s0 < s1) {
+        load(s0);
+        store(0);
+    }
+    __syncthreads();
+    for (int s = s0; s < s1; s++) {
+        const int buf = (s - s0) & 1;
+        if (s + 1 < s1) load(s + 1);
+#pragma unroll
+        for (int cc = 0; cc < 4; cc++) {
+            const int ch = 4 * warp + cc;
+            float a[4];
+#pragma unroll
+            for (int t = 0; t < 4; t++) a[t] = As[buf][ch][lane + 32 * t];
+#pragma unroll
+            for (int j = 0; j < OCT / 4; j++) {
+                float4 b = *reinterpret_cast<const float4 *>(&Bs[buf][ch][4 * j]);
+#pragma unroll
+                for (int t = 0; t < 4; t++) {
+                    acc[t][4 * j] = fmaf(a[t], b.x, acc[t][4 * j]);
+                    acc[t][4 * j + 1] = fmaf(a[t], b.y, acc[t][4 * j + 1]);
+                    acc[t][4 * j + 2] = fmaf(a[t], b.z, acc[t][4 * j + 2]);
+                    acc[t][4 * j + 3] = fmaf(a[t], b.w, acc[t][4 * j + 3]);
+                }
+            }
+        }
+        if (s + 1 < s1) store(buf ^ 1);
+        __syncthreads();
+    }
+    /* the 8 warps' sums, 4 offset channels a round: red[warp][position][4] */
+    float *red = &As[0][0][0];
+#pragma unroll
+    for (int r = 0; r < OCT / 4; r++) {
+#pragma unroll
+        for (int t = 0; t < 4; t++)
+            *reinterpret_cast<float4 *>(&red[((warp * FT_BM) + lane + 32 * t) * 4]) =
+                make_float4(acc[t][4 * r], acc[t][4 * r + 1], acc[t][4 * r + 2], acc[t][4 * r + 3]);
+        __syncthreads();
+        const int pos = tid & (FT_BM - 1), e0 = (tid >> 7) * 2, q = q0 + pos;
+#pragma unroll
+        for (int e = e0; e < e0 + 2; e++) {
+            float sum = 0.0f;
+#pragma unroll
+            for (int w = 0; w < FT_THREADS / 32; w++) sum += red[((w * FT_BM) + pos) * 4 + e];
+            const int oc = ot * OCT + 4 * r + e;
+            if (q < c.Q && oc < c.OCS) {
+                if (split) out[((int64_t)z * c.Q + q) * c.OCS + oc] = sum;
+                else out[(int64_t)q * c.OCS + oc] = offconv_finish(c, oc, sum, bias);
+            }
+        }
+        __syncthreads();
+    }
+}
+
+/* wv [NT][K][C][OCT] from W [OC, C, K] (0 beyond OC). */
+__global__ void k_pack_wv(dt_deform_chunk c, int OCT, int NT, const float *__restrict__ w, float *__restrict__ wv) {
+    const int64_t n = (int64_t)NT * c.K * c.C * OCT;
+    DT_GRID_STRIDE(e, n) {
+        int o = (int)(e % OCT);
+        int64_t r = e / OCT;
+        int ch = (int)(r % c.C);
+        r /= c.C;
+        int k = (int)(r % c.K), ot = (int)(r / c.K), oc = ot * OCT + o;
+        wv[e] = oc < c.OC ? w[((int64_t)oc * c.C + ch) * c.K + k] : 0.0f;
+    }
+}
+
+/* Weight gradient: block = 128 consecutive columns (k*C + c) x one offset-channel tile x a
+ * range of positions (blockIdx.z); a step = 32 positions (Xs[32 pos][128 col] and Ds[32 pos]
+ * [OCT], both copied with cp.async, 16 bytes a lane). Warp w takes positions w, w+8, ... of the
+ * step; lane l columns 4l..4l+3, so the dom row is a warp-wide broadcast. Warps' partial sums
+ * are added in warp order at the end; the db block (blockIdx.x == 0) also sums dom. */
+const int WT_THREADS = 256, WT_BQ = 32, WT_BN = 128;
+
+template <int OCT>
+__global__ void __launch_bounds__(WT_THREADS, 1) k_dw_tiled(dt_deform_chunk c, int qchunk, const float *__restrict__ xT,
+                                                            const float *__restrict__ dom, float *__restrict__ partw,
+                                                            float *__restrict__ partb) {
+    __shared__ __align__(16) float Xs[2][WT_BQ][WT_BN];
+    __shared__ __align__(16) float Ds[2][WT_BQ][OCT];
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int ot = blockIdx.y, z = blockIdx.z, BQ4 = OCT / 4;
+    const int col = blockIdx.x * WT_BN + 4 * lane; /* this lane's 4 columns (one tap: C % 4 == 0) */
+    const bool colok = col < c.KC, db_block = blockIdx.x == 0;
+    const int kk = colok ? col / c.C : 0, ch = col - kk * c.C;
+    uint32_t kyu;
+    const int kkx = (int)dt_fastdiv_divmod((uint32_t)kk, c.fkw, &kyu), kky = (int)kyu;
+    const int qbeg = z * qchunk, qend = min(c.Q, qbeg + qchunk), ntiles = (qend - qbeg + WT_BQ - 1) / WT_BQ;
+    auto load = [&](int tile, int buf) {
+        const int qt = qbeg + tile * WT_BQ;
+#pragma unroll
+        for (int j = 0; j < WT_BQ / 8; j++) {
+            const int pos = warp + 8 * j, q = qt + pos;
+            bool ok = false;
+            int64_t at = 0;
+            if (q < qend && colok) {
+                int i, oy, ox;
+                dt_position_decode(&c, q, &i, &oy, &ox);
+                int iy = oy * c.sh - c.ph + kky * c.dh, ix = ox * c.sw - c.pw + kkx * c.dw;
+                ok = iy >= 0 && iy < c.H && ix >= 0 && ix < c.W;
+                at = (((int64_t)i * c.H + iy) * c.W + ix) * c.C + ch;
+            }
+            cp_async16(&Xs[buf][pos][4 * lane], xT + (ok ? at : 0), ok);
+        }
+        if (tid < WT_BQ * BQ4) {
+            const int pos = tid / BQ4, j = tid - pos * BQ4, q = qt + pos, oc = ot * OCT + 4 * j;
+            const bool ok = q < qend && oc < c.OCS;
+            cp_async16(&Ds[buf][pos][4 * j], dom + (ok ? (int64_t)q * c.OCS + oc : 0), ok);
+        }
+        cp_async_commit();
+    };
+    float4 acc[OCT];
+    float dacc[OCT];
+#pragma unroll
+    for (int o = 0; o < OCT; o++) {
+        acc[o] = make_float4(0.f, 0.f, 0.f, 0.f);
+        dacc[o] = 0.0f;
+    }
+    if (ntiles > 0) load(0, 0);
+    for (int tile = 0; tile < ntiles; tile++) {
+        const int buf = tile & 1;
+        if (tile + 1 < ntiles) {
+            load(tile + 1, buf ^ 1);
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+#pragma unroll
+        for (int pp = 0; pp < WT_BQ / 8; pp++) {
+            const int pos = warp + 8 * pp;
+            const float4 x = *reinterpret_cast<const float4 *>(&Xs[buf][pos][4 * lane]);
+#pragma unroll
+            for (int j = 0; j < OCT / 4; j++) {
+                const float4 d = *reinterpret_cast<const float4 *>(&Ds[buf][pos][4 * j]);
+                fma4(acc[4 * j], d.x, x);
+                fma4(acc[4 * j + 1], d.y, x);
+                fma4(acc[4 * j + 2], d.z, x);
+                fma4(acc[4 * j + 3], d.w, x);
+                if (db_block) {
+                    dacc[4 * j] += d.x;
+                    dacc[4 * j + 1] += d.y;
+                    dacc[4 * j + 2] += d.z;
+                    dacc[4 * j + 3] += d.w;
+                }
+            }
+        }
+        __syncthreads();
+    }
+    /* the 8 warps' sums, 4 offset channels a round: red[warp][lane][4 oc] (float4 of columns) */
+    float4 *red = reinterpret_cast<float4 *>(&Xs[0][0][0]);
+#pragma unroll
+    for (int r = 0; r < OCT / 4; r++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) red[(warp * 32 + lane) * 4 + e] = acc[4 * r + e];
+        __syncthreads();
+        if (tid < 128) {
+            const int e = tid >> 5, l = tid & 31, oc = ot * OCT + 4 * r + e;
+            const int cl = blockIdx.x * WT_BN + 4 * l;
+            float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+            for (int w = 0; w < WT_THREADS / 32; w++) fma4(s, 1.0f, red[(w * 32 + l) * 4 + e]);
+            if (cl < c.KC && oc < c.OC) {
+                const int k2 = cl / c.C, c2 = cl - k2 * c.C;
+                float *dst = partw + (((int64_t)z * c.OC + oc) * c.C + c2) * c.K + k2;
+                dst[0] = s.x;
+                dst[c.K] = s.y;
+                dst[2 * c.K] = s.z;
+                dst[3 * c.K] = s.w;
+            }
+        }
+        __syncthreads();
+    }
+    if (db_block) { /* every lane of a warp holds the same sums */
+        float *redb = &Xs[0][0][0];
+        if (lane == 0)
+#pragma unroll
+            for (int o = 0; o < OCT; o++) redb[warp * OCT + o] = dacc[o];
+        __syncthreads();
+        if (tid < OCT && ot * OCT + tid < c.OC) {
+            float s = 0.0f;
+            for (int w = 0; w < WT_THREADS / 32; w++) s += redb[w * OCT + tid];
+            partb[(int64_t)z * c.OC + ot * OCT + tid] = s;
+        }
+    }
+}
+
+/* Input gradient: block = 128 consecutive pixels x 64 channels; a step = one tap x up to 28
+ * offset channels: As[28 oc][128 px] = dom of the output position that reads the pixel
+ * through the tap (0 when none), transposed on the way in; Ws[28 oc][64 ch] = the tap's
+ * weights. Thread = 8 pixels (a warp-half broadcast) x 4 channels: 32 FMAs per 3 loads. */
+const int XT_THREADS = 256, XT_BP = 128, XT_BC = 64, XT_BO = 28;
+
+__global__ void __launch_bounds__(XT_THREADS) k_dx_tiled(dt_deform_chunk c, const float *__restrict__ wT,
+                                                         const float *__restrict__ dom, float beta,
+                                                         float *__restrict__ dxT) {
+    __shared__ __align__(16) float As[2][XT_BO][XT_BP];
+    __shared__ __align__(16) float Ws[2][XT_BO][XT_BC];
+    const int tid = threadIdx.x, cq = tid & 15, pg = tid >> 4;
+    const int p0 = blockIdx.x * XT_BP, cb = blockIdx.y * XT_BC;
+    const int noc = (c.OCS + XT_BO - 1) / XT_BO, T = c.K * noc;
+    /* loader: pixel lp of the tile, offset-channel quads lo + 2j (j < 4, < 7) */
+    const int lp = tid & (XT_BP - 1), lo = tid >> 7;
+    int limg = -1, lty = 0, ltx = 0;
+    {
+        int p = p0 + lp;
+        if (p < c.npix) {
+            uint32_t rest, ii;
+            int ix = (int)dt_fastdiv_divmod((uint32_t)p, c.fW, &rest);
+            int iy = (int)dt_fastdiv_divmod(rest, c.fH, &ii);
+            limg = (int)ii;
+            lty = iy + c.ph;
+            ltx = ix + c.pw;
+        }
+    }
+    float4 ra[4], rw[2];
+    auto load = [&](int s) {
+        const int k = s / noc, oc0 = (s - k * noc) * XT_BO;
+        uint32_t kyu;
+        const int kx = (int)dt_fastdiv_divmod((uint32_t)k, c.fkw, &kyu), ky = (int)kyu;
+        const int ty = lty - ky * c.dh, tx = ltx - kx * c.dw;
+        int64_t q = -1;
+        if (limg >= 0 && ty >= 0 && tx >= 0 && ty % c.sh == 0 && tx % c.sw == 0 && ty / c.sh < c.Ho && tx / c.sw < c.Wo)
+            q = ((int64_t)limg * c.Ho + ty / c.sh) * c.Wo + tx / c.sw;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int oq = lo + 2 * j, oc = oc0 + 4 * oq;
+            ra[j] = q >= 0 && oq < XT_BO / 4 && oc < c.OCS ? ldg4(dom + q * c.OCS + oc) : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            const int idx = tid + XT_THREADS * j, row = idx >> 4, qd = idx & 15, oc = oc0 + row, ch = cb + 4 * qd;
+            rw[j] = row < XT_BO && oc < c.OC && ch < c.C ? ldg4(wT + ((int64_t)oc * c.K + k) * c.C + ch)
+                                                         : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+    };
+    auto store = [&](int buf) {
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int oq = lo + 2 * j;
+            if (oq >= XT_BO / 4) continue;
+            As[buf][4 * oq][lp] = ra[j].x;
+            As[buf][4 * oq + 1][lp] = ra[j].y;
+            As[buf][4 * oq + 2][lp] = ra[j].z;
+            As[buf][4 * oq + 3][lp] = ra[j].w;
+        }
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            const int idx = tid + XT_THREADS * j, row = idx >> 4, qd = idx & 15;
+            if (row < XT_BO) *reinterpret_cast<float4 *>(&Ws[buf][row][4 * qd]) = rw[j];
+        }
+    };
+    float4 acc[8];
+#pragma unroll
+    for (int t = 0; t < 8; t++) acc[t] = make_float4(0.f, 0.f, 0.f, 0.f);
+    load(0);
+    store(0);
+    __syncthreads();
+    for (int s = 0; s < T; s++) {
+        const int buf = s & 1;
+        if (s + 1 < T) load(s + 1);
+#pragma unroll 4
+        for (int o = 0; o < XT_BO; o++) {
+            const float4 a0 = *reinterpret_cast<const float4 *>(&As[buf][o][8 * pg]);
+            const float4 a1 = *reinterpret_cast<const float4 *>(&As[buf][o][8 * pg + 4]);
+            const float4 w = *reinterpret_cast<const float4 *>(&Ws[buf][o][4 * cq]);
+            fma4(acc[0], a0.x, w);
+            fma4(acc[1], a0.y, w);
+            fma4(acc[2], a0.z, w);
+            fma4(acc[3], a0.w, w);
+            fma4(acc[4], a1.x, w);
+            fma4(acc[5], a1.y, w);
+            fma4(acc[6], a1.z, w);
+            fma4(acc[7], a1.w, w);
+        }
+        if (s + 1 < T) store(buf ^ 1);
+        __syncthreads();
+    }
+    const int ch = cb + 4 * cq;
+    if (ch >= c.C) return;
+#pragma unroll
+    for (int t = 0; t < 8; t++) {
+        const int p = p0 + 8 * pg + t;
+        if (p >= c.npix) continue;
+        float4 *d = reinterpret_cast<float4 *>(dxT + (int64_t)p * c.C + ch);
+        float4 v = acc[t];
+        if (beta != 0.0f) fma4(v, 1.0f, *d);
+        *d = v;
+    }
+}
+
+/* ------------------------------------------------------------------ host side */
+
+/* The tiled kernels need C % 4 == 0 (16-byte rows); dt_offconv_use_tiles(0) forces the
+ * lane kernels everywhere (tests and the kernel lab compare the two). */
+int g_use_tiles = 1;
+
+bool tiles_ok(const dt_deform_plan *p) { return g_use_tiles && p->C % 4 == 0; }
+
 bool vec4_ok(const dt_deform_plan *p) { return p->C % 4 == 0; }
 
 int64_t wpack_floats(const dt_deform_plan *p) {
@@ -274,9 +660,33 @@ void dw_shape(const dt_deform_plan *p, int *cvb, int *ncvb) {
     *ncvb = (int)((nvc + *cvb - 1) / *cvb);
 }
 
+/* Step splits of the tiled forward and position ranges of the tiled dW: about 2 waves of
+ * blocks at least (132 SMs), never fewer than 8 steps or 8 tiles a block. */
+void fwd_tiled_split(const dt_deform_chunk &c, int nt, int *steps, int *nz) {
+    const int T = c.K * ((c.C + FT_BC - 1) / FT_BC);
+    int64_t blocks = (int64_t)((c.Q + FT_BM - 1) / FT_BM) * nt, want = 2 * (int64_t)dt_gpu_sm_count();
+    int z = blocks >= want ? 1 : (int)((want + blocks - 1) / blocks);
+    if (z > (T + 7) / 8) z = (T + 7) / 8;
+    if (z < 1) z = 1;
+    *steps = (T + z - 1) / z;
+    *nz = (T + *steps - 1) / *steps;
+}
+
+void dw_tiled_split(const dt_deform_chunk &c, int nt, int *qchunk, int *nz) {
+    int64_t blocks = (int64_t)((c.KC + WT_BN - 1) / WT_BN) * nt, want = 2 * (int64_t)dt_gpu_sm_count();
+    int64_t z = blocks >= want ? 1 : (want + blocks - 1) / blocks;
+    int64_t zmax = (c.Q + 8 * WT_BQ - 1) / (8 * WT_BQ);
+    if (z > zmax) z = zmax;
+    if (z < 1) z = 1;
+    *qchunk = (int)((c.Q + z - 1) / z);
+    *nz = (int)((c.Q + *qchunk - 1) / *qchunk);
+}
+
 }  // namespace
 
 extern "C" {
+
+void dt_offconv_use_tiles(int on) { g_use_tiles = on; }
 
 size_t dt_offconv_ws_bytes_cuda(const dt_deform_plan *p, int64_t nb) {
     dt_deform_chunk c = dt_deform_chunk_make(p, nb);
@@ -284,6 +694,11 @@ size_t dt_offconv_ws_bytes_cuda(const dt_deform_plan *p, int64_t nb) {
     fwd_split(c, nt, &kt, &nzf);
     dw_shape(p, &cvb, &ncvb);
     dw_split(c, cvb, ncvb, nt, &qchunk, &nzw);
+    int steps, nzf2, qchunk2, nzw2;
+    fwd_tiled_split(c, nt, &steps, &nzf2);
+    dw_tiled_split(c, nt, &qchunk2, &nzw2);
+    if (nzf2 > nzf) nzf = nzf2;
+    if (nzw2 > nzw) nzw = nzw2;
     size_t fwd = (size_t)wpack_floats(p) + (nzf > 1 ? (size_t)nzf * c.Q * c.OCS : 0);
     size_t dw = (size_t)nzw * p->OC * (p->C * p->K + 1);
     size_t dx = (size_t)p->OC * p->K * p->C;
@@ -296,11 +711,27 @@ void dt_offconv_fwd_cuda(const dt_deform_plan *p, int64_t nb, const float *xT, c
     dt_deform_chunk c = dt_deform_chunk_make(p, nb);
     if (c.Q <= 0) return;
     const int oct = offconv_oct(p->OC), nt = (int)((p->OC + oct - 1) / oct);
-    float4 *wpack = (float4 *)ws;
     float *part = (float *)ws + wpack_floats(p);
-    int64_t npack = wpack_floats(p) / 4;
-    if (vec4_ok(p)) k_offconv_pack<4><<<dt_grid_for(npack, 256), 256, 0, dt_stream()>>>(c, oct, nt, w, wpack);
-    else k_offconv_pack<1><<<dt_grid_for(npack, 256), 256, 0, dt_stream()>>>(c, oct, nt, w, wpack);
+    int64_t npack = wpack_floats(p);
+    if (tiles_ok(p)) {
+        k_pack_wv<<<dt_grid_for(npack, 256), 256, 0, dt_stream()>>>(c, oct, nt, w, (float *)ws);
+        DT_CHECK_LAUNCH();
+        int steps, nz;
+        fwd_tiled_split(c, nt, &steps, &nz);
+        dim3 grid((c.Q + FT_BM - 1) / FT_BM, nt, nz);
+        float *dst = nz > 1 ? part : om;
+        if (oct == 20) k_fwd_tiled<20><<<grid, FT_THREADS, 0, dt_stream()>>>(c, (float *)ws, b, xT, dst, steps, nz > 1);
+        else k_fwd_tiled<28><<<grid, FT_THREADS, 0, dt_stream()>>>(c, (float *)ws, b, xT, dst, steps, nz > 1);
+        DT_CHECK_LAUNCH();
+        if (nz > 1) {
+            k_fwd_finish<<<dt_grid_for((int64_t)c.Q * c.OCS, 256), 256, 0, dt_stream()>>>(c, nz, part, b, om);
+            DT_CHECK_LAUNCH();
+        }
+        return;
+    }
+    float4 *wpack = (float4 *)ws;
+    if (vec4_ok(p)) k_offconv_pack<4><<<dt_grid_for(npack / 4, 256), 256, 0, dt_stream()>>>(c, oct, nt, w, wpack);
+    else k_offconv_pack<1><<<dt_grid_for(npack / 4, 256), 256, 0, dt_stream()>>>(c, oct, nt, w, wpack);
     DT_CHECK_LAUNCH();
     int ktaps, nz;
     fwd_split(c, nt, &ktaps, &nz);
@@ -326,25 +757,42 @@ void dt_offconv_bwd_weight_cuda(const dt_deform_plan *p, int64_t nb, const float
                                 float *dw, float beta_b, float *db, void *ws) {
     dt_deform_chunk c = dt_deform_chunk_make(p, nb);
     const int oct = offconv_oct(p->OC), nt = (int)((p->OC + oct - 1) / oct);
-    int cvb, ncvb, qchunk, nz;
-    dw_shape(p, &cvb, &ncvb);
-    dw_split(c, cvb, ncvb, nt, &qchunk, &nz);
-    float *partw = (float *)ws, *partb = partw + (int64_t)nz * p->OC * p->C * p->K;
-    if (c.Q > 0) {
-        dim3 grid((unsigned)(p->K * ncvb), nt, nz);
-#define DW(V, O) k_dw<V, O><<<grid, DW_THREADS, 0, dt_stream()>>>(c, cvb, ncvb, qchunk, xT, dom, partw, partb)
-        if (vec4_ok(p)) {
-            if (oct == 20) DW(4, 20);
-            else DW(4, 28);
+    int nz = 0;
+    float *partw = (float *)ws;
+    if (tiles_ok(p)) {
+        int qchunk;
+        dw_tiled_split(c, nt, &qchunk, &nz);
+        float *partb = partw + (int64_t)nz * p->OC * p->C * p->K;
+        if (c.Q > 0) {
+            dim3 grid((unsigned)((p->KC + WT_BN - 1) / WT_BN), nt, nz);
+            if (oct == 20) k_dw_tiled<20><<<grid, WT_THREADS, 0, dt_stream()>>>(c, qchunk, xT, dom, partw, partb);
+            else k_dw_tiled<28><<<grid, WT_THREADS, 0, dt_stream()>>>(c, qchunk, xT, dom, partw, partb);
+            DT_CHECK_LAUNCH();
         } else {
-            if (oct == 20) DW(1, 20);
-            else DW(1, 28);
+            nz = 0;
         }
-#undef DW
-        DT_CHECK_LAUNCH();
     } else {
-        nz = 0;
+        int cvb, ncvb, qchunk;
+        dw_shape(p, &cvb, &ncvb);
+        dw_split(c, cvb, ncvb, nt, &qchunk, &nz);
+        float *partb = partw + (int64_t)nz * p->OC * p->C * p->K;
+        if (c.Q > 0) {
+            dim3 grid((unsigned)(p->K * ncvb), nt, nz);
+#define DW(V, O) k_dw<V, O><<<grid, DW_THREADS, 0, dt_stream()>>>(c, cvb, ncvb, qchunk, xT, dom, partw, partb)
+            if (vec4_ok(p)) {
+                if (oct == 20) DW(4, 20);
+                else DW(4, 28);
+            } else {
+                if (oct == 20) DW(1, 20);
+                else DW(1, 28);
+            }
+#undef DW
+            DT_CHECK_LAUNCH();
+        } else {
+            nz = 0;
+        }
     }
+    float *partb = partw + (int64_t)nz * p->OC * p->C * p->K;
     int64_t nw = p->OC * p->C * p->K;
     if (dw) {
         k_sum_parts<<<dt_grid_for(nw, 256), 256, 0, dt_stream()>>>(nw, nz, partw, beta_w, dw);
@@ -362,6 +810,12 @@ void dt_offconv_bwd_input_cuda(const dt_deform_plan *p, int64_t nb, const float 
     if (c.npix <= 0) return;
     float *wT = (float *)ws; /* [OC, K, C] */
     dt_nchw_to_nhwc_cuda(p->OC, p->C, p->K, w, p->C, wT);
+    if (tiles_ok(p)) {
+        dim3 grid((unsigned)((c.npix + XT_BP - 1) / XT_BP), (unsigned)((p->C + XT_BC - 1) / XT_BC));
+        k_dx_tiled<<<grid, XT_THREADS, 0, dt_stream()>>>(c, wT, dom, beta, dxT);
+        DT_CHECK_LAUNCH();
+        return;
+    }
     int64_t nvc = vec4_ok(p) ? p->C / 4 : p->C;
     int L = dt_lanes_for(nvc, 4), nchunks = (int)((nvc + L - 1) / L);
     int64_t items = (int64_t)(c.npix + DX_TPX - 1) / DX_TPX * nchunks;

@@ -38,6 +38,10 @@ extern "C" {
 DT_DECL_OFFCONV(cpu)
 DT_DECL_OFFCONV(cuda)
 
+/* The CUDA versions run shared-memory tiled GEMMs when C % 4 == 0 and lane-group kernels
+ * otherwise; 0 forces the lane kernels everywhere (the tests and the kernel lab compare both). */
+void dt_offconv_use_tiles(int on);
+
 #ifdef __cplusplus
 }
 #endif

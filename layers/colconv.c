@@ -49,7 +49,7 @@ void dt_colconv_backward(const dt_colconv *cc, const float *w, const float *dy, 
             DT_CALL(dev, dt_nchw_to_nhwc, b, Cout, P, dyc, Cout, dyt); /* [bP, Cout] */
             if (dw) {
                 cc->fill(cc->ctx, n0, b, col);
-                DT_CALL(dev, dt_gemm, 1, 0, Cout, R, bP, 1.0f, dyt, Cout, col, R, bw, dw, R);
+                DT_CALL(dev, dt_gemm, 1, 0, R, Cout, bP, 1.0f, col, R, dyt, Cout, bw, dw, Cout);
             }
             if (cc->adjoint) {
                 DT_CALL(dev, dt_gemm, 0, 0, bP, R, Cout, 1.0f, dyt, Cout, w, R, 0.0f, col, R);

@@ -10,11 +10,12 @@
  *   fill     colT = sampling (deform_nhwc.h): the plain kernel, or the tiled one when a DefT
  *            knob asks for it (fuse_offset: offset conv + sampling per tile; stage: footprint
  *            + halo in shared memory)
- *   adjoint  dxT and dom from dcolT - inverse index + gather + offset gradients (dx=gather,
- *            deterministic) or float4 atomics (dx=atomic) - then the layer's offset conv
+ *   adjoint  dxT and dom from dcolT - inverse index (built in begin, on the GPU's side stream
+ *            while the GEMMs run) + gather + offset gradients (dx=gather, deterministic) or
+ *            float4 atomics (dx=atomic) - then the layer's offset conv
  *            backward (weight, bias, and its input gradient added into dxT), the op's dom
  *            relaid out into doffset/dmask, and dxT into dx (NCHW, with beta).
- * close: dW back to [Cout, C, kh, kw] (with beta). */
+ * close: dW back from the skeleton's [K*C, Cout] to [Cout, C, kh, kw] (with beta). */
 #include "deform_nhwc.h"
 #include "deform_run.h"
 #include "dt_alloc.h"
@@ -73,10 +74,12 @@ static void deft_open(dt_deform_run *r) {
     } else {
         r->dxT = dt_dev_alloc(dev, img);
         r->dom = dt_dev_alloc(dev, (size_t)nb * p->P * p->OCS * sizeof(float));
-        if (p->dx == DT_DX_GATHER) r->D = dt_dev_alloc(dev, (size_t)nb * p->P * p->K * p->G * 4 * sizeof(float));
-        ws = max3(p->dx == DT_DX_GATHER ? WS_BYTES(dt_deform_index_ws_bytes, p, nb) : 0,
-                  is_layer(r) ? WS_BYTES(dt_offconv_ws_bytes, p, nb) : 0,
-                  tiled(r, 1) ? WS_BYTES(dt_deform_tile_ws_bytes, p, nb) : 0);
+        if (p->dx == DT_DX_GATHER) {
+            r->D = dt_dev_alloc(dev, (size_t)nb * p->P * p->K * p->G * 4 * sizeof(float));
+            r->idx_ws = dt_dev_alloc(dev, WS_BYTES(dt_deform_index_ws_bytes, p, nb));
+        }
+        ws = max3(is_layer(r) ? WS_BYTES(dt_offconv_ws_bytes, p, nb) : 0, tiled(r, 1) ? WS_BYTES(dt_deform_tile_ws_bytes, p, nb) : 0,
+                  0);
     }
     r->ws = ws ? dt_dev_alloc(dev, ws) : NULL;
 }
@@ -84,6 +87,14 @@ static void deft_open(dt_deform_run *r) {
 static void deft_begin(void *rv, int64_t n0, int64_t nb, int backward) {
     dt_deform_run *r = rv;
     const dt_deform_plan *p = r->p;
+    if (backward && p->dx == DT_DX_GATHER && r->g->dx) {
+        /* The index depends on the offsets alone: on the GPU it is built on the side stream while
+         * the main stream re-samples the columns and runs the dW and dcol GEMMs (joined in
+         * deft_adjoint); the previous chunk's gather, which read idx_ws, is queued before. */
+        if (r->dev == DT_GPU) dt_side_begin();
+        DT_CALL(r->dev, dt_deform_index_build, p, nb, r->om + n0 * p->P * p->OCS, r->idx_ws, &r->idx);
+        if (r->dev == DT_GPU) dt_side_end();
+    }
     DT_CALL(r->dev, dt_nchw_to_nhwc, nb, p->C, p->H * p->W, r->a->x + n0 * p->C * p->H * p->W, p->C, r->xT);
     if (!backward && is_layer(r) && !fused(r, 0))
         DT_CALL(r->dev, dt_offconv_fwd, p, nb, r->xT, r->a->woff, r->a->boff, r->om + n0 * p->P * p->OCS, r->ws);
@@ -111,9 +122,9 @@ static void deft_adjoint(void *rv, int64_t n0, int64_t nb, float *dcol) {
     const float *om = r->om + n0 * p->P * p->OCS;
     const int64_t HW = p->H * p->W, npix = nb * HW;
     if (p->dx == DT_DX_GATHER) {
-        dt_deform_index idx;
-        DT_CALL(dev, dt_deform_index_build, p, nb, om, r->ws, &idx);
-        DT_CALL(dev, dt_deform_gather_dx, p, nb, &idx, r->xT, dcol, r->dxT, r->D);
+        if (!g->dx) DT_CALL(dev, dt_deform_index_build, p, nb, om, r->idx_ws, &r->idx); /* not built ahead */
+        if (dev == DT_GPU) dt_side_join();
+        DT_CALL(dev, dt_deform_gather_dx, p, nb, &r->idx, r->xT, dcol, r->dxT, r->D);
         DT_CALL(dev, dt_deform_offset_grads, p, nb, om, r->D, layer, r->dom);
     } else {
         DT_CALL(dev, dt_fill, npix * p->C, 0.0f, r->dxT);
@@ -137,7 +148,10 @@ static void deft_adjoint(void *rv, int64_t n0, int64_t nb, float *dcol) {
 static void deft_close(dt_deform_run *r) {
     const dt_deform_plan *p = r->p;
     dt_dev dev = r->dev;
-    if (r->dwT) DT_CALL(dev, dt_nhwc_to_nchw, p->Cout, p->C, p->K, r->dwT, p->C, NULL, r->g->bw, r->g->dw);
+    if (r->dwT) { /* [K*C, Cout] -> [Cout, K, C] (into wT, done with) -> [Cout, C, K] with beta */
+        DT_CALL(dev, dt_nhwc_to_nchw, 1, p->Cout, p->KC, r->dwT, p->Cout, NULL, 0.0f, r->wT);
+        DT_CALL(dev, dt_nhwc_to_nchw, p->Cout, p->C, p->K, r->wT, p->C, NULL, r->g->bw, r->g->dw);
+    }
     dt_dev_free(dev, r->wT);
     if (r->dwT) dt_dev_free(dev, r->dwT);
     if (r->own_om) dt_dev_free(dev, r->om);
@@ -146,6 +160,7 @@ static void deft_close(dt_deform_run *r) {
     if (r->dom) dt_dev_free(dev, r->dom);
     if (r->D) dt_dev_free(dev, r->D);
     if (r->ws) dt_dev_free(dev, r->ws);
+    if (r->idx_ws) dt_dev_free(dev, r->idx_ws);
 }
 
 const dt_deform_impl dt_deform_deft_impl = {DT_COLS_NC, deft_open, deft_begin, deft_fill, deft_adjoint, deft_close};

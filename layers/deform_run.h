@@ -9,6 +9,7 @@
 #ifndef DT_DEFORM_RUN_H
 #define DT_DEFORM_RUN_H
 
+#include "deform_nhwc.h"
 #include "dt_colconv.h"
 #include "dt_deform.h"
 
@@ -18,16 +19,19 @@ typedef struct {
     const dt_deform_args *a;
     const dt_deform_grads *g; /* NULL in the forward */
     const float *gemm_w;      /* [Cout, R] in the columns' order */
-    float *gemm_dw;           /* [Cout, R] or NULL */
+    float *gemm_dw;           /* [Cout, R] (CN) or [R, Cout] (NC), or NULL */
     float gemm_bw;
     /* the implementation's state */
-    float *wT, *dwT;   /* deft: [Cout, K, C] weight and its gradient, channels last */
+    float *wT;         /* deft: [Cout, K, C] the weight, channels last */
+    float *dwT;        /* deft: [K*C, Cout] its gradient as the skeleton makes it */
     float *om;         /* deft: [N*P, OCS] offsets and mask of the whole batch */
     int own_om;        /* om was built here from the op's offsets (freed at close) */
     float *xT, *dxT;   /* deft: [nb, H, W, C] the chunk's input and its gradient */
     float *dom;        /* deft: [nb*P, OCS] gradient w.r.t. om */
     float *D;          /* deft gather: [nb*P*K*G, 4] corner dot products */
-    void *ws;          /* index, offset conv and tile workspaces (the largest) */
+    dt_deform_index idx; /* deft gather: the chunk's inverse index (in idx_ws) */
+    void *idx_ws;      /* its workspace: written on the GPU's side stream while the GEMMs run */
+    void *ws;          /* offset conv and tile workspace */
 } dt_deform_run;
 
 typedef struct {

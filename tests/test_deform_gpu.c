@@ -128,11 +128,15 @@ DT_GPU_TEST(gpu_deft_kernels_match_cpu_twins) {
                              gcol, col, Q * p.KC, 1e-6));
         }
 
-        /* offset conv forward, alone and fused into the tiles */
+        /* offset conv forward (both kernel generations), alone and fused into the tiles */
         float *om2 = malloc(Q * p.OCS * 4), *gom2 = dt_gpu_malloc(Q * p.OCS * 4);
         dt_offconv_fwd_cpu(&p, nb, xT, woff, boff, om2, NULL);
-        dt_offconv_fwd_cuda(&p, nb, gx, gwoff, gboff, gom2, gws);
-        EXPECT(close_gpu(NAME("%s: offset conv forward", c->name), gom2, om2, Q * p.OCS, 1e-5));
+        for (int tiles = 0; tiles < 2; tiles++) {
+            dt_offconv_use_tiles(tiles);
+            dt_memset_gpu(gom2, 0xff, Q * p.OCS * 4);
+            dt_offconv_fwd_cuda(&p, nb, gx, gwoff, gboff, gom2, gws);
+            EXPECT(close_gpu(NAME("%s: offset conv forward [tiles %d]", c->name, tiles), gom2, om2, Q * p.OCS, 1e-5));
+        }
         float *col2 = malloc(Q * p.KC * 4);
         dt_deform_sample_nhwc_cpu(&p, nb, xT, om2, col2);
         for (int stage = 0; stage < 2; stage++) {
@@ -199,18 +203,37 @@ DT_GPU_TEST(gpu_deft_kernels_match_cpu_twins) {
         EXPECT(dt_expect_close(NAME("%s: atomic dx = gather dx (CPU)", c->name), dxa, dxT, nx, 1e-5));
 
         /* offset conv backward: weight + bias (beta 0 and 1), input (beta 1 onto dx) */
-        float *dw = host_randn(p.OC * p.KC, 1.0f), *db = host_randn(p.OC, 1.0f);
-        float *gdw = to_gpu(dw, p.OC * p.KC), *gdb = to_gpu(db, p.OC);
+        float *dw = host_randn(p.OC * p.KC, 1.0f), *db = host_randn(p.OC, 1.0f), *dw0 = malloc(p.OC * p.KC * 4);
+        float *db0 = malloc(p.OC * 4), *dx0 = malloc(nx * 4), *gdw = dt_gpu_malloc(p.OC * p.KC * 4), *gdb = dt_gpu_malloc(p.OC * 4);
+        memcpy(dw0, dw, p.OC * p.KC * 4);
+        memcpy(db0, db, p.OC * 4);
+        memcpy(dx0, dxT, nx * 4);
         for (int beta = 0; beta < 2; beta++) {
-            dt_offconv_bwd_weight_cpu(&p, nb, xT, dom, (float)beta, dw, (float)beta, db, NULL);
-            dt_offconv_bwd_weight_cuda(&p, nb, gx, gdom, (float)beta, gdw, (float)beta, gdb, gws);
-            EXPECT(close_gpu(NAME("%s: offset conv dW [beta %d]", c->name, beta), gdw, dw, p.OC * p.KC, 1e-5));
-            EXPECT(close_gpu(NAME("%s: offset conv db [beta %d]", c->name, beta), gdb, db, p.OC, 1e-5));
+            float *rw = malloc(p.OC * p.KC * 4), *rb = malloc(p.OC * 4), *rx = malloc(nx * 4);
+            memcpy(rw, dw0, p.OC * p.KC * 4);
+            memcpy(rb, db0, p.OC * 4);
+            memcpy(rx, dx0, nx * 4);
+            dt_offconv_bwd_weight_cpu(&p, nb, xT, dom, (float)beta, rw, (float)beta, rb, NULL);
+            dt_offconv_bwd_input_cpu(&p, nb, dom, woff, (float)beta, rx, NULL);
+            for (int tiles = 0; tiles < 2; tiles++) {
+                dt_offconv_use_tiles(tiles);
+                dt_copy_h2d(gdw, dw0, p.OC * p.KC * 4);
+                dt_copy_h2d(gdb, db0, p.OC * 4);
+                dt_copy_h2d(gdxT, dx0, nx * 4);
+                dt_offconv_bwd_weight_cuda(&p, nb, gx, gdom, (float)beta, gdw, (float)beta, gdb, gws);
+                dt_offconv_bwd_input_cuda(&p, nb, gdom, gwoff, (float)beta, gdxT, gws);
+                EXPECT(close_gpu(NAME("%s: offset conv dW [beta %d tiles %d]", c->name, beta, tiles), gdw, rw, p.OC * p.KC, 1e-5));
+                EXPECT(close_gpu(NAME("%s: offset conv db [beta %d tiles %d]", c->name, beta, tiles), gdb, rb, p.OC, 1e-5));
+                EXPECT(close_gpu(NAME("%s: offset conv dx [beta %d tiles %d]", c->name, beta, tiles), gdxT, rx, nx, 1e-5));
+            }
+            dt_offconv_use_tiles(1);
+            free(rw);
+            free(rb);
+            free(rx);
         }
-        dt_copy_h2d(gdxT, dxT, nx * 4);
-        dt_offconv_bwd_input_cpu(&p, nb, dom, woff, 1.0f, dxT, NULL);
-        dt_offconv_bwd_input_cuda(&p, nb, gdom, gwoff, 1.0f, gdxT, gws);
-        EXPECT(close_gpu(NAME("%s: offset conv dx (beta 1)", c->name), gdxT, dxT, nx, 1e-5));
+        free(dw0);
+        free(db0);
+        free(dx0);
 #undef NAME
         float *hfree[] = {xT, om, dcol, dom, woff, boff, col, om2, col2, (float *)order, (float *)start, wm, dxT, D, domc, dxa,
                           dw, db};

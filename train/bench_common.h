@@ -7,6 +7,10 @@
 #include "dt_common.h"
 #include "dt_tensor.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define DT_BENCH_MAX 16
 
 typedef struct {
@@ -46,4 +50,7 @@ double dt_bench_gemm_floor(int64_t M, int64_t K, int64_t NP, int warmup, int rep
 double dt_bench_conv_fb(dt_tensor *x, dt_tensor *w, dt_tensor *gy, dt_conv_geom g, int warmup, int reps);
 dt_tensor *dt_bench_randn(int64_t n, int64_t c, int64_t h, int64_t w, float std, uint64_t seed);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

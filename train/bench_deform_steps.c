@@ -80,7 +80,7 @@ static void step_run(void *v) {
         dt_cnhw_to_nchw_cuda(a->t, nb, Cout, P, NULL, a->dx);
         break;
     case S_DY_NHWC: dt_nchw_to_nhwc_cuda(nb, Cout, P, a->dy, Cout, a->t); break;
-    case S_GEMM_DW_NC: dt_gemm_cuda(1, 0, Cout, KC, bP, 1.0f, a->t, Cout, a->col, KC, 0.0f, a->dw, KC); break;
+    case S_GEMM_DW_NC: dt_gemm_cuda(1, 0, KC, Cout, bP, 1.0f, a->col, KC, a->t, Cout, 0.0f, a->dw, Cout); break; /* dW^T */
     case S_GEMM_DCOL_NC: dt_gemm_cuda(0, 0, bP, KC, Cout, 1.0f, a->t, Cout, a->wT, KC, 0.0f, a->dcol, KC); break;
     case S_INDEX: dt_deform_index_build_cuda(p, nb, a->om, a->ws, &a->idx); break;
     case S_GATHER: dt_deform_gather_dx_cuda(p, nb, &a->idx, a->xT, a->dcol, a->dxT, a->D); break;

@@ -1,0 +1,439 @@
+/* The deformable kernel lab (llm.c's dev/cuda habit): variants of the deft path's kernels,
+ * each validated against the CPU twin on fresh random inputs, then timed on the ResNet-18
+ * shapes (one chunk of a batch of 64, scaled to the batch). Only the winners run in the
+ * product; the others stay here so that the comparison can be re-run (docs/deft.md has the
+ * numbers):
+ *
+ *   offconv  the offset conv: lane-group kernels (any C) vs shared-memory tiled GEMMs
+ *   gemm     the main dW GEMM on channels-last columns: dW = dYT^T col vs dW^T = col^T dYT
+ *   gather   the dx gather: rows grid-strided or in a contiguous range a block, and 1 or 4
+ *            (2 for wide rows) hits loaded ahead of their use
+ *   sample   the sampling: rows grid-strided or in a contiguous range a block
+ *
+ *   build/deform_lab [--batch 64] [--reps 20] [--shape l1] [--what offconv,gemm,gather,sample]
+ *                    [--skip-validate]      (make lab; GPU only; --skip-validate for profilers)
+ * Validation lines first (relative error against the CPU twin), then one table. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_common.h"
+#include "deform_chunk.h"
+#include "deform_nhwc.h"
+#include "deform_plan.h"
+#include "dt_alloc.h"
+#include "dt_common.h"
+#include "dt_device.h"
+#include "dt_kernel_util.cuh"
+#include "dt_lanes.cuh"
+#include "dt_layers.h"
+#include "gemm.h"
+#include "layout.h"
+#include "offset_conv.h"
+
+/* ------------------------------------------------------------------ lab variants */
+
+const int THREADS = 256;
+
+/* The gather, with the two choices open: BLOCKED (a contiguous range of rows a block, else a
+ * grid-stride loop) and HB (hits loaded ahead). Same arithmetic order as the product. */
+template <int VEC, int L, int VPL, int HB, bool BLOCKED>
+__global__ void __launch_bounds__(THREADS) k_gather_v(dt_deform_chunk c, const uint32_t *__restrict__ order,
+                                                     const uint32_t *__restrict__ start, const float *__restrict__ wm,
+                                                     const float *__restrict__ xT, const float *__restrict__ dcolT,
+                                                     float *__restrict__ dxT, float *__restrict__ D) {
+    typedef typename dt_vec<VEC>::T V;
+    const int lane = threadIdx.x % L, NV = c.Cg / VEC, rows = c.npix * c.G;
+    const unsigned mask = group_mask<L>();
+    int rb = blockIdx.x * (THREADS / L) + threadIdx.x / L, re = rows, rs = gridDim.x * (THREADS / L);
+    if (BLOCKED) {
+        int per = (rows + gridDim.x - 1) / gridDim.x;
+        rb = min(rows, (int)blockIdx.x * per) + threadIdx.x / L;
+        re = min(rows, (int)blockIdx.x * per + per);
+        rs = THREADS / L;
+    }
+    for (int r = rb; r < re; r += rs) {
+        uint32_t pix, rest, iu;
+        const int g = (int)dt_fastdiv_divmod((uint32_t)r, c.fG, &pix);
+        const int ix = (int)dt_fastdiv_divmod(pix, c.fW, &rest);
+        const int iy = (int)dt_fastdiv_divmod(rest, c.fH, &iu);
+        const int64_t base = ((int64_t)((int)iu * c.G + g) * (c.H + 1) + iy + 1) * (c.W + 1) + ix + 1;
+        const V *xr = reinterpret_cast<const V *>(xT + (int64_t)pix * c.C + (int64_t)g * c.Cg);
+        V *out = reinterpret_cast<V *>(dxT + (int64_t)pix * c.C + (int64_t)g * c.Cg);
+        for (int v0 = 0; v0 < NV; v0 += L * VPL) {
+            V xv[VPL], acc[VPL];
+#pragma unroll
+            for (int u = 0; u < VPL; u++) {
+                int v = v0 + lane + u * L;
+                if (v < NV) xv[u] = vload(xr + v);
+                else vzero(xv[u]);
+                vzero(acc[u]);
+            }
+#pragma unroll
+            for (int t = 0; t < 4; t++) {
+                const int64_t key = base - (t & 1) - (t >> 1) * (c.W + 1);
+                const uint32_t e1 = __ldg(start + key + 1);
+                for (uint32_t e = __ldg(start + key); e < e1; e += HB) {
+                    uint32_t sid[HB];
+                    float w[HB], part[HB];
+                    V d[HB][VPL];
+#pragma unroll
+                    for (int h = 0; h < HB; h++) sid[h] = e + h < e1 ? __ldg(order + e + h) : 0u;
+#pragma unroll
+                    for (int h = 0; h < HB; h++) {
+                        w[h] = part[h] = 0.0f;
+#pragma unroll
+                        for (int u = 0; u < VPL; u++) vzero(d[h][u]);
+                        if (e + h >= e1) continue;
+                        w[h] = __ldg(wm + 4 * (int64_t)sid[h] + t);
+                        int q, k, gg;
+                        dt_sample_decode(&c, sid[h], &q, &k, &gg);
+                        const V *row = reinterpret_cast<const V *>(dcolT + (int64_t)q * c.KC + (int64_t)k * c.C +
+                                                                   (int64_t)g * c.Cg);
+#pragma unroll
+                        for (int u = 0; u < VPL; u++) {
+                            int v = v0 + lane + u * L;
+                            if (v < NV) d[h][u] = vload(row + v);
+                        }
+                    }
+#pragma unroll
+                    for (int h = 0; h < HB; h++)
+#pragma unroll
+                        for (int u = 0; u < VPL; u++) {
+                            vfma(acc[u], w[h], d[h][u]);
+                            part[h] += vdot(d[h][u], xv[u]);
+                        }
+#pragma unroll
+                    for (int h = 0; h < HB; h++) {
+                        if (e + h >= e1) break;
+                        float sum = group_sum<L>(part[h], mask);
+                        if (lane == 0) D[4 * (int64_t)sid[h] + t] = v0 == 0 ? sum : D[4 * (int64_t)sid[h] + t] + sum;
+                    }
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < VPL; u++) {
+                int v = v0 + lane + u * L;
+                if (v < NV) out[v] = acc[u];
+            }
+        }
+    }
+}
+
+template <int VEC, int L, bool BLOCKED>
+__global__ void __launch_bounds__(THREADS) k_sample_v(dt_deform_chunk c, const float *__restrict__ xT,
+                                                     const float *__restrict__ om, float *__restrict__ colT) {
+    typedef typename dt_vec<VEC>::T V;
+    const int lane = threadIdx.x % L, NV = c.Cg / VEC;
+    int rb = blockIdx.x * (THREADS / L) + threadIdx.x / L, re = c.S, rs = gridDim.x * (THREADS / L);
+    if (BLOCKED) {
+        int per = (c.S + gridDim.x - 1) / gridDim.x;
+        rb = min(c.S, (int)blockIdx.x * per) + threadIdx.x / L;
+        re = min(c.S, (int)blockIdx.x * per + per);
+        rs = THREADS / L;
+    }
+    for (int s = rb; s < re; s += rs) {
+        int q, k, g, i;
+        float m;
+        dt_sample_decode(&c, (uint32_t)s, &q, &k, &g);
+        dt_bilin b = dt_sample_bilin(&c, om, q, k, g, &i, &m);
+        const float *plane = xT + (int64_t)i * c.H * c.W * c.C + (int64_t)g * c.Cg;
+        const V *corner[4];
+#pragma unroll
+        for (int t = 0; t < 4; t++)
+            corner[t] = b.ok[t] ? reinterpret_cast<const V *>(plane + dt_bilin_index(&b, t, c.W) * c.C) : nullptr;
+        V *out = reinterpret_cast<V *>(colT + (int64_t)q * c.KC + (int64_t)k * c.C + (int64_t)g * c.Cg);
+        for (int v = lane; v < NV; v += L) {
+            V val[4];
+#pragma unroll
+            for (int t = 0; t < 4; t++) {
+                if (corner[t]) val[t] = vload(corner[t] + v);
+                else vzero(val[t]);
+            }
+            V sum = vscale(b.w[0], val[0]);
+            vfma(sum, b.w[1], val[1]);
+            vfma(sum, b.w[2], val[2]);
+            vfma(sum, b.w[3], val[3]);
+            out[v] = vscale(m, sum);
+        }
+    }
+}
+
+/* The lab's launchers: the product's lane choice (16 lanes for 64 channels, 32 above). */
+static int lanes_of(const dt_deform_plan *p) { return dt_lanes_for(p->Cg / 4, 4); }
+
+static void gather_variant(int variant, const dt_deform_plan *p, int64_t nb, const dt_deform_index *idx, const float *xT,
+                           const float *dcol, float *dxT, float *D) {
+    dt_deform_chunk c = dt_deform_chunk_make(p, nb);
+    int L = lanes_of(p), nv = (int)(p->Cg / 4), rows = c.npix * c.G;
+    int blocks = variant == 2 ? 8 * dt_gpu_sm_count() : dt_grid_for((int64_t)rows * L, THREADS);
+#define G(L_, VPL, HB, BL) k_gather_v<4, L_, VPL, HB, BL><<<blocks, THREADS, 0, dt_stream()>>>(c, idx->order, idx->start, idx->wm, xT, dcol, dxT, D)
+#define GV(L_, VPL, HBMAX)                        \
+    do {                                          \
+        if (variant == 0) G(L_, VPL, 1, false);   \
+        else if (variant == 1) G(L_, VPL, HBMAX, false); \
+        else G(L_, VPL, HBMAX, true);             \
+    } while (0)
+    if (L == 16) GV(16, 1, 4);
+    else if (nv <= 32) GV(32, 1, 4);
+    else GV(32, 4, 2);
+#undef GV
+#undef G
+    DT_CHECK_LAUNCH();
+}
+
+static void sample_variant(int blocked, const dt_deform_plan *p, int64_t nb, const float *xT, const float *om, float *col) {
+    dt_deform_chunk c = dt_deform_chunk_make(p, nb);
+    int L = lanes_of(p);
+    int blocks = blocked ? 8 * dt_gpu_sm_count() : dt_grid_for((int64_t)c.S * L, THREADS);
+    if (L == 16) {
+        if (blocked) k_sample_v<4, 16, true><<<blocks, THREADS, 0, dt_stream()>>>(c, xT, om, col);
+        else k_sample_v<4, 16, false><<<blocks, THREADS, 0, dt_stream()>>>(c, xT, om, col);
+    } else {
+        if (blocked) k_sample_v<4, 32, true><<<blocks, THREADS, 0, dt_stream()>>>(c, xT, om, col);
+        else k_sample_v<4, 32, false><<<blocks, THREADS, 0, dt_stream()>>>(c, xT, om, col);
+    }
+    DT_CHECK_LAUNCH();
+}
+
+/* ------------------------------------------------------------------ helpers */
+
+static float *randn_host(int64_t n, float std, uint64_t seed) {
+    dt_rng r;
+    dt_rng_seed(&r, seed);
+    float *h = (float *)malloc(sizeof(float) * (size_t)n);
+    dt_rng_fill_normal(&r, h, n, 0.0f, std);
+    return h;
+}
+static float *up(const float *h, int64_t n) {
+    float *d = (float *)dt_gpu_malloc(sizeof(float) * (size_t)n);
+    dt_copy_h2d(d, h, sizeof(float) * (size_t)n);
+    return d;
+}
+/* ||gpu - ref|| / ||ref|| over the entries where ref is not NaN (inf with a NaN on the GPU) */
+static double err_vs(const float *d, const float *ref, int64_t n) {
+    float *h = (float *)malloc(sizeof(float) * (size_t)n);
+    dt_copy_d2h(h, d, sizeof(float) * (size_t)n);
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (isnan(ref[i])) continue;
+        if (isnan(h[i])) num = INFINITY;
+        num += ((double)h[i] - ref[i]) * ((double)h[i] - ref[i]);
+        den += (double)ref[i] * ref[i];
+    }
+    free(h);
+    return sqrt(num) / (den > 0 ? sqrt(den) : 1e-30);
+}
+static dt_deform_plan plan_for(int n, int c, int h, int w, int cout, dt_conv_geom g, int G, int mask, size_t budget) {
+    dt_deform_plan p;
+    dt_deform_knobs k = dt_deform_knobs_default();
+    const char *bad = dt_deform_plan_init(&p, n, c, h, w, cout, g, G, mask, DT_DEFORM_DEFT, &k, budget);
+    if (bad) dt_fatal("lab: %s", bad);
+    return p;
+}
+/* om [Q, OCS] with offsets ~ N(0, sigma) px and (with mask) values in (0, 1). */
+static float *om_host(const dt_deform_plan *p, int64_t nb, float sigma, uint64_t seed) {
+    int64_t Q = nb * p->P;
+    float *om = randn_host(Q * p->OCS, sigma, seed);
+    for (int64_t q = 0; q < Q; q++)
+        for (int64_t o = 2 * p->GK; o < p->OCS; o++) om[q * p->OCS + o] = o < p->OC ? 0.5f + 0.4f * sinf((float)(q + o)) : 0.0f;
+    return om;
+}
+
+/* ------------------------------------------------------------------ validation */
+
+static void validate_offconv(int tiles) {
+    static const struct { int n, c, h, w, stride, dil, G, mask; } V[] = {
+        {2, 64, 13, 11, 1, 1, 1, 0}, {3, 8, 9, 10, 2, 1, 1, 1}, {2, 132, 7, 9, 1, 2, 2, 1}, {1, 36, 6, 7, 1, 1, 4, 0}};
+    dt_offconv_use_tiles(tiles);
+    for (size_t vi = 0; vi < sizeof V / sizeof *V; vi++) {
+        dt_deform_plan p = plan_for(V[vi].n, V[vi].c, V[vi].h, V[vi].w, 8, dt_geom(3, V[vi].stride, V[vi].dil, V[vi].dil),
+                                    V[vi].G, V[vi].mask, (size_t)1 << 40);
+        int64_t nb = p.N, Q = nb * p.P, nx = nb * p.H * p.W * p.C;
+        float *xT = randn_host(nx, 1.0f, 1 + vi), *w = randn_host(p.OC * p.KC, 0.1f, 2 + vi), *b = randn_host(p.OC, 0.5f, 3 + vi);
+        float *dom = randn_host(Q * p.OCS, 1.0f, 4 + vi), *dx0 = randn_host(nx, 1.0f, 5 + vi);
+        for (int64_t q = 0; q < Q; q++)
+            for (int64_t o = p.OC; o < p.OCS; o++) dom[q * p.OCS + o] = 0.0f;
+        float *om = (float *)malloc(Q * p.OCS * 4), *dw = (float *)malloc(p.OC * p.KC * 4), *db = (float *)malloc(p.OC * 4);
+        float *dx = (float *)malloc(nx * 4);
+        memcpy(dx, dx0, nx * 4);
+        dt_offconv_fwd_cpu(&p, nb, xT, w, b, om, NULL);
+        dt_offconv_bwd_weight_cpu(&p, nb, xT, dom, 0.0f, dw, 0.0f, db, NULL);
+        dt_offconv_bwd_input_cpu(&p, nb, dom, w, 1.0f, dx, NULL);
+        float *gx = up(xT, nx), *gw = up(w, p.OC * p.KC), *gb = up(b, p.OC), *gdom = up(dom, Q * p.OCS), *gdx = up(dx0, nx);
+        float *gom = (float *)dt_gpu_malloc(Q * p.OCS * 4), *gdw = (float *)dt_gpu_malloc(p.OC * p.KC * 4);
+        float *gdb = (float *)dt_gpu_malloc(p.OC * 4);
+        void *ws = dt_gpu_malloc(dt_offconv_ws_bytes_cuda(&p, nb));
+        dt_offconv_fwd_cuda(&p, nb, gx, gw, gb, gom, ws);
+        dt_offconv_bwd_weight_cuda(&p, nb, gx, gdom, 0.0f, gdw, 0.0f, gdb, ws);
+        dt_offconv_bwd_input_cuda(&p, nb, gdom, gw, 1.0f, gdx, ws);
+        printf("validate offconv %-5s C %3lld s%d d%d G%d mask %d: fwd %.1e  dW %.1e  db %.1e  dx %.1e\n",
+               tiles ? "tiles" : "lanes", (long long)p.C, V[vi].stride, V[vi].dil, V[vi].G, V[vi].mask,
+               err_vs(gom, om, Q * p.OCS), err_vs(gdw, dw, p.OC * p.KC), err_vs(gdb, db, p.OC), err_vs(gdx, dx, nx));
+        float *hs[] = {xT, w, b, dom, dx0, om, dw, db, dx};
+        for (size_t i = 0; i < sizeof hs / sizeof *hs; i++) free(hs[i]);
+        float *gs[] = {gx, gw, gb, gdom, gdx, gom, gdw, gdb};
+        for (size_t i = 0; i < sizeof gs / sizeof *gs; i++) dt_gpu_free(gs[i]);
+        dt_gpu_free(ws);
+    }
+    dt_offconv_use_tiles(1);
+}
+
+static void validate_gather_sample(void) {
+    static const int CH[3] = {64, 128, 256};
+    for (int ci = 0; ci < 3; ci++) {
+        dt_deform_plan p = plan_for(2, CH[ci], 11, 13, 8, dt_geom(3, 1, 1, 1), 1, 1, (size_t)1 << 40);
+        int64_t nb = p.N, Q = nb * p.P, nx = nb * p.H * p.W * p.C, S = Q * p.K * p.G;
+        float *xT = randn_host(nx, 1.0f, 20 + ci), *om = om_host(&p, nb, 1.5f, 21 + ci), *dcol = randn_host(Q * p.KC, 1.0f, 22 + ci);
+        void *cws = malloc(dt_deform_index_ws_bytes_cpu(&p, nb));
+        dt_deform_index ic, ig;
+        dt_deform_index_build_cpu(&p, nb, om, cws, &ic);
+        float *dx = (float *)malloc(nx * 4), *D = (float *)malloc(S * 16), *col = (float *)malloc(Q * p.KC * 4);
+        for (int64_t e = 0; e < S * 4; e++) D[e] = NAN;
+        dt_deform_gather_dx_cpu(&p, nb, &ic, xT, dcol, dx, D);
+        dt_deform_sample_nhwc_cpu(&p, nb, xT, om, col);
+        float *gx = up(xT, nx), *gom = up(om, Q * p.OCS), *gdcol = up(dcol, Q * p.KC);
+        float *gdx = (float *)dt_gpu_malloc(nx * 4), *gD = (float *)dt_gpu_malloc(S * 16), *gcol = (float *)dt_gpu_malloc(Q * p.KC * 4);
+        void *gws = dt_gpu_malloc(dt_deform_index_ws_bytes_cuda(&p, nb));
+        dt_deform_index_build_cuda(&p, nb, gom, gws, &ig);
+        for (int v = 0; v < 3; v++) {
+            dt_memset_gpu(gdx, 0xff, nx * 4);
+            gather_variant(v, &p, nb, &ig, gx, gdcol, gdx, gD);
+            printf("validate gather variant %d C %3d: dx %.1e  D %.1e\n", v, CH[ci], err_vs(gdx, dx, nx), err_vs(gD, D, S * 4));
+        }
+        for (int v = 0; v < 2; v++) {
+            dt_memset_gpu(gcol, 0xff, Q * p.KC * 4);
+            sample_variant(v, &p, nb, gx, gom, gcol);
+            printf("validate sample %s C %3d: %.1e\n", v ? "blocked" : "strided", CH[ci], err_vs(gcol, col, Q * p.KC));
+        }
+        free(xT); free(om); free(dcol); free(cws); free(dx); free(D); free(col);
+        dt_gpu_free(gx); dt_gpu_free(gom); dt_gpu_free(gdcol); dt_gpu_free(gdx); dt_gpu_free(gD); dt_gpu_free(gcol);
+        dt_gpu_free(gws);
+    }
+}
+
+/* ------------------------------------------------------------------ timing */
+
+enum { T_FWD_L, T_FWD_T, T_DW_L, T_DW_T, T_DX_L, T_DX_T, T_GEMM_DW, T_GEMM_DWT, T_GATHER0, T_GATHER1, T_GATHER2,
+       T_SAMPLE0, T_SAMPLE1, T_N };
+static const char *NAMES[T_N] = {"offconv fwd, lanes", "offconv fwd, tiles", "offconv dW+db, lanes", "offconv dW+db, tiles",
+                                 "offconv dx, lanes", "offconv dx, tiles", "main dW = dYT^T col", "main dW^T = col^T dYT",
+                                 "gather strided HB1", "gather strided HB4", "gather blocked HB4", "sample strided",
+                                 "sample blocked"};
+static const char *GROUP[T_N] = {"offconv", "offconv", "offconv", "offconv", "offconv", "offconv", "gemm", "gemm",
+                                 "gather", "gather", "gather", "sample", "sample"};
+
+typedef struct {
+    int which;
+    dt_deform_plan p;
+    int64_t nb;
+    float *xT, *w, *b, *om, *dom, *dw, *db, *dxT, *col, *dyt, *dW, *dWt, *D;
+    void *ws;
+    dt_deform_index idx;
+} arg;
+
+static void run(void *v) {
+    arg *a = (arg *)v;
+    dt_deform_plan *p = &a->p;
+    int64_t bP = a->nb * p->P;
+    int w = a->which;
+    dt_offconv_use_tiles(w == T_FWD_T || w == T_DW_T || w == T_DX_T);
+    switch (w) {
+    case T_FWD_L: case T_FWD_T: dt_offconv_fwd_cuda(p, a->nb, a->xT, a->w, a->b, a->om, a->ws); break;
+    case T_DW_L: case T_DW_T: dt_offconv_bwd_weight_cuda(p, a->nb, a->xT, a->dom, 0.0f, a->dw, 0.0f, a->db, a->ws); break;
+    case T_DX_L: case T_DX_T: dt_offconv_bwd_input_cuda(p, a->nb, a->dom, a->w, 0.0f, a->dxT, a->ws); break;
+    case T_GEMM_DW: dt_gemm_cuda(1, 0, p->Cout, p->KC, bP, 1.0f, a->dyt, p->Cout, a->col, p->KC, 0.0f, a->dW, p->KC); break;
+    case T_GEMM_DWT:
+        dt_gemm_cuda(1, 0, p->KC, p->Cout, bP, 1.0f, a->col, p->KC, a->dyt, p->Cout, 0.0f, a->dWt, p->Cout);
+        dt_nhwc_to_nchw_cuda(1, p->Cout, p->KC, a->dWt, p->Cout, NULL, 0.0f, a->dW);
+        break;
+    case T_GATHER0: case T_GATHER1: case T_GATHER2:
+        gather_variant(w - T_GATHER0, p, a->nb, &a->idx, a->xT, a->col, a->dxT, a->D);
+        break;
+    case T_SAMPLE0: case T_SAMPLE1: sample_variant(w - T_SAMPLE0, p, a->nb, a->xT, a->om, a->col); break;
+    }
+    dt_offconv_use_tiles(1);
+}
+
+static void time_shapes(int batch, int reps, const char *only, const char *what) {
+    double t[7][T_N];
+    int shown[7], ns = 0;
+    for (int si = 0; si < 7; si++) {
+        const dt_bench_shape *sh = &DT_RESNET18_SHAPES[si];
+        if (only && strcmp(only, sh->name)) continue;
+        shown[ns] = si;
+        arg a;
+        memset(&a, 0, sizeof a);
+        a.p = plan_for(batch, sh->cin, sh->h, sh->h, sh->cout, dt_geom(3, sh->stride, 1, 1), 1, 0, dt_conv_col_budget());
+        dt_deform_plan *p = &a.p;
+        a.nb = p->nb;
+        int64_t nb = p->nb, Q = nb * p->P, nx = nb * p->H * p->W * p->C;
+        float *h;
+        a.xT = up(h = randn_host(nx, 1.0f, 10 + si), nx), free(h);
+        a.w = up(h = randn_host(p->OC * p->KC, 0.05f, 11 + si), p->OC * p->KC), free(h);
+        a.b = up(h = randn_host(p->OC, 0.5f, 12 + si), p->OC), free(h);
+        a.dom = up(h = randn_host(Q * p->OCS, 1.0f, 13 + si), Q * p->OCS), free(h);
+        a.col = up(h = randn_host(Q * p->KC, 1.0f, 14 + si), Q * p->KC), free(h);
+        a.dyt = up(h = randn_host(Q * p->Cout, 1.0f, 15 + si), Q * p->Cout), free(h);
+        a.om = up(h = om_host(p, nb, 1.0f, 16 + si), Q * p->OCS), free(h);
+        a.dw = (float *)dt_gpu_malloc(p->OC * p->KC * 4);
+        a.db = (float *)dt_gpu_malloc(p->OC * 4);
+        a.dxT = (float *)dt_gpu_malloc(nx * 4);
+        a.dW = (float *)dt_gpu_malloc(p->Cout * p->KC * 4);
+        a.dWt = (float *)dt_gpu_malloc(p->Cout * p->KC * 4);
+        a.D = (float *)dt_gpu_malloc(Q * p->K * 16);
+        size_t w1 = dt_offconv_ws_bytes_cuda(p, nb), w2 = dt_deform_index_ws_bytes_cuda(p, nb);
+        a.ws = dt_gpu_malloc(w1 > w2 ? w1 : w2);
+        void *iws = dt_gpu_malloc(w2);
+        dt_deform_index_build_cuda(p, nb, a.om, iws, &a.idx);
+        double scale = (double)batch / nb;
+        for (int w = 0; w < T_N; w++) {
+            a.which = w;
+            t[ns][w] = strstr(what, GROUP[w]) ? dt_bench_time(run, &a, 2, reps) * scale : NAN;
+        }
+        float *gs[] = {a.xT, a.w, a.b, a.dom, a.col, a.dyt, a.om, a.dw, a.db, a.dxT, a.dW, a.dWt, a.D};
+        for (size_t i = 0; i < sizeof gs / sizeof *gs; i++) dt_gpu_free(gs[i]);
+        dt_gpu_free(a.ws);
+        dt_gpu_free(iws);
+        ns++;
+    }
+    printf("\n## lab timings (ms for the whole batch of %d)\n%-26s", batch, "kernel");
+    for (int k = 0; k < ns; k++) printf(" %7s", DT_RESNET18_SHAPES[shown[k]].name);
+    printf("\n");
+    for (int w = 0; w < T_N; w++) {
+        if (!strstr(what, GROUP[w])) continue;
+        printf("%-26s", NAMES[w]);
+        for (int k = 0; k < ns; k++) printf(" %7.3f", t[k][w]);
+        printf("\n");
+    }
+}
+
+int main(int argc, char **argv) {
+    int batch = 64, reps = 20, validate = 1;
+    const char *only = NULL, *what = "offconv,gemm,gather,sample";
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--batch") && i + 1 < argc) batch = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--shape") && i + 1 < argc) only = argv[++i];
+        else if (!strcmp(argv[i], "--what") && i + 1 < argc) what = argv[++i];
+        else if (!strcmp(argv[i], "--skip-validate")) validate = 0;
+        else {
+            fprintf(stderr, "usage: deform_lab [--batch N] [--reps N] [--shape l1|l2a|...] [--what offconv,gemm,gather,sample] "
+                            "[--skip-validate]\n");
+            return 2;
+        }
+    }
+    if (dt_gpu_count() == 0) {
+        fprintf(stderr, "deform_lab: no CUDA GPU visible\n");
+        return 1;
+    }
+    dt_gpu_init(0);
+    if (validate) {
+        validate_offconv(0);
+        validate_offconv(1);
+        validate_gather_sample();
+    }
+    time_shapes(batch, reps, only, what);
+    return 0;
+}
