@@ -273,10 +273,9 @@ index_ws index_layout(int64_t S, int64_t nkeys, void *ws) {
 
 /* ------------------------------------------------------------------ gather */
 
-/* A group of L lanes per (pixel, offset group); VPL vectors a lane at a time (channel chunks
- * of L*VPL vectors otherwise, re-walking the index per chunk). */
-/* Hits loaded ahead of their use: 4 one-vector rows, or 2 of four vectors (registers). */
-#define GATHER_HB (VPL == 1 ? 4 : 2)
+/* A group of L lanes per (pixel, offset group), VPL vectors a lane (channel chunks of L*VPL
+ * vectors when the group is wider, re-walking the index per chunk). One hit at a time: loading
+ * several ahead was measured slower (more registers, less occupancy: the kernel lab). */
 template <int VEC, int L, int VPL>
 __global__ void __launch_bounds__(THREADS) k_gather(dt_deform_chunk c, const uint32_t *__restrict__ order,
                                                    const uint32_t *__restrict__ start, const float *__restrict__ wm,
@@ -286,15 +285,13 @@ __global__ void __launch_bounds__(THREADS) k_gather(dt_deform_chunk c, const uin
     const int lane = threadIdx.x % L, NV = c.Cg / VEC;
     const unsigned mask = group_mask<L>();
     FOR_ROWS(r, c.npix * c.G, L) {
-        uint32_t pix, rest, iyu, iu;
+        uint32_t pix, rest, iu;
         const int g = (int)dt_fastdiv_divmod((uint32_t)r, c.fG, &pix);
         const int ix = (int)dt_fastdiv_divmod(pix, c.fW, &rest);
         const int iy = (int)dt_fastdiv_divmod(rest, c.fH, &iu);
-        iyu = (uint32_t)iy;
-        const int i = (int)iu;
         /* key of corner t: the pixel is the top-left (t=0), top-right (1), bottom-left (2) or
          * bottom-right (3) corner of the samples whose top-left is (iy - t/2, ix - t%2) */
-        const int64_t base = ((int64_t)(i * c.G + g) * (c.H + 1) + iyu + 1) * (c.W + 1) + ix + 1;
+        const int64_t base = ((int64_t)((int)iu * c.G + g) * (c.H + 1) + iy + 1) * (c.W + 1) + ix + 1;
         const V *xr = reinterpret_cast<const V *>(xT + (int64_t)pix * c.C + (int64_t)g * c.Cg);
         V *out = reinterpret_cast<V *>(dxT + (int64_t)pix * c.C + (int64_t)g * c.Cg);
         for (int v0 = 0; v0 < NV; v0 += L * VPL) {
@@ -310,45 +307,25 @@ __global__ void __launch_bounds__(THREADS) k_gather(dt_deform_chunk c, const uin
             for (int t = 0; t < 4; t++) {
                 const int64_t key = base - (t & 1) - (t >> 1) * (c.W + 1);
                 const uint32_t e1 = __ldg(start + key + 1);
-                /* GATHER_HB hits at a time: their ids, weights and dcol rows are loaded before any
-                 * is used (several independent load chains in flight), then added in index order */
-                for (uint32_t e = __ldg(start + key); e < e1; e += GATHER_HB) {
-                    uint32_t sid[GATHER_HB];
-                    float w[GATHER_HB], part[GATHER_HB];
-                    V d[GATHER_HB][VPL];
+                for (uint32_t e = __ldg(start + key); e < e1; e++) {
+                    const uint32_t s = __ldg(order + e);
+                    const float w = __ldg(wm + 4 * (int64_t)s + t);
+                    /* s = (q*K + k)*G + g: its dcol row segment starts at (q*K + k)*C + g*Cg */
+                    uint32_t qk;
+                    dt_fastdiv_divmod(s, c.fG, &qk);
+                    const V *row = reinterpret_cast<const V *>(dcolT + (int64_t)qk * c.C + (int64_t)g * c.Cg);
+                    float part = 0.0f;
 #pragma unroll
-                    for (int h = 0; h < GATHER_HB; h++) sid[h] = e + h < e1 ? __ldg(order + e + h) : 0u;
-#pragma unroll
-                    for (int h = 0; h < GATHER_HB; h++) {
-                        w[h] = 0.0f;
-                        part[h] = 0.0f;
-#pragma unroll
-                        for (int u = 0; u < VPL; u++) vzero(d[h][u]);
-                        if (e + h >= e1) continue;
-                        w[h] = __ldg(wm + 4 * (int64_t)sid[h] + t);
-                        int q, k, gg;
-                        dt_sample_decode(&c, sid[h], &q, &k, &gg);
-                        const V *row = reinterpret_cast<const V *>(dcolT + (int64_t)q * c.KC + (int64_t)k * c.C +
-                                                                   (int64_t)g * c.Cg);
-#pragma unroll
-                        for (int u = 0; u < VPL; u++) {
-                            int v = v0 + lane + u * L;
-                            if (v < NV) d[h][u] = vload(row + v);
+                    for (int u = 0; u < VPL; u++) {
+                        int v = v0 + lane + u * L;
+                        if (v < NV) {
+                            V d = vload(row + v);
+                            vfma(acc[u], w, d);
+                            part += vdot(d, xv[u]);
                         }
                     }
-#pragma unroll
-                    for (int h = 0; h < GATHER_HB; h++)
-#pragma unroll
-                        for (int u = 0; u < VPL; u++) {
-                            vfma(acc[u], w[h], d[h][u]);
-                            part[h] += vdot(d[h][u], xv[u]);
-                        }
-#pragma unroll
-                    for (int h = 0; h < GATHER_HB; h++) {
-                        if (e + h >= e1) break; /* the same for the whole group */
-                        float sum = group_sum<L>(part[h], mask);
-                        if (lane == 0) D[4 * (int64_t)sid[h] + t] = v0 == 0 ? sum : D[4 * (int64_t)sid[h] + t] + sum;
-                    }
+                    part = group_sum<L>(part, mask);
+                    if (lane == 0) D[4 * (int64_t)s + t] = v0 == 0 ? part : D[4 * (int64_t)s + t] + part;
                 }
             }
 #pragma unroll
@@ -426,6 +403,14 @@ __global__ void __launch_bounds__(THREADS) k_scatter(dt_deform_chunk c, const fl
 
 bool vec4(const dt_deform_plan *p) { return p->Cg % 4 == 0; }
 
+/* Lanes a row: about 4 vectors a lane (16 lanes for 256 channels), so that the per-row work -
+ * decoding, bilinear weights, the dot product's butterfly - is shared by few lanes; a lane a
+ * vector was measured instruction-bound (ncu: 62-77 % of the SM's issue rate). */
+int row_lanes(const dt_deform_plan *p) {
+    int64_t nv = vec4(p) ? p->Cg / 4 : p->Cg;
+    return dt_lanes_for((nv + 3) / 4, 4);
+}
+
 int blocks_for_rows(int64_t rows, int L) { return dt_grid_for(rows * L, THREADS); }
 
 #define DISPATCH_L(L, ...)                  \
@@ -492,7 +477,7 @@ void dt_deform_sample_nhwc_cuda(const dt_deform_plan *p, int64_t nb, const float
     dt_deform_chunk c = dt_deform_chunk_make(p, nb);
     if (c.S <= 0) return;
     bool v4 = vec4(p);
-    int L = dt_lanes_for(v4 ? p->Cg / 4 : p->Cg, 4);
+    int L = row_lanes(p);
 #define SAMPLE(V) k_sample<V, L_><<<blocks_for_rows(c.S, L_), THREADS, 0, dt_stream()>>>(c, xT, om, colT)
     if (v4) { DISPATCH_L(L, SAMPLE(4)); }
     else { DISPATCH_L(L, SAMPLE(1)); }
@@ -577,18 +562,13 @@ void dt_deform_gather_dx_cuda(const dt_deform_plan *p, int64_t nb, const dt_defo
     int64_t rows = (int64_t)c.npix * c.G;
     if (rows <= 0) return;
     bool v4 = vec4(p);
-    int64_t nv = v4 ? p->Cg / 4 : p->Cg;
-    int L = dt_lanes_for(nv, 4);
-#define GATHER(V, VPL)                                                                                       \
-    DISPATCH_L(L, k_gather<V, L_, VPL><<<blocks_for_rows(rows, L_), THREADS, 0,        \
-                                         dt_stream()>>>(c, idx->order, idx->start, idx->wm, xT, dcolT, dxT, D))
-    if (v4) {
-        if (nv <= L) { GATHER(4, 1); }
-        else { GATHER(4, 4); }
-    } else {
-        if (nv <= L) { GATHER(1, 1); }
-        else { GATHER(1, 4); }
-    }
+    int L = row_lanes(p);
+#define GATHER(V)                                                                                            \
+    DISPATCH_L(L, k_gather<V, L_, 4><<<blocks_for_rows(rows, L_), THREADS, 0, dt_stream()>>>(c, idx->order,  \
+                                                                                          idx->start, idx->wm, \
+                                                                                          xT, dcolT, dxT, D))
+    if (v4) { GATHER(4); }
+    else { GATHER(1); }
 #undef GATHER
     DT_CHECK_LAUNCH();
 }
@@ -606,7 +586,7 @@ void dt_deform_scatter_dx_cuda(const dt_deform_plan *p, int64_t nb, const float 
     dt_deform_chunk c = dt_deform_chunk_make(p, nb);
     if (c.S <= 0) return;
     bool v4 = vec4(p);
-    int L = dt_lanes_for(v4 ? p->Cg / 4 : p->Cg, 4);
+    int L = row_lanes(p);
 #define SCATTER(V)                                                                                         \
     k_scatter<V, L_><<<blocks_for_rows(c.S, L_), THREADS, 0, dt_stream()>>>(c, xT, om, dcolT, \
                                                                                               mask_logits, dxT, dom)

@@ -6,9 +6,9 @@
  *
  *   offconv  the offset conv: lane-group kernels (any C) vs shared-memory tiled GEMMs
  *   gemm     the main dW GEMM on channels-last columns: dW = dYT^T col vs dW^T = col^T dYT
- *   gather   the dx gather: rows grid-strided or in a contiguous range a block, and 1 or 4
- *            (2 for wide rows) hits loaded ahead of their use
- *   sample   the sampling: rows grid-strided or in a contiguous range a block
+ *   gather   the dx gather with a lane a vector (rows grid-strided or in a contiguous range a
+ *            block; 1 or 4 hits loaded ahead) against the product's (4 vectors a lane)
+ *   sample   the sampling with a lane a vector (strided, blocked) against the product's
  *
  *   build/deform_lab [--batch 64] [--reps 20] [--shape l1] [--what offconv,gemm,gather,sample]
  *                    [--skip-validate]      (make lab; GPU only; --skip-validate for profilers)
@@ -316,13 +316,13 @@ static void validate_gather_sample(void) {
 /* ------------------------------------------------------------------ timing */
 
 enum { T_FWD_L, T_FWD_T, T_DW_L, T_DW_T, T_DX_L, T_DX_T, T_GEMM_DW, T_GEMM_DWT, T_GATHER0, T_GATHER1, T_GATHER2,
-       T_SAMPLE0, T_SAMPLE1, T_N };
+       T_GATHER_P, T_SAMPLE0, T_SAMPLE1, T_SAMPLE_P, T_N };
 static const char *NAMES[T_N] = {"offconv fwd, lanes", "offconv fwd, tiles", "offconv dW+db, lanes", "offconv dW+db, tiles",
                                  "offconv dx, lanes", "offconv dx, tiles", "main dW = dYT^T col", "main dW^T = col^T dYT",
-                                 "gather strided HB1", "gather strided HB4", "gather blocked HB4", "sample strided",
-                                 "sample blocked"};
+                                 "gather 1 vec/lane strided", "gather 1 vec/lane, HB4", "gather 1 vec/lane, blocked",
+                                 "gather (product)", "sample 1 vec/lane", "sample 1 vec/lane, blocked", "sample (product)"};
 static const char *GROUP[T_N] = {"offconv", "offconv", "offconv", "offconv", "offconv", "offconv", "gemm", "gemm",
-                                 "gather", "gather", "gather", "sample", "sample"};
+                                 "gather", "gather", "gather", "gather", "sample", "sample", "sample"};
 
 typedef struct {
     int which;
@@ -351,7 +351,9 @@ static void run(void *v) {
     case T_GATHER0: case T_GATHER1: case T_GATHER2:
         gather_variant(w - T_GATHER0, p, a->nb, &a->idx, a->xT, a->col, a->dxT, a->D);
         break;
+    case T_GATHER_P: dt_deform_gather_dx_cuda(p, a->nb, &a->idx, a->xT, a->col, a->dxT, a->D); break;
     case T_SAMPLE0: case T_SAMPLE1: sample_variant(w - T_SAMPLE0, p, a->nb, a->xT, a->om, a->col); break;
+    case T_SAMPLE_P: dt_deform_sample_nhwc_cuda(p, a->nb, a->xT, a->om, a->col); break;
     }
     dt_offconv_use_tiles(1);
 }
