@@ -273,9 +273,9 @@ index_ws index_layout(int64_t S, int64_t nkeys, void *ws) {
 
 /* ------------------------------------------------------------------ gather */
 
-/* A group of L lanes per (pixel, offset group), VPL vectors a lane (channel chunks of L*VPL
- * vectors when the group is wider, re-walking the index per chunk). One hit at a time: loading
- * several ahead was measured slower (more registers, less occupancy: the kernel lab). */
+/* A group of L lanes per (pixel, offset group), a vector a lane (VPL = 4 when the group is
+ * wider than 32 vectors; channel chunks of L*VPL vectors beyond, re-walking the index). One hit
+ * at a time: loading several ahead, or 4 vectors a lane, was measured slower (the lab). */
 template <int VEC, int L, int VPL>
 __global__ void __launch_bounds__(THREADS) k_gather(dt_deform_chunk c, const uint32_t *__restrict__ order,
                                                    const uint32_t *__restrict__ start, const float *__restrict__ wm,
@@ -403,9 +403,10 @@ __global__ void __launch_bounds__(THREADS) k_scatter(dt_deform_chunk c, const fl
 
 bool vec4(const dt_deform_plan *p) { return p->Cg % 4 == 0; }
 
-/* Lanes a row: about 4 vectors a lane (16 lanes for 256 channels), so that the per-row work -
- * decoding, bilinear weights, the dot product's butterfly - is shared by few lanes; a lane a
- * vector was measured instruction-bound (ncu: 62-77 % of the SM's issue rate). */
+/* Lanes a sample in the sampling kernel: about 4 vectors a lane (4 lanes for 64 channels), so
+ * that the per-sample work - decoding, bilinear weights - is shared by few lanes: a lane a
+ * vector was instruction-bound (ncu: 77 % of the SM's issue rate) and 1.36x slower on l1. The
+ * gather and the scatter keep a lane a vector (measured faster: the kernel lab). */
 int row_lanes(const dt_deform_plan *p) {
     int64_t nv = vec4(p) ? p->Cg / 4 : p->Cg;
     return dt_lanes_for((nv + 3) / 4, 4);
@@ -562,13 +563,21 @@ void dt_deform_gather_dx_cuda(const dt_deform_plan *p, int64_t nb, const dt_defo
     int64_t rows = (int64_t)c.npix * c.G;
     if (rows <= 0) return;
     bool v4 = vec4(p);
-    int L = row_lanes(p);
-#define GATHER(V)                                                                                            \
-    DISPATCH_L(L, k_gather<V, L_, 4><<<blocks_for_rows(rows, L_), THREADS, 0, dt_stream()>>>(c, idx->order,  \
-                                                                                          idx->start, idx->wm, \
-                                                                                          xT, dcolT, dxT, D))
-    if (v4) { GATHER(4); }
-    else { GATHER(1); }
+    /* a lane a vector here (the row kernels' 4 a lane was measured 2x slower for the gather) */
+    int64_t nv = v4 ? p->Cg / 4 : p->Cg;
+    int L = dt_lanes_for(nv, 4);
+#define GATHER(V, VPL)                                                                                        \
+    DISPATCH_L(L, k_gather<V, L_, VPL><<<blocks_for_rows(rows, L_), THREADS, 0, dt_stream()>>>(c, idx->order, \
+                                                                                            idx->start,       \
+                                                                                            idx->wm, xT,      \
+                                                                                            dcolT, dxT, D))
+    if (v4) {
+        if (nv <= L) { GATHER(4, 1); }
+        else { GATHER(4, 4); }
+    } else {
+        if (nv <= L) { GATHER(1, 1); }
+        else { GATHER(1, 4); }
+    }
 #undef GATHER
     DT_CHECK_LAUNCH();
 }
@@ -586,7 +595,7 @@ void dt_deform_scatter_dx_cuda(const dt_deform_plan *p, int64_t nb, const float 
     dt_deform_chunk c = dt_deform_chunk_make(p, nb);
     if (c.S <= 0) return;
     bool v4 = vec4(p);
-    int L = row_lanes(p);
+    int L = dt_lanes_for(v4 ? p->Cg / 4 : p->Cg, 4); /* a lane a vector: measured faster here */
 #define SCATTER(V)                                                                                         \
     k_scatter<V, L_><<<blocks_for_rows(c.S, L_), THREADS, 0, dt_stream()>>>(c, xT, om, dcolT, \
                                                                                               mask_logits, dxT, dom)

@@ -96,7 +96,8 @@ static void conv_backward(dt_node *n) {
     dt_colconv cc = conv_skeleton(&cols, x, w, ((conv_ctx *)n->ctx)->g, y->shape[2], y->shape[3]);
     cols.dx = dt_grad_dst(x, &cols.beta_x);
     if (cols.dx) cc.adjoint = conv_adjoint;
-    dt_colconv_backward(&cc, w->data, dy->data, dt_grad_dst(w, &beta_w), beta_w);
+    float *dw = dt_grad_dst(w, &beta_w); /* before beta_w is read: argument order is unspecified */
+    dt_colconv_backward(&cc, w->data, dy->data, dw, beta_w);
 }
 
 dt_tensor *dt_conv2d(dt_tensor *x, dt_tensor *w, dt_tensor *bias, dt_conv_geom g) {
