@@ -106,8 +106,10 @@ $(BUILD)/deform_lab: $(BUILD)/obj/bench/lab/deform_lab.cu.o $(BUILD)/libdeftc.a
 $(BUILD)/test: $(TEST_OBJ) $(BUILD)/libdeftc.a
 	$(CC) -o $@ $(TEST_OBJ) $(BUILD)/libdeftc.a $(LDLIBS)
 
-test: $(BUILD)/test
+test: $(BUILD)/test $(BUILD)/libdeftc.so
 	$(BUILD)/test
+	@if command -v python3 >/dev/null; then python3 tests/api/test_deftc_torch_cpu.py $(BUILD)/libdeftc.so; \
+	else echo "python3 not found: the Python side (python/, tests/api/) was not tested"; fi
 
 test-gpu: $(BUILD)/test
 	$(BUILD)/test --gpu

@@ -48,19 +48,23 @@ void dt_host_free(void *ptr, int pinned) {
 
 #ifdef DT_CUDA
 
-/* Free blocks sorted by size (ascending); live blocks in an open-addressing hash table
- * keyed by pointer. Both stay small (hundreds of entries), so this costs well under a
- * microsecond per call. */
+/* One pool per device. Free blocks sorted by size (ascending); live blocks in an
+ * open-addressing hash table keyed by pointer. Both stay small (hundreds of entries), so this
+ * costs well under a microsecond per call. A block is freed into the pool it came from. */
 typedef struct {
     void *ptr;
     size_t size;
 } block;
 
-static block *g_free;
-static int g_nfree, g_capfree;
-static block *g_live; /* ptr == NULL: empty slot; ptr == TOMB: deleted */
-static size_t g_livecap, g_nlive, g_ntomb;
-static dt_mem_stats g_stats;
+typedef struct {
+    block *free;
+    int nfree, capfree;
+    block *live; /* ptr == NULL: empty slot; ptr == TOMB: deleted */
+    size_t livecap, nlive, ntomb;
+    dt_mem_stats stats;
+} pool;
+
+static pool g_pools[DT_MAX_GPUS];
 static int g_poison;
 static void *const TOMB = (void *)1;
 
@@ -74,38 +78,38 @@ static size_t hash_ptr(void *p) {
     return (size_t)x;
 }
 
-static void live_insert(void *p, size_t size);
+static void live_insert(pool *o, void *p, size_t size);
 
-static void live_grow(void) {
-    block *old = g_live;
-    size_t oldcap = g_livecap;
-    g_livecap = oldcap ? oldcap * 2 : 1024;
-    g_live = dt_xcalloc(g_livecap, sizeof(block));
-    g_nlive = g_ntomb = 0;
+static void live_grow(pool *o) {
+    block *old = o->live;
+    size_t oldcap = o->livecap;
+    o->livecap = oldcap ? oldcap * 2 : 1024;
+    o->live = dt_xcalloc(o->livecap, sizeof(block));
+    o->nlive = o->ntomb = 0;
     for (size_t i = 0; i < oldcap; i++)
-        if (old[i].ptr && old[i].ptr != TOMB) live_insert(old[i].ptr, old[i].size);
+        if (old[i].ptr && old[i].ptr != TOMB) live_insert(o, old[i].ptr, old[i].size);
     free(old);
 }
 
-static void live_insert(void *p, size_t size) {
-    if ((g_nlive + g_ntomb + 1) * 2 > g_livecap) live_grow();
-    size_t m = g_livecap - 1, i = hash_ptr(p) & m;
-    while (g_live[i].ptr && g_live[i].ptr != TOMB) i = (i + 1) & m;
-    if (g_live[i].ptr == TOMB) g_ntomb--;
-    g_live[i].ptr = p;
-    g_live[i].size = size;
-    g_nlive++;
+static void live_insert(pool *o, void *p, size_t size) {
+    if ((o->nlive + o->ntomb + 1) * 2 > o->livecap) live_grow(o);
+    size_t m = o->livecap - 1, i = hash_ptr(p) & m;
+    while (o->live[i].ptr && o->live[i].ptr != TOMB) i = (i + 1) & m;
+    if (o->live[i].ptr == TOMB) o->ntomb--;
+    o->live[i].ptr = p;
+    o->live[i].size = size;
+    o->nlive++;
 }
 
-static size_t live_remove(void *p) {
-    if (!g_livecap) return 0;
-    size_t m = g_livecap - 1, i = hash_ptr(p) & m;
-    while (g_live[i].ptr) {
-        if (g_live[i].ptr == p) {
-            size_t s = g_live[i].size;
-            g_live[i].ptr = TOMB;
-            g_nlive--;
-            g_ntomb++;
+static size_t live_remove(pool *o, void *p) {
+    if (!o->livecap) return 0;
+    size_t m = o->livecap - 1, i = hash_ptr(p) & m;
+    while (o->live[i].ptr) {
+        if (o->live[i].ptr == p) {
+            size_t s = o->live[i].size;
+            o->live[i].ptr = TOMB;
+            o->nlive--;
+            o->ntomb++;
             return s;
         }
         i = (i + 1) & m;
@@ -113,50 +117,54 @@ static size_t live_remove(void *p) {
     return 0;
 }
 
-static int free_lower_bound(size_t size) {
-    int lo = 0, hi = g_nfree;
+static int free_lower_bound(const pool *o, size_t size) {
+    int lo = 0, hi = o->nfree;
     while (lo < hi) {
         int mid = (lo + hi) / 2;
-        if (g_free[mid].size < size) lo = mid + 1; else hi = mid;
+        if (o->free[mid].size < size) lo = mid + 1; else hi = mid;
     }
     return lo;
 }
 
-static void free_insert(void *p, size_t size) {
-    if (g_nfree == g_capfree) {
-        g_capfree = g_capfree ? g_capfree * 2 : 256;
-        g_free = dt_xrealloc(g_free, g_capfree * sizeof(block));
+static void free_insert(pool *o, void *p, size_t size) {
+    if (o->nfree == o->capfree) {
+        o->capfree = o->capfree ? o->capfree * 2 : 256;
+        o->free = dt_xrealloc(o->free, o->capfree * sizeof(block));
     }
-    int i = free_lower_bound(size);
-    memmove(g_free + i + 1, g_free + i, (g_nfree - i) * sizeof(block));
-    g_free[i].ptr = p;
-    g_free[i].size = size;
-    g_nfree++;
+    int i = free_lower_bound(o, size);
+    memmove(o->free + i + 1, o->free + i, (o->nfree - i) * sizeof(block));
+    o->free[i].ptr = p;
+    o->free[i].size = size;
+    o->nfree++;
 }
 
+static pool *cur_pool(void) { return &g_pools[dt_gpu_current()]; }
+
 void dt_gpu_empty_cache(void) {
-    if (!g_nfree) return;
+    if (!dt_gpu_ready()) return;
+    pool *o = cur_pool();
+    if (!o->nfree) return;
     DT_CHECK(cudaStreamSynchronize(dt_stream()));
-    for (int i = 0; i < g_nfree; i++) {
-        DT_CHECK(cudaFree(g_free[i].ptr));
-        g_stats.reserved -= g_free[i].size;
+    for (int i = 0; i < o->nfree; i++) {
+        DT_CHECK(cudaFree(o->free[i].ptr));
+        o->stats.reserved -= o->free[i].size;
     }
-    g_nfree = 0;
+    o->nfree = 0;
 }
 
 void *dt_gpu_malloc(size_t bytes) {
     size_t size = round_size(bytes);
     void *p = NULL;
-    g_stats.allocs++;
+    pool *o = cur_pool(); /* initializes the device on first use */
+    o->stats.allocs++;
     /* Reuse the smallest cached block that fits, unless it would waste more than a quarter. */
-    int i = free_lower_bound(size);
-    if (i < g_nfree && g_free[i].size <= size + size / 4) {
-        p = g_free[i].ptr;
-        size = g_free[i].size;
-        memmove(g_free + i, g_free + i + 1, (g_nfree - i - 1) * sizeof(block));
-        g_nfree--;
+    int i = free_lower_bound(o, size);
+    if (i < o->nfree && o->free[i].size <= size + size / 4) {
+        p = o->free[i].ptr;
+        size = o->free[i].size;
+        memmove(o->free + i, o->free + i + 1, (o->nfree - i - 1) * sizeof(block));
+        o->nfree--;
     } else {
-        dt_gpu_init(0);
         cudaError_t e = cudaMalloc(&p, size);
         if (e != cudaSuccess) {
             cudaGetLastError();
@@ -164,32 +172,41 @@ void *dt_gpu_malloc(size_t bytes) {
             e = cudaMalloc(&p, size);
         }
         if (e != cudaSuccess)
-            dt_fatal("out of GPU memory allocating %.1f MiB (in use %.1f MiB, reserved %.1f MiB): %s",
-                     size / 1048576.0, g_stats.in_use / 1048576.0, g_stats.reserved / 1048576.0,
+            dt_fatal("out of GPU memory allocating %.1f MiB on device %d (in use %.1f MiB, reserved %.1f MiB): %s",
+                     size / 1048576.0, dt_gpu_current(), o->stats.in_use / 1048576.0, o->stats.reserved / 1048576.0,
                      cudaGetErrorString(e));
-        g_stats.device_mallocs++;
-        g_stats.reserved += size;
-        if (g_stats.reserved > g_stats.peak_reserved) g_stats.peak_reserved = g_stats.reserved;
+        o->stats.device_mallocs++;
+        o->stats.reserved += size;
+        if (o->stats.reserved > o->stats.peak_reserved) o->stats.peak_reserved = o->stats.reserved;
     }
-    live_insert(p, size);
-    g_stats.in_use += size;
-    if (g_stats.in_use > g_stats.peak_in_use) g_stats.peak_in_use = g_stats.in_use;
+    live_insert(o, p, size);
+    o->stats.in_use += size;
+    if (o->stats.in_use > o->stats.peak_in_use) o->stats.peak_in_use = o->stats.in_use;
     if (g_poison) DT_CHECK(cudaMemsetAsync(p, 0xFF, size, dt_stream()));
     return p;
 }
 
 void dt_gpu_free(void *ptr) {
     if (!ptr) return;
-    size_t size = live_remove(ptr);
+    pool *o = cur_pool();
+    size_t size = live_remove(o, ptr);
+    for (int d = 0; !size && d < DT_MAX_GPUS; d++) /* a block of another device's pool */
+        if (&g_pools[d] != o && (size = live_remove(&g_pools[d], ptr)) != 0) o = &g_pools[d];
     if (!size) dt_fatal("dt_gpu_free(%p): not a block from dt_gpu_malloc (double free?)", ptr);
-    g_stats.in_use -= size;
-    free_insert(ptr, size);
+    o->stats.in_use -= size;
+    free_insert(o, ptr, size);
 }
 
-dt_mem_stats dt_gpu_mem_stats(void) { return g_stats; }
+dt_mem_stats dt_gpu_mem_stats(void) {
+    dt_mem_stats none;
+    memset(&none, 0, sizeof none);
+    return dt_gpu_ready() ? cur_pool()->stats : none; /* no device in use: nothing allocated */
+}
 void dt_gpu_reset_peak(void) {
-    g_stats.peak_in_use = g_stats.in_use;
-    g_stats.peak_reserved = g_stats.reserved;
+    if (!dt_gpu_ready()) return;
+    pool *o = cur_pool();
+    o->stats.peak_in_use = o->stats.in_use;
+    o->stats.peak_reserved = o->stats.reserved;
 }
 void dt_gpu_set_poison(int on) { g_poison = on; }
 

@@ -6,8 +6,10 @@
  * sizes in the same order every time, then runs with zero cudaMalloc calls
  * (dt_mem_stats.device_mallocs stops growing; a test checks it).
  *
- * All device work runs on one stream, so a block freed on the host can be given to the next
- * request at once: the kernels that use it are queued behind the ones that used it before.
+ * All device work of a device runs on one stream, so a block freed on the host can be given to
+ * the next request at once: the kernels that use it are queued behind the ones that used it
+ * before. Each device has its own pool (allocations go to the calling thread's current device,
+ * dt_gpu_use); the statistics are the current device's.
  */
 #ifndef DT_ALLOC_H
 #define DT_ALLOC_H

@@ -23,17 +23,30 @@ int dt_debug_sync(void) {
 #ifdef DT_CUDA
 #include "dt_cuda.h"
 
-static struct {
+/* One context per device; each host thread has a current device (dt_gpu_use), by default the
+ * first device initialized. */
+typedef struct {
     int ready;
     int device;
     cudaStream_t stream;      /* where launches go now (the main stream, or the side one) */
     cudaStream_t main, side;  /* side: created on first use */
+    cudaStream_t own;         /* deftc's own stream (dt_set_stream(NULL) returns to it) */
     cudaEvent_t forked, done;
     cublasHandle_t cublas;
     curandGenerator_t curand;
     struct cudaDeviceProp props;
-    int tf32;
-} g_ctx;
+} gpu_ctx;
+
+static gpu_ctx g_ctxs[DT_MAX_GPUS];
+static int g_default = -1;      /* the first device initialized */
+static int g_tf32;
+static __thread int t_dev = -1; /* this thread's current device, -1: g_default */
+
+static gpu_ctx *cur_ctx(void) {
+    int d = t_dev >= 0 ? t_dev : g_default;
+    return &g_ctxs[d >= 0 ? d : 0];
+}
+#define g_ctx (*cur_ctx())
 
 int dt_built_with_cuda(void) { return 1; }
 
@@ -91,47 +104,67 @@ const char *dt_curand_status_str(curandStatus_t s) {
     }
 }
 
-void dt_gpu_init(int device) {
-    if (g_ctx.ready) return;
+static void ctx_create(int device) {
+    gpu_ctx *c = &g_ctxs[device];
+    DT_CHECK(cudaSetDevice(device));
+    DT_CHECK(cudaGetDeviceProperties(&c->props, device));
+    DT_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+    c->own = c->stream;
+    DT_CUBLAS(cublasCreate(&c->cublas));
+    DT_CUBLAS(cublasSetStream(c->cublas, c->stream));
+    DT_CUBLAS(cublasSetMathMode(c->cublas, g_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH));
+    DT_CURAND(curandCreateGenerator(&c->curand, CURAND_RNG_PSEUDO_PHILOX4_32_10));
+    DT_CURAND(curandSetStream(c->curand, c->stream));
+    DT_CURAND(curandSetPseudoRandomGeneratorSeed(c->curand, g_seed));
+    c->device = device;
+    c->ready = 1;
+}
+
+void dt_gpu_use(int device) {
     int n = dt_gpu_count();
     if (n == 0)
         dt_fatal("no CUDA device is visible (cudaGetDeviceCount returned 0 or failed); "
                  "run on a machine with a GPU or use device=cpu");
-    if (device < 0 || device >= n)
+    if (device < 0 || device >= n || device >= DT_MAX_GPUS)
         dt_fatal("CUDA device %d requested but only %d visible", device, n);
-    DT_CHECK(cudaSetDevice(device));
-    DT_CHECK(cudaGetDeviceProperties(&g_ctx.props, device));
-    DT_CHECK(cudaStreamCreateWithFlags(&g_ctx.stream, cudaStreamNonBlocking));
-    DT_CUBLAS(cublasCreate(&g_ctx.cublas));
-    DT_CUBLAS(cublasSetStream(g_ctx.cublas, g_ctx.stream));
-    DT_CUBLAS(cublasSetMathMode(g_ctx.cublas, g_ctx.tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
-                                                        : CUBLAS_PEDANTIC_MATH));
-    DT_CURAND(curandCreateGenerator(&g_ctx.curand, CURAND_RNG_PSEUDO_PHILOX4_32_10));
-    DT_CURAND(curandSetStream(g_ctx.curand, g_ctx.stream));
-    DT_CURAND(curandSetPseudoRandomGeneratorSeed(g_ctx.curand, g_seed));
-    g_ctx.device = device;
-    g_ctx.ready = 1;
+    if (!g_ctxs[device].ready) ctx_create(device);
+    if (g_default < 0) g_default = device;
+    if (t_dev != device) DT_CHECK(cudaSetDevice(device));
+    t_dev = device;
 }
 
-int dt_gpu_ready(void) { return g_ctx.ready; }
+/* The first call picks the process's default device; later calls only make `device` current
+ * when this thread has none yet (dt_gpu_use switches explicitly). */
+void dt_gpu_init(int device) {
+    if (t_dev >= 0 && g_ctxs[t_dev].ready) return;
+    if (t_dev < 0 && g_default >= 0) {
+        dt_gpu_use(g_default);
+        return;
+    }
+    dt_gpu_use(device);
+}
+
+int dt_gpu_current(void) {
+    if (t_dev < 0 && g_default < 0) dt_gpu_init(0);
+    return t_dev >= 0 ? t_dev : g_default;
+}
+
+int dt_gpu_ready(void) { return g_default >= 0; }
 
 void dt_gpu_sync(void) {
     if (g_ctx.ready) DT_CHECK(cudaStreamSynchronize(g_ctx.stream));
 }
 
 void dt_set_tf32(int on) {
-    g_ctx.tf32 = on;
-    if (g_ctx.ready)
-        DT_CUBLAS(cublasSetMathMode(g_ctx.cublas, on ? CUBLAS_TF32_TENSOR_OP_MATH
-                                                     : CUBLAS_PEDANTIC_MATH));
+    g_tf32 = on;
+    for (int d = 0; d < DT_MAX_GPUS; d++)
+        if (g_ctxs[d].ready)
+            DT_CUBLAS(cublasSetMathMode(g_ctxs[d].cublas, on ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH));
 }
-
-static cudaStream_t g_own_stream;
 
 void dt_set_stream(void *stream) {
     dt_gpu_init(0);
-    if (!g_own_stream) g_own_stream = g_ctx.stream;
-    cudaStream_t s = stream ? (cudaStream_t)stream : g_own_stream;
+    cudaStream_t s = stream ? (cudaStream_t)stream : g_ctx.own;
     if (s == g_ctx.stream) return;
     DT_CHECK(cudaStreamSynchronize(g_ctx.stream));
     g_ctx.stream = s;
@@ -173,11 +206,11 @@ const struct cudaDeviceProp *dt_gpu_props(void) { require_ready(); return &g_ctx
 int dt_gpu_sm_count(void) { return dt_gpu_props()->multiProcessorCount; }
 
 void dt_device_describe(char *buf, int len) {
-    if (!g_ctx.ready) {
+    if (g_default < 0) {
         snprintf(buf, len, "cpu (%d cores)", dt_num_cores());
         return;
     }
-    const struct cudaDeviceProp *p = &g_ctx.props;
+    const struct cudaDeviceProp *p = &cur_ctx()->props;
     snprintf(buf, len, "%s, %.1f GiB, %d SMs, L2 %d MiB, sm_%d%d", p->name,
              p->totalGlobalMem / 1073741824.0, p->multiProcessorCount, p->l2CacheSize >> 20,
              p->major, p->minor);
@@ -192,6 +225,8 @@ void dt_gpu_init(int device) {
     dt_fatal("deftc was built without CUDA (CUDA=0); rebuild with nvcc available or use device=cpu");
 }
 int dt_gpu_ready(void) { return 0; }
+void dt_gpu_use(int device) { dt_gpu_init(device); }
+int dt_gpu_current(void) { return -1; }
 void dt_gpu_sync(void) {}
 void dt_set_tf32(int on) { (void)on; }
 int dt_gpu_sm_count(void) { return 0; }

@@ -27,7 +27,18 @@ int dt_built_with_cuda(void);
  * Never fatal: programs use it to fall back to the CPU or to explain why they cannot. */
 int dt_gpu_count(void);
 
-/* Creates the context on `device` (idempotent). Fatal with a clear message when there is no
+/* Several GPUs: one context (stream, cuBLAS handle, cuRAND generator, memory pool) per device,
+ * created on first use, and a current device per host thread; every launch and allocation
+ * goes to the calling thread's current device. */
+#define DT_MAX_GPUS 64
+/* Makes `device` the calling thread's current device, creating its context if needed; fatal
+ * with a clear message when it does not exist. */
+void dt_gpu_use(int device);
+/* The calling thread's current device (the process's first device until dt_gpu_use). */
+int dt_gpu_current(void);
+
+/* Creates the context on `device` (idempotent: the first call picks the process's default
+ * device; later calls keep the thread's current one). Fatal with a clear message when there is no
  * GPU. Debug mode (every launch followed by a synchronize and an error check) is switched on
  * by dt_set_debug_sync(1) or the environment variable DT_DEBUG_SYNC=1. */
 void dt_gpu_init(int device);

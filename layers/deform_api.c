@@ -7,6 +7,9 @@
 #include "dt_deform_api.h"
 #include "dt_device.h"
 #include "dt_layers.h"
+#ifdef DT_CUDA
+#include "dt_cuda.h"
+#endif
 
 static char g_err[512];
 
@@ -56,6 +59,33 @@ static int plan_of(const dt_deform_desc *d, int mode, dt_deform_plan *p) {
     return 0;
 }
 
+/* The CUDA device all of a call's buffers live on; deftc then runs on it (dt_gpu_use). */
+static int device_of(const void *const *ptrs, const char *const *names, int n) {
+#ifdef DT_CUDA
+    int dev = -1;
+    for (int i = 0; i < n; i++) {
+        if (!ptrs[i]) continue;
+        struct cudaPointerAttributes a;
+        if (cudaPointerGetAttributes(&a, ptrs[i]) != cudaSuccess) {
+            cudaGetLastError();
+            return fail("%s is not a CUDA pointer", names[i]);
+        }
+        if (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged)
+            return fail("%s is host memory: deftc's API takes CUDA device pointers", names[i]);
+        if (dev < 0) dev = a.device;
+        else if (a.device != dev) return fail("%s is on CUDA device %d, the input on device %d", names[i], a.device, dev);
+    }
+    if (dev < 0) return fail("no device buffer given");
+    dt_gpu_use(dev);
+    return 0;
+#else
+    (void)ptrs;
+    (void)names;
+    (void)n;
+    return fail("libdeftc was built without CUDA");
+#endif
+}
+
 int dt_deform_api_forward(const dt_deform_desc *d, int mode, const float *x, const float *offset, const float *mask,
                           const float *weight, const float *bias, float *y, void *stream) {
     dt_deform_plan p;
@@ -63,6 +93,9 @@ int dt_deform_api_forward(const dt_deform_desc *d, int mode, const float *x, con
     if (!x || !offset || !weight || !y) return fail("x, offset, weight and y must not be NULL");
     if (d->has_mask != (mask != NULL)) return fail("has_mask is %d but mask is %s", d->has_mask, mask ? "given" : "NULL");
     if (d->has_bias != (bias != NULL)) return fail("has_bias is %d but bias is %s", d->has_bias, bias ? "given" : "NULL");
+    const void *ptrs[6] = {x, offset, mask, weight, bias, y};
+    static const char *const names[6] = {"x", "offset", "mask", "weight", "bias", "y"};
+    if (device_of(ptrs, names, 6)) return -1;
     dt_set_stream(stream);
     dt_deform_args a = {.x = x, .offset = offset, .mask = mask, .w = weight, .bias = bias};
     dt_deform_forward_raw(&p, DT_GPU, &a, y);
@@ -78,6 +111,10 @@ int dt_deform_api_backward(const dt_deform_desc *d, int mode, const float *x, co
     if (d->has_mask != (mask != NULL)) return fail("has_mask is %d but mask is %s", d->has_mask, mask ? "given" : "NULL");
     if (grad_mask && !mask) return fail("grad_mask requested but there is no mask");
     if (grad_bias && !d->has_bias) return fail("grad_bias requested but has_bias is 0");
+    const void *ptrs[11] = {x, offset, mask, weight, grad_y, grad_x, grad_offset, grad_mask, grad_weight, grad_bias, NULL};
+    static const char *const names[11] = {"x", "offset", "mask", "weight", "grad_y", "grad_x", "grad_offset",
+                                          "grad_mask", "grad_weight", "grad_bias", ""};
+    if (device_of(ptrs, names, 10)) return -1;
     dt_set_stream(stream);
     dt_deform_grads gr = {.dx = grad_x, .doff = grad_offset, .dmask = grad_mask, .dw = grad_weight, .db = grad_bias};
     dt_deform_args a = {.x = x, .offset = offset, .mask = mask, .w = weight};

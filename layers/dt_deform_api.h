@@ -7,8 +7,10 @@
  *   x       [n, c, h, w]                weight  [cout, c, kh, kw]      bias [cout] (or NULL)
  *   offset  [n, 2*G*kh*kw, ho, wo]      mask    [n, G*kh*kw, ho, wo] (or NULL: DCNv1)
  *   y, grad_y [n, cout, ho, wo]         ho/wo from dt_deform_api_out_size
- * Work is queued on `stream` (a cudaStream_t, NULL for deftc's own) and the calls return
- * without waiting for it. Workspace comes from deftc's caching allocator.
+ * deftc runs on the CUDA device the buffers live on (all on one device, else an error) and queues
+ * the work on `stream` (a cudaStream_t of that device; NULL for deftc's own stream, which does
+ * not synchronize with the legacy default stream: pass cudaStreamLegacy to run there); the
+ * calls return without waiting for it. Workspace comes from deftc's caching allocator (a pool per device).
  * Return value: 0 on success; -1 with a message in dt_deform_api_error() for a descriptor or
  * argument that does not fit (checked before any work is queued). A CUDA failure inside is
  * fatal (message and exit), as everywhere in deftc.

@@ -630,3 +630,24 @@ DT_GPU_TEST(gpu_deft_more_than_2e31_column_elements) {
         free(res[1][i]);
     }
 }
+
+/* Every device has its own context and memory pool: the op on device 1 (when there is one)
+ * against the CPU, then device 0 again. */
+DT_GPU_TEST(gpu_deform_on_second_device) {
+    if (dt_gpu_count() < 2) {
+        printf("    one GPU visible: the second-device check needs two\n");
+        return;
+    }
+    const dt_deform_case *c = &CASES[0];
+    dt_tensor *in[5];
+    make_inputs(c, in);
+    op_arg ref = {c, DT_DEFORM_UNFUSED, dt_deform_knobs_default()};
+    op_arg a = {c, DT_DEFORM_DEFT, dt_deform_knobs_default()};
+    for (int dev = 1; dev >= 0; dev--) {
+        dt_gpu_use(dev);
+        EXPECT_EQ_INT(dt_gpu_current(), dev);
+        char name[64];
+        snprintf(name, sizeof name, "deft op on device %d", dev);
+        EXPECT(dt_parity(name, b_op, &ref, &a, 5, in, 2e-5f));
+    }
+}

@@ -35,7 +35,7 @@ def run_case(lib, mode, n, c, h, w, cout, k, s, p, d, G, mask, bias, seed):
     y_ref.backward(gy)
     desc = Desc(n, c, h, w, cout, k, k, s, s, p, p, d, d, G, int(mask), int(bias))
     y = torch.empty_like(y_ref)
-    stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+    stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream or 1)  # 1: cudaStreamLegacy (NULL = deftc's own)
     with torch.no_grad():
         xd, od, md, wd = x.detach(), off.detach(), m.detach() if mask else None, wt.detach()
         bd = b.detach() if bias else None

@@ -1,0 +1,87 @@
+"""The PyTorch drop-in at work: the yardstick's all-deformable ResNet-18
+(shared/bench/torch_reference.py) trained with torchvision's deform_conv2d and with deftc's
+(python/deftc_torch.py) swapped in - the rest (convs, batch norm, SGD) stays PyTorch's -
+train step time side by side, then bitwise reproducibility with deterministic=True.
+
+    python3 bench/torch_deftc.py path/to/torch_reference.py [--batches 64 256] [--lib build/libdeftc.so]"""
+import argparse
+import functools
+import importlib.util
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, '..', 'python'))
+
+
+def load_yardstick(path):
+    spec = importlib.util.spec_from_file_location('torch_reference', path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def step_fn(m, batch, seed=0):
+    g = torch.Generator(device='cpu').manual_seed(seed)
+    x = torch.randn(batch, 3, 224, 224, generator=g).cuda()
+    y = torch.randint(0, 1000, (batch,), generator=g).cuda()
+    opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(m(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+    return step
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument('yardstick')
+    p.add_argument('--batches', type=int, nargs='+', default=[64, 256])
+    p.add_argument('--lib', default=None)
+    a = p.parse_args()
+    if a.lib:
+        os.environ['DEFTC_LIB'] = os.path.abspath(a.lib)
+    import deftc_torch as dtt
+    tr = load_yardstick(a.yardstick)
+    torch.backends.cudnn.benchmark = True
+    tv_op = tr.deform_conv2d
+    print('# all-deformable ResNet-18 (DCNv1) train step, fp32, %s' % torch.cuda.get_device_name())
+    for batch in a.batches:
+        times = {}
+        for label, op in (('torchvision', tv_op), ('deftc', dtt.deform_conv2d)):
+            tr.deform_conv2d = op  # the yardstick's DeformConv.forward calls this name
+            torch.manual_seed(0)
+            m = tr.resnet18(True, False)
+            torch.cuda.reset_peak_memory_stats()
+            times[label] = tr.bench(step_fn(m, batch), 5, 20)
+            peak = torch.cuda.max_memory_allocated() / 2**30
+            print('batch %4d %-12s %8.2f ms/step %8.0f img/s  peak %.2f GiB' % (batch, label, times[label],
+                                                                               batch / times[label] * 1e3, peak))
+            del m
+        print('batch %4d deftc is %.2fx faster than torchvision' % (batch, times['torchvision'] / times['deftc']))
+    # bitwise reproducibility: two fresh runs of 3 steps, deftc deterministic, cuDNN deterministic
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = True
+    tr.deform_conv2d = functools.partial(dtt.deform_conv2d, deterministic=True)
+    states = []
+    for run in range(2):
+        torch.manual_seed(0)
+        m = tr.resnet18(True, False)
+        step = step_fn(m, 32, seed=1)
+        losses = [step().item() for _ in range(3)]
+        states.append(([t.detach().clone() for t in m.parameters()], losses))
+        del m
+    same = all(torch.equal(u, v) for u, v in zip(states[0][0], states[1][0])) and states[0][1] == states[1][1]
+    print('deterministic=True (+ cuDNN deterministic): two runs of 3 steps %s (losses %s / %s)' % (
+        'bitwise identical' if same else 'DIFFER', states[0][1], states[1][1]))
+    tr.deform_conv2d = tv_op
+
+
+if __name__ == '__main__':
+    main()

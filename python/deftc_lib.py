@@ -1,0 +1,61 @@
+"""libdeftc.so's deformable-convolution C API (layers/dt_deform_api.h) through ctypes, without
+PyTorch: loading the library, the descriptor, and errors as Python exceptions. deftc_torch.py
+builds the PyTorch op on it.
+
+The library is $DEFTC_LIB when that is set, else libdeftc.so next to this module, else
+../build/libdeftc.so (the repository's build folder); build it with `make`."""
+import ctypes
+import os
+
+MODES = {'unfused': 0, 'deft': 1}
+DETERMINISTIC = 16  # flag or-ed into a mode
+
+
+class Desc(ctypes.Structure):
+    """dt_deform_desc."""
+    _fields_ = [(n, ctypes.c_int) for n in (
+        'n', 'c', 'h', 'w', 'cout', 'kh', 'kw', 'stride_h', 'stride_w', 'pad_h', 'pad_w',
+        'dil_h', 'dil_w', 'offset_groups', 'has_mask', 'has_bias')]
+
+
+class DeftcError(ValueError):
+    """An argument or descriptor deftc refused; the message is deftc's."""
+
+
+_lib = None
+
+
+def candidates():
+    """Where the library is looked for, in order ($DEFTC_LIB alone when set)."""
+    if os.environ.get('DEFTC_LIB'):
+        return [os.environ['DEFTC_LIB']]
+    here = os.path.dirname(os.path.abspath(__file__))
+    return [os.path.join(here, 'libdeftc.so'), os.path.join(here, '..', 'build', 'libdeftc.so')]
+
+
+def library():
+    """The loaded libdeftc.so (loaded on first use); ImportError naming what to build if absent."""
+    global _lib
+    if _lib is not None:
+        return _lib
+    tried = candidates()
+    path = next((c for c in tried if os.path.isfile(c)), None)
+    if path is None:
+        raise ImportError('deftc: libdeftc.so not found (looked at: %s); build it with `make` in the deftc '
+                          'repository, or point DEFTC_LIB at it' % ', '.join(tried))
+    lib = ctypes.CDLL(path)
+    vp, desc = ctypes.c_void_p, ctypes.POINTER(Desc)
+    lib.dt_deform_api_forward.argtypes = [desc, ctypes.c_int] + [vp] * 7
+    lib.dt_deform_api_backward.argtypes = [desc, ctypes.c_int] + [vp] * 11
+    lib.dt_deform_api_forward.restype = lib.dt_deform_api_backward.restype = ctypes.c_int
+    lib.dt_deform_api_out_size.argtypes = [desc, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int)]
+    lib.dt_deform_api_out_size.restype = ctypes.c_int
+    lib.dt_deform_api_error.restype = ctypes.c_char_p
+    _lib = lib
+    return lib
+
+
+def check(rc):
+    """Raises DeftcError with deftc's message when a call returned non-zero."""
+    if rc != 0:
+        raise DeftcError('deftc: ' + library().dt_deform_api_error().decode())
