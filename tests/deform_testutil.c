@@ -1,7 +1,9 @@
 #include "deform_testutil.h"
 
 #include <math.h>
+#include <stddef.h>
 
+#include "dt_autograd.h"
 #include "dt_check.h"
 #include "dt_test.h"
 
@@ -19,6 +21,23 @@ dt_tensor *dt_test_offsets(const dt_deform_case *c, int64_t Ho, int64_t Wo, int 
         off->data[i] = v;
     }
     return off;
+}
+
+void dt_test_deform_inputs(const dt_deform_case *c, int avoid_kinks, dt_tensor **in) {
+    int64_t Ho = dt_conv_out_size(c->h, c->g.kh, c->g.sh, c->g.ph, c->g.dh);
+    int64_t Wo = dt_conv_out_size(c->w, c->g.kw, c->g.sw, c->g.pw, c->g.dw);
+    int64_t K = (int64_t)c->g.kh * c->g.kw, sb[1] = {c->cout};
+    in[0] = dt_test_randn4(c->n, c->c, c->h, c->w, 1.0f);
+    in[1] = dt_test_offsets(c, Ho, Wo, avoid_kinks);
+    in[2] = NULL;
+    if (c->mask) {
+        in[2] = dt_tensor_new4(DT_CPU, c->n, c->groups * K, Ho, Wo);
+        dt_tensor_fill_uniform(in[2], dt_test_rng(), 0.1f, 1.0f);
+    }
+    in[3] = dt_test_randn4(c->cout, c->c, c->g.kh, c->g.kw, 1.0f / sqrtf((float)(c->c * K)));
+    in[4] = c->bias ? dt_test_randn(1, sb, 1.0f) : NULL;
+    for (int i = 0; i < 5; i++)
+        if (in[i]) dt_requires_grad(in[i]);
 }
 
 /* Bilinear sampling with per-corner zero padding, written from torchvision's definition

@@ -16,6 +16,9 @@ typedef struct {
 /* Offsets for a case, with every sample coordinate's fractional part kept in [0.15, 0.85]
  * (away from the kinks of bilinear sampling at integers) when avoid_kinks is set. */
 dt_tensor *dt_test_offsets(const dt_deform_case *c, int64_t Ho, int64_t Wo, int avoid_kinks);
+/* The op's five inputs for a case, each wanting a gradient: x ~ N(0, 1), offsets as
+ * dt_test_offsets, mask ~ U(0.1, 1) (or NULL), weight ~ N(0, 1/(C*K)), bias ~ N(0, 1) (or NULL). */
+void dt_test_deform_inputs(const dt_deform_case *c, int avoid_kinks, dt_tensor **in);
 /* The deformable convolution written out from the definition, in double (the oracle). */
 void dt_test_deform_direct(const dt_deform_case *c, const float *x, const float *off, const float *mask, const float *w,
                            const float *bias, int64_t Ho, int64_t Wo, float *y);

@@ -38,23 +38,6 @@ static const dt_deform_case CASES[] = {
 };
 #define NCASES (sizeof CASES / sizeof *CASES)
 
-static void make_inputs(const dt_deform_case *c, dt_tensor **in) {
-    int64_t Ho = dt_conv_out_size(c->h, c->g.kh, c->g.sh, c->g.ph, c->g.dh);
-    int64_t Wo = dt_conv_out_size(c->w, c->g.kw, c->g.sw, c->g.pw, c->g.dw);
-    int64_t K = (int64_t)c->g.kh * c->g.kw, sb[1] = {c->cout};
-    in[0] = dt_test_randn4(c->n, c->c, c->h, c->w, 1.0f);
-    in[1] = dt_test_offsets(c, Ho, Wo, 0);
-    in[2] = NULL;
-    if (c->mask) {
-        in[2] = dt_tensor_new4(DT_CPU, c->n, c->groups * K, Ho, Wo);
-        dt_tensor_fill_uniform(in[2], dt_test_rng(), 0.0f, 1.0f);
-    }
-    in[3] = dt_test_randn4(c->cout, c->c, c->g.kh, c->g.kw, 1.0f / sqrtf((float)(c->c * K)));
-    in[4] = c->bias ? dt_test_randn(1, sb, 1.0f) : NULL;
-    for (int i = 0; i < 5; i++)
-        if (in[i]) dt_requires_grad(in[i]);
-}
-
 /* ---- every kernel against its CPU twin (calls the CUDA entry points: CUDA builds only) ---- */
 #ifdef DT_CUDA
 
@@ -94,7 +77,7 @@ DT_GPU_TEST(gpu_deft_kernels_match_cpu_twins) {
 #define NAME(...) (snprintf(what, sizeof what, __VA_ARGS__), what)
         /* inputs: x channels last, offsets (+ sigmoid-range mask) in om, dcol, dom, weights */
         dt_tensor *in[5];
-        make_inputs(c, in);
+        dt_test_deform_inputs(c, 0, in);
         float *xT = malloc(nx * 4), *om = calloc(Q * p.OCS, 4);
         dt_nchw_to_nhwc_cpu(nb, p.C, p.H * p.W, in[0]->data, p.C, xT);
         dt_nchw_to_nhwc_cpu(nb, 2 * p.GK, p.P, in[1]->data, p.OCS, om);
@@ -269,7 +252,7 @@ DT_GPU_TEST(gpu_parity_deform_op_every_mode) {
         for (size_t i = 0; i < NCASES; i++) {
             const dt_deform_case *c = &CASES[i];
             dt_tensor *in[5];
-            make_inputs(c, in);
+            dt_test_deform_inputs(c, 0, in);
             op_arg ref = {c, DT_DEFORM_UNFUSED, dt_deform_knobs_default()};
             for (int m = 0; m < 6; m++) {
                 op_arg a = {c, m < 2 ? DT_DEFORM_UNFUSED : DT_DEFORM_DEFT, dt_deform_knobs_default()};
@@ -324,7 +307,7 @@ DT_GPU_TEST(gpu_deform_op_deterministic_is_bitwise) {
     for (size_t i = 0; i < NCASES; i += 3) {
         const dt_deform_case *c = &CASES[i];
         dt_tensor *in[5];
-        make_inputs(c, in);
+        dt_test_deform_inputs(c, 0, in);
         op_arg u = {c, DT_DEFORM_UNFUSED, dt_deform_knobs_default()};
         u.k.deterministic = 1;
         EXPECT(same_bits_twice(b_op, &u, in, 5, "unfused deterministic"));
@@ -595,7 +578,7 @@ DT_GPU_TEST(gpu_deft_more_than_2e31_column_elements) {
     int64_t cols = (int64_t)c.n * 216 * 216 * 512 * 9;
     EXPECT(cols > ((int64_t)1 << 31));
     dt_tensor *in[5];
-    make_inputs(&c, in);
+    dt_test_deform_inputs(&c, 0, in);
     for (int i = 0; i < 5; i++)
         if (in[i]) in[i]->requires_grad = 0;
     dt_requires_grad(in[0]);
@@ -640,7 +623,7 @@ DT_GPU_TEST(gpu_deform_on_second_device) {
     }
     const dt_deform_case *c = &CASES[0];
     dt_tensor *in[5];
-    make_inputs(c, in);
+    dt_test_deform_inputs(c, 0, in);
     op_arg ref = {c, DT_DEFORM_UNFUSED, dt_deform_knobs_default()};
     op_arg a = {c, DT_DEFORM_DEFT, dt_deform_knobs_default()};
     for (int dev = 1; dev >= 0; dev--) {

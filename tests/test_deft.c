@@ -28,23 +28,6 @@ static const dt_deform_case CASES[] = {
 };
 #define NCASES (sizeof CASES / sizeof *CASES)
 
-static void make_inputs(const dt_deform_case *c, int avoid_kinks, dt_tensor **in) {
-    int64_t Ho = dt_conv_out_size(c->h, c->g.kh, c->g.sh, c->g.ph, c->g.dh);
-    int64_t Wo = dt_conv_out_size(c->w, c->g.kw, c->g.sw, c->g.pw, c->g.dw);
-    int64_t K = (int64_t)c->g.kh * c->g.kw, sb[1] = {c->cout};
-    in[0] = dt_test_randn4(c->n, c->c, c->h, c->w, 1.0f);
-    in[1] = dt_test_offsets(c, Ho, Wo, avoid_kinks);
-    in[2] = NULL;
-    if (c->mask) {
-        in[2] = dt_tensor_new4(DT_CPU, c->n, c->groups * K, Ho, Wo);
-        dt_tensor_fill_uniform(in[2], dt_test_rng(), 0.1f, 1.0f);
-    }
-    in[3] = dt_test_randn4(c->cout, c->c, c->g.kh, c->g.kw, 1.0f / sqrtf((float)(c->c * K)));
-    in[4] = c->bias ? dt_test_randn(1, sb, 1.0f) : NULL;
-    for (int i = 0; i < 5; i++)
-        if (in[i]) dt_requires_grad(in[i]);
-}
-
 /* Forward and every gradient of the op in `mode`, copied out. */
 typedef struct {
     float *y, *g[5];
@@ -99,7 +82,7 @@ DT_TEST(deft_op_matches_reference_every_knob) {
     for (size_t ci = 0; ci < NCASES; ci++) {
         const dt_deform_case *c = &CASES[ci];
         dt_tensor *in[5];
-        make_inputs(c, 0, in);
+        dt_test_deform_inputs(c, 0, in);
         op_out ref = run_op(c, in, DT_DEFORM_UNFUSED, NULL, 7);
         for (int variant = 0; variant < 6; variant++) {
             dt_deform_knobs k = dt_deform_knobs_default();
@@ -130,7 +113,7 @@ DT_TEST(gradcheck_deft_op) {
         const dt_deform_case *c = &CASES[ci];
         if (c->off_std > 10) continue; /* nothing new: the samples are all outside */
         dt_tensor *in[5];
-        make_inputs(c, 1, in);
+        dt_test_deform_inputs(c, 1, in);
         char what[96];
         snprintf(what, sizeof what, "deft op %s", c->name);
         dt_gradcheck_opts o = {.h = 1e-2f, .tol = 1e-2f, .max_checks = 40};
@@ -164,7 +147,7 @@ DT_TEST(deft_index_invariants) {
         dt_deform_plan p;
         index_plan(c, &p);
         dt_tensor *in[5];
-        make_inputs(c, 0, in);
+        dt_test_deform_inputs(c, 0, in);
         float *om = om_of(&p, in[1], in[2]);
         void *ws = malloc(dt_deform_index_ws_bytes_cpu(&p, p.N));
         dt_deform_index idx;
