@@ -10,22 +10,6 @@
 #include "stb_image.h"
 #include "stb_image_write.h"
 
-void *dt_scratch_get(dt_scratch *s, size_t bytes) {
-    if (bytes > s->cap) {
-        free(s->p);
-        size_t cap = bytes + bytes / 4 + 64;
-        s->p = dt_xmalloc(cap);
-        s->cap = cap;
-    }
-    return s->p;
-}
-
-void dt_scratch_free(dt_scratch *s) {
-    free(s->p);
-    s->p = NULL;
-    s->cap = 0;
-}
-
 int dt_image_decode(const void *data, size_t bytes, const char *name, dt_image *img, dt_err *err) {
     img->w = img->h = 0;
     img->pix = NULL;

@@ -29,14 +29,6 @@ typedef struct {
     uint8_t *pix;
 } dt_image;
 
-/* A growable scratch buffer, so hot loops (one per loader worker) do not malloc per image. */
-typedef struct {
-    void *p;
-    size_t cap;
-} dt_scratch;
-void *dt_scratch_get(dt_scratch *s, size_t bytes); /* contents not preserved */
-void dt_scratch_free(dt_scratch *s);
-
 /* Images larger than this many pixels are refused (a corrupt header, or a 200-megapixel
  * scan that would cost 600 MB to decode). */
 #define DT_IMAGE_MAX_PIXELS (1LL << 27)
