@@ -176,7 +176,7 @@ DT_TEST(train_bad_checkpoints_are_clear_errors) {
     long len = ftell(f);
     fclose(f);
     EXPECT(truncate(g_ck, len / 2) == 0);
-    EXPECT_DEATH(corrupt_resume, NULL, "truncated checkpoint");
+    EXPECT_DEATH(corrupt_resume, NULL, "corrupt checkpoint (truncated");
     /* not a checkpoint at all */
     f = fopen(g_ck, "w");
     fputs("hello", f);
