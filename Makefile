@@ -8,15 +8,23 @@
 #   STB_INCLUDE=...   where stb_image.h lives (default /usr/include/stb, Debian's libstb-dev)
 #   WERROR=1          warnings are errors (CI)
 #   DEBUG=1           -O0 -g, and device-side line info
+#   SAN=1             AddressSanitizer + UndefinedBehaviorSanitizer build of the CPU code (CUDA=0,
+#                     into build-san/ unless BUILD is given): `make test SAN=1` is what CI runs
+#   JPEG=0|1          JPEG decoding with libjpeg-turbo, linked statically (default: 1 when its
+#                     libjpeg.a and jpeglib.h are found; otherwise stb_image decodes JPEG too)
 
+SAN ?= 0
 CUDA_HOME ?= /usr/local/cuda
 NVCC ?= $(shell command -v nvcc 2>/dev/null || { test -x $(CUDA_HOME)/bin/nvcc && echo $(CUDA_HOME)/bin/nvcc; })
 ifeq ($(origin CUDA), undefined)
-  CUDA := $(if $(NVCC),1,0)
+  CUDA := $(if $(filter 1,$(SAN)),0,$(if $(NVCC),1,0))
+endif
+ifeq ($(SAN)$(CUDA),11)
+  $(error SAN=1 builds the CPU code only (the CUDA runtime and ASan do not mix): use CUDA=0)
 endif
 CUDA_ARCH ?= sm_90
 STB_INCLUDE ?= /usr/include/stb
-BUILD ?= build
+BUILD ?= $(if $(filter 1,$(SAN)),build-san,build)
 WERROR ?= 0
 DEBUG ?= 0
 
@@ -28,8 +36,24 @@ endif
 OPT := $(if $(filter 1,$(DEBUG)),-O0 -g,-O3 -g)
 INCLUDES := -Icore -Ikernels -Ilayers -Idata -Itrain -Itests -I$(STB_INCLUDE)
 WARN := -Wall -Wextra $(if $(filter 1,$(WERROR)),-Werror,)
-CFLAGS := -std=gnu11 $(OPT) $(WARN) -fPIC -pthread -MMD -MP $(INCLUDES)
-LDLIBS := -lm -lpthread
+# Sanitizers: UB stops the program (a test that trips it fails); ASan reports and stops too.
+SAN_ON := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+SANFLAGS := $(if $(filter 1,$(SAN)),$(SAN_ON),)
+CFLAGS := -std=gnu11 $(OPT) $(WARN) -fPIC -pthread -MMD -MP $(INCLUDES) $(SANFLAGS)
+LDLIBS := -lm -lpthread $(SANFLAGS)
+
+# libjpeg-turbo (optional). Programs and tests link its static library, so they run where it
+# is not installed (the GPU machine); libdeftc.so links the shared one, because Debian's
+# libjpeg.a is not position-independent.
+JPEG_LIB ?= $(shell $(CC) -print-file-name=libjpeg.a)
+ifeq ($(origin JPEG), undefined)
+  JPEG := $(if $(filter /%,$(JPEG_LIB)),$(shell printf '\043include <stdio.h>\n\043include <jpeglib.h>\n' | \
+            $(CC) -E -x c - >/dev/null 2>&1 && echo 1),)
+  JPEG := $(if $(JPEG),1,0)
+endif
+JPEG_STATIC := $(if $(filter 1,$(JPEG)),$(JPEG_LIB),)
+JPEG_SHARED := $(if $(filter 1,$(JPEG)),-ljpeg,)
+CFLAGS += $(if $(filter 1,$(JPEG)),-DDT_LIBJPEG,)
 
 ifeq ($(CUDA),1)
   ifeq ($(NVCC),)
@@ -48,11 +72,13 @@ endif
 # Objects depend on the build configuration, so switching CUDA=0/1, the arch or the flags
 # rebuilds what it must instead of linking stale objects.
 CONFIG := $(BUILD)/.config
-$(shell mkdir -p $(BUILD) && echo 'CUDA=$(CUDA) ARCH=$(CUDA_ARCH) DEBUG=$(DEBUG) WERROR=$(WERROR) CC=$(CC) STB=$(STB_INCLUDE)' > $(CONFIG).new && \
+$(shell mkdir -p $(BUILD) && echo 'CUDA=$(CUDA) ARCH=$(CUDA_ARCH) DEBUG=$(DEBUG) WERROR=$(WERROR) CC=$(CC) STB=$(STB_INCLUDE) SAN=$(SAN) JPEG=$(JPEG)' > $(CONFIG).new && \
   (cmp -s $(CONFIG).new $(CONFIG) || mv $(CONFIG).new $(CONFIG)); rm -f $(CONFIG).new)
 
-# Library sources: everything in the library folders except programs (*_main.c).
-LIB_C := $(filter-out %_main.c,$(wildcard core/*.c kernels/*.c layers/*.c data/*.c train/*.c))
+# Library sources: everything in the library folders except programs (*_main.c), and the
+# libjpeg-turbo decoder when it is not built in.
+LIB_C := $(filter-out %_main.c $(if $(filter 1,$(JPEG)),,data/dt_jpeg.c),\
+           $(wildcard core/*.c kernels/*.c layers/*.c data/*.c train/*.c))
 LIB_CU := $(if $(filter 1,$(CUDA)),$(wildcard core/*.cu kernels/*.cu layers/*.cu),)
 LIB_OBJ := $(LIB_C:%.c=$(BUILD)/obj/%.o) $(LIB_CU:%.cu=$(BUILD)/obj/%.cu.o)
 TEST_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tests/*.c))
@@ -76,6 +102,10 @@ $(BUILD)/obj/%.o: %.c $(CONFIG)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
+# stb_image_write's JPEG bit writer shifts signed ints left past their range (UB in ISO C,
+# defined by gcc and clang); it only writes our own pixels, so the sanitizers leave it alone.
+$(BUILD)/obj/data/stb_write_impl.o: CFLAGS += $(if $(filter 1,$(SAN)),-fno-sanitize=shift-base,)
+
 $(BUILD)/obj/%.cu.o: %.cu $(CONFIG)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
@@ -86,17 +116,17 @@ $(BUILD)/libdeftc.a: $(LIB_OBJ)
 	ar rcs $@ $^
 
 $(BUILD)/libdeftc.so: $(LIB_OBJ)
-	$(CC) -shared -o $@ $^ $(LDLIBS)
+	$(CC) -shared -o $@ $^ $(JPEG_SHARED) $(LDLIBS)
 
 $(BUILD)/%: $(BUILD)/obj/train/%_main.o $(BUILD)/libdeftc.a
-	$(CC) -o $@ $< $(BUILD)/libdeftc.a $(LDLIBS)
+	$(CC) -o $@ $< $(BUILD)/libdeftc.a $(JPEG_STATIC) $(LDLIBS)
 
 $(BUILD)/%: $(BUILD)/obj/data/%_main.o $(BUILD)/libdeftc.a
-	$(CC) -o $@ $< $(BUILD)/libdeftc.a $(LDLIBS)
+	$(CC) -o $@ $< $(BUILD)/libdeftc.a $(JPEG_STATIC) $(LDLIBS)
 
 # Tests link the objects directly so that every test file's constructor is kept.
 $(BUILD)/test: $(TEST_OBJ) $(BUILD)/libdeftc.a
-	$(CC) -o $@ $(TEST_OBJ) $(BUILD)/libdeftc.a $(LDLIBS)
+	$(CC) -o $@ $(TEST_OBJ) $(BUILD)/libdeftc.a $(JPEG_STATIC) $(LDLIBS)
 
 test: $(BUILD)/test
 	$(BUILD)/test

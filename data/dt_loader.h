@@ -60,6 +60,8 @@ typedef struct {
     int drop_last;    /* -1 = default: 1 when training, 0 otherwise (last batch short) */
     int prefetch;     /* ring slots K (default 4, at least 2) */
     double crop_scale_min; /* RandomResizedCrop's smallest area fraction (default 0.08) */
+    int64_t max_pixels;    /* images with more pixels (read in the header) are skipped with a
+                              warning before decoding (default DT_IMAGE_MAX_PIXELS, PIL's) */
 } dt_loader_opts;
 
 /* The defaults above; train selects the train defaults. */

@@ -512,10 +512,12 @@ DT_TEST(data_normalize_constant_image_exact) {
     for (int mode = 0; mode < 2; mode++) {
         dt_rng r;
         dt_rng_derive(&r, 1, 2, 3);
+        dt_transform_plan p;
         if (mode == 0)
-            dt_transform_train(&im, S, 0.08, &r, out, u8, &sc);
+            dt_transform_plan_train(W, H, S, 0.08, &r, &p);
         else
-            dt_transform_val(&im, S, out, u8, &sc);
+            dt_transform_plan_val(W, H, S, &p);
+        dt_transform_apply(&p, &im, S, out, u8, &sc);
         int bad = 0;
         for (int c = 0; c < 3; c++) {
             float want = ((float)col[c] / 255.0f - dt_imagenet_mean[c]) / dt_imagenet_std[c];
@@ -542,7 +544,8 @@ DT_TEST(data_resample_copy_antialias_and_crop_identity) {
     uint8_t *o = malloc((size_t)W * H * 3);
     dt_image_resize(&im, W, H, o, &sc);
     EXPECT(!memcmp(o, im.pix, (size_t)W * H * 3));
-    dt_image_crop_resize(&im, 5, 7, 10, 12, 10, 12, o, &sc);
+    dt_axis_map cx = {10, 5.0, 0, 1.0, 5, 15}, cy = {12, 7.0, 0, 1.0, 7, 19};
+    dt_image_resample(&im, &cx, &cy, o, &sc);
     int bad = 0;
     for (int y = 0; y < 12; y++) bad += memcmp(o + y * 10 * 3, im.pix + ((y + 7) * W + 5) * 3, 30) != 0;
     EXPECT_EQ_INT(bad, 0);
@@ -563,7 +566,7 @@ DT_TEST(data_resample_copy_antialias_and_crop_identity) {
     dt_resize_shorter_dims(big.w, big.h, R, &rw, &rh);
     uint8_t *full = malloc((size_t)rw * rh * 3), *crop = malloc((size_t)S * S * 3);
     dt_image_resize(&big, rw, rh, full, &sc);
-    dt_resize_center_crop(&big, R, S, crop, &sc);
+    dt_resize_center_crop(&big, big.w, big.h, R, S, crop, &sc);
     int left = (int)nearbyint((rw - S) / 2.0), top = (int)nearbyint((rh - S) / 2.0);
     bad = 0;
     for (int y = 0; y < S; y++) bad += memcmp(crop + y * S * 3, full + ((y + top) * rw + left) * 3, (size_t)S * 3) != 0;
@@ -571,7 +574,7 @@ DT_TEST(data_resample_copy_antialias_and_crop_identity) {
     /* and the resized image, val-transformed again, gives the same crop (the cache's path) */
     dt_image small_img = {rw, rh, full};
     uint8_t *crop2 = malloc((size_t)S * S * 3);
-    dt_resize_center_crop(&small_img, R, S, crop2, &sc);
+    dt_resize_center_crop(&small_img, rw, rh, R, S, crop2, &sc);
     EXPECT(!memcmp(crop, crop2, (size_t)S * S * 3));
     free(crop2);
     free(full);
