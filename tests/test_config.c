@@ -132,3 +132,43 @@ DT_TEST(config_errors_stop_the_program) {
     EXPECT_DEATH(folder_as_config, NULL, "is a folder, not a file");
     EXPECT_DEATH(nan_lr, NULL, "value nan for 'warmup_start' is out of range");
 }
+
+typedef struct {
+    char keys[512];
+    char last[256];
+} diff_log;
+
+static void note_diff(const char *key, const char *was, const char *now, void *ctx) {
+    diff_log *d = ctx;
+    size_t n = strlen(d->keys);
+    snprintf(d->keys + n, sizeof d->keys - n, "%s%s", n ? "," : "", key);
+    snprintf(d->last, sizeof d->last, "%s: %s -> %s", key, was, now);
+}
+
+DT_TEST(config_diff_names_what_changes_the_run) {
+    dt_train_cfg a, b;
+    dt_config_defaults(&a);
+    b = a;
+    diff_log d = {"", ""};
+    EXPECT_EQ_INT(dt_config_diff(&a, &b, note_diff, &d), 0);
+    /* logs, workers, checkpoints, performance knobs: the same run */
+    b.workers = 7;
+    b.log_every = 3;
+    b.halo = 4;
+    strcpy(b.log, "elsewhere");
+    strcpy(b.checkpoint, "x.ckpt");
+    EXPECT_EQ_INT(dt_config_diff(&a, &b, note_diff, &d), 0);
+    /* batch, image size, momentum, seed: another run; values as typed */
+    b.batch = 128;
+    b.image_size = 96;
+    b.momentum = 0.8f;
+    b.seed = 5;
+    EXPECT_EQ_INT(dt_config_diff(&a, &b, note_diff, &d), 4);
+    EXPECT_MSG(!strcmp(d.keys, "image_size,batch,momentum,seed"), "keys: %s", d.keys);
+    EXPECT_MSG(!strcmp(d.last, "seed: 0 -> 5"), "%s", d.last);
+    d.keys[0] = 0;
+    b = a;
+    b.momentum = 0.8f;
+    dt_config_diff(&a, &b, note_diff, &d);
+    EXPECT_MSG(!strcmp(d.last, "momentum: 0.9 -> 0.8"), "%s", d.last);
+}

@@ -241,8 +241,9 @@ int dt_config_check(const dt_train_cfg *c, dt_err *err) {
     return 0;
 }
 
-/* A key's value as a config line writes it. */
-static void format_value(const key_spec *k, const dt_train_cfg *c, char *buf, size_t cap) {
+/* A key's value as text; floats with `digits` significant digits (9 round-trip a float, 7 read
+ * as typed: 0.9 rather than 0.899999976). */
+static void format_value(const key_spec *k, const dt_train_cfg *c, int digits, char *buf, size_t cap) {
     const void *v = (const char *)c + k->off;
     switch (k->type) {
     case T_STR:
@@ -251,14 +252,14 @@ static void format_value(const key_spec *k, const dt_train_cfg *c, char *buf, si
     case T_INT: snprintf(buf, cap, "%d", *(const int *)v); break;
     case T_I64: snprintf(buf, cap, "%lld", (long long)*(const int64_t *)v); break;
     case T_U64: snprintf(buf, cap, "%llu", (unsigned long long)*(const uint64_t *)v); break;
-    case T_FLOAT: snprintf(buf, cap, "%.9g", *(const float *)v); break;
+    case T_FLOAT: snprintf(buf, cap, "%.*g", digits, *(const float *)v); break;
     }
 }
 
 void dt_config_write(const dt_train_cfg *c, FILE *f) {
     char v[600];
     for (int i = 0; i < NKEYS; i++) {
-        format_value(&KEYS[i], c, v, sizeof v);
+        format_value(&KEYS[i], c, 9, v, sizeof v);
         fprintf(f, "%s = %s\n", KEYS[i].key, v);
     }
 }
@@ -268,8 +269,8 @@ int dt_config_diff(const dt_train_cfg *was, const dt_train_cfg *now, dt_config_d
     char a[600], b[600];
     for (int i = 0; i < NKEYS; i++) {
         if (!KEYS[i].run) continue;
-        format_value(&KEYS[i], was, a, sizeof a);
-        format_value(&KEYS[i], now, b, sizeof b);
+        format_value(&KEYS[i], was, 7, a, sizeof a);
+        format_value(&KEYS[i], now, 7, b, sizeof b);
         if (strcmp(a, b)) fn(KEYS[i].key, a, b, ctx), n++;
     }
     return n;
