@@ -64,8 +64,7 @@ static int cmp_off(const void *a, const void *b) {
 }
 
 int dt_is_image_name(const char *name) {
-    static const char *const exts[] = {"jpg", "jpeg", "png", "bmp", "gif", "tga", "psd",
-                                       "hdr", "pic", "pnm", "ppm", "pgm"};
+    static const char *const exts[] = {"jpg", "jpeg", "png", "bmp"};
     const char *dot = strrchr(name, '.');
     if (!dot || dot == name) return 0;
     for (size_t i = 0; i < sizeof exts / sizeof *exts; i++)
@@ -429,7 +428,7 @@ int dt_dataset_open(dt_dataset *ds, const char *root, const char *split, const d
     if (ds->count == 0) {
         rc = dt_errf(err,
                          "no images in %s: %d class folder%s, all empty (images need an extension stb_image "
-                         "reads: jpg jpeg png bmp gif tga psd hdr pic pnm ppm pgm)",
+                         "reads: jpg jpeg png bmp)",
                          dir, ds->num_classes, ds->num_classes == 1 ? "" : "s");
         dt_dataset_close(ds);
         return rc;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "dt_file.h"
+#include "dt_stb.h"
 #ifdef DT_LIBJPEG
 #include "dt_jpeg.h"
 #endif
@@ -29,6 +30,17 @@ static int check_bytes(size_t bytes, const char *name, dt_err *err) {
     return 0;
 }
 
+/* stb_image's header reader, then the cap. Reading a header allocates at most the decoder's
+ * own state (about 20 KB for JPEG). */
+static int stb_probe(const void *data, size_t bytes, const char *name, int64_t max_pixels, int *w, int *h,
+                     dt_err *err) {
+    int comp;
+    dt_stb_set_limit(1 << 20);
+    if (!stbi_info_from_memory(data, (int)bytes, w, h, &comp))
+        return dt_errf(err, "cannot decode %s: %s", name, stbi_failure_reason());
+    return dt_image_check_size(name, *w, *h, max_pixels, err);
+}
+
 int dt_image_probe(const void *data, size_t bytes, const char *name, int64_t max_pixels, int *w, int *h, dt_err *err) {
     *w = *h = 0;
     if (check_bytes(bytes, name, err)) return -1;
@@ -38,10 +50,7 @@ int dt_image_probe(const void *data, size_t bytes, const char *name, int64_t max
         return dt_image_check_size(name, *w, *h, max_pixels, err);
     }
 #endif
-    int comp;
-    if (!stbi_info_from_memory(data, (int)bytes, w, h, &comp))
-        return dt_errf(err, "cannot decode %s: %s", name, stbi_failure_reason());
-    return dt_image_check_size(name, *w, *h, max_pixels, err);
+    return stb_probe(data, bytes, name, max_pixels, w, h, err);
 }
 
 int dt_image_decode(const void *data, size_t bytes, const char *name, int64_t max_pixels, double min_scale,
@@ -55,9 +64,11 @@ int dt_image_decode(const void *data, size_t bytes, const char *name, int64_t ma
     (void)min_scale; /* stb_image decodes at full size only */
     int w, h, comp;
     /* The header first: refuse absurd sizes before stb allocates for them. */
-    if (!stbi_info_from_memory(data, (int)bytes, &w, &h, &comp))
-        return dt_errf(err, "cannot decode %s: %s", name, stbi_failure_reason());
-    if (dt_image_check_size(name, w, h, max_pixels, err)) return -1;
+    if (stb_probe(data, bytes, name, max_pixels, &w, &h, err)) return -1;
+    /* The largest buffer a decode of a w x h image needs: the inflated PNG data, at most 8 bytes
+     * (16-bit RGBA) a pixel plus a filter byte a row, doubled as stb grows buffers; the
+     * compressed data, at most the file, doubled. */
+    dt_stb_set_limit(2 * (8 * (size_t)w * h + (size_t)h) + 2 * bytes + 65536);
     /* req_comp = 3: stb converts gray / gray+alpha / RGBA / palette to RGB, 16-bit to 8-bit. */
     uint8_t *pix = stbi_load_from_memory(data, (int)bytes, &w, &h, &comp, 3);
     if (!pix) return dt_errf(err, "cannot decode %s: %s", name, stbi_failure_reason());

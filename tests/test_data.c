@@ -227,9 +227,10 @@ DT_TEST(data_scan_sorted_classes_and_exact_labels) {
     mkdirs("root/train/cat/sub");
     touch("root/train/cat/sub/d.jpeg");   /* nested folders are walked, like ImageFolder */
     touch("root/train/cats/x.bmp");
-    touch("root/train/cats/y.gif");
-    touch("root/train/dog/z.tga");
-    touch("root/train/Zebra/q.ppm");
+    touch("root/train/cats/y.PNG");
+    touch("root/train/cats/w.gif");       /* ignored: not a format deftc decodes */
+    touch("root/train/dog/z.jpeg");
+    touch("root/train/Zebra/q.jpg");
     touch("root/train/README.txt");       /* files directly in train/ are not classes */
     mkdirs("root/train/.git");            /* hidden folders are not classes */
     dt_dataset ds;
@@ -244,8 +245,8 @@ DT_TEST(data_scan_sorted_classes_and_exact_labels) {
     EXPECT_EQ_INT(ds.count, 8);
     EXPECT_EQ_INT(ds.empty_classes, 1);
     EXPECT_EQ_INT(ds.class_count[4], 0);
-    const char *files[] = {"Zebra/q.ppm", "cat/a.JPG", "cat/b.jpg", "cat/c.png", "cat/sub/d.jpeg",
-                           "cats/x.bmp",  "cats/y.gif", "dog/z.tga"};
+    const char *files[] = {"Zebra/q.jpg", "cat/a.JPG", "cat/b.jpg", "cat/c.png", "cat/sub/d.jpeg",
+                           "cats/x.bmp",  "cats/y.PNG", "dog/z.jpeg"};
     int labels[] = {0, 1, 1, 1, 1, 2, 2, 3};
     for (int i = 0; i < 8 && i < ds.count; i++) {
         char p[1024];
