@@ -71,6 +71,9 @@ int dt_image_decode(const void *data, size_t bytes, const char *name, int64_t ma
     dt_stb_set_limit(2 * (8 * (size_t)w * h + (size_t)h) + 2 * bytes + 65536);
     /* req_comp = 3: stb converts gray / gray+alpha / RGBA / palette to RGB, 16-bit to 8-bit. */
     uint8_t *pix = stbi_load_from_memory(data, (int)bytes, &w, &h, &comp, 3);
+    if (!pix && !strcmp(stbi_failure_reason(), "outofmem"))
+        return dt_errf(err, "cannot decode %s: corrupt (its data asks for more memory than a %d x %d image needs)", name,
+                       w, h);
     if (!pix) return dt_errf(err, "cannot decode %s: %s", name, stbi_failure_reason());
     img->w = w;
     img->h = h;

@@ -200,6 +200,28 @@ DT_TEST(data_image_bomb_headers_are_refused_before_decoding) {
     free(j);
 }
 
+DT_TEST(data_stb_sees_only_its_formats_within_a_budget) {
+    dt_err err;
+    dt_image im;
+    /* A 16x16 PNG whose IDAT chunk claims 2 GB: stb reallocated that much for a 100-byte file. */
+    unsigned char png[] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n',
+                           0, 0, 0, 13, 'I', 'H', 'D', 'R', 0, 0, 0, 16, 0, 0, 0, 16, 8, 2, 0, 0, 0, 0x90, 0x91, 0x68, 0x36,
+                           0x7f, 0xff, 0xff, 0xf0, 'I', 'D', 'A', 'T', 0x78, 0x9c, 1, 2, 3, 4, 5, 6, 7, 8};
+    double t0 = dt_now_ms();
+    EXPECT(dt_image_decode(png, sizeof png, "idat.png", DT_IMAGE_MAX_PIXELS, 1.0, &im, &err) != 0);
+    EXPECT_MSG(strstr(err.msg, "idat.png: corrupt (its data asks for more memory than a 16 x 16 image needs)"), "%s",
+               err.msg);
+    /* Radiance HDR whose run length of 0 at the end of the file made stb 2.27 loop forever, and
+     * a 16-bit PNM that it read past: formats stb is no longer built with. */
+    const char hdr[] = "#?RADIANCE\nFORMAT=32-bit_rle_rgbe\n\n-Y 1 +X 8\n\x02\x02\x00\x08";
+    const char pnm[] = "P6\n2 2\n65535\n\x01\x02\x03\x04\x05\x06";
+    EXPECT(dt_image_decode(hdr, sizeof hdr - 1, "loop.hdr", DT_IMAGE_MAX_PIXELS, 1.0, &im, &err) != 0);
+    EXPECT_MSG(strstr(err.msg, "unknown image type"), "%s", err.msg);
+    EXPECT(dt_image_decode(pnm, sizeof pnm - 1, "deep.ppm", DT_IMAGE_MAX_PIXELS, 1.0, &im, &err) != 0);
+    EXPECT_MSG(strstr(err.msg, "unknown image type"), "%s", err.msg);
+    EXPECT_MSG(dt_now_ms() - t0 < 100, "took %.0f ms", dt_now_ms() - t0);
+}
+
 static void loader_with_bomb(void *arg) {
     (void)arg;
     dt_dataset ds;
