@@ -8,8 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "data_testutil.h"
 #include "dt_dataset.h"
-#include "dt_file.h"
 #include "dt_image.h"
 #include "dt_loader.h"
 #include "dt_synth.h"
@@ -20,33 +20,12 @@
 #include <jpeglib.h>
 #endif
 
-static const char *tp(const char *rel) {
-    static char buf[8][1024];
-    static int k;
-    char *p = buf[k++ & 7];
-    snprintf(p, sizeof buf[0], "%s/%s", dt_test_tmpdir(), rel);
-    return p;
-}
-
-/* Makes each folder of a '/'-separated relative path. */
-static void mkdirs(const char *rel) {
-    char cmd[1200];
-    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", tp(rel));
-    EXPECT_EQ_INT(system(cmd), 0);
-}
-
-static void touch(const char *rel) {
-    FILE *f = fopen(tp(rel), "w");
-    EXPECT_MSG(f != NULL, "cannot create %s", tp(rel));
-    if (f) fclose(f);
-}
-
-static void link_to(const char *target, const char *rel) { EXPECT_EQ_INT(symlink(target, tp(rel)), 0); }
+static void link_to(const char *target, const char *rel) { EXPECT_EQ_INT(symlink(target, dt_test_path(rel)), 0); }
 
 /* Opens root/train and checks the image count; returns 0 when it opened. */
 static int open_count(const char *root, dt_dataset *ds, int64_t want) {
     dt_err err;
-    int rc = dt_dataset_open(ds, tp(root), "train", NULL, &err);
+    int rc = dt_dataset_open(ds, dt_test_path(root), "train", NULL, &err);
     EXPECT_MSG(rc == 0, "%s: %s", root, err.msg);
     if (rc) return rc;
     EXPECT_MSG(ds->count == want, "%s: %lld images, expected %lld", root, (long long)ds->count, (long long)want);
@@ -56,10 +35,10 @@ static int open_count(const char *root, dt_dataset *ds, int64_t want) {
 DT_TEST(data_scan_symlink_loops_and_duplicates_count_once) {
     dt_dataset ds;
     /* `ln -s . loop` in a class: the old scan found a/1.jpg, a/loop/1.jpg, ... 17 times */
-    mkdirs("r1/train/a");
-    mkdirs("r1/train/b");
-    touch("r1/train/a/1.jpg");
-    touch("r1/train/b/2.jpg");
+    dt_test_mkdirs("r1/train/a");
+    dt_test_mkdirs("r1/train/b");
+    dt_test_touch("r1/train/a/1.jpg");
+    dt_test_touch("r1/train/b/2.jpg");
     link_to(".", "r1/train/a/loop");
     if (open_count("r1", &ds, 2) == 0) {
         EXPECT_EQ_INT(ds.dup_dirs, 1);
@@ -84,8 +63,8 @@ DT_TEST(data_scan_symlink_loops_and_duplicates_count_once) {
         dt_dataset_close(&ds);
     }
     /* two and three self-links: 1 image became 131,072 samples; three ran for minutes */
-    mkdirs("r2/train/a");
-    touch("r2/train/a/1.jpg");
+    dt_test_mkdirs("r2/train/a");
+    dt_test_touch("r2/train/a/1.jpg");
     link_to(".", "r2/train/a/l1");
     link_to(".", "r2/train/a/l2");
     if (open_count("r2", &ds, 1) == 0) dt_dataset_close(&ds);
@@ -99,10 +78,10 @@ DT_TEST(data_scan_symlink_loops_and_duplicates_count_once) {
     EXPECT_MSG(dt_now_ms() - t0 < 1000, "the scan with three self-links took %.0f ms", dt_now_ms() - t0);
     /* two links to one folder outside the split, and a link to a file: each file once, under
      * the first path in name order */
-    mkdirs("shared");
-    touch("shared/s.jpg");
-    mkdirs("r3/train/a");
-    touch("r3/train/a/1.jpg");
+    dt_test_mkdirs("shared");
+    dt_test_touch("shared/s.jpg");
+    dt_test_mkdirs("r3/train/a");
+    dt_test_touch("r3/train/a/1.jpg");
     link_to("../../../shared", "r3/train/a/q");
     link_to("../../../shared", "r3/train/a/p");
     link_to("1.jpg", "r3/train/a/x.jpg");
@@ -114,8 +93,8 @@ DT_TEST(data_scan_symlink_loops_and_duplicates_count_once) {
         dt_dataset_close(&ds);
     }
     /* a class folder that is a link to another class: its files are counted under the first */
-    mkdirs("r4/train/a");
-    touch("r4/train/a/1.jpg");
+    dt_test_mkdirs("r4/train/a");
+    dt_test_touch("r4/train/a/1.jpg");
     link_to("a", "r4/train/b");
     if (open_count("r4", &ds, 1) == 0) {
         EXPECT_EQ_INT(ds.num_classes, 2);
@@ -125,21 +104,45 @@ DT_TEST(data_scan_symlink_loops_and_duplicates_count_once) {
     }
 }
 
-/* ---- images ---- */
+/* ---- images and the loader ---- */
 
-/* The bytes of a file in the test folder (malloc'ed). */
-static unsigned char *slurp(const char *rel, size_t *n) {
-    dt_scratch b = {0};
+/* The train loader over tmp/ROOT/train (opened into *ds) at 16 x 16, drop_last off, epoch 0
+ * started. */
+static dt_loader *start_loader(const char *root, dt_dataset *ds, int batch, int workers, int64_t max_pixels) {
     dt_err err;
-    if (dt_file_read(tp(rel), "", 1 << 26, &b, n, &err)) dt_fatal("%s", err.msg);
-    return b.p;
+    if (dt_dataset_open(ds, dt_test_path(root), "train", NULL, &err)) dt_fatal("%s", err.msg);
+    dt_loader_opts o = dt_loader_default_opts(1);
+    o.batch = batch;
+    o.image_size = 16;
+    o.workers = workers;
+    o.drop_last = 0;
+    o.max_pixels = max_pixels;
+    dt_loader *l = dt_loader_new(ds, &o, &err);
+    if (!l) dt_fatal("%s", err.msg);
+    dt_loader_start_epoch(l, 0);
+    return l;
 }
 
-static void spit(const char *rel, const void *p, size_t n) {
-    FILE *f = fopen(tp(rel), "wb");
-    fwrite(p, 1, n, f);
-    fclose(f);
+/* One epoch over tmp/ROOT (arg), then "skipped N" on stdout. */
+static void run_one_epoch(void *arg) {
+    dt_dataset ds;
+    dt_loader *l = start_loader(arg, &ds, 2, 2, DT_IMAGE_MAX_PIXELS);
+    dt_batch b;
+    /* fetch exactly the epoch's batches, as the trainer does, never asking for one more */
+    for (int64_t i = 0; i < dt_loader_batches(l); i++) {
+        if (dt_loader_next(l, &b) != 1) dt_fatal("batch %lld: %s", (long long)i, dt_loader_error(l));
+        dt_loader_release(l, &b);
+    }
+    printf("skipped %lld\n", (long long)dt_loader_epoch_stats(l).skipped);
+    dt_loader_free(l);
+    dt_dataset_close(&ds);
 }
+
+static void write_junk(const char *rel) {
+    const char *junk = "not an image at all";
+    dt_test_write_file(rel, junk, strlen(junk));
+}
+
 
 /* A smooth, detailed RGB test picture: the sample dataset's renderer. */
 static uint8_t *picture(int w, int h, int cls) {
@@ -162,25 +165,25 @@ DT_TEST(data_image_bomb_headers_are_refused_before_decoding) {
      * spent 2 s and 0.9 GB per worker on the 530-byte JPEG. */
     dt_err err;
     uint8_t *px = picture(16, 16, 1);
-    EXPECT_EQ_INT(dt_image_write_jpg(tp("bomb.jpg"), 16, 16, 3, px, 90, &err), 0);
-    EXPECT_EQ_INT(dt_image_write_png(tp("bomb.png"), 16, 16, 3, px, &err), 0);
+    EXPECT_EQ_INT(dt_image_write_jpg(dt_test_path("bomb.jpg"), 16, 16, 3, px, 90, &err), 0);
+    EXPECT_EQ_INT(dt_image_write_png(dt_test_path("bomb.png"), 16, 16, 3, px, &err), 0);
     free(px);
     size_t n;
-    unsigned char *j = slurp("bomb.jpg", &n);
+    unsigned char *j = dt_test_read_file("bomb.jpg", &n);
     size_t at = sof_dims(j, n);
     EXPECT(at > 0);
     put16be(j + at, 16167);
     put16be(j + at + 2, 8201);
-    spit("bomb.jpg", j, n);
-    unsigned char *p = slurp("bomb.png", &n);
+    dt_test_write_file("bomb.jpg", j, n);
+    unsigned char *p = dt_test_read_file("bomb.png", &n);
     unsigned char big[8] = {0, 0, 0x20, 0x09, 0, 0, 0x3f, 0x27}; /* IHDR width 8201, height 16167 */
     memcpy(p + 16, big, 8);
-    spit("bomb.png", p, n);
+    dt_test_write_file("bomb.png", p, n);
     dt_image im;
     const char *files[] = {"bomb.jpg", "bomb.png"};
     for (int i = 0; i < 2; i++) {
         double t0 = dt_now_ms();
-        int rc = dt_image_load(tp(files[i]), &im, NULL, &err);
+        int rc = dt_image_load(dt_test_path(files[i]), &im, NULL, &err);
         EXPECT_MSG(rc != 0, "%s decoded", files[i]);
         if (rc == 0) dt_image_free(&im);
         EXPECT_MSG(strstr(err.msg, "8201 x 16167 = 132.6 Mpx is more than max_image_pixels = 89478485"), "%s", err.msg);
@@ -189,7 +192,7 @@ DT_TEST(data_image_bomb_headers_are_refused_before_decoding) {
     /* the probe reads the size without decoding; the cap is a parameter */
     free(p);
     for (int i = 0; i < 2; i++) {
-        p = slurp(files[i], &n);
+        p = dt_test_read_file(files[i], &n);
         int w, h;
         EXPECT_EQ_INT(dt_image_probe(p, n, files[i], 200000000, &w, &h, &err), 0);
         EXPECT_EQ_INT(w, 8201);
@@ -222,59 +225,32 @@ DT_TEST(data_stb_sees_only_its_formats_within_a_budget) {
     EXPECT_MSG(dt_now_ms() - t0 < 100, "took %.0f ms", dt_now_ms() - t0);
 }
 
-static void loader_with_bomb(void *arg) {
-    (void)arg;
-    dt_dataset ds;
-    dt_err err;
-    if (dt_dataset_open(&ds, tp("bombset"), "train", NULL, &err)) dt_fatal("%s", err.msg);
-    dt_loader_opts o = dt_loader_default_opts(1);
-    o.batch = 2;
-    o.image_size = 16;
-    o.workers = 1;
-    o.drop_last = 0;
-    dt_loader *l = dt_loader_new(&ds, &o, &err);
-    dt_loader_start_epoch(l, 0);
-    dt_batch b;
-    while (dt_loader_next(l, &b) == 1) dt_loader_release(l, &b);
-    dt_loader_stats st = dt_loader_epoch_stats(l);
-    if (st.skipped != 1) dt_fatal("skipped %lld, expected 1", (long long)st.skipped);
-    dt_loader_free(l);
-    dt_dataset_close(&ds);
-}
-
 DT_TEST(data_loader_skips_oversized_images_with_a_warning) {
     dt_err err;
-    mkdirs("bombset/train/a");
+    dt_test_mkdirs("bombset/train/a");
     uint8_t *px = picture(24, 24, 2);
     for (int i = 0; i < 3; i++) {
         char rel[64];
         snprintf(rel, sizeof rel, "bombset/train/a/%d.png", i);
-        EXPECT_EQ_INT(dt_image_write_png(tp(rel), 24, 24, 3, px, &err), 0);
+        EXPECT_EQ_INT(dt_image_write_png(dt_test_path(rel), 24, 24, 3, px, &err), 0);
     }
     free(px);
     size_t n;
-    unsigned char *p = slurp("bombset/train/a/1.png", &n);
+    unsigned char *p = dt_test_read_file("bombset/train/a/1.png", &n);
     unsigned char big[8] = {0, 0, 0x20, 0x09, 0, 0, 0x3f, 0x27};
     memcpy(p + 16, big, 8);
-    spit("bombset/train/a/1.png", p, n);
+    dt_test_write_file("bombset/train/a/1.png", p, n);
     free(p);
-    EXPECT_OUTPUT(loader_with_bomb, NULL, "1.png: 8201 x 16167 = 132.6 Mpx is more than max_image_pixels");
+    EXPECT_OUTPUT(run_one_epoch, "bombset", "1.png: 8201 x 16167 = 132.6 Mpx is more than max_image_pixels");
+    EXPECT_OUTPUT(run_one_epoch, "bombset", "skipped 1\n");
     /* a lower cap (the loader option behind the config key) refuses the 24x24 ones too */
     dt_dataset ds;
-    EXPECT_EQ_INT(dt_dataset_open(&ds, tp("bombset"), "train", NULL, &err), 0);
-    dt_loader_opts o = dt_loader_default_opts(0);
-    o.batch = 3;
-    o.image_size = 16;
-    o.workers = 1;
-    o.max_pixels = 24 * 24 - 1;
-    dt_loader *l = dt_loader_new(&ds, &o, &err);
-    dt_loader_start_epoch(l, 0);
     dt_batch b;
+    dt_loader *l = start_loader("bombset", &ds, 3, 1, 24 * 24 - 1);
     EXPECT_EQ_INT(dt_loader_next(l, &b), -1);
     dt_loader_free(l);
-    o.max_pixels = 24 * 24;
-    l = dt_loader_new(&ds, &o, &err);
-    dt_loader_start_epoch(l, 0);
+    dt_dataset_close(&ds);
+    l = start_loader("bombset", &ds, 3, 1, 24 * 24);
     EXPECT_EQ_INT(dt_loader_next(l, &b), 1);
     dt_loader_free(l);
     dt_dataset_close(&ds);
@@ -284,10 +260,10 @@ DT_TEST(data_jpeg_errors_are_returned) {
     /* Broken JPEGs come back as errors: the process (and the test runner) lives on. */
     dt_err err;
     uint8_t *px = picture(64, 48, 3);
-    EXPECT_EQ_INT(dt_image_write_jpg(tp("ok.jpg"), 64, 48, 3, px, 90, &err), 0);
+    EXPECT_EQ_INT(dt_image_write_jpg(dt_test_path("ok.jpg"), 64, 48, 3, px, 90, &err), 0);
     free(px);
     size_t n;
-    unsigned char *j = slurp("ok.jpg", &n);
+    unsigned char *j = dt_test_read_file("ok.jpg", &n);
     dt_image im;
     EXPECT_EQ_INT(dt_image_decode(j, n, "ok", DT_IMAGE_MAX_PIXELS, 1.0, &im, &err), 0);
     dt_image_free(&im);
@@ -337,7 +313,7 @@ static void write_libjpeg(const char *rel, int w, int h, const uint8_t *in, int 
     struct jpeg_error_mgr e;
     c.err = jpeg_std_error(&e);
     jpeg_create_compress(&c);
-    FILE *f = fopen(tp(rel), "wb");
+    FILE *f = fopen(dt_test_path(rel), "wb");
     jpeg_stdio_dest(&c, f);
     c.image_width = (JDIMENSION)w;
     c.image_height = (JDIMENSION)h;
@@ -374,7 +350,7 @@ DT_TEST(data_jpeg_cmyk_ycck_and_the_scan_limit) {
     dt_err err;
     dt_image im;
     for (int f = 0; f < 2; f++) {
-        int rc = dt_image_load(tp(files[f]), &im, NULL, &err);
+        int rc = dt_image_load(dt_test_path(files[f]), &im, NULL, &err);
         EXPECT_MSG(rc == 0, "%s: %s", files[f], err.msg);
         if (rc) continue;
         EXPECT_NEAR(im.pix[0], 100, 3);
@@ -394,11 +370,11 @@ DT_TEST(data_jpeg_cmyk_ycck_and_the_scan_limit) {
     uint8_t gray[16 * 16];
     for (int i = 0; i < w * h; i++) gray[i] = (uint8_t)(i * 7);
     write_libjpeg("scans.jpg", w, h, gray, 1, JCS_GRAYSCALE, JCS_GRAYSCALE, scans, ns);
-    EXPECT(dt_image_load(tp("scans.jpg"), &im, NULL, &err) != 0);
+    EXPECT(dt_image_load(dt_test_path("scans.jpg"), &im, NULL, &err) != 0);
     EXPECT_MSG(strstr(err.msg, "more than 500 progressive scans"), "%s", err.msg);
     /* ... while a normal progressive one decodes, gray to RGB */
     write_libjpeg("prog.jpg", w, h, gray, 1, JCS_GRAYSCALE, JCS_GRAYSCALE, NULL, -1);
-    int rc = dt_image_load(tp("prog.jpg"), &im, NULL, &err);
+    int rc = dt_image_load(dt_test_path("prog.jpg"), &im, NULL, &err);
     EXPECT_MSG(rc == 0, "%s", err.msg);
     if (!rc) {
         EXPECT(im.pix[30] == im.pix[31] && im.pix[31] == im.pix[32]);
@@ -427,10 +403,10 @@ DT_TEST(data_jpeg_dct_downscaling_keeps_the_output) {
     int W = 1024, H = 768, S = 64;
     uint8_t *px = picture(W, H, 10);
     dt_err err;
-    EXPECT_EQ_INT(dt_image_write_jpg(tp("big.jpg"), W, H, 3, px, 90, &err), 0);
+    EXPECT_EQ_INT(dt_image_write_jpg(dt_test_path("big.jpg"), W, H, 3, px, 90, &err), 0);
     free(px);
     size_t n;
-    unsigned char *j = slurp("big.jpg", &n);
+    unsigned char *j = dt_test_read_file("big.jpg", &n);
     dt_image full;
     EXPECT_EQ_INT(dt_image_decode(j, n, "big", DT_IMAGE_MAX_PIXELS, 1.0, &full, &err), 0);
 #ifdef DT_LIBJPEG
@@ -490,63 +466,29 @@ DT_TEST(data_jpeg_dct_downscaling_keeps_the_output) {
     free(j);
 }
 
-/* ---- the loader ---- */
-
-static void run_one_epoch(void *arg) {
-    const char *root = arg;
-    dt_dataset ds;
-    dt_err err;
-    if (dt_dataset_open(&ds, tp(root), "train", NULL, &err)) dt_fatal("%s", err.msg);
-    dt_loader_opts o = dt_loader_default_opts(1);
-    o.batch = 2;
-    o.image_size = 16;
-    o.workers = 2;
-    o.drop_last = 0;
-    dt_loader *l = dt_loader_new(&ds, &o, &err);
-    dt_loader_start_epoch(l, 0);
-    dt_batch b;
-    /* fetch exactly the epoch's batches, as the trainer does, never asking for one more */
-    for (int64_t i = 0; i < dt_loader_batches(l); i++) {
-        if (dt_loader_next(l, &b) != 1) dt_fatal("batch %lld: %s", (long long)i, dt_loader_error(l));
-        dt_loader_release(l, &b);
-    }
-    dt_loader_free(l);
-    dt_dataset_close(&ds);
-}
-
-static void write_junk(const char *rel) {
-    const char *junk = "not an image at all";
-    spit(rel, junk, strlen(junk));
-}
-
 DT_TEST(data_loader_epoch_summary_and_dead_classes) {
     dt_err err;
-    mkdirs("sum/train/a");
-    mkdirs("sum/train/b");
+    dt_test_mkdirs("sum/train/a");
+    dt_test_mkdirs("sum/train/b");
     uint8_t *px = picture(20, 20, 4);
     for (int i = 0; i < 3; i++) {
         char rel[64];
         snprintf(rel, sizeof rel, "sum/train/%c/%d.png", "ab"[i % 2], i);
-        EXPECT_EQ_INT(dt_image_write_png(tp(rel), 20, 20, 3, px, &err), 0);
+        EXPECT_EQ_INT(dt_image_write_png(dt_test_path(rel), 20, 20, 3, px, &err), 0);
     }
     free(px);
     write_junk("sum/train/a/junk.jpg");
     /* the summary docs/data.md promises, printed when the epoch's last batch is handed out */
     EXPECT_OUTPUT(run_one_epoch, "sum", "epoch 0 of");
     EXPECT_OUTPUT(run_one_epoch, "sum", "1 images did not decode and were replaced by the next ones");
+    EXPECT_OUTPUT(run_one_epoch, "sum", "skipped 1\n");
     /* a class none of whose files decodes is an error naming it, not a silent loss */
-    mkdirs("sum/train/c");
+    dt_test_mkdirs("sum/train/c");
     write_junk("sum/train/c/1.jpg");
     write_junk("sum/train/c/2.png");
     EXPECT_DEATH(run_one_epoch, "sum", "none of the 2 images of class 'c'");
     dt_dataset ds;
-    EXPECT_EQ_INT(dt_dataset_open(&ds, tp("sum"), "train", NULL, &err), 0);
-    dt_loader_opts o = dt_loader_default_opts(0);
-    o.batch = 7;
-    o.image_size = 16;
-    o.workers = 3;
-    dt_loader *l = dt_loader_new(&ds, &o, &err);
-    dt_loader_start_epoch(l, 0);
+    dt_loader *l = start_loader("sum", &ds, 7, 3, DT_IMAGE_MAX_PIXELS);
     dt_batch b;
     EXPECT_EQ_INT(dt_loader_next(l, &b), -1);
     EXPECT_MSG(strstr(dt_loader_error(l), "class 'c'") && strstr(dt_loader_error(l), "sum/train/c"), "%s",

@@ -154,9 +154,10 @@ static void resume_with(const char *deform) {
 static void corrupt_resume(void *a) { (void)a; resume_with("all"); }
 static void mismatched_resume(void *a) { (void)a; resume_with("none"); /* a plain model */ }
 
-DT_TEST(train_bad_checkpoints_are_clear_errors) {
+/* Trains the tiny config for 2 steps, writing the checkpoint g_ck = tmp/name. */
+static void tiny_checkpoint(const char *name) {
     tiny_dataset();
-    snprintf(g_ck, sizeof g_ck, "%s/good.ckpt", dt_test_tmpdir());
+    snprintf(g_ck, sizeof g_ck, "%s/%s", dt_test_tmpdir(), name);
     dt_train_cfg c;
     tiny_cfg(&c);
     c.steps = 2;
@@ -165,6 +166,10 @@ DT_TEST(train_bad_checkpoints_are_clear_errors) {
     dt_err err;
     EXPECT_EQ_INT(dt_train_run(&c, &r, &err), 0);
     dt_train_result_free(&r);
+}
+
+DT_TEST(train_bad_checkpoints_are_clear_errors) {
+    tiny_checkpoint("good.ckpt");
     EXPECT_DEATH(mismatched_resume, NULL, "does not match the model");
     /* flip a byte in the middle: the checksum catches it */
     FILE *f = fopen(g_ck, "r+b");
@@ -301,16 +306,7 @@ static void resume_changed(void *arg) {
 }
 
 DT_TEST(train_resume_names_changed_keys) {
-    tiny_dataset();
-    snprintf(g_ck, sizeof g_ck, "%s/r.ckpt", dt_test_tmpdir());
-    dt_train_cfg c;
-    tiny_cfg(&c);
-    c.steps = 2;
-    snprintf(c.checkpoint, sizeof c.checkpoint, "%s", g_ck);
-    dt_train_result r;
-    dt_err err;
-    EXPECT_EQ_INT(dt_train_run(&c, &r, &err), 0);
-    dt_train_result_free(&r);
+    tiny_checkpoint("r.ckpt");
     EXPECT_OUTPUT(resume_changed, NULL, "resume: batch = 4 now, 8 in the run that wrote");
     EXPECT_OUTPUT(resume_changed, NULL, "resume: momentum = 0.8 now, 0.9 in the run that wrote");
 }

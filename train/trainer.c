@@ -48,39 +48,38 @@ static void out_check(outputs *o, FILE *f, const char *path) {
     if (fflush(f) != 0 || ferror(f)) snprintf(o->failed, sizeof o->failed, "cannot write %.600s: %.150s", path, strerror(errno));
 }
 
-static void say(outputs *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void say(outputs *o, const char *fmt, ...) {
+/* One line to the terminal (unless quiet; a warning to stderr through dt_warn) and the log. */
+static void emit(outputs *o, int warning, const char *fmt, va_list ap) {
     char line[2048];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    if (!o->quiet) {
+    if (warning) {
+        dt_warn("%s", line);
+    } else if (!o->quiet) {
         if (o->tty) fputs("\r\033[K", stdout);
         fputs(line, stdout);
         fputc('\n', stdout);
         fflush(stdout);
     }
     if (o->log) {
-        fputs(line, o->log);
-        fputc('\n', o->log);
+        fprintf(o->log, "%s%s\n", warning ? "warning: " : "", line);
         out_check(o, o->log, o->log_path);
     }
 }
 
-/* A warning on stderr (dt_warn) that also goes into the log file. */
-static void warn_logged(outputs *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void warn_logged(outputs *o, const char *fmt, ...) {
-    char line[2048];
+static void say(outputs *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(outputs *o, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
+    emit(o, 0, fmt, ap);
     va_end(ap);
-    dt_warn("%s", line);
-    if (o->log) {
-        fprintf(o->log, "warning: %s\n", line);
-        out_check(o, o->log, o->log_path);
-    }
+}
+
+static void warn_logged(outputs *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void warn_logged(outputs *o, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    emit(o, 1, fmt, ap);
+    va_end(ap);
 }
 
 static int cmp_d(const void *a, const void *b) {
