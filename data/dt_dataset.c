@@ -427,8 +427,8 @@ int dt_dataset_open(dt_dataset *ds, const char *root, const char *split, const d
     free(paths.v);
     if (ds->count == 0) {
         rc = dt_errf(err,
-                         "no images in %s: %d class folder%s, all empty (images need an extension stb_image "
-                         "reads: jpg jpeg png bmp)",
+                         "no images in %s: %d class folder%s, all empty (images need an extension deftc "
+                         "decodes: jpg jpeg png bmp)",
                          dir, ds->num_classes, ds->num_classes == 1 ? "" : "s");
         dt_dataset_close(ds);
         return rc;

@@ -7,8 +7,8 @@
  * so "cat" and "cats" are two classes. The val split must have exactly the train classes
  * (dt_dataset_open with classes_from = the train set checks it and names the differences).
  *
- * Images: files whose extension stb_image reads (jpg jpeg png bmp gif tga psd hdr pic pnm
- * ppm pgm, any case); other files and hidden entries (".*") are ignored. Like ImageFolder,
+ * Images: files named *.jpg, *.jpeg, *.png, *.bmp (any case), the formats deftc decodes; other
+ * files and hidden entries (".*") are ignored. Like ImageFolder,
  * a class folder is walked recursively (following symlinks, 16 levels at most), and files
  * are ordered by (directory path, file name). Unlike ImageFolder, every folder is entered
  * and every file counted once per split, by device and inode: a symlink loop (`ln -s .
@@ -46,7 +46,7 @@ typedef struct {
     char *arena_;       /* storage of the strings above */
 } dt_dataset;
 
-/* True when `name` has an extension stb_image decodes (case-insensitive). */
+/* True when `name` has an image extension deftc decodes (case-insensitive). */
 int dt_is_image_name(const char *name);
 
 /* Scans ROOT/split. classes_from: NULL for the training split (classes are found); for val

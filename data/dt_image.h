@@ -1,11 +1,12 @@
 /* dt_image.h: 8-bit RGB images, decoding (libjpeg-turbo for JPEG when built in, stb_image for
  * the rest) and the resampler every transform uses.
  *
- * An image is always 3 channels out, whatever the file holds (gray, gray+alpha, RGB, RGBA,
- * palette; 8 or 16 bits per channel): alpha is dropped, 16-bit samples are reduced to 8 bits,
- * HDR is tone-mapped by stb_image. Decoding reads the file with one fread and decodes from
- * memory; a missing, unreadable, corrupt or truncated file returns -1 with a message naming
- * the file and the decoder's reason, never crashes or exits.
+ * Formats: JPEG, PNG, BMP (by content). An image is always 3 channels out, whatever the file
+ * holds (gray, gray+alpha, RGB, RGBA, palette, CMYK; 8 or 16 bits per channel): alpha is
+ * dropped, 16-bit samples are reduced to 8 bits. Decoding reads the file whole and decodes from
+ * memory; the size in the header is checked against a pixel cap before anything is decoded; a
+ * missing, unreadable, corrupt, truncated or oversized file returns -1 with a message naming
+ * the file and the reason, never crashes or exits (docs/inputs.md).
  *
  * The resampler is a separable triangle filter ("bilinear") that widens its support by the
  * downscale factor, like PIL's BILINEAR resize that torchvision uses on PIL images: shrinking

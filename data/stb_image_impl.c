@@ -11,10 +11,10 @@
 
 /* Decoding goes through memory buffers we read ourselves (one read per file). */
 #define STBI_NO_STDIO
-/* Only the formats deftc reads (dt_is_image_name): stb 2.27's readers of the others are not
- * safe on crafted files. tests/fuzz/fuzz_image found, each within minutes: HDR looping forever
- * on a run length of 0, PNM reading past a 16-bit image's buffer and overflowing an int while
- * parsing its header. JPEG only when libjpeg-turbo is not built in. */
+/* Only the formats deftc reads (dt_is_image_name). tests/fuzz/fuzz_image found in stb 2.27's
+ * readers of others, each within minutes: HDR looping forever on a run length of 0, PNM reading
+ * past a 16-bit image's buffer and overflowing an int while parsing its header; GIF, TGA, PSD
+ * and PIC are not ImageFolder formats. JPEG only when libjpeg-turbo is not built in. */
 #define STBI_ONLY_PNG
 #define STBI_ONLY_BMP
 #ifndef DT_LIBJPEG
