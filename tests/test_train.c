@@ -327,3 +327,20 @@ DT_TEST(train_max_image_pixels_reaches_the_loader) {
     tiny_dataset();
     EXPECT_OUTPUT(tiny_image_cap, NULL, "72 x 72 = 0.0 Mpx is more than max_image_pixels = 5000");
 }
+
+DT_TEST(train_dead_val_class_is_an_error) {
+    /* every val image of one class broken: the evaluation must not quietly skip the class */
+    const char *root = tiny_dataset();
+    char dir[600], cmd[1400];
+    snprintf(dir, sizeof dir, "%s/val/00_circle", root);
+    snprintf(cmd, sizeof cmd, "for f in '%s'/*.jpg; do echo broken > \"$f\"; done", dir);
+    EXPECT_EQ_INT(system(cmd), 0);
+    dt_train_cfg c;
+    tiny_cfg(&c);
+    c.steps = 2;
+    dt_train_result r;
+    dt_err err;
+    EXPECT(dt_train_run(&c, &r, &err) != 0);
+    EXPECT_MSG(strstr(err.msg, "none of the 4 images of class '00_circle'"), "%s", err.msg);
+    dt_train_result_free(&r);
+}

@@ -316,15 +316,17 @@ static int load_ckpt(run_state *s, dt_ckpt_pos *pos, dt_err *err) {
 }
 
 /* Evaluates on the val set; returns top-1/top-5 fractions and the mean loss. Collects the
- * offset statistics of every deformable layer on the first batch. */
-static void evaluate(run_state *s, double *top1, double *top5, double *loss, int stats) {
+ * offset statistics of every deformable layer on the first batch. -1 (with err set) when the
+ * val loader fails: no image, or no image of a class, decodes. */
+static int evaluate(run_state *s, double *top1, double *top5, double *loss, int stats, dt_err *err) {
     const dt_train_cfg *c = s->c;
     dt_set_grad_enabled(0);
     dt_loader_start_epoch(s->val_ld, 0);
     dt_batch b;
     double c1 = 0, c5 = 0, l = 0;
     int64_t n = 0, nbat = 0;
-    while (dt_loader_next(s->val_ld, &b) == 1) {
+    int got;
+    while ((got = dt_loader_next(s->val_ld, &b)) == 1) {
         if (c->max_val_batches && nbat >= c->max_val_batches) {
             dt_loader_release(s->val_ld, &b);
             break;
@@ -361,6 +363,7 @@ static void evaluate(run_state *s, double *top1, double *top5, double *loss, int
     *top1 = n ? c1 / n : NAN;
     *top5 = n ? c5 / n : NAN;
     *loss = n ? l / n : NAN;
+    return got < 0 ? dt_errf(err, "%s", dt_loader_error(s->val_ld)) : 0;
 }
 
 static void log_offset_stats(run_state *s, int64_t epoch) {
@@ -689,7 +692,10 @@ int dt_train_run(const dt_train_cfg *c, dt_train_result *res, dt_err *err) {
         /* Evaluate every eval_every epochs, and at the end of the run even mid-epoch (a
          * steps-limited run); not when stop_at interrupts it (it will resume). */
         if (s->val_ld && ((epoch_done && c->eval_every && (epoch + 1) % c->eval_every == 0) || last)) {
-            evaluate(s, &v1, &v5, &vl, 1);
+            if (evaluate(s, &v1, &v5, &vl, 1, err)) {
+                rc = 1;
+                break;
+            }
             res->val_top1 = v1;
             res->val_top5 = v5;
             say(&s->out, "epoch %lld done in %.1f s: train loss %.4f, val loss %.4f, val top-1 %.2f%%, top-5 %.2f%%",
