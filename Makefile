@@ -8,15 +8,24 @@
 #   STB_INCLUDE=...   where stb_image.h lives (default /usr/include/stb, Debian's libstb-dev)
 #   WERROR=1          warnings are errors (CI)
 #   DEBUG=1           -O0 -g, and device-side line info
+#   SAN=1             AddressSanitizer + UndefinedBehaviorSanitizer build of the CPU code (CUDA=0,
+#                     into build-san/ unless BUILD is given): `make test SAN=1` is what CI runs
+#                     (SAN=fuzz: the same for libFuzzer targets, with clang; see `make fuzz`)
+#   JPEG=0|1          JPEG decoding with libjpeg-turbo, linked statically (default: 1 when its
+#                     libjpeg.a and jpeglib.h are found; otherwise stb_image decodes JPEG too)
 
+SAN ?= 0
 CUDA_HOME ?= /usr/local/cuda
 NVCC ?= $(shell command -v nvcc 2>/dev/null || { test -x $(CUDA_HOME)/bin/nvcc && echo $(CUDA_HOME)/bin/nvcc; })
 ifeq ($(origin CUDA), undefined)
-  CUDA := $(if $(NVCC),1,0)
+  CUDA := $(if $(filter 1 fuzz,$(SAN)),0,$(if $(NVCC),1,0))
+endif
+ifneq ($(filter 11 fuzz1,$(SAN)$(CUDA)),)
+  $(error SAN=$(SAN) builds the CPU code only (the CUDA runtime and ASan do not mix): use CUDA=0)
 endif
 CUDA_ARCH ?= sm_90
 STB_INCLUDE ?= /usr/include/stb
-BUILD ?= build
+BUILD ?= $(if $(filter 1,$(SAN)),build-san,$(if $(filter fuzz,$(SAN)),build-fuzz,build))
 WERROR ?= 0
 DEBUG ?= 0
 
@@ -28,8 +37,30 @@ endif
 OPT := $(if $(filter 1,$(DEBUG)),-O0 -g,-O3 -g)
 INCLUDES := -Icore -Ikernels -Ilayers -Idata -Itrain -Itests -I$(STB_INCLUDE)
 WARN := -Wall -Wextra $(if $(filter 1,$(WERROR)),-Werror,)
-CFLAGS := -std=gnu11 $(OPT) $(WARN) -fPIC -pthread -MMD -MP $(INCLUDES)
-LDLIBS := -lm -lpthread
+# Sanitizers: UB stops the program (a test that trips it fails); ASan reports and stops too.
+SAN_ON := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+SAN_FUZZ := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+SANFLAGS := $(if $(filter 1,$(SAN)),$(SAN_ON),$(if $(filter fuzz,$(SAN)),$(SAN_FUZZ),))
+CFLAGS := -std=gnu11 $(OPT) $(WARN) -fPIC -pthread -MMD -MP $(INCLUDES) $(SANFLAGS)
+LDLIBS := -lm -lpthread $(SANFLAGS)
+
+# libjpeg-turbo (optional). Programs and tests link its static library, so they run where it
+# is not installed (the GPU machine); libdeftc.so links the shared one, because Debian's
+# libjpeg.a is not position-independent.
+JPEG_LIB ?= $(shell $(CC) -print-file-name=libjpeg.a)
+ifeq ($(origin JPEG), undefined)
+  JPEG := $(if $(filter /%,$(JPEG_LIB)),$(shell printf '\043include <stdio.h>\n\043include <jpeglib.h>\n' | \
+            $(CC) -E -x c - >/dev/null 2>&1 && echo 1),)
+  JPEG := $(if $(JPEG),1,0)
+endif
+ifeq ($(JPEG)$(origin JPEG),0file)
+  ifeq ($(filter clean help,$(MAKECMDGOALS)),)
+    $(info deftc: libjpeg-turbo not found: stb_image decodes JPEG (slower, not hardened against crafted files); for the fast path: sudo apt-get install libjpeg-dev)
+  endif
+endif
+JPEG_STATIC := $(if $(filter 1,$(JPEG)),$(JPEG_LIB),)
+JPEG_SHARED := $(if $(filter 1,$(JPEG)),-ljpeg,)
+CFLAGS += $(if $(filter 1,$(JPEG)),-DDT_LIBJPEG,)
 
 ifeq ($(CUDA),1)
   ifeq ($(NVCC),)
@@ -48,11 +79,13 @@ endif
 # Objects depend on the build configuration, so switching CUDA=0/1, the arch or the flags
 # rebuilds what it must instead of linking stale objects.
 CONFIG := $(BUILD)/.config
-$(shell mkdir -p $(BUILD) && echo 'CUDA=$(CUDA) ARCH=$(CUDA_ARCH) DEBUG=$(DEBUG) WERROR=$(WERROR) CC=$(CC) STB=$(STB_INCLUDE)' > $(CONFIG).new && \
+$(shell mkdir -p $(BUILD) && echo 'CUDA=$(CUDA) ARCH=$(CUDA_ARCH) DEBUG=$(DEBUG) WERROR=$(WERROR) CC=$(CC) STB=$(STB_INCLUDE) SAN=$(SAN) JPEG=$(JPEG)' > $(CONFIG).new && \
   (cmp -s $(CONFIG).new $(CONFIG) || mv $(CONFIG).new $(CONFIG)); rm -f $(CONFIG).new)
 
-# Library sources: everything in the library folders except programs (*_main.c).
-LIB_C := $(filter-out %_main.c,$(wildcard core/*.c kernels/*.c layers/*.c data/*.c train/*.c))
+# Library sources: everything in the library folders except programs (*_main.c), and the
+# libjpeg-turbo decoder when it is not built in.
+LIB_C := $(filter-out %_main.c $(if $(filter 1,$(JPEG)),,data/dt_jpeg.c),\
+           $(wildcard core/*.c kernels/*.c layers/*.c data/*.c train/*.c))
 LIB_CU := $(if $(filter 1,$(CUDA)),$(wildcard core/*.cu kernels/*.cu layers/*.cu),)
 LIB_OBJ := $(LIB_C:%.c=$(BUILD)/obj/%.o) $(LIB_CU:%.cu=$(BUILD)/obj/%.cu.o)
 TEST_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tests/*.c))
@@ -61,7 +94,7 @@ PROGRAMS := $(patsubst %_main.c,$(BUILD)/%,$(notdir $(wildcard train/*_main.c da
 # so that it never rots.
 LAB := $(if $(filter 1,$(CUDA)),$(BUILD)/deform_lab,)
 
-.PHONY: all lib test test-gpu clean help data bench-loader run reproduce lab
+.PHONY: all lib test test-gpu clean help data bench-loader run reproduce lab fuzz fuzz-run
 # Keep the programs' objects (make would delete them as intermediates and rebuild them).
 .SECONDARY:
 
@@ -77,9 +110,32 @@ lab: $(LAB)
 
 lib: $(BUILD)/libdeftc.a $(BUILD)/libdeftc.so
 
-$(BUILD)/obj/%.o: %.c $(CONFIG)
+# stb_image is the one dependency a fresh Debian/Ubuntu machine lacks, so that `make test` and
+# `make run` are the whole set-up: when its header is missing, make installs libstb-dev when it
+# runs as root with apt-get (CI, containers), and otherwise stops with the command to run.
+# (libjpeg-turbo is optional: without it stb_image decodes JPEG too; see JPEG above.)
+$(STB_INCLUDE)/stb_image.h:
+	@if [ "$(STB_INCLUDE)" = /usr/include/stb ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "== $@ is missing: installing libstb-dev"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libstb-dev; \
+	else \
+	  echo "deftc needs stb_image.h, which is not in $(STB_INCLUDE). Install it with"; \
+	  echo "    sudo apt-get install libstb-dev"; \
+	  echo "(Debian/Ubuntu), or point STB_INCLUDE=DIR at a folder holding stb_image.h and stb_image_write.h."; \
+	  exit 1; \
+	fi
+
+$(BUILD)/obj/%.o: %.c $(CONFIG) | $(STB_INCLUDE)/stb_image.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
+
+# Third-party stb code under the sanitizers, two benign patterns left alone (everything else,
+# ASan's bounds included, is checked): stb_image_write's JPEG bit writer shifts signed ints
+# left past their range (it only writes our own pixels); stb_image's PNG reader, given an
+# empty IDAT chunk, adds 0 to its NULL buffer and memcpy's 0 bytes into it.
+STB_SAN_EXEMPT := -fno-sanitize=pointer-overflow,nonnull-attribute
+$(BUILD)/obj/data/stb_write_impl.o: CFLAGS += $(if $(filter 1 fuzz,$(SAN)),-fno-sanitize=shift-base,)
+$(BUILD)/obj/data/stb_image_impl.o: CFLAGS += $(if $(filter 1 fuzz,$(SAN)),$(STB_SAN_EXEMPT),)
 
 $(BUILD)/obj/%.cu.o: %.cu $(CONFIG)
 	@mkdir -p $(dir $@)
@@ -91,20 +147,20 @@ $(BUILD)/libdeftc.a: $(LIB_OBJ)
 	ar rcs $@ $^
 
 $(BUILD)/libdeftc.so: $(LIB_OBJ)
-	$(CC) -shared -o $@ $^ $(LDLIBS)
+	$(CC) -shared -o $@ $^ $(JPEG_SHARED) $(LDLIBS)
 
 $(BUILD)/%: $(BUILD)/obj/train/%_main.o $(BUILD)/libdeftc.a
-	$(CC) -o $@ $< $(BUILD)/libdeftc.a $(LDLIBS)
+	$(CC) -o $@ $< $(BUILD)/libdeftc.a $(JPEG_STATIC) $(LDLIBS)
 
 $(BUILD)/%: $(BUILD)/obj/data/%_main.o $(BUILD)/libdeftc.a
-	$(CC) -o $@ $< $(BUILD)/libdeftc.a $(LDLIBS)
+	$(CC) -o $@ $< $(BUILD)/libdeftc.a $(JPEG_STATIC) $(LDLIBS)
 
 $(BUILD)/deform_lab: $(BUILD)/obj/bench/lab/deform_lab.cu.o $(BUILD)/libdeftc.a
-	$(CC) -o $@ $< $(BUILD)/libdeftc.a $(LDLIBS)
+	$(CC) -o $@ $< $(BUILD)/libdeftc.a $(JPEG_STATIC) $(LDLIBS)
 
 # Tests link the objects directly so that every test file's constructor is kept.
 $(BUILD)/test: $(TEST_OBJ) $(BUILD)/libdeftc.a
-	$(CC) -o $@ $(TEST_OBJ) $(BUILD)/libdeftc.a $(LDLIBS)
+	$(CC) -o $@ $(TEST_OBJ) $(BUILD)/libdeftc.a $(JPEG_STATIC) $(LDLIBS)
 
 test: $(BUILD)/test $(BUILD)/libdeftc.so
 	$(BUILD)/test
@@ -132,6 +188,31 @@ bench-loader: $(BUILD)/mkdata $(BUILD)/loaderbench
 	test -d $(BUILD)/inet-bench || $(BUILD)/mkdata --out $(BUILD)/inet-bench --train 200 --val 0 --width 500 --height 375
 	$(BUILD)/loaderbench --data $(BUILD)/inet-bench
 
+# Fuzz targets for every parser of untrusted input (tests/fuzz/fuzz_*.c: config, .npy,
+# checkpoint, image), built with clang's libFuzzer + ASan + UBSan into build-fuzz/fuzz/;
+# `make fuzz-run` runs each for FUZZ_SECONDS from its seed corpus (tests/fuzz/corpus/NAME,
+# new inputs go to build-fuzz/corpus/NAME) and stops at the first crash (saved in build-fuzz/).
+FUZZ_CC ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
+
+fuzz:
+	$(MAKE) SAN=fuzz CC=$(FUZZ_CC) BUILD=build-fuzz $(FUZZ_TARGETS:%=build-fuzz/fuzz/%)
+
+fuzz-run: fuzz
+	@for t in $(FUZZ_TARGETS); do \
+	  name=$${t#fuzz_}; mkdir -p build-fuzz/corpus/$$name; \
+	  echo "== $$t: $(FUZZ_SECONDS) s"; \
+	  build-fuzz/fuzz/$$t -max_total_time=$(FUZZ_SECONDS) -timeout=30 -rss_limit_mb=2048 -print_final_stats=1 \
+	    -artifact_prefix=build-fuzz/$$t- build-fuzz/corpus/$$name tests/fuzz/corpus/$$name > build-fuzz/$$t.log 2>&1; \
+	  rc=$$?; grep -E "^(Done|stat::number_of_executed_units)|ERROR|runtime error|Test unit written" build-fuzz/$$t.log; \
+	  if [ $$rc != 0 ]; then tail -40 build-fuzz/$$t.log; exit 1; fi; \
+	done
+
+$(BUILD)/fuzz/%: tests/fuzz/%.c $(BUILD)/libdeftc.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fsanitize=fuzzer -o $@ $< $(BUILD)/libdeftc.a $(JPEG_STATIC) $(LDLIBS)
+
 clean:
 	rm -rf $(BUILD)
 
@@ -145,5 +226,7 @@ help:
 	@echo "make data            generate the sample dataset into $(DATA)/ (build/mkdata --help)"
 	@echo "make bench-loader    loader images/s on ImageNet-like JPEGs"
 	@echo "make lab             the deformable kernel lab (build/deform_lab: variants validated, then timed; GPU)"
+	@echo "make test SAN=1      CPU tests under AddressSanitizer + UndefinedBehaviorSanitizer (build-san/)"
+	@echo "make fuzz-run        each libFuzzer target (config, .npy, checkpoint, image) for FUZZ_SECONDS=60 (clang)"
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

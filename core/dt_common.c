@@ -67,6 +67,22 @@ char *dt_xstrdup(const char *s) {
     return p;
 }
 
+void *dt_scratch_get(dt_scratch *s, size_t bytes) {
+    if (bytes > s->cap) {
+        free(s->p);
+        size_t cap = bytes + bytes / 4 + 64;
+        s->p = dt_xmalloc(cap);
+        s->cap = cap;
+    }
+    return s->p;
+}
+
+void dt_scratch_free(dt_scratch *s) {
+    free(s->p);
+    s->p = NULL;
+    s->cap = 0;
+}
+
 long dt_env_long(const char *name, long def) {
     const char *v = getenv(name);
     if (!v || !*v) return def;

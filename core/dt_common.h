@@ -54,6 +54,14 @@ void *dt_xcalloc(size_t count, size_t size);
 void *dt_xrealloc(void *p, size_t bytes);
 char *dt_xstrdup(const char *s);
 
+/* A growable scratch buffer, so hot loops (one per loader worker) do not malloc per item. */
+typedef struct {
+    void *p;
+    size_t cap;
+} dt_scratch;
+void *dt_scratch_get(dt_scratch *s, size_t bytes); /* contents not preserved */
+void dt_scratch_free(dt_scratch *s);
+
 /* Environment helpers: an unset or empty variable gives the default. */
 long dt_env_long(const char *name, long def);
 

@@ -1,6 +1,9 @@
 #include "dt_npy.h"
 
+#include "dt_file.h"
+
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,47 +55,50 @@ static const char *dict_value(const char *hdr, const char *key) {
     return p;
 }
 
-dt_tensor *dt_npy_load(const char *path, dt_dev dev, dt_err *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) { dt_errf(err, "cannot open %s: %s", path, strerror(errno)); return NULL; }
-    unsigned char pre[12];
-    dt_tensor *t = NULL;
-    char *hdr = NULL;
-    if (fread(pre, 1, 8, f) != 8 || memcmp(pre, "\x93NUMPY", 6) != 0) {
-        dt_errf(err, "%s: not a .npy file (bad magic)", path);
-        goto done;
+dt_tensor *dt_npy_parse(const void *data, size_t size, const char *name, dt_dev dev, dt_err *err) {
+    const unsigned char *b = data;
+    if (size < 8 || memcmp(b, "\x93NUMPY", 6) != 0) {
+        dt_errf(err, "%s: not a .npy file (bad magic)", name);
+        return NULL;
     }
-    size_t hlen;
-    if (pre[6] == 1) {
-        if (fread(pre + 8, 1, 2, f) != 2) { dt_errf(err, "%s: truncated header", path); goto done; }
-        hlen = pre[8] | (pre[9] << 8);
-    } else if (pre[6] == 2 || pre[6] == 3) {
-        if (fread(pre + 8, 1, 4, f) != 4) { dt_errf(err, "%s: truncated header", path); goto done; }
-        hlen = pre[8] | (pre[9] << 8) | ((size_t)pre[10] << 16) | ((size_t)pre[11] << 24);
-        if (hlen > (1u << 20)) { dt_errf(err, "%s: header of %zu bytes is implausible", path, hlen); goto done; }
+    /* Every length below is checked against `size` before it is used. */
+    size_t hlen, off;
+    if (b[6] == 1) {
+        off = 10;
+        if (size < off) { dt_errf(err, "%s: truncated header", name); return NULL; }
+        hlen = b[8] | ((size_t)b[9] << 8);
+    } else if (b[6] == 2 || b[6] == 3) {
+        off = 12;
+        if (size < off) { dt_errf(err, "%s: truncated header", name); return NULL; }
+        hlen = b[8] | ((size_t)b[9] << 8) | ((size_t)b[10] << 16) | ((size_t)b[11] << 24);
     } else {
-        dt_errf(err, "%s: unsupported .npy version %d.%d", path, pre[6], pre[7]);
-        goto done;
+        dt_errf(err, "%s: unsupported .npy version %d.%d", name, b[6], b[7]);
+        return NULL;
     }
-    hdr = dt_xmalloc(hlen + 1);
-    if (fread(hdr, 1, hlen, f) != hlen) { dt_errf(err, "%s: truncated header", path); goto done; }
+    if (hlen > size - off) {
+        dt_errf(err, "%s: truncated header (%zu bytes announced, %zu in the file)", name, hlen, size - off);
+        return NULL;
+    }
+    char *hdr = dt_xmalloc(hlen + 1);
+    memcpy(hdr, b + off, hlen);
     hdr[hlen] = 0;
+    dt_tensor *t = NULL;
     const char *d = dict_value(hdr, "'descr'");
-    if (!d) { dt_errf(err, "%s: header has no 'descr'", path); goto done; }
+    if (!d) { dt_errf(err, "%s: header has no 'descr'", name); goto done; }
     if (strncmp(d, "'<f4'", 5) != 0) {
         char got[16] = {0};
         sscanf(d, "'%15[^']'", got);
         dt_errf(err, "%s: dtype is '%s', deftc reads only float32 ('<f4'); convert with "
-                "arr.astype(np.float32)", path, got);
+                "arr.astype(np.float32)", name, got);
         goto done;
     }
     const char *fo = dict_value(hdr, "'fortran_order'");
     if (!fo || strncmp(fo, "False", 5) != 0) {
-        dt_errf(err, "%s: Fortran-ordered arrays are not supported; save np.ascontiguousarray(arr)", path);
+        dt_errf(err, "%s: Fortran-ordered arrays are not supported; save np.ascontiguousarray(arr)", name);
         goto done;
     }
     const char *sh = dict_value(hdr, "'shape'");
-    if (!sh || *sh != '(') { dt_errf(err, "%s: header has no shape", path); goto done; }
+    if (!sh || *sh != '(') { dt_errf(err, "%s: header has no shape", name); goto done; }
     int64_t shape[DT_MAX_DIMS];
     int ndim = 0;
     const char *p = sh + 1;
@@ -100,24 +106,39 @@ dt_tensor *dt_npy_load(const char *path, dt_dev dev, dt_err *err) {
         while (*p == ' ' || *p == ',') p++;
         if (*p == ')') break;
         char *end;
+        errno = 0;
         long long v = strtoll(p, &end, 10);
-        if (end == p || v < 0) { dt_errf(err, "%s: malformed shape in header", path); goto done; }
-        if (ndim == DT_MAX_DIMS) { dt_errf(err, "%s: more than %d dimensions", path, DT_MAX_DIMS); goto done; }
+        if (end == p || v < 0 || errno) { dt_errf(err, "%s: malformed shape in header", name); goto done; }
+        if (ndim == DT_MAX_DIMS) { dt_errf(err, "%s: more than %d dimensions", name, DT_MAX_DIMS); goto done; }
         shape[ndim++] = v;
         p = end;
     }
     int64_t n = dt_numel(ndim, shape);
-    float *buf = dt_xmalloc((size_t)(n ? n : 1) * sizeof(float));
-    size_t got = fread(buf, sizeof(float), n, f);
-    if (got != (size_t)n) {
-        dt_errf(err, "%s: truncated data: header promises %lld floats, file holds %zu", path, (long long)n, got);
-        free(buf);
+    if (n < 0) { dt_errf(err, "%s: the shape in the header has more than 2^63 elements", name); goto done; }
+    /* The data must be exactly what the header promises: the tensor is allocated only then,
+     * so its size is bounded by the file's. */
+    size_t avail = size - off - hlen;
+    if ((uint64_t)n > avail / sizeof(float)) {
+        dt_errf(err, "%s: truncated data: header promises %lld floats, file holds %zu", name, (long long)n,
+                avail / sizeof(float));
         goto done;
     }
-    t = dt_tensor_from_host(ndim, shape, dev, buf);
-    free(buf);
+    if (avail != (size_t)n * sizeof(float)) {
+        dt_errf(err, "%s: %zu bytes after the %lld floats the header promises", name, avail - (size_t)n * sizeof(float),
+                (long long)n);
+        goto done;
+    }
+    t = dt_tensor_from_host(ndim, shape, dev, (const float *)(b + off + hlen)); /* copied with memcpy */
 done:
     free(hdr);
-    fclose(f);
+    return t;
+}
+
+dt_tensor *dt_npy_load(const char *path, dt_dev dev, dt_err *err) {
+    dt_scratch buf = {0};
+    size_t size;
+    dt_tensor *t = NULL;
+    if (dt_file_read(path, "", SIZE_MAX - 1, &buf, &size, err) == 0) t = dt_npy_parse(buf.p, size, path, dev, err);
+    dt_scratch_free(&buf);
     return t;
 }

@@ -56,7 +56,22 @@ int dt_parallel_threads(void) {
     return P.nthreads;
 }
 
+/* A forked child has none of the workers: it starts its own pool on its first call instead of
+ * waiting forever for the parent's (the tests run whole trainings in forked children). */
+static void forget_pool_after_fork(void) {
+    P.started = 0;
+    P.generation = 0;
+    P.pending = 0;
+    P.mu = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+    P.go = (pthread_cond_t)PTHREAD_COND_INITIALIZER;
+    P.done = (pthread_cond_t)PTHREAD_COND_INITIALIZER;
+}
+
+static void register_fork_handler(void) { pthread_atfork(NULL, NULL, forget_pool_after_fork); }
+
 static void start_pool(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, register_fork_handler);
     int n = dt_parallel_threads();
     /* Part 0 runs on the calling thread; workers take parts 1..n-1. */
     for (int i = 1; i < n; i++)

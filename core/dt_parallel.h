@@ -3,7 +3,7 @@
  * are done. Work is split by index only, so results never depend on the thread count as long
  * as each index is computed independently (every CPU kernel is written that way).
  * Threads: DT_THREADS from the environment, else the number of cores. A call made from inside
- * a worker runs serially. */
+ * a worker runs serially. A process forked after the pool started gets a pool of its own. */
 #ifndef DT_PARALLEL_H
 #define DT_PARALLEL_H
 

@@ -81,7 +81,8 @@ static void storage_unref(dt_storage *s) {
 
 int64_t dt_numel(int ndim, const int64_t *shape) {
     int64_t n = 1;
-    for (int i = 0; i < ndim; i++) n *= shape[i];
+    for (int i = 0; i < ndim; i++)
+        if (shape[i] < 0 || __builtin_mul_overflow(n, shape[i], &n)) return -1;
     return n;
 }
 
@@ -89,6 +90,7 @@ static dt_tensor *header(int ndim, const int64_t *shape, dt_dev dev) {
     if (ndim < 0 || ndim > DT_MAX_DIMS) dt_fatal("tensor with %d dims (at most %d)", ndim, DT_MAX_DIMS);
     for (int i = 0; i < ndim; i++)
         if (shape[i] < 0) dt_fatal("tensor dimension %d is negative (%lld)", i, (long long)shape[i]);
+    if (dt_numel(ndim, shape) < 0) dt_fatal("tensor shape with more than 2^63 elements");
     if (dev == DT_GPU && !dt_gpu_ready()) dt_gpu_init(0);
     dt_tensor *t = dt_xcalloc(1, sizeof *t);
     t->ndim = ndim;

@@ -93,6 +93,7 @@ void dt_tensor_fill_uniform(dt_tensor *t, dt_rng *rng, float lo, float hi);
 float *dt_tensor_host_copy(const dt_tensor *t);             /* malloc'd copy of the data */
 
 /* Shapes. */
+/* Elements of a shape; -1 when a dimension is negative or the product overflows int64. */
 int64_t dt_numel(int ndim, const int64_t *shape);
 int dt_same_shape(const dt_tensor *a, const dt_tensor *b);
 char *dt_shape_str(const dt_tensor *t, char *buf, int len); /* "[64, 3, 224, 224]" */

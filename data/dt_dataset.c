@@ -3,6 +3,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -17,6 +19,7 @@ typedef struct {
 } arena;
 
 static void arena_put(arena *a, const void *s, size_t n) {
+    if (!n) return; /* an empty arena has no buffer to copy into */
     if (a->len + n > a->cap) {
         size_t cap = a->cap ? a->cap * 2 : 1 << 16;
         while (cap < a->len + n) cap *= 2;
@@ -61,8 +64,7 @@ static int cmp_off(const void *a, const void *b) {
 }
 
 int dt_is_image_name(const char *name) {
-    static const char *const exts[] = {"jpg", "jpeg", "png", "bmp", "gif", "tga", "psd",
-                                       "hdr", "pic", "pnm", "ppm", "pgm"};
+    static const char *const exts[] = {"jpg", "jpeg", "png", "bmp"};
     const char *dot = strrchr(name, '.');
     if (!dot || dot == name) return 0;
     for (size_t i = 0; i < sizeof exts / sizeof *exts; i++)
@@ -70,24 +72,84 @@ int dt_is_image_name(const char *name) {
     return 0;
 }
 
-/* Entry kind from readdir, resolving symlinks and unknown types with one fstatat. */
+/* ---- identities of files and folders: (device, inode) ---- */
+
+typedef struct {
+    uint64_t dev, ino;
+} node_id;
+
+/* An open-addressing set of node ids; (0, 0) marks an empty slot (inode 0 does not exist). */
+typedef struct {
+    node_id *slot;
+    size_t cap, n; /* cap: a power of two, at most half full */
+} id_set;
+
+static size_t id_hash(node_id id) {
+    uint64_t h = id.ino * 0x9E3779B97F4A7C15ULL ^ id.dev * 0xC2B2AE3D27D4EB4FULL;
+    return (size_t)(h ^ (h >> 29));
+}
+
+/* Adds id; 1 if it was new, 0 if it was there already. */
+static int id_set_add(id_set *s, node_id id) {
+    if (2 * (s->n + 1) > s->cap) {
+        id_set g = {dt_xcalloc(s->cap ? 2 * s->cap : 1024, sizeof(node_id)), s->cap ? 2 * s->cap : 1024, 0};
+        for (size_t i = 0; i < s->cap; i++)
+            if (s->slot[i].dev || s->slot[i].ino) id_set_add(&g, s->slot[i]);
+        free(s->slot);
+        *s = g;
+    }
+    for (size_t i = id_hash(id) & (s->cap - 1);; i = (i + 1) & (s->cap - 1)) {
+        node_id *x = &s->slot[i];
+        if (x->dev == id.dev && x->ino == id.ino) return 0;
+        if (!x->dev && !x->ino) {
+            *x = id;
+            s->n++;
+            return 1;
+        }
+    }
+}
+
+/* What a scan of one split has seen: every folder entered and every file counted, so that a
+ * symlink loop or a second path to the same folder or file adds nothing. */
+typedef struct {
+    id_set dirs, files;
+    int64_t dup_dirs, dup_files;
+    char dup_example[1024]; /* the first path skipped, for the warning */
+} scan_state;
+
+static void note_dup(scan_state *st, const char *fmt, ...) DT_PRINTF(2, 3);
+static void note_dup(scan_state *st, const char *fmt, ...) {
+    if (st->dup_example[0]) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(st->dup_example, sizeof st->dup_example, fmt, ap);
+    va_end(ap);
+}
+
+/* Entry kind from readdir, resolving symlinks, folders and unknown types with one fstatat;
+ * *id is the entry's identity (for a regular file from d_ino, no system call). */
 enum { K_OTHER, K_FILE, K_DIR };
-static int entry_kind(DIR *d, const struct dirent *e) {
+static int entry_kind(DIR *d, uint64_t dir_dev, const struct dirent *e, node_id *id) {
 #ifdef _DIRENT_HAVE_D_TYPE
-    if (e->d_type == DT_REG) return K_FILE;
-    if (e->d_type == DT_DIR) return K_DIR;
-    if (e->d_type != DT_LNK && e->d_type != DT_UNKNOWN) return K_OTHER;
+    if (e->d_type == DT_REG) {
+        *id = (node_id){dir_dev, e->d_ino};
+        return K_FILE;
+    }
+    if (e->d_type != DT_DIR && e->d_type != DT_LNK && e->d_type != DT_UNKNOWN) return K_OTHER;
 #endif
     struct stat st;
     if (fstatat(dirfd(d), e->d_name, &st, 0) != 0) return K_OTHER; /* dangling link */
+    *id = (node_id){(uint64_t)st.st_dev, (uint64_t)st.st_ino};
     return S_ISREG(st.st_mode) ? K_FILE : S_ISDIR(st.st_mode) ? K_DIR : K_OTHER;
 }
 
-/* Files of one class folder, walked like os.walk(followlinks=True): dirs holds the relative
- * sub-folder paths ("" = the class folder itself), files (dir index, name) pairs. */
+/* Files of one class folder, walked like os.walk(followlinks=True) but entering each folder
+ * once: dirs holds the relative sub-folder paths ("" = the class folder itself), files (dir
+ * index, name, identity). */
 typedef struct {
     int32_t dir_rank;
     size_t name;
+    node_id id;
 } file_ent;
 static __thread const char *t_walk_base;
 static int cmp_file(const void *a, const void *b) {
@@ -100,12 +162,16 @@ static int cmp_name_only(const void *a, const void *b) {
     return strcmp(t_walk_base + ((const file_ent *)a)->name, t_walk_base + ((const file_ent *)b)->name);
 }
 
-/* Appends the class folder's image paths to (out, paths); returns the number found. */
-static int64_t scan_class(const char *class_dir, arena *out, offvec *paths) {
+/* Appends the class folder's image paths to (out, paths) and returns their number. Folders
+ * are entered breadth-first, the sub-folders of each in name order, and only when not seen
+ * before in this split (st->dirs, which starts with the split folder and every class folder):
+ * a symlink loop, or a second path to a folder, is not followed. A file already counted (same
+ * device and inode: another symlink or hard link to it) is not counted again. */
+static int64_t scan_class(const char *class_dir, scan_state *st, arena *out, offvec *paths) {
     arena tmp = {0};
     offvec dirs = {0};
-    file_ent *files = NULL;
-    int64_t nfiles = 0, capfiles = 0;
+    file_ent *files = NULL, *kids = NULL; /* kids: the sub-folders of the folder being read */
+    int64_t nfiles = 0, capfiles = 0, nkids = 0, capkids = 0;
     int32_t *depth = NULL;
     offvec_push(&dirs, arena_add(&tmp, ""));
     depth = dt_xrealloc(depth, sizeof *depth);
@@ -117,44 +183,62 @@ static int64_t scan_class(const char *class_dir, arena *out, offvec *paths) {
         char *full = dt_xmalloc(strlen(class_dir) + strlen(rel) + 2);
         sprintf(full, "%s%s%s", class_dir, *rel ? "/" : "", rel);
         DIR *d = opendir(full);
+        struct stat dst;
+        if (d && fstat(dirfd(d), &dst) != 0) {
+            closedir(d);
+            d = NULL;
+        }
         if (!d) {
             dt_warn("cannot open %s: %s (skipped)", full, strerror(errno));
         } else {
             struct dirent *e;
+            nkids = 0;
             while ((e = readdir(d))) {
                 if (e->d_name[0] == '.') continue; /* ".", "..", hidden */
-                int k;
 #ifdef _DIRENT_HAVE_D_TYPE
                 /* Fast path: a regular file with a non-image name needs no further look. */
                 if (e->d_type == DT_REG && !dt_is_image_name(e->d_name)) continue;
 #endif
-                if (dt_is_image_name(e->d_name)) {
-                    k = entry_kind(d, e);
-                    if (k == K_FILE) {
-                        if (nfiles == capfiles) {
-                            capfiles = capfiles ? capfiles * 2 : 1024;
-                            files = dt_xrealloc(files, (size_t)capfiles * sizeof *files);
-                        }
-                        files[nfiles].dir_rank = (int32_t)di;
-                        files[nfiles].name = arena_add(&tmp, e->d_name);
-                        nfiles++;
-                        continue;
+                node_id id = {0, 0};
+                int k = entry_kind(d, (uint64_t)dst.st_dev, e, &id);
+                if (k == K_FILE && dt_is_image_name(e->d_name)) {
+                    if (nfiles == capfiles) {
+                        capfiles = capfiles ? capfiles * 2 : 1024;
+                        files = dt_xrealloc(files, (size_t)capfiles * sizeof *files);
                     }
-                } else {
-                    k = entry_kind(d, e);
-                }
-                if (k != K_DIR) continue;
-                if (dep + 1 > MAX_DEPTH) {
-                    dt_warn("%s/%s: folders nested deeper than %d levels are not scanned (a symlink loop?)", full,
-                            e->d_name, MAX_DEPTH);
+                    files[nfiles++] = (file_ent){(int32_t)di, arena_add(&tmp, e->d_name), id};
                     continue;
                 }
-                size_t off = *rel ? arena_cat(&tmp, rel, "/", e->d_name, NULL, NULL) : arena_add(&tmp, e->d_name);
+                if (k != K_DIR) continue;
+                if (nkids == capkids) {
+                    capkids = capkids ? capkids * 2 : 64;
+                    kids = dt_xrealloc(kids, (size_t)capkids * sizeof *kids);
+                }
+                kids[nkids++] = (file_ent){0, arena_add(&tmp, e->d_name), id};
+            }
+            closedir(d);
+            /* Sub-folders in name order, so which of two paths to a folder wins does not depend
+             * on the order readdir returns them in. */
+            t_walk_base = tmp.buf;
+            if (nkids) qsort(kids, (size_t)nkids, sizeof *kids, cmp_name_only);
+            for (int64_t i = 0; i < nkids; i++) {
+                const char *name = tmp.buf + kids[i].name;
+                if (!id_set_add(&st->dirs, kids[i].id)) {
+                    st->dup_dirs++;
+                    note_dup(st, "%s/%s", full, name);
+                    continue;
+                }
+                if (dep + 1 > MAX_DEPTH) {
+                    dt_warn("%s/%s: folders nested deeper than %d levels are not scanned", full, name, MAX_DEPTH);
+                    continue;
+                }
+                char *kid = dt_xstrdup(name); /* tmp moves while it grows */
+                size_t off = *rel ? arena_cat(&tmp, rel, "/", kid, NULL, NULL) : arena_add(&tmp, kid);
+                free(kid);
                 offvec_push(&dirs, off);
                 depth = dt_xrealloc(depth, (size_t)dirs.cap * sizeof *depth);
                 depth[dirs.n - 1] = dep + 1;
             }
-            closedir(d);
         }
         free(full);
         free(rel);
@@ -163,7 +247,7 @@ static int64_t scan_class(const char *class_dir, arena *out, offvec *paths) {
         /* Directories in sorted relative-path order (the class folder, "", first); each
          * file's dir index becomes its directory's rank. */
         file_ent *order = dt_xmalloc((size_t)dirs.n * sizeof *order);
-        for (int64_t i = 0; i < dirs.n; i++) order[i] = (file_ent){(int32_t)i, dirs.v[i]};
+        for (int64_t i = 0; i < dirs.n; i++) order[i] = (file_ent){(int32_t)i, dirs.v[i], {0, 0}};
         t_walk_base = tmp.buf;
         qsort(order, (size_t)dirs.n, sizeof *order, cmp_name_only);
         int32_t *rank = dt_xmalloc((size_t)dirs.n * sizeof *rank);
@@ -176,31 +260,48 @@ static int64_t scan_class(const char *class_dir, arena *out, offvec *paths) {
         free(rank);
     }
     t_walk_base = tmp.buf;
-    qsort(files, (size_t)nfiles, sizeof *files, cmp_file);
+    if (nfiles) qsort(files, (size_t)nfiles, sizeof *files, cmp_file);
+    int64_t kept = 0;
     for (int64_t f = 0; f < nfiles; f++) {
         const char *rel = tmp.buf + dirs.v[files[f].dir_rank], *name = tmp.buf + files[f].name;
+        if (!id_set_add(&st->files, files[f].id)) { /* in sorted order: the first path wins */
+            st->dup_files++;
+            note_dup(st, "%s/%s%s%s", class_dir, rel, *rel ? "/" : "", name);
+            continue;
+        }
         size_t off = *rel ? arena_cat(out, class_dir, "/", rel, "/", name) : arena_cat(out, class_dir, "/", name, NULL, NULL);
         offvec_push(paths, off);
+        kept++;
     }
     free(files);
     free(depth);
     free(dirs.v);
+    free(kids);
     free(tmp.buf);
-    return nfiles;
+    return kept;
 }
 
-/* Sorted class folder names of `dir` (offsets into a). */
-static int list_classes(const char *dir, arena *a, offvec *names, dt_err *err) {
+/* Sorted class folder names of `dir` (offsets into a); the split folder and every class
+ * folder go into st->dirs first, so that no class walks into another one or back up. */
+static int list_classes(const char *dir, scan_state *st, arena *a, offvec *names, dt_err *err) {
     DIR *d = opendir(dir);
+    struct stat dst;
+    if (d && fstat(dirfd(d), &dst) != 0) {
+        closedir(d);
+        d = NULL;
+    }
     if (!d) return dt_errf(err, "cannot open dataset folder %s: %s", dir, strerror(errno));
+    id_set_add(&st->dirs, (node_id){(uint64_t)dst.st_dev, (uint64_t)dst.st_ino});
     struct dirent *e;
     while ((e = readdir(d))) {
-        if (e->d_name[0] == '.') continue;
-        if (entry_kind(d, e) == K_DIR) offvec_push(names, arena_add(a, e->d_name));
+        node_id id;
+        if (e->d_name[0] == '.' || entry_kind(d, (uint64_t)dst.st_dev, e, &id) != K_DIR) continue;
+        id_set_add(&st->dirs, id);
+        offvec_push(names, arena_add(a, e->d_name));
     }
     closedir(d);
     t_sort_base = a->buf;
-    qsort(names->v, (size_t)names->n, sizeof *names->v, cmp_off);
+    if (names->n) qsort(names->v, (size_t)names->n, sizeof *names->v, cmp_off);
     return 0;
 }
 
@@ -254,15 +355,15 @@ int dt_dataset_open(dt_dataset *ds, const char *root, const char *split, const d
     }
     arena names = {0};
     offvec cls = {0};
-    if (list_classes(dir, &names, &cls, err) != 0) {
-        free(dir);
-        return -1;
-    }
-    if (cls.n == 0) {
-        int rc = dt_errf(err, "no class folders in %s (expected %s/<class>/<image>)", dir, dir);
+    scan_state scan;
+    memset(&scan, 0, sizeof scan);
+    int rc = list_classes(dir, &scan, &names, &cls, err);
+    if (!rc && cls.n == 0) rc = dt_errf(err, "no class folders in %s (expected %s/<class>/<image>)", dir, dir);
+    if (rc) {
         free(dir);
         free(names.buf);
         free(cls.v);
+        free(scan.dirs.slot);
         return rc;
     }
     if (cls.n > INT32_MAX) dt_fatal("%s: too many classes", dir);
@@ -277,6 +378,7 @@ int dt_dataset_open(dt_dataset *ds, const char *root, const char *split, const d
         ds->classes = NULL;
         free(names.buf);
         free(cls.v);
+        free(scan.dirs.slot);
         dt_dataset_close(ds);
         return -1;
     }
@@ -291,7 +393,7 @@ int dt_dataset_open(dt_dataset *ds, const char *root, const char *split, const d
         const char *name = names.buf + cls.v[c];
         char *class_dir = dt_xmalloc(strlen(dir) + strlen(name) + 2);
         sprintf(class_dir, "%s/%s", dir, name);
-        ds->class_count[c] = scan_class(class_dir, &out, &paths);
+        ds->class_count[c] = scan_class(class_dir, &scan, &out, &paths);
         if (ds->class_count[c] == 0) {
             ds->empty_classes++;
             dt_warn("class folder %s has no images (class %d keeps its label)", class_dir, c);
@@ -300,6 +402,15 @@ int dt_dataset_open(dt_dataset *ds, const char *root, const char *split, const d
     }
     first[ds->num_classes] = paths.n;
     free(names.buf);
+    free(scan.dirs.slot);
+    free(scan.files.slot);
+    ds->dup_dirs = scan.dup_dirs;
+    ds->dup_files = scan.dup_files;
+    if (scan.dup_dirs || scan.dup_files)
+        dt_warn("%s: %lld folder%s and %lld file%s reached again by another path (symlinks, hard links) were not "
+                "counted twice (first: %s)",
+                dir, (long long)scan.dup_dirs, scan.dup_dirs == 1 ? "" : "s", (long long)scan.dup_files,
+                scan.dup_files == 1 ? "" : "s", scan.dup_example);
     ds->count = paths.n;
     /* The arena is final: turn offsets into pointers. */
     ds->arena_ = out.buf;
@@ -315,9 +426,9 @@ int dt_dataset_open(dt_dataset *ds, const char *root, const char *split, const d
     free(first);
     free(paths.v);
     if (ds->count == 0) {
-        int rc = dt_errf(err,
-                         "no images in %s: %d class folder%s, all empty (images need an extension stb_image "
-                         "reads: jpg jpeg png bmp gif tga psd hdr pic pnm ppm pgm)",
+        rc = dt_errf(err,
+                         "no images in %s: %d class folder%s, all empty (images need an extension deftc "
+                         "decodes: jpg jpeg png bmp)",
                          dir, ds->num_classes, ds->num_classes == 1 ? "" : "s");
         dt_dataset_close(ds);
         return rc;

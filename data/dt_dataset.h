@@ -7,13 +7,17 @@
  * so "cat" and "cats" are two classes. The val split must have exactly the train classes
  * (dt_dataset_open with classes_from = the train set checks it and names the differences).
  *
- * Images: files whose extension stb_image reads (jpg jpeg png bmp gif tga psd hdr pic pnm
- * ppm pgm, any case); other files and hidden entries (".*") are ignored. Like ImageFolder,
+ * Images: files named *.jpg, *.jpeg, *.png, *.bmp (any case), the formats deftc decodes; other
+ * files and hidden entries (".*") are ignored. Like ImageFolder,
  * a class folder is walked recursively (following symlinks, 16 levels at most), and files
- * are ordered by (directory path, file name). An empty class folder is a warning: the class
- * exists and keeps its label. Scanning reads directories only (readdir and d_type; stat only
- * for entries whose type the file system does not report, and for symlinks): no file is
- * opened, so 1.28M ImageNet files scan in seconds.
+ * are ordered by (directory path, file name). Unlike ImageFolder, every folder is entered
+ * and every file counted once per split, by device and inode: a symlink loop (`ln -s .
+ * loop`), a link up into the split or into another class, or two links to one folder add
+ * nothing (the first path wins: breadth-first, names in order; the files' sorted order for
+ * files); one warning counts what was skipped. An empty class folder is a warning: the class
+ * exists and keeps its label. Scanning reads directories only (readdir, d_type and d_ino;
+ * stat only for folders, symlinks and entries whose type the file system does not report):
+ * no file is opened, so 1.28M ImageNet files scan in seconds.
  */
 #ifndef DT_DATASET_H
 #define DT_DATASET_H
@@ -37,10 +41,12 @@ typedef struct {
     int32_t *labels;    /* [count] class index of each image */
     int64_t *class_count; /* [num_classes] images per class */
     int empty_classes;  /* class folders without images (warned) */
+    int64_t dup_dirs;   /* folders reached again by another path (a symlink loop, two links to one folder): not entered again */
+    int64_t dup_files;  /* files reached again (symlinks, hard links: same device and inode): counted once */
     char *arena_;       /* storage of the strings above */
 } dt_dataset;
 
-/* True when `name` has an extension stb_image decodes (case-insensitive). */
+/* True when `name` has an image extension deftc decodes (case-insensitive). */
 int dt_is_image_name(const char *name);
 
 /* Scans ROOT/split. classes_from: NULL for the training split (classes are found); for val

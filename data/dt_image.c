@@ -5,40 +5,75 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
+#include "dt_file.h"
+#include "dt_stb.h"
+#ifdef DT_LIBJPEG
+#include "dt_jpeg.h"
+#endif
 #include "stb_image.h"
 #include "stb_image_write.h"
 
-void *dt_scratch_get(dt_scratch *s, size_t bytes) {
-    if (bytes > s->cap) {
-        free(s->p);
-        size_t cap = bytes + bytes / 4 + 64;
-        s->p = dt_xmalloc(cap);
-        s->cap = cap;
-    }
-    return s->p;
+int dt_image_check_size(const char *name, int64_t w, int64_t h, int64_t max_pixels, dt_err *err) {
+    if (w <= 0 || h <= 0) return dt_errf(err, "cannot decode %s: image size %lld x %lld", name, (long long)w, (long long)h);
+    if (w * h > max_pixels) /* both at most 2^31: no overflow */
+        return dt_errf(err, "%s: %lld x %lld = %.1f Mpx is more than max_image_pixels = %lld (a decompression bomb or a "
+                       "huge scan; raise max_image_pixels to read it)",
+                       name, (long long)w, (long long)h, (double)(w * h) / 1e6, (long long)max_pixels);
+    return 0;
 }
 
-void dt_scratch_free(dt_scratch *s) {
-    free(s->p);
-    s->p = NULL;
-    s->cap = 0;
-}
-
-int dt_image_decode(const void *data, size_t bytes, const char *name, dt_image *img, dt_err *err) {
-    img->w = img->h = 0;
-    img->pix = NULL;
+/* stb_image takes an int length. */
+static int check_bytes(size_t bytes, const char *name, dt_err *err) {
     if (bytes == 0) return dt_errf(err, "cannot decode %s: empty file", name);
     if (bytes > (size_t)INT32_MAX) return dt_errf(err, "cannot decode %s: file larger than 2 GB", name);
+    return 0;
+}
+
+/* stb_image's header reader, then the cap. Reading a header allocates at most the decoder's
+ * own state (about 20 KB for JPEG). */
+static int stb_probe(const void *data, size_t bytes, const char *name, int64_t max_pixels, int *w, int *h,
+                     dt_err *err) {
+    int comp;
+    dt_stb_set_limit(1 << 20);
+    if (!stbi_info_from_memory(data, (int)bytes, w, h, &comp))
+        return dt_errf(err, "cannot decode %s: %s", name, stbi_failure_reason());
+    return dt_image_check_size(name, *w, *h, max_pixels, err);
+}
+
+int dt_image_probe(const void *data, size_t bytes, const char *name, int64_t max_pixels, int *w, int *h, dt_err *err) {
+    *w = *h = 0;
+    if (check_bytes(bytes, name, err)) return -1;
+#ifdef DT_LIBJPEG
+    if (dt_jpeg_is_jpeg(data, bytes)) {
+        if (dt_jpeg_probe(data, bytes, name, w, h, err)) return -1;
+        return dt_image_check_size(name, *w, *h, max_pixels, err);
+    }
+#endif
+    return stb_probe(data, bytes, name, max_pixels, w, h, err);
+}
+
+int dt_image_decode(const void *data, size_t bytes, const char *name, int64_t max_pixels, double min_scale,
+                    dt_image *img, dt_err *err) {
+    img->w = img->h = 0;
+    img->pix = NULL;
+    if (check_bytes(bytes, name, err)) return -1;
+#ifdef DT_LIBJPEG
+    if (dt_jpeg_is_jpeg(data, bytes)) return dt_jpeg_decode(data, bytes, name, max_pixels, min_scale, img, err);
+#endif
+    (void)min_scale; /* stb_image decodes at full size only */
     int w, h, comp;
     /* The header first: refuse absurd sizes before stb allocates for them. */
-    if (!stbi_info_from_memory(data, (int)bytes, &w, &h, &comp))
-        return dt_errf(err, "cannot decode %s: %s", name, stbi_failure_reason());
-    if (w <= 0 || h <= 0 || (long long)w * h > DT_IMAGE_MAX_PIXELS)
-        return dt_errf(err, "cannot decode %s: image size %d x %d is out of range", name, w, h);
+    if (stb_probe(data, bytes, name, max_pixels, &w, &h, err)) return -1;
+    /* The largest buffer a decode of a w x h image needs: the inflated PNG data, at most 8 bytes
+     * (16-bit RGBA) a pixel plus a filter byte a row, doubled as stb grows buffers; the
+     * compressed data, at most the file, doubled. */
+    dt_stb_set_limit(2 * (8 * (size_t)w * h + (size_t)h) + 2 * bytes + 65536);
     /* req_comp = 3: stb converts gray / gray+alpha / RGBA / palette to RGB, 16-bit to 8-bit. */
     uint8_t *pix = stbi_load_from_memory(data, (int)bytes, &w, &h, &comp, 3);
+    if (!pix && !strcmp(stbi_failure_reason(), "outofmem"))
+        return dt_errf(err, "cannot decode %s: corrupt (its data asks for more memory than a %d x %d image needs)", name,
+                       w, h);
     if (!pix) return dt_errf(err, "cannot decode %s: %s", name, stbi_failure_reason());
     img->w = w;
     img->h = h;
@@ -49,31 +84,17 @@ int dt_image_decode(const void *data, size_t bytes, const char *name, dt_image *
 int dt_image_load(const char *path, dt_image *img, dt_scratch *buf, dt_err *err) {
     img->w = img->h = 0;
     img->pix = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return dt_errf(err, "cannot open %s: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        fclose(f);
-        return dt_errf(err, "cannot read %s: not a regular file", path);
-    }
-    size_t n = (size_t)st.st_size;
     dt_scratch local = {0};
     dt_scratch *b = buf ? buf : &local;
-    uint8_t *data = dt_scratch_get(b, n ? n : 1);
-    size_t got = n ? fread(data, 1, n, f) : 0;
-    int rerr = ferror(f);
-    fclose(f);
-    int rc;
-    if (rerr || got != n)
-        rc = dt_errf(err, "cannot read %s: %s", path, rerr ? strerror(errno) : "short read");
-    else
-        rc = dt_image_decode(data, n, path, img, err);
+    size_t n;
+    int rc = dt_file_read(path, "", DT_IMAGE_MAX_FILE_BYTES, b, &n, err);
+    if (!rc) rc = dt_image_decode(b->p, n, path, DT_IMAGE_MAX_PIXELS, 1.0, img, err);
     if (!buf) dt_scratch_free(&local);
     return rc;
 }
 
 void dt_image_free(dt_image *img) {
-    if (img->pix) stbi_image_free(img->pix);
+    free(img->pix); /* stb_image allocates with malloc, as dt_jpeg does */
     img->pix = NULL;
     img->w = img->h = 0;
 }
@@ -200,12 +221,5 @@ void dt_image_resample(const dt_image *src, const dt_axis_map *mx, const dt_axis
 void dt_image_resize(const dt_image *src, int w, int h, uint8_t *dst, dt_scratch *scratch) {
     dt_axis_map mx = {w, 0.0, 0, (double)src->w / w, 0, src->w};
     dt_axis_map my = {h, 0.0, 0, (double)src->h / h, 0, src->h};
-    dt_image_resample(src, &mx, &my, dst, scratch);
-}
-
-void dt_image_crop_resize(const dt_image *src, int x, int y, int cw, int ch, int ow, int oh, uint8_t *dst,
-                          dt_scratch *scratch) {
-    dt_axis_map mx = {ow, (double)x, 0, (double)cw / ow, x, x + cw};
-    dt_axis_map my = {oh, (double)y, 0, (double)ch / oh, y, y + ch};
     dt_image_resample(src, &mx, &my, dst, scratch);
 }

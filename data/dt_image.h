@@ -1,10 +1,12 @@
-/* dt_image.h: 8-bit RGB images, decoding (stb_image) and the resampler every transform uses.
+/* dt_image.h: 8-bit RGB images, decoding (libjpeg-turbo for JPEG when built in, stb_image for
+ * the rest) and the resampler every transform uses.
  *
- * An image is always 3 channels out, whatever the file holds (gray, gray+alpha, RGB, RGBA,
- * palette; 8 or 16 bits per channel): alpha is dropped, 16-bit samples are reduced to 8 bits,
- * HDR is tone-mapped by stb_image. Decoding reads the file with one fread and decodes from
- * memory; a missing, unreadable, corrupt or truncated file returns -1 with a message naming
- * the file and stb_image's reason, never crashes.
+ * Formats: JPEG, PNG, BMP (by content). An image is always 3 channels out, whatever the file
+ * holds (gray, gray+alpha, RGB, RGBA, palette, CMYK; 8 or 16 bits per channel): alpha is
+ * dropped, 16-bit samples are reduced to 8 bits. Decoding reads the file whole and decodes from
+ * memory; the size in the header is checked against a pixel cap before anything is decoded; a
+ * missing, unreadable, corrupt, truncated or oversized file returns -1 with a message naming
+ * the file and the reason, never crashes or exits (docs/inputs.md).
  *
  * The resampler is a separable triangle filter ("bilinear") that widens its support by the
  * downscale factor, like PIL's BILINEAR resize that torchvision uses on PIL images: shrinking
@@ -29,20 +31,27 @@ typedef struct {
     uint8_t *pix;
 } dt_image;
 
-/* A growable scratch buffer, so hot loops (one per loader worker) do not malloc per image. */
-typedef struct {
-    void *p;
-    size_t cap;
-} dt_scratch;
-void *dt_scratch_get(dt_scratch *s, size_t bytes); /* contents not preserved */
-void dt_scratch_free(dt_scratch *s);
+/* PIL's Image.MAX_IMAGE_PIXELS (89.5 Mpx, 1 GiB of RGBA): the default cap on the pixels of an
+ * image, checked in the header before decoding (a 530-byte JPEG can declare 8201 x 16167).
+ * The config key max_image_pixels sets the loader's. */
+#define DT_IMAGE_MAX_PIXELS 89478485LL
+/* Image files larger than this are refused unread (stb_image takes an int length). */
+#define DT_IMAGE_MAX_FILE_BYTES ((size_t)INT32_MAX)
 
-/* Images larger than this many pixels are refused (a corrupt header, or a 200-megapixel
- * scan that would cost 600 MB to decode). */
-#define DT_IMAGE_MAX_PIXELS (1LL << 27)
-
-int dt_image_decode(const void *data, size_t bytes, const char *name, dt_image *img, dt_err *err);
-/* Reads `path` into `buf` (reused between calls, may be NULL) and decodes it. */
+/* 0 when a w x h image is at most max_pixels; otherwise -1 and a message naming the file, the
+ * size and the key that raises the cap. */
+int dt_image_check_size(const char *name, int64_t w, int64_t h, int64_t max_pixels, dt_err *err);
+/* The size from the header alone (no pixel decoded), checked against max_pixels. */
+int dt_image_probe(const void *data, size_t bytes, const char *name, int64_t max_pixels, int *w, int *h, dt_err *err);
+/* Decodes a file's bytes to RGB8 after the same header check. JPEG goes to libjpeg-turbo when
+ * built in (dt_jpeg.h), which may decode at a reduced size: min_scale in (0, 1] is the smallest
+ * size (as a fraction of each side) the caller can use, and the result is at least that, at
+ * most full size (img->w, img->h say which). Other formats, and JPEG without libjpeg-turbo,
+ * go to stb_image at full size. */
+int dt_image_decode(const void *data, size_t bytes, const char *name, int64_t max_pixels, double min_scale,
+                    dt_image *img, dt_err *err);
+/* Reads `path` into `buf` (reused between calls, may be NULL) and decodes it at full size
+ * under the default cap. */
 int dt_image_load(const char *path, dt_image *img, dt_scratch *buf, dt_err *err);
 void dt_image_free(dt_image *img);
 
@@ -69,11 +78,6 @@ void dt_image_resample(const dt_image *src, const dt_axis_map *mx, const dt_axis
 
 /* Whole-image resize to w x h (dst: [h, w, 3]). */
 void dt_image_resize(const dt_image *src, int w, int h, uint8_t *dst, dt_scratch *scratch);
-
-/* Crop box [x, x+cw) x [y, y+ch) of src resized to ow x oh (dst: [oh, ow, 3]); the filter
- * only sees pixels inside the box, as torchvision's crop-then-resize. */
-void dt_image_crop_resize(const dt_image *src, int x, int y, int cw, int ch, int ow, int oh, uint8_t *dst,
-                          dt_scratch *scratch);
 
 #ifdef __cplusplus
 }

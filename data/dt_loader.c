@@ -7,6 +7,7 @@
 
 #include "dt_alloc.h"
 #include "dt_device.h"
+#include "dt_file.h"
 #include "dt_image.h"
 #include "dt_rng.h"
 #include "dt_timer.h"
@@ -53,7 +54,6 @@ struct dt_loader {
     int64_t next_item;  /* next epoch position a worker claims */
     int64_t next_batch; /* next batch the consumer gets */
     int inflight;
-    int summary_done;
 
     /* Statistics, under mu. */
     int64_t skipped, images_out;
@@ -61,9 +61,13 @@ struct dt_loader {
     int failed;
     char errmsg[1024];
 
-    /* Files known not to decode: one bit per dataset index, set with atomic OR. */
+    /* Files known not to decode: one bit per dataset index, set with atomic OR; per class, how
+     * many; the first class all of whose files are bad (label + 1; 0 = none). */
     _Atomic uint64_t *bad;
     _Atomic int64_t bad_count;
+    _Atomic int64_t *class_bad;
+    atomic_int dead_class;
+    int64_t max_pixels; /* images with more pixels are skipped before decoding */
 
     /* Cache: one pointer per dataset index, published with compare-and-swap. */
     _Atomic(cached *) *cache;
@@ -95,6 +99,7 @@ dt_loader_opts dt_loader_default_opts(int train) {
     o.drop_last = -1;
     o.prefetch = 4;
     o.crop_scale_min = 0.08;
+    o.max_pixels = DT_IMAGE_MAX_PIXELS;
     return o;
 }
 
@@ -102,44 +107,57 @@ static int is_bad(dt_loader *l, int64_t i) {
     return (atomic_load_explicit(&l->bad[i >> 6], memory_order_relaxed) >> (i & 63)) & 1;
 }
 
-/* Marks file i bad; warns the first time (exactly once across threads and epochs). */
+/* Marks file i bad; warns the first time (exactly once across threads and epochs). When it
+ * was the last good file of its class, the class is dead: the loader fails (see worker_main). */
 static void mark_bad(dt_loader *l, int64_t i, const char *why) {
     uint64_t bit = 1ULL << (i & 63);
     uint64_t old = atomic_fetch_or_explicit(&l->bad[i >> 6], bit, memory_order_relaxed);
     if (!(old & bit)) {
         atomic_fetch_add_explicit(&l->bad_count, 1, memory_order_relaxed);
         dt_warn("%s (skipped from now on; the slot takes the next image)", why);
+        int c = l->ds->labels[i];
+        if (atomic_fetch_add(&l->class_bad[c], 1) + 1 == l->ds->class_count[c]) {
+            int none = 0;
+            atomic_compare_exchange_strong(&l->dead_class, &none, c + 1);
+        }
     }
 }
 
-/* The image a sample is transformed from: the cached (downsized) form when caching, so that
- * the first epoch equals the later ones; the decoded file otherwise. *owned is set when the
- * caller must free the returned image. */
-static const dt_image *get_image(worker_ctx *w, int64_t idx, dt_image *tmp, int *owned, dt_err *err) {
+/* Reads file idx and the size in its header, checked against the pixel cap. */
+static int read_and_probe(worker_ctx *w, int64_t idx, size_t *n, int *iw, int *ih, dt_err *err) {
+    const char *path = w->l->ds->paths[idx];
+    if (dt_file_read(path, "", DT_IMAGE_MAX_FILE_BYTES, &w->file, n, err)) return -1;
+    return dt_image_probe(w->file.p, *n, path, w->l->max_pixels, iw, ih, err);
+}
+
+/* The cached form of image idx: its shorter side reduced to cache_size (never enlarged),
+ * decoded and published the first time. When it is not kept (the cache is full), *tmp holds
+ * it and *owned is set: the caller frees it. */
+static const dt_image *cached_image(worker_ctx *w, int64_t idx, dt_image *tmp, int *owned, dt_err *err) {
     dt_loader *l = w->l;
     *owned = 0;
-    if (l->cache) {
-        cached *c = atomic_load_explicit(&l->cache[idx], memory_order_acquire);
-        if (c) return &c->img;
-    }
-    if (dt_image_load(l->ds->paths[idx], tmp, &w->file, err) != 0) return NULL;
-    if (!l->cache) {
-        *owned = 1;
-        return tmp;
-    }
-    /* Downsize to the cache size (never up). */
-    cached *c = dt_xmalloc(sizeof *c);
-    int sh = tmp->w < tmp->h ? tmp->w : tmp->h;
-    if (sh > l->cache_size) {
-        int rw, rh;
-        dt_resize_shorter_dims(tmp->w, tmp->h, l->cache_size, &rw, &rh);
+    cached *c = atomic_load_explicit(&l->cache[idx], memory_order_acquire);
+    if (c) return &c->img;
+    size_t n;
+    int iw, ih, rw, rh;
+    if (read_and_probe(w, idx, &n, &iw, &ih, err)) return NULL;
+    int sh = iw < ih ? iw : ih;
+    if (sh > l->cache_size)
+        dt_resize_shorter_dims(iw, ih, l->cache_size, &rw, &rh);
+    else
+        rw = iw, rh = ih;
+    /* A JPEG may come out of the decoder already reduced, down to the cache size. */
+    double need = (double)rw / iw > (double)rh / ih ? (double)rw / iw : (double)rh / ih;
+    if (dt_image_decode(w->file.p, n, l->ds->paths[idx], l->max_pixels, need, tmp, err)) return NULL;
+    c = dt_xmalloc(sizeof *c);
+    if (tmp->w != rw || tmp->h != rh) {
         c->img.w = rw;
         c->img.h = rh;
         c->img.pix = dt_xmalloc((size_t)rw * rh * 3);
         dt_image_resize(tmp, rw, rh, c->img.pix, &w->resample);
         dt_image_free(tmp);
     } else {
-        c->img = *tmp; /* stb's buffer is plain malloc memory: take it over */
+        c->img = *tmp; /* the decoder's buffer is plain malloc memory: take it over */
         tmp->pix = NULL;
     }
     size_t bytes = (size_t)c->img.w * c->img.h * 3 + sizeof *c;
@@ -165,25 +183,43 @@ static const dt_image *get_image(worker_ctx *w, int64_t idx, dt_image *tmp, int 
     return tmp;
 }
 
-/* Decodes and transforms one candidate; 0 on success. */
+static void make_plan(const dt_loader *l, int iw, int ih, dt_rng *r, dt_transform_plan *p) {
+    if (l->o.train)
+        dt_transform_plan_train(iw, ih, l->S, l->o.crop_scale_min, r, p);
+    else
+        dt_transform_plan_val(iw, ih, l->S, p);
+}
+
+/* Decodes and transforms one candidate; 0 on success. Without the cache the transform is
+ * planned from the header's size first, so a JPEG is decoded only as large as the plan needs;
+ * with it, planned on the cached image (so the first epoch equals the later ones). */
 static int load_sample(worker_ctx *w, int64_t idx, dt_rng *r, float *out) {
     dt_loader *l = w->l;
     dt_image tmp = {0};
-    int owned;
+    const dt_image *img = NULL;
+    int owned = 0;
+    dt_transform_plan plan;
     dt_err err;
-    const dt_image *img = get_image(w, idx, &tmp, &owned, &err);
+    if (l->cache) {
+        img = cached_image(w, idx, &tmp, &owned, &err);
+        if (img) make_plan(l, img->w, img->h, r, &plan);
+    } else {
+        size_t n;
+        int iw, ih;
+        if (read_and_probe(w, idx, &n, &iw, &ih, &err) == 0) {
+            make_plan(l, iw, ih, r, &plan);
+            if (dt_image_decode(w->file.p, n, l->ds->paths[idx], l->max_pixels, plan.min_scale, &tmp, &err) == 0) {
+                img = &tmp;
+                owned = 1;
+            }
+        }
+    }
     if (!img) {
         mark_bad(l, idx, err.msg);
         return -1;
     }
-    if (l->o.train)
-        dt_transform_train(img, l->S, l->o.crop_scale_min, r, out, w->u8, &w->resample);
-    else
-        dt_transform_val(img, l->S, out, w->u8, &w->resample);
-    if (owned) {
-        free(tmp.pix);
-        tmp.pix = NULL;
-    }
+    dt_transform_apply(&plan, img, l->S, out, w->u8, &w->resample);
+    if (owned) dt_image_free(&tmp);
     return 0;
 }
 
@@ -246,10 +282,18 @@ static void *worker_main(void *arg) {
                 l->inflight--;
                 l->decode_ms += dt;
                 if (rc > 0) l->skipped++;
-                if (rc < 0 && !l->failed) {
+                int dead = atomic_load(&l->dead_class);
+                if ((rc < 0 || dead) && !l->failed) {
                     l->failed = 1;
-                    snprintf(l->errmsg, sizeof l->errmsg, "none of the %lld images of %s decodes",
-                             (long long)l->n, l->ds->dir);
+                    if (rc < 0)
+                        snprintf(l->errmsg, sizeof l->errmsg, "none of the %lld images of %s decodes", (long long)l->n,
+                                 l->ds->dir);
+                    else /* training on would drop the class without a word: an error */
+                        snprintf(l->errmsg, sizeof l->errmsg,
+                                 "none of the %lld images of class '%s' (%s/%s) decodes (each file was named in a "
+                                 "warning): the class would vanish from training; fix or remove its files",
+                                 (long long)l->ds->class_count[dead - 1], l->ds->classes[dead - 1], l->ds->dir,
+                                 l->ds->classes[dead - 1]);
                     pthread_cond_broadcast(&l->ready_cv);
                 }
                 if (++s->done == s->n) {
@@ -308,6 +352,11 @@ dt_loader *dt_loader_new(const dt_dataset *ds, const dt_loader_opts *opts, dt_er
         dt_errf(err, "loader: cache_max_mb %d is negative", o.cache_max_mb);
         return NULL;
     }
+    if (o.max_pixels == 0) o.max_pixels = DT_IMAGE_MAX_PIXELS;
+    if (o.max_pixels < 0) {
+        dt_errf(err, "loader: max_pixels %lld is negative", (long long)o.max_pixels);
+        return NULL;
+    }
     if (ds->count > INT32_MAX) {
         dt_errf(err, "loader: %lld images is more than the loader supports (2^31 - 1)", (long long)ds->count);
         return NULL;
@@ -344,6 +393,8 @@ dt_loader *dt_loader_new(const dt_dataset *ds, const dt_loader_opts *opts, dt_er
     }
     l->perm = dt_xmalloc((size_t)l->n * sizeof *l->perm);
     l->bad = dt_xcalloc((size_t)dt_ceil_div(l->n, 64), sizeof *l->bad);
+    l->class_bad = dt_xcalloc((size_t)ds->num_classes, sizeof *l->class_bad);
+    l->max_pixels = o.max_pixels;
     if (o.cache) {
         l->cache = dt_xcalloc((size_t)l->n, sizeof *l->cache);
         l->cache_size = cache_size;
@@ -392,7 +443,6 @@ void dt_loader_start_epoch(dt_loader *l, int epoch) {
     l->images_out = 0;
     l->decode_ms = 0;
     l->wait_ms = 0;
-    l->summary_done = 0;
     l->t_start = dt_now_ms();
     l->t_end = 0;
     l->started = 1;
@@ -412,14 +462,6 @@ int dt_loader_next(dt_loader *l, dt_batch *b) {
         return -1;
     }
     if (l->next_batch >= l->nb) {
-        if (!l->summary_done) {
-            l->summary_done = 1;
-            l->t_end = dt_now_ms();
-            if (l->skipped)
-                dt_warn("epoch %d of %s: %lld images did not decode and were replaced by the next ones "
-                        "(%lld bad files known)",
-                        l->epoch, l->ds->dir, (long long)l->skipped, (long long)atomic_load(&l->bad_count));
-        }
         pthread_mutex_unlock(&l->mu);
         return 0;
     }
@@ -449,6 +491,13 @@ int dt_loader_next(dt_loader *l, dt_batch *b) {
     b->gen_ = l->gen;
     l->next_batch++;
     l->images_out += s->n;
+    if (l->next_batch == l->nb) { /* the epoch's last batch: every sample of it is done */
+        l->t_end = dt_now_ms();
+        if (l->skipped)
+            dt_warn("epoch %d of %s: %lld images did not decode and were replaced by the next ones (%lld bad files "
+                    "known)",
+                    l->epoch, l->ds->dir, (long long)l->skipped, (long long)atomic_load(&l->bad_count));
+    }
     pthread_mutex_unlock(&l->mu);
     return 1;
 }
@@ -522,6 +571,7 @@ void dt_loader_free(dt_loader *l) {
     free(l->slots);
     free(l->perm);
     free((void *)l->bad);
+    free((void *)l->class_bad);
     if (l->cache) {
         for (int64_t i = 0; i < l->n; i++) {
             cached *c = atomic_load(&l->cache[i]);

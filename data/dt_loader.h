@@ -21,11 +21,16 @@
  * training, the dataset order otherwise; sample i's augmentation draws from the stream
  * (seed, epoch, i). Batches are bit-identical for any number of workers and any timing.
  *
- * Unreadable images (missing, corrupt, truncated) are skipped: one warning naming the file
- * the first time, a thread-safe bitmap remembers it for later epochs, and the slot is filled
- * with the next sample of the epoch order that decodes (wrapping around), so a batch never
- * shrinks and the result does not depend on which worker found the bad file. The epoch's
- * count is in dt_loader_epoch_stats and a warning at the end of the epoch.
+ * Unreadable images (missing, corrupt, truncated, over max_pixels) are skipped: one warning
+ * naming the file the first time, a thread-safe bitmap remembers it for later epochs, and the
+ * slot is filled with the next sample of the epoch order that decodes (wrapping around), so a
+ * batch never shrinks and the result does not depend on which worker found the bad file. The
+ * epoch's count is in dt_loader_epoch_stats and in a warning when its last batch is handed
+ * out. A class all of whose files are bad is an error (dt_loader_next returns -1 naming it):
+ * it would otherwise vanish from training without a word.
+ *
+ * Decoding: the header's size is read first and the transform planned from it, so that a JPEG
+ * is decoded only as large as the transform needs (dt_image_decode's min_scale).
  *
  * Cache (opts.cache): every decoded image is kept in memory as uint8 with its shorter side
  * reduced to cache_size (default round(S * 256 / 224), the val resize, so val batches are
@@ -60,6 +65,8 @@ typedef struct {
     int drop_last;    /* -1 = default: 1 when training, 0 otherwise (last batch short) */
     int prefetch;     /* ring slots K (default 4, at least 2) */
     double crop_scale_min; /* RandomResizedCrop's smallest area fraction (default 0.08) */
+    int64_t max_pixels;    /* images with more pixels (read in the header) are skipped with a
+                              warning before decoding (default DT_IMAGE_MAX_PIXELS, PIL's) */
 } dt_loader_opts;
 
 /* The defaults above; train selects the train defaults. */
@@ -94,8 +101,9 @@ dt_loader *dt_loader_new(const dt_dataset *ds, const dt_loader_opts *opts, dt_er
 /* Starts (or restarts) an epoch; batches of an unfinished epoch are abandoned and any batch
  * still held becomes invalid. */
 void dt_loader_start_epoch(dt_loader *l, int epoch);
-/* 1: got a batch (blocks until ready); 0: the epoch is done; -1: no image of the dataset
- * decodes (dt_loader_error says why). At most prefetch - 1 batches may be held at once. */
+/* 1: got a batch (blocks until ready); 0: the epoch is done; -1: no image of the dataset, or
+ * of one class, decodes (dt_loader_error says why). At most prefetch - 1 batches may be held
+ * at once. */
 int dt_loader_next(dt_loader *l, dt_batch *b);
 void dt_loader_release(dt_loader *l, dt_batch *b);
 int64_t dt_loader_batches(const dt_loader *l); /* batches per epoch */

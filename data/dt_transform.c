@@ -84,17 +84,36 @@ void dt_normalize_u8(const uint8_t *u8, int S, int flip, float *out) {
     }
 }
 
-void dt_transform_train(const dt_image *img, int S, double scale_min, dt_rng *r, float *out, uint8_t *u8,
-                        dt_scratch *scratch) {
-    dt_box b = dt_rrc_box(img->w, img->h, scale_min, 1.0, 3.0 / 4.0, 4.0 / 3.0, r);
-    int flip = dt_rng_uniform(r) < 0.5f;
-    dt_image_crop_resize(img, b.x, b.y, b.w, b.h, S, S, u8, scratch);
-    dt_normalize_u8(u8, S, flip, out);
+/* The smallest decode scale at which a crop of cw x ch pixels still covers `need` output pixels
+ * on each side (1 = no reduction). */
+static double min_scale_for(int cw, int ch, int need) {
+    int side = cw < ch ? cw : ch;
+    double s = (double)need / side;
+    return s < 1.0 ? s : 1.0;
 }
 
-void dt_resize_center_crop(const dt_image *img, int resize, int S, uint8_t *u8, dt_scratch *scratch) {
+void dt_transform_plan_train(int w, int h, int S, double scale_min, dt_rng *r, dt_transform_plan *p) {
+    p->train = 1;
+    p->w = w;
+    p->h = h;
+    p->box = dt_rrc_box(w, h, scale_min, 1.0, 3.0 / 4.0, 4.0 / 3.0, r);
+    p->flip = dt_rng_uniform(r) < 0.5f;
+    p->min_scale = min_scale_for(p->box.w, p->box.h, S);
+}
+
+void dt_transform_plan_val(int w, int h, int S, dt_transform_plan *p) {
+    p->train = 0;
+    p->w = w;
+    p->h = h;
+    p->box = (dt_box){0, 0, w, h};
+    p->flip = 0;
+    p->min_scale = min_scale_for(w, h, dt_val_resize_size(S));
+}
+
+void dt_resize_center_crop(const dt_image *img, int full_w, int full_h, int resize, int S, uint8_t *u8,
+                           dt_scratch *scratch) {
     int rw, rh;
-    dt_resize_shorter_dims(img->w, img->h, resize, &rw, &rh);
+    dt_resize_shorter_dims(full_w, full_h, resize, &rw, &rh);
     /* CenterCrop offsets inside the resized image (torchvision: int(round((H - S) / 2))). When
      * the resized image is smaller than S (resize < S), the crop reaches outside and the
      * resampler clamps to the border instead of torchvision's zero padding. */
@@ -105,7 +124,26 @@ void dt_resize_center_crop(const dt_image *img, int resize, int S, uint8_t *u8, 
     dt_image_resample(img, &mx, &my, u8, scratch);
 }
 
-void dt_transform_val(const dt_image *img, int S, float *out, uint8_t *u8, dt_scratch *scratch) {
-    dt_resize_center_crop(img, dt_val_resize_size(S), S, u8, scratch);
-    dt_normalize_u8(u8, S, 0, out);
+/* One axis of the train crop: [x, x + len) of a `full`-pixel side, read from a decoded side of
+ * `dec` pixels (dec == full: the crop as is, bit for bit the old crop-then-resize). */
+static dt_axis_map crop_axis(int x, int len, int full, int dec, int out) {
+    double s = (double)dec / full;
+    int lo = (int)floor(x * s), hi = (int)ceil((x + len) * s);
+    if (hi > dec) hi = dec;
+    if (hi <= lo) hi = lo + 1;
+    return (dt_axis_map){out, x * s, 0, len * s / out, lo, hi};
+}
+
+void dt_transform_apply(const dt_transform_plan *p, const dt_image *img, int S, float *out, uint8_t *u8,
+                        dt_scratch *scratch) {
+    DT_REQUIRE(img->w <= p->w && img->h <= p->h, "transform: a %dx%d image for a plan made for %dx%d", img->w, img->h,
+               p->w, p->h);
+    if (p->train) {
+        dt_axis_map mx = crop_axis(p->box.x, p->box.w, p->w, img->w, S);
+        dt_axis_map my = crop_axis(p->box.y, p->box.h, p->h, img->h, S);
+        dt_image_resample(img, &mx, &my, u8, scratch);
+    } else {
+        dt_resize_center_crop(img, p->w, p->h, dt_val_resize_size(S), S, u8, scratch);
+    }
+    dt_normalize_u8(u8, S, p->flip, out);
 }

@@ -46,14 +46,33 @@ int dt_val_resize_size(int S);
 /* u8: [S, S, 3] HWC uint8 -> out: [3, S, S] float normalized; flip mirrors columns. */
 void dt_normalize_u8(const uint8_t *u8, int S, int flip, float *out);
 
-/* The transforms. `u8` is scratch of S*S*3 bytes, `scratch` the resampler's. */
-/* scale_min: the smallest crop area as a fraction of the image (torchvision: 0.08). */
-void dt_transform_train(const dt_image *img, int S, double scale_min, dt_rng *r, float *out, uint8_t *u8,
+/* A transform decided from the image's full size (its header) before the pixels are decoded,
+ * so that the decoder may shrink the image as far as the transform allows. */
+typedef struct {
+    int train;        /* 1: RandomResizedCrop `box` to S x S, flipped if `flip`; 0: the val transform */
+    int w, h;         /* the full image size the geometry refers to */
+    dt_box box;       /* train: the crop, in full-size pixels */
+    int flip;
+    double min_scale; /* the smallest decode scale (of each side) at which every output pixel is
+                         still a downscale of the crop: S / the crop's shorter side for train,
+                         round(S * 256 / 224) / the image's shorter side for val; at most 1 */
+} dt_transform_plan;
+
+/* train: draws the box (dt_rrc_box) then the flip from r, in that order. scale_min: the
+ * smallest crop area as a fraction of the image (torchvision: 0.08). */
+void dt_transform_plan_train(int w, int h, int S, double scale_min, dt_rng *r, dt_transform_plan *p);
+void dt_transform_plan_val(int w, int h, int S, dt_transform_plan *p);
+/* Runs the plan on img: the image it was made for, or a reduced decode of it (img->w / p->w of
+ * each side, from dt_image_decode with min_scale = p->min_scale); the geometry is scaled to
+ * it. out: [3, S, S]; `u8` is scratch of S*S*3 bytes, `scratch` the resampler's. On the full
+ * image the result is bit-identical to crop-then-resize (train) and resize-then-crop (val). */
+void dt_transform_apply(const dt_transform_plan *p, const dt_image *img, int S, float *out, uint8_t *u8,
                         dt_scratch *scratch);
-void dt_transform_val(const dt_image *img, int S, float *out, uint8_t *u8, dt_scratch *scratch);
-/* The val geometry alone (also for tests): Resize(resize) then CenterCrop(S) as one resample
- * into u8 [S, S, 3]. */
-void dt_resize_center_crop(const dt_image *img, int resize, int S, uint8_t *u8, dt_scratch *scratch);
+/* The val geometry alone (also for tests): Resize(resize) then CenterCrop(S) of an image of
+ * full size full_w x full_h, of which img is a decode at that or a reduced size, as one
+ * resample into u8 [S, S, 3]. */
+void dt_resize_center_crop(const dt_image *img, int full_w, int full_h, int resize, int S, uint8_t *u8,
+                           dt_scratch *scratch);
 
 #ifdef __cplusplus
 }

@@ -58,4 +58,9 @@ const char *dt_test_tmpdir(void); /* a fresh directory for this test, removed af
 int dt_test_expect_death(void (*fn)(void *), void *arg, const char *needle, const char *file, int line);
 #define EXPECT_DEATH(fn, arg, needle) dt_test_expect_death((fn), (arg), (needle), __FILE__, __LINE__)
 
+/* Runs `fn` in a forked child with warnings on and expects it to return (or exit 0) with
+ * `needle` in its stdout or stderr: how tests check that a warning is printed. */
+int dt_test_expect_output(void (*fn)(void *), void *arg, const char *needle, const char *file, int line);
+#define EXPECT_OUTPUT(fn, arg, needle) dt_test_expect_output((fn), (arg), (needle), __FILE__, __LINE__)
+
 #endif

@@ -91,7 +91,9 @@ const char *dt_test_tmpdir(void) {
     return g_tmpdir;
 }
 
-int dt_test_expect_death(void (*fn)(void *), void *arg, const char *needle, const char *file, int line) {
+/* Runs fn(arg) in a forked child with its stdout and stderr captured into buf (NUL-ended),
+ * its warnings on when `loud`; returns the child's wait status. */
+static int run_captured(void (*fn)(void *), void *arg, int loud, char *buf, size_t cap) {
     int pipefd[2];
     if (pipe(pipefd) != 0) dt_fatal("pipe failed");
     fflush(stdout);
@@ -103,18 +105,31 @@ int dt_test_expect_death(void (*fn)(void *), void *arg, const char *needle, cons
         close(pipefd[0]);
         dup2(pipefd[1], 2);
         dup2(pipefd[1], 1);
+        if (loud) dt_set_quiet(0);
         fn(arg);
-        _exit(0); /* returning means it did not fail: the parent reports that */
+        fflush(stdout);
+        fflush(stderr);
+        _exit(0); /* returning means it did not fail */
     }
     close(pipefd[1]);
-    char buf[8192];
     size_t len = 0;
     ssize_t r;
-    while ((r = read(pipefd[0], buf + len, sizeof buf - 1 - len)) > 0) len += r;
+    char chunk[4096];
+    while ((r = read(pipefd[0], chunk, sizeof chunk)) > 0) { /* drained to the end: a full pipe would block the child */
+        size_t keep = (size_t)r < cap - 1 - len ? (size_t)r : cap - 1 - len;
+        memcpy(buf + len, chunk, keep);
+        len += keep;
+    }
     buf[len] = 0;
     close(pipefd[0]);
     int status;
     waitpid(pid, &status, 0);
+    return status;
+}
+
+int dt_test_expect_death(void (*fn)(void *), void *arg, const char *needle, const char *file, int line) {
+    char buf[8192];
+    int status = run_captured(fn, arg, 0, buf, sizeof buf);
     int exited_nonzero = WIFEXITED(status) && WEXITSTATUS(status) != 0;
     if (!exited_nonzero) {
         dt_test_fail(file, line, "expected a clear fatal error containing \"%s\", but the call %s; output: %s",
@@ -126,6 +141,23 @@ int dt_test_expect_death(void (*fn)(void *), void *arg, const char *needle, cons
         return 0;
     }
     if (g_verbose) printf("    (expected error) %s", buf);
+    return 1;
+}
+
+int dt_test_expect_output(void (*fn)(void *), void *arg, const char *needle, const char *file, int line) {
+    char buf[16384];
+    int status = run_captured(fn, arg, 1, buf, sizeof buf);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        dt_test_fail(file, line, "expected success printing \"%s\", but the call %s %d; output: %s", needle,
+                     WIFEXITED(status) ? "exited with status" : "died of signal",
+                     WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), buf);
+        return 0;
+    }
+    if (!strstr(buf, needle)) {
+        dt_test_fail(file, line, "the output does not mention \"%s\": %s", needle, buf);
+        return 0;
+    }
+    if (g_verbose) printf("    (expected output) %s", buf);
     return 1;
 }
 

@@ -117,6 +117,25 @@ DT_TEST(autograd_param_grads_overwrite_after_zero_grad) {
     dt_params_free(&ps);
 }
 
+/* A version 1.0 .npy file with the header dict `dict` (padded as numpy pads it) and `n` bytes
+ * of data; returns its path. */
+static const char *write_npy(const char *name, const char *dict, const void *data, size_t n) {
+    static char path[600];
+    snprintf(path, sizeof path, "%s/%s", dt_test_tmpdir(), name);
+    char hdr[256];
+    size_t hl = (size_t)snprintf(hdr, sizeof hdr, "%s", dict);
+    while ((10 + hl + 1) % 64) hdr[hl++] = ' ';
+    hdr[hl++] = '\n';
+    FILE *f = fopen(path, "wb");
+    fwrite("\x93NUMPY\x01\x00", 1, 8, f);
+    unsigned char len[2] = {(unsigned char)hl, (unsigned char)(hl >> 8)};
+    fwrite(len, 1, 2, f);
+    fwrite(hdr, 1, hl, f);
+    if (n) fwrite(data, 1, n, f);
+    fclose(f);
+    return path;
+}
+
 DT_TEST(npy_roundtrip_and_bad_files) {
     char path[600], err_path[600];
     snprintf(path, sizeof path, "%s/a.npy", dt_test_tmpdir());
@@ -138,20 +157,9 @@ DT_TEST(npy_roundtrip_and_bad_files) {
     EXPECT(dt_npy_load(err_path, DT_CPU, &err) == NULL);
     EXPECT_MSG(strstr(err.msg, "truncated data"), "message: %s", err.msg);
     /* Wrong dtype. */
-    char hdr[128] = "{'descr': '<f8', 'fortran_order': False, 'shape': (2,), }";
-    size_t hl = strlen(hdr);
-    while ((10 + hl + 1) % 64) hdr[hl++] = ' ';
-    hdr[hl++] = '\n';
-    snprintf(err_path, sizeof err_path, "%s/f8.npy", dt_test_tmpdir());
-    f = fopen(err_path, "wb");
-    fwrite("\x93NUMPY\x01\x00", 1, 8, f);
-    unsigned char len[2] = {(unsigned char)hl, 0};
-    fwrite(len, 1, 2, f);
-    fwrite(hdr, 1, hl, f);
     double d[2] = {1, 2};
-    fwrite(d, sizeof d, 1, f);
-    fclose(f);
-    EXPECT(dt_npy_load(err_path, DT_CPU, &err) == NULL);
+    EXPECT(dt_npy_load(write_npy("f8.npy", "{'descr': '<f8', 'fortran_order': False, 'shape': (2,), }", d, sizeof d),
+                       DT_CPU, &err) == NULL);
     EXPECT_MSG(strstr(err.msg, "dtype is '<f8'"), "message: %s", err.msg);
     /* Not a npy file at all; missing file. */
     snprintf(err_path, sizeof err_path, "%s/text.npy", dt_test_tmpdir());
@@ -162,6 +170,47 @@ DT_TEST(npy_roundtrip_and_bad_files) {
     EXPECT_MSG(strstr(err.msg, "bad magic"), "message: %s", err.msg);
     EXPECT(dt_npy_load("/nonexistent/x.npy", DT_CPU, &err) == NULL);
     EXPECT_MSG(strstr(err.msg, "cannot open /nonexistent/x.npy"), "message: %s", err.msg);
+}
+
+DT_TEST(npy_crafted_headers_are_errors_not_exits) {
+    /* Each of these made the old reader allocate from the header (and exit when that failed) or
+     * load a wrapped element count as an empty tensor; all must come back as errors. */
+    float four[4] = {1, 2, 3, 4};
+    dt_err err;
+    struct {
+        const char *dict, *needle;
+    } cases[] = {
+        {"{'descr': '<f4', 'fortran_order': False, 'shape': (4611686018427387904, 4), }", "more than 2^63 elements"},
+        {"{'descr': '<f4', 'fortran_order': False, 'shape': (1000000000000,), }",
+         "header promises 1000000000000 floats, file holds 4"},
+        {"{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999,), }", "malformed shape"},
+        {"{'descr': '<f4', 'fortran_order': False, 'shape': (-4,), }", "malformed shape"},
+        {"{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }", "4 bytes after the 3 floats"},
+        {"{'descr': '<f4', 'fortran_order': False, 'shape': (1, 1, 1, 1, 1, 1, 1, 1, 4), }", "more than 8 dimensions"},
+        {"{'descr': '<f4', 'fortran_order': False, 'shape': (4", "malformed shape"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        dt_tensor *t = dt_npy_load(write_npy("c.npy", cases[i].dict, four, sizeof four), DT_CPU, &err);
+        EXPECT_MSG(t == NULL, "case %zu was accepted", i);
+        if (!t) EXPECT_MSG(strstr(err.msg, cases[i].needle), "case %zu: %s", i, err.msg);
+    }
+    /* header lengths past the end of the file (versions 1 and 2) */
+    unsigned char v1[] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, 0xff, 0xff, '{'};
+    unsigned char v2[] = {0x93, 'N', 'U', 'M', 'P', 'Y', 2, 0, 0xff, 0xff, 0xff, 0xff, '{'};
+    EXPECT(dt_npy_parse(v1, sizeof v1, "v1", DT_CPU, &err) == NULL);
+    EXPECT_MSG(strstr(err.msg, "truncated header (65535 bytes announced, 1 in the file)"), "%s", err.msg);
+    EXPECT(dt_npy_parse(v2, sizeof v2, "v2", DT_CPU, &err) == NULL);
+    EXPECT_MSG(strstr(err.msg, "truncated header (4294967295 bytes announced"), "%s", err.msg);
+    EXPECT(dt_npy_parse(v2, 9, "short", DT_CPU, &err) == NULL);
+    EXPECT_MSG(strstr(err.msg, "truncated header"), "%s", err.msg);
+    /* a folder is not a file */
+    EXPECT(dt_npy_load(dt_test_tmpdir(), DT_CPU, &err) == NULL);
+    EXPECT_MSG(strstr(err.msg, "is a folder"), "%s", err.msg);
+    /* and the numel helper itself */
+    int64_t s[2] = {(int64_t)1 << 62, 4};
+    EXPECT_EQ_INT(dt_numel(2, s), -1);
+    s[1] = 0;
+    EXPECT_EQ_INT(dt_numel(2, s), 0);
 }
 
 DT_TEST(rng_streams_are_reproducible) {

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "data_testutil.h"
 #include "dt_dataset.h"
 #include "dt_image.h"
 #include "dt_loader.h"
@@ -19,59 +20,29 @@
 
 /* ---- helpers ---- */
 
-static const char *tpath(const char *rel) {
-    static char buf[8][1024];
-    static int k;
-    char *p = buf[k++ & 7];
-    snprintf(p, sizeof buf[0], "%s/%s", dt_test_tmpdir(), rel);
-    return p;
-}
-
-static void mkdirs(const char *rel) {
-    char p[1024];
-    snprintf(p, sizeof p, "%s", tpath(rel));
-    for (char *s = p + strlen(dt_test_tmpdir()) + 1; *s; s++)
-        if (*s == '/') {
-            *s = 0;
-            mkdir(p, 0777);
-            *s = '/';
-        }
-    mkdir(p, 0777);
-}
-
-static void write_file(const char *rel, const void *data, size_t n) {
-    FILE *f = fopen(tpath(rel), "wb");
-    EXPECT_MSG(f != NULL, "cannot create %s", tpath(rel));
-    if (!f) return;
-    if (n) fwrite(data, 1, n, f);
-    fclose(f);
-}
-
-static void touch(const char *rel) { write_file(rel, NULL, 0); }
-
 static void write_noise_png(const char *rel, int w, int h, int comp) {
     uint8_t *p = malloc((size_t)w * h * comp);
     for (int i = 0; i < w * h * comp; i++) p[i] = (uint8_t)dt_rng_u64(dt_test_rng());
     dt_err err;
-    EXPECT_EQ_INT(dt_image_write_png(tpath(rel), w, h, comp, p, &err), 0);
+    EXPECT_EQ_INT(dt_image_write_png(dt_test_path(rel), w, h, comp, p, &err), 0);
     free(p);
 }
 
 static void write_random_bytes(const char *rel, size_t n) {
     uint8_t *p = malloc(n);
     for (size_t i = 0; i < n; i++) p[i] = (uint8_t)dt_rng_u64(dt_test_rng());
-    write_file(rel, p, n);
+    dt_test_write_file(rel, p, n);
     free(p);
 }
 
 /* Copies the first `keep` bytes of file a to b (a truncated download). */
 static void truncate_copy(const char *a, const char *b, long keep) {
-    FILE *f = fopen(tpath(a), "rb");
+    FILE *f = fopen(dt_test_path(a), "rb");
     char *buf = calloc(1, (size_t)keep);
     size_t got = f ? fread(buf, 1, (size_t)keep, f) : 0;
     if (f) fclose(f);
     EXPECT_EQ_INT(got, keep);
-    write_file(b, buf, got);
+    dt_test_write_file(b, buf, got);
     free(buf);
 }
 
@@ -131,7 +102,7 @@ static void write_png16(const char *rel, int w, int h, const uint16_t *rgb) {
     for (size_t i = 0; i < raw_n; i++) a = (a + raw[i]) % 65521, b = (b + a) % 65521;
     put32(z + zn, (b << 16) | a);
     zn += 4;
-    FILE *f = fopen(tpath(rel), "wb");
+    FILE *f = fopen(dt_test_path(rel), "wb");
     fwrite("\x89PNG\r\n\x1a\n", 1, 8, f);
     uint8_t ihdr[13];
     put32(ihdr, (uint32_t)w);
@@ -149,7 +120,7 @@ static void write_png16(const char *rel, int w, int h, const uint16_t *rgb) {
 static int make_shapes(const char *name, int classes, int ntrain, int nval, int size) {
     dt_synth_opts o;
     dt_synth_default_opts(&o);
-    o.out = tpath(name);
+    o.out = dt_test_path(name);
     o.classes = classes;
     o.train_per_class = ntrain;
     o.val_per_class = nval;
@@ -217,24 +188,25 @@ DT_TEST(data_scan_sorted_classes_and_exact_labels) {
     for (int i = 0; i < 5; i++) {
         char d[64];
         snprintf(d, sizeof d, "root/train/%s", classes[i]);
-        mkdirs(d);
+        dt_test_mkdirs(d);
     }
-    touch("root/train/cat/b.jpg");
-    touch("root/train/cat/a.JPG");
-    touch("root/train/cat/c.png");
-    touch("root/train/cat/notes.txt");    /* ignored: not an image extension */
-    touch("root/train/cat/.hidden.jpg");  /* ignored: hidden */
-    mkdirs("root/train/cat/sub");
-    touch("root/train/cat/sub/d.jpeg");   /* nested folders are walked, like ImageFolder */
-    touch("root/train/cats/x.bmp");
-    touch("root/train/cats/y.gif");
-    touch("root/train/dog/z.tga");
-    touch("root/train/Zebra/q.ppm");
-    touch("root/train/README.txt");       /* files directly in train/ are not classes */
-    mkdirs("root/train/.git");            /* hidden folders are not classes */
+    dt_test_touch("root/train/cat/b.jpg");
+    dt_test_touch("root/train/cat/a.JPG");
+    dt_test_touch("root/train/cat/c.png");
+    dt_test_touch("root/train/cat/notes.txt");    /* ignored: not an image extension */
+    dt_test_touch("root/train/cat/.hidden.jpg");  /* ignored: hidden */
+    dt_test_mkdirs("root/train/cat/sub");
+    dt_test_touch("root/train/cat/sub/d.jpeg");   /* nested folders are walked, like ImageFolder */
+    dt_test_touch("root/train/cats/x.bmp");
+    dt_test_touch("root/train/cats/y.PNG");
+    dt_test_touch("root/train/cats/w.gif");       /* ignored: not a format deftc decodes */
+    dt_test_touch("root/train/dog/z.jpeg");
+    dt_test_touch("root/train/Zebra/q.jpg");
+    dt_test_touch("root/train/README.txt");       /* files directly in train/ are not classes */
+    dt_test_mkdirs("root/train/.git");            /* hidden folders are not classes */
     dt_dataset ds;
     dt_err err;
-    int rc = dt_dataset_open(&ds, tpath("root"), "train", NULL, &err);
+    int rc = dt_dataset_open(&ds, dt_test_path("root"), "train", NULL, &err);
     EXPECT_MSG(rc == 0, "open failed: %s", err.msg);
     if (rc) return;
     EXPECT_EQ_INT(ds.num_classes, 5);
@@ -244,12 +216,12 @@ DT_TEST(data_scan_sorted_classes_and_exact_labels) {
     EXPECT_EQ_INT(ds.count, 8);
     EXPECT_EQ_INT(ds.empty_classes, 1);
     EXPECT_EQ_INT(ds.class_count[4], 0);
-    const char *files[] = {"Zebra/q.ppm", "cat/a.JPG", "cat/b.jpg", "cat/c.png", "cat/sub/d.jpeg",
-                           "cats/x.bmp",  "cats/y.gif", "dog/z.tga"};
+    const char *files[] = {"Zebra/q.jpg", "cat/a.JPG", "cat/b.jpg", "cat/c.png", "cat/sub/d.jpeg",
+                           "cats/x.bmp",  "cats/y.PNG", "dog/z.jpeg"};
     int labels[] = {0, 1, 1, 1, 1, 2, 2, 3};
     for (int i = 0; i < 8 && i < ds.count; i++) {
         char p[1024];
-        snprintf(p, sizeof p, "%s/%s", tpath("root/train"), files[i]);
+        snprintf(p, sizeof p, "%s/%s", dt_test_path("root/train"), files[i]);
         EXPECT_MSG(!strcmp(ds.paths[i], p), "path %d is %s, expected %s", i, ds.paths[i], p);
         EXPECT_EQ_INT(ds.labels[i], labels[i]);
     }
@@ -257,12 +229,12 @@ DT_TEST(data_scan_sorted_classes_and_exact_labels) {
     for (int i = 0; i < 5; i++) {
         char d[64];
         snprintf(d, sizeof d, "root/val/%s", want[i]);
-        mkdirs(d);
+        dt_test_mkdirs(d);
     }
-    touch("root/val/cats/v.jpg");
-    touch("root/val/dog/w.png");
+    dt_test_touch("root/val/cats/v.jpg");
+    dt_test_touch("root/val/dog/w.png");
     dt_dataset val;
-    rc = dt_dataset_open(&val, tpath("root"), "val", &ds, &err);
+    rc = dt_dataset_open(&val, dt_test_path("root"), "val", &ds, &err);
     EXPECT_MSG(rc == 0, "val open failed: %s", err.msg);
     if (!rc) {
         EXPECT_EQ_INT(val.count, 2);
@@ -277,34 +249,34 @@ DT_TEST(data_scan_errors_name_the_problem) {
     dt_dataset ds, tr;
     dt_err err;
     /* missing root */
-    EXPECT(dt_dataset_open(&ds, tpath("nope"), "train", NULL, &err) != 0);
-    EXPECT_MSG(strstr(err.msg, tpath("nope")) && strstr(err.msg, "No such file"), "message: %s", err.msg);
+    EXPECT(dt_dataset_open(&ds, dt_test_path("nope"), "train", NULL, &err) != 0);
+    EXPECT_MSG(strstr(err.msg, dt_test_path("nope")) && strstr(err.msg, "No such file"), "message: %s", err.msg);
     /* root without the split folder */
-    mkdirs("r1");
-    EXPECT(dt_dataset_open(&ds, tpath("r1"), "train", NULL, &err) != 0);
+    dt_test_mkdirs("r1");
+    EXPECT(dt_dataset_open(&ds, dt_test_path("r1"), "train", NULL, &err) != 0);
     EXPECT_MSG(strstr(err.msg, "has no train/ folder"), "message: %s", err.msg);
     /* split folder without class folders */
-    mkdirs("r2/train");
-    touch("r2/train/img.jpg");
-    EXPECT(dt_dataset_open(&ds, tpath("r2"), "train", NULL, &err) != 0);
+    dt_test_mkdirs("r2/train");
+    dt_test_touch("r2/train/img.jpg");
+    EXPECT(dt_dataset_open(&ds, dt_test_path("r2"), "train", NULL, &err) != 0);
     EXPECT_MSG(strstr(err.msg, "no class folders in") && strstr(err.msg, "r2/train"), "message: %s", err.msg);
     /* classes, but no images anywhere */
-    mkdirs("r3/train/a");
-    mkdirs("r3/train/b");
-    touch("r3/train/a/x.txt");
-    EXPECT(dt_dataset_open(&ds, tpath("r3"), "train", NULL, &err) != 0);
+    dt_test_mkdirs("r3/train/a");
+    dt_test_mkdirs("r3/train/b");
+    dt_test_touch("r3/train/a/x.txt");
+    EXPECT(dt_dataset_open(&ds, dt_test_path("r3"), "train", NULL, &err) != 0);
     EXPECT_MSG(strstr(err.msg, "no images in") && strstr(err.msg, "2 class folders, all empty"), "message: %s",
                err.msg);
     /* val classes differing from train */
-    mkdirs("r4/train/cat");
-    mkdirs("r4/train/cats");
-    mkdirs("r4/train/dog");
-    touch("r4/train/cat/1.jpg");
-    mkdirs("r4/val/cat");
-    mkdirs("r4/val/dog");
-    mkdirs("r4/val/bird");
-    EXPECT_EQ_INT(dt_dataset_open(&tr, tpath("r4"), "train", NULL, &err), 0);
-    EXPECT(dt_dataset_open(&ds, tpath("r4"), "val", &tr, &err) != 0);
+    dt_test_mkdirs("r4/train/cat");
+    dt_test_mkdirs("r4/train/cats");
+    dt_test_mkdirs("r4/train/dog");
+    dt_test_touch("r4/train/cat/1.jpg");
+    dt_test_mkdirs("r4/val/cat");
+    dt_test_mkdirs("r4/val/dog");
+    dt_test_mkdirs("r4/val/bird");
+    EXPECT_EQ_INT(dt_dataset_open(&tr, dt_test_path("r4"), "train", NULL, &err), 0);
+    EXPECT(dt_dataset_open(&ds, dt_test_path("r4"), "val", &tr, &err) != 0);
     EXPECT_MSG(strstr(err.msg, "missing in val: cats") && strstr(err.msg, "extra in val: bird") &&
                    strstr(err.msg, "r4/val"),
                "message: %s", err.msg);
@@ -315,22 +287,22 @@ DT_TEST(data_scan_speed) {
     /* Scanning must be readdir-only: 2000 empty files in 20 classes (build/loaderbench
      * --scan-test N measures bigger trees; docs/data.md has the numbers). */
     int n = 2000, classes = 20;
-    mkdirs("big/train");
+    dt_test_mkdirs("big/train");
     for (int c = 0; c < classes; c++) {
         char d[64];
         snprintf(d, sizeof d, "big/train/n%04d", c);
-        mkdirs(d);
+        dt_test_mkdirs(d);
     }
     for (int i = 0; i < n; i++) {
         char f[96];
         snprintf(f, sizeof f, "big/train/n%04d/img_%06d.JPEG", i % classes, i);
-        int fd = open(tpath(f), O_CREAT | O_WRONLY, 0644);
+        int fd = open(dt_test_path(f), O_CREAT | O_WRONLY, 0644);
         if (fd >= 0) close(fd);
     }
     dt_dataset ds;
     dt_err err;
     double t0 = dt_now_ms();
-    int rc = dt_dataset_open(&ds, tpath("big"), "train", NULL, &err);
+    int rc = dt_dataset_open(&ds, dt_test_path("big"), "train", NULL, &err);
     double ms = dt_now_ms() - t0;
     EXPECT_MSG(rc == 0, "%s", err.msg);
     if (rc) return;
@@ -354,8 +326,8 @@ DT_TEST(data_decode_formats_to_rgb) {
     for (int comp = 1; comp <= 4; comp++) {
         char name[32];
         snprintf(name, sizeof name, "c%d.png", comp);
-        EXPECT_EQ_INT(dt_image_write_png(tpath(name), 4, 3, comp, px, &err), 0);
-        int rc = dt_image_load(tpath(name), &im, NULL, &err);
+        EXPECT_EQ_INT(dt_image_write_png(dt_test_path(name), 4, 3, comp, px, &err), 0);
+        int rc = dt_image_load(dt_test_path(name), &im, NULL, &err);
         EXPECT_MSG(rc == 0, "%s", err.msg);
         if (rc) continue;
         EXPECT_EQ_INT(im.w, 4);
@@ -373,7 +345,7 @@ DT_TEST(data_decode_formats_to_rgb) {
     uint16_t p16[2 * 2 * 3];
     for (int i = 0; i < 12; i++) p16[i] = (uint16_t)(0x1234 + i * 0x1111);
     write_png16("deep.png", 2, 2, p16);
-    int rc = dt_image_load(tpath("deep.png"), &im, NULL, &err);
+    int rc = dt_image_load(dt_test_path("deep.png"), &im, NULL, &err);
     EXPECT_MSG(rc == 0, "16-bit PNG: %s", err.msg);
     if (!rc) {
         for (int i = 0; i < 12; i++) EXPECT_EQ_INT(im.pix[i], p16[i] >> 8);
@@ -382,8 +354,8 @@ DT_TEST(data_decode_formats_to_rgb) {
     /* JPEG of a flat colour: close to it; BMP and TGA exact */
     uint8_t flat[16 * 16 * 3];
     for (int i = 0; i < 16 * 16; i++) flat[i * 3] = 200, flat[i * 3 + 1] = 40, flat[i * 3 + 2] = 90;
-    EXPECT_EQ_INT(dt_image_write_jpg(tpath("flat.jpg"), 16, 16, 3, flat, 95, &err), 0);
-    rc = dt_image_load(tpath("flat.jpg"), &im, NULL, &err);
+    EXPECT_EQ_INT(dt_image_write_jpg(dt_test_path("flat.jpg"), 16, 16, 3, flat, 95, &err), 0);
+    rc = dt_image_load(dt_test_path("flat.jpg"), &im, NULL, &err);
     EXPECT_MSG(rc == 0, "%s", err.msg);
     if (!rc) {
         EXPECT_NEAR(im.pix[0], 200, 4);
@@ -394,8 +366,8 @@ DT_TEST(data_decode_formats_to_rgb) {
     /* grayscale JPEG -> 3 equal channels */
     uint8_t g[16 * 16];
     memset(g, 77, sizeof g);
-    EXPECT_EQ_INT(dt_image_write_jpg(tpath("gray.jpg"), 16, 16, 1, g, 95, &err), 0);
-    rc = dt_image_load(tpath("gray.jpg"), &im, NULL, &err);
+    EXPECT_EQ_INT(dt_image_write_jpg(dt_test_path("gray.jpg"), 16, 16, 1, g, 95, &err), 0);
+    rc = dt_image_load(dt_test_path("gray.jpg"), &im, NULL, &err);
     EXPECT_MSG(rc == 0, "%s", err.msg);
     if (!rc) {
         EXPECT(im.pix[0] == im.pix[1] && im.pix[1] == im.pix[2]);
@@ -408,29 +380,29 @@ DT_TEST(data_decode_broken_files_fail_cleanly) {
     dt_err err;
     dt_image im;
     write_random_bytes("noise.jpg", 3000);
-    EXPECT(dt_image_load(tpath("noise.jpg"), &im, NULL, &err) != 0);
+    EXPECT(dt_image_load(dt_test_path("noise.jpg"), &im, NULL, &err) != 0);
     EXPECT_MSG(strstr(err.msg, "cannot decode") && strstr(err.msg, "noise.jpg"), "message: %s", err.msg);
     EXPECT(im.pix == NULL);
     const char *text = "this is not an image, just text with a .jpg name\n";
-    write_file("text.jpg", text, strlen(text));
-    EXPECT(dt_image_load(tpath("text.jpg"), &im, NULL, &err) != 0);
+    dt_test_write_file("text.jpg", text, strlen(text));
+    EXPECT(dt_image_load(dt_test_path("text.jpg"), &im, NULL, &err) != 0);
     EXPECT_MSG(strstr(err.msg, "text.jpg"), "message: %s", err.msg);
     write_noise_png("full.png", 64, 64, 3);
     truncate_copy("full.png", "trunc.png", 2000);
-    EXPECT(dt_image_load(tpath("trunc.png"), &im, NULL, &err) != 0);
+    EXPECT(dt_image_load(dt_test_path("trunc.png"), &im, NULL, &err) != 0);
     EXPECT_MSG(strstr(err.msg, "trunc.png"), "message: %s", err.msg);
-    touch("empty.png");
-    EXPECT(dt_image_load(tpath("empty.png"), &im, NULL, &err) != 0);
+    dt_test_touch("empty.png");
+    EXPECT(dt_image_load(dt_test_path("empty.png"), &im, NULL, &err) != 0);
     EXPECT_MSG(strstr(err.msg, "empty file"), "message: %s", err.msg);
-    EXPECT(dt_image_load(tpath("missing.png"), &im, NULL, &err) != 0);
+    EXPECT(dt_image_load(dt_test_path("missing.png"), &im, NULL, &err) != 0);
     EXPECT_MSG(strstr(err.msg, "cannot open") && strstr(err.msg, "missing.png"), "message: %s", err.msg);
     /* a truncated JPEG must not crash (stb may return a partly grey image or an error) */
     uint8_t *px = malloc(64 * 64 * 3);
     for (int i = 0; i < 64 * 64 * 3; i++) px[i] = (uint8_t)dt_rng_u64(dt_test_rng());
-    EXPECT_EQ_INT(dt_image_write_jpg(tpath("full.jpg"), 64, 64, 3, px, 90, &err), 0);
+    EXPECT_EQ_INT(dt_image_write_jpg(dt_test_path("full.jpg"), 64, 64, 3, px, 90, &err), 0);
     free(px);
     truncate_copy("full.jpg", "trunc.jpg", 1500);
-    if (dt_image_load(tpath("trunc.jpg"), &im, NULL, &err) == 0) dt_image_free(&im);
+    if (dt_image_load(dt_test_path("trunc.jpg"), &im, NULL, &err) == 0) dt_image_free(&im);
 }
 
 /* ---- transforms ---- */
@@ -512,10 +484,12 @@ DT_TEST(data_normalize_constant_image_exact) {
     for (int mode = 0; mode < 2; mode++) {
         dt_rng r;
         dt_rng_derive(&r, 1, 2, 3);
+        dt_transform_plan p;
         if (mode == 0)
-            dt_transform_train(&im, S, 0.08, &r, out, u8, &sc);
+            dt_transform_plan_train(W, H, S, 0.08, &r, &p);
         else
-            dt_transform_val(&im, S, out, u8, &sc);
+            dt_transform_plan_val(W, H, S, &p);
+        dt_transform_apply(&p, &im, S, out, u8, &sc);
         int bad = 0;
         for (int c = 0; c < 3; c++) {
             float want = ((float)col[c] / 255.0f - dt_imagenet_mean[c]) / dt_imagenet_std[c];
@@ -542,7 +516,8 @@ DT_TEST(data_resample_copy_antialias_and_crop_identity) {
     uint8_t *o = malloc((size_t)W * H * 3);
     dt_image_resize(&im, W, H, o, &sc);
     EXPECT(!memcmp(o, im.pix, (size_t)W * H * 3));
-    dt_image_crop_resize(&im, 5, 7, 10, 12, 10, 12, o, &sc);
+    dt_axis_map cx = {10, 5.0, 0, 1.0, 5, 15}, cy = {12, 7.0, 0, 1.0, 7, 19};
+    dt_image_resample(&im, &cx, &cy, o, &sc);
     int bad = 0;
     for (int y = 0; y < 12; y++) bad += memcmp(o + y * 10 * 3, im.pix + ((y + 7) * W + 5) * 3, 30) != 0;
     EXPECT_EQ_INT(bad, 0);
@@ -563,7 +538,7 @@ DT_TEST(data_resample_copy_antialias_and_crop_identity) {
     dt_resize_shorter_dims(big.w, big.h, R, &rw, &rh);
     uint8_t *full = malloc((size_t)rw * rh * 3), *crop = malloc((size_t)S * S * 3);
     dt_image_resize(&big, rw, rh, full, &sc);
-    dt_resize_center_crop(&big, R, S, crop, &sc);
+    dt_resize_center_crop(&big, big.w, big.h, R, S, crop, &sc);
     int left = (int)nearbyint((rw - S) / 2.0), top = (int)nearbyint((rh - S) / 2.0);
     bad = 0;
     for (int y = 0; y < S; y++) bad += memcmp(crop + y * S * 3, full + ((y + top) * rw + left) * 3, (size_t)S * 3) != 0;
@@ -571,7 +546,7 @@ DT_TEST(data_resample_copy_antialias_and_crop_identity) {
     /* and the resized image, val-transformed again, gives the same crop (the cache's path) */
     dt_image small_img = {rw, rh, full};
     uint8_t *crop2 = malloc((size_t)S * S * 3);
-    dt_resize_center_crop(&small_img, R, S, crop2, &sc);
+    dt_resize_center_crop(&small_img, rw, rh, R, S, crop2, &sc);
     EXPECT(!memcmp(crop, crop2, (size_t)S * S * 3));
     free(crop2);
     free(full);
@@ -589,7 +564,7 @@ DT_TEST(data_loader_deterministic_across_workers_and_epochs) {
     if (make_shapes("shapes", 3, 10, 3, 40)) return;
     dt_dataset ds;
     dt_err err;
-    EXPECT_EQ_INT(dt_dataset_open(&ds, tpath("shapes"), "train", NULL, &err), 0);
+    EXPECT_EQ_INT(dt_dataset_open(&ds, dt_test_path("shapes"), "train", NULL, &err), 0);
     EXPECT_EQ_INT(ds.count, 30);
     int S = 32;
     dt_loader_opts o = dt_loader_default_opts(1);
@@ -649,8 +624,8 @@ DT_TEST(data_loader_val_order_short_batch_and_cache) {
     if (make_shapes("shapes", 3, 2, 7, 48)) return;
     dt_dataset tr, ds;
     dt_err err;
-    EXPECT_EQ_INT(dt_dataset_open(&tr, tpath("shapes"), "train", NULL, &err), 0);
-    int rc = dt_dataset_open(&ds, tpath("shapes"), "val", &tr, &err);
+    EXPECT_EQ_INT(dt_dataset_open(&tr, dt_test_path("shapes"), "train", NULL, &err), 0);
+    int rc = dt_dataset_open(&ds, dt_test_path("shapes"), "val", &tr, &err);
     EXPECT_MSG(rc == 0, "%s", err.msg);
     if (rc) return;
     int S = 32;
@@ -691,13 +666,13 @@ DT_TEST(data_loader_skips_bad_files_and_keeps_batches_full) {
     /* three broken files among 18 good ones */
     write_random_bytes("shapes/train/00_circle/zz_noise.jpg", 2000);
     const char *text = "plain text, named like a JPEG\n";
-    write_file("shapes/train/01_ring/zz_text.jpg", text, strlen(text));
+    dt_test_write_file("shapes/train/01_ring/zz_text.jpg", text, strlen(text));
     write_noise_png("full.png", 40, 40, 3);
     truncate_copy("full.png", "shapes/train/02_triangle/zz_trunc.png", 1200);
-    touch("shapes/train/02_triangle/notes.txt"); /* ignored by the scan */
+    dt_test_touch("shapes/train/02_triangle/notes.txt"); /* ignored by the scan */
     dt_dataset ds;
     dt_err err;
-    EXPECT_EQ_INT(dt_dataset_open(&ds, tpath("shapes"), "train", NULL, &err), 0);
+    EXPECT_EQ_INT(dt_dataset_open(&ds, dt_test_path("shapes"), "train", NULL, &err), 0);
     EXPECT_EQ_INT(ds.count, 21);
     int S = 24;
     dt_loader_opts o = dt_loader_default_opts(1);
@@ -730,13 +705,13 @@ DT_TEST(data_loader_skips_bad_files_and_keeps_batches_full) {
 }
 
 DT_TEST(data_loader_all_bad_and_option_errors) {
-    mkdirs("bad/train/a");
-    mkdirs("bad/train/b");
+    dt_test_mkdirs("bad/train/a");
+    dt_test_mkdirs("bad/train/b");
     write_random_bytes("bad/train/a/1.jpg", 500);
     write_random_bytes("bad/train/b/2.png", 500);
     dt_dataset ds;
     dt_err err;
-    EXPECT_EQ_INT(dt_dataset_open(&ds, tpath("bad"), "train", NULL, &err), 0);
+    EXPECT_EQ_INT(dt_dataset_open(&ds, dt_test_path("bad"), "train", NULL, &err), 0);
     dt_loader_opts o = dt_loader_default_opts(1);
     o.batch = 2;
     o.image_size = 16;
@@ -786,7 +761,7 @@ DT_TEST(data_loader_restart_and_free_mid_epoch) {
     if (make_shapes("shapes", 2, 12, 0, 32)) return;
     dt_dataset ds;
     dt_err err;
-    EXPECT_EQ_INT(dt_dataset_open(&ds, tpath("shapes"), "train", NULL, &err), 0);
+    EXPECT_EQ_INT(dt_dataset_open(&ds, dt_test_path("shapes"), "train", NULL, &err), 0);
     dt_loader_opts o = dt_loader_default_opts(1);
     o.batch = 2;
     o.image_size = 16;
@@ -832,8 +807,8 @@ DT_TEST(data_synth_deterministic_and_layout) {
     if (make_shapes("gen", 12, 3, 2, 24)) return;
     dt_dataset tr, va;
     dt_err err;
-    EXPECT_EQ_INT(dt_dataset_open(&tr, tpath("gen"), "train", NULL, &err), 0);
-    EXPECT_EQ_INT(dt_dataset_open(&va, tpath("gen"), "val", &tr, &err), 0);
+    EXPECT_EQ_INT(dt_dataset_open(&tr, dt_test_path("gen"), "train", NULL, &err), 0);
+    EXPECT_EQ_INT(dt_dataset_open(&va, dt_test_path("gen"), "val", &tr, &err), 0);
     EXPECT_EQ_INT(tr.num_classes, 12);
     EXPECT_EQ_INT(tr.count, 36);
     EXPECT_EQ_INT(va.count, 24);
@@ -846,7 +821,7 @@ DT_TEST(data_synth_deterministic_and_layout) {
     /* the same seed writes the same files, whatever the thread count */
     dt_synth_opts o;
     dt_synth_default_opts(&o);
-    o.out = tpath("gen1");
+    o.out = dt_test_path("gen1");
     o.classes = 2;
     o.train_per_class = 3;
     o.val_per_class = 0;
@@ -856,8 +831,8 @@ DT_TEST(data_synth_deterministic_and_layout) {
     o.quiet = 1;
     EXPECT_EQ_INT(dt_synth_write(&o, NULL, &err), 0);
     dt_dataset d1, d2;
-    EXPECT_EQ_INT(dt_dataset_open(&d1, tpath("gen1"), "train", NULL, &err), 0);
-    EXPECT_EQ_INT(dt_dataset_open(&d2, tpath("gen"), "train", NULL, &err), 0);
+    EXPECT_EQ_INT(dt_dataset_open(&d1, dt_test_path("gen1"), "train", NULL, &err), 0);
+    EXPECT_EQ_INT(dt_dataset_open(&d2, dt_test_path("gen"), "train", NULL, &err), 0);
     for (int i = 0; i < 6; i++) {
         FILE *f1 = fopen(d1.paths[i], "rb"), *f2 = fopen(d2.paths[i], "rb");
         char b1[8192], b2[8192];
@@ -871,7 +846,7 @@ DT_TEST(data_synth_deterministic_and_layout) {
     dt_dataset_close(&va);
     /* no leftovers of the temporary folder */
     struct stat st;
-    EXPECT(stat(tpath("gen.tmp"), &st) != 0);
+    EXPECT(stat(dt_test_path("gen.tmp"), &st) != 0);
 }
 
 DT_TEST(data_synth_flags_and_overwrite_errors) {
@@ -912,27 +887,27 @@ DT_TEST(data_synth_flags_and_overwrite_errors) {
     o.val_per_class = 0;
     o.width = o.height = 16;
     o.quiet = 1;
-    mkdirs("mine");
-    touch("mine/precious.txt");
-    o.out = tpath("mine");
+    dt_test_mkdirs("mine");
+    dt_test_touch("mine/precious.txt");
+    o.out = dt_test_path("mine");
     EXPECT_EQ_INT(dt_synth_write(&o, NULL, &err), -1);
     EXPECT_MSG(strstr(err.msg, "is not empty; pass --force"), "message: %s", err.msg);
     o.force = 1;
     EXPECT_EQ_INT(dt_synth_write(&o, NULL, &err), -1);
     EXPECT_MSG(strstr(err.msg, "refusing to replace") && strstr(err.msg, "precious.txt"), "message: %s", err.msg);
     struct stat st;
-    EXPECT(stat(tpath("mine/precious.txt"), &st) == 0);
+    EXPECT(stat(dt_test_path("mine/precious.txt"), &st) == 0);
     /* an earlier mkdata dataset is replaced with --force; an empty folder needs no --force */
     o.force = 0;
-    mkdirs("empty_out");
-    o.out = tpath("empty_out");
+    dt_test_mkdirs("empty_out");
+    o.out = dt_test_path("empty_out");
     EXPECT_EQ_INT(dt_synth_write(&o, NULL, &err), 0);
     o.train_per_class = 2;
     EXPECT_EQ_INT(dt_synth_write(&o, NULL, &err), -1);
     o.force = 1;
     EXPECT_EQ_INT(dt_synth_write(&o, NULL, &err), 0);
     dt_dataset ds;
-    EXPECT_EQ_INT(dt_dataset_open(&ds, tpath("empty_out"), "train", NULL, &err), 0);
+    EXPECT_EQ_INT(dt_dataset_open(&ds, dt_test_path("empty_out"), "train", NULL, &err), 0);
     EXPECT_EQ_INT(ds.count, 2);
     dt_dataset_close(&ds);
 }

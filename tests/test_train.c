@@ -1,9 +1,12 @@
-/* The training program on the CPU: it learns, it resumes bit-identically, and bad input
- * (config keys and values, a missing data folder, corrupt or mismatched checkpoints) gives a
- * clear error and a non-zero exit. */
+/* The training program on the CPU: it learns, it resumes bit-identically (and says what a
+ * resume changed), bad input (config keys and values, a missing data folder, corrupt or
+ * mismatched checkpoints) gives a clear error and a non-zero exit, and so does every failed
+ * write (logs, summary, checkpoints; a full disk is simulated with RLIMIT_FSIZE). */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,6 +14,7 @@
 #include "dt_config.h"
 #include "dt_synth.h"
 #include "dt_test.h"
+#include "dt_timer.h"
 #include "dt_trainer.h"
 
 static char g_data[400];
@@ -150,9 +154,10 @@ static void resume_with(const char *deform) {
 static void corrupt_resume(void *a) { (void)a; resume_with("all"); }
 static void mismatched_resume(void *a) { (void)a; resume_with("none"); /* a plain model */ }
 
-DT_TEST(train_bad_checkpoints_are_clear_errors) {
+/* Trains the tiny config for 2 steps, writing the checkpoint g_ck = tmp/name. */
+static void tiny_checkpoint(const char *name) {
     tiny_dataset();
-    snprintf(g_ck, sizeof g_ck, "%s/good.ckpt", dt_test_tmpdir());
+    snprintf(g_ck, sizeof g_ck, "%s/%s", dt_test_tmpdir(), name);
     dt_train_cfg c;
     tiny_cfg(&c);
     c.steps = 2;
@@ -161,6 +166,10 @@ DT_TEST(train_bad_checkpoints_are_clear_errors) {
     dt_err err;
     EXPECT_EQ_INT(dt_train_run(&c, &r, &err), 0);
     dt_train_result_free(&r);
+}
+
+DT_TEST(train_bad_checkpoints_are_clear_errors) {
+    tiny_checkpoint("good.ckpt");
     EXPECT_DEATH(mismatched_resume, NULL, "does not match the model");
     /* flip a byte in the middle: the checksum catches it */
     FILE *f = fopen(g_ck, "r+b");
@@ -176,7 +185,7 @@ DT_TEST(train_bad_checkpoints_are_clear_errors) {
     long len = ftell(f);
     fclose(f);
     EXPECT(truncate(g_ck, len / 2) == 0);
-    EXPECT_DEATH(corrupt_resume, NULL, "truncated checkpoint");
+    EXPECT_DEATH(corrupt_resume, NULL, "corrupt checkpoint (truncated");
     /* not a checkpoint at all */
     f = fopen(g_ck, "w");
     fputs("hello", f);
@@ -205,4 +214,133 @@ DT_TEST(checkpoint_write_is_atomic) {
     EXPECT_EQ_INT(dt_checkpoint_copy_to(&ck, "t", u, path, &err), 0);
     EXPECT_NEAR(u->data[4], 3.0, 0);
     dt_checkpoint_free(&ck);
+}
+
+/* ---- writes: logs, summary, checkpoints ---- */
+
+/* Runs the tiny config (2 steps) with a log prefix and a checkpoint in a child whose files may
+ * not grow past `limit` bytes (writes past it fail with EFBIG, as on a full disk), and exits
+ * with the program's status. */
+typedef struct {
+    rlim_t limit;
+    int log, checkpoint;
+} write_case;
+
+static void run_limited(void *arg) {
+    write_case *w = arg;
+    dt_train_cfg c;
+    tiny_cfg(&c);
+    c.steps = 4;
+    if (w->log) snprintf(c.log, sizeof c.log, "%s/limited/run", dt_test_tmpdir());
+    if (w->checkpoint) snprintf(c.checkpoint, sizeof c.checkpoint, "%s/limited.ckpt", dt_test_tmpdir());
+    signal(SIGXFSZ, SIG_IGN); /* the write fails with EFBIG instead of killing the process */
+    struct rlimit r = {w->limit, w->limit};
+    setrlimit(RLIMIT_FSIZE, &r);
+    dt_train_result res;
+    dt_err err;
+    int rc = dt_train_run(&c, &res, &err);
+    if (rc) fprintf(stderr, "train: error: %s\n", err.msg);
+    exit(rc);
+}
+
+DT_TEST(train_write_failures_stop_the_run) {
+    tiny_dataset();
+    write_case logs = {600, 1, 0}, ckpt = {100000, 0, 1};
+    EXPECT_DEATH(run_limited, &logs, "File too large");
+    EXPECT_DEATH(run_limited, &logs, "/limited/run");
+    EXPECT_DEATH(run_limited, &ckpt, "cannot write checkpoint");
+    EXPECT_DEATH(run_limited, &ckpt, "File too large");
+    /* with room, the same runs succeed: the summary is whole, the missing folder was made */
+    dt_train_cfg c;
+    tiny_cfg(&c);
+    c.steps = 2;
+    snprintf(c.log, sizeof c.log, "%s/new/runs/x", dt_test_tmpdir());
+    dt_train_result r;
+    dt_err err;
+    int rc = dt_train_run(&c, &r, &err);
+    EXPECT_MSG(rc == 0, "%s", err.msg);
+    dt_train_result_free(&r);
+    char p[700], line[256];
+    snprintf(p, sizeof p, "%s/new/runs/x_summary.txt", dt_test_tmpdir());
+    FILE *f = fopen(p, "r");
+    EXPECT_MSG(f != NULL, "no %s", p);
+    int lines = 0;
+    while (f && fgets(line, sizeof line, f)) lines++;
+    if (f) fclose(f);
+    EXPECT_EQ_INT(lines, 12);
+}
+
+DT_TEST(train_unwritable_checkpoint_fails_before_training) {
+    tiny_dataset();
+    char p[700];
+    snprintf(p, sizeof p, "%s/notafolder", dt_test_tmpdir());
+    fclose(fopen(p, "w"));
+    dt_train_cfg c;
+    tiny_cfg(&c);
+    c.steps = 2;
+    snprintf(c.checkpoint, sizeof c.checkpoint, "%s/notafolder/x.ckpt", dt_test_tmpdir());
+    dt_train_result r;
+    dt_err err;
+    double t0 = dt_now_ms();
+    EXPECT(dt_train_run(&c, &r, &err) != 0);
+    EXPECT_MSG(strstr(err.msg, "cannot write checkpoint") && strstr(err.msg, "notafolder"), "%s", err.msg);
+    EXPECT_EQ_INT(r.steps, 0);
+    EXPECT_MSG(dt_now_ms() - t0 < 500, "the error came after %.0f ms", dt_now_ms() - t0);
+    dt_train_result_free(&r);
+}
+
+/* ---- resume: a changed configuration is named ---- */
+
+static void resume_changed(void *arg) {
+    (void)arg;
+    dt_train_cfg c;
+    tiny_cfg(&c);
+    c.steps = 3;
+    c.batch = 4;
+    c.momentum = 0.8f;
+    c.workers = 1; /* not a change of the run: not warned */
+    snprintf(c.resume, sizeof c.resume, "%s", g_ck);
+    dt_train_result r;
+    dt_err err;
+    if (dt_train_run(&c, &r, &err)) dt_fatal("%s", err.msg);
+}
+
+DT_TEST(train_resume_names_changed_keys) {
+    tiny_checkpoint("r.ckpt");
+    EXPECT_OUTPUT(resume_changed, NULL, "resume: batch = 4 now, 8 in the run that wrote");
+    EXPECT_OUTPUT(resume_changed, NULL, "resume: momentum = 0.8 now, 0.9 in the run that wrote");
+}
+
+static void tiny_image_cap(void *arg) {
+    (void)arg;
+    dt_train_cfg c;
+    tiny_cfg(&c);
+    c.steps = 2;
+    c.max_image_pixels = 5000; /* the images are 72 x 72 = 5184 */
+    dt_train_result r;
+    dt_err err;
+    int rc = dt_train_run(&c, &r, &err);
+    exit(rc != 0 && strstr(err.msg, "none of the") ? 0 : 1);
+}
+
+DT_TEST(train_max_image_pixels_reaches_the_loader) {
+    tiny_dataset();
+    EXPECT_OUTPUT(tiny_image_cap, NULL, "72 x 72 = 0.0 Mpx is more than max_image_pixels = 5000");
+}
+
+DT_TEST(train_dead_val_class_is_an_error) {
+    /* every val image of one class broken: the evaluation must not quietly skip the class */
+    const char *root = tiny_dataset();
+    char dir[600], cmd[1400];
+    snprintf(dir, sizeof dir, "%s/val/00_circle", root);
+    snprintf(cmd, sizeof cmd, "for f in '%s'/*.jpg; do echo broken > \"$f\"; done", dir);
+    EXPECT_EQ_INT(system(cmd), 0);
+    dt_train_cfg c;
+    tiny_cfg(&c);
+    c.steps = 2;
+    dt_train_result r;
+    dt_err err;
+    EXPECT(dt_train_run(&c, &r, &err) != 0);
+    EXPECT_MSG(strstr(err.msg, "none of the 4 images of class '00_circle'"), "%s", err.msg);
+    dt_train_result_free(&r);
 }

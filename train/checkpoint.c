@@ -1,7 +1,12 @@
 #include "dt_checkpoint.h"
 
+#include "dt_file.h"
+
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +20,9 @@ static uint64_t fnv1a(const unsigned char *p, size_t n) {
     for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ULL;
     return h;
 }
+
+/* The temporary file a save writes before its rename: PATH.tmp.PID. */
+static void tmp_name(const char *path, long pid, char *out, size_t cap) { snprintf(out, cap, "%s.tmp.%ld", path, pid); }
 
 typedef struct {
     unsigned char *p;
@@ -53,8 +61,8 @@ int dt_checkpoint_save(const char *path, const char *config_text, const dt_ckpt_
         put(&b, h, (size_t)t->numel * sizeof(float));
         free(h);
     }
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+    char tmp[4200];
+    tmp_name(path, (long)getpid(), tmp, sizeof tmp);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0) {
         free(b.p);
@@ -96,81 +104,112 @@ static int take(const unsigned char **p, const unsigned char *end, void *dst, si
     return 0;
 }
 
+/* "NAME: corrupt checkpoint (DETAIL)"; returns -1. */
+static int corrupt(dt_err *err, const char *name, const char *fmt, ...) DT_PRINTF(3, 4);
+static int corrupt(dt_err *err, const char *name, const char *fmt, ...) {
+    char detail[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof detail, fmt, ap);
+    va_end(ap);
+    return dt_errf(err, "%s: corrupt checkpoint (%s)", name, detail);
+}
+
+/* The contents after the header: config text, position, tensors. Every count and length is
+ * checked against the bytes that remain before it is used, so nothing is allocated beyond
+ * what the file holds and no pointer leaves it. */
+static int parse_contents(const unsigned char *p, const unsigned char *end, const char *name, dt_checkpoint *ck,
+                          dt_err *err) {
+    uint32_t cl = 0, n;
+    if (take(&p, end, &cl, 4) || (size_t)(end - p) < cl)
+        return corrupt(err, name, "config text of %u bytes runs past the end", cl);
+    if (memchr(p, 0, cl)) return corrupt(err, name, "a NUL byte in the config text");
+    ck->config_text = dt_xmalloc((size_t)cl + 1);
+    memcpy(ck->config_text, p, cl);
+    ck->config_text[cl] = 0;
+    p += cl;
+    if (take(&p, end, &ck->pos.epoch, 8) || take(&p, end, &ck->pos.batch, 8) || take(&p, end, &ck->pos.step, 8) ||
+        take(&p, end, &n, 4))
+        return corrupt(err, name, "the position runs past the end");
+    if (ck->pos.epoch < 0 || ck->pos.batch < 0 || ck->pos.step < 0)
+        return corrupt(err, name, "negative position: epoch %lld, batch %lld, step %lld", (long long)ck->pos.epoch,
+                       (long long)ck->pos.batch, (long long)ck->pos.step);
+    /* A tensor takes at least 8 bytes (name length and dimension count). */
+    if (n > (size_t)(end - p) / 8 || n > INT32_MAX)
+        return corrupt(err, name, "%u tensors cannot fit in the %zu bytes left", n, (size_t)(end - p));
+    ck->n = (int)n;
+    size_t count = n ? n : 1;
+    ck->names = dt_xcalloc(count, sizeof *ck->names);
+    ck->ndim = dt_xcalloc(count, sizeof *ck->ndim);
+    ck->shape = dt_xcalloc(count, sizeof *ck->shape);
+    ck->data = dt_xcalloc(count, sizeof *ck->data);
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t nl, nd = 0;
+        if (take(&p, end, &nl, 4) || (size_t)(end - p) < nl)
+            return corrupt(err, name, "tensor %u: its name runs past the end", i);
+        ck->names[i] = dt_xmalloc((size_t)nl + 1);
+        memcpy(ck->names[i], p, nl);
+        ck->names[i][nl] = 0;
+        p += nl;
+        if (take(&p, end, &nd, 4) || nd > DT_MAX_DIMS)
+            return corrupt(err, name, "tensor %u ('%.64s'): %u dimensions (at most %d)", i, ck->names[i], nd, DT_MAX_DIMS);
+        ck->ndim[i] = (int)nd;
+        for (uint32_t d = 0; d < nd; d++)
+            if (take(&p, end, &ck->shape[i][d], 8))
+                return corrupt(err, name, "tensor %u ('%.64s'): its shape runs past the end", i, ck->names[i]);
+        int64_t numel = dt_numel((int)nd, ck->shape[i]);
+        if (numel < 0)
+            return corrupt(err, name, "tensor %u ('%.64s'): a negative dimension or more than 2^63 elements", i,
+                           ck->names[i]);
+        if ((uint64_t)numel > (size_t)(end - p) / sizeof(float))
+            return corrupt(err, name, "tensor %u ('%.64s'): %lld floats run past the end", i, ck->names[i],
+                           (long long)numel);
+        ck->data[i] = (const float *)p; /* floats may be unaligned: copied with memcpy on use */
+        p += (size_t)numel * sizeof(float);
+    }
+    if (p != end) return corrupt(err, name, "%zu bytes after the last tensor", (size_t)(end - p));
+    return 0;
+}
+
+int dt_checkpoint_parse(void *file, size_t size, const char *name, dt_checkpoint *ck, dt_err *err) {
+    memset(ck, 0, sizeof *ck);
+    ck->blob = file; /* owned from here on, also on failure */
+    const unsigned char *b = file;
+    enum { HEAD = 8 + 4 + 8 + 8 }; /* magic, version, contents length, checksum */
+    int rc = 0;
+    uint32_t ver = 0;
+    uint64_t len = 0, sum = 0;
+    if (size < HEAD || memcmp(b, MAGIC, 8) != 0) {
+        rc = dt_errf(err, "%s is not a deftc checkpoint (bad header)", name);
+    } else {
+        memcpy(&ver, b + 8, 4);
+        memcpy(&len, b + 12, 8);
+        memcpy(&sum, b + 20, 8);
+        if (ver != VERSION)
+            rc = dt_errf(err, "%s: checkpoint version %u, this deftc reads version %u", name, ver, VERSION);
+        else if (len > size - HEAD)
+            rc = corrupt(err, name, "truncated: the header announces %llu bytes of contents, the file holds %zu",
+                         (unsigned long long)len, size - HEAD);
+        else if (len < size - HEAD)
+            rc = corrupt(err, name, "%llu bytes past the end the header announces", (unsigned long long)(size - HEAD - len));
+        else if (fnv1a(b + HEAD, len) != sum)
+            rc = corrupt(err, name, "checksum mismatch");
+        else
+            rc = parse_contents(b + HEAD, b + size, name, ck, err);
+    }
+    if (rc) dt_checkpoint_free(ck);
+    return rc;
+}
+
 int dt_checkpoint_read(const char *path, dt_checkpoint *ck, dt_err *err) {
     memset(ck, 0, sizeof *ck);
-    FILE *f = fopen(path, "rb");
-    if (!f) return dt_errf(err, "cannot open checkpoint %s: %s", path, strerror(errno));
-    unsigned char head[28];
-    if (fread(head, 1, sizeof head, f) != sizeof head || memcmp(head, MAGIC, 8) != 0) {
-        fclose(f);
-        return dt_errf(err, "%s is not a deftc checkpoint (bad header)", path);
+    dt_scratch buf = {0};
+    size_t size;
+    if (dt_file_read(path, "checkpoint", SIZE_MAX - 1, &buf, &size, err)) {
+        dt_scratch_free(&buf);
+        return -1;
     }
-    uint32_t ver;
-    uint64_t len, sum;
-    memcpy(&ver, head + 8, 4);
-    memcpy(&len, head + 12, 8);
-    memcpy(&sum, head + 20, 8);
-    if (ver != VERSION) {
-        fclose(f);
-        return dt_errf(err, "%s: checkpoint version %u, this deftc reads version %u", path, ver, VERSION);
-    }
-    if (len > ((uint64_t)1 << 40)) {
-        fclose(f);
-        return dt_errf(err, "%s: corrupt checkpoint (implausible length)", path);
-    }
-    unsigned char *blob = dt_xmalloc(len ? len : 1);
-    size_t got = fread(blob, 1, len, f);
-    fclose(f);
-    if (got != len) {
-        free(blob);
-        return dt_errf(err, "%s: truncated checkpoint (%zu of %llu bytes)", path, got, (unsigned long long)len);
-    }
-    if (fnv1a(blob, len) != sum) {
-        free(blob);
-        return dt_errf(err, "%s: corrupt checkpoint (checksum mismatch)", path);
-    }
-    const unsigned char *p = blob, *end = blob + len;
-    uint32_t cl, n;
-    int bad = take(&p, end, &cl, 4) || (size_t)(end - p) < cl;
-    if (!bad) {
-        ck->config_text = dt_xmalloc(cl + 1);
-        memcpy(ck->config_text, p, cl);
-        ck->config_text[cl] = 0;
-        p += cl;
-    }
-    bad = bad || take(&p, end, &ck->pos.epoch, 8) || take(&p, end, &ck->pos.batch, 8) || take(&p, end, &ck->pos.step, 8) ||
-          take(&p, end, &n, 4);
-    if (!bad) {
-        ck->n = (int)n;
-        ck->names = dt_xcalloc(n + 1, sizeof *ck->names);
-        ck->ndim = dt_xcalloc(n + 1, sizeof *ck->ndim);
-        ck->shape = dt_xcalloc(n + 1, sizeof *ck->shape);
-        ck->data = dt_xcalloc(n + 1, sizeof *ck->data);
-        for (uint32_t i = 0; i < n && !bad; i++) {
-            uint32_t nl, nd;
-            if (take(&p, end, &nl, 4) || (size_t)(end - p) < nl) { bad = 1; break; }
-            ck->names[i] = dt_xmalloc(nl + 1);
-            memcpy(ck->names[i], p, nl);
-            ck->names[i][nl] = 0;
-            p += nl;
-            if (take(&p, end, &nd, 4) || nd > DT_MAX_DIMS) { bad = 1; break; }
-            ck->ndim[i] = (int)nd;
-            int64_t numel = 1;
-            for (uint32_t d = 0; d < nd; d++) {
-                if (take(&p, end, &ck->shape[i][d], 8) || ck->shape[i][d] < 0) { bad = 1; break; }
-                numel *= ck->shape[i][d];
-            }
-            if (bad || (size_t)(end - p) < (size_t)numel * sizeof(float)) { bad = 1; break; }
-            ck->data[i] = (float *)p; /* floats may be unaligned: copied with memcpy on use */
-            p += (size_t)numel * sizeof(float);
-        }
-    }
-    ck->blob = blob;
-    if (bad || p != end) {
-        dt_checkpoint_free(ck);
-        return dt_errf(err, "%s: corrupt checkpoint (malformed contents)", path);
-    }
-    return 0;
+    return dt_checkpoint_parse(buf.p, size, path, ck, err);
 }
 
 int dt_checkpoint_find(const dt_checkpoint *ck, const char *name) {
@@ -212,4 +251,42 @@ void dt_checkpoint_free(dt_checkpoint *ck) {
     free(ck->config_text);
     free(ck->blob);
     memset(ck, 0, sizeof *ck);
+}
+
+/* Removes PATH.tmp.PID files whose process is gone (kill(pid, 0) fails with ESRCH). */
+static void clean_stale(const char *path) {
+    char *dir = dt_xstrdup(path);
+    char *slash = strrchr(dir, '/');
+    const char *base = slash ? slash + 1 : path;
+    if (slash) *slash = 0;
+    DIR *d = opendir(slash ? (dir[0] ? dir : "/") : ".");
+    size_t bl = strlen(base);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        const char *tail = e->d_name + bl;
+        if (strncmp(e->d_name, base, bl) != 0 || strncmp(tail, ".tmp.", 5) != 0) continue;
+        char *end;
+        errno = 0;
+        long pid = strtol(tail + 5, &end, 10);
+        if (end == tail + 5 || *end || errno || pid <= 0 || pid == (long)getpid()) continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* running (or not ours to judge) */
+        char stale[4200];
+        snprintf(stale, sizeof stale, "%s%s%s", slash ? dir : "", slash ? "/" : "", e->d_name);
+        if (unlink(stale) == 0) dt_warn("removed %s, left by a run (PID %ld) that was killed while saving", stale, pid);
+    }
+    if (d) closedir(d);
+    free(dir);
+}
+
+int dt_checkpoint_prepare(const char *path, dt_err *err) {
+    dt_err e;
+    if (dt_make_parent_dirs(path, &e)) return dt_errf(err, "cannot write checkpoint %s: %s", path, e.msg);
+    clean_stale(path);
+    char tmp[4200];
+    tmp_name(path, (long)getpid(), tmp, sizeof tmp);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return dt_errf(err, "cannot write checkpoint %s: %s", path, strerror(errno));
+    close(fd);
+    unlink(tmp);
+    return 0;
 }

@@ -38,17 +38,30 @@ typedef struct {
     char **names;
     int *ndim;
     int64_t (*shape)[DT_MAX_DIMS];
-    float **data;
+    const float **data; /* point into blob */
     void *blob;
 } dt_checkpoint;
 
+/* Reads and verifies a checkpoint: magic, version, the contents length against the file size,
+ * the checksum, then every count, length and shape against the bytes that remain (a crafted
+ * or damaged file gives "PATH: corrupt checkpoint (what is wrong)", never an allocation larger
+ * than the file or a read outside it). 0, or -1 with err set and ck empty. */
 int dt_checkpoint_read(const char *path, dt_checkpoint *ck, dt_err *err);
+/* The same on a file's bytes (malloc'ed; ck owns them from the call on, also on failure). */
+int dt_checkpoint_parse(void *file, size_t size, const char *name, dt_checkpoint *ck, dt_err *err);
 /* Index of a tensor by name, or -1. */
 int dt_checkpoint_find(const dt_checkpoint *ck, const char *name);
 /* Copies the named tensor into t (any device); -1 with a message when absent or the shape
  * differs (naming both shapes). */
 int dt_checkpoint_copy_to(const dt_checkpoint *ck, const char *name, dt_tensor *t, const char *path, dt_err *err);
 void dt_checkpoint_free(dt_checkpoint *ck);
+
+/* Start-up checks before a run that will write checkpoints to `path`, so that a bad path is
+ * reported before any training: creates the missing folders leading to it, removes the
+ * temporary files `path`.tmp.PID that killed runs left (only those of this name whose PID is
+ * not a running process; each one named in a warning) and proves the folder writable by
+ * creating and removing the temporary file a save will use. 0, or -1 with err set. */
+int dt_checkpoint_prepare(const char *path, dt_err *err);
 
 #ifdef __cplusplus
 }

@@ -47,11 +47,22 @@ typedef struct {
     char checkpoint[512], resume[512], log[512];
     int log_every, eval_every, timing_warmup, progress, quiet;
     int64_t stop_at;       /* > 0: stop (after a checkpoint) once this many steps are done */
+    int64_t max_image_pixels; /* larger images are skipped before decoding */
 } dt_train_cfg;
 
 void dt_config_defaults(dt_train_cfg *c);
-/* Reads a .cfg file into c (on top of what is there). 0, or -1 with the file:line and key. */
+/* A config file is at most this large (configs are a few KB; the bound makes /dev/zero-like
+ * inputs an error instead of a hang). */
+#define DT_CONFIG_MAX_BYTES (1 << 20)
+
+/* Reads a .cfg file into c (on top of what is there). 0, or -1 with the file:line and key. The
+ * file must be a regular file (a folder, /dev/zero, a FIFO are errors) of at most
+ * DT_CONFIG_MAX_BYTES, read whole, then parsed by dt_config_parse. */
 int dt_config_load(dt_train_cfg *c, const char *path, dt_err *err);
+/* The parser on text (`name` for messages): lines of any length; a NUL or another control
+ * byte (but tab, CR) is an error naming the line; so are unknown keys and bad values (a NaN
+ * or an infinity fails every numeric range). */
+int dt_config_parse(dt_train_cfg *c, const char *text, size_t len, const char *name, dt_err *err);
 /* One "key=value" override. */
 int dt_config_set(dt_train_cfg *c, const char *assignment, dt_err *err);
 /* Cross-key checks (after all sets): e.g. a dataset or synthetic=1. */
@@ -59,6 +70,11 @@ int dt_config_check(const dt_train_cfg *c, dt_err *err);
 /* Writes every key = value (the effective configuration) to f. */
 void dt_config_write(const dt_train_cfg *c, FILE *f);
 void dt_config_help(FILE *f);
+/* Calls fn for every key that changes what is trained (batch, image size, momentum, the
+ * schedule, seed, ...; not logs, workers, performance knobs) whose value differs between
+ * `was` and `now`, with both values as a config file writes them; returns how many. */
+typedef void (*dt_config_diff_fn)(const char *key, const char *was, const char *now, void *ctx);
+int dt_config_diff(const dt_train_cfg *was, const dt_train_cfg *now, dt_config_diff_fn fn, void *ctx);
 
 #ifdef __cplusplus
 }

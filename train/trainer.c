@@ -5,6 +5,7 @@
  * loss copied to pinned memory) and logs it. The GPU therefore always has the next step
  * queued while the host reads the previous one, and no step waits for a log line. The
  * batch of step i-1 is released to the loader at that point, once its copy has landed. */
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -16,6 +17,7 @@
 #include "dt_checkpoint.h"
 #include "dt_dataset.h"
 #include "dt_device.h"
+#include "dt_file.h"
 #include "dt_init.h"
 #include "dt_layers.h"
 #include "dt_loader.h"
@@ -31,29 +33,53 @@
 
 /* ---- small helpers ---- */
 
+/* The log files, and the first write to them that failed (a full disk, a quota): the run
+ * stops with that message rather than leaving cut or empty files behind a status of 0. */
 typedef struct {
     FILE *log, *steps_csv, *epochs_csv;
+    char log_path[600], steps_path[600], epochs_path[600];
     int tty, quiet;
+    char failed[800]; /* "cannot write PATH: reason", empty while every write succeeded */
 } outputs;
 
-static void say(outputs *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void say(outputs *o, const char *fmt, ...) {
+/* Flushes f (where buffered write errors surface) and records the first failure. */
+static void out_check(outputs *o, FILE *f, const char *path) {
+    if (!f || o->failed[0]) return;
+    if (fflush(f) != 0 || ferror(f)) snprintf(o->failed, sizeof o->failed, "cannot write %.600s: %.150s", path, strerror(errno));
+}
+
+/* One line to the terminal (unless quiet; a warning to stderr through dt_warn) and the log. */
+static void emit(outputs *o, int warning, const char *fmt, va_list ap) {
     char line[2048];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    if (!o->quiet) {
+    if (warning) {
+        dt_warn("%s", line);
+    } else if (!o->quiet) {
         if (o->tty) fputs("\r\033[K", stdout);
         fputs(line, stdout);
         fputc('\n', stdout);
         fflush(stdout);
     }
     if (o->log) {
-        fputs(line, o->log);
-        fputc('\n', o->log);
-        fflush(o->log);
+        fprintf(o->log, "%s%s\n", warning ? "warning: " : "", line);
+        out_check(o, o->log, o->log_path);
     }
+}
+
+static void say(outputs *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(outputs *o, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    emit(o, 0, fmt, ap);
+    va_end(ap);
+}
+
+static void warn_logged(outputs *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void warn_logged(outputs *o, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    emit(o, 1, fmt, ap);
+    va_end(ap);
 }
 
 static int cmp_d(const void *a, const void *b) {
@@ -172,6 +198,7 @@ static int setup_data(run_state *s, dt_err *err) {
         o.seed = c->seed;
         o.cache = c->cache;
         o.crop_scale_min = c->crop_scale_min;
+        o.max_pixels = c->max_image_pixels;
         dt_loader **l = train ? &s->train_ld : &s->val_ld;
         *l = dt_loader_new(train ? &s->train_ds : &s->val_ds, &o, err);
         if (!*l) return -1;
@@ -242,10 +269,25 @@ static int save_ckpt(run_state *s, const dt_ckpt_pos *pos, dt_err *err) {
     return r;
 }
 
+static void warn_changed(const char *key, const char *was, const char *now, void *ctx) {
+    run_state *s = ctx;
+    warn_logged(&s->out, "resume: %s = %s now, %s in the run that wrote %s: the resumed run differs from it", key, now,
+                was, s->c->resume);
+}
+
 static int load_ckpt(run_state *s, dt_ckpt_pos *pos, dt_err *err) {
     const char *path = s->c->resume;
     dt_checkpoint ck;
     if (dt_checkpoint_read(path, &ck, err)) return -1;
+    /* The checkpoint's run, as its config text says: every key that changes what is trained
+     * and differs now is named (a resume is usually meant to continue the same run). */
+    dt_train_cfg was;
+    dt_config_defaults(&was);
+    dt_err e;
+    if (dt_config_parse(&was, ck.config_text, strlen(ck.config_text), path, &e))
+        warn_logged(&s->out, "resume: cannot compare with the checkpoint's config (%s)", e.msg);
+    else
+        dt_config_diff(&was, s->c, warn_changed, s);
     int r = 0;
     int known = 0;
     for (int i = 0; i < s->model.params.n && !r; i++) {
@@ -275,15 +317,17 @@ static int load_ckpt(run_state *s, dt_ckpt_pos *pos, dt_err *err) {
 }
 
 /* Evaluates on the val set; returns top-1/top-5 fractions and the mean loss. Collects the
- * offset statistics of every deformable layer on the first batch. */
-static void evaluate(run_state *s, double *top1, double *top5, double *loss, int stats) {
+ * offset statistics of every deformable layer on the first batch. -1 (with err set) when the
+ * val loader fails: no image, or no image of a class, decodes. */
+static int evaluate(run_state *s, double *top1, double *top5, double *loss, int stats, dt_err *err) {
     const dt_train_cfg *c = s->c;
     dt_set_grad_enabled(0);
     dt_loader_start_epoch(s->val_ld, 0);
     dt_batch b;
     double c1 = 0, c5 = 0, l = 0;
     int64_t n = 0, nbat = 0;
-    while (dt_loader_next(s->val_ld, &b) == 1) {
+    int got;
+    while ((got = dt_loader_next(s->val_ld, &b)) == 1) {
         if (c->max_val_batches && nbat >= c->max_val_batches) {
             dt_loader_release(s->val_ld, &b);
             break;
@@ -320,6 +364,7 @@ static void evaluate(run_state *s, double *top1, double *top5, double *loss, int
     *top1 = n ? c1 / n : NAN;
     *top5 = n ? c5 / n : NAN;
     *loss = n ? l / n : NAN;
+    return got < 0 ? dt_errf(err, "%s", dt_loader_error(s->val_ld)) : 0;
 }
 
 static void log_offset_stats(run_state *s, int64_t epoch) {
@@ -336,28 +381,63 @@ static void log_offset_stats(run_state *s, int64_t epoch) {
 
 static int open_outputs(run_state *s, dt_err *err) {
     const dt_train_cfg *c = s->c;
-    s->out.tty = c->progress && !c->quiet && isatty(1);
-    s->out.quiet = c->quiet;
+    outputs *o = &s->out;
+    o->tty = c->progress && !c->quiet && isatty(1);
+    o->quiet = c->quiet;
     if (!c->log[0]) return 0;
-    char p[600];
-    snprintf(p, sizeof p, "%s.log", c->log);
-    s->out.log = fopen(p, c->resume[0] ? "a" : "w");
-    snprintf(p, sizeof p, "%s_steps.csv", c->log);
-    int fresh = !c->resume[0] || access(p, F_OK) != 0;
-    s->out.steps_csv = fopen(p, fresh ? "w" : "a");
-    snprintf(p, sizeof p, "%s_epochs.csv", c->log);
-    int fresh_e = !c->resume[0] || access(p, F_OK) != 0;
-    s->out.epochs_csv = fopen(p, fresh_e ? "w" : "a");
-    if (!s->out.log || !s->out.steps_csv || !s->out.epochs_csv) return dt_errf(err, "cannot write the log files %s.*", c->log);
-    if (fresh) fprintf(s->out.steps_csv, "step,epoch,loss,lr,fwd_ms,bwd_ms,opt_ms,step_ms,data_wait_ms,img_per_s\n");
-    if (fresh_e) fprintf(s->out.epochs_csv, "epoch,steps,train_loss,val_loss,val_top1,val_top5,epoch_s,skipped_images\n");
-    return 0;
+    dt_err e;
+    if (dt_make_parent_dirs(c->log, &e)) return dt_errf(err, "cannot write the log files %s.*: %s", c->log, e.msg);
+    snprintf(o->log_path, sizeof o->log_path, "%s.log", c->log);
+    snprintf(o->steps_path, sizeof o->steps_path, "%s_steps.csv", c->log);
+    snprintf(o->epochs_path, sizeof o->epochs_path, "%s_epochs.csv", c->log);
+    int fresh = !c->resume[0] || access(o->steps_path, F_OK) != 0;
+    int fresh_e = !c->resume[0] || access(o->epochs_path, F_OK) != 0;
+    FILE **f[3] = {&o->log, &o->steps_csv, &o->epochs_csv};
+    const char *path[3] = {o->log_path, o->steps_path, o->epochs_path};
+    const char *mode[3] = {c->resume[0] ? "a" : "w", fresh ? "w" : "a", fresh_e ? "w" : "a"};
+    for (int i = 0; i < 3; i++)
+        if (!(*f[i] = fopen(path[i], mode[i]))) return dt_errf(err, "cannot write %s: %s", path[i], strerror(errno));
+    if (fresh) fprintf(o->steps_csv, "step,epoch,loss,lr,fwd_ms,bwd_ms,opt_ms,step_ms,data_wait_ms,img_per_s\n");
+    if (fresh_e) fprintf(o->epochs_csv, "epoch,steps,train_loss,val_loss,val_top1,val_top5,epoch_s,skipped_images\n");
+    out_check(o, o->steps_csv, o->steps_path);
+    out_check(o, o->epochs_csv, o->epochs_path);
+    return o->failed[0] ? dt_errf(err, "%s", o->failed) : 0;
 }
 
+/* Closes the log files; a failure (the last buffered bytes not written) is recorded. */
 static void close_outputs(run_state *s) {
-    if (s->out.log) fclose(s->out.log);
-    if (s->out.steps_csv) fclose(s->out.steps_csv);
-    if (s->out.epochs_csv) fclose(s->out.epochs_csv);
+    outputs *o = &s->out;
+    FILE **f[3] = {&o->log, &o->steps_csv, &o->epochs_csv};
+    const char *path[3] = {o->log_path, o->steps_path, o->epochs_path};
+    for (int i = 0; i < 3; i++) {
+        if (!*f[i]) continue;
+        out_check(o, *f[i], path[i]);
+        if (fclose(*f[i]) != 0 && !o->failed[0])
+            snprintf(o->failed, sizeof o->failed, "cannot write %.600s: %.150s", path[i], strerror(errno));
+        *f[i] = NULL;
+    }
+}
+
+/* The machine-readable summary (read by bench/reproduce.sh), written whole or not at all. */
+static int write_summary(const dt_train_cfg *c, const dt_train_result *res, dt_err *err) {
+    char p[600], tmp[640];
+    snprintf(p, sizeof p, "%s_summary.txt", c->log);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", p, (int)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f) return dt_errf(err, "cannot write %s: %s", p, strerror(errno));
+    fprintf(f, "steps %lld\nmedian_step_ms %.4f\np90_step_ms %.4f\nfwd_ms %.4f\nbwd_ms %.4f\nopt_ms %.4f\n"
+               "img_per_s %.2f\ndata_wait_ms %.4f\npeak_mem_gib %.4f\nval_top1 %.4f\nval_top5 %.4f\nlast_loss %.6f\n",
+            (long long)res->steps, res->median_step_ms, res->p90_step_ms, res->median_fwd_ms, res->median_bwd_ms,
+            res->median_opt_ms, res->img_per_s, res->data_wait_ms, res->peak_mem / 1073741824.0, res->val_top1,
+            res->val_top5, res->last_loss);
+    int ok = fflush(f) == 0 && !ferror(f);
+    ok = fclose(f) == 0 && ok;
+    if (!ok || rename(tmp, p) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return dt_errf(err, "cannot write %s: %s", p, strerror(e));
+    }
+    return 0;
 }
 
 static void cleanup(run_state *s) {
@@ -406,7 +486,9 @@ int dt_train_run(const dt_train_cfg *c, dt_train_result *res, dt_err *err) {
     dt_conv_set_col_budget((size_t)c->col_budget_mb << 20);
     dt_set_seed(c->seed);
     dt_init_reseed();
-    if (open_outputs(s, err) || setup_data(s, err)) {
+    /* Everything a run will write is checked before it trains: the log files, and the
+     * checkpoint's folder (made if missing, stale temporaries of killed runs removed). */
+    if (open_outputs(s, err) || (c->checkpoint[0] && dt_checkpoint_prepare(c->checkpoint, err)) || setup_data(s, err)) {
         cleanup(s);
         return 1;
     }
@@ -510,12 +592,13 @@ int dt_train_run(const dt_train_cfg *c, dt_train_result *res, dt_err *err) {
                          (long long)p_->step + 1);                                                         \
         }                                                                                                  \
         if ((p_->step + 1) % c->log_every == 0 || p_->step + 1 == stop)                                    \
-            say(&s->out, "step %6lld/%lld epoch %lld  loss %.4f  lr %.4g  fwd %.2f bwd %.2f opt %.2f ms  step %.2f ms  data %.2f ms  %.0f img/s", \
+            out_check(&s->out, s->out.steps_csv, s->out.steps_path), say(&s->out, "step %6lld/%lld epoch %lld  loss %.4f  lr %.4g  fwd %.2f bwd %.2f opt %.2f ms  step %.2f ms  data %.2f ms  %.0f img/s", \
                 (long long)p_->step + 1, (long long)s->total_steps, (long long)p_->epoch, loss, p_->lr, tt[0],      \
                 tt[1], tt[2], step_ms, p_->wait_ms, p_->n / step_ms * 1e3);                                \
         else if (s->out.tty)                                                                               \
             printf("\r\033[Kstep %lld/%lld loss %.4f %.2f ms/step", (long long)p_->step + 1,               \
                    (long long)s->total_steps, loss, step_ms), fflush(stdout);                              \
+        if (s->out.failed[0] && !rc) rc = 1, dt_errf(err, "%s", s->out.failed);                           \
         if (p_->has_batch) dt_loader_release(s->train_ld, &p_->batch);                                     \
         p_->has_batch = 0;                                                                                 \
         p_->active = 0;                                                                                    \
@@ -610,7 +693,10 @@ int dt_train_run(const dt_train_cfg *c, dt_train_result *res, dt_err *err) {
         /* Evaluate every eval_every epochs, and at the end of the run even mid-epoch (a
          * steps-limited run); not when stop_at interrupts it (it will resume). */
         if (s->val_ld && ((epoch_done && c->eval_every && (epoch + 1) % c->eval_every == 0) || last)) {
-            evaluate(s, &v1, &v5, &vl, 1);
+            if (evaluate(s, &v1, &v5, &vl, 1, err)) {
+                rc = 1;
+                break;
+            }
             res->val_top1 = v1;
             res->val_top5 = v5;
             say(&s->out, "epoch %lld done in %.1f s: train loss %.4f, val loss %.4f, val top-1 %.2f%%, top-5 %.2f%%",
@@ -627,6 +713,13 @@ int dt_train_run(const dt_train_cfg *c, dt_train_result *res, dt_err *err) {
             fprintf(s->out.epochs_csv, "%lld,%lld,%.6f,%.6f,%.6f,%.6f,%.3f,%lld\n", (long long)epoch, (long long)epoch_steps,
                     epoch_steps ? epoch_loss / epoch_steps : NAN, vl, v1, v5, ep_s,
                     s->train_ld ? (long long)dt_loader_epoch_stats(s->train_ld).skipped : 0LL);
+        out_check(&s->out, s->out.epochs_csv, s->out.epochs_path);
+        out_check(&s->out, s->out.steps_csv, s->out.steps_path);
+        if (s->out.failed[0]) {
+            rc = 1;
+            dt_errf(err, "%s", s->out.failed);
+            break;
+        }
         if (c->checkpoint[0]) {
             dt_ckpt_pos np = {epoch_done ? epoch + 1 : epoch, epoch_done ? 0 : b_in_epoch, step};
             if (save_ckpt(s, &np, err)) {
@@ -664,19 +757,7 @@ int dt_train_run(const dt_train_cfg *c, dt_train_result *res, dt_err *err) {
             res->median_fwd_ms, res->median_bwd_ms, res->median_opt_ms, res->img_per_s, res->data_wait_ms, peak);
         if (res->val_top1 >= 0) say(&s->out, "final val top-1 %.2f%%, top-5 %.2f%%", 100 * res->val_top1, 100 * res->val_top5);
         else say(&s->out, "no evaluation (%s)", c->synthetic ? "synthetic data" : "stopped by stop_at; resume to continue");
-        if (c->log[0]) { /* machine-readable summary for scripts (make reproduce) */
-            char p[600];
-            snprintf(p, sizeof p, "%s_summary.txt", c->log);
-            FILE *f = fopen(p, "w");
-            if (f) {
-                fprintf(f, "steps %lld\nmedian_step_ms %.4f\np90_step_ms %.4f\nfwd_ms %.4f\nbwd_ms %.4f\nopt_ms %.4f\n"
-                           "img_per_s %.2f\ndata_wait_ms %.4f\npeak_mem_gib %.4f\nval_top1 %.4f\nval_top5 %.4f\nlast_loss %.6f\n",
-                        (long long)res->steps, res->median_step_ms, res->p90_step_ms, res->median_fwd_ms, res->median_bwd_ms,
-                        res->median_opt_ms, res->img_per_s, res->data_wait_ms, res->peak_mem / 1073741824.0, res->val_top1,
-                        res->val_top5, res->last_loss);
-                fclose(f);
-            }
-        }
+        if (c->log[0] && write_summary(c, res, err)) rc = 1; /* machine-readable, for bench/reproduce.sh */
     }
 #undef FINISH
     marks_free(&pq[0].m);
@@ -689,6 +770,7 @@ int dt_train_run(const dt_train_cfg *c, dt_train_result *res, dt_err *err) {
     dt_sgd_free(&s->opt);
     dt_resnet18_free(&s->model);
     cleanup(s);
+    if (!rc && s->out.failed[0]) rc = 1, dt_errf(err, "%s", s->out.failed); /* the last bytes of a log */
     return rc;
 }
 

@@ -1,9 +1,6 @@
-/* stb_impl.c: the one translation unit that compiles the stb single-file libraries
- * (stb_image for decoding, stb_image_write for the sample-dataset generator and the tests).
- * Third-party code: its warnings are silenced here and nowhere else.
- *
- * Thread safety: stb_image 2.x keeps its failure reason (and the flip/unpremultiply flags we
- * never set) in thread-local storage, so loader workers may decode concurrently. */
+/* stb_quiet.h: included first by the translation units that compile the stb libraries
+ * (third-party code): its warnings are silenced from here to their `#pragma GCC diagnostic
+ * pop`, and nowhere else. No include guard: each unit pushes once. */
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-parameter"
 #pragma GCC diagnostic ignored "-Wunused-function"
@@ -19,13 +16,3 @@
 #pragma GCC diagnostic ignored "-Wstringop-overflow"
 #pragma GCC diagnostic ignored "-Warray-bounds"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-
-/* Decoding goes through memory buffers we read ourselves (one fread per file). */
-#define STBI_NO_STDIO
-#define STB_IMAGE_IMPLEMENTATION
-#include "stb_image.h"
-
-#define STB_IMAGE_WRITE_IMPLEMENTATION
-#include "stb_image_write.h"
-
-#pragma GCC diagnostic pop

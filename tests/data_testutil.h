@@ -1,0 +1,18 @@
+/* data_testutil.h: files in the test's temporary folder, shared by the data tests. Paths are
+ * relative to dt_test_tmpdir(); a failure to create one is a test failure. */
+#ifndef DT_DATA_TESTUTIL_H
+#define DT_DATA_TESTUTIL_H
+
+#include <stddef.h>
+
+/* tmpdir/rel, in one of 8 rotating buffers (so several can be used in one call). */
+const char *dt_test_path(const char *rel);
+/* mkdir -p tmpdir/rel */
+void dt_test_mkdirs(const char *rel);
+/* Writes n bytes (n = 0: an empty file). */
+void dt_test_write_file(const char *rel, const void *data, size_t n);
+void dt_test_touch(const char *rel);
+/* The whole file (malloc'ed; *n its size). */
+unsigned char *dt_test_read_file(const char *rel, size_t *n);
+
+#endif

@@ -1,0 +1,33 @@
+/* libFuzzer target: image decoding as the loader does it: header probe against a pixel cap,
+ * a train or val transform planned from the header's size, decoding at the plan's scale
+ * (DCT-domain downscaling for JPEG with libjpeg-turbo), the transform itself. */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "dt_image.h"
+#include "dt_transform.h"
+
+/* 256 Kpx: every decoder path (DCT scaling included) on images small enough for fast
+ * executions; larger declared sizes exercise the cap. */
+#define FUZZ_MAX_PIXELS (1 << 18)
+#define S 32
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    dt_err err;
+    int w, h;
+    if (dt_image_probe(data, size, "fuzz", FUZZ_MAX_PIXELS, &w, &h, &err)) return 0;
+    dt_transform_plan plan;
+    dt_rng r;
+    dt_rng_derive(&r, size, data[size / 2], 1);
+    if (data[0] & 1) dt_transform_plan_train(w, h, S, 0.08, &r, &plan);
+    else dt_transform_plan_val(w, h, S, &plan);
+    dt_image img;
+    if (dt_image_decode(data, size, "fuzz", FUZZ_MAX_PIXELS, plan.min_scale, &img, &err)) return 0;
+    if (img.w > w || img.h > h) abort(); /* the decoder agrees with the probe */
+    static float out[3 * S * S];
+    static uint8_t u8[S * S * 3];
+    static dt_scratch scratch;
+    dt_transform_apply(&plan, &img, S, out, u8, &scratch);
+    dt_image_free(&img);
+    return 0;
+}
