@@ -3,7 +3,7 @@
 (python/deftc_torch.py) swapped in - the rest (convs, batch norm, SGD) stays PyTorch's -
 train step time side by side, then bitwise reproducibility with deterministic=True.
 
-    python3 bench/torch_deftc.py path/to/torch_reference.py [--batches 64 256] [--lib build/libdeftc.so]"""
+    python3 bench/torch_deftc.py path/to/torch_reference.py [--batches 64 256] [--lib build/libdeftc.so] [--tf32]"""
 import argparse
 import functools
 import importlib.util
@@ -44,14 +44,20 @@ def main():
     p.add_argument('yardstick')
     p.add_argument('--batches', type=int, nargs='+', default=[64, 256])
     p.add_argument('--lib', default=None)
+    p.add_argument('--tf32', action='store_true', help="TF32 for PyTorch's convs and matmuls (default: plain fp32)")
     a = p.parse_args()
     if a.lib:
         os.environ['DEFTC_LIB'] = os.path.abspath(a.lib)
     import deftc_torch as dtt
     tr = load_yardstick(a.yardstick)
     torch.backends.cudnn.benchmark = True
+    # The yardstick's own main sets these; imported as a module it does not, and PyTorch's
+    # default lets cuDNN convs use TF32. Both arms get the same setting (fp32 unless --tf32).
+    torch.backends.cudnn.allow_tf32 = a.tf32
+    torch.backends.cuda.matmul.allow_tf32 = a.tf32
     tv_op = tr.deform_conv2d
-    print('# all-deformable ResNet-18 (DCNv1) train step, fp32, %s' % torch.cuda.get_device_name())
+    print('# all-deformable ResNet-18 (DCNv1) train step, %s, %s' % ('TF32' if a.tf32 else 'fp32 (no TF32)',
+                                                                      torch.cuda.get_device_name()))
     for batch in a.batches:
         times = {}
         for label, op in (('torchvision', tv_op), ('deftc', dtt.deform_conv2d)):
@@ -64,6 +70,12 @@ def main():
             print('batch %4d %-12s %8.2f ms/step %8.0f img/s  peak %.2f GiB' % (batch, label, times[label],
                                                                                batch / times[label] * 1e3, peak))
             del m
+        torch.manual_seed(0)
+        m = tr.resnet18(False, False)  # the plain net: what the deformable layers add to
+        plain = tr.bench(step_fn(m, batch), 5, 20)
+        del m
+        print('batch %4d plain ResNet-18 %8.2f ms/step (deformable layers add: torchvision %.2f ms, deftc %.2f ms)' % (
+            batch, plain, times['torchvision'] - plain, times['deftc'] - plain))
         print('batch %4d deftc is %.2fx faster than torchvision' % (batch, times['torchvision'] / times['deftc']))
     # bitwise reproducibility: two fresh runs of 3 steps, deftc deterministic, cuDNN deterministic
     torch.backends.cudnn.benchmark = False

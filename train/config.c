@@ -75,6 +75,7 @@ static const key_spec KEYS[] = {
     {"timing_warmup", T_INT, F(timing_warmup), "10", NULL, 0, 1 << 30, 0, "steps left out of the time statistics"},
     {"quiet", T_BOOL, F(quiet), "0", NULL, 0, 1, 0, "print nothing but errors (the log files still get everything)"},
     {"progress", T_BOOL, F(progress), "1", NULL, 0, 1, 0, "live progress line when stdout is a terminal"},
+    {"max_image_pixels", T_I64, F(max_image_pixels), "89478485", NULL, 1, 1e10, 1, "images with more pixels are skipped with a warning, before decoding (PIL's limit)"},
     {"stop_at", T_I64, F(stop_at), "0", NULL, 0, 1e15, 0, "stop after this global step, writing the checkpoint (resume later)"},
 };
 #define NKEYS ((int)(sizeof KEYS / sizeof *KEYS))
