@@ -5,6 +5,7 @@
 
 #include "dt_autograd.h"
 #include "dt_check.h"
+#include "dt_deform.h"
 #include "dt_test.h"
 
 dt_tensor *dt_test_offsets(const dt_deform_case *c, int64_t Ho, int64_t Wo, int avoid_kinks) {
@@ -38,6 +39,15 @@ void dt_test_deform_inputs(const dt_deform_case *c, int avoid_kinks, dt_tensor *
     in[4] = c->bias ? dt_test_randn(1, sb, 1.0f) : NULL;
     for (int i = 0; i < 5; i++)
         if (in[i]) dt_requires_grad(in[i]);
+}
+
+dt_tensor *dt_test_deform_layer_forward(dt_tensor **in, void *layer) {
+    dt_deform_conv *l = layer;
+    l->weight = in[1];
+    l->off_weight = in[2];
+    l->off_bias = in[3];
+    l->bias = in[4];
+    return dt_deform_conv_forward(l, in[0]);
 }
 
 /* Bilinear sampling with per-corner zero padding, written from torchvision's definition

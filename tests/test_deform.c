@@ -99,20 +99,6 @@ DT_TEST(deform_zero_offsets_equal_conv2d) {
 
 /* ---- the layer: offset conv + sampling + main conv, gradients through everything ---- */
 
-typedef struct {
-    dt_deform_conv *l;
-} layer_arg;
-
-static dt_tensor *b_layer(dt_tensor **in, void *a) {
-    dt_deform_conv *l = ((layer_arg *)a)->l;
-    /* The parameters under test come in as inputs 1..5 and are swapped into the layer. */
-    l->weight = in[1];
-    l->off_weight = in[2];
-    l->off_bias = in[3];
-    l->bias = in[4];
-    return dt_deform_conv_forward(l, in[0]);
-}
-
 DT_TEST(gradcheck_deform_layer_v1_v2) {
     for (int version = 1; version <= 2; version++)
         for (int G = 1; G <= 2; G++) {
@@ -129,11 +115,10 @@ DT_TEST(gradcheck_deform_layer_v1_v2) {
             dt_tensor *b = dt_test_randn(1, sb, 1.0f);
             dt_tensor *in[5] = {x, w, ow, ob, b};
             for (int i = 0; i < 5; i++) dt_requires_grad(in[i]);
-            layer_arg a = {&l};
             char what[64];
             snprintf(what, sizeof what, "deform layer v%d G%d", version, G);
             dt_gradcheck_opts o = {.h = 1e-2f, .tol = 2e-2f, .max_checks = 48};
-            EXPECT(dt_gradcheck(what, b_layer, &a, 5, in, &o));
+            EXPECT(dt_gradcheck(what, dt_test_deform_layer_forward, &l, 5, in, &o));
             for (int i = 0; i < 4; i++) dt_tensor_free(own[i]);
         }
 }

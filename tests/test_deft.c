@@ -204,19 +204,6 @@ DT_TEST(deft_index_invariants) {
 
 /* ---- the layer ---- */
 
-typedef struct {
-    dt_deform_conv *l;
-} layer_arg;
-
-static dt_tensor *b_layer(dt_tensor **in, void *a) {
-    dt_deform_conv *l = ((layer_arg *)a)->l;
-    l->weight = in[1];
-    l->off_weight = in[2];
-    l->off_bias = in[3];
-    l->bias = in[4];
-    return dt_deform_conv_forward(l, in[0]);
-}
-
 /* Layer inputs with offsets near +-0.5 px (away from kinks) that vary a little with x. */
 static void layer_inputs(dt_deform_conv *l, int64_t n, int64_t h, int64_t w, dt_tensor **in) {
     int64_t oc = dt_deform_offset_channels(l), n_off = 2 * l->groups * l->g.kh * l->g.kw;
@@ -240,11 +227,10 @@ DT_TEST(gradcheck_deft_layer_v1_v2) {
             dt_tensor *own[4] = {l.weight, l.off_weight, l.off_bias, l.bias};
             dt_tensor *in[5];
             layer_inputs(&l, 2, 7, 7, in);
-            layer_arg a = {&l};
             char what[64];
             snprintf(what, sizeof what, "deft layer v%d G%d", version, G);
             dt_gradcheck_opts o = {.h = 1e-2f, .tol = 2e-2f, .max_checks = 48};
-            EXPECT(dt_gradcheck(what, b_layer, &a, 5, in, &o));
+            EXPECT(dt_gradcheck(what, dt_test_deform_layer_forward, &l, 5, in, &o));
             for (int i = 0; i < 4; i++) dt_tensor_free(own[i]);
         }
 }
@@ -258,8 +244,7 @@ static op_out run_layer(dt_deform_conv *l, dt_tensor **in, dt_deform_mode mode, 
     l->calls = 0;
     dt_scope_begin();
     for (int i = 0; i < 5; i++) in[i]->grad_valid = 0;
-    layer_arg a = {l};
-    dt_tensor *y = b_layer(in, &a);
+    dt_tensor *y = dt_test_deform_layer_forward(in, l);
     dt_tensor *R = dt_tensor_like(y);
     dt_rng r;
     dt_rng_seed(&r, 11);
