@@ -101,6 +101,8 @@ LAB := $(if $(filter 1,$(CUDA)),$(BUILD)/deform_lab,)
 # The main job: the all-deformable ResNet-18 (deft) on the sample dataset, on the GPU.
 # On a machine without a GPU: make run RUN_CONFIG=configs/sample_cpu.cfg
 RUN_CONFIG ?= configs/sample_deft.cfg
+# extra key=value overrides for make run, e.g. RUN_ARGS="precision=bf16 seed=1"
+RUN_ARGS ?=
 
 # The sample dataset (procedurally drawn shapes, see docs/data.md).
 DATA ?= data_sample
@@ -174,7 +176,7 @@ test-gpu: $(BUILD)/test
 run: all
 	@test -d $(DATA)/train || $(BUILD)/mkdata --out $(DATA)
 	@mkdir -p runs
-	$(BUILD)/train $(RUN_CONFIG) data=$(DATA)
+	$(BUILD)/train $(RUN_CONFIG) data=$(DATA) $(RUN_ARGS)
 
 # The normalized training-time table of plain / unfused / deft ResNet-18 and the ablation.
 reproduce: all

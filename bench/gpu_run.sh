@@ -2,7 +2,7 @@
 # One batched device call (docs/PERF.md says how the numbers there were made): GPU tests,
 # benchmarks beside the PyTorch yardstick, the reproduction and the main job. Run from the
 # repository root on the GPU machine:
-#   bash bench/gpu_run.sh [tests] [api] [conv] [deform] [deform2] [resnet] [repro] [run]
+#   bash bench/gpu_run.sh [tests] [api] [conv] [deform] [deform2] [resnet] [resnet_mp] [repro] [run] [seeds]
 # Logs go to $OUT (default /tmp/deftc-out) and are packed into $OUT/all.tgz. Uses the
 # binaries in build/ when they run there, else rebuilds with the local nvcc.
 set -uo pipefail
@@ -49,6 +49,12 @@ for s in $STEPS; do
     resnet)
         log "yardstick resnet18"
         for b in ${RBATCHES:-64 256}; do T 300 python3 "$YARD" resnet18 --batch $b 2>&1 | tee "$W/torch_resnet18_b$b.txt"; done ;;
+    resnet_mp)
+        log "yardstick resnet18 in mixed precision (--amp --channels-last, --tf32 --channels-last)"
+        for b in ${RBATCHES:-64 256}; do
+            T 300 python3 "$YARD" resnet18 --batch $b --amp --channels-last 2>&1 | tee "$W/torch_resnet18_amp_b$b.txt"
+            T 300 python3 "$YARD" resnet18 --batch $b --tf32 --channels-last 2>&1 | tee "$W/torch_resnet18_tf32_b$b.txt"
+        done ;;
     repro)
         log "make reproduce (bench/reproduce.sh)"
         OUTDIR=$W/runs STEPS=${RSTEPS:-30} T 500 bash bench/reproduce.sh 2>&1 | tee "$W/reproduce.txt" | tail -30 ;;
@@ -61,6 +67,15 @@ for s in $STEPS; do
             grep -E "^step .*/|epoch .* done|summary|final|error" "$W/$cfg.out" | tail -14
         done
         rm -f "$W"/*.ckpt ;;
+    seeds)
+        log "make run by precision and seed (the all-deformable sample job)"
+        [ -d data_sample/train ] || build/mkdata --out data_sample --quiet
+        for p in ${SEED_PRECISIONS:-fp32 bf16}; do
+            for s in ${SEEDS:-0 1 2}; do
+                T 300 build/train configs/sample_deft.cfg progress=0 precision=$p seed=$s log=$W/seed_${p}_$s > "$W/seed_${p}_$s.out" 2>&1
+                echo "precision $p seed $s: $(grep -E '^final|summary' "$W/seed_${p}_$s.out" | tr '\n' ' ' | cut -c1-260)" | tee -a "$W/seeds.txt"
+            done
+        done ;;
     esac
 done
 tar czf "$OUT/all.tgz" -C "$W" . && ls -la "$OUT"

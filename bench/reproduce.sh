@@ -2,9 +2,10 @@
 # `make reproduce`: the normalized training-time table behind DefT's "46 % less training time".
 # ResNet-18 on synthetic data (random device tensors: pure compute, no loader), 224x224,
 # batch 64 and 256: plain, all-deformable `unfused`, all-deformable `deft`; then the ablation
-# at batch 64 (each deft knob against its default, DefT's fused + staged recipe, deterministic). Median step time after
-# the warm-up steps. Writes runs/reproduce.csv, runs/reproduce_chart.csv and a PNG chart.
-#   STEPS=40 WARM=10 BATCHES="64 256" VERSION=1 bash bench/reproduce.sh
+# at batch 64 (each deft knob against its default, DefT's fused + staged recipe, deterministic); then the precision
+# axis: plain and deft in tf32 and bf16 at each batch. Median step time after the warm-up steps.
+# Writes runs/reproduce.csv, runs/reproduce_chart.csv and a PNG chart.
+#   STEPS=40 WARM=10 BATCHES="64 256" VERSION=1 PRECISIONS="tf32 bf16" bash bench/reproduce.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${BUILD:-build}
@@ -12,58 +13,67 @@ STEPS=${STEPS:-40}
 WARM=${WARM:-10}
 BATCHES=${BATCHES:-"64 256"}
 VERSION=${VERSION:-1}
+PRECISIONS=${PRECISIONS-"tf32 bf16"}
 OUTDIR=${OUTDIR:-runs}
 mkdir -p "$OUTDIR"
 CSV=$OUTDIR/reproduce.csv
-echo "config,batch,median_ms,p90_ms,fwd_ms,bwd_ms,opt_ms,img_per_s,peak_gib" > "$CSV"
+echo "config,precision,batch,median_ms,p90_ms,fwd_ms,bwd_ms,opt_ms,img_per_s,peak_gib" > "$CSV"
 
-run() { # label batch overrides...
-    local label=$1 batch=$2
-    shift 2
-    local log=$OUTDIR/repro_${label}_b${batch}
+run() { # label precision batch overrides...
+    local label=$1 prec=$2 batch=$3
+    shift 3
+    local log=$OUTDIR/repro_${label}_${prec}_b${batch}
     "$B/train" configs/synthetic_timing.cfg batch="$batch" steps="$STEPS" timing_warmup="$WARM" \
-        deform_version="$VERSION" progress=0 log="$log" "$@" > "$log.out" 2>&1 || {
+        deform_version="$VERSION" precision="$prec" progress=0 log="$log" "$@" > "$log.out" 2>&1 || {
         echo "reproduce: $label (batch $batch) failed:"; tail -5 "$log.out"; exit 1; }
     local s=$log\_summary.txt
-    printf '%s,%s,%s,%s,%s,%s,%s,%s,%s\n' "$label" "$batch" "$(awk '/^median_step_ms/{print $2}' "$s")" \
+    printf '%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n' "$label" "$prec" "$batch" "$(awk '/^median_step_ms/{print $2}' "$s")" \
         "$(awk '/^p90_step_ms/{print $2}' "$s")" "$(awk '/^fwd_ms/{print $2}' "$s")" "$(awk '/^bwd_ms/{print $2}' "$s")" \
         "$(awk '/^opt_ms/{print $2}' "$s")" "$(awk '/^img_per_s/{print $2}' "$s")" "$(awk '/^peak_mem_gib/{print $2}' "$s")" >> "$CSV"
-    echo "  $label batch $batch: $(awk '/^median_step_ms/{print $2}' "$s") ms/step"
+    echo "  $label $prec batch $batch: $(awk '/^median_step_ms/{print $2}' "$s") ms/step"
 }
 
 for b in $BATCHES; do
-    run plain "$b" deform=none
-    run unfused "$b" deform=all deform_mode=unfused
-    run deft "$b" deform=all deform_mode=deft
+    run plain fp32 "$b" deform=none
+    run unfused fp32 "$b" deform=all deform_mode=unfused
+    run deft fp32 "$b" deform=all deform_mode=deft
 done
 b=$(echo $BATCHES | awk '{print $1}')
 # each knob of the deft path switched away from its default, then DefT's own recipe
-run deft_dx_atomic "$b" deform=all deform_mode=deft dx=atomic
-run deft_dx_gather "$b" deform=all deform_mode=deft dx=gather
-run deft_fuse1 "$b" deform=all deform_mode=deft fuse_offset=1
-run deft_stage1 "$b" deform=all deform_mode=deft stage=1
-run deft_fuse1_stage1 "$b" deform=all deform_mode=deft fuse_offset=1 stage=1
-run deft_fuse1_stage1_swizzle0 "$b" deform=all deform_mode=deft fuse_offset=1 stage=1 swizzle=0
-run deft_det "$b" deform=all deform_mode=deft deterministic=1
-run unfused_det "$b" deform=all deform_mode=unfused deterministic=1
+run deft_dx_atomic fp32 "$b" deform=all deform_mode=deft dx=atomic
+run deft_dx_gather fp32 "$b" deform=all deform_mode=deft dx=gather
+run deft_fuse1 fp32 "$b" deform=all deform_mode=deft fuse_offset=1
+run deft_stage1 fp32 "$b" deform=all deform_mode=deft stage=1
+run deft_fuse1_stage1 fp32 "$b" deform=all deform_mode=deft fuse_offset=1 stage=1
+run deft_fuse1_stage1_swizzle0 fp32 "$b" deform=all deform_mode=deft fuse_offset=1 stage=1 swizzle=0
+run deft_det fp32 "$b" deform=all deform_mode=deft deterministic=1
+run unfused_det fp32 "$b" deform=all deform_mode=unfused deterministic=1
+# the precision axis (docs/training.md, "Precision")
+for p in $PRECISIONS; do
+    for b in $BATCHES; do
+        run plain "$p" "$b" deform=none
+        run deft "$p" "$b" deform=all deform_mode=deft
+    done
+done
 
 # The normalized table (plain = 1.00) and the reduction of deft over unfused.
 python3 - "$CSV" "$OUTDIR" <<'PY' || awk -F, 'NR>1{print}' "$CSV"
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
 out = sys.argv[2]
-by = {(r['config'], r['batch']): float(r['median_ms']) for r in rows}
-print('\n| config | batch | ms/step | normalized (plain = 1.00) | img/s | peak GiB |')
-print('| --- | ---: | ---: | ---: | ---: | ---: |')
+by = {(r['config'], r['precision'], r['batch']): float(r['median_ms']) for r in rows}
+print('\n| config | precision | batch | ms/step | normalized (plain fp32 = 1.00) | img/s | peak GiB |')
+print('| --- | --- | ---: | ---: | ---: | ---: | ---: |')
 chart = open(out + '/reproduce_chart.csv', 'w')
 for r in rows:
-    plain = by.get(('plain', r['batch']))
+    plain = by.get(('plain', 'fp32', r['batch']))
     norm = float(r['median_ms']) / plain if plain else float('nan')
-    print(f"| {r['config']} | {r['batch']} | {float(r['median_ms']):.2f} | {norm:.2f} | {float(r['img_per_s']):.0f} | {float(r['peak_gib']):.2f} |")
-    chart.write(f"{r['config']} b{r['batch']},{norm:.3f},({float(r['median_ms']):.1f} ms)\n")
+    print(f"| {r['config']} | {r['precision']} | {r['batch']} | {float(r['median_ms']):.2f} | {norm:.2f} | "
+          f"{float(r['img_per_s']):.0f} | {float(r['peak_gib']):.2f} |")
+    chart.write(f"{r['config']} {r['precision']} b{r['batch']},{norm:.3f},({float(r['median_ms']):.1f} ms)\n")
 for b in sorted({r['batch'] for r in rows}, key=int):
-    if ('unfused', b) in by and ('deft', b) in by:
-        print(f"batch {b}: deft takes {100 * (1 - by[('deft', b)] / by[('unfused', b)]):.1f} % less time than unfused")
+    if ('unfused', 'fp32', b) in by and ('deft', 'fp32', b) in by:
+        print(f"batch {b}: deft takes {100 * (1 - by[('deft', 'fp32', b)] / by[('unfused', 'fp32', b)]):.1f} % less time than unfused")
 PY
 if [ -f "$OUTDIR/reproduce_chart.csv" ] && [ -x "$B/chart" ]; then
     "$B/chart" "$OUTDIR/reproduce_chart.csv" "$OUTDIR/reproduce.png" "ResNet-18 step time, normalized to plain (lower is better)"

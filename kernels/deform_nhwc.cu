@@ -28,11 +28,12 @@ const int THREADS = 256;
 
 /* ------------------------------------------------------------------ sampling */
 
-/* Writes colT's segment of one sample (k, g) at position q for the lane's vectors. */
-template <int VEC, int L>
+/* Writes colT's segment of one sample (k, g) at position q for the lane's vectors; T float, or
+ * bf16 for the bf16 precision (rounded once on the store). */
+template <int VEC, int L, typename T>
 __device__ __forceinline__ void sample_row(const dt_deform_chunk &c, const float *__restrict__ xT,
                                            const float *__restrict__ om, int q, int k, int g, int lane,
-                                           float *__restrict__ colT) {
+                                           T *__restrict__ colT) {
     typedef typename dt_vec<VEC>::T V;
     int i;
     float m;
@@ -42,7 +43,7 @@ __device__ __forceinline__ void sample_row(const dt_deform_chunk &c, const float
 #pragma unroll
     for (int t = 0; t < 4; t++)
         corner[t] = b.ok[t] ? reinterpret_cast<const V *>(plane + dt_bilin_index(&b, t, c.W) * c.C) : nullptr;
-    V *out = reinterpret_cast<V *>(colT + (int64_t)q * c.KC + (int64_t)k * c.C + (int64_t)g * c.Cg);
+    T *out = colT + (int64_t)q * c.KC + (int64_t)k * c.C + (int64_t)g * c.Cg;
     const int NV = c.Cg / VEC;
     for (int v = lane; v < NV; v += L) {
         V val[4];
@@ -56,18 +57,18 @@ __device__ __forceinline__ void sample_row(const dt_deform_chunk &c, const float
         vfma(s, b.w[1], val[1]);
         vfma(s, b.w[2], val[2]);
         vfma(s, b.w[3], val[3]);
-        out[v] = vscale(m, s);
+        cstore(out, v, vscale(m, s));
     }
 }
 
-template <int VEC, int L>
+template <int VEC, int L, typename T>
 __global__ void __launch_bounds__(THREADS) k_sample(dt_deform_chunk c, const float *__restrict__ xT,
-                                                   const float *__restrict__ om, float *__restrict__ colT) {
+                                                   const float *__restrict__ om, T *__restrict__ colT) {
     const int lane = threadIdx.x % L;
     FOR_ROWS(s, c.S, L) {
         int q, k, g;
         dt_sample_decode(&c, (uint32_t)s, &q, &k, &g);
-        sample_row<VEC, L>(c, xT, om, q, k, g, lane, colT);
+        sample_row<VEC, L, T>(c, xT, om, q, k, g, lane, colT);
     }
 }
 
@@ -275,11 +276,12 @@ index_ws index_layout(int64_t S, int64_t nkeys, void *ws) {
 
 /* A group of L lanes per (pixel, offset group), a vector a lane (VPL = 4 when the group is
  * wider than 32 vectors; channel chunks of L*VPL vectors beyond, re-walking the index). One hit
- * at a time: loading several ahead, or 4 vectors a lane, was measured slower (the lab). */
-template <int VEC, int L, int VPL>
+ * at a time: loading several ahead, or 4 vectors a lane, was measured slower (the lab).
+ * T: dcolT's type (float, or bf16 for the bf16 precision); the sums are fp32 either way. */
+template <int VEC, int L, int VPL, typename T>
 __global__ void __launch_bounds__(THREADS) k_gather(dt_deform_chunk c, const uint32_t *__restrict__ order,
                                                    const uint32_t *__restrict__ start, const float *__restrict__ wm,
-                                                   const float *__restrict__ xT, const float *__restrict__ dcolT,
+                                                   const float *__restrict__ xT, const T *__restrict__ dcolT,
                                                    float *__restrict__ dxT, float *__restrict__ D) {
     typedef typename dt_vec<VEC>::T V;
     const int lane = threadIdx.x % L, NV = c.Cg / VEC;
@@ -313,13 +315,14 @@ __global__ void __launch_bounds__(THREADS) k_gather(dt_deform_chunk c, const uin
                     /* s = (q*K + k)*G + g: its dcol row segment starts at (q*K + k)*C + g*Cg */
                     uint32_t qk;
                     dt_fastdiv_divmod(s, c.fG, &qk);
-                    const V *row = reinterpret_cast<const V *>(dcolT + (int64_t)qk * c.C + (int64_t)g * c.Cg);
+                    const T *row = dcolT + (int64_t)qk * c.C + (int64_t)g * c.Cg;
                     float part = 0.0f;
 #pragma unroll
                     for (int u = 0; u < VPL; u++) {
                         int v = v0 + lane + u * L;
                         if (v < NV) {
-                            V d = vload(row + v);
+                            V d;
+                            cload(row, v, d);
                             vfma(acc[u], w, d);
                             part += vdot(d, xv[u]);
                         }
@@ -474,16 +477,30 @@ size_t tile_smem(const dt_deform_plan *p, const tiling &t, bool stage) {
 
 extern "C" {
 
-void dt_deform_sample_nhwc_cuda(const dt_deform_plan *p, int64_t nb, const float *xT, const float *om, float *colT) {
+}  // extern "C"
+
+template <typename T>
+static void sample_nhwc(const dt_deform_plan *p, int64_t nb, const float *xT, const float *om, T *colT) {
     dt_deform_chunk c = dt_deform_chunk_make(p, nb);
     if (c.S <= 0) return;
     bool v4 = vec4(p);
     int L = row_lanes(p);
-#define SAMPLE(V) k_sample<V, L_><<<blocks_for_rows(c.S, L_), THREADS, 0, dt_stream()>>>(c, xT, om, colT)
+#define SAMPLE(V) k_sample<V, L_, T><<<blocks_for_rows(c.S, L_), THREADS, 0, dt_stream()>>>(c, xT, om, colT)
     if (v4) { DISPATCH_L(L, SAMPLE(4)); }
     else { DISPATCH_L(L, SAMPLE(1)); }
 #undef SAMPLE
     DT_CHECK_LAUNCH();
+}
+
+extern "C" {
+
+void dt_deform_sample_nhwc_cuda(const dt_deform_plan *p, int64_t nb, const float *xT, const float *om, float *colT) {
+    sample_nhwc(p, nb, xT, om, colT);
+}
+
+void dt_deform_sample_nhwc_bf16_cuda(const dt_deform_plan *p, int64_t nb, const float *xT, const float *om,
+                                     dt_bf16 *colT) {
+    sample_nhwc(p, nb, xT, om, (__nv_bfloat16 *)colT);
 }
 
 size_t dt_deform_tile_ws_bytes_cuda(const dt_deform_plan *p, int64_t nb) { return dt_offconv_ws_bytes_cuda(p, nb); }
@@ -557,8 +574,11 @@ void dt_deform_index_build_cuda(const dt_deform_plan *p, int64_t nb, const float
     DT_CHECK_LAUNCH();
 }
 
-void dt_deform_gather_dx_cuda(const dt_deform_plan *p, int64_t nb, const dt_deform_index *idx, const float *xT,
-                              const float *dcolT, float *dxT, float *D) {
+}  // extern "C"
+
+template <typename T>
+static void gather_dx(const dt_deform_plan *p, int64_t nb, const dt_deform_index *idx, const float *xT,
+                      const T *dcolT, float *dxT, float *D) {
     dt_deform_chunk c = dt_deform_chunk_make(p, nb);
     int64_t rows = (int64_t)c.npix * c.G;
     if (rows <= 0) return;
@@ -566,11 +586,11 @@ void dt_deform_gather_dx_cuda(const dt_deform_plan *p, int64_t nb, const dt_defo
     /* a lane a vector here (the row kernels' 4 a lane was measured 2x slower for the gather) */
     int64_t nv = v4 ? p->Cg / 4 : p->Cg;
     int L = dt_lanes_for(nv, 4);
-#define GATHER(V, VPL)                                                                                        \
-    DISPATCH_L(L, k_gather<V, L_, VPL><<<blocks_for_rows(rows, L_), THREADS, 0, dt_stream()>>>(c, idx->order, \
-                                                                                            idx->start,       \
-                                                                                            idx->wm, xT,      \
-                                                                                            dcolT, dxT, D))
+#define GATHER(V, VPL)                                                                                           \
+    DISPATCH_L(L, k_gather<V, L_, VPL, T><<<blocks_for_rows(rows, L_), THREADS, 0, dt_stream()>>>(c, idx->order, \
+                                                                                               idx->start,       \
+                                                                                               idx->wm, xT,      \
+                                                                                               dcolT, dxT, D))
     if (v4) {
         if (nv <= L) { GATHER(4, 1); }
         else { GATHER(4, 4); }
@@ -580,6 +600,18 @@ void dt_deform_gather_dx_cuda(const dt_deform_plan *p, int64_t nb, const dt_defo
     }
 #undef GATHER
     DT_CHECK_LAUNCH();
+}
+
+extern "C" {
+
+void dt_deform_gather_dx_cuda(const dt_deform_plan *p, int64_t nb, const dt_deform_index *idx, const float *xT,
+                              const float *dcolT, float *dxT, float *D) {
+    gather_dx(p, nb, idx, xT, dcolT, dxT, D);
+}
+
+void dt_deform_gather_dx_bf16_cuda(const dt_deform_plan *p, int64_t nb, const dt_deform_index *idx, const float *xT,
+                                   const dt_bf16 *dcolT, float *dxT, float *D) {
+    gather_dx(p, nb, idx, xT, (const __nv_bfloat16 *)dcolT, dxT, D);
 }
 
 void dt_deform_offset_grads_cuda(const dt_deform_plan *p, int64_t nb, const float *om, const float *D, int mask_logits,

@@ -31,6 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "convert.h"
 #include "deform_plan.h"
 
 #ifdef __cplusplus
@@ -69,7 +70,12 @@ static inline int64_t dt_deform_index_keys(const dt_deform_plan *p, int64_t nb) 
                                       int mask_logits, float *dom);                                                  \
     /* dxT += (zero it first); dom written */                                                                        \
     void dt_deform_scatter_dx_##sfx(const dt_deform_plan *p, int64_t nb, const float *xT, const float *om,          \
-                                    const float *dcolT, int mask_logits, float *dxT, float *dom);
+                                    const float *dcolT, int mask_logits, float *dxT, float *dom);              \
+    /* the bf16 precision's pair: colT rounded to bf16 once; dcolT read as bf16, sums in fp32 */                    \
+    void dt_deform_sample_nhwc_bf16_##sfx(const dt_deform_plan *p, int64_t nb, const float *xT, const float *om,    \
+                                          dt_bf16 *colT);                                                              \
+    void dt_deform_gather_dx_bf16_##sfx(const dt_deform_plan *p, int64_t nb, const dt_deform_index *idx,             \
+                                        const float *xT, const dt_bf16 *dcolT, float *dxT, float *D);
 
 DT_DECL_DEFORM_NHWC(cpu)
 DT_DECL_DEFORM_NHWC(cuda)

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "deform_chunk.h"
+#include "dt_common.h"
 #include "deform_nhwc.h"
 #include "dt_parallel.h"
 #include "offset_conv.h"
@@ -171,4 +172,23 @@ void dt_deform_scatter_dx_cpu(const dt_deform_plan *p, int64_t nb, const float *
         dt_sample_grads(&b, m, D, &gy, &gx, &gm);
         dt_sample_store_grads(&c, dom, q, k, g, m, gy, gx, gm, mask_logits);
     }
+}
+
+/* The bf16 twins: the fp32 kernels and the conversion (rounding colT once; widening dcolT). */
+void dt_deform_sample_nhwc_bf16_cpu(const dt_deform_plan *p, int64_t nb, const float *xT, const float *om,
+                                    dt_bf16 *colT) {
+    int64_t n = nb * p->P * p->KC;
+    float *t = dt_xmalloc((size_t)(n > 0 ? n : 1) * sizeof(float)); /* [Q, K*C] */
+    dt_deform_sample_nhwc_cpu(p, nb, xT, om, t);
+    dt_f32_to_bf16_cpu(n, t, colT);
+    free(t);
+}
+
+void dt_deform_gather_dx_bf16_cpu(const dt_deform_plan *p, int64_t nb, const dt_deform_index *idx, const float *xT,
+                                  const dt_bf16 *dcolT, float *dxT, float *D) {
+    int64_t n = nb * p->P * p->KC;
+    float *t = dt_xmalloc((size_t)(n > 0 ? n : 1) * sizeof(float)); /* [Q, K*C] */
+    dt_bf16_to_f32_cpu(n, dcolT, t);
+    dt_deform_gather_dx_cpu(p, nb, idx, xT, t, dxT, D);
+    free(t);
 }

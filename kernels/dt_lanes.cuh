@@ -11,6 +11,7 @@
 #ifndef DT_LANES_CUH
 #define DT_LANES_CUH
 
+#include <cuda_bf16.h>
 #include <stdint.h>
 
 template <int VEC>
@@ -53,6 +54,30 @@ __device__ __forceinline__ void vatomic_add(float4 *p, float4 v) {
 #endif
 }
 __device__ __forceinline__ void vatomic_add(float *p, float v) { atomicAdd(p, v); }
+
+/* Column rows (the GEMM's operands colT / dcolT) hold float or bf16 (the bf16 precision);
+ * cload/cstore move vector v of a row as fp32 values: bf16 is widened on the load and rounded
+ * to nearest even on the store (a float4 is 8 bytes of bf16; rows are 8-byte aligned when VEC
+ * is 4, since the group's channel offset is then a multiple of 4). */
+__device__ __forceinline__ void cload(const float *row, int v, float4 &out) { out = __ldg(reinterpret_cast<const float4 *>(row) + v); }
+__device__ __forceinline__ void cload(const float *row, int v, float &out) { out = __ldg(row + v); }
+__device__ __forceinline__ void cload(const __nv_bfloat16 *row, int v, float4 &out) {
+    uint2 u = __ldg(reinterpret_cast<const uint2 *>(row) + v);
+    float2 a = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 *>(&u.x));
+    float2 b = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 *>(&u.y));
+    out = make_float4(a.x, a.y, b.x, b.y);
+}
+__device__ __forceinline__ void cload(const __nv_bfloat16 *row, int v, float &out) { out = __bfloat162float(row[v]); }
+__device__ __forceinline__ void cstore(float *row, int v, float4 val) { reinterpret_cast<float4 *>(row)[v] = val; }
+__device__ __forceinline__ void cstore(float *row, int v, float val) { row[v] = val; }
+__device__ __forceinline__ void cstore(__nv_bfloat16 *row, int v, float4 val) {
+    __nv_bfloat162 a = __floats2bfloat162_rn(val.x, val.y), b = __floats2bfloat162_rn(val.z, val.w);
+    uint2 u;
+    u.x = *reinterpret_cast<uint32_t *>(&a);
+    u.y = *reinterpret_cast<uint32_t *>(&b);
+    reinterpret_cast<uint2 *>(row)[v] = u;
+}
+__device__ __forceinline__ void cstore(__nv_bfloat16 *row, int v, float val) { row[v] = __float2bfloat16_rn(val); }
 
 /* The lanes of this thread's group of L lanes, as a shuffle mask. */
 template <int L>

@@ -29,3 +29,14 @@ extern "C" void dt_gemm_batched_cuda(int ta, int tb, int64_t M, int64_t N, int64
                                         B, (int)ldb, sB, A, (int)lda, sA, &beta, C, (int)ldc, sC,
                                         (int)count));
 }
+
+extern "C" void dt_gemm_bf16_cuda(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const dt_bf16 *A,
+                                  int64_t lda, const dt_bf16 *B, int64_t ldb, float beta, void *C, int c_bf16,
+                                  int64_t ldc) {
+    if (M <= 0 || N <= 0) return;
+    check_dims(M, N, K, lda, ldb, ldc);
+    /* fp32 compute with bf16 inputs: Hopper's bf16 tensor cores (products exact in fp32) */
+    DT_CUBLAS(cublasGemmEx(dt_cublas(), tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N, (int)M,
+                           (int)K, &alpha, B, CUDA_R_16BF, (int)ldb, A, CUDA_R_16BF, (int)lda, &beta, C,
+                           c_bf16 ? CUDA_R_16BF : CUDA_R_32F, (int)ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}

@@ -9,6 +9,8 @@
 
 #include <stdint.h>
 
+#include "convert.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -21,6 +23,15 @@ void dt_gemm_cuda(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, 
 void dt_gemm_batched_cuda(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
                           const float *A, int64_t lda, int64_t sA, const float *B, int64_t ldb,
                           int64_t sB, float beta, float *C, int64_t ldc, int64_t sC, int64_t count);
+
+/* The bf16 precision's product: A and B in bf16, products and sums in fp32, C in fp32
+ * (c_bf16 = 0) or rounded once to bf16 (c_bf16 = 1; C is then a dt_bf16 array). Same
+ * conventions as dt_gemm otherwise. The CPU twin widens A and B to fp32 and runs dt_gemm_cpu:
+ * the same arithmetic up to the order of the fp32 sums. */
+void dt_gemm_bf16_cpu(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const dt_bf16 *A,
+                      int64_t lda, const dt_bf16 *B, int64_t ldb, float beta, void *C, int c_bf16, int64_t ldc);
+void dt_gemm_bf16_cuda(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const dt_bf16 *A,
+                       int64_t lda, const dt_bf16 *B, int64_t ldb, float beta, void *C, int c_bf16, int64_t ldc);
 
 #ifdef __cplusplus
 }

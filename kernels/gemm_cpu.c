@@ -89,3 +89,29 @@ void dt_gemm_cpu(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, c
     }
     free(Bp);
 }
+
+/* bf16 twin: widen the operands (their stored extent: rows x ld), the fp32 product, and the
+ * one rounding of C when it is bf16. */
+static float *widen(const dt_bf16 *x, int64_t rows, int64_t cols, int64_t ld) {
+    int64_t n = rows > 0 ? (rows - 1) * ld + cols : 0;
+    float *y = dt_xmalloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    dt_bf16_to_f32_cpu(n, x, y);
+    return y;
+}
+
+void dt_gemm_bf16_cpu(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const dt_bf16 *A,
+                      int64_t lda, const dt_bf16 *B, int64_t ldb, float beta, void *C, int c_bf16, int64_t ldc) {
+    if (M <= 0 || N <= 0) return;
+    float *a = ta ? widen(A, K, M, lda) : widen(A, M, K, lda);
+    float *b = tb ? widen(B, N, K, ldb) : widen(B, K, N, ldb);
+    if (!c_bf16) {
+        dt_gemm_cpu(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, C, ldc);
+    } else {
+        float *c = beta != 0.0f ? widen(C, M, N, ldc) : dt_xmalloc((size_t)((M - 1) * ldc + N) * sizeof(float));
+        dt_gemm_cpu(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
+        for (int64_t i = 0; i < M; i++) dt_f32_to_bf16_cpu(N, c + i * ldc, (dt_bf16 *)C + i * ldc);
+        free(c);
+    }
+    free(a);
+    free(b);
+}

@@ -7,13 +7,17 @@
  * so that y = W[Cout, C*kh*kw] . col is the convolution, laid out [Cout, nb*P] ("CNHW").
  * col2im is the adjoint: x[i][c][iy][ix] = beta*x + sum of the col entries that read it,
  * computed as a gather (each x element sums its own taps in a fixed order): deterministic,
- * no atomics. The relayouts of the GEMM's [C, nb*P] output are in layout.h. */
+ * no atomics. The relayouts of the GEMM's [C, nb*P] output are in layout.h.
+ * The _bf16 pair is the bf16 precision's: col written rounded to bf16 (im2col), or read as
+ * bf16 with fp32 sums (col2im: x stays fp32). Their CPU twins are the fp32 ones plus the
+ * conversion. */
 #ifndef DT_K_IM2COL_H
 #define DT_K_IM2COL_H
 
 #include <stdint.h>
 
 #include "conv_geom.h"
+#include "convert.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -23,7 +27,11 @@ extern "C" {
     void dt_im2col_##sfx(const float *x, int64_t nb, int64_t C, int64_t H, int64_t W, dt_conv_geom g, \
                          int64_t Ho, int64_t Wo, float *col);                                        \
     void dt_col2im_##sfx(const float *col, int64_t nb, int64_t C, int64_t H, int64_t W, dt_conv_geom g, \
-                         int64_t Ho, int64_t Wo, float beta, float *x);
+                         int64_t Ho, int64_t Wo, float beta, float *x);                          \
+    void dt_im2col_bf16_##sfx(const float *x, int64_t nb, int64_t C, int64_t H, int64_t W, dt_conv_geom g, \
+                              int64_t Ho, int64_t Wo, dt_bf16 *col);                                  \
+    void dt_col2im_bf16_##sfx(const dt_bf16 *col, int64_t nb, int64_t C, int64_t H, int64_t W,         \
+                              dt_conv_geom g, int64_t Ho, int64_t Wo, float beta, float *x);
 
 DT_DECL_IM2COL(cpu)
 DT_DECL_IM2COL(cuda)

@@ -1,6 +1,8 @@
 /* CPU twins of im2col.h: the plain loops, threaded over channels. */
+#include <stdlib.h>
 #include <string.h>
 
+#include "dt_common.h"
 #include "dt_parallel.h"
 #include "im2col.h"
 
@@ -76,4 +78,23 @@ void dt_col2im_cpu(const float *col, int64_t nb, int64_t C, int64_t H, int64_t W
                    int64_t Ho, int64_t Wo, float beta, float *x) {
     im2col_job j = {.ccol = col, .xo = x, .nb = nb, .C = C, .H = H, .W = W, .Ho = Ho, .Wo = Wo, .g = g, .beta = beta};
     dt_parallel_for(C, 1, col2im_range, &j);
+}
+
+/* The bf16 twins: the fp32 transform and the conversion (rounding once, as the CUDA store). */
+void dt_im2col_bf16_cpu(const float *x, int64_t nb, int64_t C, int64_t H, int64_t W, dt_conv_geom g,
+                        int64_t Ho, int64_t Wo, dt_bf16 *col) {
+    int64_t n = C * g.kh * g.kw * nb * Ho * Wo;
+    float *t = dt_xmalloc((size_t)(n > 0 ? n : 1) * sizeof(float)); /* [C*kh*kw, nb*P] */
+    dt_im2col_cpu(x, nb, C, H, W, g, Ho, Wo, t);
+    dt_f32_to_bf16_cpu(n, t, col);
+    free(t);
+}
+
+void dt_col2im_bf16_cpu(const dt_bf16 *col, int64_t nb, int64_t C, int64_t H, int64_t W, dt_conv_geom g,
+                        int64_t Ho, int64_t Wo, float beta, float *x) {
+    int64_t n = C * g.kh * g.kw * nb * Ho * Wo;
+    float *t = dt_xmalloc((size_t)(n > 0 ? n : 1) * sizeof(float)); /* [C*kh*kw, nb*P] */
+    dt_bf16_to_f32_cpu(n, col, t);
+    dt_col2im_cpu(t, nb, C, H, W, g, Ho, Wo, beta, x);
+    free(t);
 }

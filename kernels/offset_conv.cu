@@ -13,11 +13,13 @@
  * bwd_input    a group of L lanes (over channel vectors) per tile of TPX consecutive pixels;
  *              for each tap, the output position that reads the pixel through it (if any) and
  *              the OC x C weights of that tap: TPX x VEC outputs a lane.
- * All three are deterministic. */
+ * All three are deterministic. In the tf32 and bf16 precisions the entry points below run the
+ * tensor-core kernels of offset_conv_tc.cu instead (C % 32 == 0). */
 #include "dt_kernel_util.cuh"
 #include "layout.h"
 #include "offset_conv.cuh"
 #include "offset_conv.h"
+#include "offset_conv_tc.h"
 
 namespace {
 
@@ -49,17 +51,6 @@ __global__ void __launch_bounds__(FWD_THREADS) k_fwd(dt_deform_chunk c, const fl
             if (split) out[((int64_t)z * c.Q + qs[t]) * c.OCS + oc] = acc[t][o];
             else out[(int64_t)qs[t] * c.OCS + oc] = offconv_finish(c, oc, acc[t][o], bias);
         }
-}
-
-/* om = finish(sum over the tap splits, in order). */
-__global__ void k_fwd_finish(dt_deform_chunk c, int nz, const float *__restrict__ part, const float *__restrict__ bias,
-                             float *__restrict__ om) {
-    const int64_t n = (int64_t)c.Q * c.OCS;
-    DT_GRID_STRIDE(e, n) {
-        float s = 0.0f;
-        for (int z = 0; z < nz; z++) s += part[z * n + e];
-        om[e] = offconv_finish(c, (int)(e % c.OCS), s, bias);
-    }
 }
 
 const int DW_THREADS = 128;
@@ -379,19 +370,6 @@ __global__ void __launch_bounds__(FT_THREADS, 1) k_fwd_tiled(dt_deform_chunk c, 
     }
 }
 
-/* wv [NT][K][C][OCT] from W [OC, C, K] (0 beyond OC). */
-__global__ void k_pack_wv(dt_deform_chunk c, int OCT, int NT, const float *__restrict__ w, float *__restrict__ wv) {
-    const int64_t n = (int64_t)NT * c.K * c.C * OCT;
-    DT_GRID_STRIDE(e, n) {
-        int o = (int)(e % OCT);
-        int64_t r = e / OCT;
-        int ch = (int)(r % c.C);
-        r /= c.C;
-        int k = (int)(r % c.K), ot = (int)(r / c.K), oc = ot * OCT + o;
-        wv[e] = oc < c.OC ? w[((int64_t)oc * c.C + ch) * c.K + k] : 0.0f;
-    }
-}
-
 /* Weight gradient: block = 128 consecutive columns (k*C + c) x one offset-channel tile x a
  * range of positions (blockIdx.z); a step = 64 positions (Xs[64 pos][128 col] and Ds[64 pos]
  * [OCT], both copied with cp.async, 16 bytes a lane; 78 KB of shared memory for the two
@@ -634,6 +612,13 @@ bool tiles_ok(const dt_deform_plan *p) { return g_use_tiles && p->C % 4 == 0; }
 
 bool vec4_ok(const dt_deform_plan *p) { return p->C % 4 == 0; }
 
+/* The tensor-core kernels: tf32 and bf16 precisions (-1: the FFMA kernels; else bf16 or not). */
+int tc_mode(const dt_deform_plan *p) {
+    dt_precision pr = dt_get_precision();
+    if (pr == DT_FP32 || !g_use_tiles || !dt_offconv_tc_ok(p)) return -1;
+    return pr == DT_BF16;
+}
+
 int64_t wpack_floats(const dt_deform_plan *p) {
     int oct = offconv_oct(p->OC);
     int64_t nt = (p->OC + oct - 1) / oct;
@@ -696,7 +681,7 @@ extern "C" {
 
 void dt_offconv_use_tiles(int on) { g_use_tiles = on; }
 
-size_t dt_offconv_ws_bytes_cuda(const dt_deform_plan *p, int64_t nb) {
+static size_t ws_bytes(const dt_deform_plan *p, int64_t nb) {
     dt_deform_chunk c = dt_deform_chunk_make(p, nb);
     int oct = offconv_oct(p->OC), nt = (int)((p->OC + oct - 1) / oct), cvb, ncvb, kt, nzf, qchunk, nzw;
     fwd_split(c, nt, &kt, &nzf);
@@ -710,8 +695,16 @@ size_t dt_offconv_ws_bytes_cuda(const dt_deform_plan *p, int64_t nb) {
     size_t fwd = (size_t)wpack_floats(p) + (nzf > 1 ? (size_t)nzf * c.Q * c.OCS : 0);
     size_t dw = (size_t)nzw * p->OC * (p->C * p->K + 1);
     size_t dx = (size_t)p->OC * p->K * p->C;
-    size_t m = fwd > dw ? fwd : dw;
-    return (m > dx ? m : dx) * sizeof(float) + 256;
+    size_t m = fwd > dw ? fwd : dw, tc = dt_offconv_tc_ok(p) ? dt_offconv_tc_ws_bytes(p, nb) : 0;
+    m = (m > dx ? m : dx) * sizeof(float) + 256;
+    return m > tc ? m : tc;
+}
+
+/* The splits depend on the chunk's size: the last chunk of a batch (N % nb images) may split
+ * further than a full one (more partial sums), so the workspace covers both. */
+size_t dt_offconv_ws_bytes_cuda(const dt_deform_plan *p, int64_t nb) {
+    size_t a = ws_bytes(p, nb), b = p->N % nb ? ws_bytes(p, p->N % nb) : 0;
+    return a > b ? a : b;
 }
 
 void dt_offconv_fwd_cuda(const dt_deform_plan *p, int64_t nb, const float *xT, const float *w, const float *b, float *om,
@@ -721,6 +714,10 @@ void dt_offconv_fwd_cuda(const dt_deform_plan *p, int64_t nb, const float *xT, c
     const int oct = offconv_oct(p->OC), nt = (int)((p->OC + oct - 1) / oct);
     float *part = (float *)ws + wpack_floats(p);
     int64_t npack = wpack_floats(p);
+    if (tc_mode(p) >= 0) {
+        dt_offconv_tc_fwd(p, nb, tc_mode(p), xT, w, b, om, ws);
+        return;
+    }
     if (tiles_ok(p)) {
         k_pack_wv<<<dt_grid_for(npack, 256), 256, 0, dt_stream()>>>(c, oct, nt, w, (float *)ws);
         DT_CHECK_LAUNCH();
@@ -767,7 +764,10 @@ void dt_offconv_bwd_weight_cuda(const dt_deform_plan *p, int64_t nb, const float
     const int oct = offconv_oct(p->OC), nt = (int)((p->OC + oct - 1) / oct);
     int nz = 0;
     float *partw = (float *)ws;
-    if (tiles_ok(p)) {
+    if (tc_mode(p) >= 0) {
+        float *pb;
+        nz = dt_offconv_tc_bwd_weight(p, nb, tc_mode(p), xT, dom, partw, &pb);
+    } else if (tiles_ok(p)) {
         int qchunk;
         dw_tiled_split(c, nt, &qchunk, &nz);
         float *partb = partw + (int64_t)nz * p->OC * p->C * p->K;
@@ -823,6 +823,10 @@ void dt_offconv_bwd_input_cuda(const dt_deform_plan *p, int64_t nb, const float 
     if (c.npix <= 0) return;
     float *wT = (float *)ws; /* [OC, K, C] */
     dt_nchw_to_nhwc_cuda(p->OC, p->C, p->K, w, p->C, wT);
+    if (tc_mode(p) >= 0) {
+        dt_offconv_tc_bwd_input(p, nb, tc_mode(p), dom, wT, beta, dxT);
+        return;
+    }
     if (tiles_ok(p)) {
         dim3 grid((unsigned)((c.npix + XT_BP - 1) / XT_BP), (unsigned)((p->C + XT_BC - 1) / XT_BC));
         k_dx_tiled<<<grid, XT_THREADS, 0, dt_stream()>>>(c, wT, dom, beta, dxT);

@@ -94,6 +94,30 @@ __device__ __forceinline__ float offconv_finish(const dt_deform_chunk &c, int oc
     return oc >= 2 * c.GK ? 1.0f / (1.0f + __expf(-v)) : v;
 }
 
+/* om = finish(sum over the splits of the forward, in order). */
+__global__ void k_fwd_finish(dt_deform_chunk c, int nz, const float *__restrict__ part, const float *__restrict__ bias,
+                             float *__restrict__ om) {
+    const int64_t n = (int64_t)c.Q * c.OCS;
+    DT_GRID_STRIDE(e, n) {
+        float s = 0.0f;
+        for (int z = 0; z < nz; z++) s += part[z * n + e];
+        om[e] = offconv_finish(c, (int)(e % c.OCS), s, bias);
+    }
+}
+
+/* wv [NT][K][C][OCT] from W [OC, C, K] (0 beyond OC): the tiled and tensor-core forwards. */
+__global__ void k_pack_wv(dt_deform_chunk c, int OCT, int NT, const float *__restrict__ w, float *__restrict__ wv) {
+    const int64_t n = (int64_t)NT * c.K * c.C * OCT;
+    DT_GRID_STRIDE(e, n) {
+        int o = (int)(e % OCT);
+        int64_t r = e / OCT;
+        int ch = (int)(r % c.C);
+        r /= c.C;
+        int k = (int)(r % c.K), ot = (int)(r / c.K), oc = ot * OCT + o;
+        wv[e] = oc < c.OC ? w[((int64_t)oc * c.C + ch) * c.K + k] : 0.0f;
+    }
+}
+
 /* wpack from W [OC, C, K] (see the header comment). */
 template <int VEC>
 __global__ void k_offconv_pack(dt_deform_chunk c, int OCT, int NT, const float *__restrict__ w, float4 *__restrict__ wpack) {

@@ -38,6 +38,12 @@ extern "C" {
 DT_DECL_OFFCONV(cpu)
 DT_DECL_OFFCONV(cuda)
 
+/* Precision (dt_device.h): in tf32 and bf16 the CUDA versions run tensor-core kernels
+ * (offset_conv_tc.h) whose operands are rounded to TF32 or bf16, sums fp32 - when C % 32 == 0;
+ * other channel counts stay fp32. The CPU twins round to bf16 under the same rule (tf32 is
+ * computed in fp32 on the CPU). */
+static inline int dt_offconv_rounds(const dt_deform_plan *p) { return p->C % 32 == 0; }
+
 /* The CUDA versions run shared-memory tiled GEMMs when C % 4 == 0 and lane-group kernels
  * otherwise; 0 forces the lane kernels everywhere (the tests and the kernel lab compare both). */
 void dt_offconv_use_tiles(int on);

@@ -2,9 +2,21 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "convert.h"
 #include "deform_chunk.h"
+#include "dt_common.h"
+#include "dt_device.h"
 #include "dt_parallel.h"
 #include "offset_conv.h"
+
+/* The bf16 precision's operands (offset_conv.h): a rounded copy of x [n], or NULL when the
+ * precision and the plan keep fp32. */
+static float *rounded(const dt_deform_plan *p, const float *x, int64_t n) {
+    if (dt_get_precision() != DT_BF16 || !dt_offconv_rounds(p)) return NULL;
+    float *y = dt_xmalloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    for (int64_t i = 0; i < n; i++) y[i] = dt_bf16_to_float(dt_bf16_from_float(x[i]));
+    return y;
+}
 
 typedef struct {
     const dt_deform_chunk *c;
@@ -55,8 +67,11 @@ void dt_offconv_fwd_cpu(const dt_deform_plan *p, int64_t nb, const float *xT, co
                         void *ws) {
     (void)ws;
     dt_deform_chunk c = dt_deform_chunk_make(p, nb);
-    job j = {.c = &c, .xT = xT, .w = w, .b = b, .om = om};
+    float *xr = rounded(p, xT, (int64_t)c.npix * c.C), *wr = rounded(p, w, c.OC * c.KC);
+    job j = {.c = &c, .xT = xr ? xr : xT, .w = wr ? wr : w, .b = b, .om = om};
     dt_parallel_for(c.Q, 16, fwd_range, &j);
+    free(xr);
+    free(wr);
 }
 
 /* One output channel o per index: dw[o] and db[o]. */
@@ -93,8 +108,16 @@ void dt_offconv_bwd_weight_cpu(const dt_deform_plan *p, int64_t nb, const float 
                                float *dw, float beta_b, float *db, void *ws) {
     (void)ws;
     dt_deform_chunk c = dt_deform_chunk_make(p, nb);
-    job j = {.c = &c, .xT = xT, .dom = dom, .dw = dw, .db = db, .beta = beta_w, .beta_b = beta_b};
+    float *xr = rounded(p, xT, (int64_t)c.npix * c.C), *dr = rounded(p, dom, (int64_t)c.Q * c.OCS);
+    if (dr) { /* the bias gradient sums the fp32 dom; the weight gradient multiplies rounded operands */
+        job jb = {.c = &c, .xT = xT, .dom = dom, .dw = NULL, .db = db, .beta = beta_w, .beta_b = beta_b};
+        dt_parallel_for(c.OC, 1, dw_range, &jb);
+        db = NULL;
+    }
+    job j = {.c = &c, .xT = xr ? xr : xT, .dom = dr ? dr : dom, .dw = dw, .db = db, .beta = beta_w, .beta_b = beta_b};
     dt_parallel_for(c.OC, 1, dw_range, &j);
+    free(xr);
+    free(dr);
 }
 
 /* One input pixel per index: the taps (k) whose output position reads it. */
@@ -123,6 +146,9 @@ void dt_offconv_bwd_input_cpu(const dt_deform_plan *p, int64_t nb, const float *
                               float *dxT, void *ws) {
     (void)ws;
     dt_deform_chunk c = dt_deform_chunk_make(p, nb);
-    job j = {.c = &c, .dom = dom, .w = w, .dxT = dxT, .beta = beta};
+    float *dr = rounded(p, dom, (int64_t)c.Q * c.OCS), *wr = rounded(p, w, c.OC * c.KC);
+    job j = {.c = &c, .dom = dr ? dr : dom, .w = wr ? wr : w, .dxT = dxT, .beta = beta};
     dt_parallel_for(c.npix, 16, dx_range, &j);
+    free(dr);
+    free(wr);
 }

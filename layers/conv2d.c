@@ -11,7 +11,8 @@
  *   dx   = col2im(W^T . dyt)                                (gather, deterministic)
  *   db   = sum of dy over (N, P)
  * The chunk is sized so that the column buffer stays within a budget: memory is bounded for
- * any batch size, and a budget near the L2 size keeps the buffer's traffic mostly on chip. */
+ * any batch size, and a budget near the L2 size keeps the buffer's traffic mostly on chip.
+ * In the bf16 precision the columns are written and read as bf16 (dt_colconv.h). */
 #include "bias.h"
 #include "dt_colconv.h"
 #include "dt_common.h"
@@ -28,7 +29,9 @@ size_t dt_conv_col_budget(void) {
 }
 
 int64_t dt_conv_chunk(int64_t N, int64_t col_floats_per_image) {
-    int64_t nb = (int64_t)(dt_conv_col_budget() / sizeof(float)) / (col_floats_per_image ? col_floats_per_image : 1);
+    /* the budget is in bytes: bf16 columns (the bf16 precision) fit twice the images */
+    size_t elem = dt_get_precision() == DT_BF16 ? 2 : sizeof(float);
+    int64_t nb = (int64_t)(dt_conv_col_budget() / elem) / (col_floats_per_image ? col_floats_per_image : 1);
     if (nb < 1) nb = 1;
     return nb < N ? nb : N;
 }
@@ -60,14 +63,18 @@ typedef struct {
     dt_conv_geom g;
 } conv_cols;
 
-static void conv_fill(void *ctx, int64_t n0, int64_t nb, float *col) {
+static void conv_fill(void *ctx, int64_t n0, int64_t nb, void *col, int bf16) {
     conv_cols *c = ctx;
-    DT_CALL(c->dev, dt_im2col, c->x + n0 * c->Cin * c->H * c->W, nb, c->Cin, c->H, c->W, c->g, c->Ho, c->Wo, col);
+    const float *x = c->x + n0 * c->Cin * c->H * c->W;
+    if (bf16) DT_CALL(c->dev, dt_im2col_bf16, x, nb, c->Cin, c->H, c->W, c->g, c->Ho, c->Wo, col);
+    else DT_CALL(c->dev, dt_im2col, x, nb, c->Cin, c->H, c->W, c->g, c->Ho, c->Wo, col);
 }
 
-static void conv_adjoint(void *ctx, int64_t n0, int64_t nb, float *dcol) {
+static void conv_adjoint(void *ctx, int64_t n0, int64_t nb, void *dcol, int bf16) {
     conv_cols *c = ctx;
-    DT_CALL(c->dev, dt_col2im, dcol, nb, c->Cin, c->H, c->W, c->g, c->Ho, c->Wo, c->beta_x, c->dx + n0 * c->Cin * c->H * c->W);
+    float *dx = c->dx + n0 * c->Cin * c->H * c->W;
+    if (bf16) DT_CALL(c->dev, dt_col2im_bf16, dcol, nb, c->Cin, c->H, c->W, c->g, c->Ho, c->Wo, c->beta_x, dx);
+    else DT_CALL(c->dev, dt_col2im, dcol, nb, c->Cin, c->H, c->W, c->g, c->Ho, c->Wo, c->beta_x, dx);
 }
 
 static dt_colconv conv_skeleton(conv_cols *cols, const dt_tensor *x, const dt_tensor *w, dt_conv_geom g, int64_t Ho,
@@ -82,7 +89,8 @@ static dt_colconv conv_skeleton(conv_cols *cols, const dt_tensor *x, const dt_te
     cols->g = g;
     int64_t R = cols->Cin * g.kh * g.kw;
     dt_colconv cc = {.dev = x->dev, .layout = DT_COLS_CN, .N = x->shape[0], .Cout = w->shape[0], .P = Ho * Wo, .R = R,
-                     .nb = dt_conv_chunk(x->shape[0], R * Ho * Wo), .ctx = cols, .fill = conv_fill};
+                     .nb = dt_conv_chunk(x->shape[0], R * Ho * Wo), .ctx = cols, .fill = conv_fill,
+                     .bf16_cols = 1};
     return cc;
 }
 

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "deform_run.h"
 #include "dt_deform.h"
 #include "dt_deform_api.h"
 #include "dt_device.h"
@@ -41,20 +42,24 @@ int dt_deform_api_out_size(const dt_deform_desc *d, int *ho, int *wo) {
     return 0;
 }
 
-/* Validates and fills a plan; 0 on success. */
-static int plan_of(const dt_deform_desc *d, int mode, dt_deform_plan *p) {
+/* Validates and fills a plan and the call's precision; 0 on success. */
+static int plan_of(const dt_deform_desc *d, int mode, dt_deform_plan *p, dt_precision *prec) {
     if (dt_deform_api_out_size(d, NULL, NULL)) return -1;
-    int impl = mode & ~DT_DEFORM_API_DETERMINISTIC;
+    int impl = mode & ~(DT_DEFORM_API_DETERMINISTIC | DT_DEFORM_API_TF32 | DT_DEFORM_API_BF16);
     if (impl != DT_DEFORM_API_UNFUSED && impl != DT_DEFORM_API_DEFT)
-        return fail("unknown mode %d (DT_DEFORM_API_UNFUSED, DT_DEFORM_API_DEFT, optionally | DT_DEFORM_API_DETERMINISTIC)", mode);
+        return fail("unknown mode %d (DT_DEFORM_API_UNFUSED, DT_DEFORM_API_DEFT, optionally | DT_DEFORM_API_DETERMINISTIC, "
+                    "| DT_DEFORM_API_TF32 or | DT_DEFORM_API_BF16)", mode);
+    if ((mode & DT_DEFORM_API_TF32) && (mode & DT_DEFORM_API_BF16))
+        return fail("mode %d asks for both DT_DEFORM_API_TF32 and DT_DEFORM_API_BF16: pick one", mode);
     if (!dt_built_with_cuda()) return fail("libdeftc was built without CUDA");
     if (dt_gpu_count() == 0) return fail("no CUDA device is visible");
     dt_conv_geom g = {d->kh, d->kw, d->stride_h, d->stride_w, d->pad_h, d->pad_w, d->dil_h, d->dil_w};
     dt_deform_knobs k = dt_deform_knobs_default();
     k.deterministic = (mode & DT_DEFORM_API_DETERMINISTIC) != 0;
+    *prec = (mode & DT_DEFORM_API_BF16) ? DT_BF16 : (mode & DT_DEFORM_API_TF32) ? DT_TF32 : DT_FP32;
+    dt_deform_mode dm = impl == DT_DEFORM_API_DEFT ? DT_DEFORM_DEFT : DT_DEFORM_UNFUSED;
     const char *bad = dt_deform_plan_init(p, d->n, d->c, d->h, d->w, d->cout, g, d->offset_groups, d->has_mask,
-                                          impl == DT_DEFORM_API_DEFT ? DT_DEFORM_DEFT : DT_DEFORM_UNFUSED, &k,
-                                          dt_conv_col_budget());
+                                          dm, &k, dt_deform_col_budget(dm, &k, *prec));
     if (bad) return fail("%s", bad);
     return 0;
 }
@@ -89,7 +94,8 @@ static int device_of(const void *const *ptrs, const char *const *names, int n) {
 int dt_deform_api_forward(const dt_deform_desc *d, int mode, const float *x, const float *offset, const float *mask,
                           const float *weight, const float *bias, float *y, void *stream) {
     dt_deform_plan p;
-    if (plan_of(d, mode, &p)) return -1;
+    dt_precision prec = DT_FP32;
+    if (plan_of(d, mode, &p, &prec)) return -1;
     if (!x || !offset || !weight || !y) return fail("x, offset, weight and y must not be NULL");
     if (d->has_mask != (mask != NULL)) return fail("has_mask is %d but mask is %s", d->has_mask, mask ? "given" : "NULL");
     if (d->has_bias != (bias != NULL)) return fail("has_bias is %d but bias is %s", d->has_bias, bias ? "given" : "NULL");
@@ -98,7 +104,10 @@ int dt_deform_api_forward(const dt_deform_desc *d, int mode, const float *x, con
     if (device_of(ptrs, names, 6)) return -1;
     dt_set_stream(stream);
     dt_deform_args a = {.x = x, .offset = offset, .mask = mask, .w = weight, .bias = bias};
+    dt_precision was = dt_get_precision();
+    dt_set_precision(prec);
     dt_deform_forward_raw(&p, DT_GPU, &a, y);
+    dt_set_precision(was);
     return 0;
 }
 
@@ -106,7 +115,8 @@ int dt_deform_api_backward(const dt_deform_desc *d, int mode, const float *x, co
                            const float *weight, const float *grad_y, float *grad_x, float *grad_offset,
                            float *grad_mask, float *grad_weight, float *grad_bias, void *stream) {
     dt_deform_plan p;
-    if (plan_of(d, mode, &p)) return -1;
+    dt_precision prec = DT_FP32;
+    if (plan_of(d, mode, &p, &prec)) return -1;
     if (!x || !offset || !weight || !grad_y) return fail("x, offset, weight and grad_y must not be NULL");
     if (d->has_mask != (mask != NULL)) return fail("has_mask is %d but mask is %s", d->has_mask, mask ? "given" : "NULL");
     if (grad_mask && !mask) return fail("grad_mask requested but there is no mask");
@@ -118,6 +128,9 @@ int dt_deform_api_backward(const dt_deform_desc *d, int mode, const float *x, co
     dt_set_stream(stream);
     dt_deform_grads gr = {.dx = grad_x, .doff = grad_offset, .dmask = grad_mask, .dw = grad_weight, .db = grad_bias};
     dt_deform_args a = {.x = x, .offset = offset, .mask = mask, .w = weight};
+    dt_precision was = dt_get_precision();
+    dt_set_precision(prec);
     dt_deform_backward_raw(&p, DT_GPU, &a, grad_y, &gr);
+    dt_set_precision(was);
     return 0;
 }

@@ -100,12 +100,22 @@ static void deft_begin(void *rv, int64_t n0, int64_t nb, int backward) {
         DT_CALL(r->dev, dt_offconv_fwd, p, nb, r->xT, r->a->woff, r->a->boff, r->om + n0 * p->P * p->OCS, r->ws);
 }
 
-static void deft_fill(void *rv, int64_t n0, int64_t nb, float *col) {
+/* bf16 columns come from the row sampling and go to the gather; the tiled kernels (DefT's
+ * knobs) write fp32 columns and the atomic scatter reads fp32 ones: the skeleton then rounds
+ * the columns itself and hands back an fp32 gradient. */
+static int deft_bf16_cols(const dt_deform_run *r) {
+    int backward = r->g != NULL;
+    return !tiled(r, backward) && (!backward || r->p->dx == DT_DX_GATHER);
+}
+
+static void deft_fill(void *rv, int64_t n0, int64_t nb, void *col, int bf16) {
     dt_deform_run *r = rv;
     const dt_deform_plan *p = r->p;
     int backward = r->g != NULL;
     float *om = r->om + n0 * p->P * p->OCS;
-    if (tiled(r, backward)) {
+    if (bf16) {
+        DT_CALL(r->dev, dt_deform_sample_nhwc_bf16, p, nb, r->xT, om, col);
+    } else if (tiled(r, backward)) {
         const float *woff = fused(r, backward) ? r->a->woff : NULL;
         DT_CALL(r->dev, dt_deform_tile_forward, p, nb, r->xT, woff, r->a->boff, om, col, r->ws);
     } else {
@@ -113,7 +123,7 @@ static void deft_fill(void *rv, int64_t n0, int64_t nb, float *col) {
     }
 }
 
-static void deft_adjoint(void *rv, int64_t n0, int64_t nb, float *dcol) {
+static void deft_adjoint(void *rv, int64_t n0, int64_t nb, void *dcol, int bf16) {
     dt_deform_run *r = rv;
     const dt_deform_plan *p = r->p;
     const dt_deform_grads *g = r->g;
@@ -124,9 +134,10 @@ static void deft_adjoint(void *rv, int64_t n0, int64_t nb, float *dcol) {
     if (p->dx == DT_DX_GATHER) {
         if (!g->dx) DT_CALL(dev, dt_deform_index_build, p, nb, om, r->idx_ws, &r->idx); /* not built ahead */
         if (dev == DT_GPU) dt_side_join();
-        DT_CALL(dev, dt_deform_gather_dx, p, nb, &r->idx, r->xT, dcol, r->dxT, r->D);
+        if (bf16) DT_CALL(dev, dt_deform_gather_dx_bf16, p, nb, &r->idx, r->xT, dcol, r->dxT, r->D);
+        else DT_CALL(dev, dt_deform_gather_dx, p, nb, &r->idx, r->xT, dcol, r->dxT, r->D);
         DT_CALL(dev, dt_deform_offset_grads, p, nb, om, r->D, layer, r->dom);
-    } else {
+    } else { /* the atomic knob: fp32 columns only (bf16_cols is then 0) */
         DT_CALL(dev, dt_fill, npix * p->C, 0.0f, r->dxT);
         DT_CALL(dev, dt_deform_scatter_dx, p, nb, r->xT, om, dcol, layer, r->dxT, r->dom);
     }
@@ -163,4 +174,5 @@ static void deft_close(dt_deform_run *r) {
     if (r->idx_ws) dt_dev_free(dev, r->idx_ws);
 }
 
-const dt_deform_impl dt_deform_deft_impl = {DT_COLS_NC, deft_open, deft_begin, deft_fill, deft_adjoint, deft_close};
+const dt_deform_impl dt_deform_deft_impl = {DT_COLS_NC,  deft_open,      deft_begin, deft_fill,
+                                            deft_adjoint, deft_bf16_cols, deft_close};

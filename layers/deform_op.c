@@ -4,6 +4,7 @@
 #include <stdio.h>
 
 #include "dt_common.h"
+#include "deform_run.h"
 #include "dt_deform.h"
 #include "dt_layers.h"
 
@@ -53,7 +54,7 @@ static dt_deform_plan plan_for(const char *op, const dt_tensor *x, const dt_tens
                                int has_mask, dt_deform_mode mode, const dt_deform_knobs *knobs) {
     dt_deform_plan p;
     const char *bad = dt_deform_plan_init(&p, x->shape[0], x->shape[1], x->shape[2], x->shape[3], w->shape[0], g, G,
-                                          has_mask, mode, knobs, dt_conv_col_budget());
+                                          has_mask, mode, knobs, dt_deform_col_budget(mode, knobs, dt_get_precision()));
     if (bad) dt_fatal("%s: %s", op, bad);
     return p;
 }

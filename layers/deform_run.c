@@ -3,6 +3,13 @@
 #include "bias.h"
 #include "deform_run.h"
 #include "dt_dispatch.h"
+#include "dt_layers.h"
+
+size_t dt_deform_col_budget(dt_deform_mode mode, const dt_deform_knobs *k, dt_precision prec) {
+    int bf16_cols = prec == DT_BF16 && mode == DT_DEFORM_DEFT && !k->stage && !k->fuse_offset &&
+                    (k->dx == DT_DX_GATHER || k->deterministic);
+    return dt_conv_col_budget() * (bf16_cols ? 2 : 1);
+}
 
 static const dt_deform_impl *impl_of(const dt_deform_plan *p) {
     return p->mode == DT_DEFORM_DEFT ? &dt_deform_deft_impl : &dt_deform_unfused_impl;
@@ -11,7 +18,8 @@ static const dt_deform_impl *impl_of(const dt_deform_plan *p) {
 static dt_colconv skeleton(const dt_deform_impl *im, dt_deform_run *r) {
     const dt_deform_plan *p = r->p;
     dt_colconv cc = {.dev = r->dev, .layout = im->layout, .N = p->N, .Cout = p->Cout, .P = p->P, .R = p->KC,
-                     .nb = p->nb, .ctx = r, .begin = im->begin, .fill = im->fill, .adjoint = NULL};
+                     .nb = p->nb, .ctx = r, .begin = im->begin, .fill = im->fill, .adjoint = NULL,
+                     .bf16_cols = im->bf16_cols ? im->bf16_cols(r) : 0};
     return cc;
 }
 

@@ -38,10 +38,17 @@ typedef struct {
     dt_col_layout layout;
     void (*open)(dt_deform_run *r);
     void (*begin)(void *r, int64_t n0, int64_t nb, int backward); /* may be NULL */
-    void (*fill)(void *r, int64_t n0, int64_t nb, float *col);
-    void (*adjoint)(void *r, int64_t n0, int64_t nb, float *dcol);
+    void (*fill)(void *r, int64_t n0, int64_t nb, void *col, int bf16);
+    void (*adjoint)(void *r, int64_t n0, int64_t nb, void *dcol, int bf16);
+    /* whether fill and adjoint take bf16 columns for this call (NULL: never) */
+    int (*bf16_cols)(const dt_deform_run *r);
     void (*close)(dt_deform_run *r);
 } dt_deform_impl;
+
+/* The column budget (bytes of fp32 columns) a plan is made with: in the bf16 precision the deft
+ * mode's row sampling and gather keep bf16 columns, half the bytes, so the same memory holds
+ * twice the images. */
+size_t dt_deform_col_budget(dt_deform_mode mode, const dt_deform_knobs *k, dt_precision prec);
 
 extern const dt_deform_impl dt_deform_unfused_impl; /* deform_unfused.c */
 extern const dt_deform_impl dt_deform_deft_impl;    /* deform_deft.c */

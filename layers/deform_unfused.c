@@ -19,7 +19,8 @@ static void unfused_open(dt_deform_run *r) {
     }
 }
 
-static void unfused_fill(void *rv, int64_t n0, int64_t nb, float *col) {
+static void unfused_fill(void *rv, int64_t n0, int64_t nb, void *col, int bf16) {
+    (void)bf16; /* fp32 columns only: the skeleton rounds them in the bf16 precision */
     dt_deform_run *r = rv;
     const dt_deform_plan *p = r->p;
     const dt_deform_args *a = r->a;
@@ -27,7 +28,8 @@ static void unfused_fill(void *rv, int64_t n0, int64_t nb, float *col) {
             a->mask ? a->mask + n0 * p->GK * p->P : NULL, col);
 }
 
-static void unfused_adjoint(void *rv, int64_t n0, int64_t nb, float *dcol) {
+static void unfused_adjoint(void *rv, int64_t n0, int64_t nb, void *dcol, int bf16) {
+    (void)bf16;
     dt_deform_run *r = rv;
     const dt_deform_plan *p = r->p;
     const dt_deform_args *a = r->a;
@@ -57,4 +59,4 @@ static void unfused_adjoint(void *rv, int64_t n0, int64_t nb, float *dcol) {
 static void unfused_close(dt_deform_run *r) { (void)r; }
 
 const dt_deform_impl dt_deform_unfused_impl = {DT_COLS_CN, unfused_open, NULL, unfused_fill, unfused_adjoint,
-                                                   unfused_close};
+                                                   NULL, unfused_close};

@@ -12,7 +12,15 @@
  *               (the weight gradient comes out transposed, [R, Cout]: cuBLAS runs that product
  *               1.8x faster than dYT^T col on ResNet's first stage, and equally on the others)
  * The chunk keeps the column buffer within dt_conv_col_budget(): memory is bounded for any
- * batch; nb = images per chunk (the caller's choice, usually dt_conv_chunk()). */
+ * batch; nb = images per chunk (the caller's choice, usually dt_conv_chunk()).
+ *
+ * Precision (dt_get_precision()): fp32 and tf32 run the three GEMMs on fp32 operands (tf32:
+ * cuBLAS rounds them to TF32 inside). bf16 runs them on bf16 operands with fp32 accumulation
+ * (dt_gemm_bf16): the weight and the output gradient are rounded to bf16 per chunk, and the
+ * columns are produced in bf16 by the callbacks when the caller sets bf16_cols (half the
+ * column traffic, half the buffer); otherwise the skeleton fills fp32 columns and rounds them.
+ * The column gradient is bf16 for a bf16_cols caller (the adjoint reads bf16, sums in fp32),
+ * else fp32. y and dW are fp32 in every precision. */
 #ifndef DT_COLCONV_H
 #define DT_COLCONV_H
 
@@ -34,10 +42,12 @@ typedef struct {
     void *ctx;             /* the caller's state, passed to the callbacks */
     /* optional: called first for each chunk (e.g. to relayout the chunk's input) */
     void (*begin)(void *ctx, int64_t n0, int64_t nb, int backward);
-    /* col for images [n0, n0 + nb) */
-    void (*fill)(void *ctx, int64_t n0, int64_t nb, float *col);
-    /* consumes the column gradient of images [n0, n0 + nb) (backward; NULL: not wanted) */
-    void (*adjoint)(void *ctx, int64_t n0, int64_t nb, float *dcol);
+    /* col for images [n0, n0 + nb): float, or dt_bf16 when bf16 is 1 (only if bf16_cols) */
+    void (*fill)(void *ctx, int64_t n0, int64_t nb, void *col, int bf16);
+    /* consumes the column gradient of images [n0, n0 + nb) (backward; NULL: not wanted);
+     * float, or dt_bf16 when bf16 is 1 (only if bf16_cols) */
+    void (*adjoint)(void *ctx, int64_t n0, int64_t nb, void *dcol, int bf16);
+    int bf16_cols;         /* fill and adjoint handle bf16 columns (the bf16 precision) */
 } dt_colconv;
 
 /* y [N, Cout, P] = conv (+ bias [Cout] or NULL); w [Cout, R]. */

@@ -35,7 +35,12 @@ typedef struct {
 enum {
     DT_DEFORM_API_UNFUSED = 0,       /* the unfused kernels */
     DT_DEFORM_API_DEFT = 1,          /* the deft kernels (channels last inside, default knobs) */
-    DT_DEFORM_API_DETERMINISTIC = 16 /* flag: bitwise-reproducible backward */
+    DT_DEFORM_API_DETERMINISTIC = 16, /* flag: bitwise-reproducible backward */
+    /* flags, at most one: the main convolution's GEMMs on TF32 tensor cores, or on bf16 operands
+     * with fp32 accumulation (the columns in bf16; inputs, outputs and gradients stay fp32
+     * buffers). Without either: strict fp32. docs/training.md, "Precision". */
+    DT_DEFORM_API_TF32 = 32,
+    DT_DEFORM_API_BF16 = 64
 };
 
 int dt_deform_api_out_size(const dt_deform_desc *d, int *ho, int *wo);

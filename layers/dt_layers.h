@@ -21,7 +21,8 @@ extern "C" {
 dt_tensor *dt_conv2d(dt_tensor *x, dt_tensor *w, dt_tensor *bias, dt_conv_geom g);
 void dt_conv_set_col_budget(size_t bytes); /* default 256 MiB; env DT_COL_BUDGET_MB */
 size_t dt_conv_col_budget(void);
-/* Images per chunk for a column buffer of `col_floats_per_image` floats. */
+/* Images per chunk for a column buffer of `col_floats_per_image` elements (4 bytes each, 2 in
+ * the bf16 precision). */
 int64_t dt_conv_chunk(int64_t N, int64_t col_floats_per_image);
 /* Output spatial size; fatal with the shapes when the input is too small. */
 void dt_conv_out_hw(const char *op, const dt_tensor *x, dt_conv_geom g, int64_t *Ho, int64_t *Wo);

@@ -1,8 +1,33 @@
-/* matmul and linear on the tape: forward and both gradients are GEMMs (cuBLAS on the GPU). */
+/* matmul and linear on the tape: forward and both gradients are GEMMs (cuBLAS on the GPU), in
+ * the process's precision (dt_device.h). */
 #include "bias.h"
+#include "convert.h"
+#include "dt_alloc.h"
 #include "dt_dispatch.h"
 #include "dt_ops.h"
 #include "gemm.h"
+
+/* Elements a row-major operand spans: rows of ld, the last one cols long. */
+static int64_t extent(int64_t rows, int64_t cols, int64_t ld) { return rows > 0 ? (rows - 1) * ld + cols : 0; }
+
+/* dt_gemm in the process's precision. bf16: both operands rounded to bf16 (copies: these
+ * layers' operands are small - ResNet's classifier is 512 x 1000), fp32 accumulation and C;
+ * fp32 and tf32: dt_gemm (cuBLAS applies TF32 by its math mode). */
+static void gemm_prec(dt_dev dev, int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                      const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+    if (dt_get_precision() != DT_BF16) {
+        DT_CALL(dev, dt_gemm, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    int64_t na = ta ? extent(K, M, lda) : extent(M, K, lda), nb = tb ? extent(N, K, ldb) : extent(K, N, ldb);
+    dt_bf16 *a = dt_dev_alloc(dev, (size_t)(na > 0 ? na : 1) * sizeof(dt_bf16));
+    dt_bf16 *b = dt_dev_alloc(dev, (size_t)(nb > 0 ? nb : 1) * sizeof(dt_bf16));
+    DT_CALL(dev, dt_f32_to_bf16, na, A, a);
+    DT_CALL(dev, dt_f32_to_bf16, nb, B, b);
+    DT_CALL(dev, dt_gemm_bf16, ta, tb, M, N, K, 1.0f, a, lda, b, ldb, beta, C, 0, ldc);
+    dt_dev_free(dev, a);
+    dt_dev_free(dev, b);
+}
 
 /* ---- matmul: y[M,N] = a[M,K] b[K,N] ---- */
 
@@ -11,9 +36,9 @@ static void matmul_backward(dt_node *n) {
     int64_t M = a->shape[0], K = a->shape[1], N = b->shape[1];
     float beta;
     float *da = dt_grad_dst(a, &beta); /* da[M,K] = dy[M,N] b^T */
-    if (da) DT_CALL(a->dev, dt_gemm, 0, 1, M, K, N, 1.0f, dy->data, N, b->data, N, beta, da, K);
+    if (da) gemm_prec(a->dev, 0, 1, M, K, N, dy->data, N, b->data, N, beta, da, K);
     float *db = dt_grad_dst(b, &beta); /* db[K,N] = a^T dy */
-    if (db) DT_CALL(a->dev, dt_gemm, 1, 0, K, N, M, 1.0f, a->data, K, dy->data, N, beta, db, N);
+    if (db) gemm_prec(a->dev, 1, 0, K, N, M, a->data, K, dy->data, N, beta, db, N);
 }
 
 dt_tensor *dt_matmul(dt_tensor *a, dt_tensor *b) {
@@ -28,7 +53,7 @@ dt_tensor *dt_matmul(dt_tensor *a, dt_tensor *b) {
     }
     int64_t M = a->shape[0], K = a->shape[1], N = b->shape[1];
     dt_tensor *y = dt_tensor_new2(a->dev, M, N);
-    DT_CALL(a->dev, dt_gemm, 0, 0, M, N, K, 1.0f, a->data, K, b->data, N, 0.0f, y->data, N);
+    gemm_prec(a->dev, 0, 0, M, N, K, a->data, K, b->data, N, 0.0f, y->data, N);
     dt_tensor *in[2] = {a, b};
     dt_record("matmul", matmul_backward, y, 2, in, 0);
     return y;
@@ -41,9 +66,9 @@ static void linear_backward(dt_node *n) {
     int64_t B = x->shape[0], I = x->shape[1], O = w->shape[0];
     float beta;
     float *dx = dt_grad_dst(x, &beta); /* dx[B,I] = dy[B,O] w[O,I] */
-    if (dx) DT_CALL(x->dev, dt_gemm, 0, 0, B, I, O, 1.0f, dy->data, O, w->data, I, beta, dx, I);
+    if (dx) gemm_prec(x->dev, 0, 0, B, I, O, dy->data, O, w->data, I, beta, dx, I);
     float *dw = dt_grad_dst(w, &beta); /* dw[O,I] = dy^T x */
-    if (dw) DT_CALL(x->dev, dt_gemm, 1, 0, O, I, B, 1.0f, dy->data, O, x->data, I, beta, dw, I);
+    if (dw) gemm_prec(x->dev, 1, 0, O, I, B, dy->data, O, x->data, I, beta, dw, I);
     float *db = dt_grad_dst(bias, &beta);
     if (db) DT_CALL(x->dev, dt_bias_rows_bwd, B, O, dy->data, beta, db);
 }
@@ -64,7 +89,7 @@ dt_tensor *dt_linear(dt_tensor *x, dt_tensor *w, dt_tensor *bias) {
     }
     int64_t B = x->shape[0], I = x->shape[1], O = w->shape[0];
     dt_tensor *y = dt_tensor_new2(x->dev, B, O);
-    DT_CALL(x->dev, dt_gemm, 0, 1, B, O, I, 1.0f, x->data, I, w->data, I, 0.0f, y->data, O);
+    gemm_prec(x->dev, 0, 1, B, O, I, x->data, I, w->data, I, 0.0f, y->data, O);
     if (bias) DT_CALL(x->dev, dt_bias_rows_fwd, B, O, bias->data, y->data);
     dt_tensor *in[3] = {x, w, bias};
     dt_record("linear", linear_backward, y, 3, in, 0);

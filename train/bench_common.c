@@ -57,6 +57,7 @@ int dt_bench_parse(dt_bench_opts *o, int argc, char **argv, dt_err *err) {
     o->reps = 30;
     o->warmup = 5;
     o->sigma = 1.0f;
+    strcpy(o->precision, "fp32");
     o->what_conv = o->what_deform = 1;
     o->nbudgets = 1;
     o->budgets_mb[0] = 0; /* 0: the library default */
@@ -74,7 +75,8 @@ int dt_bench_parse(dt_bench_opts *o, int argc, char **argv, dt_err *err) {
         if (!strcmp(a, "--mask")) { o->mask = 1; continue; }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             return dt_errf(err, "usage: build/bench [--what conv|deform|all] [--batch N] [--shapes l1,l2a,...] [--reps N] "
-                                "[--warmup N] [--budgets MB,MB,...] [--sigma PX] [--mask] [--modes m1,m2,...] [--torch FILE] [--csv FILE]");
+                                "[--warmup N] [--budgets MB,MB,...] [--sigma PX] [--mask] [--modes m1,m2,...] [--precision fp32|tf32|bf16] "
+                                "[--torch FILE] [--csv FILE]");
         }
         if (!has) return dt_errf(err, "option %s needs a value", a);
         i++;
@@ -82,6 +84,11 @@ int dt_bench_parse(dt_bench_opts *o, int argc, char **argv, dt_err *err) {
         else if (!strcmp(a, "--reps")) { o->reps = atoi(v); if (o->reps < 1) return dt_errf(err, "--reps %s: need a positive integer", v); }
         else if (!strcmp(a, "--warmup")) o->warmup = atoi(v);
         else if (!strcmp(a, "--sigma")) o->sigma = (float)atof(v);
+        else if (!strcmp(a, "--precision")) {
+            dt_precision p;
+            if (dt_precision_parse(v, &p)) return dt_errf(err, "--precision %s: one of fp32, tf32, bf16", v);
+            snprintf(o->precision, sizeof o->precision, "%s", v);
+        }
         else if (!strcmp(a, "--torch")) snprintf(o->torch, sizeof o->torch, "%s", v);
         else if (!strcmp(a, "--csv")) snprintf(o->csv, sizeof o->csv, "%s", v);
         else if (!strcmp(a, "--budgets")) {

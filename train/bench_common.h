@@ -25,6 +25,7 @@ typedef struct {
     int batch, reps, warmup, mask;
     int what_conv, what_deform;
     float sigma;
+    char precision[8]; /* fp32 | tf32 | bf16 (dt_device.h) */
     int nshapes;
     const dt_bench_shape *shapes[7];
     int nbudgets;

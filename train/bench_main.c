@@ -2,7 +2,7 @@
  *
  *   build/bench [--what conv|deform|all] [--batch 64] [--shapes l1,l2a,...] [--reps 30]
  *               [--warmup 5] [--budgets 64] [--sigma 1.0] [--mask] [--modes unfused,deft,...]
- *               [--torch FILE] [--csv FILE]
+ *               [--precision fp32|tf32|bf16] [--torch FILE] [--csv FILE]
  *
  * For each ResNet-18 3x3 shape (at 224x224 input) it times, with CUDA events (median of
  * --reps after --warmup), the forward alone and forward+backward (input, weight and - for
@@ -37,9 +37,13 @@ int main(int argc, char **argv) {
         return 1;
     }
     dt_gpu_init(0);
+    dt_precision prec = DT_FP32;
+    dt_precision_parse(o.precision, &prec);
+    dt_set_precision(prec);
     char dev[256];
     dt_device_describe(dev, sizeof dev);
-    printf("# deftc bench: %s, batch %d, fp32 (no TF32), median of %d after %d warm-up\n", dev, o.batch, o.reps, o.warmup);
+    printf("# deftc bench: %s, batch %d, precision %s%s, median of %d after %d warm-up\n", dev, o.batch, o.precision,
+           prec == DT_FP32 ? " (no TF32)" : "", o.reps, o.warmup);
     FILE *csv = NULL;
     if (o.csv[0]) {
         csv = fopen(o.csv, "w");

@@ -24,7 +24,7 @@ typedef struct {
     int max_val_batches;   /* 0 = whole val set */
     /* device */
     char device[8];        /* cuda | cpu */
-    int tf32;
+    char precision[8];     /* fp32 | tf32 | bf16 (dt_precision) */
     int col_budget_mb;
     /* schedule */
     int epochs;

@@ -481,8 +481,10 @@ int dt_train_run(const dt_train_cfg *c, dt_train_result *res, dt_err *err) {
         if (!dt_built_with_cuda()) return dt_errf(err, "device=cuda but deftc was built with CUDA=0; use device=cpu"), 2;
         if (dt_gpu_count() == 0) return dt_errf(err, "device=cuda but no CUDA GPU is visible; use device=cpu"), 2;
         dt_gpu_init(0);
-        dt_set_tf32(c->tf32);
     }
+    dt_precision prec;
+    if (dt_precision_parse(c->precision, &prec)) return dt_errf(err, "precision=%s: expected fp32, tf32 or bf16", c->precision), 2;
+    dt_set_precision(prec);
     dt_conv_set_col_budget((size_t)c->col_budget_mb << 20);
     dt_set_seed(c->seed);
     dt_init_reseed();
@@ -515,8 +517,8 @@ int dt_train_run(const dt_train_cfg *c, dt_train_result *res, dt_err *err) {
                              .gamma = c->lr_gamma, .warmup_start = c->warmup_start, .total_steps = s->total_steps,
                              .step_size = (int64_t)c->lr_step_epochs * s->steps_per_epoch, .warmup_steps = c->warmup};
     for (int i = 0; i < 2; i++) s->label_host[i] = dt_host_alloc((size_t)c->batch * sizeof(float), 1);
-    say(&s->out, "model resnet18: %lld parameters, deform=%s (v%d, %s), batch %d, %dx%d, %lld steps (%lld per epoch)",
-        (long long)dt_params_numel(&s->model.params), c->deform, c->deform_version, c->deform_mode, c->batch, c->image_size,
+    say(&s->out, "model resnet18: %lld parameters, deform=%s (v%d, %s), precision %s, batch %d, %dx%d, %lld steps (%lld per epoch)",
+        (long long)dt_params_numel(&s->model.params), c->deform, c->deform_version, c->deform_mode, c->precision, c->batch, c->image_size,
         c->image_size, (long long)s->total_steps, (long long)s->steps_per_epoch);
     dt_ckpt_pos pos = {0, 0, 0};
     if (c->resume[0]) {
