@@ -47,6 +47,10 @@ static inline int dt_offconv_rounds(const dt_deform_plan *p) { return p->C % 32 
 /* The CUDA versions run shared-memory tiled GEMMs when C % 4 == 0 and lane-group kernels
  * otherwise; 0 forces the lane kernels everywhere (the tests and the kernel lab compare both). */
 void dt_offconv_use_tiles(int on);
+/* The tensor-core kernels' forward and weight gradient by halo-staged output tiles (1, the
+ * default) or by the flat list of positions (0: their fallback for K > 16 or footprints that
+ * do not fit shared memory); the tests run both. CUDA builds only. */
+void dt_offconv_use_halo(int on);
 
 #ifdef __cplusplus
 }

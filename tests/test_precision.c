@@ -507,8 +507,10 @@ DT_GPU_TEST(gpu_offset_conv_tensor_cores_within_format_bound) {
         {"C 32 G1 DCNv2 s2", 2, 32, 13, 12, 8, {3, 3, 2, 2, 1, 1, 1, 1}, 1, 1, 0, 0, 0},
         {"C 96 G2 DCNv2 (two offset-channel tiles)", 2, 96, 9, 10, 8, {3, 3, 1, 1, 2, 2, 2, 2}, 2, 1, 0, 0, 0},
     };
+    for (int variant = 0; variant < 2; variant++)
     for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++)
         for (int pr = DT_TF32; pr <= DT_BF16; pr++) {
+            dt_offconv_use_halo(!variant); /* halo tiles, then the flat kernels */
             const dt_deform_case *c = &cases[ci];
             const double u = pr == DT_BF16 ? U_BF16 : U_TF32, prod = 2 * u + u * u;
             dt_deform_plan p;
@@ -571,7 +573,8 @@ DT_GPU_TEST(gpu_offset_conv_tensor_cores_within_format_bound) {
             dt_copy_d2h(hdx, gdx, nx * 4);
             dt_set_precision(DT_FP32);
             char what[160];
-#define W(s) (snprintf(what, sizeof what, "offset conv %s '%s': %s", dt_precision_name((dt_precision)pr), c->name, s), what)
+#define W(s) (snprintf(what, sizeof what, "offset conv %s %s '%s': %s", variant ? "flat" : "halo", \
+                       dt_precision_name((dt_precision)pr), c->name, s), what)
             EXPECT(within(W("forward"), hom, om, omb, nom, prod, 2 * (p.KC + 1) * E32, pr == DT_BF16));
             EXPECT(within(W("weight gradient"), hdw, dw, dwb, nw, prod, 2 * Q * E32, 1));
             EXPECT(within(W("bias gradient"), hdb, db, dbb, p.OC, 0, 2 * Q * E32, 0));
@@ -582,6 +585,7 @@ DT_GPU_TEST(gpu_offset_conv_tensor_cores_within_format_bound) {
             free(x), free(w), free(b), free(dom), free(dx0), free(xa), free(wa), free(ba), free(doma), free(om), free(omb);
             free(dw), free(dwb), free(db), free(dbb), free(dx), free(dxb), free(hom), free(hdw), free(hdb), free(hdx);
         }
+    dt_offconv_use_halo(1);
 }
 
 DT_GPU_TEST(gpu_conv2d_reduced_precision_within_format_bound) {
