@@ -3,7 +3,12 @@
 (python/deftc_torch.py) swapped in - the rest (convs, batch norm, SGD) stays PyTorch's -
 train step time side by side, then bitwise reproducibility with deterministic=True.
 
-    python3 bench/torch_deftc.py path/to/torch_reference.py [--batches 64 256] [--lib build/libdeftc.so] [--tf32]"""
+    python3 bench/torch_deftc.py path/to/torch_reference.py [--batches 64 256] [--lib build/libdeftc.so] [--tf32]
+                                 [--amp] [--precision fp32|tf32|bf16]
+
+--amp runs both arms under bf16 autocast with channels_last (torchvision's deform_conv2d then
+runs in fp32, having no bf16 kernel); --precision is the deftc arm's (default: bf16 with --amp,
+else fp32)."""
 import argparse
 import functools
 import importlib.util
@@ -24,15 +29,19 @@ def load_yardstick(path):
     return mod
 
 
-def step_fn(m, batch, seed=0):
+def step_fn(m, batch, seed=0, amp=False):
     g = torch.Generator(device='cpu').manual_seed(seed)
     x = torch.randn(batch, 3, 224, 224, generator=g).cuda()
     y = torch.randint(0, 1000, (batch,), generator=g).cuda()
+    if amp:
+        m.to(memory_format=torch.channels_last)
+        x = x.to(memory_format=torch.channels_last)
     opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
 
     def step():
         opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(m(x), y)
+        with torch.autocast('cuda', dtype=torch.bfloat16, enabled=amp):
+            loss = F.cross_entropy(m(x), y)
         loss.backward()
         opt.step()
         return loss
@@ -45,7 +54,10 @@ def main():
     p.add_argument('--batches', type=int, nargs='+', default=[64, 256])
     p.add_argument('--lib', default=None)
     p.add_argument('--tf32', action='store_true', help="TF32 for PyTorch's convs and matmuls (default: plain fp32)")
+    p.add_argument('--amp', action='store_true', help='bf16 autocast + channels_last for both arms')
+    p.add_argument('--precision', choices=['fp32', 'tf32', 'bf16'], default=None, help="deftc's precision")
     a = p.parse_args()
+    prec = a.precision or ('bf16' if a.amp else 'fp32')
     if a.lib:
         os.environ['DEFTC_LIB'] = os.path.abspath(a.lib)
     import deftc_torch as dtt
@@ -56,23 +68,24 @@ def main():
     torch.backends.cudnn.allow_tf32 = a.tf32
     torch.backends.cuda.matmul.allow_tf32 = a.tf32
     tv_op = tr.deform_conv2d
-    print('# all-deformable ResNet-18 (DCNv1) train step, %s, %s' % ('TF32' if a.tf32 else 'fp32 (no TF32)',
-                                                                      torch.cuda.get_device_name()))
+    print('# all-deformable ResNet-18 (DCNv1) train step, PyTorch %s%s, deftc precision %s, %s' % (
+        'TF32' if a.tf32 else 'fp32 (no TF32)', ' + bf16 autocast + channels_last' if a.amp else '', prec,
+        torch.cuda.get_device_name()))
     for batch in a.batches:
         times = {}
-        for label, op in (('torchvision', tv_op), ('deftc', dtt.deform_conv2d)):
+        for label, op in (('torchvision', tv_op), ('deftc', functools.partial(dtt.deform_conv2d, precision=prec))):
             tr.deform_conv2d = op  # the yardstick's DeformConv.forward calls this name
             torch.manual_seed(0)
             m = tr.resnet18(True, False)
             torch.cuda.reset_peak_memory_stats()
-            times[label] = tr.bench(step_fn(m, batch), 5, 20)
+            times[label] = tr.bench(step_fn(m, batch, amp=a.amp), 5, 20)
             peak = torch.cuda.max_memory_allocated() / 2**30
             print('batch %4d %-12s %8.2f ms/step %8.0f img/s  peak %.2f GiB' % (batch, label, times[label],
                                                                                batch / times[label] * 1e3, peak))
             del m
         torch.manual_seed(0)
         m = tr.resnet18(False, False)  # the plain net: what the deformable layers add to
-        plain = tr.bench(step_fn(m, batch), 5, 20)
+        plain = tr.bench(step_fn(m, batch, amp=a.amp), 5, 20)
         del m
         print('batch %4d plain ResNet-18 %8.2f ms/step (deformable layers add: torchvision %.2f ms, deftc %.2f ms)' % (
             batch, plain, times['torchvision'] - plain, times['deftc'] - plain))

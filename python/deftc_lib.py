@@ -9,6 +9,7 @@ import os
 
 MODES = {'unfused': 0, 'deft': 1}
 DETERMINISTIC = 16  # flag or-ed into a mode
+PRECISIONS = {'fp32': 0, 'tf32': 32, 'bf16': 64}  # flags or-ed into a mode (docs/training.md, "Precision")
 
 
 class Desc(ctypes.Structure):

@@ -7,8 +7,11 @@ extension) on the tensors' own CUDA device and PyTorch's current stream.
     conv = dtt.DeformConv2d(64, 64, 3, padding=1)        # torchvision's constructor and state_dict keys
     dtt.swap_deform_convs(model)                          # replaces every torchvision DeformConv2d in place
 
-Keyword-only extras: mode='deft' (channels-last kernels; 'unfused' = the NCHW baseline) and
-deterministic=False (True: bitwise-reproducible gradients; 'deft' is so anyway).
+Keyword-only extras: mode='deft' (channels-last kernels; 'unfused' = the NCHW baseline),
+deterministic=False (True: bitwise-reproducible gradients; 'deft' is so anyway) and
+precision='fp32' ('bf16': bf16 columns and GEMM operands with fp32 accumulation - a bf16
+deformable conv, which torchvision does not have; 'tf32': TF32 tensor cores for the GEMMs).
+Buffers stay float32 in every precision.
 
 Semantics are torchvision's (offset groups from offset.shape[1], DCNv2 with a mask); weight
 groups (torchvision's `groups`, weight.shape[1] < input channels) are not supported and raise.
@@ -29,7 +32,8 @@ from torch import nn
 __all__ = ['deform_conv2d', 'DeformConv2d', 'swap_deform_convs', 'library']
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from deftc_lib import MODES as _MODES, DETERMINISTIC as _DETERMINISTIC, Desc as _Desc, check as _check, library
+from deftc_lib import MODES as _MODES, DETERMINISTIC as _DETERMINISTIC, PRECISIONS as _PRECISIONS, Desc as _Desc, \
+    check as _check, library
 
 def _pair(v, name):
     if isinstance(v, int):
@@ -94,7 +98,7 @@ class _DeformConv2dFn(torch.autograd.Function):
 
 
 def deform_conv2d(input, offset, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), mask=None, *,
-                  mode='deft', deterministic=False):
+                  mode='deft', deterministic=False, precision='fp32'):
     """torchvision.ops.deform_conv2d on deftc's kernels (same arguments and result)."""
     tensors = {'input': input, 'offset': offset, 'weight': weight, 'bias': bias, 'mask': mask}
     for name, t in tensors.items():
@@ -111,6 +115,8 @@ def deform_conv2d(input, offset, weight, bias=None, stride=(1, 1), padding=(0, 0
             raise TypeError('deftc_torch: %s must be a floating-point tensor, got %s' % (name, t.dtype))
     if mode not in _MODES:
         raise ValueError("deftc_torch: mode must be 'deft' or 'unfused', got %r" % (mode,))
+    if precision not in _PRECISIONS:
+        raise ValueError("deftc_torch: precision must be 'fp32', 'tf32' or 'bf16', got %r" % (precision,))
     if input.dim() != 4 or weight.dim() != 4 or offset.dim() != 4:
         raise ValueError('deftc_torch: input, offset and weight must be 4-D (got %d, %d, %d dims)'
                          % (input.dim(), offset.dim(), weight.dim()))
@@ -130,7 +136,7 @@ def deform_conv2d(input, offset, weight, bias=None, stride=(1, 1), padding=(0, 0
     ph, pw = _pair(padding, 'padding')
     dh, dw = _pair(dilation, 'dilation')
     desc = _Desc(n, c, h, w, cout, kh, kw, sh, sw, ph, pw, dh, dw, groups, int(mask is not None), int(bias is not None))
-    m = _MODES[mode] | (_DETERMINISTIC if deterministic else 0)
+    m = _MODES[mode] | (_DETERMINISTIC if deterministic else 0) | _PRECISIONS[precision]
     ho, wo = ctypes.c_int(), ctypes.c_int()
     _check(library().dt_deform_api_out_size(ctypes.byref(desc), ctypes.byref(ho), ctypes.byref(wo)))  # deftc's message
     ho, wo = ho.value, wo.value
@@ -146,7 +152,7 @@ class DeformConv2d(nn.Module):
     state_dict keys (weight, bias), forward(input, offset, mask=None)."""
 
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1, bias=True,
-                 *, mode='deft', deterministic=False):
+                 *, mode='deft', deterministic=False, precision='fp32'):
         super().__init__()
         if groups != 1:
             raise ValueError('deftc_torch.DeformConv2d: groups=%d; grouped weights are not supported (groups=1)' % groups)
@@ -154,7 +160,7 @@ class DeformConv2d(nn.Module):
         self.kernel_size = _pair(kernel_size, 'kernel_size')
         self.stride, self.padding, self.dilation = _pair(stride, 'stride'), _pair(padding, 'padding'), _pair(dilation, 'dilation')
         self.groups = groups
-        self.mode, self.deterministic = mode, deterministic
+        self.mode, self.deterministic, self.precision = mode, deterministic, precision
         self.weight = nn.Parameter(torch.empty(out_channels, in_channels, *self.kernel_size))
         self.bias = nn.Parameter(torch.empty(out_channels)) if bias else None
         self.reset_parameters()
@@ -168,14 +174,15 @@ class DeformConv2d(nn.Module):
 
     def forward(self, input, offset, mask=None):
         return deform_conv2d(input, offset, self.weight, self.bias, stride=self.stride, padding=self.padding,
-                             dilation=self.dilation, mask=mask, mode=self.mode, deterministic=self.deterministic)
+                             dilation=self.dilation, mask=mask, mode=self.mode, deterministic=self.deterministic,
+                             precision=self.precision)
 
     def extra_repr(self):
         return ('{in_channels}, {out_channels}, kernel_size={kernel_size}, stride={stride}, padding={padding}, '
-                'dilation={dilation}, bias={has_bias}, mode={mode}').format(has_bias=self.bias is not None, **self.__dict__)
+                'dilation={dilation}, bias={has_bias}, mode={mode}, precision={precision}').format(has_bias=self.bias is not None, **self.__dict__)
 
 
-def swap_deform_convs(model, mode='deft', deterministic=False):
+def swap_deform_convs(model, mode='deft', deterministic=False, precision='fp32'):
     """Replaces every torchvision.ops.DeformConv2d in `model` (in place) by deftc's, sharing its
     parameter tensors (an optimizer built before keeps working). Returns the number replaced."""
     import torchvision
@@ -183,11 +190,12 @@ def swap_deform_convs(model, mode='deft', deterministic=False):
     for name, child in list(model.named_children()):
         if isinstance(child, torchvision.ops.DeformConv2d):
             new = DeformConv2d(child.in_channels, child.out_channels, child.kernel_size, child.stride, child.padding,
-                               child.dilation, child.groups, child.bias is not None, mode=mode, deterministic=deterministic)
+                               child.dilation, child.groups, child.bias is not None, mode=mode, deterministic=deterministic,
+                               precision=precision)
             new.weight = child.weight
             new.bias = child.bias
             setattr(model, name, new)
             count += 1
         else:
-            count += swap_deform_convs(child, mode, deterministic)
+            count += swap_deform_convs(child, mode, deterministic, precision)
     return count

@@ -116,6 +116,27 @@ with torch.autocast('cuda', dtype=torch.bfloat16):
 check('autocast bf16: float32 output like torchvision', ya.dtype == yt.dtype == torch.float32, str(ya.dtype))
 check('autocast bf16: same values', rel(ya, yt) < 1e-5, 'rel err %.2e' % rel(ya, yt))
 
+# precision='bf16' / 'tf32' against torchvision's fp32, within the formats' bounds (the C
+# tests' reasoning, tests/test_precision.c): operands rounded once each, fp32 sums -> the error
+# of y and of dweight is at most (2u + u^2) times the same quantity computed on |x|, |w|, |gy|
+# (bf16 columns are rounded once more: 3u + 4u^2; dx reads a bf16 column gradient: same), with
+# u = 2^-8 (bf16) or 2^-10 (TF32). Offsets with fractional parts anywhere: the bound is checked
+# on y, dx and dweight, whose weights are non-negative; bf16 must also differ from fp32.
+x, off, m, wt, b, gy = inputs(*CASES[3], dev=dev, seed=10)
+ref = grads(tv_deform_conv2d, x, off, m, wt, b, gy, 1, 1, 1)
+xa, wa, gya = x.detach().abs().requires_grad_(), wt.detach().abs().requires_grad_(), gy.abs()
+bnd = grads(tv_deform_conv2d, xa, off, m, wa, None, gya, 1, 1, 1)
+for prec, u in (('bf16', 2.0 ** -8), ('tf32', 2.0 ** -10)):
+    fn = lambda *a, **kw: dtt.deform_conv2d(*a, precision=prec, **kw)
+    got = grads(fn, x, off, m, wt, b, gy, 1, 1, 1)
+    k = 3 * u + 4 * u * u + 2 * 2 ** -24 * 600  # + fp32 sums of up to ~600 terms on both sides
+    for i, name in ((0, 'y'), (1, 'dx'), (4, 'dweight')):
+        err, lim = (got[i] - ref[i]).abs(), k * bnd[i].abs() + 1e-30
+        check('precision=%s: %s within the format bound' % (prec, name), bool((err <= lim).all()),
+              'worst %.2f of the bound' % (err / lim).max().item())
+    if prec == 'bf16':
+        check('precision=bf16: differs from fp32 (bf16 ran)', bool((got[0] - ref[0]).abs().max() > 0))
+
 # the module: torchvision's state_dict loads, same outputs; swap_deform_convs
 tv = torchvision.ops.DeformConv2d(16, 8, 3, padding=1).to(dev)
 mine = dtt.DeformConv2d(16, 8, 3, padding=1).to(dev)
@@ -159,6 +180,7 @@ def raises(exc, needle, fn):
 x, off, m, wt, b, gy = inputs(*CASES[0], dev=dev, seed=10)
 check('error: CPU tensors', raises(ValueError, 'CUDA', lambda: dtt.deform_conv2d(x.cpu(), off.cpu(), wt.cpu(), padding=1)))
 check('error: grouped weights', raises(ValueError, 'grouped', lambda: dtt.deform_conv2d(x, off, wt[:, :8], padding=1)))
+check('error: unknown precision', raises(ValueError, 'precision', lambda: dtt.deform_conv2d(x, off, wt, padding=1, precision='fp16')))
 check('error: bad mask channels', raises(ValueError, 'mask', lambda: dtt.deform_conv2d(x, off, wt, padding=1, mask=m[:, :5])))
 check('error: deftc\'s own message (input too small)', raises(ValueError, 'too small', lambda: dtt.deform_conv2d(
     x[:, :, :1, :1], torch.zeros(2, 18, 1, 1, device=dev), wt, padding=0)))
