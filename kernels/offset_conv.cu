@@ -514,27 +514,12 @@ __global__ void __launch_bounds__(XT_THREADS) k_dx_tiled(dt_deform_chunk c, cons
     const int noc = (c.OCS + XT_BO - 1) / XT_BO, T = c.K * noc;
     /* loader: pixel lp of the tile, offset-channel quads lo + 2j (j < 4, < 7) */
     const int lp = tid & (XT_BP - 1), lo = tid >> 7;
-    int limg = -1, lty = 0, ltx = 0;
-    {
-        int p = p0 + lp;
-        if (p < c.npix) {
-            uint32_t rest, ii;
-            int ix = (int)dt_fastdiv_divmod((uint32_t)p, c.fW, &rest);
-            int iy = (int)dt_fastdiv_divmod(rest, c.fH, &ii);
-            limg = (int)ii;
-            lty = iy + c.ph;
-            ltx = ix + c.pw;
-        }
-    }
+    int limg, lty, ltx;
+    offconv_pixel(c, p0 + lp, &limg, &lty, &ltx);
     float4 ra[4], rw[2];
     auto load = [&](int s) {
         const int k = s / noc, oc0 = (s - k * noc) * XT_BO;
-        uint32_t kyu;
-        const int kx = (int)dt_fastdiv_divmod((uint32_t)k, c.fkw, &kyu), ky = (int)kyu;
-        const int ty = lty - ky * c.dh, tx = ltx - kx * c.dw;
-        int64_t q = -1;
-        if (limg >= 0 && ty >= 0 && tx >= 0 && ty % c.sh == 0 && tx % c.sw == 0 && ty / c.sh < c.Ho && tx / c.sw < c.Wo)
-            q = ((int64_t)limg * c.Ho + ty / c.sh) * c.Wo + tx / c.sw;
+        const int64_t q = offconv_reader(c, limg, lty, ltx, k);
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             const int oq = lo + 2 * j, oc = oc0 + 4 * oq;
@@ -653,26 +638,15 @@ void dw_shape(const dt_deform_plan *p, int *cvb, int *ncvb) {
     *ncvb = (int)((nvc + *cvb - 1) / *cvb);
 }
 
-/* Step splits of the tiled forward and position ranges of the tiled dW: about 2 waves of
- * blocks at least (132 SMs), never fewer than 8 steps or 8 tiles a block. */
+/* Step splits of the tiled forward and position ranges of the tiled dW: never fewer than 8
+ * steps or 8 tiles a block. */
 void fwd_tiled_split(const dt_deform_chunk &c, int nt, int *steps, int *nz) {
     const int T = c.K * ((c.C + FT_BC - 1) / FT_BC);
-    int64_t blocks = (int64_t)((c.Q + FT_BM - 1) / FT_BM) * nt, want = 2 * (int64_t)dt_gpu_sm_count();
-    int z = blocks >= want ? 1 : (int)((want + blocks - 1) / blocks);
-    if (z > (T + 7) / 8) z = (T + 7) / 8;
-    if (z < 1) z = 1;
-    *steps = (T + z - 1) / z;
-    *nz = (T + *steps - 1) / *steps;
+    offconv_split((int64_t)((c.Q + FT_BM - 1) / FT_BM) * nt, T, (T + 7) / 8, steps, nz);
 }
 
 void dw_tiled_split(const dt_deform_chunk &c, int nt, int *qchunk, int *nz) {
-    int64_t blocks = (int64_t)((c.KC + WT_BN - 1) / WT_BN) * nt, want = 2 * (int64_t)dt_gpu_sm_count();
-    int64_t z = blocks >= want ? 1 : (want + blocks - 1) / blocks;
-    int64_t zmax = (c.Q + 8 * WT_BQ - 1) / (8 * WT_BQ);
-    if (z > zmax) z = zmax;
-    if (z < 1) z = 1;
-    *qchunk = (int)((c.Q + z - 1) / z);
-    *nz = (int)((c.Q + *qchunk - 1) / *qchunk);
+    offconv_split((int64_t)((c.KC + WT_BN - 1) / WT_BN) * nt, c.Q, (c.Q + 8 * WT_BQ - 1) / (8 * WT_BQ), qchunk, nz);
 }
 
 }  // namespace

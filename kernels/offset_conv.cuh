@@ -94,6 +94,42 @@ __device__ __forceinline__ float offconv_finish(const dt_deform_chunk &c, int oc
     return oc >= 2 * c.GK ? 1.0f / (1.0f + __expf(-v)) : v;
 }
 
+/* A summed dimension of `items` split over blockIdx.z: when `blocks` (the grid without the
+ * split) are fewer than ~2 waves (132 SMs), into parts enough to fill them, at most max_parts;
+ * *per = items a part, *nz = parts. The parts are summed in order afterwards (deterministic). */
+static inline void offconv_split(int64_t blocks, int64_t items, int64_t max_parts, int *per, int *nz) {
+    int64_t want = 2 * (int64_t)dt_gpu_sm_count();
+    int64_t z = blocks >= want ? 1 : (want + blocks - 1) / blocks;
+    if (z > max_parts) z = max_parts;
+    if (z < 1) z = 1;
+    *per = (int)((items + z - 1) / z);
+    *nz = (int)((items + *per - 1) / *per);
+}
+
+/* The input gradient's tap search. Pixel p of the chunk as its image and padded coordinates
+ * (iy + ph, ix + pw); img = -1 past the chunk's pixels. */
+__device__ __forceinline__ void offconv_pixel(const dt_deform_chunk &c, int p, int *img, int *ty, int *tx) {
+    *img = -1;
+    *ty = *tx = 0;
+    if (p >= c.npix) return;
+    uint32_t rest, ii;
+    int ix = (int)dt_fastdiv_divmod((uint32_t)p, c.fW, &rest);
+    int iy = (int)dt_fastdiv_divmod(rest, c.fH, &ii);
+    *img = (int)ii;
+    *ty = iy + c.ph;
+    *tx = ix + c.pw;
+}
+
+/* The output position that reads that pixel through tap k, or -1. */
+__device__ __forceinline__ int64_t offconv_reader(const dt_deform_chunk &c, int img, int ty, int tx, int k) {
+    uint32_t kyu;
+    const int kx = (int)dt_fastdiv_divmod((uint32_t)k, c.fkw, &kyu), ky = (int)kyu;
+    ty -= ky * c.dh;
+    tx -= kx * c.dw;
+    if (img < 0 || ty < 0 || tx < 0 || ty % c.sh || tx % c.sw || ty / c.sh >= c.Ho || tx / c.sw >= c.Wo) return -1;
+    return ((int64_t)img * c.Ho + ty / c.sh) * c.Wo + tx / c.sw;
+}
+
 /* om = finish(sum over the splits of the forward, in order). */
 __global__ void k_fwd_finish(dt_deform_chunk c, int nz, const float *__restrict__ part, const float *__restrict__ bias,
                              float *__restrict__ om) {

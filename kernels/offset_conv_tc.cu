@@ -522,27 +522,12 @@ __global__ void __launch_bounds__(THREADS) k_dx_tc(dt_deform_chunk c, const floa
     const int noc = (c.OCS + OCT - 1) / OCT, nsteps = c.K * noc;
     /* loader: pixel lp, offset-channel quads lo + 2j (j < 4); weights rows idx/16, quad idx%16 */
     const int lp = tid & (X_BP - 1), lo = tid >> 7;
-    int limg = -1, lty = 0, ltx = 0;
-    {
-        int p = p0 + lp;
-        if (p < c.npix) {
-            uint32_t rest, ii;
-            int ix = (int)dt_fastdiv_divmod((uint32_t)p, c.fW, &rest);
-            int iy = (int)dt_fastdiv_divmod(rest, c.fH, &ii);
-            limg = (int)ii;
-            lty = iy + c.ph;
-            ltx = ix + c.pw;
-        }
-    }
+    int limg, lty, ltx;
+    offconv_pixel(c, p0 + lp, &limg, &lty, &ltx);
     float4 ra[4], rw[2];
     auto load = [&](int s) {
         const int k = s / noc, oc0 = (s - k * noc) * OCT;
-        uint32_t kyu;
-        const int kx = (int)dt_fastdiv_divmod((uint32_t)k, c.fkw, &kyu), ky = (int)kyu;
-        const int ty = lty - ky * c.dh, tx = ltx - kx * c.dw;
-        int64_t q = -1;
-        if (limg >= 0 && ty >= 0 && tx >= 0 && ty % c.sh == 0 && tx % c.sw == 0 && ty / c.sh < c.Ho && tx / c.sw < c.Wo)
-            q = ((int64_t)limg * c.Ho + ty / c.sh) * c.Wo + tx / c.sw;
+        const int64_t q = offconv_reader(c, limg, lty, ltx, k);
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             const int oc = oc0 + 4 * (lo + 2 * j);
@@ -607,46 +592,24 @@ __global__ void __launch_bounds__(THREADS) k_dx_tc(dt_deform_chunk c, const floa
 
 int nt_of(const dt_deform_plan *p) { return (int)((p->OC + OCT - 1) / OCT); }
 
-/* Splits: about 2 waves of blocks (132 SMs), never fewer than 8 steps or tiles a block. */
+/* Splits (offconv_split): the flat kernels never fewer than 8 steps or tiles a block; the
+ * halo forward splits its channel chunks, the halo dW its tiles (at least 4 a block). */
 void fwd_split(const dt_deform_chunk &c, int nt, int *steps, int *nz) {
     const int T = c.K * (c.C / F_BC);
-    int64_t blocks = (int64_t)((c.Q + F_BM - 1) / F_BM) * nt, want = 2 * (int64_t)dt_gpu_sm_count();
-    int z = blocks >= want ? 1 : (int)((want + blocks - 1) / blocks);
-    if (z > (T + 7) / 8) z = (T + 7) / 8;
-    if (z < 1) z = 1;
-    *steps = (T + z - 1) / z;
-    *nz = (T + *steps - 1) / *steps;
+    offconv_split((int64_t)((c.Q + F_BM - 1) / F_BM) * nt, T, (T + 7) / 8, steps, nz);
 }
 
 void dw_split(const dt_deform_chunk &c, int nt, int *qchunk, int *nz) {
-    int64_t blocks = (int64_t)((c.KC + W_BN - 1) / W_BN) * nt, want = 2 * (int64_t)dt_gpu_sm_count();
-    int64_t z = blocks >= want ? 1 : (want + blocks - 1) / blocks;
-    int64_t zmax = (c.Q + 8 * W_BQ - 1) / (8 * W_BQ);
-    if (z > zmax) z = zmax;
-    if (z < 1) z = 1;
-    *qchunk = (int)((c.Q + z - 1) / z);
-    *nz = (int)((c.Q + *qchunk - 1) / *qchunk);
+    offconv_split((int64_t)((c.KC + W_BN - 1) / W_BN) * nt, c.Q, (c.Q + 8 * W_BQ - 1) / (8 * W_BQ), qchunk, nz);
 }
 
-/* Halo splits: about 2 waves of blocks; the forward splits its channel chunks, dW its tiles
- * (at least 4 a block). */
 void fwd_halo_split(const dt_deform_chunk &c, const halo &h, int nt, int *chunks, int *nz) {
-    const int nch = c.C / F_BC;
-    int64_t blocks = (int64_t)c.nb * h.tiles * nt, want = 2 * (int64_t)dt_gpu_sm_count();
-    int z = blocks >= want ? 1 : (int)((want + blocks - 1) / blocks);
-    if (z > nch) z = nch;
-    *chunks = (nch + z - 1) / z;
-    *nz = (nch + *chunks - 1) / *chunks;
+    offconv_split((int64_t)c.nb * h.tiles * nt, c.C / F_BC, c.C / F_BC, chunks, nz);
 }
 
 void dw_halo_split(const dt_deform_chunk &c, const halo &h, int nt, int *per, int *nz) {
     const int ntiles = c.nb * h.tiles;
-    int64_t blocks = (int64_t)(c.C / F_BC) * nt, want = 2 * (int64_t)dt_gpu_sm_count();
-    int z = blocks >= want ? 1 : (int)((want + blocks - 1) / blocks);
-    if (z > (ntiles + 3) / 4) z = (ntiles + 3) / 4;
-    if (z < 1) z = 1;
-    *per = (ntiles + z - 1) / z;
-    *nz = (ntiles + *per - 1) / *per;
+    offconv_split((int64_t)(c.C / F_BC) * nt, ntiles, (ntiles + 3) / 4, per, nz);
 }
 
 int g_halo = 1; /* dt_offconv_use_halo */

@@ -374,6 +374,15 @@ static void *to_gpu(const void *h, size_t bytes) {
     return d;
 }
 
+/* The deft plan of a case, whole batch in one chunk; 0 on success (a failed EXPECT otherwise). */
+static int case_plan(const dt_deform_case *c, dt_deform_plan *p) {
+    dt_deform_knobs k = dt_deform_knobs_default();
+    const char *bad = dt_deform_plan_init(p, c->n, c->c, c->h, c->w, c->cout, c->g, c->groups, c->mask, DT_DEFORM_DEFT,
+                                          &k, (size_t)1 << 40);
+    EXPECT_MSG(!bad, "%s: %s", c->name, bad ? bad : "");
+    return bad != NULL;
+}
+
 /* bf16 kernels on bf16-representable data do the fp32 kernels' arithmetic: the only error
  * left is the fp32 summation order (im2col: none at all, it copies and rounds). */
 DT_GPU_TEST(gpu_bf16_kernels_match_cpu_twins) {
@@ -435,11 +444,7 @@ DT_GPU_TEST(gpu_bf16_kernels_match_cpu_twins) {
     for (size_t ci = 0; ci < NPREC; ci++) {
         const dt_deform_case *c = &PREC_CASES[ci];
         dt_deform_plan p;
-        dt_deform_knobs k = dt_deform_knobs_default();
-        const char *bad = dt_deform_plan_init(&p, c->n, c->c, c->h, c->w, c->cout, c->g, c->groups, c->mask,
-                                              DT_DEFORM_DEFT, &k, (size_t)1 << 40);
-        EXPECT_MSG(!bad, "%s", bad ? bad : "");
-        if (bad) continue;
+        if (case_plan(c, &p)) continue;
         const int64_t n = p.N, Q = n * p.P, S = Q * p.K * p.G, nx = n * p.H * p.W * p.C, nc = Q * p.KC;
         dt_tensor *in[5];
         dt_test_deform_inputs(c, 0, in);
@@ -507,84 +512,79 @@ DT_GPU_TEST(gpu_offset_conv_tensor_cores_within_format_bound) {
         {"C 32 G1 DCNv2 s2", 2, 32, 13, 12, 8, {3, 3, 2, 2, 1, 1, 1, 1}, 1, 1, 0, 0, 0},
         {"C 96 G2 DCNv2 (two offset-channel tiles)", 2, 96, 9, 10, 8, {3, 3, 1, 1, 2, 2, 2, 2}, 2, 1, 0, 0, 0},
     };
-    for (int variant = 0; variant < 2; variant++)
-    for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++)
-        for (int pr = DT_TF32; pr <= DT_BF16; pr++) {
-            dt_offconv_use_halo(!variant); /* halo tiles, then the flat kernels */
-            const dt_deform_case *c = &cases[ci];
-            const double u = pr == DT_BF16 ? U_BF16 : U_TF32, prod = 2 * u + u * u;
-            dt_deform_plan p;
-            dt_deform_knobs k = dt_deform_knobs_default();
-            const char *bad = dt_deform_plan_init(&p, c->n, c->c, c->h, c->w, c->cout, c->g, c->groups, c->mask,
-                                                  DT_DEFORM_DEFT, &k, (size_t)1 << 40);
-            EXPECT_MSG(!bad, "%s", bad ? bad : "");
-            if (bad) continue;
-            const int64_t n = p.N, Q = n * p.P, nx = n * p.H * p.W * p.C, nw = p.OC * p.KC, nom = Q * p.OCS;
-            float *x = malloc(nx * 4), *w = malloc(nw * 4), *b = malloc(p.OC * 4), *dom = malloc(nom * 4);
-            float *dx0 = malloc(nx * 4);
-            dt_rng_fill_normal(dt_test_rng(), x, nx, 0.0f, 1.0f);
-            dt_rng_fill_normal(dt_test_rng(), w, nw, 0.0f, 1.0f / sqrtf((float)p.KC));
-            dt_rng_fill_normal(dt_test_rng(), b, p.OC, 0.0f, 0.5f);
-            dt_rng_fill_normal(dt_test_rng(), dom, nom, 0.0f, 1.0f);
-            dt_rng_fill_normal(dt_test_rng(), dx0, nx, 0.0f, 1.0f);
-            for (int64_t q = 0; q < Q; q++)
-                for (int64_t o = p.OC; o < p.OCS; o++) dom[q * p.OCS + o] = 0.0f;
-            float *xa = malloc(nx * 4), *wa = malloc(nw * 4), *ba = malloc(p.OC * 4), *doma = malloc(nom * 4);
-            memcpy(xa, x, nx * 4), memcpy(wa, w, nw * 4), memcpy(ba, b, p.OC * 4), memcpy(doma, dom, nom * 4);
-            fabs_all(xa, nx), fabs_all(wa, nw), fabs_all(ba, p.OC), fabs_all(doma, nom);
-            /* the fp32 references and bounds (CPU twins, fp32 precision) */
-            dt_set_precision(DT_FP32);
-            float *om = malloc(nom * 4), *omb = calloc(nom, 4), *dw = malloc(nw * 4), *dwb = malloc(nw * 4);
-            float *db = malloc(p.OC * 4), *dbb = malloc(p.OC * 4), *dx = malloc(nx * 4), *dxb = malloc(nx * 4);
-            dt_offconv_fwd_cpu(&p, n, x, w, b, om, NULL);
-            dt_deform_chunk ch = dt_deform_chunk_make(&p, n);
-            for (int64_t q = 0; q < Q; q++) { /* pre-activation sum |x||w| + |b|, a quarter for the mask */
-                int i, oy, ox;
-                dt_position_decode(&ch, (int)q, &i, &oy, &ox);
-                for (int64_t oc = 0; oc < p.OC; oc++) {
-                    double sabs = ba[oc];
-                    for (int64_t kk = 0; kk < p.K; kk++) {
-                        int64_t iy = oy * c->g.sh - c->g.ph + kk / c->g.kw * c->g.dh, ix = ox * c->g.sw - c->g.pw + kk % c->g.kw * c->g.dw;
-                        if (iy < 0 || iy >= p.H || ix < 0 || ix >= p.W) continue;
-                        for (int64_t cc = 0; cc < p.C; cc++)
-                            sabs += (double)xa[((i * p.H + iy) * p.W + ix) * p.C + cc] * wa[(oc * p.C + cc) * p.K + kk];
-                    }
-                    omb[q * p.OCS + oc] = (float)(oc >= 2 * p.GK ? sabs / 4 : sabs);
+    for (int run = 0; run < 2 * 3 * 2; run++) { /* variant (halo, then flat) x case x precision */
+        const int variant = run / 6, ci = run / 2 % 3, pr = DT_TF32 + run % 2;
+        dt_offconv_use_halo(!variant);
+        const dt_deform_case *c = &cases[ci];
+        const double u = pr == DT_BF16 ? U_BF16 : U_TF32, prod = 2 * u + u * u;
+        dt_deform_plan p;
+        if (case_plan(c, &p)) continue;
+        const int64_t n = p.N, Q = n * p.P, nx = n * p.H * p.W * p.C, nw = p.OC * p.KC, nom = Q * p.OCS;
+        float *x = malloc(nx * 4), *w = malloc(nw * 4), *b = malloc(p.OC * 4), *dom = malloc(nom * 4);
+        float *dx0 = malloc(nx * 4);
+        dt_rng_fill_normal(dt_test_rng(), x, nx, 0.0f, 1.0f);
+        dt_rng_fill_normal(dt_test_rng(), w, nw, 0.0f, 1.0f / sqrtf((float)p.KC));
+        dt_rng_fill_normal(dt_test_rng(), b, p.OC, 0.0f, 0.5f);
+        dt_rng_fill_normal(dt_test_rng(), dom, nom, 0.0f, 1.0f);
+        dt_rng_fill_normal(dt_test_rng(), dx0, nx, 0.0f, 1.0f);
+        for (int64_t q = 0; q < Q; q++)
+            for (int64_t o = p.OC; o < p.OCS; o++) dom[q * p.OCS + o] = 0.0f;
+        float *xa = malloc(nx * 4), *wa = malloc(nw * 4), *ba = malloc(p.OC * 4), *doma = malloc(nom * 4);
+        memcpy(xa, x, nx * 4), memcpy(wa, w, nw * 4), memcpy(ba, b, p.OC * 4), memcpy(doma, dom, nom * 4);
+        fabs_all(xa, nx), fabs_all(wa, nw), fabs_all(ba, p.OC), fabs_all(doma, nom);
+        /* the fp32 references and bounds (CPU twins, fp32 precision) */
+        dt_set_precision(DT_FP32);
+        float *om = malloc(nom * 4), *omb = calloc(nom, 4), *dw = malloc(nw * 4), *dwb = malloc(nw * 4);
+        float *db = malloc(p.OC * 4), *dbb = malloc(p.OC * 4), *dx = malloc(nx * 4), *dxb = malloc(nx * 4);
+        dt_offconv_fwd_cpu(&p, n, x, w, b, om, NULL);
+        dt_deform_chunk ch = dt_deform_chunk_make(&p, n);
+        for (int64_t q = 0; q < Q; q++) { /* pre-activation sum |x||w| + |b|, a quarter for the mask */
+            int i, oy, ox;
+            dt_position_decode(&ch, (int)q, &i, &oy, &ox);
+            for (int64_t oc = 0; oc < p.OC; oc++) {
+                double sabs = ba[oc];
+                for (int64_t kk = 0; kk < p.K; kk++) {
+                    int64_t iy = oy * c->g.sh - c->g.ph + kk / c->g.kw * c->g.dh, ix = ox * c->g.sw - c->g.pw + kk % c->g.kw * c->g.dw;
+                    if (iy < 0 || iy >= p.H || ix < 0 || ix >= p.W) continue;
+                    for (int64_t cc = 0; cc < p.C; cc++)
+                        sabs += (double)xa[((i * p.H + iy) * p.W + ix) * p.C + cc] * wa[(oc * p.C + cc) * p.K + kk];
                 }
+                omb[q * p.OCS + oc] = (float)(oc >= 2 * p.GK ? sabs / 4 : sabs);
             }
-            dt_offconv_bwd_weight_cpu(&p, n, x, dom, 0.0f, dw, 0.0f, db, NULL);
-            dt_offconv_bwd_weight_cpu(&p, n, xa, doma, 0.0f, dwb, 0.0f, dbb, NULL);
-            memcpy(dx, dx0, nx * 4);
-            dt_offconv_bwd_input_cpu(&p, n, dom, w, 1.0f, dx, NULL);
-            dt_offconv_bwd_input_cpu(&p, n, doma, wa, 0.0f, dxb, NULL);
-            for (int64_t e = 0; e < nx; e++) dxb[e] += fabsf(dx0[e]);
-            /* the GPU in the reduced precision */
-            dt_set_precision((dt_precision)pr);
-            float *gx = to_gpu(x, nx * 4), *gw = to_gpu(w, nw * 4), *gb = to_gpu(b, p.OC * 4), *gdom = to_gpu(dom, nom * 4);
-            float *gom = dt_gpu_malloc(nom * 4), *gdw = dt_gpu_malloc(nw * 4), *gdb = dt_gpu_malloc(p.OC * 4);
-            float *gdx = to_gpu(dx0, nx * 4);
-            void *gws = dt_gpu_malloc(dt_offconv_ws_bytes_cuda(&p, n));
-            dt_memset_gpu(gom, 0xff, nom * 4);
-            dt_offconv_fwd_cuda(&p, n, gx, gw, gb, gom, gws);
-            dt_offconv_bwd_weight_cuda(&p, n, gx, gdom, 0.0f, gdw, 0.0f, gdb, gws);
-            dt_offconv_bwd_input_cuda(&p, n, gdom, gw, 1.0f, gdx, gws);
-            float *hom = malloc(nom * 4), *hdw = malloc(nw * 4), *hdb = malloc(p.OC * 4), *hdx = malloc(nx * 4);
-            dt_copy_d2h(hom, gom, nom * 4), dt_copy_d2h(hdw, gdw, nw * 4), dt_copy_d2h(hdb, gdb, p.OC * 4);
-            dt_copy_d2h(hdx, gdx, nx * 4);
-            dt_set_precision(DT_FP32);
-            char what[160];
-#define W(s) (snprintf(what, sizeof what, "offset conv %s %s '%s': %s", variant ? "flat" : "halo", \
-                       dt_precision_name((dt_precision)pr), c->name, s), what)
-            EXPECT(within(W("forward"), hom, om, omb, nom, prod, 2 * (p.KC + 1) * E32, pr == DT_BF16));
-            EXPECT(within(W("weight gradient"), hdw, dw, dwb, nw, prod, 2 * Q * E32, 1));
-            EXPECT(within(W("bias gradient"), hdb, db, dbb, p.OC, 0, 2 * Q * E32, 0));
-            EXPECT(within(W("input gradient (+= dxT)"), hdx, dx, dxb, nx, prod, 2 * (p.K * p.OC + 1) * E32, 1));
-#undef W
-            dt_gpu_free(gx), dt_gpu_free(gw), dt_gpu_free(gb), dt_gpu_free(gdom), dt_gpu_free(gom), dt_gpu_free(gdw);
-            dt_gpu_free(gdb), dt_gpu_free(gdx), dt_gpu_free(gws);
-            free(x), free(w), free(b), free(dom), free(dx0), free(xa), free(wa), free(ba), free(doma), free(om), free(omb);
-            free(dw), free(dwb), free(db), free(dbb), free(dx), free(dxb), free(hom), free(hdw), free(hdb), free(hdx);
         }
+        dt_offconv_bwd_weight_cpu(&p, n, x, dom, 0.0f, dw, 0.0f, db, NULL);
+        dt_offconv_bwd_weight_cpu(&p, n, xa, doma, 0.0f, dwb, 0.0f, dbb, NULL);
+        memcpy(dx, dx0, nx * 4);
+        dt_offconv_bwd_input_cpu(&p, n, dom, w, 1.0f, dx, NULL);
+        dt_offconv_bwd_input_cpu(&p, n, doma, wa, 0.0f, dxb, NULL);
+        for (int64_t e = 0; e < nx; e++) dxb[e] += fabsf(dx0[e]);
+        /* the GPU in the reduced precision */
+        dt_set_precision((dt_precision)pr);
+        float *gx = to_gpu(x, nx * 4), *gw = to_gpu(w, nw * 4), *gb = to_gpu(b, p.OC * 4), *gdom = to_gpu(dom, nom * 4);
+        float *gom = dt_gpu_malloc(nom * 4), *gdw = dt_gpu_malloc(nw * 4), *gdb = dt_gpu_malloc(p.OC * 4);
+        float *gdx = to_gpu(dx0, nx * 4);
+        void *gws = dt_gpu_malloc(dt_offconv_ws_bytes_cuda(&p, n));
+        dt_memset_gpu(gom, 0xff, nom * 4);
+        dt_offconv_fwd_cuda(&p, n, gx, gw, gb, gom, gws);
+        dt_offconv_bwd_weight_cuda(&p, n, gx, gdom, 0.0f, gdw, 0.0f, gdb, gws);
+        dt_offconv_bwd_input_cuda(&p, n, gdom, gw, 1.0f, gdx, gws);
+        float *hom = malloc(nom * 4), *hdw = malloc(nw * 4), *hdb = malloc(p.OC * 4), *hdx = malloc(nx * 4);
+        dt_copy_d2h(hom, gom, nom * 4), dt_copy_d2h(hdw, gdw, nw * 4), dt_copy_d2h(hdb, gdb, p.OC * 4);
+        dt_copy_d2h(hdx, gdx, nx * 4);
+        dt_set_precision(DT_FP32);
+        char what[160];
+#define W(s) (snprintf(what, sizeof what, "offset conv %s %s '%s': %s", variant ? "flat" : "halo", \
+                   dt_precision_name((dt_precision)pr), c->name, s), what)
+        EXPECT(within(W("forward"), hom, om, omb, nom, prod, 2 * (p.KC + 1) * E32, pr == DT_BF16));
+        EXPECT(within(W("weight gradient"), hdw, dw, dwb, nw, prod, 2 * Q * E32, 1));
+        EXPECT(within(W("bias gradient"), hdb, db, dbb, p.OC, 0, 2 * Q * E32, 0));
+        EXPECT(within(W("input gradient (+= dxT)"), hdx, dx, dxb, nx, prod, 2 * (p.K * p.OC + 1) * E32, 1));
+#undef W
+        dt_gpu_free(gx), dt_gpu_free(gw), dt_gpu_free(gb), dt_gpu_free(gdom), dt_gpu_free(gom), dt_gpu_free(gdw);
+        dt_gpu_free(gdb), dt_gpu_free(gdx), dt_gpu_free(gws);
+        free(x), free(w), free(b), free(dom), free(dx0), free(xa), free(wa), free(ba), free(doma), free(om), free(omb);
+        free(dw), free(dwb), free(db), free(dbb), free(dx), free(dxb), free(hom), free(hdw), free(hdb), free(hdx);
+    }
     dt_offconv_use_halo(1);
 }
 
