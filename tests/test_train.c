@@ -347,34 +347,45 @@ DT_TEST(train_dead_val_class_is_an_error) {
     dt_train_result_free(&r);
 }
 
-/* bf16 training follows fp32's: the tiny all-deformable (deft) net from the same seed and data,
- * 32 steps in fp32, in bf16, and in fp32 with the next seed (the spread a user sees anyway).
- * The first step's loss differs only by the forward's rounding (2^-8 relative per operand
- * through ~20 layers; measured ~1 %: the test allows 2 %). Later steps follow different
- * weights, so the curves are compared as means over windows of 8 steps: bf16's mean relative
- * distance to fp32 must not exceed the next seed's (measured on the CPU: 0.14 vs 0.17), and
- * the loss must fall below 30 % of its first window in both precisions (it falls ~7x). */
+/* bf16 training follows fp32's: the tiny all-deformable (deft) net, 32 steps, in bf16 and in
+ * fp32 from the same seed and data, and in fp32 with the next two seeds (the spread a user sees
+ * anyway). The first step's loss differs only by the forward's rounding (2^-8 relative per
+ * operand through ~20 layers; measured ~1 %: the test allows 2 %). Later steps follow
+ * different weights, so the curves are compared as means over windows of 8 steps (mean
+ * relative distance between two curves): bf16's distance to the fp32 run of its seed must not
+ * exceed the largest distance between two of the three fp32 runs, and the loss must fall below
+ * 30 % of its first window in bf16 (it falls ~7x). Measured on the CPU: 0.10 and 0.27 against
+ * 0.22 and 0.36 (libjpeg-turbo and stb_image decode the images slightly differently). */
 static double window_mean(const dt_train_result *r, int w) {
     double m = 0;
     for (int i = 8 * w; i < 8 * w + 8; i++) m += r->losses[i] / 8;
     return m;
 }
 
+static double curve_distance(const dt_train_result *a, const dt_train_result *b) {
+    double d = 0;
+    for (int w = 0; w < 4; w++) d += fabs(window_mean(a, w) - window_mean(b, w)) / window_mean(b, w) / 4;
+    return d;
+}
+
 static void bf16_follows_fp32(const char *device) {
-    dt_train_result r[3];
-    for (int p = 0; p < 3; p++) {
+    dt_train_result r[4]; /* fp32 seed s, bf16 seed s, fp32 s+1, fp32 s+2 */
+    for (int p = 0; p < 4; p++) {
         dt_train_cfg c;
         tiny_cfg(&c);
         snprintf(c.device, sizeof c.device, "%s", device);
         strcpy(c.deform_mode, "deft");
         strcpy(c.precision, p == 1 ? "bf16" : "fp32");
-        if (p == 2) c.seed++;
+        if (p >= 2) c.seed += p - 1;
         c.steps = 32;
         dt_err err;
         dt_set_quiet(1);
         int rc = dt_train_run(&c, &r[p], &err);
         EXPECT_MSG(rc == 0, "train (%s) failed: %s", c.precision, err.msg);
-        if (rc) return;
+        if (rc) {
+            for (int q = 0; q < p; q++) dt_train_result_free(&r[q]);
+            return;
+        }
     }
     dt_set_precision(DT_FP32);
     double d0 = fabs(r[1].losses[0] - r[0].losses[0]) / r[0].losses[0];
@@ -382,20 +393,23 @@ static void bf16_follows_fp32(const char *device) {
     int same = 1;
     for (int i = 0; i < 32; i++) same &= r[1].losses[i] == r[0].losses[i];
     EXPECT_MSG(!same, "bf16 and fp32 losses are identical: the precision key did nothing");
-    double dist_bf16 = 0, dist_seed = 0;
-    for (int w = 0; w < 4; w++) {
-        double a = window_mean(&r[0], w), b = window_mean(&r[1], w), o = window_mean(&r[2], w);
-        if (dt_test_verbose()) printf("    steps %2d-%2d: fp32 %.4f  bf16 %.4f  fp32 next seed %.4f\n", 8 * w, 8 * w + 7, a, b, o);
-        dist_bf16 += fabs(b - a) / a / 4;
-        dist_seed += fabs(o - a) / a / 4;
+    double bf = curve_distance(&r[1], &r[0]), spread = 0;
+    const int pairs[3][2] = {{2, 0}, {3, 0}, {3, 2}};
+    for (int i = 0; i < 3; i++) {
+        double d = curve_distance(&r[pairs[i][0]], &r[pairs[i][1]]);
+        if (d > spread) spread = d;
     }
-    if (dt_test_verbose()) printf("    mean relative distance to fp32: bf16 %.3f, next seed %.3f\n", dist_bf16, dist_seed);
-    EXPECT_MSG(dist_bf16 <= dist_seed, "bf16's loss curve is %.3f from fp32's, further than the next seed's %.3f",
-               dist_bf16, dist_seed);
-    for (int p = 0; p < 2; p++)
-        EXPECT_MSG(window_mean(&r[p], 3) < 0.3 * window_mean(&r[p], 0), "%s: loss fell only from %.4f to %.4f",
-                   p ? "bf16" : "fp32", window_mean(&r[p], 0), window_mean(&r[p], 3));
-    for (int p = 0; p < 3; p++) dt_train_result_free(&r[p]);
+    if (dt_test_verbose()) {
+        for (int w = 0; w < 4; w++)
+            printf("    steps %2d-%2d: fp32 %.4f  bf16 %.4f  fp32 other seeds %.4f %.4f\n", 8 * w, 8 * w + 7,
+                   window_mean(&r[0], w), window_mean(&r[1], w), window_mean(&r[2], w), window_mean(&r[3], w));
+        printf("    distance to fp32: bf16 %.3f; largest between fp32 seeds %.3f\n", bf, spread);
+    }
+    EXPECT_MSG(bf <= spread, "bf16's loss curve is %.3f from fp32's, further than fp32 runs of other seeds are apart (%.3f)",
+               bf, spread);
+    EXPECT_MSG(window_mean(&r[1], 3) < 0.3 * window_mean(&r[1], 0), "bf16: loss fell only from %.4f to %.4f",
+               window_mean(&r[1], 0), window_mean(&r[1], 3));
+    for (int p = 0; p < 4; p++) dt_train_result_free(&r[p]);
 }
 
 DT_TEST(train_bf16_loss_follows_fp32) { bf16_follows_fp32("cpu"); }
