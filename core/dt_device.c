@@ -179,6 +179,7 @@ void dt_gpu_sync(void) {
 }
 
 void dt_set_precision(dt_precision p) {
+    if (p == g_precision) return; /* the C API sets it around every call: nothing to change then */
     set_precision_flag(p);
     for (int d = 0; d < DT_MAX_GPUS; d++)
         if (g_ctxs[d].ready) DT_CUBLAS(cublasSetMathMode(g_ctxs[d].cublas, math_mode(p)));

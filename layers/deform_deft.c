@@ -101,11 +101,18 @@ static void deft_begin(void *rv, int64_t n0, int64_t nb, int backward) {
 }
 
 /* bf16 columns come from the row sampling and go to the gather; the tiled kernels (DefT's
- * knobs) write fp32 columns and the atomic scatter reads fp32 ones: the skeleton then rounds
- * the columns itself and hands back an fp32 gradient. */
+ * knobs: stage, or fuse_offset in a layer's forward) write fp32 columns and the atomic scatter
+ * reads fp32 ones: the skeleton then rounds the columns itself and hands back an fp32
+ * gradient. */
+int dt_deft_bf16_cols(const dt_deform_knobs *k, int layer, int forward, int backward) {
+    int dx = k->deterministic ? DT_DX_GATHER : k->dx; /* as the plan resolves it */
+    if (k->stage || (forward && layer && k->fuse_offset)) return 0;
+    return !backward || dx == DT_DX_GATHER;
+}
+
 static int deft_bf16_cols(const dt_deform_run *r) {
     int backward = r->g != NULL;
-    return !tiled(r, backward) && (!backward || r->p->dx == DT_DX_GATHER);
+    return dt_deft_bf16_cols(&r->p->knobs, is_layer(r), !backward, backward);
 }
 
 static void deft_fill(void *rv, int64_t n0, int64_t nb, void *col, int bf16) {

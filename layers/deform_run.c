@@ -6,8 +6,8 @@
 #include "dt_layers.h"
 
 size_t dt_deform_col_budget(dt_deform_mode mode, const dt_deform_knobs *k, dt_precision prec) {
-    int bf16_cols = prec == DT_BF16 && mode == DT_DEFORM_DEFT && !k->stage && !k->fuse_offset &&
-                    (k->dx == DT_DX_GATHER || k->deterministic);
+    /* both directions, and as a layer: the budget holds for the whole call */
+    int bf16_cols = prec == DT_BF16 && mode == DT_DEFORM_DEFT && dt_deft_bf16_cols(k, 1, 1, 1);
     return dt_conv_col_budget() * (bf16_cols ? 2 : 1);
 }
 

@@ -49,6 +49,9 @@ typedef struct {
  * mode's row sampling and gather keep bf16 columns, half the bytes, so the same memory holds
  * twice the images. */
 size_t dt_deform_col_budget(dt_deform_mode mode, const dt_deform_knobs *k, dt_precision prec);
+/* Whether the deft kernels under these knobs make (forward) and read (backward) bf16 columns
+ * (deform_deft.c); layer: with an offset conv. */
+int dt_deft_bf16_cols(const dt_deform_knobs *k, int layer, int forward, int backward);
 
 extern const dt_deform_impl dt_deform_unfused_impl; /* deform_unfused.c */
 extern const dt_deform_impl dt_deform_deft_impl;    /* deform_deft.c */

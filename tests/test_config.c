@@ -172,3 +172,22 @@ DT_TEST(config_diff_names_what_changes_the_run) {
     dt_config_diff(&a, &b, note_diff, &d);
     EXPECT_MSG(!strcmp(d.last, "momentum: 0.9 -> 0.8"), "%s", d.last);
 }
+
+/* precision: the three names and nothing else; the key it replaced (tf32) is now unknown and
+ * the error lists the valid keys. */
+DT_TEST(config_precision_values) {
+    dt_train_cfg c;
+    dt_config_defaults(&c);
+    dt_err err;
+    EXPECT(!strcmp(c.precision, "fp32"));
+    const char *ok[] = {"precision=fp32", "precision=tf32", "precision=bf16"};
+    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) EXPECT_EQ_INT(dt_config_set(&c, ok[i], &err), 0);
+    EXPECT(!strcmp(c.precision, "bf16"));
+    const char *bad[] = {"precision=fp16", "precision=BF16", "precision=", "precision=bf16x"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        EXPECT_MSG(dt_config_set(&c, bad[i], &err) != 0, "%s was accepted", bad[i]);
+        EXPECT_MSG(strstr(err.msg, "precision") && strstr(err.msg, "fp32|tf32|bf16"), "%s: message '%s'", bad[i], err.msg);
+    }
+    EXPECT(!strcmp(c.precision, "bf16")); /* a refused value leaves the setting alone */
+    EXPECT(dt_config_set(&c, "tf32=1", &err) != 0 && strstr(err.msg, "unknown key") && strstr(err.msg, "precision"));
+}
