@@ -89,7 +89,10 @@ LIB_C := $(filter-out %_main.c $(if $(filter 1,$(JPEG)),,data/dt_jpeg.c),\
 LIB_CU := $(if $(filter 1,$(CUDA)),$(wildcard core/*.cu kernels/*.cu layers/*.cu),)
 LIB_OBJ := $(LIB_C:%.c=$(BUILD)/obj/%.o) $(LIB_CU:%.cu=$(BUILD)/obj/%.cu.o)
 TEST_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tests/*.c))
-PROGRAMS := $(patsubst %_main.c,$(BUILD)/%,$(notdir $(wildcard train/*_main.c data/*_main.c)))
+PROGRAMS := $(patsubst %_main.c,$(BUILD)/%,$(notdir $(wildcard train/*_main.c data/*_main.c bench/*_main.c)))
+# The benchmark programs' sources (bench/*.c: build/bench and its parts, build/chart) stay out of
+# the library; build/bench links its parts (BENCH_OBJ) beside it.
+BENCH_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out %_main.c,$(wildcard bench/*.c)))
 # The kernel lab (bench/lab/, CUDA only): variants validated then timed; built with everything
 # so that it never rots.
 LAB := $(if $(filter 1,$(CUDA)),$(BUILD)/deform_lab,)
@@ -157,8 +160,18 @@ $(BUILD)/%: $(BUILD)/obj/train/%_main.o $(BUILD)/libdeftc.a
 $(BUILD)/%: $(BUILD)/obj/data/%_main.o $(BUILD)/libdeftc.a
 	$(CC) -o $@ $< $(BUILD)/libdeftc.a $(JPEG_STATIC) $(LDLIBS)
 
-$(BUILD)/deform_lab: $(BUILD)/obj/bench/lab/deform_lab.cu.o $(BUILD)/libdeftc.a
+$(BUILD)/bench: $(BUILD)/obj/bench/bench_main.o $(BENCH_OBJ) $(BUILD)/libdeftc.a
+	$(CC) -o $@ $< $(BENCH_OBJ) $(BUILD)/libdeftc.a $(JPEG_STATIC) $(LDLIBS)
+
+$(BUILD)/chart: $(BUILD)/obj/bench/chart_main.o $(BUILD)/libdeftc.a
 	$(CC) -o $@ $< $(BUILD)/libdeftc.a $(JPEG_STATIC) $(LDLIBS)
+
+# bench/ objects (the kernel lab too) find bench_common.h with -Ibench.
+$(BUILD)/obj/bench/%.o: CFLAGS += -Ibench
+$(BUILD)/obj/bench/%.cu.o: NVCCFLAGS += -Ibench
+
+$(BUILD)/deform_lab: $(BUILD)/obj/bench/lab/deform_lab.cu.o $(BUILD)/obj/bench/bench_common.o $(BUILD)/libdeftc.a
+	$(CC) -o $@ $< $(BUILD)/obj/bench/bench_common.o $(BUILD)/libdeftc.a $(JPEG_STATIC) $(LDLIBS)
 
 # Tests link the objects directly so that every test file's constructor is kept.
 $(BUILD)/test: $(TEST_OBJ) $(BUILD)/libdeftc.a
