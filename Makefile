@@ -13,6 +13,10 @@
 #                     (SAN=fuzz: the same for libFuzzer targets, with clang; see `make fuzz`)
 #   JPEG=0|1          JPEG decoding with libjpeg-turbo, linked statically (default: 1 when its
 #                     libjpeg.a and jpeglib.h are found; otherwise stb_image decodes JPEG too)
+#   NCCL=0|1          several GPUs (gpus=N) through NCCL (default: 1 when nccl.h and libnccl.so
+#                     are found in NCCL_HOME, the CUDA toolkit's folders, /usr or /usr/local;
+#                     without it the trainer uses one GPU and says so when asked for more)
+#   NCCL_HOME=...     where NCCL is (include/nccl.h, lib/ or lib64/libnccl.so)
 
 SAN ?= 0
 CUDA_HOME ?= /usr/local/cuda
@@ -74,17 +78,41 @@ ifeq ($(CUDA),1)
   # cudart is linked statically (no runtime version to match on the target machine);
   # cuBLAS and cuRAND come from the toolkit's shared libraries.
   LDLIBS += -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcublas -lcurand -lcudart_static -ldl -lrt -lstdc++
+  # NCCL: the first folder holding both include/nccl.h and a libnccl.so (NCCL_HOME first). The
+  # library is linked shared, with its folder as rpath; a system-wide NCCL of the same major
+  # version (libnccl.so.2) serves on a machine that lacks the build's folder.
+  NCCL_CANDIDATES := $(NCCL_HOME) $(CUDA_HOME) /usr/local /usr
+  NCCL_FOUND := $(firstword $(foreach d,$(NCCL_CANDIDATES),$(if $(and $(wildcard $(d)/include/nccl.h),\
+                  $(wildcard $(d)/lib64/libnccl.so $(d)/lib/libnccl.so $(d)/lib/x86_64-linux-gnu/libnccl.so)),$(d))))
+  ifeq ($(origin NCCL), undefined)
+    NCCL := $(if $(NCCL_FOUND),1,0)
+  endif
+  ifeq ($(NCCL),1)
+    ifeq ($(NCCL_FOUND),)
+      $(error NCCL=1 but no nccl.h + libnccl.so in $(NCCL_CANDIDATES); set NCCL_HOME)
+    endif
+    NCCL_LIBDIR := $(dir $(firstword $(wildcard $(NCCL_FOUND)/lib64/libnccl.so $(NCCL_FOUND)/lib/libnccl.so $(NCCL_FOUND)/lib/x86_64-linux-gnu/libnccl.so)))
+    CFLAGS += -DDT_NCCL -I$(NCCL_FOUND)/include
+    NVCCFLAGS += -DDT_NCCL -I$(NCCL_FOUND)/include
+    LDLIBS += -L$(NCCL_LIBDIR) -Wl,-rpath,$(NCCL_LIBDIR) -lnccl
+  else
+    ifeq ($(filter clean help,$(MAKECMDGOALS)),)
+      $(info deftc: NCCL not found (NCCL_HOME to point at it): training uses one GPU at a time)
+    endif
+  endif
+else
+  NCCL := 0
 endif
 
 # Objects depend on the build configuration, so switching CUDA=0/1, the arch or the flags
 # rebuilds what it must instead of linking stale objects.
 CONFIG := $(BUILD)/.config
-$(shell mkdir -p $(BUILD) && echo 'CUDA=$(CUDA) ARCH=$(CUDA_ARCH) DEBUG=$(DEBUG) WERROR=$(WERROR) CC=$(CC) STB=$(STB_INCLUDE) SAN=$(SAN) JPEG=$(JPEG)' > $(CONFIG).new && \
+$(shell mkdir -p $(BUILD) && echo 'CUDA=$(CUDA) ARCH=$(CUDA_ARCH) DEBUG=$(DEBUG) WERROR=$(WERROR) CC=$(CC) STB=$(STB_INCLUDE) SAN=$(SAN) JPEG=$(JPEG) NCCL=$(NCCL)' > $(CONFIG).new && \
   (cmp -s $(CONFIG).new $(CONFIG) || mv $(CONFIG).new $(CONFIG)); rm -f $(CONFIG).new)
 
 # Library sources: everything in the library folders except programs (*_main.c), and the
 # libjpeg-turbo decoder when it is not built in.
-LIB_C := $(filter-out %_main.c $(if $(filter 1,$(JPEG)),,data/dt_jpeg.c),\
+LIB_C := $(filter-out %_main.c train/train_cli.c $(if $(filter 1,$(JPEG)),,data/dt_jpeg.c),\
            $(wildcard core/*.c kernels/*.c layers/*.c data/*.c train/*.c))
 LIB_CU := $(if $(filter 1,$(CUDA)),$(wildcard core/*.cu kernels/*.cu layers/*.cu),)
 LIB_OBJ := $(LIB_C:%.c=$(BUILD)/obj/%.o) $(LIB_CU:%.cu=$(BUILD)/obj/%.cu.o)
@@ -154,6 +182,10 @@ $(BUILD)/libdeftc.a: $(LIB_OBJ)
 $(BUILD)/libdeftc.so: $(LIB_OBJ)
 	$(CC) -shared -o $@ $^ $(JPEG_SHARED) $(LDLIBS)
 
+# build/train: its command line (train/train_cli.c) is program code, outside the library.
+$(BUILD)/train: $(BUILD)/obj/train/train_main.o $(BUILD)/obj/train/train_cli.o $(BUILD)/libdeftc.a
+	$(CC) -o $@ $^ $(JPEG_STATIC) $(LDLIBS)
+
 $(BUILD)/%: $(BUILD)/obj/train/%_main.o $(BUILD)/libdeftc.a
 	$(CC) -o $@ $< $(BUILD)/libdeftc.a $(JPEG_STATIC) $(LDLIBS)
 
@@ -174,8 +206,8 @@ $(BUILD)/deform_lab: $(BUILD)/obj/bench/lab/deform_lab.cu.o $(BUILD)/obj/bench/b
 	$(CC) -o $@ $< $(BUILD)/obj/bench/bench_common.o $(BUILD)/libdeftc.a $(JPEG_STATIC) $(LDLIBS)
 
 # Tests link the objects directly so that every test file's constructor is kept.
-$(BUILD)/test: $(TEST_OBJ) $(BUILD)/libdeftc.a
-	$(CC) -o $@ $(TEST_OBJ) $(BUILD)/libdeftc.a $(JPEG_STATIC) $(LDLIBS)
+$(BUILD)/test: $(TEST_OBJ) $(BUILD)/obj/train/train_cli.o $(BUILD)/libdeftc.a
+	$(CC) -o $@ $(TEST_OBJ) $(BUILD)/obj/train/train_cli.o $(BUILD)/libdeftc.a $(JPEG_STATIC) $(LDLIBS)
 
 test: $(BUILD)/test $(BUILD)/libdeftc.so
 	$(BUILD)/test

@@ -13,10 +13,13 @@ typedef struct arena_chunk {
     _Alignas(16) unsigned char mem[];
 } arena_chunk;
 
-static arena_chunk *g_chunks, *g_cur;
-static dt_node **g_tape;
-static int g_n, g_cap;
-static int g_grad_on = 1;
+/* Per host thread: each data-parallel replica (train/replica.c) records and runs its own tape. */
+static __thread arena_chunk *g_chunks, *g_cur;
+static __thread dt_node **g_tape;
+static __thread int g_n, g_cap;
+static __thread int g_grad_on = 1;
+static __thread dt_grad_ready_fn g_ready_fn;
+static __thread void *g_ready_ctx;
 
 static void *arena_alloc(size_t bytes) {
     bytes = (bytes + 15) & ~(size_t)15;
@@ -42,6 +45,10 @@ static void *arena_alloc(size_t bytes) {
 }
 
 int dt_grad_enabled(void) { return g_grad_on; }
+void dt_set_grad_ready_hook(dt_grad_ready_fn fn, void *ctx) {
+    g_ready_fn = fn;
+    g_ready_ctx = ctx;
+}
 void dt_set_grad_enabled(int on) { g_grad_on = on; }
 
 void dt_requires_grad(dt_tensor *t) { t->requires_grad = 1; }
@@ -121,15 +128,36 @@ int dt_tape_size(void) { return g_n; }
 /* Runs the nodes the gradient reaches, newest first. A node it does not reach belongs to
  * another graph (or a branch that does not lead to this output): it stays on the tape, with
  * its tensors intact, for a later backward. */
+static void count_param_uses(void) {
+    for (int i = 0; i < g_n; i++)
+        for (int j = 0; j < g_tape[i]->n_in; j++)
+            if (g_tape[i]->in[j] && g_tape[i]->in[j]->is_param) g_tape[i]->in[j]->pending_uses = 0;
+    for (int i = 0; i < g_n; i++)
+        for (int j = 0; j < g_tape[i]->n_in; j++)
+            if (g_tape[i]->in[j] && g_tape[i]->in[j]->is_param) g_tape[i]->in[j]->pending_uses++;
+}
+
+/* After node n is done (run or passed over): a parameter none of the remaining nodes reads has
+ * its final gradient; the hook hears of it (the data-parallel trainer starts its all-reduce). */
+static void params_done(dt_node *n) {
+    for (int j = 0; j < n->n_in; j++) {
+        dt_tensor *p = n->in[j];
+        if (p && p->is_param && --p->pending_uses == 0 && p->grad && p->grad_valid) g_ready_fn(g_ready_ctx, p);
+    }
+}
+
 static void run_tape(void) {
     int kept = 0;
+    if (g_ready_fn) count_param_uses();
     for (int i = g_n - 1; i >= 0; i--) {
         dt_node *n = g_tape[i];
         if (n->out && n->out->grad && n->out->grad_valid) {
             n->backward(n);
+            if (g_ready_fn) params_done(n);
             release_node(n);
             if (n->out->node == n) n->out->node = NULL;
         } else {
+            if (g_ready_fn) params_done(n);
             g_tape[i] = NULL;
             g_tape[g_n - 1 - kept++] = n; /* slots above i are already free */
         }

@@ -17,6 +17,9 @@
  * its data. dt_backward consumes the nodes it reaches; nodes of other graphs stay recorded
  * (like PyTorch, where each output owns its graph). dt_tape_reset() drops everything, and
  * the end of the outermost scope does so too.
+ *
+ * The tape, the scopes (dt_tensor.h) and the gradient mode belong to the calling host thread:
+ * data-parallel replicas, one thread each, record and run their own.
  */
 #ifndef DT_AUTOGRAD_H
 #define DT_AUTOGRAD_H
@@ -49,6 +52,13 @@ struct dt_node {
 /* Gradient mode (on by default). dt_no_grad_begin/end nest. */
 int dt_grad_enabled(void);
 void dt_set_grad_enabled(int on);
+
+/* Called during dt_backward for each parameter as soon as its gradient is final (no node
+ * still to run reads the parameter), in the order the tape reaches them; the data-parallel
+ * trainer starts the all-reduce of a gradient bucket from it, while the backward goes on.
+ * Per host thread; NULL (the default) turns it off. */
+typedef void (*dt_grad_ready_fn)(void *ctx, dt_tensor *param);
+void dt_set_grad_ready_hook(dt_grad_ready_fn fn, void *ctx);
 
 /* 1 when recording this op would be useful: gradients on and some input requires one. */
 int dt_any_requires_grad(int n, dt_tensor *const *in);

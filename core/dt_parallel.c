@@ -10,13 +10,14 @@ static struct {
     int started, nthreads;
     pthread_t th[MAX_THREADS];
     pthread_mutex_t mu;
+    pthread_mutex_t submit; /* one caller at a time (data-parallel replicas share the pool) */
     pthread_cond_t go, done;
     uint64_t generation;
     int pending;
     dt_range_fn fn;
     void *ctx;
     int64_t n, chunk;
-} P = {.mu = PTHREAD_MUTEX_INITIALIZER, .go = PTHREAD_COND_INITIALIZER, .done = PTHREAD_COND_INITIALIZER};
+} P = {.mu = PTHREAD_MUTEX_INITIALIZER, .submit = PTHREAD_MUTEX_INITIALIZER, .go = PTHREAD_COND_INITIALIZER, .done = PTHREAD_COND_INITIALIZER};
 
 static __thread int t_in_worker;
 
@@ -63,6 +64,7 @@ static void forget_pool_after_fork(void) {
     P.generation = 0;
     P.pending = 0;
     P.mu = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+    P.submit = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
     P.go = (pthread_cond_t)PTHREAD_COND_INITIALIZER;
     P.done = (pthread_cond_t)PTHREAD_COND_INITIALIZER;
 }
@@ -88,6 +90,9 @@ void dt_parallel_for(int64_t n, int64_t grain, dt_range_fn fn, void *ctx) {
         fn(ctx, 0, n);
         return;
     }
+    /* Several host threads (replicas) may call at once: they take turns, each with the whole
+     * pool and the same partition as alone, so results do not depend on the other caller. */
+    pthread_mutex_lock(&P.submit);
     if (!P.started) start_pool();
     int64_t parts = dt_ceil_div(n, grain);
     if (parts > nt) parts = nt;
@@ -106,4 +111,5 @@ void dt_parallel_for(int64_t n, int64_t grain, dt_range_fn fn, void *ctx) {
     pthread_mutex_lock(&P.mu);
     while (P.pending > 0) pthread_cond_wait(&P.done, &P.mu);
     pthread_mutex_unlock(&P.mu);
+    pthread_mutex_unlock(&P.submit);
 }

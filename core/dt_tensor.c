@@ -15,8 +15,9 @@ typedef struct {
 } tensor_list;
 
 #define MAX_SCOPES 32
-static tensor_list g_scopes[MAX_SCOPES];
-static int g_depth;
+/* Per host thread (one replica per thread). */
+static __thread tensor_list g_scopes[MAX_SCOPES];
+static __thread int g_depth;
 
 void dt_scope_begin(void) {
     if (g_depth == MAX_SCOPES) dt_fatal("dt_scope_begin: more than %d nested scopes", MAX_SCOPES);
@@ -158,6 +159,18 @@ dt_tensor *dt_tensor_view(dt_tensor *t, int ndim, const int64_t *shape) {
     v->storage->refs++;
     v->data = t->data;
     scope_add(v);
+    return v;
+}
+
+dt_tensor *dt_tensor_view_at(dt_tensor *t, int64_t offset, int ndim, const int64_t *shape) {
+    dt_require_live("view_at", t);
+    dt_tensor *v = header(ndim, shape, t->dev);
+    if (offset < 0 || offset > t->numel || v->numel > t->numel - offset)
+        dt_fatal("view_at: %lld elements from %lld do not fit in %lld", (long long)v->numel, (long long)offset,
+                 (long long)t->numel);
+    v->storage = t->storage;
+    v->storage->refs++;
+    v->data = t->data + offset;
     return v;
 }
 

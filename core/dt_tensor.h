@@ -50,6 +50,7 @@ typedef struct dt_tensor {
     int no_decay;         /* parameters exempt from weight decay (BN, biases) */
     float lr_mult;        /* parameters: learning-rate multiplier (1 unless set) */
     int retain;           /* keep data after backward (the engine frees activations early) */
+    int pending_uses;     /* parameters, during a backward with a grad-ready hook: nodes left */
 
     /* bookkeeping */
     int scoped;           /* freed by dt_scope_end */
@@ -70,6 +71,9 @@ dt_tensor *dt_tensor_to(const dt_tensor *t, dt_dev dev);   /* a copy on `dev` */
 /* A view with another shape of the same numel (no copy, no autograd: see dt_reshape). */
 dt_tensor *dt_tensor_view(dt_tensor *t, int ndim, const int64_t *shape);
 
+/* An unscoped view of numel(shape) elements of t's storage from element `offset` on (shares
+ * the storage; freeing it leaves t alone): a parameter's gradient inside one flat buffer. */
+dt_tensor *dt_tensor_view_at(dt_tensor *t, int64_t offset, int ndim, const int64_t *shape);
 /* An unscoped view with the same shape (shares storage; freeing it leaves t alone). */
 dt_tensor *dt_tensor_alias(const dt_tensor *t);
 

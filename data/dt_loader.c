@@ -223,7 +223,7 @@ static int load_sample(worker_ctx *w, int64_t idx, dt_rng *r, float *out) {
     return 0;
 }
 
-/* Fills one batch row for epoch position p. Returns 1 if perm[p] itself was skipped, -1 if
+/* Fills one batch row for epoch position p (of the whole epoch, not the shard). Returns 1 if perm[p] itself was skipped, -1 if
  * no image of the dataset decodes. */
 static int fill_sample(worker_ctx *w, const int64_t *perm, int epoch, int64_t p, float *out, int32_t *label) {
     dt_loader *l = w->l;
@@ -275,7 +275,7 @@ static void *worker_main(void *arg) {
                 pthread_mutex_unlock(&l->mu);
 
                 double t0 = dt_now_ms();
-                int rc = fill_sample(w, perm, epoch, p, s->images + (size_t)j * per_image, &s->labels[j]);
+                int rc = fill_sample(w, perm, epoch, l->o.shard + p * l->o.shards, s->images + (size_t)j * per_image, &s->labels[j]);
                 double dt = dt_now_ms() - t0;
 
                 pthread_mutex_lock(&l->mu);
@@ -361,10 +361,27 @@ dt_loader *dt_loader_new(const dt_dataset *ds, const dt_loader_opts *opts, dt_er
         dt_errf(err, "loader: %lld images is more than the loader supports (2^31 - 1)", (long long)ds->count);
         return NULL;
     }
-    int64_t nb = o.drop_last ? ds->count / o.batch : dt_ceil_div(ds->count, o.batch);
-    if (nb == 0) {
-        dt_errf(err, "loader: %s has %lld images, fewer than one batch of %d (drop_last is on)", ds->dir,
-                (long long)ds->count, o.batch);
+    if (o.shards == 0) o.shards = 1;
+    if (o.shards < 1 || o.shard < 0 || o.shard >= o.shards) {
+        dt_errf(err, "loader: shard %d of %d", o.shard, o.shards);
+        return NULL;
+    }
+    /* This shard's epoch positions: shard, shard + shards, ... (drop_last: whole global batches) */
+    int64_t nb, n_used;
+    if (o.drop_last) {
+        nb = ds->count / ((int64_t)o.batch * o.shards);
+        n_used = nb * o.batch;
+    } else {
+        n_used = ds->count > o.shard ? dt_ceil_div(ds->count - o.shard, o.shards) : 0;
+        nb = dt_ceil_div(n_used, o.batch);
+    }
+    if (nb == 0 && (o.drop_last || ds->count == 0)) {
+        if (o.shards > 1)
+            dt_errf(err, "loader: %s has %lld images, fewer than one batch of %d on each of %d replicas (drop_last is on)",
+                    ds->dir, (long long)ds->count, o.batch, o.shards);
+        else
+            dt_errf(err, "loader: %s has %lld images, fewer than one batch of %d (drop_last is on)", ds->dir,
+                    (long long)ds->count, o.batch);
         return NULL;
     }
 
@@ -376,7 +393,7 @@ dt_loader *dt_loader_new(const dt_dataset *ds, const dt_loader_opts *opts, dt_er
     l->K = o.prefetch;
     l->n = ds->count;
     l->nb = nb;
-    l->n_used = o.drop_last ? nb * o.batch : ds->count;
+    l->n_used = n_used;
     l->nthreads = o.workers ? o.workers : dt_num_cores();
     l->epoch = -1;
     pthread_mutex_init(&l->mu, NULL);

@@ -21,6 +21,15 @@
  * training, the dataset order otherwise; sample i's augmentation draws from the stream
  * (seed, epoch, i). Batches are bit-identical for any number of workers and any timing.
  *
+ * Sharding (data parallel, PyTorch's DistributedSampler): replica r of R takes the epoch
+ * positions r, r + R, r + 2R, ... of the same epoch order, so the shards are disjoint and
+ * together hold every image once. Training (drop_last) keeps floor(n / (B R)) batches on
+ * every replica, so that batch b of all replicas together is exactly batch b of one replica
+ * with batch B R; evaluation keeps every image, the shards differing by at most one image. A
+ * sample's augmentation depends on (seed, epoch, image) alone, and an unreadable image is
+ * replaced by the next one of the epoch order, as without sharding: the global batch is the
+ * same whatever R.
+ *
  * Unreadable images (missing, corrupt, truncated, over max_pixels) are skipped: one warning
  * naming the file the first time, a thread-safe bitmap remembers it for later epochs, and the
  * slot is filled with the next sample of the epoch order that decodes (wrapping around), so a
@@ -67,6 +76,7 @@ typedef struct {
     double crop_scale_min; /* RandomResizedCrop's smallest area fraction (default 0.08) */
     int64_t max_pixels;    /* images with more pixels (read in the header) are skipped with a
                               warning before decoding (default DT_IMAGE_MAX_PIXELS, PIL's) */
+    int shard, shards;     /* data parallel: this replica's share of each epoch (default 0 of 1) */
 } dt_loader_opts;
 
 /* The defaults above; train selects the train defaults. */

@@ -1,7 +1,8 @@
 /* CUDA batch norm. Reductions run on a (channel, split) grid: a channel's N images are cut
  * into S contiguous groups (S fixed by the shape), each block sums its group in double, and
- * a finalize kernel adds the S partials of each channel in order: deterministic, no atomics,
- * and enough blocks to fill the GPU even when C is small. The pointwise kernels take one
+ * a kernel adds the S partials of each channel in order into the channel's sums (which a
+ * synchronized batch norm all-reduces across replicas before they are used): deterministic,
+ * no atomics, and enough blocks to fill the GPU even when C is small. The pointwise kernels take one
  * block per (n, c) plane, so the channel's scale and shift are uniform in the block and no
  * per-element division is needed; planes whose size is a multiple of 4 use float4. */
 #include "batchnorm.h"
@@ -61,7 +62,20 @@ __global__ void k_stats_partial(int64_t N, int64_t C, int64_t P, const float *__
     }
 }
 
-__global__ void k_stats_final(int64_t C, int S, int64_t M, const double *partial, int training, float eps,
+/* sums[c*2 + {0,1}] = the S partials of channel c, added in order */
+__global__ void k_sum_splits(int64_t C, int S, const double *partial, double *sums) {
+    int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    double a = 0.0, b = 0.0;
+    for (int s = 0; s < S; s++) {
+        a += partial[(c * S + s) * 2];
+        b += partial[(c * S + s) * 2 + 1];
+    }
+    sums[c * 2] = a;
+    sums[c * 2 + 1] = b;
+}
+
+__global__ void k_stats_final(int64_t C, int64_t M, const double *sums, int training, float eps,
                               float momentum, float *rm, float *rv, float *mean, float *invstd) {
     int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
@@ -70,12 +84,7 @@ __global__ void k_stats_final(int64_t C, int S, int64_t M, const double *partial
         invstd[c] = (float)(1.0 / sqrt((double)rv[c] + eps));
         return;
     }
-    double a = 0.0, b = 0.0;
-    for (int s = 0; s < S; s++) {
-        a += partial[(c * S + s) * 2];
-        b += partial[(c * S + s) * 2 + 1];
-    }
-    double mu = a / M, var = b / M - mu * mu;
+    double mu = sums[c * 2] / M, var = sums[c * 2 + 1] / M - mu * mu;
     if (var < 0) var = 0;
     mean[c] = (float)mu;
     invstd[c] = (float)(1.0 / sqrt(var + eps));
@@ -135,30 +144,22 @@ __global__ void k_bwd_partial(int64_t N, int64_t C, int64_t P, const float *__re
     }
 }
 
-/* sums[c*2 + {0,1}] = (sum g, sum g*xhat); writes dw, db */
-__global__ void k_bwd_final(int64_t C, int S, const double *partial, float *sums, float *dw, float beta_w,
-                            float *db, float beta_b) {
+/* dw, db from this replica's sums (sum g, sum g*xhat) */
+__global__ void k_bwd_params(int64_t C, const double *sums, float *dw, float beta_w, float *db, float beta_b) {
     int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
-    double a = 0.0, b = 0.0;
-    for (int s = 0; s < S; s++) {
-        a += partial[(c * S + s) * 2];
-        b += partial[(c * S + s) * 2 + 1];
-    }
-    sums[c * 2] = (float)a;
-    sums[c * 2 + 1] = (float)b;
-    if (db) dt_store_beta(&db[c], (float)a, beta_b);
-    if (dw) dt_store_beta(&dw[c], (float)b, beta_w);
+    if (db) dt_store_beta(&db[c], (float)sums[c * 2], beta_b);
+    if (dw) dt_store_beta(&dw[c], (float)sums[c * 2 + 1], beta_w);
 }
 
 __global__ void k_bwd_dx(int64_t C, int64_t P, int64_t M, const float *__restrict__ x, const float *__restrict__ y,
                          const float *__restrict__ dy, const float *__restrict__ mean,
                          const float *__restrict__ invstd, const float *__restrict__ w,
-                         const float *__restrict__ sums, int relu, int training, float beta,
+                         const double *__restrict__ sums, int relu, int training, float beta,
                          float *__restrict__ dx) {
     int64_t plane = blockIdx.x, c = plane % C;
     float is = invstd[c], k = w[c] * is, mu = mean[c];
-    float mg = training ? sums[c * 2] / (float)M : 0.0f, mgx = training ? sums[c * 2 + 1] / (float)M : 0.0f;
+    float mg = training ? (float)(sums[c * 2] / M) : 0.0f, mgx = training ? (float)(sums[c * 2 + 1] / M) : 0.0f;
     int64_t o = plane * P;
     for (int64_t p = threadIdx.x; p < P; p += blockDim.x) {
         float g = relu && !(y[o + p] > 0.0f) ? 0.0f : dy[o + p];
@@ -171,21 +172,29 @@ int plane_threads(int64_t P) { return P >= 1024 ? 256 : P >= 256 ? 128 : 64; }
 
 }  // namespace
 
+/* Workspace: the partials (C, BN_MAX_SPLITS, 2) then the sums (C, 2), doubles. */
 extern "C" size_t dt_bn_cuda_ws_bytes(int64_t N, int64_t C) {
     (void)N;
-    return (size_t)C * BN_MAX_SPLITS * 2 * sizeof(double) + (size_t)C * 2 * sizeof(float);
+    return (size_t)C * (BN_MAX_SPLITS + 1) * 2 * sizeof(double);
 }
 
 extern "C" void dt_bn_stats_cuda(int64_t N, int64_t C, int64_t P, const float *x, int training, float eps,
                                  float momentum, float *running_mean, float *running_var, float *mean,
-                                 float *invstd, void *ws) {
+                                 float *invstd, void *ws, const dt_bn_sync *sync) {
     int S = bn_splits(N, C, P);
-    double *partial = (double *)ws;
+    double *partial = (double *)ws, *sums = partial + (size_t)C * BN_MAX_SPLITS * 2;
+    int64_t M = N * P;
     if (training) {
         k_stats_partial<<<dim3(S, (unsigned)C), BN_THREADS, 0, dt_stream()>>>(N, C, P, x, partial);
         DT_CHECK_LAUNCH();
+        k_sum_splits<<<(unsigned)dt_ceil_div(C, 128), 128, 0, dt_stream()>>>(C, S, partial, sums);
+        DT_CHECK_LAUNCH();
+        if (sync) {
+            sync->allreduce(sync->ctx, sums, 2 * C);
+            M *= sync->ranks;
+        }
     }
-    k_stats_final<<<(unsigned)dt_ceil_div(C, 128), 128, 0, dt_stream()>>>(C, S, N * P, partial, training, eps, momentum,
+    k_stats_final<<<(unsigned)dt_ceil_div(C, 128), 128, 0, dt_stream()>>>(C, M, sums, training, eps, momentum,
                                                                           running_mean, running_var, mean, invstd);
     DT_CHECK_LAUNCH();
 }
@@ -200,16 +209,22 @@ extern "C" void dt_bn_apply_cuda(int64_t N, int64_t C, int64_t P, const float *x
 extern "C" void dt_bn_backward_cuda(int64_t N, int64_t C, int64_t P, const float *x, const float *y,
                                     const float *dy, const float *mean, const float *invstd, const float *w,
                                     int relu, int training, float *dx, float beta_x, float *dw, float beta_w,
-                                    float *db, float beta_b, void *ws) {
+                                    float *db, float beta_b, void *ws, const dt_bn_sync *sync) {
     int S = bn_splits(N, C, P);
-    double *partial = (double *)ws;
-    float *sums = (float *)((char *)ws + (size_t)C * BN_MAX_SPLITS * 2 * sizeof(double));
+    double *partial = (double *)ws, *sums = partial + (size_t)C * BN_MAX_SPLITS * 2;
+    int64_t M = N * P;
     k_bwd_partial<<<dim3(S, (unsigned)C), BN_THREADS, 0, dt_stream()>>>(N, C, P, x, y, dy, mean, invstd, relu, partial);
     DT_CHECK_LAUNCH();
-    k_bwd_final<<<(unsigned)dt_ceil_div(C, 128), 128, 0, dt_stream()>>>(C, S, partial, sums, dw, beta_w, db, beta_b);
+    k_sum_splits<<<(unsigned)dt_ceil_div(C, 128), 128, 0, dt_stream()>>>(C, S, partial, sums);
     DT_CHECK_LAUNCH();
+    k_bwd_params<<<(unsigned)dt_ceil_div(C, 128), 128, 0, dt_stream()>>>(C, sums, dw, beta_w, db, beta_b);
+    DT_CHECK_LAUNCH();
+    if (sync && training) { /* even without dx: every replica makes the same collective calls */
+        sync->allreduce(sync->ctx, sums, 2 * C);
+        M *= sync->ranks;
+    }
     if (dx) {
-        k_bwd_dx<<<(unsigned)(N * C), plane_threads(P), 0, dt_stream()>>>(C, P, N * P, x, y, dy, mean, invstd, w, sums,
+        k_bwd_dx<<<(unsigned)(N * C), plane_threads(P), 0, dt_stream()>>>(C, P, M, x, y, dy, mean, invstd, w, sums,
                                                                           relu, training, beta_x, dx);
         DT_CHECK_LAUNCH();
     }

@@ -38,6 +38,7 @@ void dt_batchnorm_free(dt_batchnorm *bn) {
 
 typedef struct {
     int training, relu;
+    const dt_bn_sync *sync;
 } bn_ctx;
 
 static void bn_backward(dt_node *n) {
@@ -49,7 +50,7 @@ static void bn_backward(dt_node *n) {
     float *dx = dt_grad_dst(x, &bx), *dw = dt_grad_dst(w, &bw), *db = dt_grad_dst(b, &bb);
     void *ws = x->dev == DT_GPU ? dt_gpu_malloc(dt_bn_cuda_ws_bytes_any(N, C)) : NULL;
     DT_CALL(x->dev, dt_bn_backward, N, C, P, x->data, y->data, y->grad->data, mean->data, invstd->data, w->data,
-            c->relu, c->training, dx, bx, dw, bw, db, bb, ws);
+            c->relu, c->training, dx, bx, dw, bw, db, bb, ws, c->sync);
     if (ws) dt_gpu_free(ws);
 }
 
@@ -67,9 +68,10 @@ dt_tensor *dt_batchnorm2d(dt_tensor *x, dt_batchnorm *bn, int training, int fuse
         dt_fatal("batchnorm2d: training needs more than one value per channel (input has N*H*W = %lld)", (long long)(N * P));
     dt_tensor *y = dt_tensor_like(x);
     dt_tensor *mean = dt_tensor_new1(x->dev, C), *invstd = dt_tensor_new1(x->dev, C);
+    const dt_bn_sync *sync = training ? bn->sync : NULL;
     void *ws = x->dev == DT_GPU ? dt_gpu_malloc(dt_bn_cuda_ws_bytes_any(N, C)) : NULL;
     DT_CALL(x->dev, dt_bn_stats, N, C, P, x->data, training, bn->eps, bn->momentum, bn->running_mean->data,
-            bn->running_var->data, mean->data, invstd->data, ws);
+            bn->running_var->data, mean->data, invstd->data, ws, sync);
     if (ws) dt_gpu_free(ws);
     DT_CALL(x->dev, dt_bn_apply, N, C, P, x->data, mean->data, invstd->data, bn->weight->data, bn->bias->data,
             fuse_relu, y->data);
@@ -78,6 +80,7 @@ dt_tensor *dt_batchnorm2d(dt_tensor *x, dt_batchnorm *bn, int training, int fuse
     if (n) {
         ((bn_ctx *)n->ctx)->training = training;
         ((bn_ctx *)n->ctx)->relu = fuse_relu;
+        ((bn_ctx *)n->ctx)->sync = sync;
         dt_node_save(n, mean);
         dt_node_save(n, invstd);
     }

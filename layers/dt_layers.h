@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 
+#include "batchnorm.h" /* dt_bn_sync */
 #include "conv_geom.h"
 #include "dt_autograd.h"
 #include "dt_tensor.h"
@@ -30,12 +31,15 @@ void dt_conv_out_hw(const char *op, const dt_tensor *x, dt_conv_geom g, int64_t 
 /* ---- batchnorm2d (+ optional fused ReLU) ----
  * Module state: affine weight/bias (parameters) and running statistics. Training mode
  * normalizes with the batch statistics and updates running_mean/var with `momentum` (running
- * variance uses the unbiased estimate, as PyTorch); eval mode uses the running statistics. */
+ * variance uses the unbiased estimate, as PyTorch); eval mode uses the running statistics.
+ * sync (set by a data-parallel trainer with sync_bn=1, NULL otherwise): training statistics
+ * and their gradient over the batches of all replicas (kernels/batchnorm.h). */
 typedef struct {
     int64_t C;
     float eps, momentum;
     dt_tensor *weight, *bias;             /* [C] parameters (gamma, beta) */
     dt_tensor *running_mean, *running_var; /* [C] buffers */
+    const dt_bn_sync *sync;
 } dt_batchnorm;
 
 /* Makes weight=1, bias=0, running mean 0 / var 1 on `dev`; params appended to ps if given. */

@@ -61,6 +61,8 @@ void dt_resnet18_free(dt_resnet *m);
 
 /* The deformable layers, in order (NULL past the end). */
 dt_deform_conv *dt_resnet_deform_layer(dt_resnet *m, int i);
+/* The batch norms, in order. */
+int dt_resnet_batchnorms(dt_resnet *m, dt_batchnorm **out, int max);
 /* Every buffer that is model state but not a parameter (BN running statistics), in order. */
 int dt_resnet_buffers(dt_resnet *m, dt_tensor **out, int max);
 /* "none" | "all" | a list of stages like "3,4" -> bit mask; -1 when malformed. */

@@ -139,14 +139,11 @@ dt_deform_conv *dt_resnet_deform_layer(dt_resnet *m, int i) {
     return NULL;
 }
 
-int dt_resnet_buffers(dt_resnet *m, dt_tensor **out, int max) {
+int dt_resnet_batchnorms(dt_resnet *m, dt_batchnorm **out, int max) {
     int n = 0;
-#define ADD_BN(bn)                                              \
-    do {                                                        \
-        if (n + 2 <= max) {                                     \
-            out[n++] = (bn).running_mean;                       \
-            out[n++] = (bn).running_var;                        \
-        }                                                       \
+#define ADD_BN(bn)                    \
+    do {                              \
+        if (n < max) out[n++] = &(bn); \
     } while (0)
     ADD_BN(m->stem_bn);
     for (int b = 0; b < 8; b++) {
@@ -155,6 +152,16 @@ int dt_resnet_buffers(dt_resnet *m, dt_tensor **out, int max) {
         if (m->blocks[b].has_down) ADD_BN(m->blocks[b].down_bn);
     }
 #undef ADD_BN
+    return n;
+}
+
+int dt_resnet_buffers(dt_resnet *m, dt_tensor **out, int max) {
+    dt_batchnorm *bns[32];
+    int nb = dt_resnet_batchnorms(m, bns, 32), n = 0;
+    for (int i = 0; i < nb && n + 2 <= max; i++) {
+        out[n++] = bns[i]->running_mean;
+        out[n++] = bns[i]->running_var;
+    }
     return n;
 }
 

@@ -8,6 +8,7 @@
 #include "dt_config.h"
 #include "dt_test.h"
 #include "dt_trainer.h"
+#include "train_cli.h"
 
 static const char *write_cfg(const char *name, const char *text, size_t n) {
     static char path[600];

@@ -17,6 +17,7 @@
 #include "dt_test.h"
 #include "dt_timer.h"
 #include "dt_trainer.h"
+#include "train_cli.h"
 
 static char g_data[400];
 

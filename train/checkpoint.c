@@ -290,3 +290,13 @@ int dt_checkpoint_prepare(const char *path, dt_err *err) {
     unlink(tmp);
     return 0;
 }
+
+dt_ckpt_pos dt_ckpt_pos_rescale(dt_ckpt_pos pos, int64_t was, int64_t now, int64_t steps_per_epoch, int *exact) {
+    *exact = 1;
+    if (was == now || was <= 0 || now <= 0) return pos;
+    int64_t images = pos.batch * was;
+    dt_ckpt_pos r = {pos.epoch, images / now, 0};
+    *exact = r.batch * now == images;
+    r.step = pos.epoch * steps_per_epoch + r.batch;
+    return r;
+}

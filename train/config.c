@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "dt_config.h"
+#include "dt_device.h" /* DT_MAX_GPUS */
 #include "dt_file.h"
 
 typedef enum { T_INT, T_I64, T_U64, T_FLOAT, T_STR, T_ENUM, T_BOOL } key_type;
@@ -37,6 +38,10 @@ static const key_spec KEYS[] = {
     {"device", T_ENUM, F(device), "cuda", "cuda|cpu", 0, 0, 1, "where to train"},
     {"precision", T_ENUM, F(precision), "fp32", "fp32|tf32|bf16", 0, 0, 1,
      "GEMM arithmetic: fp32, tf32 (TF32 tensor cores), bf16 (bf16 operands, fp32 accumulation; docs/training.md)"},
+    {"gpus", T_STR, F(gpus), "1", NULL, 0, 0, 1,
+     "data parallel: N (GPUs 0..N-1) or a list like 0,2; global batch = batch x replicas (docs/training.md)"},
+    {"sync_bn", T_BOOL, F(sync_bn), "0", NULL, 0, 1, 1, "several GPUs: batch-norm statistics over all replicas' batches"},
+    {"bucket_mb", T_INT, F(bucket_mb), "25", NULL, 1, 4096, 0, "several GPUs: gradient all-reduce bucket size (MiB)"},
     {"col_budget_mb", T_INT, F(col_budget_mb), "256", NULL, 1, 65536, 0, "column-buffer budget of conv/deform chunks (MiB)"},
     {"epochs", T_INT, F(epochs), "1", NULL, 1, 100000, 1, "epochs to train"},
     {"steps", T_I64, F(steps), "0", NULL, 0, 1e15, 1, "stop after this many steps (0 = run the epochs)"},
@@ -236,10 +241,42 @@ int dt_config_check(const dt_train_cfg *c, dt_err *err) {
         }
         if (!ok || !any) return dt_errf(err, "bad value '%s' for 'deform': expected none, all, or stages like 3,4", d);
     }
+    dt_err e;
+    if (dt_config_gpus(c, NULL, &e) < 0) return dt_errf(err, "%s", e.msg);
     if (c->resume[0] && c->checkpoint[0] && !strcmp(c->resume, c->checkpoint)) {
         /* allowed: resume and keep writing the same file */
     }
     return 0;
+}
+
+int dt_config_gpus(const dt_train_cfg *c, int *devices, dt_err *err) {
+    const char *s = c->gpus;
+    int ids[DT_MAX_GPUS], n = 0;
+    if (!strchr(s, ',')) { /* a count */
+        char *end;
+        errno = 0;
+        long v = strtol(s, &end, 10);
+        if (end == s || *end || errno || v < 1 || v > DT_MAX_GPUS)
+            return dt_errf(err, "bad value '%s' for 'gpus': expected a count 1..%d or a list of GPU ids like 0,2", s,
+                           DT_MAX_GPUS);
+        for (n = 0; n < v; n++) ids[n] = n;
+    } else {
+        for (const char *p = s;;) {
+            char *end;
+            errno = 0;
+            long v = strtol(p, &end, 10);
+            if (end == p || errno || v < 0 || v >= DT_MAX_GPUS || (*end && *end != ',') || n == DT_MAX_GPUS)
+                return dt_errf(err, "bad value '%s' for 'gpus': expected a list of GPU ids 0..%d like 0,2", s,
+                               DT_MAX_GPUS - 1);
+            for (int i = 0; i < n; i++)
+                if (ids[i] == v) return dt_errf(err, "bad value '%s' for 'gpus': GPU %ld is listed twice", s, v);
+            ids[n++] = (int)v;
+            if (!*end) break;
+            p = end + 1;
+        }
+    }
+    if (devices) memcpy(devices, ids, (size_t)n * sizeof *ids);
+    return n;
 }
 
 /* A key's value as text; floats with `digits` significant digits (9 round-trip a float, 7 read

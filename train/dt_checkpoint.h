@@ -27,6 +27,13 @@ typedef struct {
     const dt_tensor *t;
 } dt_ckpt_item;
 
+/* A position written by a run with global batch `was` (batch x replicas), continued by a run
+ * with global batch `now` (a checkpoint of N GPUs resumed on M): the images done in the epoch,
+ * pos.batch x was, become whole batches of `now`, rounded down (*exact = 0 when that repeats
+ * some images); the step becomes epoch x steps_per_epoch + batch in the new run's units, so the
+ * schedule continues at the same point of the epoch. Unchanged when was == now. */
+dt_ckpt_pos dt_ckpt_pos_rescale(dt_ckpt_pos pos, int64_t was, int64_t now, int64_t steps_per_epoch, int *exact);
+
 int dt_checkpoint_save(const char *path, const char *config_text, const dt_ckpt_pos *pos, const dt_ckpt_item *items,
                        int n, dt_err *err);
 

@@ -25,6 +25,9 @@ typedef struct {
     /* device */
     char device[8];        /* cuda | cpu */
     char precision[8];     /* fp32 | tf32 | bf16 (dt_precision) */
+    char gpus[160];        /* data parallel: a count N (GPUs 0..N-1) or a list like 0,2 */
+    int sync_bn;           /* batch-norm statistics over all replicas */
+    int bucket_mb;         /* gradient all-reduce bucket size (MiB) */
     int col_budget_mb;
     /* schedule */
     int epochs;
@@ -67,6 +70,10 @@ int dt_config_parse(dt_train_cfg *c, const char *text, size_t len, const char *n
 int dt_config_set(dt_train_cfg *c, const char *assignment, dt_err *err);
 /* Cross-key checks (after all sets): e.g. a dataset or synthetic=1. */
 int dt_config_check(const dt_train_cfg *c, dt_err *err);
+/* The replicas `gpus` asks for: their device ids (devices may be NULL) and their number, or -1
+ * with err naming the problem (not a count or a list of distinct ids in [0, DT_MAX_GPUS)). On
+ * the CPU (device=cpu) the count is the number of CPU replicas (threads). */
+int dt_config_gpus(const dt_train_cfg *c, int *devices, dt_err *err);
 /* Writes every key = value (the effective configuration) to f. */
 void dt_config_write(const dt_train_cfg *c, FILE *f);
 void dt_config_help(FILE *f);

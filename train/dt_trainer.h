@@ -1,6 +1,6 @@
 /* dt_trainer.h: the training loop behind build/train, callable in-process (the tests do).
- * dt_train_cli parses `CONFIG [key=value ...]` and returns the process exit status:
- * 0 success, 1 a runtime failure (data, checkpoint), 2 a usage or configuration error. */
+ * dt_train_run returns 0 on success, 1 on a runtime failure (data, checkpoint, divergence, a
+ * replica's failure), 2 on a usage or configuration error, with err set. */
 #ifndef DT_TRAINER_H
 #define DT_TRAINER_H
 
@@ -26,7 +26,6 @@ typedef struct {
 
 int dt_train_run(const dt_train_cfg *cfg, dt_train_result *res, dt_err *err);
 void dt_train_result_free(dt_train_result *r);
-int dt_train_cli(int argc, char **argv);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,416 @@
+/* Data-parallel collectives: NCCL on GPUs, shared memory on the CPU (see dt_dist.h). */
+#include "dt_dist.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dt_alloc.h"
+#ifdef DT_CUDA
+#include "dt_cuda.h"
+#endif
+#ifdef DT_NCCL
+#include <nccl.h>
+#endif
+
+#define HOST_MAX 64 /* dt_dist_allreduce_host's largest n */
+
+struct dt_dist_group {
+    dt_dist_opts o;
+    int gpus[DT_MAX_GPUS];
+    /* abort: the flag is read without the lock by every wait */
+    atomic_int aborted;
+    pthread_mutex_t mu;
+    char reason[1024];
+    /* CPU collectives: each replica's buffer, an abortable barrier */
+    void *bufs[DT_MAX_GPUS];
+    pthread_cond_t cv;
+    int arrived;
+    uint64_t generation;
+#ifdef DT_NCCL
+    ncclUniqueId id;
+#endif
+};
+
+struct dt_dist {
+    dt_dist_group *g;
+    int local, rank, world;
+#ifdef DT_NCCL
+    ncclComm_t comm;
+    int comm_aborted;
+    cudaStream_t comm_stream;
+    cudaEvent_t ready, exchanged, host_done;
+    double *host_dev, *host_pinned; /* (HOST_MAX) */
+#endif
+};
+
+int dt_dist_available(dt_dev dev) {
+#ifdef DT_NCCL
+    (void)dev;
+    return 1;
+#else
+    return dev == DT_CPU;
+#endif
+}
+
+const char *dt_dist_backend(dt_dev dev) {
+    if (dev == DT_CPU) return "shared memory";
+#ifdef DT_NCCL
+    static char v[32];
+    snprintf(v, sizeof v, "NCCL %d.%d.%d", NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
+    return v;
+#else
+    return "none (deftc was built without NCCL)";
+#endif
+}
+
+/* ---- abort ---- */
+
+void dt_dist_abort(dt_dist_group *g, const char *fmt, ...) {
+    pthread_mutex_lock(&g->mu);
+    if (!atomic_load(&g->aborted)) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(g->reason, sizeof g->reason, fmt, ap);
+        va_end(ap);
+        atomic_store(&g->aborted, 1);
+    }
+    pthread_cond_broadcast(&g->cv); /* wakes the barrier */
+    pthread_mutex_unlock(&g->mu);
+}
+
+int dt_dist_aborted(dt_dist_group *g) { return atomic_load(&g->aborted); }
+
+const char *dt_dist_abort_reason(dt_dist_group *g) { return atomic_load(&g->aborted) ? g->reason : ""; }
+
+/* ---- the group ---- */
+
+#ifdef DT_NCCL
+#define NCCL_TRY(call, err, what)                                                                     \
+    do {                                                                                              \
+        ncclResult_t r_ = (call);                                                                     \
+        if (r_ != ncclSuccess && r_ != ncclInProgress)                                                \
+            return dt_errf(err, "%s: %s failed: %s", what, #call, ncclGetErrorString(r_));            \
+    } while (0)
+#define NCCL_CHECK(call)                                                                              \
+    do {                                                                                              \
+        ncclResult_t r_ = (call);                                                                     \
+        if (r_ != ncclSuccess) dt_fatal("NCCL error: %s failed: %s", #call, ncclGetErrorString(r_)); \
+    } while (0)
+
+/* Several processes: the NCCL id through a file every process sees. Rank 0's process writes
+ * it whole (temporary file + rename); the others wait for it (up to 10 minutes). */
+static int rendezvous_file(dt_dist_group *g, dt_err *err) {
+    const char *path = g->o.rendezvous;
+    if (g->o.first_rank == 0) {
+        NCCL_TRY(ncclGetUniqueId(&g->id), err, "rendezvous");
+        char tmp[1100];
+        snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+        FILE *f = fopen(tmp, "wb");
+        if (!f) return dt_errf(err, "rendezvous: cannot write %s: %s", tmp, strerror(errno));
+        int ok = fwrite(&g->id, sizeof g->id, 1, f) == 1;
+        ok = fclose(f) == 0 && ok;
+        if (!ok || rename(tmp, path) != 0) {
+            unlink(tmp);
+            return dt_errf(err, "rendezvous: cannot write %s: %s", path, strerror(errno));
+        }
+        return 0;
+    }
+    for (int waited_ms = 0; waited_ms < 600000; waited_ms += 100) {
+        FILE *f = fopen(path, "rb");
+        if (f) {
+            int ok = fread(&g->id, sizeof g->id, 1, f) == 1;
+            fclose(f);
+            if (ok) return 0;
+        }
+        usleep(100000);
+    }
+    return dt_errf(err, "rendezvous: %s did not appear within 10 minutes (is the process of rank 0 running, and is "
+                   "the file on a filesystem both see?)", path);
+}
+#endif
+
+dt_dist_group *dt_dist_group_new(const dt_dist_opts *o, dt_err *err) {
+    if (o->local < 1 || o->local > DT_MAX_GPUS) {
+        dt_errf(err, "data parallel: %d replicas in one process (1 to %d)", o->local, DT_MAX_GPUS);
+        return NULL;
+    }
+    if (!dt_dist_available(o->dev)) {
+        dt_errf(err, "%d GPUs asked for, but deftc was built without NCCL: install NCCL (or point NCCL_HOME at it) "
+                "and rebuild, or train on one GPU (gpus=1)", o->local);
+        return NULL;
+    }
+    dt_dist_group *g = dt_xcalloc(1, sizeof *g);
+    g->o = *o;
+    if (!g->o.world) g->o.world = o->local;
+    if (g->o.first_rank < 0 || g->o.first_rank + o->local > g->o.world) {
+        dt_errf(err, "data parallel: ranks %d..%d of a world of %d", g->o.first_rank, g->o.first_rank + o->local - 1,
+                g->o.world);
+        free(g);
+        return NULL;
+    }
+    if (o->dev == DT_CPU && g->o.world != o->local) {
+        dt_errf(err, "data parallel on the CPU runs in one process (world %d, local %d)", g->o.world, o->local);
+        free(g);
+        return NULL;
+    }
+    if (o->gpus)
+        for (int i = 0; i < o->local; i++) g->gpus[i] = o->gpus[i];
+    g->o.gpus = g->gpus;
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->cv, NULL);
+#ifdef DT_NCCL
+    if (o->dev == DT_GPU) {
+        int r = 0;
+        if (g->o.world > o->local) {
+            if (!o->rendezvous || !o->rendezvous[0]) {
+                dt_errf(err, "data parallel over %d processes needs a rendezvous file", g->o.world / o->local);
+                r = -1;
+            } else {
+                r = rendezvous_file(g, err);
+            }
+        } else {
+            ncclResult_t nr = ncclGetUniqueId(&g->id);
+            if (nr != ncclSuccess) r = dt_errf(err, "ncclGetUniqueId failed: %s", ncclGetErrorString(nr));
+        }
+        if (r) {
+            dt_dist_group_free(g);
+            return NULL;
+        }
+    }
+#endif
+    return g;
+}
+
+void dt_dist_group_free(dt_dist_group *g) {
+    if (!g) return;
+    pthread_mutex_destroy(&g->mu);
+    pthread_cond_destroy(&g->cv);
+    free(g);
+}
+
+int dt_dist_rank(const dt_dist *d) { return d->rank; }
+int dt_dist_world(const dt_dist *d) { return d->world; }
+dt_dist_group *dt_dist_group_of(dt_dist *d) { return d->g; }
+
+int dt_dist_join(dt_dist_group *g, int local_index, dt_dist **out, dt_err *err) {
+    *out = NULL;
+    if (dt_dist_aborted(g)) return dt_errf(err, "%s", g->reason);
+    dt_dist *d = dt_xcalloc(1, sizeof *d);
+    d->g = g;
+    d->local = local_index;
+    d->rank = g->o.first_rank + local_index;
+    d->world = g->o.world;
+#ifdef DT_NCCL
+    if (g->o.dev == DT_GPU) {
+        ncclResult_t r = ncclCommInitRank(&d->comm, d->world, g->id, d->rank);
+        if (r != ncclSuccess) {
+            free(d);
+            return dt_errf(err, "replica %d (GPU %d): ncclCommInitRank failed: %s", local_index, g->gpus[local_index],
+                           ncclGetErrorString(r));
+        }
+        DT_CHECK(cudaStreamCreateWithFlags(&d->comm_stream, cudaStreamNonBlocking));
+        DT_CHECK(cudaEventCreateWithFlags(&d->ready, cudaEventDisableTiming));
+        DT_CHECK(cudaEventCreateWithFlags(&d->exchanged, cudaEventDisableTiming));
+        DT_CHECK(cudaEventCreateWithFlags(&d->host_done, cudaEventDisableTiming));
+        d->host_dev = dt_gpu_malloc(HOST_MAX * sizeof(double));
+        d->host_pinned = dt_host_alloc(HOST_MAX * sizeof(double), 1);
+    }
+#endif
+    *out = d;
+    return 0;
+}
+
+void dt_dist_leave(dt_dist *d) {
+    if (!d) return;
+#ifdef DT_NCCL
+    if (d->g->o.dev == DT_GPU) {
+        if (!d->comm_aborted) {
+            /* A replica leaving normally has no collective pending (its last wait saw to that). */
+            DT_CHECK(cudaStreamSynchronize(d->comm_stream));
+            ncclCommDestroy(d->comm);
+        }
+        cudaStreamDestroy(d->comm_stream);
+        cudaEventDestroy(d->ready);
+        cudaEventDestroy(d->exchanged);
+        cudaEventDestroy(d->host_done);
+        dt_gpu_free(d->host_dev);
+        dt_host_free(d->host_pinned, 1);
+    }
+#endif
+    free(d);
+}
+
+/* ---- CPU collectives ---- */
+
+/* All local replicas arrive; -1 when the run is aborted (now or while waiting). */
+static int barrier(dt_dist_group *g) {
+    pthread_mutex_lock(&g->mu);
+    if (atomic_load(&g->aborted)) {
+        pthread_mutex_unlock(&g->mu);
+        return -1;
+    }
+    uint64_t gen = g->generation;
+    if (++g->arrived == g->o.local) {
+        g->arrived = 0;
+        g->generation++;
+        pthread_cond_broadcast(&g->cv);
+    } else {
+        while (g->generation == gen && !atomic_load(&g->aborted)) pthread_cond_wait(&g->cv, &g->mu);
+    }
+    int r = g->generation == gen ? -1 : 0;
+    pthread_mutex_unlock(&g->mu);
+    return r;
+}
+
+/* Replica `rank` sums elements [lo, hi) over the replicas, in rank order, and writes the
+ * result (or the mean) into every replica's buffer. */
+#define CPU_ALLREDUCE(T, d, buf, n, average)                                             \
+    do {                                                                                 \
+        dt_dist_group *g_ = (d)->g;                                                      \
+        int W_ = g_->o.local;                                                            \
+        g_->bufs[(d)->local] = (buf);                                                    \
+        if (barrier(g_)) break;                                                          \
+        int64_t lo_ = (n) * (d)->local / W_, hi_ = (n) * ((d)->local + 1) / W_;          \
+        for (int64_t i_ = lo_; i_ < hi_; i_++) {                                         \
+            T s_ = ((T *)g_->bufs[0])[i_];                                               \
+            for (int k_ = 1; k_ < W_; k_++) s_ += ((T *)g_->bufs[k_])[i_];               \
+            if (average) s_ /= (T)W_;                                                    \
+            for (int k_ = 0; k_ < W_; k_++) ((T *)g_->bufs[k_])[i_] = s_;                \
+        }                                                                                \
+        barrier(g_);                                                                     \
+    } while (0)
+
+/* ---- collectives ---- */
+
+#ifdef DT_NCCL
+#define IS_NCCL(d) ((d)->g->o.dev == DT_GPU)
+#endif
+
+void dt_dist_allreduce_f32(dt_dist *d, float *buf, int64_t n, int average) {
+#ifdef DT_NCCL
+    if (IS_NCCL(d)) {
+        NCCL_CHECK(ncclAllReduce(buf, buf, (size_t)n, ncclFloat32, average ? ncclAvg : ncclSum, d->comm, dt_stream()));
+        return;
+    }
+#endif
+    CPU_ALLREDUCE(float, d, buf, n, average);
+}
+
+void dt_dist_allreduce_f64(dt_dist *d, double *buf, int64_t n) {
+#ifdef DT_NCCL
+    if (IS_NCCL(d)) {
+        NCCL_CHECK(ncclAllReduce(buf, buf, (size_t)n, ncclFloat64, ncclSum, d->comm, dt_stream()));
+        return;
+    }
+#endif
+    CPU_ALLREDUCE(double, d, buf, n, 0);
+}
+
+void dt_dist_broadcast_f32(dt_dist *d, float *buf, int64_t n, int root) {
+#ifdef DT_NCCL
+    if (IS_NCCL(d)) {
+        NCCL_CHECK(ncclBroadcast(buf, buf, (size_t)n, ncclFloat32, root, d->comm, dt_stream()));
+        return;
+    }
+#endif
+    dt_dist_group *g = d->g;
+    g->bufs[d->local] = buf;
+    if (barrier(g)) return;
+    if (d->rank != root) memcpy(buf, g->bufs[root], (size_t)n * sizeof(float));
+    barrier(g); /* root's buffer is not touched before everyone copied it */
+}
+
+void dt_dist_allreduce_f32_async(dt_dist *d, float *buf, int64_t n, int average) {
+#ifdef DT_NCCL
+    if (IS_NCCL(d)) {
+        DT_CHECK(cudaEventRecord(d->ready, dt_stream()));
+        DT_CHECK(cudaStreamWaitEvent(d->comm_stream, d->ready, 0));
+        NCCL_CHECK(ncclAllReduce(buf, buf, (size_t)n, ncclFloat32, average ? ncclAvg : ncclSum, d->comm, d->comm_stream));
+        return;
+    }
+#endif
+    dt_dist_allreduce_f32(d, buf, n, average);
+}
+
+void dt_dist_wait_async(dt_dist *d) {
+#ifdef DT_NCCL
+    if (IS_NCCL(d)) {
+        DT_CHECK(cudaEventRecord(d->exchanged, d->comm_stream));
+        DT_CHECK(cudaStreamWaitEvent(dt_stream(), d->exchanged, 0));
+        return;
+    }
+#endif
+    (void)d;
+}
+
+#ifdef DT_NCCL
+/* This replica's side of an abort: ncclCommAbort ends its collectives that wait for peers. */
+static int abort_own(dt_dist *d) {
+    if (!d->comm_aborted) ncclCommAbort(d->comm);
+    d->comm_aborted = 1;
+    return -1;
+}
+#endif
+
+int dt_dist_wait_event(dt_dist *d, void *event) {
+#ifdef DT_NCCL
+    if (IS_NCCL(d)) {
+        cudaEvent_t ev = (cudaEvent_t)event;
+        for (;;) {
+            cudaError_t e = cudaEventQuery(ev);
+            if (e == cudaSuccess) return 0;
+            if (e != cudaErrorNotReady) DT_CHECK(e);
+            ncclResult_t ae = ncclSuccess;
+            ncclCommGetAsyncError(d->comm, &ae);
+            if (ae != ncclSuccess && ae != ncclInProgress)
+                dt_dist_abort(d->g, "replica %d: NCCL reported %s (a peer failed or the link broke)", d->rank,
+                              ncclGetErrorString(ae));
+            if (dt_dist_aborted(d->g)) return abort_own(d);
+            struct timespec ts = {0, 20000}; /* 20 us: a step is milliseconds */
+            nanosleep(&ts, NULL);
+        }
+    }
+#endif
+    (void)event;
+    return dt_dist_aborted(d->g) ? -1 : 0;
+}
+
+int dt_dist_allreduce_host(dt_dist *d, double *v, int n) {
+    if (n > HOST_MAX) dt_fatal("dt_dist_allreduce_host: %d values (at most %d)", n, HOST_MAX);
+#ifdef DT_NCCL
+    if (IS_NCCL(d)) {
+        if (dt_dist_aborted(d->g)) return abort_own(d);
+        memcpy(d->host_pinned, v, (size_t)n * sizeof(double));
+        DT_CHECK(cudaMemcpyAsync(d->host_dev, d->host_pinned, (size_t)n * sizeof(double), cudaMemcpyHostToDevice,
+                                 dt_stream()));
+        NCCL_CHECK(ncclAllReduce(d->host_dev, d->host_dev, (size_t)n, ncclFloat64, ncclSum, d->comm, dt_stream()));
+        DT_CHECK(cudaMemcpyAsync(d->host_pinned, d->host_dev, (size_t)n * sizeof(double), cudaMemcpyDeviceToHost,
+                                 dt_stream()));
+        DT_CHECK(cudaEventRecord(d->host_done, dt_stream()));
+        if (dt_dist_wait_event(d, d->host_done)) return -1;
+        memcpy(v, d->host_pinned, (size_t)n * sizeof(double));
+        return 0;
+    }
+#endif
+    double tmp[HOST_MAX];
+    memcpy(tmp, v, (size_t)n * sizeof(double));
+    dt_dist_group *g = d->g;
+    g->bufs[d->local] = tmp;
+    if (barrier(g)) return -1;
+    /* every replica sums all buffers itself, in rank order: nobody writes a shared buffer */
+    double s[HOST_MAX];
+    for (int i = 0; i < n; i++) {
+        s[i] = ((double *)g->bufs[0])[i];
+        for (int k = 1; k < g->o.local; k++) s[i] += ((double *)g->bufs[k])[i];
+    }
+    if (barrier(g)) return -1; /* tmp stays alive until everyone read it */
+    memcpy(v, s, (size_t)n * sizeof(double));
+    return 0;
+}

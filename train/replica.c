@@ -1,0 +1,680 @@
+/* A training replica: the training loop in stages (train_run.h), run by one host thread per
+ * device.
+ *
+ * Pipelining: the host enqueues step i, then waits for step i-1 to finish (its events, its
+ * loss copied to pinned memory) and logs it. The GPU therefore always has the next step
+ * queued while the host reads the previous one, and no step waits for a log line. The batch
+ * of step i-1 is released to the loader at that point, once its copy has landed.
+ *
+ * Data parallel (several replicas): every replica takes its shard of each epoch (the loader's
+ * DistributedSampler semantics), averages its gradients with the others' during the backward
+ * (dt_grad_sync.h), and applies the same update to the same weights, so the replicas stay
+ * identical without ever exchanging weights after the initial broadcast. Replica 0 alone logs
+ * and writes checkpoints. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dt_alloc.h"
+#include "dt_device.h"
+#include "dt_init.h"
+#include "dt_layers.h"
+#include "dt_ops.h"
+#include "dt_rng.h"
+#include "dt_timer.h"
+#include "train_run.h"
+
+/* ---- step timing ---- */
+
+static void marks_init(step_marks *m, int gpu) {
+    memset(m, 0, sizeof *m);
+    m->gpu = gpu;
+#ifdef DT_CUDA
+    if (gpu)
+        for (int i = 0; i < 4; i++) DT_CHECK(cudaEventCreate(&m->ev[i]));
+#endif
+    m->loss_host = dt_host_alloc(sizeof(float), 1);
+}
+
+static void marks_free(step_marks *m) {
+#ifdef DT_CUDA
+    if (m->gpu)
+        for (int i = 0; i < 4; i++) cudaEventDestroy(m->ev[i]);
+#endif
+    dt_host_free(m->loss_host, 1);
+}
+
+static void mark(step_marks *m, int i) {
+#ifdef DT_CUDA
+    if (m->gpu) {
+        DT_CHECK(cudaEventRecord(m->ev[i], dt_stream()));
+        return;
+    }
+#endif
+    m->host[i] = dt_now_ms();
+}
+
+/* Waits for an event; with peers, watching for the run's abort (then -1). */
+static int wait_event(replica *r, step_marks *m, int i) {
+#ifdef DT_CUDA
+    if (r->dist) return dt_dist_wait_event(r->dist, m->ev[i]);
+    DT_CHECK(cudaEventSynchronize(m->ev[i]));
+#else
+    (void)m;
+    (void)i;
+    if (r->dist) return dt_dist_wait_event(r->dist, NULL);
+#endif
+    return 0;
+}
+
+/* Waits for the step and returns its phase times t[0..2] and its period t[3]: from its start
+ * to the start of the next step (`next`, already recorded), which includes any time the
+ * device sat idle waiting for data; the last step of a run has no next and counts its own
+ * phases. -1 when the run was aborted meanwhile. */
+static int marks_read(replica *r, step_marks *m, step_marks *next, float t[4]) {
+#ifdef DT_CUDA
+    if (m->gpu) {
+        if (wait_event(r, m, 3)) return -1;
+        for (int i = 0; i < 3; i++) DT_CHECK(cudaEventElapsedTime(&t[i], m->ev[i], m->ev[i + 1]));
+        if (next) {
+            if (wait_event(r, next, 0)) return -1;
+            DT_CHECK(cudaEventElapsedTime(&t[3], m->ev[0], next->ev[0]));
+        } else {
+            t[3] = t[0] + t[1] + t[2];
+        }
+        return 0;
+    }
+#endif
+    if (r->dist && dt_dist_aborted(dt_dist_group_of(r->dist))) return -1;
+    for (int i = 0; i < 3; i++) t[i] = (float)(m->host[i + 1] - m->host[i]);
+    t[3] = next ? (float)(next->host[0] - m->host[0]) : t[0] + t[1] + t[2];
+    return 0;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double percentile(double *v, int64_t n, double q) {
+    if (n <= 0) return NAN;
+    qsort(v, n, sizeof *v, cmp_d);
+    int64_t i = (int64_t)(q * (n - 1) + 0.5);
+    return v[i < n ? i : n - 1];
+}
+
+/* Replica 0 speaks; the others are silent. */
+#define SAY(r, ...) \
+    do { if ((r)->rank == 0) train_say(&(r)->run->out, __VA_ARGS__); } while (0)
+
+/* The abort reason as this replica's error (it stops because another one failed). */
+static int aborted_error(replica *r) {
+    return dt_errf(&r->err, "stopped: %s", dt_dist_abort_reason(dt_dist_group_of(r->dist))), 1;
+}
+
+/* ---- setup ---- */
+
+void train_model_cfg(const dt_train_cfg *c, int classes, dt_resnet_cfg *mc) {
+    *mc = dt_resnet_cfg_default(classes);
+    mc->deform_stages = (unsigned)dt_resnet_parse_stages(c->deform);
+    mc->width = c->width;
+    mc->deform_version = c->deform_version;
+    mc->offset_groups = c->offset_groups;
+    mc->offset_init_std = c->offset_init_std;
+    mc->offset_lr_mult = c->offset_lr_mult;
+    mc->deform_mode = (dt_deform_mode)dt_deform_mode_parse(c->deform_mode);
+    dt_deform_knobs k = dt_deform_knobs_default();
+    if (strcmp(c->tile, "auto")) sscanf(c->tile, "%dx%d", &k.tile_h, &k.tile_w);
+    k.halo = c->halo;
+    k.halo_refresh = c->halo_refresh;
+    k.swizzle = c->swizzle;
+    k.fuse_offset = c->fuse_offset;
+    k.stage = c->stage;
+    k.dx = dt_deform_dx_parse(c->dx);
+    k.deterministic = c->deterministic;
+    mc->knobs = k;
+}
+
+static int make_loaders(replica *r) {
+    train_run *run = r->run;
+    const dt_train_cfg *c = run->c;
+    if (c->synthetic) return 0;
+    for (int train = 1; train >= 0; train--) { /* the train loader, then the val one */
+        dt_loader_opts o = dt_loader_default_opts(train);
+        o.batch = c->batch;
+        o.image_size = c->image_size;
+        /* the cores are shared by the replicas' loaders */
+        o.workers = c->workers ? c->workers : (dt_num_cores() + run->world - 1) / run->world;
+        o.seed = c->seed;
+        o.cache = c->cache;
+        o.crop_scale_min = c->crop_scale_min;
+        o.max_pixels = c->max_image_pixels;
+        o.shard = r->rank;
+        o.shards = run->world;
+        dt_loader **l = train ? &r->train_ld : &r->val_ld;
+        *l = dt_loader_new(train ? &run->train_ds : &run->val_ds, &o, &r->err);
+        if (!*l) return 1;
+    }
+    return 0;
+}
+
+/* Copies the resumed checkpoint's tensors into this replica's model and optimizer state. */
+static int load_state(replica *r) {
+    train_run *run = r->run;
+    dt_checkpoint *ck = &run->ck;
+    const char *path = run->c->resume;
+    int known = 0;
+    for (int i = 0; i < r->model.params.n; i++) {
+        dt_tensor *p = r->model.params.items[i];
+        if (dt_checkpoint_copy_to(ck, p->name, p, path, &r->err)) return 1;
+        known++;
+        char mname[128];
+        snprintf(mname, sizeof mname, "momentum/%s", p->name);
+        if (dt_checkpoint_find(ck, mname) >= 0) {
+            if (!r->opt.bufs[i]) r->opt.bufs[i] = dt_tensor_new_unscoped(p->ndim, p->shape, p->dev);
+            if (dt_checkpoint_copy_to(ck, mname, r->opt.bufs[i], path, &r->err)) return 1;
+            known++;
+        }
+    }
+    dt_tensor *bufs[64];
+    int nb = dt_resnet_buffers(&r->model, bufs, 64);
+    for (int i = 0; i < nb; i++, known++)
+        if (dt_checkpoint_copy_to(ck, bufs[i]->name, bufs[i], path, &r->err)) return 1;
+    if (known != ck->n)
+        return dt_errf(&r->err, "checkpoint %s does not match the model: it holds %d tensors, the model %d (another deform "
+                       "setting or class count?)", path, ck->n, known), 1;
+    r->opt.steps = run->pos.step;
+    return 0;
+}
+
+/* Synthetic data: one global batch of batch x world random images, the same whatever the
+ * number of replicas (made whole on every replica, then cut); this replica keeps its part. */
+static void make_synthetic(replica *r) {
+    train_run *run = r->run;
+    const dt_train_cfg *c = run->c;
+    int64_t B = c->batch, G = B * run->world;
+    int64_t sx[4] = {B, 3, c->image_size, c->image_size}, sy[1] = {B}, sg[4] = {G, 3, c->image_size, c->image_size};
+    r->syn_x = dt_tensor_new_unscoped(4, sx, run->dev);
+    r->syn_y = dt_tensor_new_unscoped(1, sy, run->dev);
+    dt_tensor *all = dt_tensor_new_unscoped(4, sg, run->dev);
+    dt_init_normal(all, 0.0f, 1.0f);
+    dt_tensor *part = dt_tensor_view_at(all, r->rank * r->syn_x->numel, 4, sx);
+    dt_tensor_copy(r->syn_x, part);
+    dt_tensor_free(part);
+    dt_tensor_free(all);
+    dt_rng g;
+    dt_rng_seed(&g, c->seed + 1);
+    float *labels = dt_xcalloc(G, sizeof *labels);
+    for (int64_t i = 0; i < G; i++) labels[i] = (float)dt_rng_below(&g, (uint32_t)c->classes);
+    memcpy(r->label_host[0], labels + r->rank * B, B * sizeof *labels);
+    free(labels);
+    dt_tensor_upload(r->syn_y, r->label_host[0]);
+}
+
+/* All-reduce of batch-norm sums for sync_bn (dt_bn_sync's callback). */
+static void bn_allreduce(void *ctx, double *sums, int64_t n) { dt_dist_allreduce_f64(ctx, sums, n); }
+
+/* Every replica starts from replica 0's weights and buffers (they are equal already when all
+ * build the model from the same seed; the broadcast makes it so by construction, as DDP). */
+static void broadcast_state(replica *r, int with_params) {
+    if (with_params)
+        for (int i = 0; i < r->model.params.n; i++)
+            dt_dist_broadcast_f32(r->dist, r->model.params.items[i]->data, r->model.params.items[i]->numel, 0);
+    for (int i = 0; with_params && i < r->model.params.n; i++)
+        if (r->opt.bufs[i]) dt_dist_broadcast_f32(r->dist, r->opt.bufs[i]->data, r->opt.bufs[i]->numel, 0);
+    dt_tensor *bufs[64];
+    int nb = dt_resnet_buffers(&r->model, bufs, 64);
+    for (int i = 0; i < nb; i++) dt_dist_broadcast_f32(r->dist, bufs[i]->data, bufs[i]->numel, 0);
+}
+
+int replica_setup(replica *r) {
+    train_run *run = r->run;
+    const dt_train_cfg *c = run->c;
+    if (run->dev == DT_GPU) dt_gpu_use(run->gpus[r->rank]);
+    if (run->group && dt_dist_join(run->group, r->rank, &r->dist, &r->err)) return 1;
+    if (make_loaders(r)) return 1;
+    for (int i = 0; i < 2; i++) r->label_host[i] = dt_host_alloc((size_t)c->batch * sizeof(float), 1);
+    dt_resnet_cfg mc;
+    train_model_cfg(c, run->classes, &mc);
+    /* The model's initialization and the synthetic batch draw from the process's RNGs (the
+     * host one and this device's cuRAND, both reseeded): replicas build one at a time, each
+     * from the start of the seed's streams, so every replica makes the same model. */
+    pthread_mutex_lock(&run->init_mu);
+    dt_init_reseed();
+    dt_resnet18_init(&r->model, &mc, run->dev);
+    r->have_model = 1;
+    if (c->synthetic) make_synthetic(r);
+    pthread_mutex_unlock(&run->init_mu);
+    SAY(r, "model: %lld parameters", (long long)dt_params_numel(&r->model.params));
+    dt_sgd_opts so = {.momentum = c->momentum, .weight_decay = c->weight_decay, .nesterov = c->nesterov,
+                      .decay_all = c->decay_bn_bias};
+    dt_sgd_init(&r->opt, &r->model.params, &so);
+    r->sched = (dt_schedule){.kind = (dt_sched_kind)dt_schedule_kind(c->schedule), .base_lr = c->lr, .min_lr = c->min_lr,
+                             .gamma = c->lr_gamma, .warmup_start = c->warmup_start, .total_steps = run->total_steps,
+                             .step_size = (int64_t)c->lr_step_epochs * run->steps_per_epoch, .warmup_steps = c->warmup};
+    if (run->have_ck && load_state(r)) return 1;
+    if (r->dist) {
+        broadcast_state(r, 1);
+        dt_grad_sync_init(&r->gs, &r->model.params, r->dist, (size_t)c->bucket_mb << 20);
+        if (c->sync_bn) {
+            r->bn_sync = (dt_bn_sync){.allreduce = bn_allreduce, .ctx = r->dist, .ranks = run->world};
+            dt_batchnorm *bns[32];
+            int nb = dt_resnet_batchnorms(&r->model, bns, 32);
+            for (int i = 0; i < nb; i++) bns[i]->sync = &r->bn_sync;
+        }
+    }
+    r->cap = run->stop - run->pos.step + 1;
+    if (r->cap < 1) r->cap = 1;
+    if (r->rank == 0) run->res->losses = dt_xcalloc(r->cap, sizeof(float));
+    double **arr[5] = {&r->t_step, &r->t_fwd, &r->t_bwd, &r->t_opt, &r->t_wait};
+    for (int i = 0; i < 5; i++) *arr[i] = dt_xcalloc(r->cap, sizeof(double));
+    marks_init(&r->pq[0].m, run->dev == DT_GPU);
+    marks_init(&r->pq[1].m, run->dev == DT_GPU);
+    r->step = run->pos.step;
+    return 0;
+}
+
+void replica_teardown(replica *r) {
+    train_run *run = r->run;
+    for (int i = 0; i < 2; i++)
+        if (r->pq[i].has_batch) dt_loader_release(r->train_ld, &r->pq[i].batch);
+    if (r->t_step) {
+        marks_free(&r->pq[0].m);
+        marks_free(&r->pq[1].m);
+    }
+    double *arr[5] = {r->t_step, r->t_fwd, r->t_bwd, r->t_opt, r->t_wait};
+    for (int i = 0; i < 5; i++) free(arr[i]);
+    if (r->dist) dt_grad_sync_free(&r->gs);
+    if (r->have_model) {
+        dt_sgd_free(&r->opt);
+        dt_resnet18_free(&r->model);
+    }
+    if (r->train_ld) dt_loader_free(r->train_ld);
+    if (r->val_ld) dt_loader_free(r->val_ld);
+    for (int i = 0; i < 2; i++) dt_host_free(r->label_host[i], 1);
+    dt_tensor_free(r->syn_x);
+    dt_tensor_free(r->syn_y);
+    if (run->dev == DT_GPU) dt_gpu_sync();
+    dt_dist_leave(r->dist);
+    r->dist = NULL;
+}
+
+/* ---- a step ---- */
+
+/* Enqueues one step into p: its batch (this replica's shard) to the device, forward, loss,
+ * backward with the gradient exchange, update. *epoch_over = 1 (and nothing enqueued) when
+ * the loader has no batch left in this epoch. */
+int replica_enqueue_step(replica *r, step_pending *p, int64_t epoch, int *epoch_over) {
+    train_run *run = r->run;
+    const dt_train_cfg *c = run->c;
+    *epoch_over = 0;
+    if (r->dist && dt_dist_aborted(dt_dist_group_of(r->dist))) return aborted_error(r);
+    p->step = r->step;
+    p->epoch = epoch;
+    double w0 = dt_now_ms();
+    dt_tensor *x, *y;
+    dt_scope_begin();
+    if (c->synthetic) {
+        x = r->syn_x;
+        y = r->syn_y;
+        p->n = c->batch;
+        p->wait_ms = 0;
+        mark(&p->m, 0);
+    } else {
+        int got = dt_loader_next(r->train_ld, &p->batch);
+        if (got != 1) {
+            dt_scope_end();
+            if (got < 0) return dt_errf(&r->err, "%s", dt_loader_error(r->train_ld)), 1;
+            *epoch_over = 1;
+            return 0;
+        }
+        p->has_batch = 1;
+        p->wait_ms = dt_now_ms() - w0;
+        mark(&p->m, 0);
+        p->n = p->batch.n;
+        int64_t sx[4] = {p->n, 3, c->image_size, c->image_size}, sy[1] = {p->n};
+        x = dt_tensor_new(4, sx, run->dev);
+        y = dt_tensor_new(1, sy, run->dev);
+        float *lh = r->label_host[r->cur];
+        for (int i = 0; i < p->n; i++) lh[i] = (float)p->batch.labels[i];
+        size_t xb = (size_t)x->numel * sizeof(float);
+        if (run->dev == DT_GPU) {
+            dt_copy_h2d_async(x->data, p->batch.images, xb);
+            dt_copy_h2d_async(y->data, lh, (size_t)p->n * sizeof(float));
+        } else {
+            memcpy(x->data, p->batch.images, xb);
+            memcpy(y->data, lh, (size_t)p->n * sizeof(float));
+        }
+    }
+    p->active = 1;
+    p->lr = dt_schedule_lr(&r->sched, r->step);
+    dt_params_zero_grad(&r->model.params);
+    dt_tensor *logits = dt_resnet18_forward(&r->model, x, 1);
+    dt_tensor *loss = dt_softmax_cross_entropy(logits, y, c->label_smoothing);
+    loss->retain = 1;
+    mark(&p->m, 1);
+    /* With peers the loss rides in the first gradient bucket: read back averaged. */
+    const float *loss_src = loss->data;
+    if (r->dist) {
+        float *slot = dt_grad_sync_loss_slot(&r->gs);
+        if (run->dev == DT_GPU) dt_copy_d2d(slot, loss->data, sizeof(float));
+        else *slot = loss->data[0];
+        loss_src = slot;
+        dt_grad_sync_begin(&r->gs);
+    }
+    dt_backward(loss);
+    if (r->dist) dt_grad_sync_end(&r->gs);
+    mark(&p->m, 2);
+    dt_sgd_step(&r->opt, p->lr);
+    mark(&p->m, 3);
+    if (run->dev == DT_GPU) {
+#ifdef DT_CUDA
+        DT_CHECK(cudaMemcpyAsync(p->m.loss_host, loss_src, sizeof(float), cudaMemcpyDeviceToHost, dt_stream()));
+#endif
+    } else {
+        *p->m.loss_host = *loss_src;
+    }
+    dt_scope_end();
+    r->step++;
+    return 0;
+}
+
+/* Reads back a finished step: loss, times; logs it (replica 0); releases its batch. */
+int replica_finish_step(replica *r, step_pending *p, step_pending *next) {
+    train_run *run = r->run;
+    const dt_train_cfg *c = run->c;
+    if (!p->active) return 0;
+    float tt[4];
+    if (marks_read(r, &p->m, next && next->active ? &next->m : NULL, tt)) return aborted_error(r);
+    p->active = 0;
+    if (p->has_batch) dt_loader_release(r->train_ld, &p->batch);
+    p->has_batch = 0;
+    double step_ms = tt[3];
+    float loss = *p->m.loss_host;
+    int64_t k = p->step - run->pos.step;
+    int global_n = p->n * run->world;
+    dt_train_result *res = run->res;
+    if (r->rank == 0) {
+        if (k >= 0 && k < r->cap) res->losses[k] = loss;
+        if (res->steps == 0) res->first_loss = loss;
+        res->last_loss = loss;
+        res->steps++;
+    }
+    r->epoch_loss += loss;
+    r->epoch_steps++;
+    if (r->ntimed < r->cap) { /* every step; the warm-up is cut when the statistics are taken */
+        r->t_step[r->ntimed] = step_ms;
+        r->t_fwd[r->ntimed] = tt[0];
+        r->t_bwd[r->ntimed] = tt[1];
+        r->t_opt[r->ntimed] = tt[2];
+        r->t_wait[r->ntimed++] = p->wait_ms;
+    }
+    /* The loss is the replicas' average: all of them see the same NaN and stop together. */
+    if (!isfinite(loss))
+        return dt_errf(&r->err, "the loss is %f at step %lld: training diverged (lower lr?)", loss, (long long)p->step + 1),
+               1;
+    if (r->rank != 0) return 0;
+    train_output *o = &run->out;
+    if (o->steps_csv)
+        fprintf(o->steps_csv, "%lld,%lld,%.6f,%.6g,%.3f,%.3f,%.3f,%.3f,%.3f,%.1f\n", (long long)p->step + 1,
+                (long long)p->epoch, loss, p->lr, tt[0], tt[1], tt[2], step_ms, p->wait_ms, global_n / step_ms * 1e3);
+    if ((p->step + 1) % c->log_every == 0 || p->step + 1 == run->stop) {
+        train_output_check(o, o->steps_csv, o->steps_path);
+        train_say(o, "step %6lld/%lld epoch %lld  loss %.4f  lr %.4g  fwd %.2f bwd %.2f opt %.2f ms  step %.2f ms  data %.2f ms  "
+                  "%.0f img/s", (long long)p->step + 1, (long long)run->total_steps, (long long)p->epoch, loss, p->lr,
+                  tt[0], tt[1], tt[2], step_ms, p->wait_ms, global_n / step_ms * 1e3);
+    } else if (o->tty) {
+        printf("\r\033[Kstep %lld/%lld loss %.4f %.2f ms/step", (long long)p->step + 1, (long long)run->total_steps, loss,
+               step_ms);
+        fflush(stdout);
+    }
+    if (o->failed[0]) return dt_errf(&r->err, "%s", o->failed), 1;
+    return 0;
+}
+
+/* ---- an epoch's end ---- */
+
+/* Evaluates this replica's shard of the val set: sums of top-1 and top-5 hits and of the loss,
+ * and the image count, in m[0..3]. Collects the offset statistics of every deformable layer
+ * on the first batch. 1 (with err set) when the val loader fails. */
+static int evaluate_shard(replica *r, double m[4], int stats) {
+    const dt_train_cfg *c = r->run->c;
+    dt_set_grad_enabled(0);
+    dt_loader_start_epoch(r->val_ld, 0);
+    dt_batch b;
+    int64_t nbat = 0;
+    int got;
+    while ((got = dt_loader_next(r->val_ld, &b)) == 1) {
+        if (c->max_val_batches && nbat >= c->max_val_batches) {
+            dt_loader_release(r->val_ld, &b);
+            break;
+        }
+        dt_scope_begin();
+        for (int i = 0; stats && nbat == 0; i++) {
+            dt_deform_conv *dl = dt_resnet_deform_layer(&r->model, i);
+            if (!dl) break;
+            dl->collect_stats = 1;
+            dl->stats_halo = dl->cur_halo;
+        }
+        int64_t sx[4] = {b.n, 3, c->image_size, c->image_size}, sy[1] = {b.n};
+        dt_tensor *x = dt_tensor_new(4, sx, r->run->dev), *y = dt_tensor_new(1, sy, r->run->dev);
+        dt_tensor_upload(x, b.images);
+        for (int i = 0; i < b.n; i++) r->label_host[0][i] = (float)b.labels[i];
+        dt_tensor_upload(y, r->label_host[0]);
+        dt_tensor *logits = dt_resnet18_forward(&r->model, x, 0);
+        float cc[2];
+        dt_topk_correct(logits, y, cc);
+        m[2] += dt_item(dt_softmax_cross_entropy(logits, y, 0.0f)) * b.n;
+        m[0] += cc[0];
+        m[1] += cc[1];
+        m[3] += b.n;
+        nbat++;
+        for (int i = 0;; i++) {
+            dt_deform_conv *dl = dt_resnet_deform_layer(&r->model, i);
+            if (!dl) break;
+            dl->collect_stats = 0;
+        }
+        dt_scope_end();
+        dt_loader_release(r->val_ld, &b);
+    }
+    dt_set_grad_enabled(1);
+    return got < 0 ? dt_errf(&r->err, "%s", dt_loader_error(r->val_ld)), 1 : 0;
+}
+
+static void log_offset_stats(replica *r, int64_t epoch) {
+    for (int i = 0;; i++) {
+        dt_deform_conv *dl = dt_resnet_deform_layer(&r->model, i);
+        if (!dl) break;
+        if (!dl->stats_valid) continue;
+        char buf[512];
+        dt_offset_stats_format(&dl->stats, buf, sizeof buf);
+        SAY(r, "epoch %lld offsets %-18s %s (halo in use %d)", (long long)epoch, dl->name, buf, dl->cur_halo);
+        dl->stats_valid = 0;
+    }
+}
+
+/* Tensors of a checkpoint: parameters, BN buffers, momentum buffers. */
+static int ckpt_items(replica *r, dt_ckpt_item *items, char (*names)[96], int max) {
+    int n = 0;
+    dt_params *ps = &r->model.params;
+    for (int i = 0; i < ps->n && n < max; i++) {
+        items[n].name = ps->items[i]->name;
+        items[n++].t = ps->items[i];
+    }
+    dt_tensor *bufs[64];
+    int nb = dt_resnet_buffers(&r->model, bufs, 64);
+    for (int i = 0; i < nb && n < max; i++) {
+        items[n].name = bufs[i]->name;
+        items[n++].t = bufs[i];
+    }
+    for (int i = 0; i < ps->n && n < max; i++)
+        if (r->opt.bufs[i]) {
+            snprintf(names[i], 96, "momentum/%s", ps->items[i]->name);
+            items[n].name = names[i];
+            items[n++].t = r->opt.bufs[i];
+        }
+    return n;
+}
+
+static int save_ckpt(replica *r, const dt_ckpt_pos *pos) {
+    dt_ckpt_item *items = dt_xcalloc(1024, sizeof *items);
+    char(*names)[96] = dt_xcalloc(512, sizeof *names);
+    int n = ckpt_items(r, items, names, 1024);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) dt_fatal("open_memstream failed");
+    dt_config_write(r->run->c, f);
+    fclose(f);
+    int rc = dt_checkpoint_save(r->run->c->checkpoint, text, pos, items, n, &r->err);
+    free(text);
+    free(items);
+    free(names);
+    return rc ? 1 : 0;
+}
+
+/* Evaluation when due (every replica its shard; the sums reduced), the epoch's log line, the
+ * checkpoint (replica 0). Every replica calls it at the end of every epoch it trained in. */
+int replica_end_epoch(replica *r, int64_t epoch, int epoch_done, int64_t batches_done) {
+    train_run *run = r->run;
+    const dt_train_cfg *c = run->c;
+    train_output *o = &run->out;
+    double ep_s = (dt_now_ms() - r->run_t0) / 1e3;
+    double v1 = NAN, v5 = NAN, vl = NAN;
+    int last = r->step >= run->total_steps;
+    /* Evaluate every eval_every epochs, and at the end of the run even mid-epoch (a
+     * steps-limited run); not when stop_at interrupts it (it will resume). */
+    int eval = r->val_ld && ((epoch_done && c->eval_every && (epoch + 1) % c->eval_every == 0) || last);
+    /* m: top-1 hits, top-5 hits, loss sum, images (evaluation), skipped train images */
+    double m[5] = {0, 0, 0, 0, r->train_ld ? (double)dt_loader_epoch_stats(r->train_ld).skipped : 0};
+    if (eval) {
+        if (r->dist) broadcast_state(r, 0); /* replica 0's BN statistics, as DDP's broadcast_buffers */
+        if (evaluate_shard(r, m, 1)) {
+            if (r->dist) dt_dist_abort(dt_dist_group_of(r->dist), "replica %d: %s", r->rank, r->err.msg);
+            return 1;
+        }
+    }
+    if (r->dist && dt_dist_allreduce_host(r->dist, m, 5)) return aborted_error(r);
+    if (eval) {
+        v1 = m[3] ? m[0] / m[3] : NAN;
+        v5 = m[3] ? m[1] / m[3] : NAN;
+        vl = m[3] ? m[2] / m[3] : NAN;
+        if (r->rank == 0) {
+            run->res->val_top1 = v1;
+            run->res->val_top5 = v5;
+        }
+        SAY(r, "epoch %lld done in %.1f s: train loss %.4f, val loss %.4f, val top-1 %.2f%%, top-5 %.2f%%%s", (long long)epoch,
+            ep_s, r->epoch_steps ? r->epoch_loss / r->epoch_steps : NAN, vl, 100 * v1, 100 * v5,
+            run->world > 1 ? " (all replicas' shards)" : "");
+        log_offset_stats(r, epoch);
+        if (r->train_ld && r->rank == 0) {
+            dt_loader_stats ls = dt_loader_epoch_stats(r->train_ld);
+            char lb[512];
+            dt_loader_stats_str(&ls, lb, sizeof lb);
+            SAY(r, "loader%s: %s", run->world > 1 ? " (replica 0)" : "", lb);
+        }
+    }
+    if (r->rank != 0) return 0;
+    if (o->epochs_csv)
+        fprintf(o->epochs_csv, "%lld,%lld,%.6f,%.6f,%.6f,%.6f,%.3f,%lld\n", (long long)epoch, (long long)r->epoch_steps,
+                r->epoch_steps ? r->epoch_loss / r->epoch_steps : NAN, vl, v1, v5, ep_s, (long long)m[4]);
+    train_output_check(o, o->epochs_csv, o->epochs_path);
+    train_output_check(o, o->steps_csv, o->steps_path);
+    if (o->failed[0]) return dt_errf(&r->err, "%s", o->failed), 1;
+    if (c->checkpoint[0]) {
+        dt_ckpt_pos np = {epoch_done ? epoch + 1 : epoch, epoch_done ? 0 : batches_done, r->step};
+        if (save_ckpt(r, &np)) return 1;
+        SAY(r, "checkpoint %s (epoch %lld, batch %lld, step %lld)", c->checkpoint, (long long)np.epoch, (long long)np.batch,
+            (long long)np.step);
+    }
+    return 0;
+}
+
+/* ---- the loop ---- */
+
+static void summarize(replica *r) {
+    train_run *run = r->run;
+    const dt_train_cfg *c = run->c;
+    dt_train_result *res = run->res;
+    dt_mem_stats ms = dt_gpu_mem_stats();
+    res->peak_mem = ms.peak_in_use;
+    char peak[64] = "n/a (CPU run)";
+    if (run->dev == DT_GPU)
+        snprintf(peak, sizeof peak, "%.2f GiB%s", res->peak_mem / 1073741824.0, run->world > 1 ? " per GPU" : "");
+    /* Statistics after the warm-up steps; a run shorter than the warm-up uses all of them. */
+    int64_t w = r->ntimed > c->timing_warmup ? c->timing_warmup : 0, n = r->ntimed - w;
+    if (!w && r->ntimed)
+        SAY(r, "note: only %lld steps, fewer than timing_warmup=%d: times include the warm-up", (long long)r->ntimed,
+            c->timing_warmup);
+    res->median_step_ms = percentile(r->t_step + w, n, 0.5);
+    res->p90_step_ms = percentile(r->t_step + w, n, 0.9);
+    res->median_fwd_ms = percentile(r->t_fwd + w, n, 0.5);
+    res->median_bwd_ms = percentile(r->t_bwd + w, n, 0.5);
+    res->median_opt_ms = percentile(r->t_opt + w, n, 0.5);
+    res->img_per_s = (double)c->batch * run->world / res->median_step_ms * 1e3;
+    double wsum = 0;
+    for (int64_t i = w; i < r->ntimed; i++) wsum += r->t_wait[i];
+    res->data_wait_ms = n ? wsum / n : 0;
+    SAY(r, "summary: %lld steps in %.1f s; after %d warm-up steps: step median %.2f ms (p90 %.2f) = fwd %.2f + bwd %.2f + "
+        "opt %.2f; %.0f img/s%s; data wait %.2f ms/step; peak GPU memory %s", (long long)res->steps,
+        (dt_now_ms() - r->run_t0) / 1e3, (int)w, res->median_step_ms, res->p90_step_ms, res->median_fwd_ms,
+        res->median_bwd_ms, res->median_opt_ms, res->img_per_s, run->world > 1 ? " (all replicas)" : "",
+        res->data_wait_ms, peak);
+    if (res->val_top1 >= 0) SAY(r, "final val top-1 %.2f%%, top-5 %.2f%%", 100 * res->val_top1, 100 * res->val_top5);
+    else SAY(r, "no evaluation (%s)", c->synthetic ? "synthetic data" : "stopped by stop_at; resume to continue");
+}
+
+static int train_epochs(replica *r) {
+    train_run *run = r->run;
+    dt_ckpt_pos pos = run->pos;
+    for (int64_t epoch = pos.epoch; r->step < run->stop; epoch++) {
+        r->run_t0 = r->run_t0 ? r->run_t0 : dt_now_ms();
+        double ep_t0 = dt_now_ms();
+        r->epoch_loss = 0;
+        r->epoch_steps = 0;
+        if (r->train_ld) dt_loader_start_epoch(r->train_ld, (int)epoch);
+        int64_t b = 0;
+        if (epoch == pos.epoch && pos.batch > 0) { /* resume inside an epoch: skip what was done */
+            dt_batch skip;
+            for (; b < pos.batch; b++) {
+                if (!r->train_ld) continue;
+                if (dt_loader_next(r->train_ld, &skip) != 1) break;
+                dt_loader_release(r->train_ld, &skip);
+            }
+        }
+        int over = 0;
+        for (; b < run->steps_per_epoch && r->step < run->stop; b++) {
+            if (replica_enqueue_step(r, &r->pq[r->cur], epoch, &over)) return 1;
+            if (over) break;
+            r->cur ^= 1;
+            /* the previous step; the one just queued is next */
+            if (replica_finish_step(r, &r->pq[r->cur], &r->pq[r->cur ^ 1])) return 1;
+        }
+        if (replica_finish_step(r, &r->pq[r->cur ^ 1], NULL) || replica_finish_step(r, &r->pq[r->cur], NULL)) return 1;
+        double t0 = r->run_t0;
+        r->run_t0 = ep_t0; /* replica_end_epoch times the epoch from here */
+        int epoch_done = b >= run->steps_per_epoch;
+        int rc = replica_end_epoch(r, epoch, epoch_done, b);
+        r->run_t0 = t0;
+        if (rc) return 1;
+        if (!epoch_done) break; /* stopped inside the epoch */
+    }
+    return 0;
+}
+
+int replica_main(replica *r) {
+    train_run *run = r->run;
+    int rc = replica_setup(r);
+    if (!rc) {
+        if (run->dev == DT_GPU) dt_gpu_reset_peak();
+        r->run_t0 = dt_now_ms();
+        rc = train_epochs(r);
+    }
+    /* A replica that fails ends the run on all (the others' waits see the abort). */
+    if (rc && r->dist) dt_dist_abort(dt_dist_group_of(r->dist), "replica %d: %s", r->rank, r->err.msg);
+    else if (rc && run->group) dt_dist_abort(run->group, "replica %d: %s", r->rank, r->err.msg);
+    if (r->rank == 0) run->res->global_step = r->step;
+    if (!rc && r->rank == 0) summarize(r);
+    return rc;
+}

@@ -1,0 +1,115 @@
+/* train_run.h: the state of a training run and of its replicas (the trainer's internal
+ * header; dt_trainer.h is the public one).
+ *
+ * A run (trainer.c) checks the configuration, opens the outputs and the datasets, reads the
+ * checkpoint to resume from, and starts one replica per device: a host thread that runs
+ * replica_main (replica.c), the training loop in named stages:
+ *
+ *   replica_setup        device, loaders (its shard), model, optimizer, gradient buckets
+ *   replica_enqueue_step a batch to the device, forward, loss, backward (with the gradient
+ *                        all-reduce overlapped), optimizer: queued, not waited for
+ *   replica_finish_step  waits for the previous step, reads its loss and times, logs it
+ *   replica_end_epoch    evaluation (sharded, metrics reduced), epoch log, checkpoint
+ *
+ * With one replica nothing is shared and nothing is communicated: the single-GPU run is the
+ * same program as before data parallelism existed. */
+#ifndef DT_TRAIN_RUN_H
+#define DT_TRAIN_RUN_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "dt_checkpoint.h"
+#include "dt_config.h"
+#include "dt_dataset.h"
+#include "dt_dist.h"
+#include "dt_grad_sync.h"
+#include "dt_loader.h"
+#include "dt_optim.h"
+#include "dt_resnet.h"
+#include "dt_schedule.h"
+#include "dt_trainer.h"
+#include "train_output.h"
+#ifdef DT_CUDA
+#include "dt_cuda.h"
+#endif
+
+/* Shared by the replicas; written before they start, except where noted. */
+typedef struct {
+    const dt_train_cfg *c;
+    dt_dev dev;
+    int world;                /* replicas */
+    int gpus[DT_MAX_GPUS];    /* [world] their devices (GPU runs) */
+    dt_dist_group *group;     /* NULL with one replica */
+    dt_dataset train_ds, val_ds;
+    int have_data;            /* datasets opened: 0, 1 (train), 2 (both) */
+    int classes;
+    int64_t steps_per_epoch, total_steps, stop;
+    dt_ckpt_pos pos;          /* where training starts (resume) */
+    dt_checkpoint ck;         /* the checkpoint resumed from (have_ck) */
+    int have_ck;
+    train_output out;         /* replica 0 writes */
+    dt_train_result *res;     /* replica 0 fills */
+    pthread_mutex_t init_mu;  /* model construction draws from process-wide RNGs: one at a time */
+} train_run;
+
+/* Per-step device timing: events at start, after forward, after backward, after the update. */
+typedef struct {
+#ifdef DT_CUDA
+    cudaEvent_t ev[4];
+#endif
+    double host[4];
+    float *loss_host; /* pinned; the loss averaged over the replicas */
+    int gpu;
+} step_marks;
+
+/* One enqueued step, not yet read back. */
+typedef struct {
+    int active;
+    int64_t step, epoch;
+    float lr;
+    int n;            /* images of this replica's batch */
+    dt_batch batch;
+    int has_batch;
+    double wait_ms;
+    step_marks m;
+} step_pending;
+
+typedef struct {
+    train_run *run;
+    int rank;                 /* 0 writes the outputs */
+    dt_dist *dist;            /* NULL with one replica */
+    dt_resnet model;
+    int have_model;
+    dt_sgd opt;
+    dt_schedule sched;
+    dt_loader *train_ld, *val_ld;
+    dt_tensor *syn_x, *syn_y; /* synthetic mode: this replica's part of the global batch */
+    float *label_host[2];     /* pinned float labels, double-buffered */
+    dt_grad_sync gs;          /* with several replicas */
+    dt_bn_sync bn_sync;       /* sync_bn=1 */
+    step_pending pq[2];
+    int cur;
+    int64_t step;             /* global optimizer steps done */
+    /* statistics (every replica keeps them; replica 0's are reported) */
+    int64_t cap, ntimed;
+    double *t_step, *t_fwd, *t_bwd, *t_opt, *t_wait; /* [cap] */
+    double epoch_loss;
+    int64_t epoch_steps;
+    double run_t0;
+    dt_err err;               /* the first failure of this replica */
+} replica;
+
+/* The model the configuration describes (its deformable layers' knobs included). */
+void train_model_cfg(const dt_train_cfg *c, int classes, dt_resnet_cfg *mc);
+
+/* The stages (replica.c). Each returns 0, or 1 with r->err set. */
+int replica_setup(replica *r);
+int replica_enqueue_step(replica *r, step_pending *p, int64_t epoch, int *epoch_over);
+int replica_finish_step(replica *r, step_pending *p, step_pending *next);
+int replica_end_epoch(replica *r, int64_t epoch, int epoch_done, int64_t batches_done);
+void replica_teardown(replica *r);
+/* The whole loop: setup, the epochs, the summary (replica 0). */
+int replica_main(replica *r);
+
+#endif
