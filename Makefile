@@ -125,7 +125,7 @@ BENCH_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out %_main.c,$(wildcard be
 # so that it never rots.
 LAB := $(if $(filter 1,$(CUDA)),$(BUILD)/deform_lab,)
 
-.PHONY: all lib test test-gpu clean help data bench-loader run reproduce lab fuzz fuzz-run
+.PHONY: all lib test test-gpu clean help data bench-loader run reproduce scaling lab fuzz fuzz-run
 # Keep the programs' objects (make would delete them as intermediates and rebuild them).
 .SECONDARY:
 
@@ -227,6 +227,10 @@ run: all
 reproduce: all
 	BUILD=$(BUILD) bash bench/reproduce.sh
 
+# Data-parallel scaling: images/s on 1 and GPUS (default 2) GPUs, plain and deft (bench/scaling.sh).
+scaling: all
+	BUILD=$(BUILD) bash bench/scaling.sh
+
 data: $(BUILD)/mkdata
 	@if [ -d $(DATA)/train ]; then echo "$(DATA) exists (remove it to regenerate)"; \
 	else $(BUILD)/mkdata --out $(DATA); fi
@@ -267,6 +271,7 @@ clean:
 help:
 	@echo "make run             the main job: all-deformable ResNet-18 (deft) on the sample dataset ($(RUN_CONFIG))"
 	@echo "make reproduce       plain / unfused / deft training-time table + ablation (GPU; bench/reproduce.sh)"
+	@echo "make scaling         data-parallel images/s on 1 and GPUS=2 GPUs, plain and deft (bench/scaling.sh)"
 	@echo "make                 build library, programs and tests into $(BUILD)/ (CUDA=$(CUDA), CUDA_ARCH=$(CUDA_ARCH))"
 	@echo "make test            CPU test suite (what CI runs)"
 	@echo "make test-gpu        GPU parity suite (needs a visible CUDA GPU)"

@@ -3,6 +3,7 @@
 # benchmarks beside the PyTorch yardstick, the reproduction and the main job. Run from the
 # repository root on the GPU machine:
 #   bash bench/gpu_run.sh [tests] [api] [conv] [deform] [deform2] [resnet] [resnet_mp] [repro] [run] [seeds]
+#                         [scaling] [dp_equiv] [dp_run] [dp_multiproc] [dp_fail]   (the last five: 2 GPUs)
 # Logs go to $OUT (default /tmp/deftc-out) and are packed into $OUT/all.tgz. Uses the
 # binaries in build/ when they run there, else rebuilds with the local nvcc.
 set -uo pipefail
@@ -76,6 +77,62 @@ for s in $STEPS; do
                 echo "precision $p seed $s: $(grep -E '^final|summary' "$W/seed_${p}_$s.out" | tr '\n' ' ' | cut -c1-260)" | tee -a "$W/seeds.txt"
             done
         done ;;
+    scaling)
+        log "data-parallel scaling (bench/scaling.sh, 1 vs 2 GPUs, synthetic 224x224)"
+        OUTDIR=$W/scaling T 580 bash bench/scaling.sh 2>&1 | tee "$W/scaling.txt" | tee -a "$OUT/summary.txt" ;;
+    dp_equiv)
+        # N=2 (sync_bn) against N=1 with the same global batch on the sample dataset, 50 steps;
+        # the yardstick of "float rounding": N=1 against N=1 with label_smoothing=1e-6.
+        log "data parallel: loss curves, 2 GPUs x 64 (sync_bn=1) vs 1 GPU x 128, 50 steps"
+        [ -d data_sample/train ] || build/mkdata --out data_sample --quiet
+        for m in plain deft; do
+            d=$([ $m = plain ] && echo none || echo all)
+            A="configs/sample_deft.cfg deform=$d steps=50 progress=0 checkpoint= log_every=10 eval_every=0 max_val_batches=1"
+            T 200 build/train $A gpus=1 batch=128 log=$W/eq_${m}_1 > "$W/eq_${m}_1.out" 2>&1
+            T 200 build/train $A gpus=2 batch=64 sync_bn=1 log=$W/eq_${m}_2 > "$W/eq_${m}_2.out" 2>&1
+            T 200 build/train $A gpus=1 batch=128 label_smoothing=1e-6 log=$W/eq_${m}_p > "$W/eq_${m}_p.out" 2>&1
+            for o in 2 p; do
+                paste -d, <(tail -n +2 "$W/eq_${m}_1_steps.csv" | cut -d, -f3) <(tail -n +2 "$W/eq_${m}_${o}_steps.csv" | cut -d, -f3) |
+                awk -F, -v m=$m -v o=$o '{ d = ($1 - $2) / $1; if (d < 0) d = -d; if (d > w) { w = d; s = NR }; if (NR <= 10 && d > w10) w10 = d; n = NR }
+                    END { printf "%s: 1 GPU vs %s: %d steps, largest relative loss difference %.3g (step %d), first 10 steps %.3g\n", m,
+                          (o == 2 ? "2 GPUs sync_bn" : "1 GPU label_smoothing=1e-6"), n, w, s, w10 }' | tee -a "$OUT/summary.txt"
+            done
+        done
+        log "data parallel: bitwise run-to-run on 2 GPUs (deft, deterministic=1, 30 steps)"
+        for k in 1 2; do
+            T 200 build/train configs/synthetic_timing.cfg deform=all deterministic=1 gpus=2 steps=30 progress=0 log=$W/det_$k > "$W/det_$k.out" 2>&1
+        done
+        if cmp -s <(cut -d, -f3 "$W/det_1_steps.csv") <(cut -d, -f3 "$W/det_2_steps.csv"); then echo "identical losses" ; else echo "LOSSES DIFFER"; fi | tee -a "$OUT/summary.txt" ;;
+    dp_run)
+        log "make run on 2 GPUs (sample_deft, gpus=2 batch=64: the global batch of the 1-GPU job), seeds ${DP_SEEDS:-0 1 2}"
+        [ -d data_sample/train ] || build/mkdata --out data_sample --quiet
+        for s in ${DP_SEEDS:-0 1 2}; do
+            T 300 build/train configs/sample_deft.cfg progress=0 gpus=2 batch=64 seed=$s log=$W/run2_$s checkpoint=$W/run2.ckpt > "$W/run2_$s.out" 2>&1
+            echo "2 GPUs seed $s: $(grep -E '^final|^summary' "$W/run2_$s.out" | tr '\n' ' ' | cut -c1-300)" | tee -a "$OUT/summary.txt"
+        done
+        head -4 "$W/run2_0.out"; grep -E "^step .*/|epoch .* done|summary|final|error" "$W/run2_0.out" | tail -8
+        rm -f "$W"/*.ckpt ;;
+    dp_multiproc)
+        log "two processes, one GPU each, rendezvous through a file (the multi-host launch)"
+        rm -f "$W/rdv"
+        A="configs/synthetic_timing.cfg deform=all gpus=1 steps=30 progress=0 deterministic=1"
+        DT_DIST_WORLD=2 DT_DIST_RANK=1 DT_DIST_FILE=$W/rdv CUDA_VISIBLE_DEVICES=1 timeout 200 build/train $A log=$W/mp_1 > "$W/mp_1.out" 2>&1 &
+        DT_DIST_WORLD=2 DT_DIST_RANK=0 DT_DIST_FILE=$W/rdv CUDA_VISIBLE_DEVICES=0 timeout 200 build/train $A log=$W/mp_0 > "$W/mp_0.out" 2>&1
+        wait
+        head -3 "$W/mp_0.out"; grep summary "$W/mp_0.out"
+        if cmp -s <(cut -d, -f3 "$W/mp_0_steps.csv") <(cut -d, -f3 "$W/det_1_steps.csv"); then echo "2 processes: losses identical to the 2-thread run"; else echo "2 processes: losses differ from the 2-thread run"; fi | tee -a "$OUT/summary.txt" ;;
+    dp_fail)
+        log "failures: a killed process, a diverging run"
+        rm -f "$W/rdv2"
+        A="configs/synthetic_timing.cfg deform=all gpus=1 steps=100000 progress=0"
+        DT_DIST_WORLD=2 DT_DIST_RANK=1 DT_DIST_FILE=$W/rdv2 CUDA_VISIBLE_DEVICES=1 build/train $A > "$W/kill_1.out" 2>&1 &
+        victim=$!
+        t0=$(date +%s.%N)
+        (DT_DIST_TIMEOUT=${DP_TIMEOUT:-30} DT_DIST_WORLD=2 DT_DIST_RANK=0 DT_DIST_FILE=$W/rdv2 CUDA_VISIBLE_DEVICES=0 timeout 120 build/train $A > "$W/kill_0.out" 2>&1; echo "rc=$?" > "$W/kill_0.rc") &
+        sleep 25; kill -9 $victim; t1=$(date +%s.%N); wait
+        echo "survivor: $(cat "$W/kill_0.rc"), $(awk -v a=$t1 -v b=$(date +%s.%N) 'BEGIN{printf "%.1f", b-a}') s after the kill: $(tail -2 "$W/kill_0.out" | tr '\n' ' ' | cut -c1-300)" | tee -a "$OUT/summary.txt"
+        T 120 build/train configs/synthetic_timing.cfg gpus=2 steps=40 lr=1e6 weight_decay=1 momentum=0 progress=0 > "$W/nan.out" 2>&1
+        echo "diverging on 2 GPUs: rc=$? $(tail -1 "$W/nan.out")" | tee -a "$OUT/summary.txt" ;;
     esac
 done
 tar czf "$OUT/all.tgz" -C "$W" . && ls -la "$OUT"

@@ -23,6 +23,7 @@
 
 struct dt_dist_group {
     dt_dist_opts o;
+    double timeout_s; /* a wait for the peers longer than this ends the run (DT_DIST_TIMEOUT) */
     int gpus[DT_MAX_GPUS];
     /* abort: the flag is read without the lock by every wait */
     atomic_int aborted;
@@ -163,6 +164,8 @@ dt_dist_group *dt_dist_group_new(const dt_dist_opts *o, dt_err *err) {
     if (o->gpus)
         for (int i = 0; i < o->local; i++) g->gpus[i] = o->gpus[i];
     g->o.gpus = g->gpus;
+    g->timeout_s = (double)dt_env_long("DT_DIST_TIMEOUT", 600);
+    if (g->timeout_s <= 0) g->timeout_s = 600;
     pthread_mutex_init(&g->mu, NULL);
     pthread_cond_init(&g->cv, NULL);
 #ifdef DT_NCCL
@@ -363,7 +366,9 @@ int dt_dist_wait_event(dt_dist *d, void *event) {
 #ifdef DT_NCCL
     if (IS_NCCL(d)) {
         cudaEvent_t ev = (cudaEvent_t)event;
-        for (;;) {
+        struct timespec t0, now;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        for (int polls = 0;; polls++) {
             cudaError_t e = cudaEventQuery(ev);
             if (e == cudaSuccess) return 0;
             if (e != cudaErrorNotReady) DT_CHECK(e);
@@ -372,6 +377,13 @@ int dt_dist_wait_event(dt_dist *d, void *event) {
             if (ae != ncclSuccess && ae != ncclInProgress)
                 dt_dist_abort(d->g, "replica %d: NCCL reported %s (a peer failed or the link broke)", d->rank,
                               ncclGetErrorString(ae));
+            if ((polls & 1023) == 1023) { /* a peer that died without NCCL noticing (another host) */
+                clock_gettime(CLOCK_MONOTONIC, &now);
+                double waited = (double)(now.tv_sec - t0.tv_sec) + 1e-9 * (double)(now.tv_nsec - t0.tv_nsec);
+                if (waited > d->g->timeout_s)
+                    dt_dist_abort(d->g, "replica %d waited %.0f s for the other replicas (DT_DIST_TIMEOUT): one of them "
+                                  "died or hangs", d->rank, waited);
+            }
             if (dt_dist_aborted(d->g)) return abort_own(d);
             struct timespec ts = {0, 20000}; /* 20 us: a step is milliseconds */
             nanosleep(&ts, NULL);

@@ -27,7 +27,9 @@
  * communicator (ncclCommAbort ends its pending collectives, so nothing waits for a peer that
  * left) and returns -1; the trainer then stops that replica. The first reason is kept for the
  * error message. A CUDA error ends the whole process (DT_CHECK), so a replica never outlives
- * its peers' failures either way. */
+ * its peers' failures either way. A peer in another process that dies is noticed by NCCL
+ * (ncclCommGetAsyncError, polled by the waits) or, failing that, by the timeout: a wait
+ * longer than DT_DIST_TIMEOUT seconds (default 600) aborts the run. */
 #ifndef DT_DIST_H
 #define DT_DIST_H
 

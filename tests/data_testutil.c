@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include "dt_file.h"
+#include "dt_synth.h"
 #include "dt_test.h"
 
 const char *dt_test_path(const char *rel) {
@@ -43,4 +44,22 @@ unsigned char *dt_test_read_file(const char *rel, size_t *n) {
     dt_err err;
     if (dt_file_read(dt_test_path(rel), "", (size_t)1 << 30, &b, n, &err)) dt_fatal("%s", err.msg);
     return b.p;
+}
+
+const char *dt_test_shapes(const char *rel, int classes, int train_per_class, int val_per_class, int size) {
+    const char *path = dt_test_path(rel);
+    struct stat st;
+    if (stat(path, &st) == 0) return path;
+    dt_synth_opts o;
+    dt_synth_default_opts(&o);
+    o.out = path;
+    o.classes = classes;
+    o.train_per_class = train_per_class;
+    o.val_per_class = val_per_class;
+    o.width = o.height = size;
+    o.quiet = 1;
+    o.threads = 2;
+    dt_err err;
+    if (dt_synth_write(&o, NULL, &err)) dt_fatal("making the test dataset: %s", err.msg);
+    return path;
 }

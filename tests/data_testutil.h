@@ -14,5 +14,8 @@ void dt_test_write_file(const char *rel, const void *data, size_t n);
 void dt_test_touch(const char *rel);
 /* The whole file (malloc'ed; *n its size). */
 unsigned char *dt_test_read_file(const char *rel, size_t *n);
+/* A sample dataset of drawn shapes in tmpdir/rel (train/ and val/, size x size JPEGs), made on
+ * the first call of a test and reused after; returns its path. */
+const char *dt_test_shapes(const char *rel, int classes, int train_per_class, int val_per_class, int size);
 
 #endif

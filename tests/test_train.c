@@ -11,36 +11,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "data_testutil.h"
 #include "dt_checkpoint.h"
 #include "dt_config.h"
-#include "dt_synth.h"
 #include "dt_test.h"
 #include "dt_timer.h"
 #include "dt_trainer.h"
 #include "train_cli.h"
 
-static char g_data[400];
-
 /* A tiny shapes dataset (2 classes x 8 images, 72x72) that a width-0.25 ResNet-18 can fit
  * in a few dozen CPU steps; made once per test that needs it. */
-static const char *tiny_dataset(void) {
-    snprintf(g_data, sizeof g_data, "%s/shapes", dt_test_tmpdir());
-    struct stat st;
-    if (stat(g_data, &st) == 0) return g_data;
-    dt_synth_opts o;
-    dt_synth_default_opts(&o);
-    o.out = g_data;
-    o.classes = 2;
-    o.train_per_class = 8;
-    o.val_per_class = 4;
-    o.width = o.height = 72;
-    o.quiet = 1;
-    o.threads = 2;
-    dt_synth_report rep;
-    dt_err err;
-    if (dt_synth_write(&o, &rep, &err)) dt_fatal("making the test dataset: %s", err.msg);
-    return g_data;
-}
+static const char *tiny_dataset(void) { return dt_test_shapes("shapes", 2, 8, 4, 72); }
 
 static void tiny_cfg(dt_train_cfg *c) {
     dt_config_defaults(c);
@@ -147,7 +128,7 @@ static char g_ck[400];
 static void resume_with(const char *deform) {
     char o[800], d[700], cfg[512];
     snprintf(o, sizeof o, "resume=%s", g_ck);
-    snprintf(d, sizeof d, "data=%s", g_data);
+    snprintf(d, sizeof d, "data=%s", tiny_dataset());
     snprintf(cfg, sizeof cfg,
              "device = cpu\nimage_size = 64\nwidth = 0.25\nbatch = 8\nsteps = 2\ndeform = %s\nprogress = 0\nquiet = 1\n",
              deform);

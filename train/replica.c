@@ -145,7 +145,7 @@ static int make_loaders(replica *r) {
         o.batch = c->batch;
         o.image_size = c->image_size;
         /* the cores are shared by the replicas' loaders */
-        o.workers = c->workers ? c->workers : (dt_num_cores() + run->world - 1) / run->world;
+        o.workers = c->workers ? c->workers : (dt_num_cores() + run->local - 1) / run->local;
         o.seed = c->seed;
         o.cache = c->cache;
         o.crop_scale_min = c->crop_scale_min;
@@ -231,8 +231,9 @@ static void broadcast_state(replica *r, int with_params) {
 int replica_setup(replica *r) {
     train_run *run = r->run;
     const dt_train_cfg *c = run->c;
-    if (run->dev == DT_GPU) dt_gpu_use(run->gpus[r->rank]);
-    if (run->group && dt_dist_join(run->group, r->rank, &r->dist, &r->err)) return 1;
+    int local = r->rank - run->first_rank;
+    if (run->dev == DT_GPU) dt_gpu_use(run->gpus[local]);
+    if (run->group && dt_dist_join(run->group, local, &r->dist, &r->err)) return 1;
     if (make_loaders(r)) return 1;
     for (int i = 0; i < 2; i++) r->label_host[i] = dt_host_alloc((size_t)c->batch * sizeof(float), 1);
     dt_resnet_cfg mc;

@@ -38,8 +38,9 @@
 typedef struct {
     const dt_train_cfg *c;
     dt_dev dev;
-    int world;                /* replicas */
-    int gpus[DT_MAX_GPUS];    /* [world] their devices (GPU runs) */
+    int world;                /* replicas in the run (all processes) */
+    int local, first_rank;    /* this process's replicas: global ranks first_rank .. + local - 1 */
+    int gpus[DT_MAX_GPUS];    /* [local] their devices (GPU runs) */
     dt_dist_group *group;     /* NULL with one replica */
     dt_dataset train_ds, val_ds;
     int have_data;            /* datasets opened: 0, 1 (train), 2 (both) */
@@ -48,7 +49,7 @@ typedef struct {
     dt_ckpt_pos pos;          /* where training starts (resume) */
     dt_checkpoint ck;         /* the checkpoint resumed from (have_ck) */
     int have_ck;
-    train_output out;         /* replica 0 writes */
+    train_output out;         /* replica 0 writes (the process holding it) */
     dt_train_result *res;     /* replica 0 fills */
     pthread_mutex_t init_mu;  /* model construction draws from process-wide RNGs: one at a time */
 } train_run;
@@ -77,7 +78,7 @@ typedef struct {
 
 typedef struct {
     train_run *run;
-    int rank;                 /* 0 writes the outputs */
+    int rank;                 /* global rank; 0 writes the outputs */
     dt_dist *dist;            /* NULL with one replica */
     dt_resnet model;
     int have_model;

@@ -78,6 +78,33 @@ static int read_resume(train_run *run, dt_err *err) {
     return 0;
 }
 
+/* Several processes (several hosts): each runs build/train with its own gpus= and these
+ * variables, set by a launcher (docs/training.md, "Several GPUs"):
+ *   DT_DIST_WORLD  replicas in the whole run
+ *   DT_DIST_RANK   global rank of this process's first replica
+ *   DT_DIST_FILE   rendezvous file on a filesystem all processes see (NCCL's unique id) */
+static int read_dist_env(train_run *run, dt_err *err) {
+    const char *w = getenv("DT_DIST_WORLD"), *r = getenv("DT_DIST_RANK");
+    run->first_rank = 0;
+    if (!w || !*w) {
+        run->world = run->local;
+        return 0;
+    }
+    char *end;
+    long wv = strtol(w, &end, 10), rv = r && *r ? strtol(r, &end, 10) : -1;
+    if (wv < 1 || wv > 4096) return dt_errf(err, "DT_DIST_WORLD=%s: expected the number of replicas of the run", w);
+    if (rv < 0 || rv + run->local > wv)
+        return dt_errf(err, "DT_DIST_RANK=%s: expected this process's first rank, 0..%ld (DT_DIST_WORLD=%ld, %d local "
+                       "replicas)", r ? r : "(unset)", wv - run->local, wv, run->local);
+    const char *f = getenv("DT_DIST_FILE");
+    if (wv > run->local && (!f || !*f))
+        return dt_errf(err, "DT_DIST_WORLD=%ld with %d replicas here: set DT_DIST_FILE to a rendezvous file every process "
+                       "sees", wv, run->local);
+    run->world = (int)wv;
+    run->first_rank = (int)rv;
+    return 0;
+}
+
 typedef struct {
     replica r;
     pthread_t th;
@@ -93,16 +120,17 @@ static void *replica_thread(void *arg) {
 
 /* Runs the replicas; returns the run's status with err set from the root failure. */
 static int run_replicas(train_run *run, dt_err *err) {
-    replica_slot *slots = dt_xcalloc(run->world, sizeof *slots);
-    for (int i = 0; i < run->world; i++) {
+    int n = run->local;
+    replica_slot *slots = dt_xcalloc(n, sizeof *slots);
+    for (int i = 0; i < n; i++) {
         slots[i].r.run = run;
-        slots[i].r.rank = i;
+        slots[i].r.rank = run->first_rank + i;
     }
     int rc = 0;
-    if (run->world == 1) {
+    if (n == 1 && !run->group) {
         replica_thread(&slots[0]);
     } else {
-        for (int i = 0; i < run->world; i++) {
+        for (int i = 0; i < n; i++) {
             int e = pthread_create(&slots[i].th, NULL, replica_thread, &slots[i]);
             if (e) {
                 dt_dist_abort(run->group, "cannot start the thread of replica %d: %s", i, strerror(e));
@@ -110,16 +138,16 @@ static int run_replicas(train_run *run, dt_err *err) {
             }
             slots[i].started = 1;
         }
-        for (int i = 0; i < run->world; i++)
+        for (int i = 0; i < n; i++)
             if (slots[i].started) pthread_join(slots[i].th, NULL);
     }
-    for (int i = 0; i < run->world; i++)
+    for (int i = 0; i < n; i++)
         if (slots[i].rc > rc) rc = slots[i].rc;
     if (run->group && dt_dist_aborted(run->group)) {
         if (!rc) rc = 1;
         dt_errf(err, "%s", dt_dist_abort_reason(run->group));
     } else if (rc) {
-        for (int i = 0; i < run->world; i++)
+        for (int i = 0; i < n; i++)
             if (slots[i].rc) {
                 *err = slots[i].r.err;
                 break;
@@ -135,11 +163,11 @@ static int init_gpus(train_run *run, dt_err *err) {
     if (!dt_built_with_cuda()) return dt_errf(err, "device=cuda but deftc was built with CUDA=0; use device=cpu");
     int n = dt_gpu_count();
     if (n == 0) return dt_errf(err, "device=cuda but no CUDA GPU is visible; use device=cpu");
-    for (int i = 0; i < run->world; i++)
+    for (int i = 0; i < run->local; i++)
         if (run->gpus[i] >= n)
             return dt_errf(err, "gpus=%s asks for GPU %d, but %d GPU%s visible (ids 0..%d)", run->c->gpus, run->gpus[i], n,
                            n == 1 ? " is" : "s are", n - 1);
-    for (int i = run->world - 1; i >= 0; i--) dt_gpu_use(run->gpus[i]); /* ends on replica 0's */
+    for (int i = run->local - 1; i >= 0; i--) dt_gpu_use(run->gpus[i]); /* ends on the first replica's */
     return 0;
 }
 
@@ -152,8 +180,8 @@ int dt_train_run(const dt_train_cfg *c, dt_train_result *res, dt_err *err) {
     run.c = c;
     run.res = res;
     run.dev = strcmp(c->device, "cuda") ? DT_CPU : DT_GPU;
-    run.world = dt_config_gpus(c, run.gpus, err);
-    if (run.world < 0) return 2;
+    run.local = dt_config_gpus(c, run.gpus, err);
+    if (run.local < 0 || read_dist_env(&run, err)) return 2;
     if (run.world > 1 && !dt_dist_available(run.dev))
         return dt_errf(err, "gpus=%s: deftc was built without NCCL, so it trains on one GPU only; install NCCL (or set "
                        "NCCL_HOME) and rebuild, or use gpus=1", c->gpus), 2;
@@ -168,8 +196,14 @@ int dt_train_run(const dt_train_cfg *c, dt_train_result *res, dt_err *err) {
     int rc = 0;
     /* Everything a run will write is checked before it trains: the log files, and the
      * checkpoint's folder (made if missing, stale temporaries of killed runs removed). */
-    if (train_output_open(&run.out, c, err) || (c->checkpoint[0] && dt_checkpoint_prepare(c->checkpoint, err)) ||
-        open_data(&run, err)) {
+    int writer = run.first_rank == 0; /* the process of replica 0 writes; the others are silent */
+    if (!writer) {
+        run.out.quiet = 1;
+    } else if (train_output_open(&run.out, c, err) || (c->checkpoint[0] && dt_checkpoint_prepare(c->checkpoint, err))) {
+        rc = 1;
+        goto done;
+    }
+    if (open_data(&run, err)) {
         rc = 1;
         goto done;
     }
@@ -192,13 +226,14 @@ int dt_train_run(const dt_train_cfg *c, dt_train_result *res, dt_err *err) {
     run.total_steps = c->steps > 0 ? c->steps : (int64_t)c->epochs * run.steps_per_epoch;
     if (run.world > 1) {
         char list[400] = "";
-        for (int i = 0, o = 0; i < run.world && o < (int)sizeof list; i++)
+        for (int i = 0, o = 0; i < run.local && o < (int)sizeof list; i++)
             o += snprintf(list + o, sizeof list - o, "%s%d", i ? "," : "", run.gpus[i]);
-        train_say(&run.out, "data parallel: %d replicas (%s %s) over %s, global batch %lld = %d x %d, batch norm %s, "
+        train_say(&run.out, "data parallel: %d replicas (%s %s here%s) over %s, global batch %lld = %d x %d, batch norm %s, "
                   "gradient buckets of %d MiB", run.world, run.dev == DT_GPU ? "GPUs" : "CPU threads", list,
-                  dt_dist_backend(run.dev), (long long)global, c->batch, run.world,
-                  c->sync_bn ? "synchronized (sync_bn=1)" : "per replica", c->bucket_mb);
-        dt_dist_opts o = {.dev = run.dev, .local = run.world, .gpus = run.gpus};
+                  run.world > run.local ? ", the rest in other processes" : "", dt_dist_backend(run.dev), (long long)global,
+                  c->batch, run.world, c->sync_bn ? "synchronized (sync_bn=1)" : "per replica", c->bucket_mb);
+        dt_dist_opts o = {.dev = run.dev, .local = run.local, .gpus = run.gpus, .world = run.world,
+                          .first_rank = run.first_rank, .rendezvous = getenv("DT_DIST_FILE")};
         run.group = dt_dist_group_new(&o, err);
         if (!run.group) {
             rc = 1;
@@ -220,7 +255,7 @@ int dt_train_run(const dt_train_cfg *c, dt_train_result *res, dt_err *err) {
     if (c->synthetic)
         train_say(&run.out, "synthetic data: one random batch on the %s (times pure compute)", dt_dev_name(run.dev));
     rc = run_replicas(&run, err);
-    if (!rc && c->log[0] && train_write_summary(c, res, err)) rc = 1; /* machine-readable, for bench/reproduce.sh */
+    if (!rc && writer && c->log[0] && train_write_summary(c, res, err)) rc = 1; /* machine-readable, for bench/reproduce.sh */
 done:
     if (run.have_ck) dt_checkpoint_free(&run.ck);
     dt_dist_group_free(run.group);
