@@ -9,7 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "batchnorm.h"
 #include "data_testutil.h"
+#include "dt_check.h"
 #include "dt_checkpoint.h"
 #include "dt_config.h"
 #include "dt_dataset.h"
@@ -152,6 +154,49 @@ DT_TEST(dist_loader_shards_make_the_same_global_batches) {
     EXPECT(strstr(err.msg, "5 replicas") != NULL);
     dt_dataset_close(&va);
     dt_dataset_close(&tr);
+}
+
+/* ---- synchronized batch norm ---- */
+
+static void twice(void *ctx, double *sums, int64_t n) {
+    (void)ctx;
+    for (int64_t i = 0; i < n; i++) sums[i] *= 2; /* a second replica with the same batch */
+}
+
+DT_TEST(dist_sync_bn_kernels_equal_bn_over_all_replicas_batches) {
+    /* Replica batch x, and a stand-in peer holding the same x: the statistics and the input
+     * gradient must be those of BN over [x; x] (the first half of it), and dw, db this
+     * replica's own half of [x; x]'s. */
+    const int64_t N = 3, C = 4, P = 10;
+    int64_t n1 = N * C * P;
+    dt_rng *g = dt_test_rng();
+    float *x2 = malloc(2 * n1 * sizeof(float)), *dy2 = malloc(2 * n1 * sizeof(float)), *y2 = malloc(2 * n1 * sizeof(float));
+    float *y = malloc(n1 * sizeof(float)), *dx = malloc(n1 * sizeof(float)), *dx2 = malloc(2 * n1 * sizeof(float));
+    dt_rng_fill_normal(g, x2, n1, 0.5f, 2.0f);
+    dt_rng_fill_normal(g, dy2, n1, 0.0f, 1.0f);
+    memcpy(x2 + n1, x2, n1 * sizeof(float));
+    memcpy(dy2 + n1, dy2, n1 * sizeof(float));
+    float w[4] = {1.0f, 0.5f, -2.0f, 1.5f}, b[4] = {0, 0.1f, 0.2f, 0.3f};
+    float rm[2][4] = {{0}}, rv[2][4] = {{1, 1, 1, 1}, {1, 1, 1, 1}}, mean[2][4], inv[2][4], dw[2][4], db[2][4];
+    dt_bn_sync sync = {twice, NULL, 2};
+    dt_bn_stats_cpu(N, C, P, x2, 1, 1e-5f, 0.1f, rm[0], rv[0], mean[0], inv[0], NULL, &sync);
+    dt_bn_stats_cpu(2 * N, C, P, x2, 1, 1e-5f, 0.1f, rm[1], rv[1], mean[1], inv[1], NULL, NULL);
+    for (int c = 0; c < C; c++) {
+        EXPECT_NEAR(mean[0][c], mean[1][c], 1e-6);
+        EXPECT_NEAR(inv[0][c], inv[1][c], 1e-6 * fabs(inv[1][c]));
+        EXPECT_NEAR(rv[0][c], rv[1][c], 1e-6);
+        EXPECT_NEAR(rm[0][c], rm[1][c], 1e-6);
+    }
+    dt_bn_apply_cpu(N, C, P, x2, mean[0], inv[0], w, b, 1, y);
+    dt_bn_apply_cpu(2 * N, C, P, x2, mean[1], inv[1], w, b, 1, y2);
+    dt_bn_backward_cpu(N, C, P, x2, y, dy2, mean[0], inv[0], w, 1, 1, dx, 0, dw[0], 0, db[0], 0, NULL, &sync);
+    dt_bn_backward_cpu(2 * N, C, P, x2, y2, dy2, mean[1], inv[1], w, 1, 1, dx2, 0, dw[1], 0, db[1], 0, NULL, NULL);
+    EXPECT(dt_expect_close("sync dx", dx, dx2, n1, 1e-5));
+    for (int c = 0; c < C; c++) {
+        EXPECT_NEAR(dw[0][c], dw[1][c] / 2, 1e-5 * (1 + fabs(dw[1][c])));
+        EXPECT_NEAR(db[0][c], db[1][c] / 2, 1e-5 * (1 + fabs(db[1][c])));
+    }
+    free(x2), free(dy2), free(y2), free(y), free(dx), free(dx2);
 }
 
 /* ---- collectives ---- */

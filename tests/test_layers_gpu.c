@@ -53,6 +53,19 @@ typedef struct {
     dt_batchnorm *bn;
     int training, relu;
 } bn_arg;
+/* A stand-in for a second replica holding the same batch: the all-reduce doubles the sums. */
+static void twice_host(void *ctx, double *sums, int64_t n) {
+    (void)ctx;
+    for (int64_t i = 0; i < n; i++) sums[i] *= 2;
+}
+static void twice_device(void *ctx, double *sums, int64_t n) {
+    double *h = malloc((size_t)n * sizeof *h);
+    dt_copy_d2h(h, sums, (size_t)n * sizeof *h);
+    twice_host(ctx, h, n);
+    dt_copy_h2d(sums, h, (size_t)n * sizeof *h);
+    free(h);
+}
+
 static dt_tensor *b_bn(dt_tensor **in, void *a) {
     bn_arg *b = a;
     return dt_batchnorm2d(in[0], b->bn, b->training, b->relu);
@@ -61,12 +74,14 @@ static dt_tensor *b_bn(dt_tensor **in, void *a) {
 DT_GPU_TEST(gpu_parity_batchnorm) {
     int64_t shapes[3][4] = {{4, 3, 5, 7}, {64, 64, 14, 14}, {3, 512, 7, 7}};
     for (int si = 0; si < 3; si++)
-        for (int mode = 0; mode < 4; mode++) {
-            int training = mode < 2, relu = mode & 1;
+        for (int mode = 0; mode < 6; mode++) { /* train, eval, train with sync_bn; each +-relu */
+            int training = mode < 2 || mode >= 4, relu = mode & 1, sync = mode >= 4;
             int64_t C = shapes[si][1];
             dt_batchnorm bc, bg;
             dt_batchnorm_init(&bc, NULL, "bn", C, DT_CPU);
             dt_batchnorm_init(&bg, NULL, "bn", C, DT_GPU);
+            dt_bn_sync sc = {twice_host, NULL, 2}, sg = {twice_device, NULL, 2};
+            if (sync) bc.sync = &sc, bg.sync = &sg;
             dt_tensor *init = dt_test_randn4(4, 1, 1, C, 1.0f);
             dt_tensor_upload(bc.weight, init->data);
             dt_tensor_upload(bc.bias, init->data + C);
@@ -83,8 +98,9 @@ DT_GPU_TEST(gpu_parity_batchnorm) {
             dt_requires_grad(x);
             bn_arg ac = {&bc, training, relu}, ag = {&bg, training, relu};
             char name[96];
-            snprintf(name, sizeof name, "batchnorm %lldx%lldx%lldx%lld %s%s", (long long)shapes[si][0], (long long)C,
-                     (long long)shapes[si][2], (long long)shapes[si][3], training ? "train" : "eval", relu ? "+relu" : "");
+            snprintf(name, sizeof name, "batchnorm %lldx%lldx%lldx%lld %s%s%s", (long long)shapes[si][0], (long long)C,
+                     (long long)shapes[si][2], (long long)shapes[si][3], training ? "train" : "eval", relu ? "+relu" : "",
+                     sync ? "+sync" : "");
             EXPECT(dt_parity(name, b_bn, &ac, &ag, 1, &x, 1e-5f));
             float *rm = dt_tensor_host_copy(bg.running_mean), *rv = dt_tensor_host_copy(bg.running_var);
             EXPECT(dt_expect_close("running_mean", rm, bc.running_mean->data, C, 1e-5));
