@@ -91,11 +91,12 @@ for s in $STEPS; do
             T 200 build/train $A gpus=1 batch=128 log=$W/eq_${m}_1 > "$W/eq_${m}_1.out" 2>&1
             T 200 build/train $A gpus=2 batch=64 sync_bn=1 log=$W/eq_${m}_2 > "$W/eq_${m}_2.out" 2>&1
             T 200 build/train $A gpus=1 batch=128 label_smoothing=1e-6 log=$W/eq_${m}_p > "$W/eq_${m}_p.out" 2>&1
-            for o in 2 p; do
+            T 200 build/train $A gpus=1 batch=128 col_budget_mb=8 log=$W/eq_${m}_s > "$W/eq_${m}_s.out" 2>&1
+            for o in 2 p s; do
                 paste -d, <(tail -n +2 "$W/eq_${m}_1_steps.csv" | cut -d, -f3) <(tail -n +2 "$W/eq_${m}_${o}_steps.csv" | cut -d, -f3) |
                 awk -F, -v m=$m -v o=$o '{ d = ($1 - $2) / $1; if (d < 0) d = -d; if (d > w) { w = d; s = NR }; if (NR <= 10 && d > w10) w10 = d; n = NR }
                     END { printf "%s: 1 GPU vs %s: %d steps, largest relative loss difference %.3g (step %d), first 10 steps %.3g\n", m,
-                          (o == 2 ? "2 GPUs sync_bn" : "1 GPU label_smoothing=1e-6"), n, w, s, w10 }' | tee -a "$OUT/summary.txt"
+                          (o == 2 ? "2 GPUs sync_bn" : o == "p" ? "1 GPU label_smoothing=1e-6" : "1 GPU col_budget_mb=8 (summation order)"), n, w, s, w10 }' | tee -a "$OUT/summary.txt"
             done
         done
         log "data parallel: bitwise run-to-run on 2 GPUs (deft, deterministic=1, 30 steps)"
@@ -106,6 +107,8 @@ for s in $STEPS; do
     dp_run)
         log "make run on 2 GPUs (sample_deft, gpus=2 batch=64: the global batch of the 1-GPU job), seeds ${DP_SEEDS:-0 1 2}"
         [ -d data_sample/train ] || build/mkdata --out data_sample --quiet
+        T 300 build/train configs/sample_deft.cfg progress=0 seed=0 log=$W/run1_0 checkpoint=$W/run1.ckpt > "$W/run1_0.out" 2>&1
+        echo "1 GPU seed 0: $(grep -E '^final|^summary' "$W/run1_0.out" | tr '\n' ' ' | cut -c1-300)" | tee -a "$OUT/summary.txt"
         for s in ${DP_SEEDS:-0 1 2}; do
             T 300 build/train configs/sample_deft.cfg progress=0 gpus=2 batch=64 seed=$s log=$W/run2_$s checkpoint=$W/run2.ckpt > "$W/run2_$s.out" 2>&1
             echo "2 GPUs seed $s: $(grep -E '^final|^summary' "$W/run2_$s.out" | tr '\n' ' ' | cut -c1-300)" | tee -a "$OUT/summary.txt"

@@ -34,8 +34,14 @@ struct dt_dist_group {
     pthread_cond_t cv;
     int arrived;
     uint64_t generation;
+    double aborted_at; /* monotonic seconds */
 #ifdef DT_NCCL
     ncclUniqueId id;
+    /* the watchdog (GPU groups): NCCL errors, stalls, and the communicators' abort */
+    pthread_t watchdog;
+    int watchdog_running;
+    atomic_int stop_watchdog;
+    dt_dist *joined[DT_MAX_GPUS]; /* under mu */
 #endif
 };
 
@@ -43,8 +49,14 @@ struct dt_dist {
     dt_dist_group *g;
     int local, rank, world;
 #ifdef DT_NCCL
+    /* NCCL allows one thread at a time on a communicator: the replica's calls and the
+     * watchdog's take this lock (the watchdog only tries it, so it never waits on a replica
+     * stuck inside NCCL). */
+    pthread_mutex_t mu;
     ncclComm_t comm;
-    int comm_aborted;
+    int comm_aborted;           /* under mu */
+    _Atomic double heartbeat;   /* monotonic seconds of the last sign of progress */
+    atomic_int watching;        /* 0: the replica waits for nothing now (evaluation, a checkpoint) */
     cudaStream_t comm_stream;
     cudaEvent_t ready, exchanged, host_done;
     double *host_dev, *host_pinned; /* (HOST_MAX) */
@@ -73,6 +85,12 @@ const char *dt_dist_backend(dt_dev dev) {
 
 /* ---- abort ---- */
 
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 void dt_dist_abort(dt_dist_group *g, const char *fmt, ...) {
     pthread_mutex_lock(&g->mu);
     if (!atomic_load(&g->aborted)) {
@@ -80,6 +98,7 @@ void dt_dist_abort(dt_dist_group *g, const char *fmt, ...) {
         va_start(ap, fmt);
         vsnprintf(g->reason, sizeof g->reason, fmt, ap);
         va_end(ap);
+        g->aborted_at = now_s();
         atomic_store(&g->aborted, 1);
     }
     pthread_cond_broadcast(&g->cv); /* wakes the barrier */
@@ -137,6 +156,69 @@ static int rendezvous_file(dt_dist_group *g, dt_err *err) {
 }
 #endif
 
+#ifdef DT_NCCL
+/* Aborts d's communicator unless already done; 0 when d's replica is inside an NCCL call now
+ * (the lock is taken only if free: the watchdog must not wait on a stuck replica). */
+static int abort_comm(dt_dist *d, int wait) {
+    if (wait) pthread_mutex_lock(&d->mu);
+    else if (pthread_mutex_trylock(&d->mu) != 0) return 0;
+    if (!d->comm_aborted) ncclCommAbort(d->comm); /* ends its collectives, also those waiting for peers */
+    d->comm_aborted = 1;
+    pthread_mutex_unlock(&d->mu);
+    return 1;
+}
+
+#define GRACE_S 15.0 /* after an abort, how long the replicas get to stop before the process exits */
+
+/* Every 50 ms: a replica whose NCCL reports an error (a peer process died, a link broke) or
+ * that has shown no progress for timeout_s ends the run; once it is ended, every local
+ * communicator is aborted, which releases a replica blocked anywhere behind a collective (in
+ * a wait, or in a copy from the device that queues after it). A replica stuck inside NCCL
+ * itself cannot be released safely: then, after GRACE_S, the process exits with the reason
+ * (checkpoints are written by rename, so nothing is left half-written). */
+static void *watchdog_main(void *arg) {
+    dt_dist_group *g = arg;
+    while (!atomic_load(&g->stop_watchdog)) {
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        double t = now_s();
+        int stuck = 0;
+        char why[400] = "";
+        pthread_mutex_lock(&g->mu);
+        for (int i = 0; i < g->o.local; i++) {
+            dt_dist *d = g->joined[i];
+            if (!d) continue;
+            if (!atomic_load(&g->aborted) && !why[0]) {
+                ncclResult_t ae = ncclSuccess;
+                if (pthread_mutex_trylock(&d->mu) == 0) {
+                    if (!d->comm_aborted) ncclCommGetAsyncError(d->comm, &ae);
+                    pthread_mutex_unlock(&d->mu);
+                }
+                double idle = t - atomic_load(&d->heartbeat);
+                if (ae != ncclSuccess && ae != ncclInProgress)
+                    snprintf(why, sizeof why, "replica %d: NCCL reports %s (a peer process died or a link broke)", d->rank,
+                             ncclGetErrorString(ae));
+                else if (atomic_load(&d->watching) && idle > g->timeout_s)
+                    snprintf(why, sizeof why, "replica %d has waited %.0f s for the other replicas (DT_DIST_TIMEOUT=%.0f): "
+                             "one of them died or hangs", d->rank, idle, g->timeout_s);
+            }
+            if (atomic_load(&g->aborted) && !abort_comm(d, 0)) stuck = 1;
+        }
+        int aborted = atomic_load(&g->aborted);
+        double since = t - g->aborted_at;
+        pthread_mutex_unlock(&g->mu);
+        if (why[0]) dt_dist_abort(g, "%s", why); /* the communicators are aborted on the next round */
+        if (aborted && stuck && since > GRACE_S) {
+            fflush(NULL);
+            fprintf(stderr, "train: error: %s (a replica is stuck inside NCCL %.0f s after the run ended: exiting)\n",
+                    g->reason, since);
+            _exit(1);
+        }
+    }
+    return NULL;
+}
+#endif
+
 dt_dist_group *dt_dist_group_new(const dt_dist_opts *o, dt_err *err) {
     if (o->local < 1 || o->local > DT_MAX_GPUS) {
         dt_errf(err, "data parallel: %d replicas in one process (1 to %d)", o->local, DT_MAX_GPUS);
@@ -182,6 +264,11 @@ dt_dist_group *dt_dist_group_new(const dt_dist_opts *o, dt_err *err) {
             ncclResult_t nr = ncclGetUniqueId(&g->id);
             if (nr != ncclSuccess) r = dt_errf(err, "ncclGetUniqueId failed: %s", ncclGetErrorString(nr));
         }
+        if (!r) {
+            int e = pthread_create(&g->watchdog, NULL, watchdog_main, g);
+            if (e) r = dt_errf(err, "data parallel: cannot start the watchdog thread: %s", strerror(e));
+            g->watchdog_running = !e;
+        }
         if (r) {
             dt_dist_group_free(g);
             return NULL;
@@ -193,6 +280,12 @@ dt_dist_group *dt_dist_group_new(const dt_dist_opts *o, dt_err *err) {
 
 void dt_dist_group_free(dt_dist_group *g) {
     if (!g) return;
+#ifdef DT_NCCL
+    if (g->watchdog_running) {
+        atomic_store(&g->stop_watchdog, 1);
+        pthread_join(g->watchdog, NULL);
+    }
+#endif
     pthread_mutex_destroy(&g->mu);
     pthread_cond_destroy(&g->cv);
     free(g);
@@ -212,12 +305,28 @@ int dt_dist_join(dt_dist_group *g, int local_index, dt_dist **out, dt_err *err) 
     d->world = g->o.world;
 #ifdef DT_NCCL
     if (g->o.dev == DT_GPU) {
+        pthread_mutex_init(&d->mu, NULL);
+        atomic_store(&d->heartbeat, now_s());
+        atomic_store(&d->watching, 1);
+        /* the init is collective: a peer that never comes is caught by the watchdog's timeout,
+         * after which the process exits (this call cannot be interrupted) */
+        pthread_mutex_lock(&g->mu);
+        g->joined[local_index] = d;
+        pthread_mutex_unlock(&g->mu);
+        pthread_mutex_lock(&d->mu);
         ncclResult_t r = ncclCommInitRank(&d->comm, d->world, g->id, d->rank);
+        if (r != ncclSuccess) d->comm_aborted = 1; /* nothing to abort or destroy */
+        pthread_mutex_unlock(&d->mu);
         if (r != ncclSuccess) {
+            pthread_mutex_lock(&g->mu);
+            g->joined[local_index] = NULL;
+            pthread_mutex_unlock(&g->mu);
+            pthread_mutex_destroy(&d->mu);
             free(d);
             return dt_errf(err, "replica %d (GPU %d): ncclCommInitRank failed: %s", local_index, g->gpus[local_index],
                            ncclGetErrorString(r));
         }
+        atomic_store(&d->heartbeat, now_s());
         DT_CHECK(cudaStreamCreateWithFlags(&d->comm_stream, cudaStreamNonBlocking));
         DT_CHECK(cudaEventCreateWithFlags(&d->ready, cudaEventDisableTiming));
         DT_CHECK(cudaEventCreateWithFlags(&d->exchanged, cudaEventDisableTiming));
@@ -234,11 +343,16 @@ void dt_dist_leave(dt_dist *d) {
     if (!d) return;
 #ifdef DT_NCCL
     if (d->g->o.dev == DT_GPU) {
+        dt_dist_group *g = d->g;
+        pthread_mutex_lock(&g->mu);
+        g->joined[d->local] = NULL; /* out of the watchdog's sight */
+        pthread_mutex_unlock(&g->mu);
         if (!d->comm_aborted) {
             /* A replica leaving normally has no collective pending (its last wait saw to that). */
             DT_CHECK(cudaStreamSynchronize(d->comm_stream));
             ncclCommDestroy(d->comm);
         }
+        pthread_mutex_destroy(&d->mu);
         cudaStreamDestroy(d->comm_stream);
         cudaEventDestroy(d->ready);
         cudaEventDestroy(d->exchanged);
@@ -294,12 +408,20 @@ static int barrier(dt_dist_group *g) {
 
 #ifdef DT_NCCL
 #define IS_NCCL(d) ((d)->g->o.dev == DT_GPU)
+/* One NCCL call on d's communicator, under its lock; nothing once the communicator is aborted
+ * (the run is ending: the replica stops at its next wait). */
+#define NCCL_CALL(d, call)                                \
+    do {                                                  \
+        pthread_mutex_lock(&(d)->mu);                     \
+        if (!(d)->comm_aborted) NCCL_CHECK(call);         \
+        pthread_mutex_unlock(&(d)->mu);                   \
+    } while (0)
 #endif
 
 void dt_dist_allreduce_f32(dt_dist *d, float *buf, int64_t n, int average) {
 #ifdef DT_NCCL
     if (IS_NCCL(d)) {
-        NCCL_CHECK(ncclAllReduce(buf, buf, (size_t)n, ncclFloat32, average ? ncclAvg : ncclSum, d->comm, dt_stream()));
+        NCCL_CALL(d, ncclAllReduce(buf, buf, (size_t)n, ncclFloat32, average ? ncclAvg : ncclSum, d->comm, dt_stream()));
         return;
     }
 #endif
@@ -309,7 +431,7 @@ void dt_dist_allreduce_f32(dt_dist *d, float *buf, int64_t n, int average) {
 void dt_dist_allreduce_f64(dt_dist *d, double *buf, int64_t n) {
 #ifdef DT_NCCL
     if (IS_NCCL(d)) {
-        NCCL_CHECK(ncclAllReduce(buf, buf, (size_t)n, ncclFloat64, ncclSum, d->comm, dt_stream()));
+        NCCL_CALL(d, ncclAllReduce(buf, buf, (size_t)n, ncclFloat64, ncclSum, d->comm, dt_stream()));
         return;
     }
 #endif
@@ -319,7 +441,7 @@ void dt_dist_allreduce_f64(dt_dist *d, double *buf, int64_t n) {
 void dt_dist_broadcast_f32(dt_dist *d, float *buf, int64_t n, int root) {
 #ifdef DT_NCCL
     if (IS_NCCL(d)) {
-        NCCL_CHECK(ncclBroadcast(buf, buf, (size_t)n, ncclFloat32, root, d->comm, dt_stream()));
+        NCCL_CALL(d, ncclBroadcast(buf, buf, (size_t)n, ncclFloat32, root, d->comm, dt_stream()));
         return;
     }
 #endif
@@ -335,7 +457,7 @@ void dt_dist_allreduce_f32_async(dt_dist *d, float *buf, int64_t n, int average)
     if (IS_NCCL(d)) {
         DT_CHECK(cudaEventRecord(d->ready, dt_stream()));
         DT_CHECK(cudaStreamWaitEvent(d->comm_stream, d->ready, 0));
-        NCCL_CHECK(ncclAllReduce(buf, buf, (size_t)n, ncclFloat32, average ? ncclAvg : ncclSum, d->comm, d->comm_stream));
+        NCCL_CALL(d, ncclAllReduce(buf, buf, (size_t)n, ncclFloat32, average ? ncclAvg : ncclSum, d->comm, d->comm_stream));
         return;
     }
 #endif
@@ -353,38 +475,21 @@ void dt_dist_wait_async(dt_dist *d) {
     (void)d;
 }
 
-#ifdef DT_NCCL
-/* This replica's side of an abort: ncclCommAbort ends its collectives that wait for peers. */
-static int abort_own(dt_dist *d) {
-    if (!d->comm_aborted) ncclCommAbort(d->comm);
-    d->comm_aborted = 1;
-    return -1;
-}
-#endif
-
 int dt_dist_wait_event(dt_dist *d, void *event) {
 #ifdef DT_NCCL
     if (IS_NCCL(d)) {
         cudaEvent_t ev = (cudaEvent_t)event;
-        struct timespec t0, now;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
-        for (int polls = 0;; polls++) {
+        for (;;) {
             cudaError_t e = cudaEventQuery(ev);
-            if (e == cudaSuccess) return 0;
-            if (e != cudaErrorNotReady) DT_CHECK(e);
-            ncclResult_t ae = ncclSuccess;
-            ncclCommGetAsyncError(d->comm, &ae);
-            if (ae != ncclSuccess && ae != ncclInProgress)
-                dt_dist_abort(d->g, "replica %d: NCCL reported %s (a peer failed or the link broke)", d->rank,
-                              ncclGetErrorString(ae));
-            if ((polls & 1023) == 1023) { /* a peer that died without NCCL noticing (another host) */
-                clock_gettime(CLOCK_MONOTONIC, &now);
-                double waited = (double)(now.tv_sec - t0.tv_sec) + 1e-9 * (double)(now.tv_nsec - t0.tv_nsec);
-                if (waited > d->g->timeout_s)
-                    dt_dist_abort(d->g, "replica %d waited %.0f s for the other replicas (DT_DIST_TIMEOUT): one of them "
-                                  "died or hangs", d->rank, waited);
+            if (e == cudaSuccess) {
+                atomic_store(&d->heartbeat, now_s());
+                return 0;
             }
-            if (dt_dist_aborted(d->g)) return abort_own(d);
+            if (e != cudaErrorNotReady) DT_CHECK(e);
+            if (dt_dist_aborted(d->g)) { /* NCCL errors and stalls are the watchdog's to notice */
+                abort_comm(d, 1);
+                return -1;
+            }
             struct timespec ts = {0, 20000}; /* 20 us: a step is milliseconds */
             nanosleep(&ts, NULL);
         }
@@ -394,15 +499,26 @@ int dt_dist_wait_event(dt_dist *d, void *event) {
     return dt_dist_aborted(d->g) ? -1 : 0;
 }
 
+void dt_dist_watch(dt_dist *d, int on) {
+#ifdef DT_NCCL
+    if (IS_NCCL(d)) {
+        atomic_store(&d->heartbeat, now_s());
+        atomic_store(&d->watching, on);
+    }
+#endif
+    (void)d;
+    (void)on;
+}
+
 int dt_dist_allreduce_host(dt_dist *d, double *v, int n) {
     if (n > HOST_MAX) dt_fatal("dt_dist_allreduce_host: %d values (at most %d)", n, HOST_MAX);
 #ifdef DT_NCCL
     if (IS_NCCL(d)) {
-        if (dt_dist_aborted(d->g)) return abort_own(d);
+        if (dt_dist_aborted(d->g)) return abort_comm(d, 1), -1;
         memcpy(d->host_pinned, v, (size_t)n * sizeof(double));
         DT_CHECK(cudaMemcpyAsync(d->host_dev, d->host_pinned, (size_t)n * sizeof(double), cudaMemcpyHostToDevice,
                                  dt_stream()));
-        NCCL_CHECK(ncclAllReduce(d->host_dev, d->host_dev, (size_t)n, ncclFloat64, ncclSum, d->comm, dt_stream()));
+        NCCL_CALL(d, ncclAllReduce(d->host_dev, d->host_dev, (size_t)n, ncclFloat64, ncclSum, d->comm, dt_stream()));
         DT_CHECK(cudaMemcpyAsync(d->host_pinned, d->host_dev, (size_t)n * sizeof(double), cudaMemcpyDeviceToHost,
                                  dt_stream()));
         DT_CHECK(cudaEventRecord(d->host_done, dt_stream()));

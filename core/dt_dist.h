@@ -23,13 +23,14 @@
  * (atomically, by rename) and the others poll for it (docs/training.md, "Several GPUs").
  *
  * Failure: a replica that fails calls dt_dist_abort with the reason. Every wait of the others
- * (dt_dist_wait_event, the barriers, dt_dist_allreduce_host) notices it, aborts its own
- * communicator (ncclCommAbort ends its pending collectives, so nothing waits for a peer that
- * left) and returns -1; the trainer then stops that replica. The first reason is kept for the
- * error message. A CUDA error ends the whole process (DT_CHECK), so a replica never outlives
- * its peers' failures either way. A peer in another process that dies is noticed by NCCL
- * (ncclCommGetAsyncError, polled by the waits) or, failing that, by the timeout: a wait
- * longer than DT_DIST_TIMEOUT seconds (default 600) aborts the run. */
+ * (dt_dist_wait_event, the barriers, dt_dist_allreduce_host) notices it and returns -1; the
+ * trainer then stops that replica. The first reason is kept for the error message. A CUDA
+ * error ends the whole process (DT_CHECK). On GPUs a watchdog thread per process also ends the
+ * run when NCCL reports an error (ncclCommGetAsyncError: a peer process died) or a replica
+ * has waited longer than DT_DIST_TIMEOUT seconds (default 600) for its peers, and then aborts
+ * every local communicator (ncclCommAbort), which releases a replica blocked behind a
+ * collective wherever it waits; one stuck inside an NCCL call cannot be released, and the
+ * process exits with the reason 15 s later. */
 #ifndef DT_DIST_H
 #define DT_DIST_H
 
@@ -86,6 +87,10 @@ int dt_dist_allreduce_host(dt_dist *d, double *v, int n);
 /* Waits for a cudaEvent_t (passed as void *) recorded on the replica's device, watching for an
  * abort meanwhile (then -1). The CPU has no events: returns 0 at once unless aborted. */
 int dt_dist_wait_event(dt_dist *d, void *event);
+
+/* on = 0: this replica expects no collective for a while (evaluation, writing a checkpoint),
+ * so the watchdog's timeout does not apply to it; on = 1 (the default) restores it. */
+void dt_dist_watch(dt_dist *d, int on);
 
 /* Ends the run on every replica; the first reason (printf-style) is kept. */
 void dt_dist_abort(dt_dist_group *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

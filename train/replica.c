@@ -551,7 +551,10 @@ int replica_end_epoch(replica *r, int64_t epoch, int epoch_done, int64_t batches
     double m[5] = {0, 0, 0, 0, r->train_ld ? (double)dt_loader_epoch_stats(r->train_ld).skipped : 0};
     if (eval) {
         if (r->dist) broadcast_state(r, 0); /* replica 0's BN statistics, as DDP's broadcast_buffers */
-        if (evaluate_shard(r, m, 1)) {
+        if (r->dist) dt_dist_watch(r->dist, 0); /* no collective while evaluating: no stall timeout */
+        int bad = evaluate_shard(r, m, 1);
+        if (r->dist) dt_dist_watch(r->dist, 1);
+        if (bad) {
             if (r->dist) dt_dist_abort(dt_dist_group_of(r->dist), "replica %d: %s", r->rank, r->err.msg);
             return 1;
         }
@@ -585,7 +588,10 @@ int replica_end_epoch(replica *r, int64_t epoch, int epoch_done, int64_t batches
     if (o->failed[0]) return dt_errf(&r->err, "%s", o->failed), 1;
     if (c->checkpoint[0]) {
         dt_ckpt_pos np = {epoch_done ? epoch + 1 : epoch, epoch_done ? 0 : batches_done, r->step};
-        if (save_ckpt(r, &np)) return 1;
+        if (r->dist) dt_dist_watch(r->dist, 0);
+        int bad = save_ckpt(r, &np);
+        if (r->dist) dt_dist_watch(r->dist, 1);
+        if (bad) return 1;
         SAY(r, "checkpoint %s (epoch %lld, batch %lld, step %lld)", c->checkpoint, (long long)np.epoch, (long long)np.batch,
             (long long)np.step);
     }
