@@ -3,7 +3,8 @@
 # benchmarks beside the PyTorch yardstick, the reproduction and the main job. Run from the
 # repository root on the GPU machine:
 #   bash bench/gpu_run.sh [tests] [api] [conv] [deform] [deform2] [resnet] [resnet_mp] [repro] [run] [seeds]
-#                         [scaling] [dp_equiv] [dp_run] [dp_multiproc] [dp_fail]   (the last five: 2 GPUs)
+#                         [scaling] [scaling_sync] [scaling_bf16] [dp_equiv] [dp_run] [dp_multiproc] [dp_fail]
+#                         (the last seven: 2 GPUs)
 # Logs go to $OUT (default /tmp/deftc-out) and are packed into $OUT/all.tgz. Uses the
 # binaries in build/ when they run there, else rebuilds with the local nvcc.
 set -uo pipefail
@@ -80,6 +81,12 @@ for s in $STEPS; do
     scaling)
         log "data-parallel scaling (bench/scaling.sh, 1 vs 2 GPUs, synthetic 224x224)"
         OUTDIR=$W/scaling T 580 bash bench/scaling.sh 2>&1 | tee "$W/scaling.txt" | tee -a "$OUT/summary.txt" ;;
+    scaling_sync)
+        log "data-parallel scaling with sync_bn=1"
+        OUTDIR=$W/scaling ARGS="sync_bn=1" T 580 bash bench/scaling.sh 2>&1 | tee "$W/scaling_sync.txt" | tee -a "$OUT/summary.txt" ;;
+    scaling_bf16)
+        log "data-parallel scaling in bf16"
+        OUTDIR=$W/scaling ARGS="precision=bf16" T 580 bash bench/scaling.sh 2>&1 | tee "$W/scaling_bf16.txt" | tee -a "$OUT/summary.txt" ;;
     dp_equiv)
         # N=2 (sync_bn) against N=1 with the same global batch on the sample dataset, 50 steps;
         # the yardstick of "float rounding": N=1 against N=1 with label_smoothing=1e-6.

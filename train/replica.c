@@ -55,18 +55,14 @@ static void mark(step_marks *m, int i) {
     m->host[i] = dt_now_ms();
 }
 
+#ifdef DT_CUDA
 /* Waits for an event; with peers, watching for the run's abort (then -1). */
 static int wait_event(replica *r, step_marks *m, int i) {
-#ifdef DT_CUDA
     if (r->dist) return dt_dist_wait_event(r->dist, m->ev[i]);
     DT_CHECK(cudaEventSynchronize(m->ev[i]));
-#else
-    (void)m;
-    (void)i;
-    if (r->dist) return dt_dist_wait_event(r->dist, NULL);
-#endif
     return 0;
 }
+#endif
 
 /* Waits for the step and returns its phase times t[0..2] and its period t[3]: from its start
  * to the start of the next step (`next`, already recorded), which includes any time the

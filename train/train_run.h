@@ -102,15 +102,15 @@ typedef struct {
 } replica;
 
 /* The model the configuration describes (its deformable layers' knobs included). */
-void train_model_cfg(const dt_train_cfg *c, int classes, dt_resnet_cfg *mc);
+DT_INTERNAL void train_model_cfg(const dt_train_cfg *c, int classes, dt_resnet_cfg *mc);
 
 /* The stages (replica.c). Each returns 0, or 1 with r->err set. */
-int replica_setup(replica *r);
-int replica_enqueue_step(replica *r, step_pending *p, int64_t epoch, int *epoch_over);
-int replica_finish_step(replica *r, step_pending *p, step_pending *next);
-int replica_end_epoch(replica *r, int64_t epoch, int epoch_done, int64_t batches_done);
-void replica_teardown(replica *r);
+DT_INTERNAL int replica_setup(replica *r);
+DT_INTERNAL int replica_enqueue_step(replica *r, step_pending *p, int64_t epoch, int *epoch_over);
+DT_INTERNAL int replica_finish_step(replica *r, step_pending *p, step_pending *next);
+DT_INTERNAL int replica_end_epoch(replica *r, int64_t epoch, int epoch_done, int64_t batches_done);
+DT_INTERNAL void replica_teardown(replica *r);
 /* The whole loop: setup, the epochs, the summary (replica 0). */
-int replica_main(replica *r);
+DT_INTERNAL int replica_main(replica *r);
 
 #endif
