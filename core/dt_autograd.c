@@ -125,6 +125,21 @@ void dt_tape_reset(void) {
 
 int dt_tape_size(void) { return g_n; }
 
+void dt_tape_release_thread(void) {
+    dt_tape_reset();
+    free(g_tape);
+    g_tape = NULL;
+    g_cap = 0;
+    while (g_chunks) {
+        arena_chunk *next = g_chunks->next;
+        free(g_chunks);
+        g_chunks = next;
+    }
+    g_cur = NULL;
+    g_ready_fn = NULL;
+    g_ready_ctx = NULL;
+}
+
 /* Runs the nodes the gradient reaches, newest first. A node it does not reach belongs to
  * another graph (or a branch that does not lead to this output): it stays on the tape, with
  * its tensors intact, for a later backward. */

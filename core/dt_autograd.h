@@ -80,6 +80,9 @@ float *dt_grad_dst(dt_tensor *t, float *beta);
 int dt_needs_grad(const dt_tensor *t);
 
 void dt_tape_reset(void);
+/* Resets the tape and frees the calling thread's tape memory: a replica's thread calls it
+ * before it ends. */
+void dt_tape_release_thread(void);
 int dt_tape_size(void);
 
 /* Makes t a leaf that wants a gradient (test inputs, parameters). */

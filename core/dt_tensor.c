@@ -26,6 +26,14 @@ void dt_scope_begin(void) {
 
 int dt_scope_depth(void) { return g_depth; }
 
+void dt_scope_release_thread(void) {
+    if (g_depth) dt_fatal("dt_scope_release_thread: %d scopes still open", g_depth);
+    for (int i = 0; i < MAX_SCOPES; i++) {
+        free(g_scopes[i].items);
+        g_scopes[i] = (tensor_list){0};
+    }
+}
+
 static void scope_add(dt_tensor *t) {
     if (!g_depth) return;
     tensor_list *s = &g_scopes[g_depth - 1];

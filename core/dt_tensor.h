@@ -86,6 +86,8 @@ void dt_tensor_set_name(dt_tensor *t, const char *name);
 void dt_scope_begin(void);
 void dt_scope_end(void);
 int dt_scope_depth(void);
+/* Frees the calling thread's (empty) scope lists: a replica's thread calls it before it ends. */
+void dt_scope_release_thread(void);
 
 /* Data movement and filling (any device). */
 void dt_tensor_copy(dt_tensor *dst, const dt_tensor *src); /* same numel, any devices */

@@ -364,7 +364,8 @@ int replica_enqueue_step(replica *r, step_pending *p, int64_t epoch, int *epoch_
     if (r->dist) dt_grad_sync_end(&r->gs);
     mark(&p->m, 2);
     dt_sgd_step(&r->opt, p->lr);
-    mark(&p->m, 3);
+    /* The loss's copy is queued before the last event, so that a finished event means the
+     * copy has landed (a step with no next one is read after that event alone). */
     if (run->dev == DT_GPU) {
 #ifdef DT_CUDA
         DT_CHECK(cudaMemcpyAsync(p->m.loss_host, loss_src, sizeof(float), cudaMemcpyDeviceToHost, dt_stream()));
@@ -372,6 +373,7 @@ int replica_enqueue_step(replica *r, step_pending *p, int64_t epoch, int *epoch_
     } else {
         *p->m.loss_host = *loss_src;
     }
+    mark(&p->m, 3);
     dt_scope_end();
     r->step++;
     return 0;

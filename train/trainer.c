@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "dt_alloc.h"
+#include "dt_autograd.h"
 #include "dt_device.h"
 #include "dt_init.h"
 #include "dt_layers.h"
@@ -115,6 +116,10 @@ static void *replica_thread(void *arg) {
     replica_slot *s = arg;
     s->rc = replica_main(&s->r);
     replica_teardown(&s->r);
+    if (s->started) { /* a thread of its own: its tape and scope lists go with it */
+        dt_tape_release_thread();
+        dt_scope_release_thread();
+    }
     return NULL;
 }
 
@@ -131,12 +136,13 @@ static int run_replicas(train_run *run, dt_err *err) {
         replica_thread(&slots[0]);
     } else {
         for (int i = 0; i < n; i++) {
+            slots[i].started = 1;
             int e = pthread_create(&slots[i].th, NULL, replica_thread, &slots[i]);
             if (e) {
+                slots[i].started = 0;
                 dt_dist_abort(run->group, "cannot start the thread of replica %d: %s", i, strerror(e));
                 break;
             }
-            slots[i].started = 1;
         }
         for (int i = 0; i < n; i++)
             if (slots[i].started) pthread_join(slots[i].th, NULL);
