@@ -379,10 +379,11 @@ int replica_enqueue_step(replica *r, step_pending *p, int64_t epoch, int *epoch_
     return 0;
 }
 
+static int log_step(replica *r, const step_pending *p, float loss, const float tt[4]);
+
 /* Reads back a finished step: loss, times; logs it (replica 0); releases its batch. */
 int replica_finish_step(replica *r, step_pending *p, step_pending *next) {
     train_run *run = r->run;
-    const dt_train_cfg *c = run->c;
     if (!p->active) return 0;
     float tt[4];
     if (marks_read(r, &p->m, next && next->active ? &next->m : NULL, tt)) return aborted_error(r);
@@ -392,7 +393,6 @@ int replica_finish_step(replica *r, step_pending *p, step_pending *next) {
     double step_ms = tt[3];
     float loss = *p->m.loss_host;
     int64_t k = p->step - run->pos.step;
-    int global_n = p->n * run->world;
     dt_train_result *res = run->res;
     if (r->rank == 0) {
         if (k >= 0 && k < r->cap) res->losses[k] = loss;
@@ -409,11 +409,20 @@ int replica_finish_step(replica *r, step_pending *p, step_pending *next) {
         r->t_opt[r->ntimed] = tt[2];
         r->t_wait[r->ntimed++] = p->wait_ms;
     }
+    if (r->rank == 0 && log_step(r, p, loss, tt)) return 1;
     /* The loss is the replicas' average: all of them see the same NaN and stop together. */
     if (!isfinite(loss))
         return dt_errf(&r->err, "the loss is %f at step %lld: training diverged (lower lr?)", loss, (long long)p->step + 1),
                1;
-    if (r->rank != 0) return 0;
+    return 0;
+}
+
+/* Replica 0's record of a step: the steps CSV, a log line every log_every steps, the live line. */
+static int log_step(replica *r, const step_pending *p, float loss, const float tt[4]) {
+    train_run *run = r->run;
+    const dt_train_cfg *c = run->c;
+    double step_ms = tt[3];
+    int global_n = p->n * run->world;
     train_output *o = &run->out;
     if (o->steps_csv)
         fprintf(o->steps_csv, "%lld,%lld,%.6f,%.6g,%.3f,%.3f,%.3f,%.3f,%.3f,%.1f\n", (long long)p->step + 1,
@@ -539,7 +548,7 @@ int replica_end_epoch(replica *r, int64_t epoch, int epoch_done, int64_t batches
     train_run *run = r->run;
     const dt_train_cfg *c = run->c;
     train_output *o = &run->out;
-    double ep_s = (dt_now_ms() - r->run_t0) / 1e3;
+    double ep_s = (dt_now_ms() - r->epoch_t0) / 1e3;
     double v1 = NAN, v5 = NAN, vl = NAN;
     int last = r->step >= run->total_steps;
     /* Evaluate every eval_every epochs, and at the end of the run even mid-epoch (a
@@ -634,8 +643,7 @@ static int train_epochs(replica *r) {
     train_run *run = r->run;
     dt_ckpt_pos pos = run->pos;
     for (int64_t epoch = pos.epoch; r->step < run->stop; epoch++) {
-        r->run_t0 = r->run_t0 ? r->run_t0 : dt_now_ms();
-        double ep_t0 = dt_now_ms();
+        r->epoch_t0 = dt_now_ms();
         r->epoch_loss = 0;
         r->epoch_steps = 0;
         if (r->train_ld) dt_loader_start_epoch(r->train_ld, (int)epoch);
@@ -657,12 +665,8 @@ static int train_epochs(replica *r) {
             if (replica_finish_step(r, &r->pq[r->cur], &r->pq[r->cur ^ 1])) return 1;
         }
         if (replica_finish_step(r, &r->pq[r->cur ^ 1], NULL) || replica_finish_step(r, &r->pq[r->cur], NULL)) return 1;
-        double t0 = r->run_t0;
-        r->run_t0 = ep_t0; /* replica_end_epoch times the epoch from here */
         int epoch_done = b >= run->steps_per_epoch;
-        int rc = replica_end_epoch(r, epoch, epoch_done, b);
-        r->run_t0 = t0;
-        if (rc) return 1;
+        if (replica_end_epoch(r, epoch, epoch_done, b)) return 1;
         if (!epoch_done) break; /* stopped inside the epoch */
     }
     return 0;

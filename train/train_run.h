@@ -97,7 +97,7 @@ typedef struct {
     double *t_step, *t_fwd, *t_bwd, *t_opt, *t_wait; /* [cap] */
     double epoch_loss;
     int64_t epoch_steps;
-    double run_t0;
+    double run_t0, epoch_t0;  /* host ms */
     dt_err err;               /* the first failure of this replica */
 } replica;
 
