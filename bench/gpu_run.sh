@@ -3,8 +3,8 @@
 # benchmarks beside the PyTorch yardstick, the reproduction and the main job. Run from the
 # repository root on the GPU machine:
 #   bash bench/gpu_run.sh [tests] [api] [conv] [deform] [deform2] [resnet] [resnet_mp] [repro] [run] [seeds]
-#                         [scaling] [scaling_sync] [scaling_bf16] [dp_equiv] [dp_run] [dp_multiproc] [dp_fail]
-#                         (the last seven: 2 GPUs)
+#                         [scaling] [scaling_sync] [scaling_bf16] [dp_equiv] [dp_equiv_syn] [dp_run] [dp_multiproc]
+#                         [dp_fail]   (the last eight: 2 GPUs)
 # Logs go to $OUT (default /tmp/deftc-out) and are packed into $OUT/all.tgz. Uses the
 # binaries in build/ when they run there, else rebuilds with the local nvcc.
 set -uo pipefail
@@ -111,6 +111,22 @@ for s in $STEPS; do
             T 200 build/train configs/synthetic_timing.cfg deform=all deterministic=1 gpus=2 steps=30 progress=0 log=$W/det_$k > "$W/det_$k.out" 2>&1
         done
         if cmp -s <(cut -d, -f3 "$W/det_1_steps.csv") <(cut -d, -f3 "$W/det_2_steps.csv"); then echo "identical losses" ; else echo "LOSSES DIFFER"; fi | tee -a "$OUT/summary.txt" ;;
+    dp_equiv_syn)
+        # The same on synthetic 224x224 data (one fixed global batch: a smooth, non-chaotic job)
+        log "data parallel: loss curves on synthetic data, 2 GPUs x 64 (sync_bn=1) vs 1 GPU x 128, 50 steps"
+        for m in plain deft; do
+            d=$([ $m = plain ] && echo none || echo all)
+            A="configs/synthetic_timing.cfg deform=$d steps=50 progress=0 log_every=10 lr=0.05"
+            T 200 build/train $A gpus=1 batch=128 log=$W/sq_${m}_1 > "$W/sq_${m}_1.out" 2>&1
+            T 200 build/train $A gpus=2 batch=64 sync_bn=1 log=$W/sq_${m}_2 > "$W/sq_${m}_2.out" 2>&1
+            T 200 build/train $A gpus=1 batch=128 col_budget_mb=64 log=$W/sq_${m}_s > "$W/sq_${m}_s.out" 2>&1
+            for o in 2 s; do
+                paste -d, <(tail -n +2 "$W/sq_${m}_1_steps.csv" | cut -d, -f3) <(tail -n +2 "$W/sq_${m}_${o}_steps.csv" | cut -d, -f3) |
+                awk -F, -v m=$m -v o=$o '{ d = ($1 - $2) / $1; if (d < 0) d = -d; if (d > w) { w = d; s = NR }; n = NR; last = $1 }
+                    END { printf "%s: 1 GPU vs %s: %d steps, largest relative loss difference %.3g (step %d); loss %.4f at the end\n", m,
+                          (o == 2 ? "2 GPUs sync_bn" : "1 GPU col_budget_mb=64 (summation order)"), n, w, s, last }' | tee -a "$OUT/summary.txt"
+            done
+        done ;;
     dp_run)
         log "make run on 2 GPUs (sample_deft, gpus=2 batch=64: the global batch of the 1-GPU job), seeds ${DP_SEEDS:-0 1 2}"
         [ -d data_sample/train ] || build/mkdata --out data_sample --quiet
