@@ -146,7 +146,13 @@ for s in $STEPS; do
         DT_DIST_WORLD=2 DT_DIST_RANK=0 DT_DIST_FILE=$W/rdv CUDA_VISIBLE_DEVICES=0 timeout 200 build/train $A log=$W/mp_0 > "$W/mp_0.out" 2>&1
         wait
         head -3 "$W/mp_0.out"; grep summary "$W/mp_0.out"
-        if cmp -s <(cut -d, -f3 "$W/mp_0_steps.csv") <(cut -d, -f3 "$W/det_1_steps.csv"); then echo "2 processes: losses identical to the 2-thread run"; else echo "2 processes: losses differ from the 2-thread run"; fi | tee -a "$OUT/summary.txt" ;;
+        if cmp -s <(cut -d, -f3 "$W/mp_0_steps.csv") <(cut -d, -f3 "$W/det_1_steps.csv"); then echo "2 processes: losses identical to the 2-thread run"; else echo "2 processes: losses differ from the 2-thread run"; fi | tee -a "$OUT/summary.txt"
+        log "the same through NCCL's TCP rendezvous (NCCL_COMM_ID=127.0.0.1:29517, no file)"
+        NCCL_COMM_ID=127.0.0.1:29517 DT_DIST_WORLD=2 DT_DIST_RANK=1 CUDA_VISIBLE_DEVICES=1 timeout 200 build/train $A log=$W/mt_1 > "$W/mt_1.out" 2>&1 &
+        NCCL_COMM_ID=127.0.0.1:29517 DT_DIST_WORLD=2 DT_DIST_RANK=0 CUDA_VISIBLE_DEVICES=0 timeout 200 build/train $A log=$W/mt_0 > "$W/mt_0.out" 2>&1
+        wait
+        grep -E "summary|error" "$W/mt_0.out" "$W/mt_1.out" | cut -c1-200
+        if cmp -s <(cut -d, -f3 "$W/mp_0_steps.csv") <(cut -d, -f3 "$W/mt_0_steps.csv"); then echo "TCP rendezvous: losses identical to the file rendezvous run"; else echo "TCP rendezvous: losses DIFFER from the file rendezvous run"; fi | tee -a "$OUT/summary.txt" ;;
     dp_fail)
         log "failures: a killed process, a diverging run"
         rm -f "$W/rdv2"

@@ -253,13 +253,17 @@ dt_dist_group *dt_dist_group_new(const dt_dist_opts *o, dt_err *err) {
 #ifdef DT_NCCL
     if (o->dev == DT_GPU) {
         int r = 0;
-        if (g->o.world > o->local) {
-            if (!o->rendezvous || !o->rendezvous[0]) {
-                dt_errf(err, "data parallel over %d processes needs a rendezvous file", g->o.world / o->local);
-                r = -1;
-            } else {
-                r = rendezvous_file(g, err);
-            }
+        const char *comm_id = getenv("NCCL_COMM_ID");
+        if (g->o.world > o->local && o->rendezvous && o->rendezvous[0]) {
+            r = rendezvous_file(g, err);
+        } else if (g->o.world > o->local && comm_id && comm_id[0]) {
+            /* NCCL's own rendezvous: with NCCL_COMM_ID=host:port every process derives the same
+             * id from the address, and rank 0 serves it from ncclCommInitRank */
+            ncclResult_t nr = ncclGetUniqueId(&g->id);
+            if (nr != ncclSuccess) r = dt_errf(err, "ncclGetUniqueId (NCCL_COMM_ID=%s) failed: %s", comm_id, ncclGetErrorString(nr));
+        } else if (g->o.world > o->local) {
+            r = dt_errf(err, "data parallel over several processes needs a rendezvous: DT_DIST_FILE (a file every process "
+                        "sees) or NCCL_COMM_ID (host:port of rank 0's host)");
         } else {
             ncclResult_t nr = ncclGetUniqueId(&g->id);
             if (nr != ncclSuccess) r = dt_errf(err, "ncclGetUniqueId failed: %s", ncclGetErrorString(nr));

@@ -18,9 +18,11 @@
  * barrier. Deterministic, identical on every replica.
  *
  * Rendezvous (how the communicators find each other): rank 0 makes the NCCL unique id. In one
- * process it is handed over in memory. Across processes (several hosts), set `rendezvous` to a
- * file on a filesystem every process sees: the process holding rank 0 writes the id there
- * (atomically, by rename) and the others poll for it (docs/training.md, "Several GPUs").
+ * process it is handed over in memory. Across processes (several hosts), either set
+ * `rendezvous` to a file on a filesystem every process sees: the process holding rank 0 writes
+ * the id there (atomically, by rename) and the others poll for it; or leave it empty and set
+ * NCCL_COMM_ID=host:port (rank 0's host) in every process: each derives the same id from the
+ * address and rank 0 serves it over TCP (docs/training.md, "Several GPUs").
  *
  * Failure: a replica that fails calls dt_dist_abort with the reason. Every wait of the others
  * (dt_dist_wait_event, the barriers, dt_dist_allreduce_host) notices it and returns -1; the

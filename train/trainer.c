@@ -83,7 +83,8 @@ static int read_resume(train_run *run, dt_err *err) {
  * variables, set by a launcher (docs/training.md, "Several GPUs"):
  *   DT_DIST_WORLD  replicas in the whole run
  *   DT_DIST_RANK   global rank of this process's first replica
- *   DT_DIST_FILE   rendezvous file on a filesystem all processes see (NCCL's unique id) */
+ *   DT_DIST_FILE   rendezvous file on a filesystem all processes see (NCCL's unique id), or
+ *   NCCL_COMM_ID   host:port where rank 0's process serves the rendezvous over TCP */
 static int read_dist_env(train_run *run, dt_err *err) {
     const char *w = getenv("DT_DIST_WORLD"), *r = getenv("DT_DIST_RANK");
     run->first_rank = 0;
@@ -97,10 +98,10 @@ static int read_dist_env(train_run *run, dt_err *err) {
     if (rv < 0 || rv + run->local > wv)
         return dt_errf(err, "DT_DIST_RANK=%s: expected this process's first rank, 0..%ld (DT_DIST_WORLD=%ld, %d local "
                        "replicas)", r ? r : "(unset)", wv - run->local, wv, run->local);
-    const char *f = getenv("DT_DIST_FILE");
-    if (wv > run->local && (!f || !*f))
+    const char *f = getenv("DT_DIST_FILE"), *id = getenv("NCCL_COMM_ID");
+    if (wv > run->local && (!f || !*f) && (!id || !*id))
         return dt_errf(err, "DT_DIST_WORLD=%ld with %d replicas here: set DT_DIST_FILE to a rendezvous file every process "
-                       "sees", wv, run->local);
+                       "sees, or NCCL_COMM_ID=host:port of rank 0's host", wv, run->local);
     run->world = (int)wv;
     run->first_rank = (int)rv;
     return 0;
