@@ -495,6 +495,34 @@ DT_TEST(train_dp_bad_gpus_values_are_clear_errors) {
     }
 }
 
+DT_TEST(train_dp_several_processes_need_a_rendezvous) {
+    /* DT_DIST_* name a multi-process run: without a rendezvous, or on the CPU (one process
+     * only), a clear error before anything trains. */
+    dt_train_cfg c;
+    dp_cfg(&c, 1, 8);
+    dt_train_result r;
+    dt_err err;
+    setenv("DT_DIST_WORLD", "2", 1);
+    setenv("DT_DIST_RANK", "0", 1);
+    unsetenv("DT_DIST_FILE");
+    unsetenv("NCCL_COMM_ID");
+    EXPECT_EQ_INT(dt_train_run(&c, &r, &err), 2);
+    EXPECT_MSG(strstr(err.msg, "DT_DIST_FILE") && strstr(err.msg, "NCCL_COMM_ID"), "message: %s", err.msg);
+    dt_train_result_free(&r);
+    setenv("DT_DIST_RANK", "5", 1);
+    EXPECT_EQ_INT(dt_train_run(&c, &r, &err), 2);
+    EXPECT_MSG(strstr(err.msg, "DT_DIST_RANK=5"), "message: %s", err.msg);
+    dt_train_result_free(&r);
+    setenv("DT_DIST_RANK", "1", 1);
+    setenv("DT_DIST_FILE", dt_test_path("rdv"), 1);
+    int rc = dt_train_run(&c, &r, &err);
+    EXPECT_MSG(rc != 0 && strstr(err.msg, "one process"), "CPU over processes: rc %d, %s", rc, err.msg);
+    dt_train_result_free(&r);
+    unsetenv("DT_DIST_WORLD");
+    unsetenv("DT_DIST_RANK");
+    unsetenv("DT_DIST_FILE");
+}
+
 /* ---- on GPUs (NCCL): needs two ---- */
 
 static int two_gpus(void) {
