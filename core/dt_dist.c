@@ -296,7 +296,6 @@ void dt_dist_group_free(dt_dist_group *g) {
 }
 
 int dt_dist_rank(const dt_dist *d) { return d->rank; }
-int dt_dist_world(const dt_dist *d) { return d->world; }
 dt_dist_group *dt_dist_group_of(dt_dist *d) { return d->g; }
 
 int dt_dist_join(dt_dist_group *g, int local_index, dt_dist **out, dt_err *err) {

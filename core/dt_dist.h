@@ -71,7 +71,6 @@ void dt_dist_group_free(dt_dist_group *g); /* after every replica left */
 int dt_dist_join(dt_dist_group *g, int local_index, dt_dist **d, dt_err *err);
 void dt_dist_leave(dt_dist *d);
 int dt_dist_rank(const dt_dist *d);
-int dt_dist_world(const dt_dist *d);
 dt_dist_group *dt_dist_group_of(dt_dist *d);
 
 /* In-place all-reduce of n values on the replica's device, in stream order. average: the

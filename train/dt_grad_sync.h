@@ -38,6 +38,11 @@ int dt_bucket_plan(const int64_t *numel, int n, int64_t cap_elems, int64_t *offs
                    int64_t *len);
 
 typedef struct {
+    const dt_tensor *p;
+    int index; /* in the model's list */
+} dt_grad_sync_entry;
+
+typedef struct {
     dt_dist *dist;
     dt_params *params;
     dt_tensor *flat;      /* (1 + total) floats on the replica's device */
@@ -48,8 +53,7 @@ typedef struct {
     int *pending;         /* [nb] parameters not yet reported this step */
     int *reported;        /* [n] */
     int next;             /* first bucket not started */
-    const dt_tensor **by_ptr; /* [n] the parameters sorted by address, for the hook's lookup */
-    int *by_ptr_index;    /* [n] */
+    dt_grad_sync_entry *by_ptr; /* [n] the parameters sorted by address, for the hook's lookup */
 } dt_grad_sync;
 
 /* Makes the flat buffer, points every parameter's gradient into it and installs the hook on

@@ -34,20 +34,15 @@ int dt_bucket_plan(const int64_t *numel, int n, int64_t cap_elems, int64_t *offs
     return nb;
 }
 
-static int cmp_ptr(const void *a, const void *b) {
-    const dt_tensor *x = *(const dt_tensor *const *)a, *y = *(const dt_tensor *const *)b;
+static int cmp_param(const void *a, const void *b) {
+    const dt_tensor *x = ((const dt_grad_sync_entry *)a)->p, *y = ((const dt_grad_sync_entry *)b)->p;
     return x < y ? -1 : x > y;
 }
 
 static int param_index(dt_grad_sync *s, const dt_tensor *p) {
-    int lo = 0, hi = s->n - 1;
-    while (lo <= hi) {
-        int mid = (lo + hi) / 2;
-        if (s->by_ptr[mid] == p) return s->by_ptr_index[mid];
-        if (s->by_ptr[mid] < p) lo = mid + 1;
-        else hi = mid - 1;
-    }
-    return -1;
+    dt_grad_sync_entry key = {p, 0};
+    const dt_grad_sync_entry *e = bsearch(&key, s->by_ptr, s->n, sizeof key, cmp_param);
+    return e ? e->index : -1;
 }
 
 /* Starts every complete bucket from the next one on, in order. */
@@ -96,12 +91,8 @@ void dt_grad_sync_init(dt_grad_sync *s, dt_params *ps, dt_dist *d, size_t bucket
         p->grad_valid = 0;
     }
     s->by_ptr = dt_xcalloc(cap, sizeof *s->by_ptr);
-    s->by_ptr_index = dt_xcalloc(cap, sizeof *s->by_ptr_index);
-    for (int i = 0; i < n; i++) s->by_ptr[i] = ps->items[i];
-    qsort(s->by_ptr, n, sizeof *s->by_ptr, cmp_ptr);
-    for (int k = 0; k < n; k++)
-        for (int i = 0; i < n; i++)
-            if (ps->items[i] == s->by_ptr[k]) s->by_ptr_index[k] = i;
+    for (int i = 0; i < n; i++) s->by_ptr[i] = (dt_grad_sync_entry){ps->items[i], i};
+    qsort(s->by_ptr, n, sizeof *s->by_ptr, cmp_param);
     dt_set_grad_ready_hook(on_ready, s);
 }
 
@@ -118,7 +109,6 @@ void dt_grad_sync_free(dt_grad_sync *s) {
     free(s->pending);
     free(s->reported);
     free(s->by_ptr);
-    free(s->by_ptr_index);
     memset(s, 0, sizeof *s);
 }
 

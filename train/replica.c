@@ -214,11 +214,10 @@ static void bn_allreduce(void *ctx, double *sums, int64_t n) { dt_dist_allreduce
 /* Every replica starts from replica 0's weights and buffers (they are equal already when all
  * build the model from the same seed; the broadcast makes it so by construction, as DDP). */
 static void broadcast_state(replica *r, int with_params) {
-    if (with_params)
-        for (int i = 0; i < r->model.params.n; i++)
-            dt_dist_broadcast_f32(r->dist, r->model.params.items[i]->data, r->model.params.items[i]->numel, 0);
-    for (int i = 0; with_params && i < r->model.params.n; i++)
+    for (int i = 0; with_params && i < r->model.params.n; i++) {
+        dt_dist_broadcast_f32(r->dist, r->model.params.items[i]->data, r->model.params.items[i]->numel, 0);
         if (r->opt.bufs[i]) dt_dist_broadcast_f32(r->dist, r->opt.bufs[i]->data, r->opt.bufs[i]->numel, 0);
+    }
     dt_tensor *bufs[64];
     int nb = dt_resnet_buffers(&r->model, bufs, 64);
     for (int i = 0; i < nb; i++) dt_dist_broadcast_f32(r->dist, bufs[i]->data, bufs[i]->numel, 0);

@@ -13,7 +13,6 @@
 #include "dt_alloc.h"
 #include "dt_autograd.h"
 #include "dt_device.h"
-#include "dt_init.h"
 #include "dt_layers.h"
 #include "train_run.h"
 
@@ -197,8 +196,7 @@ int dt_train_run(const dt_train_cfg *c, dt_train_result *res, dt_err *err) {
     dt_set_precision(prec);
     if (run.dev == DT_GPU && init_gpus(&run, err)) return 2;
     dt_conv_set_col_budget((size_t)c->col_budget_mb << 20);
-    dt_set_seed(c->seed);
-    dt_init_reseed();
+    dt_set_seed(c->seed); /* each replica reseeds the RNGs from it before it builds its model */
     pthread_mutex_init(&run.init_mu, NULL);
     int rc = 0;
     /* Everything a run will write is checked before it trains: the log files, and the
