@@ -40,12 +40,12 @@ endif
 
 OPT := $(if $(filter 1,$(DEBUG)),-O0 -g,-O3 -g)
 INCLUDES := -Icore -Ikernels -Ilayers -Idata -Itrain -Itests -I$(STB_INCLUDE)
-WARN := -Wall -Wextra $(if $(filter 1,$(WERROR)),-Werror,)
+WARN := -Wall -Wextra -Wpointer-arith $(if $(filter 1,$(WERROR)),-Werror,)
 # Sanitizers: UB stops the program (a test that trips it fails); ASan reports and stops too.
 SAN_ON := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 SAN_FUZZ := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 SANFLAGS := $(if $(filter 1,$(SAN)),$(SAN_ON),$(if $(filter fuzz,$(SAN)),$(SAN_FUZZ),))
-CFLAGS := -std=gnu11 $(OPT) $(WARN) -fPIC -pthread -MMD -MP $(INCLUDES) $(SANFLAGS)
+CFLAGS := -std=gnu11 $(OPT) $(WARN) -fPIC -fvisibility=hidden -pthread -MMD -MP $(INCLUDES) $(SANFLAGS)
 LDLIBS := -lm -lpthread $(SANFLAGS)
 
 # libjpeg-turbo (optional). Programs and tests link its static library, so they run where it
@@ -73,7 +73,7 @@ ifeq ($(CUDA),1)
   CUDA_LIBDIR := $(CUDA_HOME)/lib64
   CFLAGS += -DDT_CUDA -I$(CUDA_HOME)/include
   NVCCFLAGS := -std=c++17 $(if $(filter 1,$(DEBUG)),-O0 -g -G,-O3 -lineinfo) -arch=$(CUDA_ARCH) \
-               -DDT_CUDA $(INCLUDES) -Xcompiler -fPIC,-Wall,-Wextra -MMD -MP \
+               -DDT_CUDA $(INCLUDES) -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Wextra -MMD -MP \
                $(if $(filter 1,$(WERROR)),-Werror all-warnings,)
   # cudart is linked statically (no runtime version to match on the target machine);
   # cuBLAS and cuRAND come from the toolkit's shared libraries.
@@ -107,7 +107,7 @@ endif
 # Objects depend on the build configuration, so switching CUDA=0/1, the arch or the flags
 # rebuilds what it must instead of linking stale objects.
 CONFIG := $(BUILD)/.config
-$(shell mkdir -p $(BUILD) && echo 'CUDA=$(CUDA) ARCH=$(CUDA_ARCH) DEBUG=$(DEBUG) WERROR=$(WERROR) CC=$(CC) STB=$(STB_INCLUDE) SAN=$(SAN) JPEG=$(JPEG) NCCL=$(NCCL)' > $(CONFIG).new && \
+$(shell mkdir -p $(BUILD) && echo 'CUDA=$(CUDA) ARCH=$(CUDA_ARCH) DEBUG=$(DEBUG) WERROR=$(WERROR) CC=$(CC) STB=$(STB_INCLUDE) SAN=$(SAN) JPEG=$(JPEG) NCCL=$(NCCL) VIS=hidden' > $(CONFIG).new && \
   (cmp -s $(CONFIG).new $(CONFIG) || mv $(CONFIG).new $(CONFIG)); rm -f $(CONFIG).new)
 
 # Library sources: everything in the library folders except programs (*_main.c), and the

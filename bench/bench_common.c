@@ -4,9 +4,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "convert.h"
 #include "dt_alloc.h"
+#include "dt_autograd.h"
 #include "dt_device.h"
+#include "dt_shared_kernels.h"
 #include "dt_init.h"
+#include "dt_ops.h"
+#include "dt_param.h"
 #include "dt_timer.h"
 #include "gemm.h"
 
@@ -116,6 +121,11 @@ int dt_bench_parse(dt_bench_opts *o, int argc, char **argv, dt_err *err) {
                 snprintf(o->modes[o->nmodes++], 32, "%s", t);
         } else return dt_errf(err, "unknown option %s (try --help)", a);
     }
+    dt_precision prec = DT_PREC_FP32;
+    dt_precision_parse(o->precision, &prec); /* checked above */
+    o->dtype = dt_precision_act_dtype(prec);
+    o->layout = dt_precision_layout(prec);
+    o->math = dt_precision_math(prec);
     if (o->torch[0]) load_torch(o, err);
     return 0;
 }
@@ -151,27 +161,68 @@ dt_tensor *dt_bench_randn(int64_t n, int64_t c, int64_t h, int64_t w, float std,
     return t;
 }
 
+/* x (f32 NCHW, caller-owned; freed) in another dtype and layout: a caller-owned copy. */
+static dt_tensor *converted(dt_tensor *x, dt_dtype dtype, dt_layout layout) {
+    if (x->dtype == dtype && x->layout == layout) return x;
+    int g = dt_grad_enabled();
+    dt_set_grad_enabled(0);
+    dt_tensor *y = dt_convert(x, dtype, layout); /* no scope is open: the caller owns it */
+    dt_set_grad_enabled(g);
+    dt_tensor_free(x);
+    return y;
+}
+
+dt_tensor *dt_bench_act(const dt_bench_opts *o, int64_t n, int64_t c, int64_t h, int64_t w, float std, uint64_t seed) {
+    return converted(dt_bench_randn(n, c, h, w, std, seed), o->dtype, o->layout);
+}
+
+void dt_bench_make_work(dt_tensor *w) {
+    dt_tensor *wk = dt_param_make_work(NULL, w);
+    DT_PICK(dt_convert_k, w->dev, DT_F32, DT_NCHW)(1, 1, w->numel, w->data, DT_F32, DT_NCHW, 0.0f, wk->data, DT_BF16,
+                                                  DT_NCHW);
+}
+
+dt_tensor *dt_bench_weight(const dt_bench_opts *o, int64_t cout, int64_t cin, int64_t kh, int64_t kw, float std,
+                           uint64_t seed) {
+    dt_tensor *v = converted(dt_bench_randn(cout, cin, kh, kw, std, seed), DT_F32, o->layout);
+    dt_tensor *w = dt_param_new(NULL, "bench weight", 4, v->shape, v->dev, o->layout, 1);
+    dt_tensor_copy(w, v);
+    dt_tensor_free(v);
+    if (o->dtype == DT_BF16) dt_bench_make_work(w);
+    return w;
+}
+
+dt_tensor *dt_bench_operand(dt_tensor *w) { return w->param && w->param->work ? w->param->work : w; }
+
 typedef struct {
     int64_t M, K, NP;
-    float *A, *B, *C, *D, *E;
+    dt_dtype dtype;
+    dt_math math;
+    void *A, *B, *C, *D;
+    float *E;
 } floor_arg;
 
 static void floor_run(void *p) {
     floor_arg *f = p;
     (void)f;
-    /* forward: C[M, NP] = A[M, K] B[K, NP]; data grad: D[K, NP] = A^T C; weight grad: E[M, K] = C B^T */
+    /* forward: C[M, NP] = A[M, K] B[K, NP]; data grad: D[K, NP] = A^T C; weight grad: E[M, K] = C B^T
+     * (bf16: A, B, C, D bf16, the weight gradient E fp32, as the convs compute them) */
 #ifdef DT_CUDA
-    dt_gemm_cuda(0, 0, f->M, f->NP, f->K, 1.0f, f->A, f->K, f->B, f->NP, 0.0f, f->C, f->NP);
-    dt_gemm_cuda(1, 0, f->K, f->NP, f->M, 1.0f, f->A, f->K, f->C, f->NP, 0.0f, f->D, f->NP);
-    dt_gemm_cuda(0, 1, f->M, f->K, f->NP, 1.0f, f->C, f->NP, f->B, f->NP, 0.0f, f->E, f->K);
+    void (*gemm)(dt_math, int, int, int64_t, int64_t, int64_t, float, const void *, int64_t, const void *, int64_t, float,
+                 void *, dt_dtype, int64_t) = f->dtype == DT_BF16 ? dt_gemm_bf16_cuda : dt_gemm_f32_cuda;
+    gemm(f->math, 0, 0, f->M, f->NP, f->K, 1.0f, f->A, f->K, f->B, f->NP, 0.0f, f->C, f->dtype, f->NP);
+    gemm(f->math, 1, 0, f->K, f->NP, f->M, 1.0f, f->A, f->K, f->C, f->NP, 0.0f, f->D, f->dtype, f->NP);
+    gemm(f->math, 0, 1, f->M, f->K, f->NP, 1.0f, f->C, f->NP, f->B, f->NP, 0.0f, f->E, DT_F32, f->K);
 #endif
 }
 
-double dt_bench_gemm_floor(int64_t M, int64_t K, int64_t NP, int warmup, int reps) {
-    dt_tensor *A = dt_bench_randn(1, 1, M, K, 0.1f, 1), *B = dt_bench_randn(1, 1, K, NP, 1.0f, 2);
-    dt_tensor *C = dt_bench_randn(1, 1, M, NP, 1.0f, 3), *D = dt_bench_randn(1, 1, K, NP, 1.0f, 4);
+double dt_bench_gemm_floor(const dt_bench_opts *o, int64_t M, int64_t K, int64_t NP, int warmup, int reps) {
+    dt_tensor *A = converted(dt_bench_randn(1, 1, M, K, 0.1f, 1), o->dtype, DT_NCHW);
+    dt_tensor *B = converted(dt_bench_randn(1, 1, K, NP, 1.0f, 2), o->dtype, DT_NCHW);
+    dt_tensor *C = converted(dt_bench_randn(1, 1, M, NP, 1.0f, 3), o->dtype, DT_NCHW);
+    dt_tensor *D = converted(dt_bench_randn(1, 1, K, NP, 1.0f, 4), o->dtype, DT_NCHW);
     dt_tensor *E = dt_bench_randn(1, 1, M, K, 1.0f, 5);
-    floor_arg f = {M, K, NP, A->data, B->data, C->data, D->data, E->data};
+    floor_arg f = {M, K, NP, o->dtype, o->math, A->data, B->data, C->data, D->data, E->data};
     double ms = dt_bench_time(floor_run, &f, warmup, reps);
     dt_tensor_free(A); dt_tensor_free(B); dt_tensor_free(C); dt_tensor_free(D); dt_tensor_free(E);
     return ms;

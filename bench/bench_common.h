@@ -25,7 +25,10 @@ typedef struct {
     int batch, reps, warmup, mask;
     int what_conv, what_deform;
     float sigma;
-    char precision[8]; /* fp32 | tf32 | bf16 (dt_device.h) */
+    char precision[8]; /* fp32 | tf32 | bf16 (dt_dtype.h), and what it means for the tensors: */
+    dt_dtype dtype;    /* activations and products: f32 (fp32, tf32) or bf16 */
+    dt_layout layout;  /* NCHW (fp32, tf32) or NHWC (bf16) */
+    dt_math math;      /* f32 products: strict or TF32 */
     int nshapes;
     const dt_bench_shape *shapes[7];
     int nbudgets;
@@ -44,12 +47,26 @@ void dt_bench_conv(const dt_bench_opts *o, FILE *csv);
 void dt_bench_deform(const dt_bench_opts *o, FILE *csv);
 /* The per-step table of the deformable paths (CUDA builds; bench_deform_steps.c). */
 void dt_bench_deform_breakdown(const dt_bench_opts *o, FILE *csv);
-/* GEMM floor: the three full-batch cuBLAS GEMMs of a conv (fwd, data grad, weight grad). */
-double dt_bench_gemm_floor(int64_t M, int64_t K, int64_t NP, int warmup, int reps);
-/* Plain conv2d forward+backward time (median), for ratios. */
+/* GEMM floor: the three full-batch cuBLAS GEMMs of a conv (fwd, data grad, weight grad), in the
+ * precision of o (bf16: bf16 operands, bf16 outputs but the fp32 weight gradient). */
+double dt_bench_gemm_floor(const dt_bench_opts *o, int64_t M, int64_t K, int64_t NP, int warmup, int reps);
+/* Plain conv2d forward+backward time (median), for ratios: x and gy from dt_bench_act, w from
+ * dt_bench_weight, products as o says. */
 #include "conv_geom.h"
-double dt_bench_conv_fb(dt_tensor *x, dt_tensor *w, dt_tensor *gy, dt_conv_geom g, int warmup, int reps);
+double dt_bench_conv_fb(const dt_bench_opts *o, dt_tensor *x, dt_tensor *w, dt_tensor *gy, dt_conv_geom g, int warmup,
+                        int reps);
+/* An f32 NCHW GPU tensor ~ N(0, std), reproducible from seed. */
 dt_tensor *dt_bench_randn(int64_t n, int64_t c, int64_t h, int64_t w, float std, uint64_t seed);
+/* The same values as an activation of o's precision: f32 NCHW, or bf16 NHWC. */
+dt_tensor *dt_bench_act(const dt_bench_opts *o, int64_t n, int64_t c, int64_t h, int64_t w, float std, uint64_t seed);
+/* A conv weight [cout, cin, kh, kw] ~ N(0, std): an fp32 parameter (its gradient buffer lives
+ * between runs) in o's layout; in bf16 with its bf16 working copy, rounded now. */
+dt_tensor *dt_bench_weight(const dt_bench_opts *o, int64_t cout, int64_t cin, int64_t kh, int64_t kw, float std,
+                           uint64_t seed);
+/* The operand a product takes for weight w: its working copy when it has one, else w. */
+dt_tensor *dt_bench_operand(dt_tensor *w);
+/* Gives master w (a parameter) a bf16 working copy rounded from it now (bf16 runs). */
+void dt_bench_make_work(dt_tensor *w);
 
 #ifdef __cplusplus
 }

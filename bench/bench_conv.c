@@ -9,8 +9,9 @@
 #include "dt_layers.h"
 
 typedef struct {
-    dt_tensor *x, *w, *gy;
+    dt_tensor *x, *w, *gy; /* w: the fp32 master (a parameter) */
     dt_conv_geom g;
+    dt_math math;
     int backward;
 } conv_run_arg;
 
@@ -20,25 +21,21 @@ static void conv_run(void *p) {
     if (a->backward) {
         a->x->grad_valid = 0; /* overwrite, like a fresh step */
         a->w->grad_valid = 0;
-        dt_tensor *y = dt_conv2d(a->x, a->w, NULL, a->g);
+        dt_tensor *y = dt_conv2d(a->x, dt_bench_operand(a->w), NULL, a->g, a->math);
         dt_backward_with(y, a->gy);
     } else {
         dt_set_grad_enabled(0);
-        dt_conv2d(a->x, a->w, NULL, a->g);
+        dt_conv2d(a->x, dt_bench_operand(a->w), NULL, a->g, a->math);
         dt_set_grad_enabled(1);
     }
     dt_scope_end();
 }
 
-double dt_bench_conv_fb(dt_tensor *x, dt_tensor *w, dt_tensor *gy, dt_conv_geom g, int warmup, int reps) {
-    int was = w->is_param;
-    w->is_param = 1; /* keep its gradient buffer between runs */
-    dt_requires_grad(w);
-    dt_requires_grad(x);
-    conv_run_arg a = {x, w, gy, g, 1};
-    double ms = dt_bench_time(conv_run, &a, warmup, reps);
-    w->is_param = was;
-    return ms;
+double dt_bench_conv_fb(const dt_bench_opts *o, dt_tensor *x, dt_tensor *w, dt_tensor *gy, dt_conv_geom g, int warmup,
+                        int reps) {
+    dt_requires_grad(x); /* w is a parameter: its gradient buffer lives between runs */
+    conv_run_arg a = {x, w, gy, g, o->math, 1};
+    return dt_bench_time(conv_run, &a, warmup, reps);
 }
 
 void dt_bench_conv(const dt_bench_opts *o, FILE *csv) {
@@ -46,7 +43,9 @@ void dt_bench_conv(const dt_bench_opts *o, FILE *csv) {
     for (int bi = 0; bi < o->nbudgets; bi++) {
         int mb = o->budgets_mb[bi] ? o->budgets_mb[bi] : (int)(default_budget >> 20);
         dt_conv_set_col_budget((size_t)mb << 20);
-        printf("\n## plain conv2d (im2col + cuBLAS SGEMM), column budget %d MiB\n", mb);
+        printf("\n## plain conv2d (im2col + cuBLAS %s), %s %s, column budget %d MiB\n",
+               o->dtype == DT_BF16 ? "bf16 GEMM" : o->math == DT_MATH_TF32 ? "TF32 GEMM" : "SGEMM", dt_dtype_name(o->dtype),
+               dt_layout_name(o->layout), mb);
         printf("%-5s %9s %9s %9s %9s %8s %9s %8s\n", "layer", "fwd ms", "f+b ms", "TFLOP/s", "cuDNN f+b", "/cuDNN",
                "GEMM flr", "/floor");
         double sum_ours = 0, sum_cudnn = 0, sum_floor = 0;
@@ -55,19 +54,18 @@ void dt_bench_conv(const dt_bench_opts *o, FILE *csv) {
             const dt_bench_shape *sh = o->shapes[s];
             int idx = (int)(sh - DT_RESNET18_SHAPES);
             int64_t N = o->batch, Ho = (sh->h - 1) / sh->stride + 1;
-            dt_tensor *x = dt_bench_randn(N, sh->cin, sh->h, sh->h, 1.0f, 10 + s);
-            dt_tensor *w = dt_bench_randn(sh->cout, sh->cin, 3, 3, sqrtf(2.0f / (9 * sh->cin)), 20 + s);
-            dt_tensor *gy = dt_bench_randn(N, sh->cout, Ho, Ho, 1.0f, 30 + s);
+            dt_tensor *x = dt_bench_act(o, N, sh->cin, sh->h, sh->h, 1.0f, 10 + s);
+            /* a parameter: its gradient buffer lives between runs */
+            dt_tensor *w = dt_bench_weight(o, sh->cout, sh->cin, 3, 3, sqrtf(2.0f / (9 * sh->cin)), 20 + s);
+            dt_tensor *gy = dt_bench_act(o, N, sh->cout, Ho, Ho, 1.0f, 30 + s);
             dt_requires_grad(x);
-            dt_requires_grad(w);
-            w->is_param = 1; /* keep its gradient buffer between runs */
-            conv_run_arg a = {x, w, gy, dt_geom(3, sh->stride, 1, 1), 0};
+            conv_run_arg a = {x, w, gy, dt_geom(3, sh->stride, 1, 1), o->math, 0};
             double fwd = dt_bench_time(conv_run, &a, o->warmup, o->reps);
             a.backward = 1;
             double fb = dt_bench_time(conv_run, &a, o->warmup, o->reps);
             int64_t K = sh->cin * 9, NP = N * Ho * Ho;
             double flops = 3.0 * 2.0 * sh->cout * K * NP;
-            double floor_ms = dt_bench_gemm_floor(sh->cout, K, NP, o->warmup, o->reps);
+            double floor_ms = dt_bench_gemm_floor(o, sh->cout, K, NP, o->warmup, o->reps);
             double cud = o->torch_plain_fb[idx];
             printf("%-5s %9.3f %9.3f %9.1f %9.3f %8.2f %9.3f %8.2f\n", sh->name, fwd, fb, flops / fb / 1e9, cud,
                    cud > 0 ? fb / cud : NAN, floor_ms, fb / floor_ms);
@@ -77,7 +75,6 @@ void dt_bench_conv(const dt_bench_opts *o, FILE *csv) {
             sum_ours += sh->count * fb;
             sum_floor += sh->count * floor_ms;
             if (cud > 0) sum_cudnn += sh->count * cud; else have_all = 0;
-            w->is_param = 0;
             dt_tensor_free(x);
             dt_tensor_free(w);
             dt_tensor_free(gy);

@@ -113,6 +113,13 @@ void dt_bench_deform(const dt_bench_opts *o, FILE *csv) {
         }
         nm++;
     }
+    /* the unfused baseline is f32 NCHW (as PyTorch runs it): it has no bf16 (channels-last) run */
+    for (int i = 0; i < nm; i++)
+        if (modes[i].mode == DT_DEFORM_UNFUSED && o->dtype != DT_F32) {
+            fprintf(stderr, "bench: mode %s: the unfused baseline runs f32 NCHW only, not --precision %s (deft runs "
+                            "bf16: --modes deft,...)\n", modes[i].label, o->precision);
+            exit(2);
+        }
     double bw = copy_bandwidth();
     int version = o->mask ? 2 : 1;
     printf("\n## deformable conv (DCNv%d), offsets ~ N(0, %.2f) px, device copy bandwidth %.0f GB/s\n", version, o->sigma,
@@ -129,15 +136,16 @@ void dt_bench_deform(const dt_bench_opts *o, FILE *csv) {
         int64_t OC = (version == 2 ? 27 : 18);
         dt_conv_geom g = dt_geom(3, sh->stride, 1, 1);
         /* floors and our plain conv, measured here */
-        double gemm_main = dt_bench_gemm_floor(sh->cout, CK, N * P, o->warmup, o->reps);
-        double gemm_off = dt_bench_gemm_floor(OC, CK, N * P, o->warmup, o->reps);
-        double col_bytes = (double)CK * N * P * 4;
+        double gemm_main = dt_bench_gemm_floor(o, sh->cout, CK, N * P, o->warmup, o->reps);
+        /* the offset conv computes in fp32 (TF32 / bf16 tensor cores as the precision says) */
+        double gemm_off = dt_bench_gemm_floor(o, OC, CK, N * P, o->warmup, o->reps);
+        double col_bytes = (double)CK * N * P * dt_dtype_size(o->dtype);
         double floor_ms = gemm_main + gemm_off + 4 * col_bytes / bw * 1e3;
-        dt_tensor *x = dt_bench_randn(N, sh->cin, sh->h, sh->h, 1.0f, 100 + si);
-        dt_tensor *gy = dt_bench_randn(N, sh->cout, Ho, Ho, 1.0f, 200 + si);
+        dt_tensor *x = dt_bench_act(o, N, sh->cin, sh->h, sh->h, 1.0f, 100 + si);
+        dt_tensor *gy = dt_bench_act(o, N, sh->cout, Ho, Ho, 1.0f, 200 + si);
         dt_requires_grad(x);
-        dt_tensor *w = dt_bench_randn(sh->cout, sh->cin, 3, 3, sqrtf(2.0f / (9 * sh->cin)), 300 + si);
-        double plain_fb = dt_bench_conv_fb(x, w, gy, g, o->warmup, o->reps);
+        dt_tensor *w = dt_bench_weight(o, sh->cout, sh->cin, 3, 3, sqrtf(2.0f / (9 * sh->cin)), 300 + si);
+        double plain_fb = dt_bench_conv_fb(o, x, w, gy, g, o->warmup, o->reps);
         dt_tensor_free(w);
         double tv = o->torch_dcn_fb[idx], cud = o->torch_plain_fb[idx];
         if (tv < 0 || cud < 0) have_torch = 0;
@@ -149,10 +157,12 @@ void dt_bench_deform(const dt_bench_opts *o, FILE *csv) {
             dt_deform_conv l;
             dt_set_seed(400 + si);
             dt_init_reseed();
-            dt_deform_conv_init(&l, NULL, "bench", sh->cin, sh->cout, g, 1, version, 0, 0.0f, DT_GPU);
+            dt_deform_conv_init(&l, NULL, "bench", sh->cin, sh->cout, g, 1, version, 0, 0.0f, DT_GPU, o->layout);
             dt_init_normal(l.off_weight, 0.0f, o->sigma / sqrtf((float)CK));
             l.mode = modes[mi].mode;
             l.knobs = modes[mi].k;
+            l.math = o->math;
+            if (o->dtype == DT_BF16) dt_bench_make_work(l.weight); /* the operand of a bf16 input */
             run_arg a = {&l, x, gy, 0};
             double fwd = dt_bench_time(layer_run, &a, o->warmup, o->reps);
             a.backward = 1;

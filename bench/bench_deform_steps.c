@@ -1,5 +1,6 @@
 /* The per-step breakdown of build/bench --what deform: every kernel of both deformable paths
- * timed alone on one chunk of the layer's batch (fresh random inputs), scaled to the batch.
+ * timed alone on one chunk of the layer's batch (fresh random inputs), scaled to the batch;
+ * f32 tensors, products strict or TF32 (--precision fp32 or tf32).
  * The deft rows are the pieces of one deft training step; the unfused rows the NCHW
  * three-operator pieces beside them; "col CN/NC" compares the two orientations of the main
  * GEMMs. Then the sums the issue's targets are stated in (forward, backward, offset conv f+b,
@@ -44,9 +45,16 @@ typedef struct {
     int64_t nb, bP, HW;
     const float *x, *w, *woff, *boff, *dy, *off, *mask;
     float *xT, *wT, *om, *col, *dcol, *colcn, *dcolcn, *t, *dxT, *dx, *dom, *D, *dw, *dwoff, *dboff, *offn;
-    void *ws, *ws_det;
+    void *ws;
     dt_deform_index idx;
+    dt_math math; /* the products: strict fp32 or TF32 (--precision) */
 } step_arg;
+
+/* The f32 GEMMs of the steps, with the run's products. */
+static void gemm(const step_arg *a, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+                 const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+    dt_gemm_f32_cuda(a->math, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, DT_F32, ldc);
+}
 
 static void step_run(void *v) {
     step_arg *a = v;
@@ -57,7 +65,7 @@ static void step_run(void *v) {
     case S_OFFCONV: dt_offconv_fwd_cuda(p, nb, a->xT, a->woff, a->boff, a->om, a->ws); break;
     case S_OFFCONV_GEMM:
         dt_im2col_cuda(a->x, nb, C, p->H, p->W, p->g, p->Ho, p->Wo, a->colcn);
-        dt_gemm_cuda(0, 0, OC, bP, KC, 1.0f, a->woff, KC, a->colcn, bP, 0.0f, a->t, bP);
+        gemm(a, 0, 0, OC, bP, KC, 1.0f, a->woff, KC, a->colcn, bP, 0.0f, a->t, bP);
         dt_cnhw_to_nchw_cuda(a->t, nb, OC, P, a->boff, a->offn);
         break;
     case S_SAMPLE: dt_deform_sample_nhwc_cuda(p, nb, a->xT, a->om, a->col); break;
@@ -71,38 +79,38 @@ static void step_run(void *v) {
         break;
     }
     case S_GEMM_FWD_NC:
-        dt_gemm_cuda(0, 1, bP, Cout, KC, 1.0f, a->col, KC, a->wT, KC, 0.0f, a->t, Cout);
+        gemm(a, 0, 1, bP, Cout, KC, 1.0f, a->col, KC, a->wT, KC, 0.0f, a->t, Cout);
         dt_nhwc_to_nchw_cuda(nb, Cout, P, a->t, Cout, NULL, 0.0f, a->dx);
         break;
     case S_IM2COL_NCHW: dt_deform_im2col_cuda(p, nb, a->x, a->off, a->mask, a->colcn); break;
     case S_GEMM_FWD_CN:
-        dt_gemm_cuda(0, 0, Cout, bP, KC, 1.0f, a->w, KC, a->colcn, bP, 0.0f, a->t, bP);
+        gemm(a, 0, 0, Cout, bP, KC, 1.0f, a->w, KC, a->colcn, bP, 0.0f, a->t, bP);
         dt_cnhw_to_nchw_cuda(a->t, nb, Cout, P, NULL, a->dx);
         break;
     case S_DY_NHWC: dt_nchw_to_nhwc_cuda(nb, Cout, P, a->dy, Cout, a->t); break;
-    case S_GEMM_DW_NC: dt_gemm_cuda(1, 0, KC, Cout, bP, 1.0f, a->col, KC, a->t, Cout, 0.0f, a->dw, Cout); break; /* dW^T */
-    case S_GEMM_DCOL_NC: dt_gemm_cuda(0, 0, bP, KC, Cout, 1.0f, a->t, Cout, a->wT, KC, 0.0f, a->dcol, KC); break;
+    case S_GEMM_DW_NC: gemm(a, 1, 0, KC, Cout, bP, 1.0f, a->col, KC, a->t, Cout, 0.0f, a->dw, Cout); break; /* dW^T */
+    case S_GEMM_DCOL_NC: gemm(a, 0, 0, bP, KC, Cout, 1.0f, a->t, Cout, a->wT, KC, 0.0f, a->dcol, KC); break;
     case S_INDEX: dt_deform_index_build_cuda(p, nb, a->om, a->ws, &a->idx); break;
-    case S_GATHER: dt_deform_gather_dx_cuda(p, nb, &a->idx, a->xT, a->dcol, a->dxT, a->D); break;
+    case S_GATHER: dt_deform_gather_dx_cuda(p, nb, &a->idx, a->xT, a->dcol, 0.0f, a->dxT, DT_F32, a->D); break;
     case S_OFFGRADS: dt_deform_offset_grads_cuda(p, nb, a->om, a->D, 1, a->dom); break;
     case S_SCATTER:
         dt_fill_cuda(nb * a->HW * C, 0.0f, a->dxT);
         dt_deform_scatter_dx_cuda(p, nb, a->xT, a->om, a->dcol, 1, a->dxT, a->dom);
         break;
     case S_OFFCONV_DW: dt_offconv_bwd_weight_cuda(p, nb, a->xT, a->dom, 0.0f, a->dwoff, 0.0f, a->dboff, a->ws); break;
-    case S_OFFCONV_DX: dt_offconv_bwd_input_cuda(p, nb, a->dom, a->woff, 1.0f, a->dxT, a->ws); break;
+    case S_OFFCONV_DX: dt_offconv_bwd_input_cuda(p, nb, a->dom, a->woff, NULL, 1.0f, a->dxT, a->ws); break;
     case S_DX_NCHW: dt_nhwc_to_nchw_cuda(nb, C, a->HW, a->dxT, C, NULL, 0.0f, a->dx); break;
     case S_COORD: dt_deform_col2im_coord_cuda(p, nb, a->dcolcn, a->x, a->off, a->mask, a->offn, 0.0f, NULL, 0.0f); break;
     case S_COL2IM: dt_deform_col2im_cuda(p, nb, a->dcolcn, a->off, a->mask, a->dx); break;
-    case S_COL2IM_DET: dt_deform_col2im_det_cuda(p, nb, a->dcolcn, a->off, a->mask, 0.0f, a->dx, a->ws_det); break;
+    case S_COL2IM_DET: dt_deform_col2im_det_cuda(p, nb, a->dcolcn, a->off, a->mask, 0.0f, a->dx); break;
     case S_OFFCONV_BWD_GEMM:
         dt_im2col_cuda(a->x, nb, C, p->H, p->W, p->g, p->Ho, p->Wo, a->colcn);
-        dt_gemm_cuda(0, 1, OC, KC, bP, 1.0f, a->t, bP, a->colcn, bP, 0.0f, a->dwoff, KC);
-        dt_gemm_cuda(1, 0, KC, bP, OC, 1.0f, a->woff, KC, a->t, bP, 0.0f, a->colcn, bP);
+        gemm(a, 0, 1, OC, KC, bP, 1.0f, a->t, bP, a->colcn, bP, 0.0f, a->dwoff, KC);
+        gemm(a, 1, 0, KC, bP, OC, 1.0f, a->woff, KC, a->t, bP, 0.0f, a->colcn, bP);
         dt_col2im_cuda(a->colcn, nb, C, p->H, p->W, p->g, p->Ho, p->Wo, 1.0f, a->dx);
         break;
-    case S_GEMM_DW_CN: dt_gemm_cuda(0, 1, Cout, KC, bP, 1.0f, a->t, bP, a->colcn, bP, 0.0f, a->dw, KC); break;
-    case S_GEMM_DCOL_CN: dt_gemm_cuda(1, 0, KC, bP, Cout, 1.0f, a->w, KC, a->t, bP, 0.0f, a->dcolcn, bP); break;
+    case S_GEMM_DW_CN: gemm(a, 0, 1, Cout, KC, bP, 1.0f, a->t, bP, a->colcn, bP, 0.0f, a->dw, KC); break;
+    case S_GEMM_DCOL_CN: gemm(a, 1, 0, KC, bP, Cout, 1.0f, a->w, KC, a->t, bP, 0.0f, a->dcolcn, bP); break;
     }
 }
 
@@ -111,6 +119,11 @@ static float *gbuf(size_t floats) { return dt_gpu_malloc(floats * sizeof(float) 
 void dt_bench_deform_breakdown(const dt_bench_opts *o, FILE *csv) {
     int version = o->mask ? 2 : 1;
     double bw = 0;
+    if (o->dtype != DT_F32) { /* the steps are the f32 kernels, on f32 buffers */
+        printf("\n## per-step breakdown: f32 kernels only (--precision fp32 or tf32), not run for --precision %s\n",
+               o->precision);
+        return;
+    }
     printf("\n## per-step breakdown, DCNv%d (ms for the whole batch of %d: one chunk timed, scaled by the chunk count)\n",
            version, o->batch);
     printf("%-44s", "step");
@@ -125,7 +138,9 @@ void dt_bench_deform_breakdown(const dt_bench_opts *o, FILE *csv) {
         dt_deform_knobs k = dt_deform_knobs_default();
         const char *bad = dt_deform_plan_init(&a.p, o->batch, sh->cin, sh->h, sh->h, sh->cout, dt_geom(3, sh->stride, 1, 1), 1,
                                               version == 2, DT_DEFORM_DEFT, &k, dt_conv_col_budget());
+        if (!bad) bad = dt_deform_plan_types(&a.p, DT_F32, DT_NCHW, o->math, dt_conv_col_budget());
         if (bad) dt_fatal("bench: %s", bad);
+        a.math = o->math;
         a.pt = a.p;
         a.pt.halo = 1;
         dt_deform_plan *p = &a.p;
@@ -161,7 +176,6 @@ void dt_bench_deform_breakdown(const dt_bench_opts *o, FILE *csv) {
         a.offn = gbuf(a.bP * OC);
         size_t ws = dt_deform_index_ws_bytes_cuda(p, nb), w2 = dt_offconv_ws_bytes_cuda(p, nb);
         a.ws = dt_gpu_malloc(ws > w2 ? ws : w2);
-        a.ws_det = dt_gpu_malloc(dt_deform_det_ws_bytes(p, nb));
         dt_memset_gpu(a.dx, 0, nb * a.HW * (C > Cout ? C : Cout) * sizeof(float));
         /* real inputs for every step: channels-last x and weights, offsets from the offset conv,
          * a real dcol (dY W) in both layouts */
@@ -205,7 +219,6 @@ void dt_bench_deform_breakdown(const dt_bench_opts *o, FILE *csv) {
                          a.dboff, a.offn};
         for (size_t b = 0; b < sizeof bufs / sizeof *bufs; b++) dt_gpu_free(bufs[b]);
         dt_gpu_free(a.ws);
-        dt_gpu_free(a.ws_det);
         dt_tensor_free(x); dt_tensor_free(w); dt_tensor_free(woff); dt_tensor_free(boff); dt_tensor_free(dy);
         dt_tensor_free(off); dt_tensor_free(mask);
     }

@@ -37,13 +37,13 @@ int main(int argc, char **argv) {
         return 1;
     }
     dt_gpu_init(0);
-    dt_precision prec = DT_FP32;
-    dt_precision_parse(o.precision, &prec);
-    dt_set_precision(prec);
+    /* --precision is the tensors' type (dt_bench_opts): fp32 and tf32 f32 NCHW (tf32: products
+     * on TF32 tensor cores), bf16 bf16 NHWC with the weights' bf16 working copies */
     char dev[256];
     dt_device_describe(dev, sizeof dev);
-    printf("# deftc bench: %s, batch %d, precision %s%s, median of %d after %d warm-up\n", dev, o.batch, o.precision,
-           prec == DT_FP32 ? " (no TF32)" : "", o.reps, o.warmup);
+    printf("# deftc bench: %s, batch %d, precision %s (%s %s%s), median of %d after %d warm-up\n", dev, o.batch,
+           o.precision, dt_dtype_name(o.dtype), dt_layout_name(o.layout),
+           o.dtype == DT_F32 && o.math == DT_MATH_FP32 ? ", no TF32" : "", o.reps, o.warmup);
     FILE *csv = NULL;
     if (o.csv[0]) {
         csv = fopen(o.csv, "w");

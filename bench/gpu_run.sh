@@ -3,6 +3,7 @@
 # benchmarks beside the PyTorch yardstick, the reproduction and the main job. Run from the
 # repository root on the GPU machine:
 #   bash bench/gpu_run.sh [tests] [api] [conv] [deform] [deform2] [resnet] [resnet_mp] [repro] [run] [seeds]
+#                         [bf16] [yard_amp] [breakdown]
 #                         [scaling] [scaling_sync] [scaling_bf16] [dp_equiv] [dp_equiv_syn] [dp_run] [dp_multiproc]
 #                         [dp_fail]   (the last eight: 2 GPUs)
 # Logs go to $OUT (default /tmp/deftc-out) and are packed into $OUT/all.tgz. Uses the
@@ -69,6 +70,41 @@ for s in $STEPS; do
             grep -E "^step .*/|epoch .* done|summary|final|error" "$W/$cfg.out" | tail -14
         done
         rm -f "$W"/*.ckpt ;;
+    bf16)
+        # The tensor's dtype and layout (docs/PERF.md section 12): ResNet-18 train step, synthetic
+        # 224x224, plain and all-deformable (deft), fp32 NCHW / bf16 NHWC (and fp32 NHWC), batch 64/256.
+        log "resnet18 step: precision x layout x batch (median ms, peak GiB)"
+        for b in ${RBATCHES:-64 256}; do
+            for m in plain deft; do
+                d=$([ $m = plain ] && echo none || echo all)
+                for pl in fp32:auto bf16:auto ${EXTRA_PL:-}; do
+                    p=${pl%%:*}; l=${pl##*:}
+                    T 200 build/train configs/synthetic_timing.cfg deform=$d batch=$b precision=$p layout=$l steps=${BSTEPS:-40} \
+                        progress=0 log=$W/st_${m}_${p}_${l}_b$b > "$W/st_${m}_${p}_${l}_b$b.out" 2>&1
+                    s=$W/st_${m}_${p}_${l}_b${b}_summary.txt
+                    echo "$m $p $l batch $b: $(awk '/^median_step_ms/{print $2}' $s) ms, peak $(awk '/^peak_mem_gib/{print $2}' $s) GiB $(grep -m1 error "$W/st_${m}_${p}_${l}_b$b.out")" | tee -a "$OUT/summary.txt"
+                done
+            done
+        done ;;
+    yard_amp)
+        log "yardstick resnet18 --amp --channels-last (eager, and the whole step as one CUDA graph)"
+        for b in ${RBATCHES:-64 256}; do
+            T 300 python3 "$YARD" resnet18 --batch $b --amp --channels-last 2>&1 | tee "$W/torch_amp_b$b.txt" | tail -3
+            T 300 python3 "$YARD" resnet18 --batch $b --amp --channels-last --graphs 2>&1 | tee "$W/torch_amp_graphs_b$b.txt" | tail -3
+        done ;;
+    breakdown)
+        # One step's kernels from two ncu runs that differ by one step (bench/kernel_breakdown.py).
+        log "per-kernel breakdown of one bf16 step, batch 64 (ncu)"
+        for m in plain deft; do
+            d=$([ $m = plain ] && echo none || echo all)
+            for s in 2 3; do
+                T 250 ncu --clock-control none --csv --metrics gpu__time_duration.sum --print-units base build/train \
+                    configs/synthetic_timing.cfg deform=$d precision=${BD_PREC:-bf16} batch=64 steps=$s timing_warmup=0 \
+                    log_every=1 progress=0 > "$W/ncu_${m}_$s.csv" 2> "$W/ncu_${m}_$s.err"
+            done
+            python3 bench/kernel_breakdown.py "$W/ncu_${m}_2.csv" "$W/ncu_${m}_3.csv" > "$W/breakdown_$m.txt" 2>&1
+            head -1 "$W/breakdown_$m.txt" | tee -a "$OUT/summary.txt"; sed -n '/by category/,$p' "$W/breakdown_$m.txt" | tee -a "$OUT/summary.txt"
+        done ;;
     seeds)
         log "make run by precision and seed (the all-deformable sample job)"
         [ -d data_sample/train ] || build/mkdata --out data_sample --quiet

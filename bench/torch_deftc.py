@@ -1,14 +1,19 @@
 """The PyTorch drop-in at work: the yardstick's all-deformable ResNet-18
 (shared/bench/torch_reference.py) trained with torchvision's deform_conv2d and with deftc's
 (python/deftc_torch.py) swapped in - the rest (convs, batch norm, SGD) stays PyTorch's -
-train step time side by side, then bitwise reproducibility with deterministic=True.
+train step time side by side, against PyTorch's plain ResNet-18 in the same configuration, then
+bitwise reproducibility with deterministic=True in that configuration.
 
     python3 bench/torch_deftc.py path/to/torch_reference.py [--batches 64 256] [--lib build/libdeftc.so] [--tf32]
-                                 [--amp] [--precision fp32|tf32|bf16]
+                                 [--amp] [--channels-last] [--precision fp32|tf32|bf16]
 
---amp runs both arms under bf16 autocast with channels_last (torchvision's deform_conv2d then
-runs in fp32, having no bf16 kernel); --precision is the deftc arm's (default: bf16 with --amp,
-else fp32)."""
+--amp runs every arm under torch.autocast('cuda', dtype=torch.bfloat16); --channels-last puts
+the model and input in channels_last (the yardstick's two flags). With both - the issue's
+configuration, deftc's all-deformable step <= 2.5x PyTorch's plain bf16 step - deftc's op gets
+bf16 channels_last activations and bf16 channels_last offsets from PyTorch's convs, and the
+channels_last fp32 weights, and uses all of them as they are; torchvision's deform_conv2d runs
+in fp32 under autocast (it has no bf16 kernel). --precision forces the deftc arm's precision
+(default: the drop-in's - bf16 under bf16 autocast, else the tensors' fp32)."""
 import argparse
 import functools
 import importlib.util
@@ -29,11 +34,11 @@ def load_yardstick(path):
     return mod
 
 
-def step_fn(m, batch, seed=0, amp=False):
+def step_fn(m, batch, seed=0, amp=False, channels_last=False):
     g = torch.Generator(device='cpu').manual_seed(seed)
     x = torch.randn(batch, 3, 224, 224, generator=g).cuda()
     y = torch.randint(0, 1000, (batch,), generator=g).cuda()
-    if amp:
+    if channels_last:
         m.to(memory_format=torch.channels_last)
         x = x.to(memory_format=torch.channels_last)
     opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
@@ -54,10 +59,13 @@ def main():
     p.add_argument('--batches', type=int, nargs='+', default=[64, 256])
     p.add_argument('--lib', default=None)
     p.add_argument('--tf32', action='store_true', help="TF32 for PyTorch's convs and matmuls (default: plain fp32)")
-    p.add_argument('--amp', action='store_true', help='bf16 autocast + channels_last for both arms')
-    p.add_argument('--precision', choices=['fp32', 'tf32', 'bf16'], default=None, help="deftc's precision")
+    p.add_argument('--amp', action='store_true', help='bf16 autocast for every arm')
+    p.add_argument('--channels-last', action='store_true', help='channels_last model and input for every arm')
+    p.add_argument('--precision', choices=['fp32', 'tf32', 'bf16'], default=None,
+                   help="deftc's precision (default: the drop-in's own: bf16 under --amp, else fp32)")
     a = p.parse_args()
-    prec = a.precision or ('bf16' if a.amp else 'fp32')
+    prec = a.precision
+    mode = dict(amp=a.amp, channels_last=a.channels_last)
     if a.lib:
         os.environ['DEFTC_LIB'] = os.path.abspath(a.lib)
     import deftc_torch as dtt
@@ -68,8 +76,9 @@ def main():
     torch.backends.cudnn.allow_tf32 = a.tf32
     torch.backends.cuda.matmul.allow_tf32 = a.tf32
     tv_op = tr.deform_conv2d
-    print('# all-deformable ResNet-18 (DCNv1) train step, PyTorch %s%s, deftc precision %s, %s' % (
-        'TF32' if a.tf32 else 'fp32 (no TF32)', ' + bf16 autocast + channels_last' if a.amp else '', prec,
+    print('# all-deformable ResNet-18 (DCNv1) train step, PyTorch %s%s%s, deftc precision %s, %s' % (
+        'TF32' if a.tf32 else 'fp32 (no TF32)', ' + bf16 autocast' if a.amp else '',
+        ' + channels_last' if a.channels_last else '', prec or 'default (%s)' % ('bf16' if a.amp else 'fp32'),
         torch.cuda.get_device_name()))
     for batch in a.batches:
         times = {}
@@ -78,27 +87,30 @@ def main():
             torch.manual_seed(0)
             m = tr.resnet18(True, False)
             torch.cuda.reset_peak_memory_stats()
-            times[label] = tr.bench(step_fn(m, batch, amp=a.amp), 5, 20)
+            times[label] = tr.bench(step_fn(m, batch, **mode), 5, 20)
             peak = torch.cuda.max_memory_allocated() / 2**30
             print('batch %4d %-12s %8.2f ms/step %8.0f img/s  peak %.2f GiB' % (batch, label, times[label],
                                                                                batch / times[label] * 1e3, peak))
             del m
         torch.manual_seed(0)
         m = tr.resnet18(False, False)  # the plain net: what the deformable layers add to
-        plain = tr.bench(step_fn(m, batch, amp=a.amp), 5, 20)
+        plain = tr.bench(step_fn(m, batch, **mode), 5, 20)
         del m
         print('batch %4d plain ResNet-18 %8.2f ms/step (deformable layers add: torchvision %.2f ms, deftc %.2f ms)' % (
             batch, plain, times['torchvision'] - plain, times['deftc'] - plain))
-        print('batch %4d deftc is %.2fx faster than torchvision' % (batch, times['torchvision'] / times['deftc']))
-    # bitwise reproducibility: two fresh runs of 3 steps, deftc deterministic, cuDNN deterministic
+        print('batch %4d deftc is %.2fx faster than torchvision; its step is %.2fx PyTorch\'s plain step%s' % (
+            batch, times['torchvision'] / times['deftc'], times['deftc'] / plain,
+            ' (target with --amp --channels-last: <= 2.5x)' if a.amp and a.channels_last else ''))
+    # bitwise reproducibility: two fresh runs of 3 steps in the measured configuration, deftc
+    # deterministic, cuDNN deterministic
     torch.backends.cudnn.benchmark = False
     torch.backends.cudnn.deterministic = True
-    tr.deform_conv2d = functools.partial(dtt.deform_conv2d, deterministic=True)
+    tr.deform_conv2d = functools.partial(dtt.deform_conv2d, deterministic=True, precision=prec)
     states = []
     for run in range(2):
         torch.manual_seed(0)
         m = tr.resnet18(True, False)
-        step = step_fn(m, 32, seed=1)
+        step = step_fn(m, 32, seed=1, **mode)
         losses = [step().item() for _ in range(3)]
         states.append(([t.detach().clone() for t in m.parameters()], losses))
         del m

@@ -14,12 +14,15 @@
 #ifndef DT_ALLOC_H
 #define DT_ALLOC_H
 
+#include "dt_api.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+DT_PUBLIC_BEGIN
 
 typedef struct {
     size_t in_use;          /* bytes in live blocks (rounded sizes) */
@@ -57,6 +60,7 @@ void dt_copy_d2d(void *dst, const void *src, size_t bytes);
 void dt_copy_h2d_async(void *dst, const void *src, size_t bytes); /* src must be pinned */
 void dt_memset_gpu(void *dst, int byte, size_t bytes);
 
+DT_PUBLIC_END
 #ifdef __cplusplus
 }
 #endif

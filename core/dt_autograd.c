@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "dt_common.h"
+#include "dt_param.h"
 
 /* The tape: nodes and their ctx blocks are carved from a chunked arena that is rewound, not
  * freed, when the tape is reset, so recording costs no malloc in a steady-state step. */
@@ -88,10 +89,13 @@ void dt_node_save(dt_node *n, dt_tensor *t) {
     n->saved[n->n_saved++] = t;
 }
 
-float *dt_grad_dst(dt_tensor *t, float *beta) {
+dt_dtype dt_grad_dtype(const dt_tensor *t) { return t->param ? t->param->t->dtype : t->dtype; }
+
+void *dt_grad_dst(dt_tensor *t, float *beta) {
     if (!t || !t->requires_grad) return NULL;
+    if (t->param) t = t->param->t; /* a working copy's gradient is its master's */
     if (!t->grad) {
-        t->grad = dt_tensor_new_unscoped(t->ndim, t->shape, t->dev);
+        t->grad = dt_tensor_new_unscoped(t->ndim, t->shape, t->dev, t->dtype, t->layout);
         t->grad_valid = 1;
         *beta = 0.0f;
         return t->grad->data;
@@ -102,7 +106,7 @@ float *dt_grad_dst(dt_tensor *t, float *beta) {
 }
 
 static void release_node(dt_node *n) {
-    if (n->out && !n->out->retain && !n->out->is_param) dt_tensor_release(n->out);
+    if (n->out && !n->out->retain && !n->out->param) dt_tensor_release(n->out);
     for (int i = 0; i < n->n_saved; i++) {
         dt_tensor *s = n->saved[i];
         if (!s) continue;
@@ -146,18 +150,18 @@ void dt_tape_release_thread(void) {
 static void count_param_uses(void) {
     for (int i = 0; i < g_n; i++)
         for (int j = 0; j < g_tape[i]->n_in; j++)
-            if (g_tape[i]->in[j] && g_tape[i]->in[j]->is_param) g_tape[i]->in[j]->pending_uses = 0;
+            if (g_tape[i]->in[j] && g_tape[i]->in[j]->param) g_tape[i]->in[j]->param->pending_uses = 0;
     for (int i = 0; i < g_n; i++)
         for (int j = 0; j < g_tape[i]->n_in; j++)
-            if (g_tape[i]->in[j] && g_tape[i]->in[j]->is_param) g_tape[i]->in[j]->pending_uses++;
+            if (g_tape[i]->in[j] && g_tape[i]->in[j]->param) g_tape[i]->in[j]->param->pending_uses++;
 }
 
 /* After node n is done (run or passed over): a parameter none of the remaining nodes reads has
  * its final gradient; the hook hears of it (the data-parallel trainer starts its all-reduce). */
 static void params_done(dt_node *n) {
     for (int j = 0; j < n->n_in; j++) {
-        dt_tensor *p = n->in[j];
-        if (p && p->is_param && --p->pending_uses == 0 && p->grad && p->grad_valid) g_ready_fn(g_ready_ctx, p);
+        dt_param *r = n->in[j] ? n->in[j]->param : NULL; /* the master or its working copy */
+        if (r && --r->pending_uses == 0 && r->t->grad && r->t->grad_valid) g_ready_fn(g_ready_ctx, r->t);
     }
 }
 
@@ -188,6 +192,7 @@ static void run_tape(void) {
 
 void dt_backward_with(dt_tensor *out, const dt_tensor *grad_out) {
     dt_require_same_shape("backward (gradient of the output)", out, grad_out);
+    dt_require_same_type("backward (gradient of the output)", out, grad_out);
     if (!out->requires_grad) dt_fatal("backward: the output does not require a gradient (nothing recorded)");
     if (out->grad) dt_fatal("backward: the output already holds a gradient");
     dt_require_same_device("backward (gradient of the output)", out, grad_out);

@@ -24,6 +24,8 @@
 #ifndef DT_AUTOGRAD_H
 #define DT_AUTOGRAD_H
 
+#include "dt_api.h"
+
 #include <stddef.h>
 
 #include "dt_tensor.h"
@@ -31,6 +33,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+DT_PUBLIC_BEGIN
 
 #define DT_NODE_MAX_IN 8
 #define DT_NODE_MAX_SAVED 4
@@ -57,7 +60,7 @@ void dt_set_grad_enabled(int on);
  * still to run reads the parameter), in the order the tape reaches them; the data-parallel
  * trainer starts the all-reduce of a gradient bucket from it, while the backward goes on.
  * Per host thread; NULL (the default) turns it off. */
-typedef void (*dt_grad_ready_fn)(void *ctx, dt_tensor *param);
+typedef void (*dt_grad_ready_fn)(void *ctx, dt_tensor *param); /* param: the fp32 master */
 void dt_set_grad_ready_hook(dt_grad_ready_fn fn, void *ctx);
 
 /* 1 when recording this op would be useful: gradients on and some input requires one. */
@@ -73,9 +76,12 @@ void dt_node_save(dt_node *n, dt_tensor *t);
 void dt_backward(dt_tensor *loss);
 void dt_backward_with(dt_tensor *out, const dt_tensor *grad_out);
 
-/* Where to write t's gradient (allocated on first use); see the header comment for beta.
- * Returns NULL when t does not require a gradient. */
-float *dt_grad_dst(dt_tensor *t, float *beta);
+/* Where to write t's gradient (allocated on first use, with t's dtype and layout); see the
+ * header comment for beta. Returns NULL when t does not require a gradient. The gradient of a
+ * parameter's bf16 working copy is its fp32 master's (dt_param.h): dt_grad_dtype says which
+ * dtype the returned buffer holds. */
+void *dt_grad_dst(dt_tensor *t, float *beta);
+dt_dtype dt_grad_dtype(const dt_tensor *t);
 /* Whether input i of a node needs its gradient computed. */
 int dt_needs_grad(const dt_tensor *t);
 
@@ -88,6 +94,7 @@ int dt_tape_size(void);
 /* Makes t a leaf that wants a gradient (test inputs, parameters). */
 void dt_requires_grad(dt_tensor *t);
 
+DT_PUBLIC_END
 #ifdef __cplusplus
 }
 #endif

@@ -15,9 +15,12 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "dt_api.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+DT_PUBLIC_BEGIN
 
 #if defined(__GNUC__)
 #define DT_NORETURN __attribute__((noreturn))
@@ -71,6 +74,7 @@ static inline int64_t dt_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b
 /* Number of online CPU cores (at least 1). */
 int dt_num_cores(void);
 
+DT_PUBLIC_END
 #ifdef __cplusplus
 }
 #endif

@@ -20,32 +20,8 @@ int dt_debug_sync(void) {
     return g_debug_sync;
 }
 
-static dt_precision g_precision = DT_FP32;
-static const char *const g_precision_names[] = {"fp32", "tf32", "bf16"};
-
-static void set_precision_flag(dt_precision p) {
-    if ((unsigned)p > DT_BF16) dt_fatal("dt_set_precision: unknown precision %d", (int)p);
-    g_precision = p;
-}
-dt_precision dt_get_precision(void) { return g_precision; }
-const char *dt_precision_name(dt_precision p) { return (unsigned)p <= DT_BF16 ? g_precision_names[p] : "?"; }
-int dt_precision_parse(const char *s, dt_precision *p) {
-    for (int i = 0; i <= DT_BF16; i++)
-        if (s && !strcmp(s, g_precision_names[i])) {
-            *p = (dt_precision)i;
-            return 0;
-        }
-    return -1;
-}
-
 #ifdef DT_CUDA
 #include "dt_cuda.h"
-
-/* fp32 is strict (no TF32 anywhere); bf16's GEMMs pass bf16 operands explicitly (cublasGemmEx,
- * fp32 compute), and the default mode keeps its fp32 GEMMs off TF32 as well. */
-static cublasMath_t math_mode(dt_precision p) {
-    return p == DT_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH : p == DT_BF16 ? CUBLAS_DEFAULT_MATH : CUBLAS_PEDANTIC_MATH;
-}
 
 /* One context per device; each host thread has a current device (dt_gpu_use), by default the
  * first device initialized. */
@@ -135,7 +111,8 @@ static void ctx_create(int device) {
     c->own = c->stream;
     DT_CUBLAS(cublasCreate(&c->cublas));
     DT_CUBLAS(cublasSetStream(c->cublas, c->stream));
-    DT_CUBLAS(cublasSetMathMode(c->cublas, math_mode(dt_get_precision())));
+    /* strict fp32 until a GEMM asks otherwise (dt_gemm_cuda sets the mode per call) */
+    DT_CUBLAS(cublasSetMathMode(c->cublas, CUBLAS_PEDANTIC_MATH));
     DT_CURAND(curandCreateGenerator(&c->curand, CURAND_RNG_PSEUDO_PHILOX4_32_10));
     DT_CURAND(curandSetStream(c->curand, c->stream));
     DT_CURAND(curandSetPseudoRandomGeneratorSeed(c->curand, g_seed));
@@ -176,13 +153,6 @@ int dt_gpu_ready(void) { return g_default >= 0; }
 
 void dt_gpu_sync(void) {
     if (g_ctx.ready) DT_CHECK(cudaStreamSynchronize(g_ctx.stream));
-}
-
-void dt_set_precision(dt_precision p) {
-    if (p == g_precision) return; /* the C API sets it around every call: nothing to change then */
-    set_precision_flag(p);
-    for (int d = 0; d < DT_MAX_GPUS; d++)
-        if (g_ctxs[d].ready) DT_CUBLAS(cublasSetMathMode(g_ctxs[d].cublas, math_mode(p)));
 }
 
 void dt_set_stream(void *stream) {
@@ -251,7 +221,6 @@ int dt_gpu_ready(void) { return 0; }
 void dt_gpu_use(int device) { dt_gpu_init(device); }
 int dt_gpu_current(void) { return -1; }
 void dt_gpu_sync(void) {}
-void dt_set_precision(dt_precision p) { set_precision_flag(p); }
 int dt_gpu_sm_count(void) { return 0; }
 void dt_side_begin(void) {}
 void dt_side_end(void) {}

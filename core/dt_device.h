@@ -9,11 +9,14 @@
 #ifndef DT_DEVICE_H
 #define DT_DEVICE_H
 
+#include "dt_api.h"
+
 #include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+DT_PUBLIC_BEGIN
 
 /* Where a tensor lives. */
 typedef enum { DT_CPU = 0, DT_GPU = 1 } dt_dev;
@@ -51,22 +54,6 @@ int dt_debug_sync(void);
 void dt_set_seed(uint64_t seed);
 uint64_t dt_seed(void);
 
-/* The arithmetic of the products (GEMMs: conv, deformable main conv, linear), process-wide,
- * both devices (docs/training.md, "Precision"):
- *   DT_FP32  plain fp32 everywhere (cuBLAS in pedantic mode: no TF32) - the default;
- *   DT_TF32  cuBLAS GEMMs on TF32 tensor cores (operands rounded to 10 mantissa bits, fp32
- *            accumulation); everything else fp32. The CPU computes these GEMMs in fp32;
- *   DT_BF16  the column convolutions' and linear layers' GEMM operands (columns, weights,
- *            output gradients) in bf16 (8 mantissa bits), fp32 accumulation, fp32 results;
- *            activations, parameters, optimizer state, batch norm and the loss stay fp32.
- *            The CPU emulates it exactly (bf16 rounding, then fp32 arithmetic). */
-typedef enum { DT_FP32 = 0, DT_TF32 = 1, DT_BF16 = 2 } dt_precision;
-void dt_set_precision(dt_precision p);
-dt_precision dt_get_precision(void);
-const char *dt_precision_name(dt_precision p); /* "fp32", "tf32", "bf16" */
-/* 0 and *p set when s names a precision, -1 otherwise. */
-int dt_precision_parse(const char *s, dt_precision *p);
-
 /* Runs deftc's work on a caller's CUDA stream (a cudaStream_t passed as void*; NULL gives
  * deftc's own stream back). Switching synchronizes the previous stream first, so that
  * memory deftc frees and reuses is never still in use on another stream. */
@@ -86,6 +73,7 @@ void dt_side_join(void);
 void dt_device_describe(char *buf, int len);
 int dt_gpu_sm_count(void);
 
+DT_PUBLIC_END
 #ifdef __cplusplus
 }
 #endif

@@ -6,12 +6,15 @@
 #ifndef DT_NPY_H
 #define DT_NPY_H
 
+#include "dt_api.h"
+
 #include "dt_common.h"
 #include "dt_tensor.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+DT_PUBLIC_BEGIN
 
 /* Writes t (any device) to path, atomically (temp file + rename). 0 on success. */
 int dt_npy_save(const char *path, const dt_tensor *t, dt_err *err);
@@ -24,6 +27,7 @@ dt_tensor *dt_npy_load(const char *path, dt_dev dev, dt_err *err);
  * and a bad file is an error returned (NULL), never an exit. */
 dt_tensor *dt_npy_parse(const void *data, size_t size, const char *name, dt_dev dev, dt_err *err);
 
+DT_PUBLIC_END
 #ifdef __cplusplus
 }
 #endif

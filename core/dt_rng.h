@@ -4,11 +4,14 @@
 #ifndef DT_RNG_H
 #define DT_RNG_H
 
+#include "dt_api.h"
+
 #include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+DT_PUBLIC_BEGIN
 
 typedef struct {
     uint64_t s[4];
@@ -25,6 +28,7 @@ uint32_t dt_rng_below(dt_rng *r, uint32_t n);      /* uniform integer in [0, n) 
 void dt_rng_fill_normal(dt_rng *r, float *x, int64_t n, float mean, float std);
 void dt_rng_fill_uniform(dt_rng *r, float *x, int64_t n, float lo, float hi);
 
+DT_PUBLIC_END
 #ifdef __cplusplus
 }
 #endif

@@ -6,6 +6,7 @@
 #include "dt_alloc.h"
 #include "dt_autograd.h"
 #include "dt_common.h"
+#include "dt_param.h"
 
 /* ---- scopes ---- */
 
@@ -70,13 +71,12 @@ void dt_tensor_keep(dt_tensor *t) {
 
 /* ---- storage ---- */
 
-static dt_storage *storage_new(int64_t numel, dt_dev dev) {
+static dt_storage *storage_new(size_t bytes, dt_dev dev) {
     dt_storage *s = dt_xmalloc(sizeof *s);
-    s->numel = numel;
+    s->bytes = bytes;
     s->refs = 1;
     s->dev = dev;
-    size_t bytes = (size_t)(numel ? numel : 1) * sizeof(float);
-    s->ptr = dev == DT_GPU ? dt_gpu_malloc(bytes) : dt_host_alloc(bytes, 0);
+    s->ptr = dev == DT_GPU ? dt_gpu_malloc(bytes ? bytes : 4) : dt_host_alloc(bytes ? bytes : 4, 0);
     return s;
 }
 
@@ -95,33 +95,40 @@ int64_t dt_numel(int ndim, const int64_t *shape) {
     return n;
 }
 
-static dt_tensor *header(int ndim, const int64_t *shape, dt_dev dev) {
+static dt_tensor *header(int ndim, const int64_t *shape, dt_dev dev, dt_dtype dtype, dt_layout layout) {
     if (ndim < 0 || ndim > DT_MAX_DIMS) dt_fatal("tensor with %d dims (at most %d)", ndim, DT_MAX_DIMS);
     for (int i = 0; i < ndim; i++)
         if (shape[i] < 0) dt_fatal("tensor dimension %d is negative (%lld)", i, (long long)shape[i]);
     if (dt_numel(ndim, shape) < 0) dt_fatal("tensor shape with more than 2^63 elements");
+    if ((unsigned)dtype >= DT_NUM_DTYPES) dt_fatal("tensor of unknown dtype %d", (int)dtype);
+    if ((unsigned)layout >= DT_NUM_LAYOUTS) dt_fatal("tensor of unknown layout %d", (int)layout);
+    if (layout == DT_NHWC && ndim != 4) dt_fatal("tensor layout nhwc needs 4 dims [N, C, H, W], got %d", ndim);
     if (dev == DT_GPU && !dt_gpu_ready()) dt_gpu_init(0);
     dt_tensor *t = dt_xcalloc(1, sizeof *t);
     t->ndim = ndim;
     memcpy(t->shape, shape, ndim * sizeof *shape);
     t->numel = dt_numel(ndim, shape);
     t->dev = dev;
+    t->dtype = dtype;
+    t->layout = layout;
     return t;
 }
 
-dt_tensor *dt_tensor_new(int ndim, const int64_t *shape, dt_dev dev) {
-    dt_tensor *t = header(ndim, shape, dev);
-    t->storage = storage_new(t->numel, dev);
+dt_tensor *dt_tensor_new_unscoped(int ndim, const int64_t *shape, dt_dev dev, dt_dtype dtype, dt_layout layout) {
+    dt_tensor *t = header(ndim, shape, dev, dtype, layout);
+    t->storage = storage_new(dt_tensor_bytes(t), dev);
     t->data = t->storage->ptr;
+    return t;
+}
+
+dt_tensor *dt_tensor_new_as(int ndim, const int64_t *shape, dt_dev dev, dt_dtype dtype, dt_layout layout) {
+    dt_tensor *t = dt_tensor_new_unscoped(ndim, shape, dev, dtype, layout);
     scope_add(t);
     return t;
 }
 
-dt_tensor *dt_tensor_new_unscoped(int ndim, const int64_t *shape, dt_dev dev) {
-    dt_tensor *t = header(ndim, shape, dev);
-    t->storage = storage_new(t->numel, dev);
-    t->data = t->storage->ptr;
-    return t;
+dt_tensor *dt_tensor_new(int ndim, const int64_t *shape, dt_dev dev) {
+    return dt_tensor_new_as(ndim, shape, dev, DT_F32, DT_NCHW);
 }
 
 dt_tensor *dt_tensor_zeros(int ndim, const int64_t *shape, dt_dev dev) {
@@ -139,7 +146,11 @@ dt_tensor *dt_tensor_new4(dt_dev dev, int64_t n, int64_t c, int64_t h, int64_t w
     int64_t s[4] = {n, c, h, w};
     return dt_tensor_new(4, s, dev);
 }
-dt_tensor *dt_tensor_like(const dt_tensor *t) { return dt_tensor_new(t->ndim, t->shape, t->dev); }
+dt_tensor *dt_tensor_new4_as(dt_dev dev, dt_dtype dtype, dt_layout layout, int64_t n, int64_t c, int64_t h, int64_t w) {
+    int64_t s[4] = {n, c, h, w};
+    return dt_tensor_new_as(4, s, dev, dtype, layout);
+}
+dt_tensor *dt_tensor_like(const dt_tensor *t) { return dt_tensor_new_as(t->ndim, t->shape, t->dev, t->dtype, t->layout); }
 
 dt_tensor *dt_tensor_from_host(int ndim, const int64_t *shape, dt_dev dev, const float *src) {
     dt_tensor *t = dt_tensor_new(ndim, shape, dev);
@@ -147,48 +158,73 @@ dt_tensor *dt_tensor_from_host(int ndim, const int64_t *shape, dt_dev dev, const
     return t;
 }
 
+/* Storage offset of logical element i (row-major over the logical shape). */
+static int64_t storage_index(const dt_tensor *t, int64_t i) {
+    if (t->layout == DT_NCHW) return i;
+    int64_t C = t->shape[1], H = t->shape[2], W = t->shape[3];
+    int64_t w = i % W, h = (i / W) % H, c = (i / (W * H)) % C, n = i / (W * H * C);
+    return ((n * H + h) * W + w) * C + c;
+}
+
+void dt_tensor_set_values(dt_tensor *t, const float *values) {
+    dt_require_live("set_values", t);
+    if (t->dtype == DT_F32 && t->layout == DT_NCHW) {
+        dt_tensor_upload(t, values);
+        return;
+    }
+    void *h = dt_xmalloc(dt_tensor_bytes(t) ? dt_tensor_bytes(t) : 4);
+    for (int64_t i = 0; i < t->numel; i++) dt_elem_st(h, t->dtype, storage_index(t, i), values[i]);
+    dt_tensor_upload(t, h);
+    free(h);
+}
+
+dt_tensor *dt_tensor_from_values(int ndim, const int64_t *shape, dt_dev dev, dt_dtype dtype, dt_layout layout,
+                                 const float *values) {
+    dt_tensor *t = dt_tensor_new_as(ndim, shape, dev, dtype, layout);
+    dt_tensor_set_values(t, values);
+    return t;
+}
+
 dt_tensor *dt_tensor_to(const dt_tensor *t, dt_dev dev) {
-    dt_tensor *r = dt_tensor_new(t->ndim, t->shape, dev);
+    dt_tensor *r = dt_tensor_new_as(t->ndim, t->shape, dev, t->dtype, t->layout);
     dt_tensor_copy(r, t);
     return r;
 }
 
-dt_tensor *dt_tensor_view(dt_tensor *t, int ndim, const int64_t *shape) {
-    dt_require_live("view", t);
-    dt_tensor *v = header(ndim, shape, t->dev);
-    if (v->numel != t->numel) {
-        char a[128], b[128];
-        dt_shape_str(t, a, sizeof a);
-        dt_shape_str(v, b, sizeof b);
-        dt_fatal("view: cannot view %s (%lld elements) as %s (%lld elements)", a,
-                 (long long)t->numel, b, (long long)v->numel);
-    }
+static dt_tensor *share(const dt_tensor *t, dt_tensor *v, int64_t offset) {
     v->storage = t->storage;
     v->storage->refs++;
-    v->data = t->data;
+    v->data = (char *)t->data + offset * (int64_t)dt_dtype_size(t->dtype);
+    return v;
+}
+
+dt_tensor *dt_tensor_view(dt_tensor *t, int ndim, const int64_t *shape) {
+    dt_require_live("view", t);
+    char a[160], b[128];
+    int rowmajor = t->layout == DT_NCHW || t->shape[2] * t->shape[3] == 1;
+    if (!rowmajor) dt_fatal("view: %s is channels last: its memory is not the row-major order a view reinterprets",
+                            dt_tensor_desc(t, a, sizeof a));
+    dt_tensor *v = header(ndim, shape, t->dev, t->dtype, DT_NCHW);
+    if (v->numel != t->numel)
+        dt_fatal("view: cannot view %s (%lld elements) as %s (%lld elements)", dt_shape_str(t, a, sizeof a),
+                 (long long)t->numel, dt_shape_str(v, b, sizeof b), (long long)v->numel);
+    share(t, v, 0);
     scope_add(v);
     return v;
 }
 
-dt_tensor *dt_tensor_view_at(dt_tensor *t, int64_t offset, int ndim, const int64_t *shape) {
+dt_tensor *dt_tensor_view_at(dt_tensor *t, int64_t offset, int ndim, const int64_t *shape, dt_layout layout) {
     dt_require_live("view_at", t);
-    dt_tensor *v = header(ndim, shape, t->dev);
+    dt_tensor *v = header(ndim, shape, t->dev, t->dtype, layout);
     if (offset < 0 || offset > t->numel || v->numel > t->numel - offset)
         dt_fatal("view_at: %lld elements from %lld do not fit in %lld", (long long)v->numel, (long long)offset,
                  (long long)t->numel);
-    v->storage = t->storage;
-    v->storage->refs++;
-    v->data = t->data + offset;
-    return v;
+    return share(t, v, offset);
 }
 
 dt_tensor *dt_tensor_alias(const dt_tensor *t) {
     dt_require_live("alias", t);
-    dt_tensor *v = header(t->ndim, t->shape, t->dev);
-    v->storage = t->storage;
-    v->storage->refs++;
-    v->data = t->data;
-    return v;
+    return share(t, header(t->ndim, t->shape, t->dev, t->dtype, t->layout), 0);
 }
 
 void dt_tensor_set_name(dt_tensor *t, const char *name) {
@@ -202,7 +238,7 @@ void dt_tensor_release(dt_tensor *t) {
     storage_unref(t->storage);
     t->storage = NULL;
     t->data = NULL;
-    if (t->grad && !t->is_param) {
+    if (t->grad && !t->param) {
         destroy(t->grad);
         t->grad = NULL;
     }
@@ -210,6 +246,10 @@ void dt_tensor_release(dt_tensor *t) {
 
 static void destroy(dt_tensor *t) {
     storage_unref(t->storage);
+    if (t->param && t->param->t == t) { /* a parameter's master owns its record and working copy */
+        if (t->param->work) destroy(t->param->work);
+        free(t->param);
+    }
     if (t->grad) destroy(t->grad);
     free(t);
 }
@@ -225,64 +265,94 @@ void dt_tensor_free(dt_tensor *t) {
 void dt_tensor_copy(dt_tensor *dst, const dt_tensor *src) {
     dt_require_live("copy (source)", src);
     dt_require_live("copy (destination)", dst);
-    if (dst->numel != src->numel) {
-        char a[128], b[128];
-        dt_fatal("copy: %s into %s: element counts differ", dt_shape_str(src, a, sizeof a),
-                 dt_shape_str(dst, b, sizeof b));
-    }
-    size_t bytes = (size_t)src->numel * sizeof(float);
+    char a[160], b[160];
+    if (dst->numel != src->numel || dst->dtype != src->dtype || dst->layout != src->layout)
+        dt_fatal("copy: %s into %s: the element counts, dtypes and layouts must agree (dt_convert changes dtype "
+                 "or layout)", dt_tensor_desc(src, a, sizeof a), dt_tensor_desc(dst, b, sizeof b));
+    size_t bytes = dt_tensor_bytes(src);
     if (dst->dev == DT_CPU && src->dev == DT_CPU) memcpy(dst->data, src->data, bytes);
     else if (dst->dev == DT_GPU && src->dev == DT_CPU) dt_copy_h2d(dst->data, src->data, bytes);
     else if (dst->dev == DT_CPU && src->dev == DT_GPU) dt_copy_d2h(dst->data, src->data, bytes);
     else dt_copy_d2d(dst->data, src->data, bytes);
 }
 
-void dt_tensor_upload(dt_tensor *t, const float *host) {
+void dt_tensor_upload(dt_tensor *t, const void *host) {
     dt_require_live("upload", t);
-    size_t bytes = (size_t)t->numel * sizeof(float);
+    size_t bytes = dt_tensor_bytes(t);
     if (t->dev == DT_CPU) memcpy(t->data, host, bytes); else dt_copy_h2d(t->data, host, bytes);
 }
 
-void dt_tensor_download(const dt_tensor *t, float *host) {
+void dt_tensor_download(const dt_tensor *t, void *host) {
     dt_require_live("download", t);
-    size_t bytes = (size_t)t->numel * sizeof(float);
+    size_t bytes = dt_tensor_bytes(t);
     if (t->dev == DT_CPU) memcpy(host, t->data, bytes); else dt_copy_d2h(host, t->data, bytes);
 }
 
 float *dt_tensor_host_copy(const dt_tensor *t) {
+    dt_require_live("host_copy", t);
     float *h = dt_xmalloc((size_t)(t->numel ? t->numel : 1) * sizeof(float));
-    dt_tensor_download(t, h);
+    if (t->dtype == DT_F32 && t->layout == DT_NCHW) {
+        dt_tensor_download(t, h);
+        return h;
+    }
+    void *raw = dt_xmalloc(dt_tensor_bytes(t) ? dt_tensor_bytes(t) : 4);
+    dt_tensor_download(t, raw);
+    for (int64_t i = 0; i < t->numel; i++) h[i] = dt_elem_ld(raw, t->dtype, storage_index(t, i));
+    free(raw);
     return h;
 }
 
 void dt_tensor_fill(dt_tensor *t, float v) {
     dt_require_live("fill", t);
-    if (t->dev == DT_GPU) {
-        if (v == 0.0f) {
-            dt_memset_gpu(t->data, 0, (size_t)t->numel * sizeof(float));
-            return;
-        }
-        float *h = dt_xmalloc((size_t)t->numel * sizeof(float));
-        for (int64_t i = 0; i < t->numel; i++) h[i] = v;
-        dt_tensor_upload(t, h);
-        free(h);
+    size_t bytes = dt_tensor_bytes(t);
+    if (t->dev == DT_GPU && v == 0.0f) { /* zero is all-zero bits in every dtype */
+        dt_memset_gpu(t->data, 0, bytes);
         return;
     }
-    for (int64_t i = 0; i < t->numel; i++) t->data[i] = v;
+    void *h = t->dev == DT_CPU ? t->data : dt_xmalloc(bytes ? bytes : 4);
+    for (int64_t i = 0; i < t->numel; i++) dt_elem_st(h, t->dtype, i, v);
+    if (t->dev == DT_GPU) {
+        dt_tensor_upload(t, h);
+        free(h);
+    }
 }
 
 static void fill_random(dt_tensor *t, dt_rng *rng, float a, float b, int normal) {
     dt_require_live("fill_random", t);
-    float *h = t->dev == DT_CPU ? t->data : dt_xmalloc((size_t)(t->numel ? t->numel : 1) * sizeof(float));
-    if (normal) dt_rng_fill_normal(rng, h, t->numel, a, b);
-    else dt_rng_fill_uniform(rng, h, t->numel, a, b);
-    if (t->dev == DT_GPU) {
+    if (t->dtype != DT_F32 && t->dtype != DT_BF16) {
+        char d[160];
+        dt_fatal("fill_random: %s: only f32 and bf16 tensors take random values", dt_tensor_desc(t, d, sizeof d));
+    }
+    float *v = dt_xmalloc((size_t)(t->numel ? t->numel : 1) * sizeof(float));
+    if (normal) dt_rng_fill_normal(rng, v, t->numel, a, b);
+    else dt_rng_fill_uniform(rng, v, t->numel, a, b);
+    if (t->dtype == DT_F32) {
+        dt_tensor_upload(t, v);
+    } else {
+        dt_bf16 *h = dt_xmalloc((size_t)(t->numel ? t->numel : 1) * sizeof(dt_bf16));
+        for (int64_t i = 0; i < t->numel; i++) h[i] = dt_bf16_from_float(v[i]);
         dt_tensor_upload(t, h);
         free(h);
     }
+    free(v);
 }
 void dt_tensor_fill_normal(dt_tensor *t, dt_rng *rng, float mean, float std) { fill_random(t, rng, mean, std, 1); }
 void dt_tensor_fill_uniform(dt_tensor *t, dt_rng *rng, float lo, float hi) { fill_random(t, rng, lo, hi, 0); }
+
+/* ---- typed access ---- */
+
+static void *typed(const dt_tensor *t, dt_dtype want, const char *fn) {
+    dt_require_live(fn, t);
+    if (t->dtype != want) {
+        char d[160];
+        dt_fatal("%s: %s%s%s holds %s, not %s", fn, dt_tensor_desc(t, d, sizeof d), t->name[0] ? " " : "", t->name,
+                 dt_dtype_name(t->dtype), dt_dtype_name(want));
+    }
+    return t->data;
+}
+float *dt_data_f32(const dt_tensor *t) { return typed(t, DT_F32, "dt_data_f32"); }
+dt_bf16 *dt_data_bf16(const dt_tensor *t) { return typed(t, DT_BF16, "dt_data_bf16"); }
+int32_t *dt_data_i32(const dt_tensor *t) { return typed(t, DT_I32, "dt_data_i32"); }
 
 /* ---- shape checks ---- */
 
@@ -291,6 +361,15 @@ char *dt_shape_str(const dt_tensor *t, char *buf, int len) {
     for (int i = 0; i < t->ndim && o < len; i++)
         o += snprintf(buf + o, len - o, i ? ", %lld" : "%lld", (long long)t->shape[i]);
     if (o < len) snprintf(buf + o, len - o, "]");
+    return buf;
+}
+
+char *dt_tensor_desc(const dt_tensor *t, char *buf, int len) {
+    dt_shape_str(t, buf, len);
+    int o = (int)strlen(buf);
+    if (o < len)
+        snprintf(buf + o, len - o, " %s%s%s %s", dt_dtype_name(t->dtype), t->ndim == 4 ? " " : "",
+                 t->ndim == 4 ? dt_layout_name(t->layout) : "", dt_dev_name(t->dev));
     return buf;
 }
 
@@ -323,4 +402,23 @@ void dt_require_live(const char *op, const dt_tensor *t) {
     if (!t->data && t->numel)
         dt_fatal("%s: tensor%s%s was already released (its data was freed after backward; "
                  "set t->retain = 1 to keep it)", op, t->name[0] ? " " : "", t->name);
+}
+
+void dt_require_dtype(const char *op, const char *arg, const dt_tensor *t, dt_dtype dtype) {
+    if (t->dtype == dtype) return;
+    char d[160];
+    dt_fatal("%s: %s %s must be %s", op, arg, dt_tensor_desc(t, d, sizeof d), dt_dtype_name(dtype));
+}
+
+void dt_require_layout(const char *op, const char *arg, const dt_tensor *t, dt_layout layout) {
+    if (t->layout == layout) return;
+    char d[160];
+    dt_fatal("%s: %s %s must be %s", op, arg, dt_tensor_desc(t, d, sizeof d), dt_layout_name(layout));
+}
+
+void dt_require_same_type(const char *op, const dt_tensor *a, const dt_tensor *b) {
+    if (a->dtype == b->dtype && a->layout == b->layout) return;
+    char x[160], y[160];
+    dt_fatal("%s: operands of different dtype or layout: %s and %s", op, dt_tensor_desc(a, x, sizeof x),
+             dt_tensor_desc(b, y, sizeof y));
 }

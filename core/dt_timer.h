@@ -4,9 +4,12 @@
 #ifndef DT_TIMER_H
 #define DT_TIMER_H
 
+#include "dt_api.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+DT_PUBLIC_BEGIN
 
 double dt_now_ms(void); /* monotonic host clock in milliseconds */
 
@@ -19,6 +22,7 @@ void dt_gpu_timer_start(dt_gpu_timer *t);
 void dt_gpu_timer_stop(dt_gpu_timer *t);
 float dt_gpu_timer_ms(dt_gpu_timer *t); /* waits for the stop event */
 
+DT_PUBLIC_END
 #ifdef __cplusplus
 }
 #endif

@@ -22,6 +22,8 @@
 #ifndef DT_DATASET_H
 #define DT_DATASET_H
 
+#include "dt_api.h"
+
 #include <stdint.h>
 
 #include "dt_common.h"
@@ -29,6 +31,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+DT_PUBLIC_BEGIN
 
 typedef struct {
     char *root;         /* ROOT as given */
@@ -57,6 +60,7 @@ int dt_dataset_open(dt_dataset *ds, const char *root, const char *split, const d
                     dt_err *err);
 void dt_dataset_close(dt_dataset *ds);
 
+DT_PUBLIC_END
 #ifdef __cplusplus
 }
 #endif

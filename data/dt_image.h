@@ -16,6 +16,8 @@
 #ifndef DT_IMAGE_H
 #define DT_IMAGE_H
 
+#include "dt_api.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -24,6 +26,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+DT_PUBLIC_BEGIN
 
 /* pix: [h, w, 3] uint8, row-major HWC, RGB. Owned by the image (malloc'ed). */
 typedef struct {
@@ -79,6 +82,7 @@ void dt_image_resample(const dt_image *src, const dt_axis_map *mx, const dt_axis
 /* Whole-image resize to w x h (dst: [h, w, 3]). */
 void dt_image_resize(const dt_image *src, int w, int h, uint8_t *dst, dt_scratch *scratch);
 
+DT_PUBLIC_END
 #ifdef __cplusplus
 }
 #endif

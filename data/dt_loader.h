@@ -50,6 +50,8 @@
 #ifndef DT_LOADER_H
 #define DT_LOADER_H
 
+#include "dt_api.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -59,6 +61,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+DT_PUBLIC_BEGIN
 
 typedef struct dt_loader dt_loader;
 
@@ -124,6 +127,7 @@ void dt_loader_stats_str(const dt_loader_stats *s, char *buf, size_t cap);
 const char *dt_loader_error(dt_loader *l);
 void dt_loader_free(dt_loader *l); /* joins the workers, also mid-epoch */
 
+DT_PUBLIC_END
 #ifdef __cplusplus
 }
 #endif

@@ -9,6 +9,7 @@
  *    separate pass for the mask).
  * 32-bit indices where the buffers allow, 64-bit otherwise. */
 #include "deform.h"
+#include "dt_alloc.h"
 #include "deform_bilinear.h"
 #include "dt_fixed_point.cuh"
 #include "dt_kernel_util.cuh"
@@ -190,12 +191,11 @@ void dt_deform_col2im_coord_cuda(const dt_deform_plan *p, int64_t nb, const floa
     DT_CHECK_LAUNCH();
 }
 
-size_t dt_deform_det_ws_bytes(const dt_deform_plan *p, int64_t nb) { return fp_ws_bytes(nb * p->C * p->H * p->W); }
-
 void dt_deform_col2im_det_cuda(const dt_deform_plan *p, int64_t nb, const float *dcol, const float *offset,
-                               const float *mask, float beta, float *dx, void *ws) {
+                               const float *mask, float beta, float *dx) {
     int64_t K = p->K, P = p->P, NP = nb * P, nx = nb * p->C * p->H * p->W;
     if (nx <= 0) return;
+    void *ws = dt_gpu_malloc(fp_ws_bytes(nx));
     fp_prepare(ws, nx, dcol, p->C * K * NP, mask, nb * p->GK * P, (double)K * P);
     fp_ws w = fp_ws_at(ws);
     if (NP > 0) {
@@ -207,5 +207,6 @@ void dt_deform_col2im_det_cuda(const dt_deform_plan *p, int64_t nb, const float 
     }
     k_fp_to_float<<<dt_grid_for(nx, 256), 256, 0, dt_stream()>>>(nx, w.acc, w.scale, beta, dx);
     DT_CHECK_LAUNCH();
+    dt_gpu_free(ws);
 }
 }

@@ -47,11 +47,13 @@ extern "C" {
 DT_DECL_DEFORM(cpu)
 DT_DECL_DEFORM(cuda)
 
-/* Deterministic scatter on the GPU: acc [nb*C*H*W] int64 (zeroed by this call), scale one
- * float of device scratch; dx = beta*dx + acc/S. ws: dt_deform_det_ws_bytes(s). */
-size_t dt_deform_det_ws_bytes(const dt_deform_plan *p, int64_t nb);
+/* The deterministic scatter: dx = beta*dx + scatter(dcol), bitwise reproducible. The GPU sums
+ * in fixed point (int64 atomics into device scratch from the caching allocator: integer
+ * addition is associative), the CPU twin in its fixed loop order. */
+void dt_deform_col2im_det_cpu(const dt_deform_plan *p, int64_t nb, const float *dcol, const float *offset,
+                              const float *mask, float beta, float *dx);
 void dt_deform_col2im_det_cuda(const dt_deform_plan *p, int64_t nb, const float *dcol, const float *offset,
-                               const float *mask, float beta, float *dx, void *ws);
+                               const float *mask, float beta, float *dx);
 
 #ifdef __cplusplus
 }

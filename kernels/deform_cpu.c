@@ -1,3 +1,4 @@
+#include <string.h>
 /* The CPU reference of the deformable convolution: the plainest correct loops, the oracle
  * every other implementation is tested against. Threaded over channels (im2col, col2im,
  * each channel independent) or offset channels (coord); each output element is computed by
@@ -125,6 +126,12 @@ static void coord_range(void *ctx, int64_t t0, int64_t t1) {
             }
         }
     }
+}
+
+void dt_deform_col2im_det_cpu(const dt_deform_plan *p, int64_t nb, const float *dcol, const float *offset,
+                              const float *mask, float beta, float *dx) {
+    if (beta == 0.0f) memset(dx, 0, (size_t)(nb * p->C * p->H * p->W) * sizeof(float));
+    dt_deform_col2im_cpu(p, nb, dcol, offset, mask, dx); /* one thread a channel, fixed order */
 }
 
 void dt_deform_col2im_coord_cpu(const dt_deform_plan *p, int64_t nb, const float *dcol, const float *x,

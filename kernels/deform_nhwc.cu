@@ -8,7 +8,11 @@
  * read from L2 once (a contiguous range of rows a block was measured 9-45 % slower: the
  * kernel lab). 32-bit row ids (the plan keeps them below 2^31), 64-bit memory offsets.
  * Each lane recomputes its row's bilinear weights: a few dozen instructions against 16 bytes
- * moved per vector, cheaper than sharing them through shared memory. */
+ * moved per vector, cheaper than sharing them through shared memory.
+ *
+ * Every kernel is templated on the plan's tensor type T (float, or bf16 for bf16 plans): x,
+ * the columns and their gradient are read as stored (a vector of 4 bf16 is one 8-byte load)
+ * and widened; all arithmetic is fp32; a bf16 result is rounded once, on its store. */
 #include <cub/device/device_radix_sort.cuh>
 
 #include "deform_chunk.h"
@@ -28,28 +32,26 @@ const int THREADS = 256;
 
 /* ------------------------------------------------------------------ sampling */
 
-/* Writes colT's segment of one sample (k, g) at position q for the lane's vectors; T float, or
- * bf16 for the bf16 precision (rounded once on the store). */
+/* Writes colT's segment of one sample (k, g) at position q for the lane's vectors. */
 template <int VEC, int L, typename T>
-__device__ __forceinline__ void sample_row(const dt_deform_chunk &c, const float *__restrict__ xT,
+__device__ __forceinline__ void sample_row(const dt_deform_chunk &c, const T *__restrict__ xT,
                                            const float *__restrict__ om, int q, int k, int g, int lane,
                                            T *__restrict__ colT) {
     typedef typename dt_vec<VEC>::T V;
     int i;
     float m;
     dt_bilin b = dt_sample_bilin(&c, om, q, k, g, &i, &m);
-    const V *corner[4];
-    const float *plane = xT + (int64_t)i * c.H * c.W * c.C + (int64_t)g * c.Cg;
+    const T *corner[4]; /* the corners' channel rows of group g */
+    const T *plane = xT + (int64_t)i * c.H * c.W * c.C + (int64_t)g * c.Cg;
 #pragma unroll
-    for (int t = 0; t < 4; t++)
-        corner[t] = b.ok[t] ? reinterpret_cast<const V *>(plane + dt_bilin_index(&b, t, c.W) * c.C) : nullptr;
+    for (int t = 0; t < 4; t++) corner[t] = b.ok[t] ? plane + dt_bilin_index(&b, t, c.W) * c.C : nullptr;
     T *out = colT + (int64_t)q * c.KC + (int64_t)k * c.C + (int64_t)g * c.Cg;
     const int NV = c.Cg / VEC;
     for (int v = lane; v < NV; v += L) {
         V val[4];
 #pragma unroll
         for (int t = 0; t < 4; t++) {
-            if (corner[t]) val[t] = vload(corner[t] + v);
+            if (corner[t]) cload(corner[t], v, val[t]);
             else vzero(val[t]);
         }
         /* m * (w0 v0 + w1 v1 + w2 v2 + w3 v3), as dt_bilin_value */
@@ -62,7 +64,7 @@ __device__ __forceinline__ void sample_row(const dt_deform_chunk &c, const float
 }
 
 template <int VEC, int L, typename T>
-__global__ void __launch_bounds__(THREADS) k_sample(dt_deform_chunk c, const float *__restrict__ xT,
+__global__ void __launch_bounds__(THREADS) k_sample(dt_deform_chunk c, const T *__restrict__ xT,
                                                    const float *__restrict__ om, T *__restrict__ colT) {
     const int lane = threadIdx.x % L;
     FOR_ROWS(s, c.S, L) {
@@ -100,11 +102,11 @@ const int TILE_TMP = 2; /* positions per group in the fused offset conv: 32 grou
 /* One block per output tile. Phase 1: the tile's om rows (FUSE: computed by the offset conv
  * and written to om for the backward; else read). Phase 2: its colT rows, reading corners from
  * the staged footprint (STAGE: rows [fy0, fy0+FH) x cols [fx0, fx0+FW), CC channels at a time,
- * zero outside the image) when all four lie in it, else from global memory. */
-template <bool FUSE, bool STAGE, int VEC, int OCT>
+ * widened to fp32, zero outside the image) when all four lie in it, else from global memory. */
+template <bool FUSE, bool STAGE, int VEC, int OCT, typename T>
 __global__ void __launch_bounds__(THREADS) k_tile(dt_deform_chunk c, tiling tl, const float4 *__restrict__ wpack,
-                                                 const float *__restrict__ boff, const float *__restrict__ xT,
-                                                 float *__restrict__ om, float *__restrict__ colT) {
+                                                 const float *__restrict__ boff, const T *__restrict__ xT,
+                                                 float *__restrict__ om, T *__restrict__ colT) {
     typedef typename dt_vec<VEC>::T V;
     extern __shared__ __align__(16) float smem[];
     const int TP = tl.th * tl.tw;
@@ -130,7 +132,7 @@ __global__ void __launch_bounds__(THREADS) k_tile(dt_deform_chunk c, tiling tl, 
                 for (int t = 0; t < TILE_TMP; t++)
 #pragma unroll
                     for (int o = 0; o < OCT; o++) acc[t][o] = 0.0f;
-                offconv_accumulate<VEC, TILE_TMP, OCT>(c, wpack, ot, 0, c.K, xT, qs, lane, acc);
+                offconv_accumulate<VEC, TILE_TMP, OCT, T>(c, wpack, ot, 0, c.K, xT, qs, lane, acc);
 #pragma unroll
                 for (int t = 0; t < TILE_TMP; t++)
 #pragma unroll
@@ -154,7 +156,7 @@ __global__ void __launch_bounds__(THREADS) k_tile(dt_deform_chunk c, tiling tl, 
     const int fy0 = oy0 * c.sh - c.ph - tl.halo, fx0 = ox0 * c.sw - c.pw - tl.halo;
     const int CCV = (STAGE ? tl.CC : c.C) / VEC, L = 32; /* lanes a row: the chunk's vectors */
     const int lane = threadIdx.x % L, rows_per_pass = THREADS / L, NV = c.C / VEC;
-    const V *xi = reinterpret_cast<const V *>(xT + (int64_t)i * c.H * c.W * c.C);
+    const T *xi = xT + (int64_t)i * c.H * c.W * c.C; /* the image */
     for (int v0 = 0; v0 < NV; v0 += CCV) {
         const int vn = min(CCV, NV - v0);
         if (STAGE) {
@@ -163,7 +165,7 @@ __global__ void __launch_bounds__(THREADS) k_tile(dt_deform_chunk c, tiling tl, 
                 int cell = e / vn, v = e - cell * vn, fy = cell / tl.FW, fx = cell - fy * tl.FW;
                 int iy = fy0 + fy, ix = fx0 + fx;
                 V val;
-                if (iy >= 0 && iy < c.H && ix >= 0 && ix < c.W) val = vload(xi + ((int64_t)iy * c.W + ix) * NV + v0 + v);
+                if (iy >= 0 && iy < c.H && ix >= 0 && ix < c.W) cload(xi + ((int64_t)iy * c.W + ix) * c.C, v0 + v, val);
                 else vzero(val);
                 xs[cell * CCV + v] = val;
             }
@@ -187,14 +189,14 @@ __global__ void __launch_bounds__(THREADS) k_tile(dt_deform_chunk c, tiling tl, 
 #pragma unroll
                 for (int t = 0; t < 4; t++) {
                     if (in_smem) val[t] = xs[((ly + (t >> 1)) * tl.FW + lx + (t & 1)) * CCV + v];
-                    else if (b.ok[t]) val[t] = vload(xi + (int64_t)dt_bilin_index(&b, t, c.W) * NV + v0 + v);
+                    else if (b.ok[t]) cload(xi + dt_bilin_index(&b, t, c.W) * c.C, v0 + v, val[t]);
                     else vzero(val[t]);
                 }
                 V s = vscale(b.w[0], val[0]);
                 vfma(s, b.w[1], val[1]);
                 vfma(s, b.w[2], val[2]);
                 vfma(s, b.w[3], val[3]);
-                reinterpret_cast<V *>(colT + (int64_t)q * c.KC + (int64_t)k * c.C)[v0 + v] = vscale(m, s);
+                cstore(colT + (int64_t)q * c.KC + (int64_t)k * c.C, v0 + v, vscale(m, s));
             }
         }
     }
@@ -277,12 +279,13 @@ index_ws index_layout(int64_t S, int64_t nkeys, void *ws) {
 /* A group of L lanes per (pixel, offset group), a vector a lane (VPL = 4 when the group is
  * wider than 32 vectors; channel chunks of L*VPL vectors beyond, re-walking the index). One hit
  * at a time: loading several ahead, or 4 vectors a lane, was measured slower (the lab).
- * T: dcolT's type (float, or bf16 for the bf16 precision); the sums are fp32 either way. */
-template <int VEC, int L, int VPL, typename T>
+ * x and dcol of T; the sums fp32; dx (of TO: T, or float for a sum another kernel finishes;
+ * NULL: D only) written once, with beta. */
+template <int VEC, int L, int VPL, typename T, typename TO>
 __global__ void __launch_bounds__(THREADS) k_gather(dt_deform_chunk c, const uint32_t *__restrict__ order,
                                                    const uint32_t *__restrict__ start, const float *__restrict__ wm,
-                                                   const float *__restrict__ xT, const T *__restrict__ dcolT,
-                                                   float *__restrict__ dxT, float *__restrict__ D) {
+                                                   const T *__restrict__ xT, const T *__restrict__ dcolT, float beta,
+                                                   TO *__restrict__ dxT, float *__restrict__ D) {
     typedef typename dt_vec<VEC>::T V;
     const int lane = threadIdx.x % L, NV = c.Cg / VEC;
     const unsigned mask = group_mask<L>();
@@ -294,14 +297,14 @@ __global__ void __launch_bounds__(THREADS) k_gather(dt_deform_chunk c, const uin
         /* key of corner t: the pixel is the top-left (t=0), top-right (1), bottom-left (2) or
          * bottom-right (3) corner of the samples whose top-left is (iy - t/2, ix - t%2) */
         const int64_t base = ((int64_t)((int)iu * c.G + g) * (c.H + 1) + iy + 1) * (c.W + 1) + ix + 1;
-        const V *xr = reinterpret_cast<const V *>(xT + (int64_t)pix * c.C + (int64_t)g * c.Cg);
-        V *out = reinterpret_cast<V *>(dxT + (int64_t)pix * c.C + (int64_t)g * c.Cg);
+        const T *xr = xT + (int64_t)pix * c.C + (int64_t)g * c.Cg;
+        TO *out = dxT ? dxT + (int64_t)pix * c.C + (int64_t)g * c.Cg : nullptr;
         for (int v0 = 0; v0 < NV; v0 += L * VPL) {
             V xv[VPL], acc[VPL];
 #pragma unroll
             for (int u = 0; u < VPL; u++) {
                 int v = v0 + lane + u * L;
-                if (v < NV) xv[u] = vload(xr + v);
+                if (v < NV) cload(xr, v, xv[u]);
                 else vzero(xv[u]);
                 vzero(acc[u]);
             }
@@ -331,10 +334,12 @@ __global__ void __launch_bounds__(THREADS) k_gather(dt_deform_chunk c, const uin
                     if (lane == 0) D[4 * (int64_t)s + t] = v0 == 0 ? part : D[4 * (int64_t)s + t] + part;
                 }
             }
+            if (out) {
 #pragma unroll
-            for (int u = 0; u < VPL; u++) {
-                int v = v0 + lane + u * L;
-                if (v < NV) out[v] = acc[u];
+                for (int u = 0; u < VPL; u++) {
+                    int v = v0 + lane + u * L;
+                    if (v < NV) cstore_beta(out, v, acc[u], beta);
+                }
             }
         }
     }
@@ -362,9 +367,10 @@ __global__ void k_offset_grads(dt_deform_chunk c, const float *__restrict__ om, 
 
 /* ------------------------------------------------------------------ atomic scatter */
 
-template <int VEC, int L>
-__global__ void __launch_bounds__(THREADS) k_scatter(dt_deform_chunk c, const float *__restrict__ xT,
-                                                    const float *__restrict__ om, const float *__restrict__ dcolT,
+/* x and dcol of T; dxT fp32 (the atomics' sums; NULL: dom only). */
+template <int VEC, int L, typename T>
+__global__ void __launch_bounds__(THREADS) k_scatter(dt_deform_chunk c, const T *__restrict__ xT,
+                                                    const float *__restrict__ om, const T *__restrict__ dcolT,
                                                     int logits, float *__restrict__ dxT, float *__restrict__ dom) {
     typedef typename dt_vec<VEC>::T V;
     const int lane = threadIdx.x % L, NV = c.Cg / VEC;
@@ -382,14 +388,16 @@ __global__ void __launch_bounds__(THREADS) k_scatter(dt_deform_chunk c, const fl
             at[t] = b.ok[t] ? plane + dt_bilin_index(&b, t, c.W) * c.C : -1;
             wm[t] = b.w[t] * m;
         }
-        const V *row = reinterpret_cast<const V *>(dcolT + (int64_t)q * c.KC + (int64_t)k * c.C + (int64_t)g * c.Cg);
+        const T *row = dcolT + (int64_t)q * c.KC + (int64_t)k * c.C + (int64_t)g * c.Cg;
         for (int v = lane; v < NV; v += L) {
-            V d = vload(row + v);
+            V d, xv;
+            cload(row, v, d);
 #pragma unroll
             for (int t = 0; t < 4; t++) {
                 if (at[t] < 0) continue;
-                part[t] += vdot(d, vload(reinterpret_cast<const V *>(xT + at[t]) + v));
-                if (wm[t] != 0.0f) vatomic_add(reinterpret_cast<V *>(dxT + at[t]) + v, vscale(wm[t], d));
+                cload(xT + at[t], v, xv);
+                part[t] += vdot(d, xv);
+                if (dxT && wm[t] != 0.0f) vatomic_add(reinterpret_cast<V *>(dxT + at[t]) + v, vscale(wm[t], d));
             }
         }
 #pragma unroll
@@ -477,36 +485,26 @@ size_t tile_smem(const dt_deform_plan *p, const tiling &t, bool stage) {
 
 extern "C" {
 
-}  // extern "C"
-
-template <typename T>
-static void sample_nhwc(const dt_deform_plan *p, int64_t nb, const float *xT, const float *om, T *colT) {
+void dt_deform_sample_nhwc_cuda(const dt_deform_plan *p, int64_t nb, const void *xT, const float *om, void *colT) {
     dt_deform_chunk c = dt_deform_chunk_make(p, nb);
     if (c.S <= 0) return;
     bool v4 = vec4(p);
     int L = row_lanes(p);
-#define SAMPLE(V) k_sample<V, L_, T><<<blocks_for_rows(c.S, L_), THREADS, 0, dt_stream()>>>(c, xT, om, colT)
-    if (v4) { DISPATCH_L(L, SAMPLE(4)); }
-    else { DISPATCH_L(L, SAMPLE(1)); }
+    dt_dispatch_plan_dtype(p->dtype, [&](auto *tag) {
+        typedef DT_TAG_TYPE(tag) T;
+#define SAMPLE(V) \
+    k_sample<V, L_, T><<<blocks_for_rows(c.S, L_), THREADS, 0, dt_stream()>>>(c, (const T *)xT, om, (T *)colT)
+        if (v4) { DISPATCH_L(L, SAMPLE(4)); }
+        else { DISPATCH_L(L, SAMPLE(1)); }
 #undef SAMPLE
+    });
     DT_CHECK_LAUNCH();
-}
-
-extern "C" {
-
-void dt_deform_sample_nhwc_cuda(const dt_deform_plan *p, int64_t nb, const float *xT, const float *om, float *colT) {
-    sample_nhwc(p, nb, xT, om, colT);
-}
-
-void dt_deform_sample_nhwc_bf16_cuda(const dt_deform_plan *p, int64_t nb, const float *xT, const float *om,
-                                     dt_bf16 *colT) {
-    sample_nhwc(p, nb, xT, om, (__nv_bfloat16 *)colT);
 }
 
 size_t dt_deform_tile_ws_bytes_cuda(const dt_deform_plan *p, int64_t nb) { return dt_offconv_ws_bytes_cuda(p, nb); }
 
-void dt_deform_tile_forward_cuda(const dt_deform_plan *p, int64_t nb, const float *xT, const float *woff,
-                                 const float *boff, float *om, float *colT, void *ws) {
+void dt_deform_tile_forward_cuda(const dt_deform_plan *p, int64_t nb, const void *xT, const float *woff,
+                                 const float *boff, float *om, void *colT, void *ws) {
     dt_deform_chunk c = dt_deform_chunk_make(p, nb);
     if (c.Q <= 0) return;
     const bool fuse = woff != NULL, stage = p->knobs.stage != 0;
@@ -516,17 +514,22 @@ void dt_deform_tile_forward_cuda(const dt_deform_plan *p, int64_t nb, const floa
     const int oct = offconv_oct(p->OC), nt = (int)((p->OC + oct - 1) / oct);
     float4 *wpack = (float4 *)ws;
     if (fuse) {
+        /* the weights rounded where the offset conv's CPU twin rounds them (offset_conv.h) */
+        const int round = p->dtype == DT_BF16 && dt_offconv_rounds(p);
         int64_t npack = (int64_t)nt * oct * p->K * p->C / 4;
-        if (vec4(p) && p->C % 4 == 0) k_offconv_pack<4><<<dt_grid_for(npack, 256), 256, 0, dt_stream()>>>(c, oct, nt, woff, wpack);
-        else k_offconv_pack<1><<<dt_grid_for(npack, 256), 256, 0, dt_stream()>>>(c, oct, nt, woff, wpack);
+        if (vec4(p) && p->C % 4 == 0)
+            k_offconv_pack<4><<<dt_grid_for(npack, 256), 256, 0, dt_stream()>>>(c, oct, nt, woff, round, wpack);
+        else k_offconv_pack<1><<<dt_grid_for(npack, 256), 256, 0, dt_stream()>>>(c, oct, nt, woff, round, wpack);
         DT_CHECK_LAUNCH();
     }
     size_t smem = tile_smem(p, t, stage);
     unsigned blocks = (unsigned)(nb * t.tiles);
+    dt_dispatch_plan_dtype(p->dtype, [&](auto *tag) {
+        typedef DT_TAG_TYPE(tag) T;
 #define TILE(F, S, V, O)                                                                                              \
     do {                                                                                                             \
-        DT_CHECK(cudaFuncSetAttribute(k_tile<F, S, V, O>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)); \
-        k_tile<F, S, V, O><<<blocks, THREADS, smem, dt_stream()>>>(c, t, wpack, boff, xT, om, colT);                \
+        DT_CHECK(cudaFuncSetAttribute(k_tile<F, S, V, O, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)); \
+        k_tile<F, S, V, O, T><<<blocks, THREADS, smem, dt_stream()>>>(c, t, wpack, boff, (const T *)xT, om, (T *)colT); \
     } while (0)
 #define TILE_V(F, S, O)                                  \
     do {                                                 \
@@ -538,13 +541,14 @@ void dt_deform_tile_forward_cuda(const dt_deform_plan *p, int64_t nb, const floa
         if (oct == 20) TILE_V(F, S, 20); \
         else TILE_V(F, S, 28);           \
     } while (0)
-    if (fuse && stage) TILE_O(true, true);
-    else if (fuse) TILE_O(true, false);
-    else if (stage) TILE_V(false, true, 20);
-    else TILE_V(false, false, 20);
+        if (fuse && stage) TILE_O(true, true);
+        else if (fuse) TILE_O(true, false);
+        else if (stage) TILE_V(false, true, 20);
+        else TILE_V(false, false, 20);
 #undef TILE_O
 #undef TILE_V
 #undef TILE
+    });
     DT_CHECK_LAUNCH();
 }
 
@@ -576,9 +580,9 @@ void dt_deform_index_build_cuda(const dt_deform_plan *p, int64_t nb, const float
 
 }  // extern "C"
 
-template <typename T>
-static void gather_dx(const dt_deform_plan *p, int64_t nb, const dt_deform_index *idx, const float *xT,
-                      const T *dcolT, float *dxT, float *D) {
+template <typename T, typename TO>
+static void gather_dx(const dt_deform_plan *p, int64_t nb, const dt_deform_index *idx, const T *xT, const T *dcolT,
+                      float beta, TO *dxT, float *D) {
     dt_deform_chunk c = dt_deform_chunk_make(p, nb);
     int64_t rows = (int64_t)c.npix * c.G;
     if (rows <= 0) return;
@@ -587,10 +591,8 @@ static void gather_dx(const dt_deform_plan *p, int64_t nb, const dt_deform_index
     int64_t nv = v4 ? p->Cg / 4 : p->Cg;
     int L = dt_lanes_for(nv, 4);
 #define GATHER(V, VPL)                                                                                           \
-    DISPATCH_L(L, k_gather<V, L_, VPL, T><<<blocks_for_rows(rows, L_), THREADS, 0, dt_stream()>>>(c, idx->order, \
-                                                                                               idx->start,       \
-                                                                                               idx->wm, xT,      \
-                                                                                               dcolT, dxT, D))
+    DISPATCH_L(L, k_gather<V, L_, VPL, T, TO><<<blocks_for_rows(rows, L_), THREADS, 0, dt_stream()>>>(          \
+                      c, idx->order, idx->start, idx->wm, xT, dcolT, beta, dxT, D))
     if (v4) {
         if (nv <= L) { GATHER(4, 1); }
         else { GATHER(4, 4); }
@@ -604,14 +606,15 @@ static void gather_dx(const dt_deform_plan *p, int64_t nb, const dt_deform_index
 
 extern "C" {
 
-void dt_deform_gather_dx_cuda(const dt_deform_plan *p, int64_t nb, const dt_deform_index *idx, const float *xT,
-                              const float *dcolT, float *dxT, float *D) {
-    gather_dx(p, nb, idx, xT, dcolT, dxT, D);
-}
-
-void dt_deform_gather_dx_bf16_cuda(const dt_deform_plan *p, int64_t nb, const dt_deform_index *idx, const float *xT,
-                                   const dt_bf16 *dcolT, float *dxT, float *D) {
-    gather_dx(p, nb, idx, xT, (const __nv_bfloat16 *)dcolT, dxT, D);
+void dt_deform_gather_dx_cuda(const dt_deform_plan *p, int64_t nb, const dt_deform_index *idx, const void *xT,
+                              const void *dcolT, float beta, void *dx, dt_dtype dx_dtype, float *D) {
+    if (dx_dtype != p->dtype && dx_dtype != DT_F32)
+        dt_fatal("deform gather: dx in %s for a %s plan (its dtype, or f32)", dt_dtype_name(dx_dtype), dt_dtype_name(p->dtype));
+    dt_dispatch_plan_dtype(p->dtype, [&](auto *tag) {
+        typedef DT_TAG_TYPE(tag) T;
+        if (dx_dtype == DT_F32) gather_dx(p, nb, idx, (const T *)xT, (const T *)dcolT, beta, (float *)dx, D);
+        else gather_dx(p, nb, idx, (const T *)xT, (const T *)dcolT, beta, (T *)dx, D);
+    });
 }
 
 void dt_deform_offset_grads_cuda(const dt_deform_plan *p, int64_t nb, const float *om, const float *D, int mask_logits,
@@ -622,18 +625,21 @@ void dt_deform_offset_grads_cuda(const dt_deform_plan *p, int64_t nb, const floa
     DT_CHECK_LAUNCH();
 }
 
-void dt_deform_scatter_dx_cuda(const dt_deform_plan *p, int64_t nb, const float *xT, const float *om, const float *dcolT,
+void dt_deform_scatter_dx_cuda(const dt_deform_plan *p, int64_t nb, const void *xT, const float *om, const void *dcolT,
                                int mask_logits, float *dxT, float *dom) {
     dt_deform_chunk c = dt_deform_chunk_make(p, nb);
     if (c.S <= 0) return;
     bool v4 = vec4(p);
     int L = dt_lanes_for(v4 ? p->Cg / 4 : p->Cg, 4); /* a lane a vector: measured faster here */
-#define SCATTER(V)                                                                                         \
-    k_scatter<V, L_><<<blocks_for_rows(c.S, L_), THREADS, 0, dt_stream()>>>(c, xT, om, dcolT, \
-                                                                                              mask_logits, dxT, dom)
-    if (v4) { DISPATCH_L(L, SCATTER(4)); }
-    else { DISPATCH_L(L, SCATTER(1)); }
+    dt_dispatch_plan_dtype(p->dtype, [&](auto *tag) {
+        typedef DT_TAG_TYPE(tag) T;
+#define SCATTER(V)                                                                                                  \
+    k_scatter<V, L_, T><<<blocks_for_rows(c.S, L_), THREADS, 0, dt_stream()>>>(c, (const T *)xT, om, (const T *)dcolT, \
+                                                                               mask_logits, dxT, dom)
+        if (v4) { DISPATCH_L(L, SCATTER(4)); }
+        else { DISPATCH_L(L, SCATTER(1)); }
 #undef SCATTER
+    });
     DT_CHECK_LAUNCH();
 }
 }

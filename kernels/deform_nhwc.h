@@ -10,20 +10,26 @@
  *                 (writing om) and then its sampling in one kernel, [stage] the sampling
  *                 reading the tile's input footprint + halo from shared memory (knobs)
  *
+ * Types: xT, colT and dcolT are of the plan's dtype (f32, or bf16: read as stored, every sum
+ * fp32, a bf16 result rounded once, on its store); om, dom, D and the index are fp32 in every
+ * plan; the gather writes dx in the plan's dtype or as an fp32 sum that another kernel
+ * finishes (the deft layer's offset conv adds its part before the one rounding).
+ *
  * Backward, from dcolT [Q, K*C] (the column gradient, same layout as colT):
  *   index_build   the inverse index, built from the offsets alone: the samples sorted
  *                 (stably, by id) by the top-left pixel they read, per offset group
- *   gather_dx     dxT [nb, H, W, C] = adjoint of the sampling: each input pixel visits the
- *                 samples of the 4 keys whose 2x2 corners contain it (corner 0: the pixel is
- *                 their top-left, 1: top-right, 2: bottom-left, 3: bottom-right), in that
- *                 order and in index order within a key, and writes its gradient once - no
- *                 atomics, bitwise deterministic. It also stores D [S, 4]: D[s][c] = the dot
- *                 product of sample s's dcol row with x at its corner c (over the group's
- *                 channels), from which:
+ *   gather_dx     dxT [nb, H, W, C] = beta*dxT + adjoint of the sampling: each input pixel
+ *                 visits the samples of the 4 keys whose 2x2 corners contain it (corner 0:
+ *                 the pixel is their top-left, 1: top-right, 2: bottom-left, 3:
+ *                 bottom-right), in that order and in index order within a key, sums in fp32
+ *                 and writes its gradient once - no atomics, bitwise deterministic. It also
+ *                 stores D [S, 4]: D[s][c] = the dot product of sample s's dcol row with x at
+ *                 its corner c (over the group's channels), from which:
  *   offset_grads  dom [Q, OCS]: d offset = m * sum_c dw_c/d(y or x) * D[c], d mask =
  *                 sum_c w_c * D[c] (times m(1 - m) for mask logits), corners in a fixed order
- *   scatter_dx    the alternative: dxT += adjoint with float4 atomics (dxT zeroed by the
- *                 caller) and dom directly, in one pass over the samples (not reproducible)
+ *   scatter_dx    the alternative: dxT += adjoint with float4 atomics into an fp32 dxT
+ *                 (zeroed by the caller) and dom directly, in one pass over the samples (not
+ *                 reproducible)
  * dom's padding columns [OC, OCS) are written as 0. */
 #ifndef DT_K_DEFORM_NHWC_H
 #define DT_K_DEFORM_NHWC_H
@@ -31,7 +37,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "convert.h"
 #include "deform_plan.h"
 
 #ifdef __cplusplus
@@ -54,28 +59,25 @@ static inline int64_t dt_deform_index_keys(const dt_deform_plan *p, int64_t nb) 
 }
 
 #define DT_DECL_DEFORM_NHWC(sfx)                                                                                      \
-    void dt_deform_sample_nhwc_##sfx(const dt_deform_plan *p, int64_t nb, const float *xT, const float *om,         \
-                                     float *colT);                                                                   \
+    /* xT [nb, H, W, C] and colT [Q, K*C] of p->dtype */                                                            \
+    void dt_deform_sample_nhwc_##sfx(const dt_deform_plan *p, int64_t nb, const void *xT, const float *om,          \
+                                     void *colT);                                                                    \
     /* woff [OC, C, kh, kw], boff [OC]: the offset conv (fuse only; om written). ws: see below. */                   \
-    void dt_deform_tile_forward_##sfx(const dt_deform_plan *p, int64_t nb, const float *xT, const float *woff,     \
-                                      const float *boff, float *om, float *colT, void *ws);                          \
+    void dt_deform_tile_forward_##sfx(const dt_deform_plan *p, int64_t nb, const void *xT, const float *woff,      \
+                                      const float *boff, float *om, void *colT, void *ws);                           \
     size_t dt_deform_tile_ws_bytes_##sfx(const dt_deform_plan *p, int64_t nb);                                       \
     size_t dt_deform_index_ws_bytes_##sfx(const dt_deform_plan *p, int64_t nb);                                      \
     void dt_deform_index_build_##sfx(const dt_deform_plan *p, int64_t nb, const float *om, void *ws,                \
                                      dt_deform_index *idx);                                                          \
-    /* dxT written (not added); D [S, 4] */                                                                         \
-    void dt_deform_gather_dx_##sfx(const dt_deform_plan *p, int64_t nb, const dt_deform_index *idx, const float *xT, \
-                                   const float *dcolT, float *dxT, float *D);                                        \
+    /* xT, dcolT of p->dtype; dx [nb, H, W, C] = beta*dx + the adjoint, of dx_dtype (p->dtype, or DT_F32 for a     \
+     * sum another kernel finishes; NULL: only D is wanted); D [S, 4] */                                            \
+    void dt_deform_gather_dx_##sfx(const dt_deform_plan *p, int64_t nb, const dt_deform_index *idx, const void *xT,  \
+                                   const void *dcolT, float beta, void *dx, dt_dtype dx_dtype, float *D);            \
     void dt_deform_offset_grads_##sfx(const dt_deform_plan *p, int64_t nb, const float *om, const float *D,         \
                                       int mask_logits, float *dom);                                                  \
-    /* dxT += (zero it first); dom written */                                                                        \
-    void dt_deform_scatter_dx_##sfx(const dt_deform_plan *p, int64_t nb, const float *xT, const float *om,          \
-                                    const float *dcolT, int mask_logits, float *dxT, float *dom);              \
-    /* the bf16 precision's pair: colT rounded to bf16 once; dcolT read as bf16, sums in fp32 */                    \
-    void dt_deform_sample_nhwc_bf16_##sfx(const dt_deform_plan *p, int64_t nb, const float *xT, const float *om,    \
-                                          dt_bf16 *colT);                                                              \
-    void dt_deform_gather_dx_bf16_##sfx(const dt_deform_plan *p, int64_t nb, const dt_deform_index *idx,             \
-                                        const float *xT, const dt_bf16 *dcolT, float *dxT, float *D);
+    /* xT, dcolT of p->dtype; dxT fp32 += (zero it first; NULL: only dom is wanted); dom written */                 \
+    void dt_deform_scatter_dx_##sfx(const dt_deform_plan *p, int64_t nb, const void *xT, const float *om,           \
+                                    const void *dcolT, int mask_logits, float *dxT, float *dom);
 
 DT_DECL_DEFORM_NHWC(cpu)
 DT_DECL_DEFORM_NHWC(cuda)

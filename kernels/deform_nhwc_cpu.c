@@ -1,15 +1,30 @@
 /* CPU twins of deform_nhwc.h: the plainest loops over the same sample arithmetic
  * (deform_chunk.h) the CUDA kernels run. The index is a counting sort (stable by
  * construction), so the CPU and GPU indexes are identical; the gather visits a pixel's samples
- * in the same order as the GPU, summing in double. Threaded where each output has one writer. */
+ * in the same order as the GPU, summing in double. Threaded where each output has one writer.
+ *
+ * bf16 plans: the loops run on fp32 copies of the bf16 inputs (widening is exact) and round
+ * their results where the GPU rounds them - each column once, on its store; dx once, after
+ * beta (dt_convert_cpu: the sum in fp32, one rounding). */
 #include <stdlib.h>
 #include <string.h>
 
+#include "convert.h"
 #include "deform_chunk.h"
 #include "dt_common.h"
 #include "deform_nhwc.h"
 #include "dt_parallel.h"
 #include "offset_conv.h"
+
+/* n elements of a plan's tensor as fp32: the data itself (f32) or a widened copy in *own
+ * (bf16; the caller frees it). */
+static const float *as_f32(dt_dtype t, const void *x, int64_t n, float **own) {
+    *own = NULL;
+    if (t == DT_F32) return x;
+    *own = dt_xmalloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    dt_bf16_to_f32_cpu(n, x, *own);
+    return *own;
+}
 
 typedef struct {
     const dt_deform_chunk *c;
@@ -38,17 +53,22 @@ static void sample_range(void *ctx, int64_t s0, int64_t s1) {
     }
 }
 
-void dt_deform_sample_nhwc_cpu(const dt_deform_plan *p, int64_t nb, const float *xT, const float *om, float *colT) {
+void dt_deform_sample_nhwc_cpu(const dt_deform_plan *p, int64_t nb, const void *xT, const float *om, void *colT) {
     dt_deform_chunk c = dt_deform_chunk_make(p, nb);
-    job j = {.c = &c, .xT = xT, .om = om, .colT = colT};
+    int64_t ncol = (int64_t)c.Q * c.KC;
+    float *xown, *cown = p->dtype == DT_F32 ? NULL : dt_xmalloc((size_t)(ncol > 0 ? ncol : 1) * sizeof(float));
+    job j = {.c = &c, .xT = as_f32(p->dtype, xT, (int64_t)c.npix * c.C, &xown), .om = om, .colT = cown ? cown : colT};
     dt_parallel_for(c.S, 64, sample_range, &j);
+    if (cown) dt_f32_to_bf16_cpu(ncol, cown, colT); /* each column rounded once */
+    free(xown);
+    free(cown);
 }
 
 size_t dt_deform_tile_ws_bytes_cpu(const dt_deform_plan *p, int64_t nb) { return dt_offconv_ws_bytes_cpu(p, nb); }
 
 /* The tiled forward computes what the two kernels compute; on the CPU it is those two. */
-void dt_deform_tile_forward_cpu(const dt_deform_plan *p, int64_t nb, const float *xT, const float *woff,
-                                const float *boff, float *om, float *colT, void *ws) {
+void dt_deform_tile_forward_cpu(const dt_deform_plan *p, int64_t nb, const void *xT, const float *woff,
+                                const float *boff, float *om, void *colT, void *ws) {
     if (woff) dt_offconv_fwd_cpu(p, nb, xT, woff, boff, om, ws);
     dt_deform_sample_nhwc_cpu(p, nb, xT, om, colT);
 }
@@ -121,11 +141,22 @@ static void gather_range(void *ctx, int64_t r0, int64_t r1) {
     free(acc);
 }
 
-void dt_deform_gather_dx_cpu(const dt_deform_plan *p, int64_t nb, const dt_deform_index *idx, const float *xT,
-                             const float *dcolT, float *dxT, float *D) {
+void dt_deform_gather_dx_cpu(const dt_deform_plan *p, int64_t nb, const dt_deform_index *idx, const void *xT,
+                             const void *dcolT, float beta, void *dx, dt_dtype dx_dtype, float *D) {
+    if (dx_dtype != p->dtype && dx_dtype != DT_F32)
+        dt_fatal("deform gather: dx in %s for a %s plan (its dtype, or f32)", dt_dtype_name(dx_dtype), dt_dtype_name(p->dtype));
     dt_deform_chunk c = dt_deform_chunk_make(p, nb);
-    job j = {.c = &c, .idx = idx, .xT = xT, .dcolT = dcolT, .dxT = dxT, .Dout = D};
+    int64_t nx = (int64_t)c.npix * c.C;
+    float *xown, *down;
+    /* the adjoint in fp32 [nb, H, W, C], then dx = beta*dx + it, rounded once to dx_dtype */
+    float *t = dt_xmalloc((size_t)(nx > 0 ? nx : 1) * sizeof(float));
+    job j = {.c = &c, .idx = idx, .xT = as_f32(p->dtype, xT, nx, &xown),
+             .dcolT = as_f32(p->dtype, dcolT, (int64_t)c.Q * c.KC, &down), .dxT = t, .Dout = D};
     dt_parallel_for((int64_t)c.npix * c.G, 16, gather_range, &j);
+    if (dx) dt_convert_cpu(1, 1, nx, t, DT_F32, DT_NCHW, beta, dx, dx_dtype, DT_NCHW);
+    free(t);
+    free(xown);
+    free(down);
 }
 
 static void grads_range(void *ctx, int64_t s0, int64_t s1) {
@@ -150,9 +181,12 @@ void dt_deform_offset_grads_cpu(const dt_deform_plan *p, int64_t nb, const float
 }
 
 /* Serial: every sample adds into up to four pixels. */
-void dt_deform_scatter_dx_cpu(const dt_deform_plan *p, int64_t nb, const float *xT, const float *om, const float *dcolT,
+void dt_deform_scatter_dx_cpu(const dt_deform_plan *p, int64_t nb, const void *xTv, const float *om, const void *dcolTv,
                               int mask_logits, float *dxT, float *dom) {
     dt_deform_chunk c = dt_deform_chunk_make(p, nb);
+    float *xown, *down;
+    const float *xT = as_f32(p->dtype, xTv, (int64_t)c.npix * c.C, &xown);
+    const float *dcolT = as_f32(p->dtype, dcolTv, (int64_t)c.Q * c.KC, &down);
     for (int64_t s = 0; s < c.S; s++) {
         int q, k, g, i;
         float m, D[4] = {0, 0, 0, 0}, gy, gx, gm;
@@ -165,30 +199,13 @@ void dt_deform_scatter_dx_cpu(const dt_deform_plan *p, int64_t nb, const float *
             double d = 0;
             for (int ch = 0; ch < c.Cg; ch++) {
                 d += (double)row[ch] * xT[at + ch];
-                dxT[at + ch] += b.w[t] * m * row[ch];
+                if (dxT) dxT[at + ch] += b.w[t] * m * row[ch];
             }
             D[t] = (float)d;
         }
         dt_sample_grads(&b, m, D, &gy, &gx, &gm);
         dt_sample_store_grads(&c, dom, q, k, g, m, gy, gx, gm, mask_logits);
     }
-}
-
-/* The bf16 twins: the fp32 kernels and the conversion (rounding colT once; widening dcolT). */
-void dt_deform_sample_nhwc_bf16_cpu(const dt_deform_plan *p, int64_t nb, const float *xT, const float *om,
-                                    dt_bf16 *colT) {
-    int64_t n = nb * p->P * p->KC;
-    float *t = dt_xmalloc((size_t)(n > 0 ? n : 1) * sizeof(float)); /* [Q, K*C] */
-    dt_deform_sample_nhwc_cpu(p, nb, xT, om, t);
-    dt_f32_to_bf16_cpu(n, t, colT);
-    free(t);
-}
-
-void dt_deform_gather_dx_bf16_cpu(const dt_deform_plan *p, int64_t nb, const dt_deform_index *idx, const float *xT,
-                                  const dt_bf16 *dcolT, float *dxT, float *D) {
-    int64_t n = nb * p->P * p->KC;
-    float *t = dt_xmalloc((size_t)(n > 0 ? n : 1) * sizeof(float)); /* [Q, K*C] */
-    dt_bf16_to_f32_cpu(n, dcolT, t);
-    dt_deform_gather_dx_cpu(p, nb, idx, xT, t, dxT, D);
-    free(t);
+    free(xown);
+    free(down);
 }

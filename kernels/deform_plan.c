@@ -41,6 +41,25 @@ int dt_deform_knobs_validate(const dt_deform_knobs *k, char *err, int errlen) {
     return 0;
 }
 
+/* Images per chunk: the column buffer (P x K*C elements an image) within the budget, and every
+ * per-chunk index of the kernels (positions x taps x groups, padded pixel keys) below 2^31. */
+static const char *chunk(dt_deform_plan *p, size_t col_budget_bytes) {
+    static __thread char msg[160];
+    int64_t per_image = p->P * p->KC * (int64_t)dt_dtype_size(p->dtype);
+    int64_t nb = (int64_t)col_budget_bytes / (per_image > 0 ? per_image : 1);
+    int64_t rows = p->P * p->K * p->G, keys = (p->H + 1) * (p->W + 1) * p->G, pix = p->H * p->W * p->G;
+    int64_t biggest = rows > keys ? rows : keys;
+    if (pix > biggest) biggest = pix;
+    int64_t lim = (int64_t)(INT32_MAX - 1) / biggest;
+    if (lim < 1)
+        return snprintf(msg, sizeof msg, "one image has %lld samples (positions x taps x groups); at most 2^31 are supported",
+                        (long long)biggest), msg;
+    if (nb > lim) nb = lim;
+    if (nb < 1) nb = 1;
+    p->nb = nb < p->N ? nb : p->N;
+    return NULL;
+}
+
 const char *dt_deform_plan_init(dt_deform_plan *p, int64_t N, int64_t C, int64_t H, int64_t W, int64_t Cout,
                                 dt_conv_geom g, int G, int has_mask, dt_deform_mode mode, const dt_deform_knobs *k,
                                 size_t col_budget_bytes) {
@@ -81,19 +100,25 @@ const char *dt_deform_plan_init(dt_deform_plan *p, int64_t N, int64_t C, int64_t
     if (dt_deform_knobs_validate(&p->knobs, kerr, sizeof kerr)) return snprintf(msg, sizeof msg, "%s", kerr), msg;
     p->halo = p->knobs.halo < 0 ? 1 : p->knobs.halo;
     p->dx = p->knobs.deterministic ? DT_DX_GATHER : p->knobs.dx;
-    /* Chunk: the column buffer (P x K*C floats an image) within the budget, and every per-chunk
-     * index of the kernels (positions x taps x groups, padded pixel keys) below 2^31. */
-    int64_t per_image = p->P * p->KC;
-    int64_t nb = (int64_t)(col_budget_bytes / sizeof(float)) / (per_image > 0 ? per_image : 1);
-    int64_t rows = p->P * p->K * G, keys = (H + 1) * (W + 1) * G, pix = H * W * G;
-    int64_t biggest = rows > keys ? rows : keys;
-    if (pix > biggest) biggest = pix;
-    int64_t lim = (int64_t)(INT32_MAX - 1) / biggest;
-    if (lim < 1)
-        return snprintf(msg, sizeof msg, "one image has %lld samples (positions x taps x groups); at most 2^31 are supported",
-                        (long long)biggest), msg;
-    if (nb > lim) nb = lim;
-    if (nb < 1) nb = 1;
-    p->nb = nb < N ? nb : N;
-    return NULL;
+    p->dtype = DT_F32;
+    p->layout = DT_NCHW;
+    p->math = DT_MATH_FP32;
+    return chunk(p, col_budget_bytes);
 }
+
+const char *dt_deform_plan_types(dt_deform_plan *p, dt_dtype dtype, dt_layout layout, dt_math math,
+                                 size_t col_budget_bytes) {
+    static __thread char msg[160];
+    if (dtype != DT_F32 && dtype != DT_BF16)
+        return snprintf(msg, sizeof msg, "no deformable kernels for %s tensors (f32 or bf16)", dt_dtype_name(dtype)), msg;
+    if (p->mode == DT_DEFORM_UNFUSED && (dtype != DT_F32 || layout != DT_NCHW))
+        return snprintf(msg, sizeof msg, "the unfused baseline is f32 NCHW (as PyTorch runs it), not %s %s; deft takes "
+                        "channels-last and bf16 tensors", dt_dtype_name(dtype), dt_layout_name(layout)), msg;
+    if (dtype == DT_BF16 && layout != DT_NHWC)
+        return snprintf(msg, sizeof msg, "bf16 tensors must be channels last (nhwc)"), msg;
+    p->dtype = dtype;
+    p->layout = layout;
+    p->math = math;
+    return chunk(p, col_budget_bytes);
+}
+

@@ -17,8 +17,9 @@
  *            DefT's choices - offset conv fused into the sampling, tile + halo staging,
  *            block-ID swizzle - are knobs on top.
  *
- * Channels-last layouts of the deft path, for a chunk of nb images (Q = nb*P positions):
- *   xT    [nb, H, W, C]          the input, channels last
+ * Channels-last layouts of the deft path, for a chunk of nb images (Q = nb*P positions); xT,
+ * colT and their gradients are of the plan's dtype (f32 or bf16), om and dom always f32:
+ *   xT    [nb, H, W, C]          the input, channels last (an NHWC input is its own xT)
  *   om    [Q, OCS]               offset-conv output per position: columns 2*(g*K+k) = dy,
  *                                +1 = dx, 2*G*K + g*K + k = mask (after the sigmoid);
  *                                OC = 2GK (+GK with mask) columns, padded to OCS = 4*ceil(OC/4)
@@ -28,14 +29,18 @@
 #ifndef DT_K_DEFORM_PLAN_H
 #define DT_K_DEFORM_PLAN_H
 
+#include "dt_api.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
 #include "conv_geom.h"
+#include "dt_dtype.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+DT_PUBLIC_BEGIN
 
 typedef enum { DT_DEFORM_UNFUSED = 0, DT_DEFORM_DEFT = 1 } dt_deform_mode;
 
@@ -77,7 +82,14 @@ typedef struct {
     dt_deform_knobs knobs;
     int halo;   /* the halo in use (deft with stage): knobs.halo, or the layer's automatic one */
     int dx;     /* the dx method in use: knobs.dx, or DT_DX_GATHER when deterministic */
-    int64_t nb; /* images per chunk: the column buffer (nb*P x K*C floats) fits the budget */
+    int64_t nb; /* images per chunk: the column buffer (nb*P x K*C elements) fits the budget */
+    /* the tensors: x, y, the main weight and their gradients in dtype and layout (deft: f32
+     * NCHW - relaid out inside - or f32 / bf16 NHWC, which every deft kernel reads and writes
+     * as they are; unfused: f32 NCHW); f32 products by math. Offsets, mask (om) and the offset
+     * conv's parameters are f32 in every case. */
+    dt_dtype dtype;
+    dt_layout layout;
+    dt_math math;
 } dt_deform_plan;
 
 /* Fills *p from sizes; returns NULL, or a message naming what does not fit (sizes, groups,
@@ -86,11 +98,17 @@ const char *dt_deform_plan_init(dt_deform_plan *p, int64_t N, int64_t C, int64_t
                                 dt_conv_geom g, int G, int has_mask, dt_deform_mode mode, const dt_deform_knobs *k,
                                 size_t col_budget_bytes);
 
+/* Sets the plan's tensor types (dt_deform_plan_init leaves f32 NCHW, strict products) and
+ * re-sizes its chunks; NULL, or a message naming a combination the mode does not run. */
+const char *dt_deform_plan_types(dt_deform_plan *p, dt_dtype dtype, dt_layout layout, dt_math math,
+                                 size_t col_budget_bytes);
+
 /* Images in the chunk starting at n0. */
 static inline int64_t dt_deform_chunk_len(const dt_deform_plan *p, int64_t n0) {
     return p->N - n0 < p->nb ? p->N - n0 : p->nb;
 }
 
+DT_PUBLIC_END
 #ifdef __cplusplus
 }
 #endif

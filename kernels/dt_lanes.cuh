@@ -14,6 +14,10 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 
+#include <type_traits>
+
+#include "dt_dtype.h"
+
 template <int VEC>
 struct dt_vec;
 template <>
@@ -37,6 +41,14 @@ __device__ __forceinline__ void vfma(float4 &a, float w, float4 b) {
     a.w = fmaf(w, b.w, a.w);
 }
 __device__ __forceinline__ void vfma(float &a, float w, float b) { a = fmaf(w, b, a); }
+/* a += b */
+__device__ __forceinline__ void vadd(float4 &a, float4 b) {
+    a.x += b.x;
+    a.y += b.y;
+    a.z += b.z;
+    a.w += b.w;
+}
+__device__ __forceinline__ void vadd(float &a, float b) { a += b; }
 __device__ __forceinline__ float vdot(float4 a, float4 b) { return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w; }
 __device__ __forceinline__ float vdot(float a, float b) { return a * b; }
 __device__ __forceinline__ float4 vscale(float s, float4 v) { return make_float4(s * v.x, s * v.y, s * v.z, s * v.w); }
@@ -55,19 +67,29 @@ __device__ __forceinline__ void vatomic_add(float4 *p, float4 v) {
 }
 __device__ __forceinline__ void vatomic_add(float *p, float v) { atomicAdd(p, v); }
 
-/* Column rows (the GEMM's operands colT / dcolT) hold float or bf16 (the bf16 precision);
- * cload/cstore move vector v of a row as fp32 values: bf16 is widened on the load and rounded
- * to nearest even on the store (a float4 is 8 bytes of bf16; rows are 8-byte aligned when VEC
- * is 4, since the group's channel offset is then a multiple of 4). */
+/* Rows of channels-last data - the input xT, the columns colT / dcolT, the input gradient -
+ * hold float (the f32 plans) or bf16 (the bf16 plans); cload/cstore move vector v of a row as
+ * fp32 values: bf16 is widened on the load and rounded to nearest even on the store (a float4
+ * is 8 bytes of bf16; rows are 8-byte aligned when VEC is 4, since the group's channel offset
+ * is then a multiple of 4). cload goes through the read-only cache: only for data the kernel
+ * does not write; cload_rw is the plain load of an element the kernel is about to overwrite. */
 __device__ __forceinline__ void cload(const float *row, int v, float4 &out) { out = __ldg(reinterpret_cast<const float4 *>(row) + v); }
 __device__ __forceinline__ void cload(const float *row, int v, float &out) { out = __ldg(row + v); }
-__device__ __forceinline__ void cload(const __nv_bfloat16 *row, int v, float4 &out) {
-    uint2 u = __ldg(reinterpret_cast<const uint2 *>(row) + v);
+__device__ __forceinline__ float4 bf16x4_to_float4(uint2 u) {
     float2 a = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 *>(&u.x));
     float2 b = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 *>(&u.y));
-    out = make_float4(a.x, a.y, b.x, b.y);
+    return make_float4(a.x, a.y, b.x, b.y);
+}
+__device__ __forceinline__ void cload(const __nv_bfloat16 *row, int v, float4 &out) {
+    out = bf16x4_to_float4(__ldg(reinterpret_cast<const uint2 *>(row) + v));
 }
 __device__ __forceinline__ void cload(const __nv_bfloat16 *row, int v, float &out) { out = __bfloat162float(row[v]); }
+__device__ __forceinline__ void cload_rw(const float *row, int v, float4 &out) { out = reinterpret_cast<const float4 *>(row)[v]; }
+__device__ __forceinline__ void cload_rw(const float *row, int v, float &out) { out = row[v]; }
+__device__ __forceinline__ void cload_rw(const __nv_bfloat16 *row, int v, float4 &out) {
+    out = bf16x4_to_float4(reinterpret_cast<const uint2 *>(row)[v]);
+}
+__device__ __forceinline__ void cload_rw(const __nv_bfloat16 *row, int v, float &out) { out = __bfloat162float(row[v]); }
 __device__ __forceinline__ void cstore(float *row, int v, float4 val) { reinterpret_cast<float4 *>(row)[v] = val; }
 __device__ __forceinline__ void cstore(float *row, int v, float val) { row[v] = val; }
 __device__ __forceinline__ void cstore(__nv_bfloat16 *row, int v, float4 val) {
@@ -78,6 +100,17 @@ __device__ __forceinline__ void cstore(__nv_bfloat16 *row, int v, float4 val) {
     reinterpret_cast<uint2 *>(row)[v] = u;
 }
 __device__ __forceinline__ void cstore(__nv_bfloat16 *row, int v, float val) { row[v] = __float2bfloat16_rn(val); }
+/* The backward convention on a vector: row[v] = val (beta 0: the old value may be NaN) or
+ * beta*row[v] + val, summed in fp32 and rounded once to the row's type. */
+template <typename T, typename V>
+__device__ __forceinline__ void cstore_beta(T *row, int v, V val, float beta) {
+    if (beta != 0.0f) {
+        V old;
+        cload_rw(row, v, old);
+        vfma(val, beta, old);
+    }
+    cstore(row, v, val);
+}
 
 /* The lanes of this thread's group of L lanes, as a shuffle mask. */
 template <int L>
@@ -93,6 +126,17 @@ __device__ __forceinline__ float group_sum(float v, unsigned mask) {
     for (int o = L / 2; o > 0; o >>= 1) v += __shfl_xor_sync(mask, v, o, L);
     return v;
 }
+
+/* Calls f with a null pointer of the element type of a deft plan's tensors - float for f32
+ * plans, __nv_bfloat16 for bf16 ones (deform_plan.h: no other dtype gets a plan) - so that a
+ * generic lambda recovers the type and instantiates its kernels for it:
+ *   dt_dispatch_plan_dtype(p->dtype, [&](auto *tag) { typedef DT_TAG_TYPE(tag) T; k<T><<<...>>>(...); }); */
+template <typename F>
+static inline void dt_dispatch_plan_dtype(dt_dtype d, F f) {
+    if (d == DT_BF16) f((__nv_bfloat16 *)0);
+    else f((float *)0);
+}
+#define DT_TAG_TYPE(tag) typename std::remove_pointer<decltype(tag)>::type
 
 /* Smallest power of two >= n, within [lo, 32]. */
 static inline int dt_lanes_for(int64_t n, int lo) {

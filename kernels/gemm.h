@@ -1,4 +1,4 @@
-/* gemm.h: single-precision matrix products in row-major terms.
+/* gemm.h: matrix products in row-major terms.
  *   C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C
  * op(A) = A (stored [M,K], lda >= K) or, with ta = 1, A^T (A stored [K,M], lda >= M);
  * likewise B. beta == 0 overwrites C even if it holds NaN.
@@ -9,7 +9,7 @@
 
 #include <stdint.h>
 
-#include "convert.h"
+#include "dt_dtype.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -24,14 +24,19 @@ void dt_gemm_batched_cuda(int ta, int tb, int64_t M, int64_t N, int64_t K, float
                           const float *A, int64_t lda, int64_t sA, const float *B, int64_t ldb,
                           int64_t sB, float beta, float *C, int64_t ldc, int64_t sC, int64_t count);
 
-/* The bf16 precision's product: A and B in bf16, products and sums in fp32, C in fp32
- * (c_bf16 = 0) or rounded once to bf16 (c_bf16 = 1; C is then a dt_bf16 array). Same
- * conventions as dt_gemm otherwise. The CPU twin widens A and B to fp32 and runs dt_gemm_cpu:
- * the same arithmetic up to the order of the fp32 sums. */
-void dt_gemm_bf16_cpu(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const dt_bf16 *A,
-                      int64_t lda, const dt_bf16 *B, int64_t ldb, float beta, void *C, int c_bf16, int64_t ldc);
-void dt_gemm_bf16_cuda(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const dt_bf16 *A,
-                       int64_t lda, const dt_bf16 *B, int64_t ldb, float beta, void *C, int c_bf16, int64_t ldc);
+/* The ops' products, one signature for their op table (layers/gemm_call.c): A and B of the
+ * entry's dtype, C fp32 (c_dtype DT_F32) or - bf16 entries only - rounded once to bf16
+ * (DT_BF16). f32: strict fp32, or TF32 tensor cores when math is DT_MATH_TF32 (the CPU computes
+ * fp32 either way). bf16: products and sums in fp32 (Hopper's bf16 tensor cores); the CPU twin
+ * widens A and B to fp32 and runs dt_gemm_cpu - the same arithmetic up to the order of the
+ * fp32 sums. Same conventions as dt_gemm otherwise. */
+#define DT_DECL_GEMM_TYPED(name)                                                                                 \
+    void name(dt_math math, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A, int64_t lda, \
+              const void *B, int64_t ldb, float beta, void *C, dt_dtype c_dtype, int64_t ldc);
+DT_DECL_GEMM_TYPED(dt_gemm_f32_cpu)
+DT_DECL_GEMM_TYPED(dt_gemm_f32_cuda)
+DT_DECL_GEMM_TYPED(dt_gemm_bf16_cpu)
+DT_DECL_GEMM_TYPED(dt_gemm_bf16_cuda)
 
 #ifdef __cplusplus
 }

@@ -90,26 +90,35 @@ void dt_gemm_cpu(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, c
     free(Bp);
 }
 
+void dt_gemm_f32_cpu(dt_math math, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A,
+                     int64_t lda, const void *B, int64_t ldb, float beta, void *C, dt_dtype c_dtype, int64_t ldc) {
+    (void)math; /* the CPU has no TF32: fp32 */
+    if (c_dtype != DT_F32) dt_fatal("gemm (f32): the result must be f32, not %s", dt_dtype_name(c_dtype));
+    dt_gemm_cpu(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
 /* bf16 twin: widen the operands (their stored extent: rows x ld), the fp32 product, and the
  * one rounding of C when it is bf16. */
 static float *widen(const dt_bf16 *x, int64_t rows, int64_t cols, int64_t ld) {
     int64_t n = rows > 0 ? (rows - 1) * ld + cols : 0;
     float *y = dt_xmalloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    dt_bf16_to_f32_cpu(n, x, y);
+    for (int64_t i = 0; i < n; i++) y[i] = dt_bf16_to_float(x[i]);
     return y;
 }
 
-void dt_gemm_bf16_cpu(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const dt_bf16 *A,
-                      int64_t lda, const dt_bf16 *B, int64_t ldb, float beta, void *C, int c_bf16, int64_t ldc) {
+void dt_gemm_bf16_cpu(dt_math math, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A,
+                      int64_t lda, const void *B, int64_t ldb, float beta, void *C, dt_dtype c_dtype, int64_t ldc) {
+    (void)math;
     if (M <= 0 || N <= 0) return;
     float *a = ta ? widen(A, K, M, lda) : widen(A, M, K, lda);
     float *b = tb ? widen(B, N, K, ldb) : widen(B, K, N, ldb);
-    if (!c_bf16) {
+    if (c_dtype == DT_F32) {
         dt_gemm_cpu(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, C, ldc);
     } else {
         float *c = beta != 0.0f ? widen(C, M, N, ldc) : dt_xmalloc((size_t)((M - 1) * ldc + N) * sizeof(float));
         dt_gemm_cpu(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
-        for (int64_t i = 0; i < M; i++) dt_f32_to_bf16_cpu(N, c + i * ldc, (dt_bf16 *)C + i * ldc);
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t n = 0; n < N; n++) ((dt_bf16 *)C)[i * ldc + n] = dt_bf16_from_float(c[i * ldc + n]);
         free(c);
     }
     free(a);

@@ -80,21 +80,68 @@ void dt_col2im_cpu(const float *col, int64_t nb, int64_t C, int64_t H, int64_t W
     dt_parallel_for(C, 1, col2im_range, &j);
 }
 
-/* The bf16 twins: the fp32 transform and the conversion (rounding once, as the CUDA store). */
-void dt_im2col_bf16_cpu(const float *x, int64_t nb, int64_t C, int64_t H, int64_t W, dt_conv_geom g,
-                        int64_t Ho, int64_t Wo, dt_bf16 *col) {
-    int64_t n = C * g.kh * g.kw * nb * Ho * Wo;
-    float *t = dt_xmalloc((size_t)(n > 0 ? n : 1) * sizeof(float)); /* [C*kh*kw, nb*P] */
-    dt_im2col_cpu(x, nb, C, H, W, g, Ho, Wo, t);
-    dt_f32_to_bf16_cpu(n, t, col);
-    free(t);
+/* ---- channels last: one job per row of columns / per input pixel, fp32 sums in tap order ---- */
+
+typedef struct {
+    const void *x, *ccol;
+    void *col, *xo;
+    dt_dtype dtype;
+    int64_t nb, C, H, W, Ho, Wo;
+    dt_conv_geom g;
+    float beta;
+} nhwc_job;
+
+
+static void im2col_nhwc_rows(void *ctx, int64_t q0, int64_t q1) {
+    const nhwc_job *j = ctx;
+    const dt_conv_geom g = j->g;
+    int64_t P = j->Ho * j->Wo, C = j->C, KC = (int64_t)g.kh * g.kw * C;
+    for (int64_t q = q0; q < q1; q++) {
+        int64_t i = q / P, p = q % P, oy = p / j->Wo, ox = p % j->Wo;
+        for (int ky = 0; ky < g.kh; ky++)
+            for (int kx = 0; kx < g.kw; kx++) {
+                int64_t iy = oy * g.sh - g.ph + ky * g.dh, ix = ox * g.sw - g.pw + kx * g.dw;
+                int in = iy >= 0 && iy < j->H && ix >= 0 && ix < j->W;
+                int64_t src = ((i * j->H + iy) * j->W + ix) * C, dst = q * KC + (ky * g.kw + kx) * C;
+                for (int64_t c = 0; c < C; c++) dt_elem_st(j->col, j->dtype, dst + c, in ? dt_elem_ld(j->x, j->dtype, src + c) : 0.0f);
+            }
+    }
 }
 
-void dt_col2im_bf16_cpu(const dt_bf16 *col, int64_t nb, int64_t C, int64_t H, int64_t W, dt_conv_geom g,
-                        int64_t Ho, int64_t Wo, float beta, float *x) {
-    int64_t n = C * g.kh * g.kw * nb * Ho * Wo;
-    float *t = dt_xmalloc((size_t)(n > 0 ? n : 1) * sizeof(float)); /* [C*kh*kw, nb*P] */
-    dt_bf16_to_f32_cpu(n, col, t);
-    dt_col2im_cpu(t, nb, C, H, W, g, Ho, Wo, beta, x);
-    free(t);
+static void col2im_nhwc_pixels(void *ctx, int64_t t0, int64_t t1) {
+    const nhwc_job *j = ctx;
+    const dt_conv_geom g = j->g;
+    int64_t P = j->Ho * j->Wo, C = j->C, KC = (int64_t)g.kh * g.kw * C, HW = j->H * j->W;
+    for (int64_t t = t0; t < t1; t++) {
+        int64_t i = t / HW, iy = (t % HW) / j->W, ix = t % j->W;
+        for (int64_t c = 0; c < C; c++) {
+            float s = 0.0f;
+            for (int ky = 0; ky < g.kh; ky++) {
+                int64_t ty = iy + g.ph - ky * g.dh;
+                if (ty < 0 || ty % g.sh || ty / g.sh >= j->Ho) continue;
+                for (int kx = 0; kx < g.kw; kx++) {
+                    int64_t tx = ix + g.pw - kx * g.dw;
+                    if (tx < 0 || tx % g.sw || tx / g.sw >= j->Wo) continue;
+                    int64_t q = i * P + (ty / g.sh) * j->Wo + tx / g.sw;
+                    s += dt_elem_ld(j->ccol, j->dtype, q * KC + (ky * g.kw + kx) * C + c);
+                }
+            }
+            dt_elem_st_beta(j->xo, j->dtype, t * C + c, s, j->beta);
+        }
+    }
 }
+
+#define NHWC_TWINS(sfx, dtype_)                                                                                   \
+    void dt_im2col_nhwc_##sfx##_cpu(const void *x, int64_t nb, int64_t C, int64_t H, int64_t W, dt_conv_geom g,     \
+                                    int64_t Ho, int64_t Wo, void *col) {                                            \
+        nhwc_job j = {.x = x, .col = col, .dtype = dtype_, .nb = nb, .C = C, .H = H, .W = W, .Ho = Ho, .Wo = Wo, .g = g}; \
+        dt_parallel_for(nb * Ho * Wo, 64, im2col_nhwc_rows, &j);                                                    \
+    }                                                                                                               \
+    void dt_col2im_nhwc_##sfx##_cpu(const void *col, int64_t nb, int64_t C, int64_t H, int64_t W, dt_conv_geom g,   \
+                                    int64_t Ho, int64_t Wo, float beta, void *x) {                                  \
+        nhwc_job j = {.ccol = col, .xo = x, .dtype = dtype_, .nb = nb, .C = C, .H = H, .W = W, .Ho = Ho, .Wo = Wo,   \
+                      .g = g, .beta = beta};                                                                        \
+        dt_parallel_for(nb * H * W, 64, col2im_nhwc_pixels, &j);                                                    \
+    }
+NHWC_TWINS(f32, DT_F32)
+NHWC_TWINS(bf16, DT_BF16)

@@ -13,8 +13,11 @@
  * bwd_input    a group of L lanes (over channel vectors) per tile of TPX consecutive pixels;
  *              for each tap, the output position that reads the pixel through it (if any) and
  *              the OC x C weights of that tap: TPX x VEC outputs a lane.
- * All three are deterministic. In the tf32 and bf16 precisions the entry points below run the
- * tensor-core kernels of offset_conv_tc.cu instead (C % 32 == 0). */
+ * All three are deterministic. Each is templated on the plan's tensor type T (float or bf16):
+ * x is read as stored and widened, the products are fp32 FMAs, dx is written in T (rounded
+ * once, after the caller's fp32 `add` and beta). bf16 plans and TF32 products run the
+ * tensor-core kernels of offset_conv_tc.cu instead when C % 32 == 0; these are their fallback
+ * for other channel counts. */
 #include "dt_kernel_util.cuh"
 #include "layout.h"
 #include "offset_conv.cuh"
@@ -25,9 +28,9 @@ namespace {
 
 const int FWD_THREADS = 128, FWD_TMP = 4, FWD_GROUPS = FWD_THREADS / OFF_S; /* 64 positions a block */
 
-template <int VEC, int OCT>
+template <int VEC, int OCT, typename T>
 __global__ void __launch_bounds__(FWD_THREADS) k_fwd(dt_deform_chunk c, const float4 *__restrict__ wpack,
-                                                      const float *__restrict__ bias, const float *__restrict__ xT,
+                                                      const float *__restrict__ bias, const T *__restrict__ xT,
                                                       float *__restrict__ out, int ktaps, int split) {
     const int lane = threadIdx.x % OFF_S, grp = threadIdx.x / OFF_S;
     const int q0 = (blockIdx.x * FWD_GROUPS + grp) * FWD_TMP, ot = blockIdx.y, z = blockIdx.z;
@@ -40,7 +43,7 @@ __global__ void __launch_bounds__(FWD_THREADS) k_fwd(dt_deform_chunk c, const fl
 #pragma unroll
         for (int o = 0; o < OCT; o++) acc[t][o] = 0.0f;
     const int k0 = z * ktaps, k1 = min(c.K, k0 + ktaps);
-    offconv_accumulate<VEC, FWD_TMP, OCT>(c, wpack, ot, k0, k1, xT, qs, lane, acc);
+    offconv_accumulate<VEC, FWD_TMP, OCT, T>(c, wpack, ot, k0, k1, xT, qs, lane, acc);
     /* every lane holds the sums; lane l writes the entries e with e % OFF_S == l */
 #pragma unroll
     for (int t = 0; t < FWD_TMP; t++)
@@ -55,9 +58,9 @@ __global__ void __launch_bounds__(FWD_THREADS) k_fwd(dt_deform_chunk c, const fl
 
 const int DW_THREADS = 128;
 
-template <int VEC, int OCT>
+template <int VEC, int OCT, typename T>
 __global__ void __launch_bounds__(DW_THREADS) k_dw(dt_deform_chunk c, int cvb, int ncvb, int qchunk,
-                                                   const float *__restrict__ xT, const float *__restrict__ dom,
+                                                   const T *__restrict__ xT, const float *__restrict__ dom,
                                                    float *__restrict__ partw, float *__restrict__ partb) {
     typedef typename dt_vec<VEC>::T V;
     __shared__ float red[DW_THREADS * 4 * VEC];
@@ -82,7 +85,7 @@ __global__ void __launch_bounds__(DW_THREADS) k_dw(dt_deform_chunk c, int cvb, i
         int iy = oy * c.sh - c.ph + ky * c.dh, ix = ox * c.sw - c.pw + kx * c.dw;
         V xv;
         if (cv < NVC && iy >= 0 && iy < c.H && ix >= 0 && ix < c.W)
-            xv = vload(reinterpret_cast<const V *>(xT + (((int64_t)i * c.H + iy) * c.W + ix) * c.C) + cv);
+            cload(xT + (((int64_t)i * c.H + iy) * c.W + ix) * c.C, cv, xv);
         else vzero(xv);
         const float4 *dr = reinterpret_cast<const float4 *>(dom + (int64_t)q * c.OCS + ot * OCT);
 #pragma unroll
@@ -150,9 +153,10 @@ __global__ void k_sum_parts(int64_t n, int nz, const float *__restrict__ part, f
 
 const int DX_THREADS = 128, DX_TPX = 8;
 
-template <int VEC>
+template <int VEC, typename T>
 __global__ void __launch_bounds__(DX_THREADS) k_dx(dt_deform_chunk c, int L, int nchunks, const float *__restrict__ wT,
-                                                   const float *__restrict__ dom, float beta, float *__restrict__ dxT) {
+                                                   const float *__restrict__ dom, const float *__restrict__ add,
+                                                   float beta, T *__restrict__ dxT) {
     typedef typename dt_vec<VEC>::T V;
     const int NVC = c.C / VEC, lane = threadIdx.x % L;
     const int ntiles = (c.npix + DX_TPX - 1) / DX_TPX, items = ntiles * nchunks;
@@ -218,13 +222,13 @@ __global__ void __launch_bounds__(DX_THREADS) k_dx(dt_deform_chunk c, int L, int
         for (int t = 0; t < DX_TPX; t++) {
             int p = tile * DX_TPX + t;
             if (p >= c.npix) continue;
-            V *dst = reinterpret_cast<V *>(dxT + (int64_t)p * c.C) + cv;
-            if (beta == 0.0f) *dst = acc[t];
-            else {
-                V old = *dst;
-                vfma(old, 1.0f, acc[t]);
-                *dst = old;
+            V v = acc[t];
+            if (add) {
+                V a;
+                cload(add + (int64_t)p * c.C, cv, a);
+                vadd(v, a);
             }
+            cstore_beta(dxT + (int64_t)p * c.C, cv, v, beta);
         }
     }
 }
@@ -235,9 +239,12 @@ __global__ void __launch_bounds__(DX_THREADS) k_dx(dt_deform_chunk c, int L, int
  * one is multiplied), one barrier a tile. Each kernel keeps one operand broadcast across a
  * warp (the thin offset-channel side) so that a shared-memory load feeds 20-32 FMAs. */
 
-__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool pred) {
+/* An asynchronous copy of BYTES (16: through L2 only; 8) into shared memory, zeros when !pred. */
+template <int BYTES>
+__device__ __forceinline__ void cp_async(void *smem, const void *gmem, bool pred) {
     unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(pred ? 16 : 0));
+    if (BYTES == 16) asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(pred ? 16 : 0));
+    else asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(s), "l"(gmem), "r"(pred ? 8 : 0));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
@@ -258,16 +265,16 @@ __device__ __forceinline__ void fma4(float4 &a, float s, float4 b) {
  * are few (summed by k_fwd_finish). Weights: wv [NT][K][C][OCT] (offset channels last). */
 const int FT_THREADS = 256, FT_BM = 128, FT_BC = 32;
 
-template <int OCT>
+template <int OCT, typename T>
 __global__ void __launch_bounds__(FT_THREADS, 1) k_fwd_tiled(dt_deform_chunk c, const float *__restrict__ wv,
-                                                             const float *__restrict__ bias, const float *__restrict__ xT,
+                                                             const float *__restrict__ bias, const T *__restrict__ xT,
                                                              float *__restrict__ out, int steps_per_split, int split) {
     __shared__ __align__(16) float As[2][FT_BC][FT_BM + 1];
     __shared__ __align__(16) float Bs[2][FT_BC][OCT];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int q0 = blockIdx.x * FT_BM, ot = blockIdx.y, z = blockIdx.z;
-    const int ncc = (c.C + FT_BC - 1) / FT_BC, T = c.K * ncc;
-    const int s0 = z * steps_per_split, s1 = min(T, s0 + steps_per_split);
+    const int ncc = (c.C + FT_BC - 1) / FT_BC, nsteps = c.K * ncc;
+    const int s0 = z * steps_per_split, s1 = min(nsteps, s0 + steps_per_split);
     /* loader: positions lp + 32j (j < 4), channel quad lcq of the step */
     const int lp = tid >> 3, lcq = tid & 7;
     int limg[4], ly0[4], lx0[4];
@@ -290,7 +297,8 @@ __global__ void __launch_bounds__(FT_THREADS, 1) k_fwd_tiled(dt_deform_chunk c, 
         for (int j = 0; j < 4; j++) {
             int iy = ly0[j] + ky * c.dh, ix = lx0[j] + kx * c.dw;
             bool ok = limg[j] >= 0 && iy >= 0 && iy < c.H && ix >= 0 && ix < c.W && ch < c.C;
-            ra[j] = ok ? ldg4(xT + (((int64_t)limg[j] * c.H + iy) * c.W + ix) * c.C + ch) : make_float4(0.f, 0.f, 0.f, 0.f);
+            if (ok) cload(xT + (((int64_t)limg[j] * c.H + iy) * c.W + ix) * c.C + ch, 0, ra[j]);
+            else ra[j] = make_float4(0.f, 0.f, 0.f, 0.f);
         }
         if (tid < FT_BC * BQ4) {
             int row = tid / BQ4, col = tid - row * BQ4, chb = cc0 + row;
@@ -371,26 +379,26 @@ __global__ void __launch_bounds__(FT_THREADS, 1) k_fwd_tiled(dt_deform_chunk c, 
 }
 
 /* Weight gradient: block = 128 consecutive columns (k*C + c) x one offset-channel tile x a
- * range of positions (blockIdx.z); a step = 64 positions (Xs[64 pos][128 col] and Ds[64 pos]
- * [OCT], both copied with cp.async, 16 bytes a lane; 78 KB of shared memory for the two
- * buffers). Warp w takes positions w, w+8, ... of the step; lane l columns 4l..4l+3, so the
+ * range of positions (blockIdx.z); a step = 64 positions (Xs[64 pos][128 col] of T, widened
+ * when read, and Ds[64 pos][OCT], both copied with cp.async, a quad of channels a lane: 16
+ * bytes of f32 or 8 of bf16; 78 KB of shared memory for the two f32 buffers, 46 for bf16). Warp w takes positions w, w+8, ... of the step; lane l columns 4l..4l+3, so the
  * dom row is a warp-wide broadcast. Warps' partial sums are added in warp order at the end;
  * the db block (blockIdx.x == 0) also sums dom. (32-position steps were measured 1.3x slower
  * on l1: too little work between barriers for 8 warps an SM.) */
 const int WT_THREADS = 256, WT_BQ = 64, WT_BN = 128;
 
-template <int OCT>
+template <int OCT, typename T>
 size_t dw_tiled_smem() {
-    return (size_t)2 * WT_BQ * (WT_BN + OCT) * sizeof(float);
+    return (size_t)2 * WT_BQ * (WT_BN * sizeof(T) + OCT * sizeof(float));
 }
 
-template <int OCT>
-__global__ void __launch_bounds__(WT_THREADS, 1) k_dw_tiled(dt_deform_chunk c, int qchunk, const float *__restrict__ xT,
+template <int OCT, typename T>
+__global__ void __launch_bounds__(WT_THREADS, 1) k_dw_tiled(dt_deform_chunk c, int qchunk, const T *__restrict__ xT,
                                                             const float *__restrict__ dom, float *__restrict__ partw,
                                                             float *__restrict__ partb) {
-    extern __shared__ __align__(16) float dw_smem[];
-    float(*Xs)[WT_BQ][WT_BN] = reinterpret_cast<float(*)[WT_BQ][WT_BN]>(dw_smem);
-    float(*Ds)[WT_BQ][OCT] = reinterpret_cast<float(*)[WT_BQ][OCT]>(dw_smem + 2 * WT_BQ * WT_BN);
+    extern __shared__ __align__(16) unsigned char dw_smem[];
+    T(*Xs)[WT_BQ][WT_BN] = reinterpret_cast<T(*)[WT_BQ][WT_BN]>(dw_smem);
+    float(*Ds)[WT_BQ][OCT] = reinterpret_cast<float(*)[WT_BQ][OCT]>(dw_smem + 2 * WT_BQ * WT_BN * sizeof(T));
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int ot = blockIdx.y, z = blockIdx.z, BQ4 = OCT / 4;
     const int col = blockIdx.x * WT_BN + 4 * lane; /* this lane's 4 columns (one tap: C % 4 == 0) */
@@ -413,12 +421,12 @@ __global__ void __launch_bounds__(WT_THREADS, 1) k_dw_tiled(dt_deform_chunk c, i
                 ok = iy >= 0 && iy < c.H && ix >= 0 && ix < c.W;
                 at = (((int64_t)i * c.H + iy) * c.W + ix) * c.C + ch;
             }
-            cp_async16(&Xs[buf][pos][4 * lane], xT + (ok ? at : 0), ok);
+            cp_async<4 * sizeof(T)>(&Xs[buf][pos][4 * lane], xT + (ok ? at : 0), ok);
         }
         for (int idx = tid; idx < WT_BQ * BQ4; idx += WT_THREADS) {
             const int pos = idx / BQ4, j = idx - pos * BQ4, q = qt + pos, oc = ot * OCT + 4 * j;
             const bool ok = q < qend && oc < c.OCS;
-            cp_async16(&Ds[buf][pos][4 * j], dom + (ok ? (int64_t)q * c.OCS + oc : 0), ok);
+            cp_async<16>(&Ds[buf][pos][4 * j], dom + (ok ? (int64_t)q * c.OCS + oc : 0), ok);
         }
         cp_async_commit();
     };
@@ -442,7 +450,8 @@ __global__ void __launch_bounds__(WT_THREADS, 1) k_dw_tiled(dt_deform_chunk c, i
 #pragma unroll
         for (int pp = 0; pp < WT_BQ / 8; pp++) {
             const int pos = warp + 8 * pp;
-            const float4 x = *reinterpret_cast<const float4 *>(&Xs[buf][pos][4 * lane]);
+            float4 x;
+            cload_rw(&Xs[buf][pos][4 * lane], 0, x);
 #pragma unroll
             for (int j = 0; j < OCT / 4; j++) {
                 const float4 d = *reinterpret_cast<const float4 *>(&Ds[buf][pos][4 * j]);
@@ -460,8 +469,9 @@ __global__ void __launch_bounds__(WT_THREADS, 1) k_dw_tiled(dt_deform_chunk c, i
         }
         __syncthreads();
     }
-    /* the 8 warps' sums, 4 offset channels a round: red[warp][lane][4 oc] (float4 of columns) */
-    float4 *red = reinterpret_cast<float4 *>(&Xs[0][0][0]);
+    /* the 8 warps' sums, 4 offset channels a round: red[warp][lane][4 oc] (float4 of columns;
+     * 16 KB, inside Xs) */
+    float4 *red = reinterpret_cast<float4 *>(dw_smem);
 #pragma unroll
     for (int r = 0; r < OCT / 4; r++) {
 #pragma unroll
@@ -485,7 +495,7 @@ __global__ void __launch_bounds__(WT_THREADS, 1) k_dw_tiled(dt_deform_chunk c, i
         __syncthreads();
     }
     if (db_block) { /* every lane of a warp holds the same sums */
-        float *redb = &Xs[0][0][0];
+        float *redb = reinterpret_cast<float *>(dw_smem);
         if (lane == 0)
 #pragma unroll
             for (int o = 0; o < OCT; o++) redb[warp * OCT + o] = dacc[o];
@@ -504,14 +514,15 @@ __global__ void __launch_bounds__(WT_THREADS, 1) k_dw_tiled(dt_deform_chunk c, i
  * weights. Thread = 8 pixels (a warp-half broadcast) x 4 channels: 32 FMAs per 3 loads. */
 const int XT_THREADS = 256, XT_BP = 128, XT_BC = 64, XT_BO = 28;
 
+template <typename T>
 __global__ void __launch_bounds__(XT_THREADS) k_dx_tiled(dt_deform_chunk c, const float *__restrict__ wT,
-                                                         const float *__restrict__ dom, float beta,
-                                                         float *__restrict__ dxT) {
+                                                         const float *__restrict__ dom, const float *__restrict__ add,
+                                                         float beta, T *__restrict__ dxT) {
     __shared__ __align__(16) float As[2][XT_BO][XT_BP];
     __shared__ __align__(16) float Ws[2][XT_BO][XT_BC];
     const int tid = threadIdx.x, cq = tid & 15, pg = tid >> 4;
     const int p0 = blockIdx.x * XT_BP, cb = blockIdx.y * XT_BC;
-    const int noc = (c.OCS + XT_BO - 1) / XT_BO, T = c.K * noc;
+    const int noc = (c.OCS + XT_BO - 1) / XT_BO, nsteps = c.K * noc;
     /* loader: pixel lp of the tile, offset-channel quads lo + 2j (j < 4, < 7) */
     const int lp = tid & (XT_BP - 1), lo = tid >> 7;
     int limg, lty, ltx;
@@ -554,9 +565,9 @@ __global__ void __launch_bounds__(XT_THREADS) k_dx_tiled(dt_deform_chunk c, cons
     load(0);
     store(0);
     __syncthreads();
-    for (int s = 0; s < T; s++) {
+    for (int s = 0; s < nsteps; s++) {
         const int buf = s & 1;
-        if (s + 1 < T) load(s + 1);
+        if (s + 1 < nsteps) load(s + 1);
 #pragma unroll 4
         for (int o = 0; o < XT_BO; o++) {
             const float4 a0 = *reinterpret_cast<const float4 *>(&As[buf][o][8 * pg]);
@@ -571,7 +582,7 @@ __global__ void __launch_bounds__(XT_THREADS) k_dx_tiled(dt_deform_chunk c, cons
             fma4(acc[6], a1.z, w);
             fma4(acc[7], a1.w, w);
         }
-        if (s + 1 < T) store(buf ^ 1);
+        if (s + 1 < nsteps) store(buf ^ 1);
         __syncthreads();
     }
     const int ch = cb + 4 * cq;
@@ -580,28 +591,27 @@ __global__ void __launch_bounds__(XT_THREADS) k_dx_tiled(dt_deform_chunk c, cons
     for (int t = 0; t < 8; t++) {
         const int p = p0 + 8 * pg + t;
         if (p >= c.npix) continue;
-        float4 *d = reinterpret_cast<float4 *>(dxT + (int64_t)p * c.C + ch);
+        const int64_t at = (int64_t)p * c.C + ch;
         float4 v = acc[t];
-        if (beta != 0.0f) fma4(v, 1.0f, *d);
-        *d = v;
+        if (add) vadd(v, ldg4(add + at));
+        cstore_beta(dxT + at, 0, v, beta);
     }
 }
 
 /* ------------------------------------------------------------------ host side */
 
-/* The tiled kernels need C % 4 == 0 (16-byte rows); dt_offconv_use_tiles(0) forces the
- * lane kernels everywhere (tests and the kernel lab compare the two). */
+/* The tiled FFMA kernels need C % 4 == 0 (quads of channels); dt_offconv_use_tiles(0) forces
+ * the lane kernels for every plan that runs FFMA (tests and the kernel lab compare the two). */
 int g_use_tiles = 1;
 
 bool tiles_ok(const dt_deform_plan *p) { return g_use_tiles && p->C % 4 == 0; }
 
 bool vec4_ok(const dt_deform_plan *p) { return p->C % 4 == 0; }
 
-/* The tensor-core kernels: tf32 and bf16 precisions (-1: the FFMA kernels; else bf16 or not). */
-int tc_mode(const dt_deform_plan *p) {
-    dt_precision pr = dt_get_precision();
-    if (pr == DT_FP32 || !g_use_tiles || !dt_offconv_tc_ok(p)) return -1;
-    return pr == DT_BF16;
+/* The tensor-core kernels: bf16 plans, or f32 ones with TF32 products, when C % 32 == 0 -
+ * decided by the plan alone, so that the CPU twin knows which operands were rounded. */
+bool use_tc(const dt_deform_plan *p) {
+    return (p->dtype == DT_BF16 || p->math == DT_MATH_TF32) && dt_offconv_tc_ok(p);
 }
 
 int64_t wpack_floats(const dt_deform_plan *p) {
@@ -681,15 +691,15 @@ size_t dt_offconv_ws_bytes_cuda(const dt_deform_plan *p, int64_t nb) {
     return a > b ? a : b;
 }
 
-void dt_offconv_fwd_cuda(const dt_deform_plan *p, int64_t nb, const float *xT, const float *w, const float *b, float *om,
+void dt_offconv_fwd_cuda(const dt_deform_plan *p, int64_t nb, const void *xT, const float *w, const float *b, float *om,
                          void *ws) {
     dt_deform_chunk c = dt_deform_chunk_make(p, nb);
     if (c.Q <= 0) return;
     const int oct = offconv_oct(p->OC), nt = (int)((p->OC + oct - 1) / oct);
     float *part = (float *)ws + wpack_floats(p);
     int64_t npack = wpack_floats(p);
-    if (tc_mode(p) >= 0) {
-        dt_offconv_tc_fwd(p, nb, tc_mode(p), xT, w, b, om, ws);
+    if (use_tc(p)) {
+        dt_offconv_tc_fwd(p, nb, xT, w, b, om, ws);
         return;
     }
     if (tiles_ok(p)) {
@@ -699,8 +709,11 @@ void dt_offconv_fwd_cuda(const dt_deform_plan *p, int64_t nb, const float *xT, c
         fwd_tiled_split(c, nt, &steps, &nz);
         dim3 grid((c.Q + FT_BM - 1) / FT_BM, nt, nz);
         float *dst = nz > 1 ? part : om;
-        if (oct == 20) k_fwd_tiled<20><<<grid, FT_THREADS, 0, dt_stream()>>>(c, (float *)ws, b, xT, dst, steps, nz > 1);
-        else k_fwd_tiled<28><<<grid, FT_THREADS, 0, dt_stream()>>>(c, (float *)ws, b, xT, dst, steps, nz > 1);
+        dt_dispatch_plan_dtype(p->dtype, [&](auto *tag) {
+            typedef DT_TAG_TYPE(tag) T;
+            if (oct == 20) k_fwd_tiled<20, T><<<grid, FT_THREADS, 0, dt_stream()>>>(c, (float *)ws, b, (const T *)xT, dst, steps, nz > 1);
+            else k_fwd_tiled<28, T><<<grid, FT_THREADS, 0, dt_stream()>>>(c, (float *)ws, b, (const T *)xT, dst, steps, nz > 1);
+        });
         DT_CHECK_LAUNCH();
         if (nz > 1) {
             k_fwd_finish<<<dt_grid_for((int64_t)c.Q * c.OCS, 256), 256, 0, dt_stream()>>>(c, nz, part, b, om);
@@ -708,23 +721,26 @@ void dt_offconv_fwd_cuda(const dt_deform_plan *p, int64_t nb, const float *xT, c
         }
         return;
     }
-    float4 *wpack = (float4 *)ws;
-    if (vec4_ok(p)) k_offconv_pack<4><<<dt_grid_for(npack / 4, 256), 256, 0, dt_stream()>>>(c, oct, nt, w, wpack);
-    else k_offconv_pack<1><<<dt_grid_for(npack / 4, 256), 256, 0, dt_stream()>>>(c, oct, nt, w, wpack);
+    float4 *wpack = (float4 *)ws; /* fp32 weights: plans that round them run the tensor cores */
+    if (vec4_ok(p)) k_offconv_pack<4><<<dt_grid_for(npack / 4, 256), 256, 0, dt_stream()>>>(c, oct, nt, w, 0, wpack);
+    else k_offconv_pack<1><<<dt_grid_for(npack / 4, 256), 256, 0, dt_stream()>>>(c, oct, nt, w, 0, wpack);
     DT_CHECK_LAUNCH();
     int ktaps, nz;
     fwd_split(c, nt, &ktaps, &nz);
     dim3 grid((c.Q + FWD_GROUPS * FWD_TMP - 1) / (FWD_GROUPS * FWD_TMP), nt, nz);
     float *dst = nz > 1 ? part : om;
-#define FWD(V, O) k_fwd<V, O><<<grid, FWD_THREADS, 0, dt_stream()>>>(c, wpack, b, xT, dst, ktaps, nz > 1)
-    if (vec4_ok(p)) {
-        if (oct == 20) FWD(4, 20);
-        else FWD(4, 28);
-    } else {
-        if (oct == 20) FWD(1, 20);
-        else FWD(1, 28);
-    }
+    dt_dispatch_plan_dtype(p->dtype, [&](auto *tag) {
+        typedef DT_TAG_TYPE(tag) T;
+#define FWD(V, O) k_fwd<V, O, T><<<grid, FWD_THREADS, 0, dt_stream()>>>(c, wpack, b, (const T *)xT, dst, ktaps, nz > 1)
+        if (vec4_ok(p)) {
+            if (oct == 20) FWD(4, 20);
+            else FWD(4, 28);
+        } else {
+            if (oct == 20) FWD(1, 20);
+            else FWD(1, 28);
+        }
 #undef FWD
+    });
     DT_CHECK_LAUNCH();
     if (nz > 1) {
         k_fwd_finish<<<dt_grid_for((int64_t)c.Q * c.OCS, 256), 256, 0, dt_stream()>>>(c, nz, part, b, om);
@@ -732,28 +748,34 @@ void dt_offconv_fwd_cuda(const dt_deform_plan *p, int64_t nb, const float *xT, c
     }
 }
 
-void dt_offconv_bwd_weight_cuda(const dt_deform_plan *p, int64_t nb, const float *xT, const float *dom, float beta_w,
+void dt_offconv_bwd_weight_cuda(const dt_deform_plan *p, int64_t nb, const void *xT, const float *dom, float beta_w,
                                 float *dw, float beta_b, float *db, void *ws) {
     dt_deform_chunk c = dt_deform_chunk_make(p, nb);
     const int oct = offconv_oct(p->OC), nt = (int)((p->OC + oct - 1) / oct);
     int nz = 0;
     float *partw = (float *)ws;
-    if (tc_mode(p) >= 0) {
+    if (use_tc(p)) {
         float *pb;
-        nz = dt_offconv_tc_bwd_weight(p, nb, tc_mode(p), xT, dom, partw, &pb);
+        nz = dt_offconv_tc_bwd_weight(p, nb, xT, dom, partw, &pb);
     } else if (tiles_ok(p)) {
         int qchunk;
         dw_tiled_split(c, nt, &qchunk, &nz);
         float *partb = partw + (int64_t)nz * p->OC * p->C * p->K;
         if (c.Q > 0) {
             dim3 grid((unsigned)((p->KC + WT_BN - 1) / WT_BN), nt, nz);
-            if (oct == 20) {
-                DT_CHECK(cudaFuncSetAttribute(k_dw_tiled<20>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dw_tiled_smem<20>()));
-                k_dw_tiled<20><<<grid, WT_THREADS, dw_tiled_smem<20>(), dt_stream()>>>(c, qchunk, xT, dom, partw, partb);
-            } else {
-                DT_CHECK(cudaFuncSetAttribute(k_dw_tiled<28>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dw_tiled_smem<28>()));
-                k_dw_tiled<28><<<grid, WT_THREADS, dw_tiled_smem<28>(), dt_stream()>>>(c, qchunk, xT, dom, partw, partb);
-            }
+            dt_dispatch_plan_dtype(p->dtype, [&](auto *tag) {
+                typedef DT_TAG_TYPE(tag) T;
+#define DWT(O)                                                                                                      \
+    do {                                                                                                            \
+        DT_CHECK(cudaFuncSetAttribute(k_dw_tiled<O, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,                \
+                                      (int)dw_tiled_smem<O, T>()));                                                 \
+        k_dw_tiled<O, T><<<grid, WT_THREADS, dw_tiled_smem<O, T>(), dt_stream()>>>(c, qchunk, (const T *)xT, dom,   \
+                                                                                  partw, partb);                    \
+    } while (0)
+                if (oct == 20) DWT(20);
+                else DWT(28);
+#undef DWT
+            });
             DT_CHECK_LAUNCH();
         } else {
             nz = 0;
@@ -765,15 +787,18 @@ void dt_offconv_bwd_weight_cuda(const dt_deform_plan *p, int64_t nb, const float
         float *partb = partw + (int64_t)nz * p->OC * p->C * p->K;
         if (c.Q > 0) {
             dim3 grid((unsigned)(p->K * ncvb), nt, nz);
-#define DW(V, O) k_dw<V, O><<<grid, DW_THREADS, 0, dt_stream()>>>(c, cvb, ncvb, qchunk, xT, dom, partw, partb)
-            if (vec4_ok(p)) {
-                if (oct == 20) DW(4, 20);
-                else DW(4, 28);
-            } else {
-                if (oct == 20) DW(1, 20);
-                else DW(1, 28);
-            }
+            dt_dispatch_plan_dtype(p->dtype, [&](auto *tag) {
+                typedef DT_TAG_TYPE(tag) T;
+#define DW(V, O) k_dw<V, O, T><<<grid, DW_THREADS, 0, dt_stream()>>>(c, cvb, ncvb, qchunk, (const T *)xT, dom, partw, partb)
+                if (vec4_ok(p)) {
+                    if (oct == 20) DW(4, 20);
+                    else DW(4, 28);
+                } else {
+                    if (oct == 20) DW(1, 20);
+                    else DW(1, 28);
+                }
 #undef DW
+            });
             DT_CHECK_LAUNCH();
         } else {
             nz = 0;
@@ -791,19 +816,22 @@ void dt_offconv_bwd_weight_cuda(const dt_deform_plan *p, int64_t nb, const float
     }
 }
 
-void dt_offconv_bwd_input_cuda(const dt_deform_plan *p, int64_t nb, const float *dom, const float *w, float beta,
-                               float *dxT, void *ws) {
+void dt_offconv_bwd_input_cuda(const dt_deform_plan *p, int64_t nb, const float *dom, const float *w, const float *add,
+                               float beta, void *dxT, void *ws) {
     dt_deform_chunk c = dt_deform_chunk_make(p, nb);
     if (c.npix <= 0) return;
     float *wT = (float *)ws; /* [OC, K, C] */
     dt_nchw_to_nhwc_cuda(p->OC, p->C, p->K, w, p->C, wT);
-    if (tc_mode(p) >= 0) {
-        dt_offconv_tc_bwd_input(p, nb, tc_mode(p), dom, wT, beta, dxT);
+    if (use_tc(p)) {
+        dt_offconv_tc_bwd_input(p, nb, dom, wT, add, beta, dxT);
         return;
     }
     if (tiles_ok(p)) {
         dim3 grid((unsigned)((c.npix + XT_BP - 1) / XT_BP), (unsigned)((p->C + XT_BC - 1) / XT_BC));
-        k_dx_tiled<<<grid, XT_THREADS, 0, dt_stream()>>>(c, wT, dom, beta, dxT);
+        dt_dispatch_plan_dtype(p->dtype, [&](auto *tag) {
+            typedef DT_TAG_TYPE(tag) T;
+            k_dx_tiled<T><<<grid, XT_THREADS, 0, dt_stream()>>>(c, wT, dom, add, beta, (T *)dxT);
+        });
         DT_CHECK_LAUNCH();
         return;
     }
@@ -811,8 +839,11 @@ void dt_offconv_bwd_input_cuda(const dt_deform_plan *p, int64_t nb, const float 
     int L = dt_lanes_for(nvc, 4), nchunks = (int)((nvc + L - 1) / L);
     int64_t items = (int64_t)(c.npix + DX_TPX - 1) / DX_TPX * nchunks;
     int blocks = dt_grid_for(items * L, DX_THREADS);
-    if (vec4_ok(p)) k_dx<4><<<blocks, DX_THREADS, 0, dt_stream()>>>(c, L, nchunks, wT, dom, beta, dxT);
-    else k_dx<1><<<blocks, DX_THREADS, 0, dt_stream()>>>(c, L, nchunks, wT, dom, beta, dxT);
+    dt_dispatch_plan_dtype(p->dtype, [&](auto *tag) {
+        typedef DT_TAG_TYPE(tag) T;
+        if (vec4_ok(p)) k_dx<4, T><<<blocks, DX_THREADS, 0, dt_stream()>>>(c, L, nchunks, wT, dom, add, beta, (T *)dxT);
+        else k_dx<1, T><<<blocks, DX_THREADS, 0, dt_stream()>>>(c, L, nchunks, wT, dom, add, beta, (T *)dxT);
+    });
     DT_CHECK_LAUNCH();
 }
 }

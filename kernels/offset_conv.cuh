@@ -5,11 +5,13 @@
  * (TMP*OCT accumulators a lane); its lanes split the input channel vectors (lane l takes
  * vectors l, l + OFF_S, ...), so each x load is one coalesced 16-byte vector a lane and each
  * weight float4 (4 output channels of one input channel) serves TMP positions. After the
- * reduction loop the group's partial sums are added with a fixed butterfly (group_sum).
+ * reduction loop the group's partial sums are added with a fixed butterfly (group_sum). The
+ * input T is float or bf16 (widened on the load: the products are fp32 FMAs either way).
  *
  * Weights are repacked once a call (offconv_pack) so that lane cv's float4s are consecutive:
  *   wpack[(((ot*K + k)*VEC + ci)*J + j)*NVC + cv] = W[ot*OCT + 4j + 0..3][cv*VEC + ci][k]
- * (J = OCT/4 float4s per tile, NVC = C/VEC vectors, 0 beyond OC).
+ * (J = OCT/4 float4s per tile, NVC = C/VEC vectors, 0 beyond OC), rounded to bf16 values when
+ * the plan's offset conv multiplies bf16 operands (dt_offconv_rounds, bf16 plans).
  * Included by .cu files only. */
 #ifndef DT_OFFSET_CONV_CUH
 #define DT_OFFSET_CONV_CUH
@@ -29,9 +31,9 @@ static inline int offconv_oct(int64_t OC) {
     return t28 <= t20 ? 28 : 20;
 }
 
-template <int VEC, int TMP, int OCT>
+template <int VEC, int TMP, int OCT, typename T>
 __device__ __forceinline__ void offconv_accumulate(const dt_deform_chunk &c, const float4 *__restrict__ wpack, int ot,
-                                                   int k0, int k1, const float *__restrict__ xT, const int (&qs)[TMP],
+                                                   int k0, int k1, const T *__restrict__ xT, const int (&qs)[TMP],
                                                    int lane, float (&acc)[TMP][OCT]) {
     typedef typename dt_vec<VEC>::T V;
     const int NVC = c.C / VEC, J = OCT / 4;
@@ -47,19 +49,19 @@ __device__ __forceinline__ void offconv_accumulate(const dt_deform_chunk &c, con
     for (int k = k0; k < k1; k++) {
         uint32_t kyu;
         int kx = (int)dt_fastdiv_divmod((uint32_t)k, c.fkw, &kyu), ky = (int)kyu;
-        const V *xp[TMP];
+        const T *xp[TMP]; /* the pixel's channel row */
 #pragma unroll
         for (int t = 0; t < TMP; t++) {
             int iy = y0[t] + ky * c.dh, ix = x0[t] + kx * c.dw;
             bool ok = img[t] >= 0 && iy >= 0 && iy < c.H && ix >= 0 && ix < c.W;
-            xp[t] = ok ? reinterpret_cast<const V *>(xT + (((int64_t)img[t] * c.H + iy) * c.W + ix) * c.C) : nullptr;
+            xp[t] = ok ? xT + (((int64_t)img[t] * c.H + iy) * c.W + ix) * c.C : nullptr;
         }
         const float4 *wk = wpack + (int64_t)(ot * c.K + k) * VEC * J * NVC;
         for (int cv = lane; cv < NVC; cv += OFF_S) {
             V xv[TMP];
 #pragma unroll
             for (int t = 0; t < TMP; t++) {
-                if (xp[t]) xv[t] = vload(xp[t] + cv);
+                if (xp[t]) cload(xp[t], cv, xv[t]);
                 else vzero(xv[t]);
             }
 #pragma unroll
@@ -154,9 +156,10 @@ __global__ void k_pack_wv(dt_deform_chunk c, int OCT, int NT, const float *__res
     }
 }
 
-/* wpack from W [OC, C, K] (see the header comment). */
+/* wpack from W [OC, C, K] (see the header comment); bf16 != 0 rounds the weights to bf16. */
 template <int VEC>
-__global__ void k_offconv_pack(dt_deform_chunk c, int OCT, int NT, const float *__restrict__ w, float4 *__restrict__ wpack) {
+__global__ void k_offconv_pack(dt_deform_chunk c, int OCT, int NT, const float *__restrict__ w, int bf16,
+                               float4 *__restrict__ wpack) {
     const int J = OCT / 4, NVC = c.C / VEC;
     const int64_t n = (int64_t)NT * c.K * VEC * J * NVC;
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
@@ -173,6 +176,7 @@ __global__ void k_offconv_pack(dt_deform_chunk c, int OCT, int NT, const float *
         for (int q = 0; q < 4; q++) {
             int oc = ot * OCT + 4 * j + q;
             v[q] = oc < c.OC ? w[((int64_t)oc * c.C + ch) * c.K + k] : 0.0f;
+            if (bf16) v[q] = __bfloat162float(__float2bfloat16_rn(v[q]));
         }
         wpack[e] = make_float4(v[0], v[1], v[2], v[3]);
     }

@@ -1,4 +1,7 @@
-/* CPU twins of offset_conv.h: direct loops from the definition, summing in double. */
+/* CPU twins of offset_conv.h: direct loops from the definition, summing in double, on fp32
+ * copies of bf16 inputs (widening is exact); the operands the GPU rounds (w and dom of bf16
+ * plans with C % 32 == 0, offset_conv.h) are rounded the same way, and dx is rounded once, at
+ * its store, after add and beta. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -9,18 +12,28 @@
 #include "dt_parallel.h"
 #include "offset_conv.h"
 
-/* The bf16 precision's operands (offset_conv.h): a rounded copy of x [n], or NULL when the
- * precision and the plan keep fp32. */
+/* bf16 plans' fp32 operands (offset_conv.h): a rounded copy of x [n], or NULL when the plan
+ * keeps fp32. */
 static float *rounded(const dt_deform_plan *p, const float *x, int64_t n) {
-    if (dt_get_precision() != DT_BF16 || !dt_offconv_rounds(p)) return NULL;
+    if (p->dtype != DT_BF16 || !dt_offconv_rounds(p)) return NULL;
     float *y = dt_xmalloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    for (int64_t i = 0; i < n; i++) y[i] = dt_bf16_to_float(dt_bf16_from_float(x[i]));
+    for (int64_t i = 0; i < n; i++) y[i] = dt_bf16_round(x[i]);
     return y;
+}
+
+/* The input xT [n] of a plan as fp32: the data itself (f32) or a widened copy in *own (bf16;
+ * the caller frees it). */
+static const float *input_f32(const dt_deform_plan *p, const void *xT, int64_t n, float **own) {
+    *own = NULL;
+    if (p->dtype == DT_F32) return xT;
+    *own = dt_xmalloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    dt_bf16_to_f32_cpu(n, xT, *own);
+    return *own;
 }
 
 typedef struct {
     const dt_deform_chunk *c;
-    const float *xT, *w, *b, *dom;
+    const float *xT, *w, *b, *dom, *add;
     float *om, *dw, *db, *dxT;
     float beta, beta_b;
 } job;
@@ -63,14 +76,14 @@ static void fwd_range(void *ctx, int64_t q0, int64_t q1) {
     }
 }
 
-void dt_offconv_fwd_cpu(const dt_deform_plan *p, int64_t nb, const float *xT, const float *w, const float *b, float *om,
+void dt_offconv_fwd_cpu(const dt_deform_plan *p, int64_t nb, const void *xT, const float *w, const float *b, float *om,
                         void *ws) {
     (void)ws;
     dt_deform_chunk c = dt_deform_chunk_make(p, nb);
-    float *xr = rounded(p, xT, (int64_t)c.npix * c.C), *wr = rounded(p, w, c.OC * c.KC);
-    job j = {.c = &c, .xT = xr ? xr : xT, .w = wr ? wr : w, .b = b, .om = om};
+    float *xown, *wr = rounded(p, w, c.OC * c.KC);
+    job j = {.c = &c, .xT = input_f32(p, xT, (int64_t)c.npix * c.C, &xown), .w = wr ? wr : w, .b = b, .om = om};
     dt_parallel_for(c.Q, 16, fwd_range, &j);
-    free(xr);
+    free(xown);
     free(wr);
 }
 
@@ -104,19 +117,20 @@ static void dw_range(void *ctx, int64_t o0, int64_t o1) {
     free(acc);
 }
 
-void dt_offconv_bwd_weight_cpu(const dt_deform_plan *p, int64_t nb, const float *xT, const float *dom, float beta_w,
+void dt_offconv_bwd_weight_cpu(const dt_deform_plan *p, int64_t nb, const void *xT, const float *dom, float beta_w,
                                float *dw, float beta_b, float *db, void *ws) {
     (void)ws;
     dt_deform_chunk c = dt_deform_chunk_make(p, nb);
-    float *xr = rounded(p, xT, (int64_t)c.npix * c.C), *dr = rounded(p, dom, (int64_t)c.Q * c.OCS);
+    float *xown, *dr = rounded(p, dom, (int64_t)c.Q * c.OCS);
+    const float *x = input_f32(p, xT, (int64_t)c.npix * c.C, &xown);
     if (dr) { /* the bias gradient sums the fp32 dom; the weight gradient multiplies rounded operands */
-        job jb = {.c = &c, .xT = xT, .dom = dom, .dw = NULL, .db = db, .beta = beta_w, .beta_b = beta_b};
+        job jb = {.c = &c, .xT = x, .dom = dom, .dw = NULL, .db = db, .beta = beta_w, .beta_b = beta_b};
         dt_parallel_for(c.OC, 1, dw_range, &jb);
         db = NULL;
     }
-    job j = {.c = &c, .xT = xr ? xr : xT, .dom = dr ? dr : dom, .dw = dw, .db = db, .beta = beta_w, .beta_b = beta_b};
+    job j = {.c = &c, .xT = x, .dom = dr ? dr : dom, .dw = dw, .db = db, .beta = beta_w, .beta_b = beta_b};
     dt_parallel_for(c.OC, 1, dw_range, &j);
-    free(xr);
+    free(xown);
     free(dr);
 }
 
@@ -136,19 +150,26 @@ static void dx_range(void *ctx, int64_t p0, int64_t p1) {
             for (int o = 0; o < c->OC; o++)
                 for (int ch = 0; ch < c->C; ch++) acc[ch] += (double)d[o] * j->w[((int64_t)o * c->C + ch) * c->K + k];
         }
+        /* add + sum in fp32, as the GPU's epilogue (the beta step: dt_offconv_bwd_input_cpu) */
         float *out = j->dxT + pix * c->C;
-        for (int ch = 0; ch < c->C; ch++) out[ch] = j->beta == 0.0f ? (float)acc[ch] : j->beta * out[ch] + (float)acc[ch];
+        const float *add = j->add ? j->add + pix * c->C : NULL;
+        for (int ch = 0; ch < c->C; ch++) out[ch] = add ? add[ch] + (float)acc[ch] : (float)acc[ch];
     }
     free(acc);
 }
 
-void dt_offconv_bwd_input_cpu(const dt_deform_plan *p, int64_t nb, const float *dom, const float *w, float beta,
-                              float *dxT, void *ws) {
+void dt_offconv_bwd_input_cpu(const dt_deform_plan *p, int64_t nb, const float *dom, const float *w, const float *add,
+                              float beta, void *dxT, void *ws) {
     (void)ws;
     dt_deform_chunk c = dt_deform_chunk_make(p, nb);
+    int64_t nx = (int64_t)c.npix * c.C;
     float *dr = rounded(p, dom, (int64_t)c.Q * c.OCS), *wr = rounded(p, w, c.OC * c.KC);
-    job j = {.c = &c, .dom = dr ? dr : dom, .w = wr ? wr : w, .dxT = dxT, .beta = beta};
+    float *t = dt_xmalloc((size_t)(nx > 0 ? nx : 1) * sizeof(float)); /* add + the transposed conv, fp32 */
+    job j = {.c = &c, .dom = dr ? dr : dom, .w = wr ? wr : w, .add = add, .dxT = t};
     dt_parallel_for(c.npix, 16, dx_range, &j);
+    /* dxT = beta*dxT + t: the sum in fp32, rounded once to the plan's dtype */
+    dt_convert_cpu(1, 1, nx, t, DT_F32, DT_NCHW, beta, dxT, p->dtype, DT_NCHW);
+    free(t);
     free(dr);
     free(wr);
 }

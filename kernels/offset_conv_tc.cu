@@ -1,11 +1,14 @@
 /* The offset conv's three implicit GEMMs on tensor cores (contracts: offset_conv.h; why and
- * the numbers: docs/deft.md, "Reduced precision"). Used by the _cuda entry points in the tf32
- * and bf16 precisions when C % 32 == 0; the fp32 precision keeps the FFMA kernels of
- * offset_conv.cu.
+ * the numbers: docs/deft.md, "Reduced precision"). Used by the _cuda entry points for bf16
+ * plans and f32 plans with TF32 products when C % 32 == 0; strict f32 plans keep the FFMA
+ * kernels of offset_conv.cu.
  *
- * Operands are rounded once, on their way into shared memory, to bf16 (round to nearest even)
- * or TF32 (cvt.rna: to nearest, ties away); products and sums are fp32 (wmma accumulators),
- * results fp32. Tiles (8 warps each, every warp owning whole 16x16 accumulator tiles):
+ * bf16 plans: x is bf16 and goes into shared memory as stored (8 bytes a quad of channels);
+ * the fp32 operands (w, dom) are rounded once on their way in, to nearest even. TF32 (f32
+ * plans): every operand is rounded on its way in (cvt.rna: to nearest, ties away). Products
+ * and sums are fp32 (wmma accumulators); om, dw, db fp32, dx in the plan's dtype (rounded
+ * once, after the caller's fp32 `add` and beta). Tiles (8 warps each, every warp owning whole
+ * 16x16 accumulator tiles):
  *   fwd  (halo, the default) block = an output tile of 8 rows x 16 columns x 32 offset
  *        channels; a step = a 32-channel chunk: the tile's input footprint + halo and the
  *        chunk's weights for all taps staged once, then every tap multiplies from shared memory
@@ -36,24 +39,45 @@ using namespace nvcuda;
 
 namespace {
 
-/* Operand traits: shared-memory element type S, wmma element type F, k of one mma. */
+__device__ __forceinline__ float4 ldg4(const float *p) { return __ldg(reinterpret_cast<const float4 *>(p)); }
+__device__ __forceinline__ float4 zero4() { return make_float4(0.f, 0.f, 0.f, 0.f); }
+
+/* Operand traits: shared-memory element type S, wmma element type F, k of one mma; X the
+ * plan's tensor type (x, dx) and XQ a quad of its channels as loaded from global memory. */
 template <bool BF>
 struct tc;
 template <>
 struct tc<true> {
     typedef __nv_bfloat16 S;
     typedef __nv_bfloat16 F;
+    typedef __nv_bfloat16 X;
+    typedef uint2 XQ; /* 4 bf16 */
     static const int KS = 16, PAD = 8; /* ldm: a multiple of 8 bf16 (16 bytes), padded off 128 B */
     static __device__ __forceinline__ S cvt(float v) { return __float2bfloat16_rn(v); }
+    static __device__ __forceinline__ XQ ldq(const X *p) { return __ldg(reinterpret_cast<const uint2 *>(p)); }
+    static __device__ __forceinline__ XQ zq() { return make_uint2(0u, 0u); }
+    /* bf16 x is already an operand: copied as stored */
+    static __device__ __forceinline__ void putq(S *dst, XQ q) { *reinterpret_cast<uint2 *>(dst) = q; }
 };
 template <>
 struct tc<false> {
     typedef float S;
     typedef wmma::precision::tf32 F;
+    typedef float X;
+    typedef float4 XQ;
     static const int KS = 8, PAD = 4;
     static __device__ __forceinline__ S cvt(float v) { return wmma::__float_to_tf32(v); }
+    static __device__ __forceinline__ XQ ldq(const X *p) { return ldg4(p); }
+    static __device__ __forceinline__ XQ zq() { return zero4(); }
+    static __device__ __forceinline__ void putq(S *dst, XQ q) {
+        dst[0] = cvt(q.x);
+        dst[1] = cvt(q.y);
+        dst[2] = cvt(q.z);
+        dst[3] = cvt(q.w);
+    }
 };
 
+/* Four fp32 values (w, dom) rounded into an operand. */
 template <bool BF>
 __device__ __forceinline__ void put4(typename tc<BF>::S *dst, float4 v) {
     dst[0] = tc<BF>::cvt(v.x);
@@ -61,9 +85,6 @@ __device__ __forceinline__ void put4(typename tc<BF>::S *dst, float4 v) {
     dst[2] = tc<BF>::cvt(v.z);
     dst[3] = tc<BF>::cvt(v.w);
 }
-
-__device__ __forceinline__ float4 ldg4(const float *p) { return __ldg(reinterpret_cast<const float4 *>(p)); }
-__device__ __forceinline__ float4 zero4() { return make_float4(0.f, 0.f, 0.f, 0.f); }
 
 const int THREADS = 256, OCT = 32;
 
@@ -86,8 +107,9 @@ struct fwd_smem {
 
 template <bool BF>
 __global__ void __launch_bounds__(THREADS) k_fwd_tc(dt_deform_chunk c, const float *__restrict__ wv,
-                                                    const float *__restrict__ bias, const float *__restrict__ xT,
-                                                    float *__restrict__ out, int steps_per_split, int split) {
+                                                    const float *__restrict__ bias,
+                                                    const typename tc<BF>::X *__restrict__ xT, float *__restrict__ out,
+                                                    int steps_per_split, int split) {
     typedef tc<BF> T;
     typedef fwd_smem<BF> SM;
     __shared__ __align__(128) SM sm;
@@ -106,7 +128,8 @@ __global__ void __launch_bounds__(THREADS) k_fwd_tc(dt_deform_chunk c, const flo
         ly0[j] = oy * c.sh - c.ph;
         lx0[j] = ox * c.sw - c.pw;
     }
-    float4 ra[4], rb;
+    typename T::XQ ra[4];
+    float4 rb;
     auto load = [&](int s) {
         const int k = s / ncc, cc0 = (s - k * ncc) * F_BC;
         uint32_t kyu;
@@ -115,13 +138,13 @@ __global__ void __launch_bounds__(THREADS) k_fwd_tc(dt_deform_chunk c, const flo
         for (int j = 0; j < 4; j++) {
             int iy = ly0[j] + ky * c.dh, ix = lx0[j] + kx * c.dw;
             bool ok = limg[j] >= 0 && iy >= 0 && iy < c.H && ix >= 0 && ix < c.W;
-            ra[j] = ok ? ldg4(xT + (((int64_t)limg[j] * c.H + iy) * c.W + ix) * c.C + cc0 + 4 * lcq) : zero4();
+            ra[j] = ok ? T::ldq(xT + (((int64_t)limg[j] * c.H + iy) * c.W + ix) * c.C + cc0 + 4 * lcq) : T::zq();
         }
         rb = ldg4(wv + (((int64_t)ot * c.K + k) * c.C + cc0 + (tid >> 3)) * OCT + 4 * (tid & 7));
     };
     auto store = [&](int buf) {
 #pragma unroll
-        for (int j = 0; j < 4; j++) put4<BF>(&sm.in.A[buf][lp + 32 * j][4 * lcq], ra[j]);
+        for (int j = 0; j < 4; j++) T::putq(&sm.in.A[buf][lp + 32 * j][4 * lcq], ra[j]);
         put4<BF>(&sm.in.B[buf][tid >> 3][4 * (tid & 7)], rb);
     };
     wmma::fragment<wmma::accumulator, 16, 16, T::KS, float> acc[2];
@@ -180,7 +203,7 @@ struct dw_smem {
 };
 
 template <bool BF>
-__global__ void __launch_bounds__(THREADS) k_dw_tc(dt_deform_chunk c, int qchunk, const float *__restrict__ xT,
+__global__ void __launch_bounds__(THREADS) k_dw_tc(dt_deform_chunk c, int qchunk, const typename tc<BF>::X *__restrict__ xT,
                                                    const float *__restrict__ dom, float *__restrict__ partw,
                                                    float *__restrict__ partb) {
     typedef tc<BF> T;
@@ -199,18 +222,20 @@ __global__ void __launch_bounds__(THREADS) k_dw_tc(dt_deform_chunk c, int qchunk
     const int qbeg = z * qchunk, qend = min(c.Q, qbeg + qchunk), ntiles = (qend - qbeg + W_BQ - 1) / W_BQ;
     /* dom loader: entries idx = tid + 256j (j < 2): position idx/8, offset-channel quad idx%8 */
     const int dq = tid & 7, doc = ot * OCT + 4 * dq;
-    float4 rx[W_BQ / 8], rd[2], dsum = zero4();
+    typename T::XQ rx[W_BQ / 8];
+    float4 rd[2], dsum = zero4();
     auto load = [&](int tile) {
         const int qt = qbeg + tile * W_BQ;
 #pragma unroll
         for (int j = 0; j < W_BQ / 8; j++) {
             const int q = qt + warp + 8 * j;
-            rx[j] = zero4();
+            rx[j] = T::zq();
             if (q < qend && colok) {
                 int i, oy, ox;
                 dt_position_decode(&c, q, &i, &oy, &ox);
                 int iy = oy * c.sh - c.ph + kky * c.dh, ix = ox * c.sw - c.pw + kkx * c.dw;
-                if (iy >= 0 && iy < c.H && ix >= 0 && ix < c.W) rx[j] = ldg4(xT + (((int64_t)i * c.H + iy) * c.W + ix) * c.C + ch);
+                if (iy >= 0 && iy < c.H && ix >= 0 && ix < c.W)
+                    rx[j] = T::ldq(xT + (((int64_t)i * c.H + iy) * c.W + ix) * c.C + ch);
             }
         }
 #pragma unroll
@@ -221,7 +246,7 @@ __global__ void __launch_bounds__(THREADS) k_dw_tc(dt_deform_chunk c, int qchunk
     };
     auto store = [&](int buf) {
 #pragma unroll
-        for (int j = 0; j < W_BQ / 8; j++) put4<BF>(&sm.in.X[buf][warp + 8 * j][4 * lane], rx[j]);
+        for (int j = 0; j < W_BQ / 8; j++) T::putq(&sm.in.X[buf][warp + 8 * j][4 * lane], rx[j]);
 #pragma unroll
         for (int j = 0; j < 2; j++) {
             put4<BF>(&sm.in.D[buf][(tid + THREADS * j) >> 3][4 * dq], rd[j]);
@@ -323,14 +348,16 @@ struct lp {
 /* Stages the footprint of the tile at output (oy0, ox0) of image i, channels [cc0, cc0 + 32),
  * into F [FH*FW][LP] (0 outside the image). */
 template <bool BF>
-__device__ __forceinline__ void stage_footprint(const dt_deform_chunk &c, const halo &h, const float *__restrict__ xT,
-                                                int i, int oy0, int ox0, int cc0, typename tc<BF>::S *F) {
+__device__ __forceinline__ void stage_footprint(const dt_deform_chunk &c, const halo &h,
+                                                const typename tc<BF>::X *__restrict__ xT, int i, int oy0, int ox0,
+                                                int cc0, typename tc<BF>::S *F) {
+    typedef tc<BF> T;
     const int iy0 = oy0 * c.sh - c.ph, ix0 = ox0 * c.sw - c.pw, n = h.FH * h.FW * 8;
     for (int e = threadIdx.x; e < n; e += blockDim.x) {
         const int pix = e >> 3, quad = e & 7, fy = pix / h.FW, fx = pix - fy * h.FW, iy = iy0 + fy, ix = ix0 + fx;
         const bool ok = iy >= 0 && iy < c.H && ix >= 0 && ix < c.W;
-        put4<BF>(F + pix * lp<BF>::LP + 4 * quad,
-                 ok ? ldg4(xT + (((int64_t)i * c.H + iy) * c.W + ix) * c.C + cc0 + 4 * quad) : zero4());
+        T::putq(F + pix * lp<BF>::LP + 4 * quad,
+                ok ? T::ldq(xT + (((int64_t)i * c.H + iy) * c.W + ix) * c.C + cc0 + 4 * quad) : T::zq());
     }
 }
 
@@ -346,8 +373,9 @@ size_t fwd_halo_smem(const dt_deform_chunk &c) {
  * input channels, all taps; chunks split over blockIdx.z when blocks are few. */
 template <bool BF>
 __global__ void __launch_bounds__(THREADS) k_fwd_halo(dt_deform_chunk c, halo h, const float *__restrict__ wv,
-                                                      const float *__restrict__ bias, const float *__restrict__ xT,
-                                                      float *__restrict__ out, int chunks_per_split, int split) {
+                                                      const float *__restrict__ bias,
+                                                      const typename tc<BF>::X *__restrict__ xT, float *__restrict__ out,
+                                                      int chunks_per_split, int split) {
     typedef tc<BF> T;
     typedef typename T::S S;
     const int LP = lp<BF>::LP, LB = OCT + T::PAD, LO = OCT + 4;
@@ -415,7 +443,7 @@ size_t dw_halo_smem(const dt_deform_chunk &c) {
  * the 16 positions of a tile row) by the footprint pixels its tap reads for them. The bias
  * gradient is k_db_parts'. */
 template <bool BF>
-__global__ void k_dw_halo(dt_deform_chunk c, halo h, int tiles_per_split, const float *__restrict__ xT,
+__global__ void k_dw_halo(dt_deform_chunk c, halo h, int tiles_per_split, const typename tc<BF>::X *__restrict__ xT,
                           const float *__restrict__ dom, float *__restrict__ partw) {
     typedef tc<BF> T;
     typedef typename T::S S;
@@ -512,7 +540,8 @@ struct dx_smem {
 
 template <bool BF>
 __global__ void __launch_bounds__(THREADS) k_dx_tc(dt_deform_chunk c, const float *__restrict__ wT,
-                                                   const float *__restrict__ dom, float beta, float *__restrict__ dxT) {
+                                                   const float *__restrict__ dom, const float *__restrict__ add,
+                                                   float beta, typename tc<BF>::X *__restrict__ dxT) {
     typedef tc<BF> T;
     typedef dx_smem<BF> SM;
     extern __shared__ __align__(128) unsigned char dx_raw[];
@@ -571,7 +600,8 @@ __global__ void __launch_bounds__(THREADS) k_dx_tc(dt_deform_chunk c, const floa
         if (s + 1 < nsteps) store(buf ^ 1);
         __syncthreads();
     }
-    /* each warp writes its 16 pixels x 64 channels through its staging tile, with beta */
+    /* each warp writes its 16 pixels x 64 channels through its staging tile: + add, with beta,
+     * rounded once to the plan's dtype */
 #pragma unroll
     for (int n = 0; n < 4; n++) {
         wmma::store_matrix_sync(&sm.out[warp][0][0], acc[n], 16 + 4, wmma::mem_row_major);
@@ -579,9 +609,10 @@ __global__ void __launch_bounds__(THREADS) k_dx_tc(dt_deform_chunk c, const floa
         for (int e = lane; e < 16 * 16; e += 32) {
             const int r = e >> 4, cc = e & 15, p = p0 + 16 * warp + r, chn = cb + 16 * n + cc;
             if (p < c.npix && chn < c.C) {
-                float *d = dxT + (int64_t)p * c.C + chn;
-                const float v = sm.out[warp][r][cc];
-                *d = beta == 0.0f ? v : beta * *d + v;
+                const int64_t at = (int64_t)p * c.C + chn;
+                float v = sm.out[warp][r][cc];
+                if (add) v = add[at] + v;
+                cstore_beta(dxT + at, 0, v, beta);
             }
         }
         __syncwarp();
@@ -658,8 +689,12 @@ size_t dt_offconv_tc_ws_bytes(const dt_deform_plan *p, int64_t nb) {
     return a > b ? a : b;
 }
 
-void dt_offconv_tc_fwd(const dt_deform_plan *p, int64_t nb, int bf16, const float *xT, const float *w, const float *b,
-                       float *om, void *ws) {
+/* The kernels' operand generation: bf16 plans (bf16 x, bf16 operands) or TF32. */
+typedef tc<true>::X bf16_t;
+static bool is_bf16(const dt_deform_plan *p) { return p->dtype == DT_BF16; }
+
+void dt_offconv_tc_fwd(const dt_deform_plan *p, int64_t nb, const void *xT, const float *w, const float *b, float *om,
+                       void *ws) {
     dt_deform_chunk c = dt_deform_chunk_make(p, nb);
     if (c.Q <= 0) return;
     const int nt = nt_of(p);
@@ -673,19 +708,21 @@ void dt_offconv_tc_fwd(const dt_deform_plan *p, int64_t nb, int bf16, const floa
         fwd_halo_split(c, h, nt, &steps, &nz);
         dim3 grid((unsigned)(c.nb * h.tiles), nt, nz);
         float *dst = nz > 1 ? part : om;
-        if (bf16) {
+        if (is_bf16(p)) {
             allow_smem(k_fwd_halo<true>, fwd_halo_smem<true>(c));
-            k_fwd_halo<true><<<grid, THREADS, fwd_halo_smem<true>(c), dt_stream()>>>(c, h, wv, b, xT, dst, steps, nz > 1);
+            k_fwd_halo<true><<<grid, THREADS, fwd_halo_smem<true>(c), dt_stream()>>>(c, h, wv, b, (const bf16_t *)xT, dst,
+                                                                                    steps, nz > 1);
         } else {
             allow_smem(k_fwd_halo<false>, fwd_halo_smem<false>(c));
-            k_fwd_halo<false><<<grid, THREADS, fwd_halo_smem<false>(c), dt_stream()>>>(c, h, wv, b, xT, dst, steps, nz > 1);
+            k_fwd_halo<false><<<grid, THREADS, fwd_halo_smem<false>(c), dt_stream()>>>(c, h, wv, b, (const float *)xT, dst,
+                                                                                      steps, nz > 1);
         }
     } else {
         fwd_split(c, nt, &steps, &nz);
         dim3 grid((c.Q + F_BM - 1) / F_BM, nt, nz);
         float *dst = nz > 1 ? part : om;
-        if (bf16) k_fwd_tc<true><<<grid, THREADS, 0, dt_stream()>>>(c, wv, b, xT, dst, steps, nz > 1);
-        else k_fwd_tc<false><<<grid, THREADS, 0, dt_stream()>>>(c, wv, b, xT, dst, steps, nz > 1);
+        if (is_bf16(p)) k_fwd_tc<true><<<grid, THREADS, 0, dt_stream()>>>(c, wv, b, (const bf16_t *)xT, dst, steps, nz > 1);
+        else k_fwd_tc<false><<<grid, THREADS, 0, dt_stream()>>>(c, wv, b, (const float *)xT, dst, steps, nz > 1);
     }
     DT_CHECK_LAUNCH();
     if (nz > 1) {
@@ -694,8 +731,8 @@ void dt_offconv_tc_fwd(const dt_deform_plan *p, int64_t nb, int bf16, const floa
     }
 }
 
-int dt_offconv_tc_bwd_weight(const dt_deform_plan *p, int64_t nb, int bf16, const float *xT, const float *dom,
-                             float *partw, float **partb) {
+int dt_offconv_tc_bwd_weight(const dt_deform_plan *p, int64_t nb, const void *xT, const float *dom, float *partw,
+                             float **partb) {
     dt_deform_chunk c = dt_deform_chunk_make(p, nb);
     const int nt = nt_of(p);
     int qchunk, nz;
@@ -705,12 +742,12 @@ int dt_offconv_tc_bwd_weight(const dt_deform_plan *p, int64_t nb, int bf16, cons
         dw_halo_split(c, h, nt, &per, &nz);
         *partb = partw + (int64_t)nz * p->OC * p->C * p->K;
         dim3 grid((unsigned)(p->C / F_BC), nt, nz);
-        if (bf16) {
+        if (is_bf16(p)) {
             allow_smem(k_dw_halo<true>, dw_halo_smem<true>(c));
-            k_dw_halo<true><<<grid, 32 * c.K, dw_halo_smem<true>(c), dt_stream()>>>(c, h, per, xT, dom, partw);
+            k_dw_halo<true><<<grid, 32 * c.K, dw_halo_smem<true>(c), dt_stream()>>>(c, h, per, (const bf16_t *)xT, dom, partw);
         } else {
             allow_smem(k_dw_halo<false>, dw_halo_smem<false>(c));
-            k_dw_halo<false><<<grid, 32 * c.K, dw_halo_smem<false>(c), dt_stream()>>>(c, h, per, xT, dom, partw);
+            k_dw_halo<false><<<grid, 32 * c.K, dw_halo_smem<false>(c), dt_stream()>>>(c, h, per, (const float *)xT, dom, partw);
         }
         DT_CHECK_LAUNCH();
         k_db_parts<<<nz, 256, 0, dt_stream()>>>(c, (c.Q + nz - 1) / nz, dom, *partb);
@@ -722,28 +759,28 @@ int dt_offconv_tc_bwd_weight(const dt_deform_plan *p, int64_t nb, int bf16, cons
     *partb = partw + (int64_t)nz * p->OC * p->C * p->K;
     if (!nz) return 0;
     dim3 grid((unsigned)((p->KC + W_BN - 1) / W_BN), nt, nz);
-    if (bf16) {
+    if (is_bf16(p)) {
         allow_smem(k_dw_tc<true>, sizeof(dw_smem<true>));
-        k_dw_tc<true><<<grid, THREADS, sizeof(dw_smem<true>), dt_stream()>>>(c, qchunk, xT, dom, partw, *partb);
+        k_dw_tc<true><<<grid, THREADS, sizeof(dw_smem<true>), dt_stream()>>>(c, qchunk, (const bf16_t *)xT, dom, partw, *partb);
     } else {
         allow_smem(k_dw_tc<false>, sizeof(dw_smem<false>));
-        k_dw_tc<false><<<grid, THREADS, sizeof(dw_smem<false>), dt_stream()>>>(c, qchunk, xT, dom, partw, *partb);
+        k_dw_tc<false><<<grid, THREADS, sizeof(dw_smem<false>), dt_stream()>>>(c, qchunk, (const float *)xT, dom, partw, *partb);
     }
     DT_CHECK_LAUNCH();
     return nz;
 }
 
-void dt_offconv_tc_bwd_input(const dt_deform_plan *p, int64_t nb, int bf16, const float *dom, const float *wT, float beta,
-                             float *dxT) {
+void dt_offconv_tc_bwd_input(const dt_deform_plan *p, int64_t nb, const float *dom, const float *wT, const float *add,
+                             float beta, void *dxT) {
     dt_deform_chunk c = dt_deform_chunk_make(p, nb);
     if (c.npix <= 0) return;
     dim3 grid((unsigned)((c.npix + X_BP - 1) / X_BP), (unsigned)((p->C + X_BC - 1) / X_BC));
-    if (bf16) {
+    if (is_bf16(p)) {
         allow_smem(k_dx_tc<true>, sizeof(dx_smem<true>));
-        k_dx_tc<true><<<grid, THREADS, sizeof(dx_smem<true>), dt_stream()>>>(c, wT, dom, beta, dxT);
+        k_dx_tc<true><<<grid, THREADS, sizeof(dx_smem<true>), dt_stream()>>>(c, wT, dom, add, beta, (bf16_t *)dxT);
     } else {
         allow_smem(k_dx_tc<false>, sizeof(dx_smem<false>));
-        k_dx_tc<false><<<grid, THREADS, sizeof(dx_smem<false>), dt_stream()>>>(c, wT, dom, beta, dxT);
+        k_dx_tc<false><<<grid, THREADS, sizeof(dx_smem<false>), dt_stream()>>>(c, wT, dom, add, beta, (float *)dxT);
     }
     DT_CHECK_LAUNCH();
 }

@@ -1,9 +1,15 @@
-/* pool.h: max pooling and global average pooling on x: [N, C, H, W].
- * maxpool: y[n,c,oy,ox] = max over the k x k window (padding counts as -inf); idx holds the
- *   argmax as the flat index iy*W + ix within the plane (int32), the first maximum in window
- *   order winning (PyTorch's choice). The backward is a gather: each input element sums dy
- *   of the windows whose argmax it is (<= ceil(k/s)^2 of them) - deterministic, no atomics.
- * avgpool: y[n,c] = mean over the plane; dx[n,c,p] = dy[n,c] / (H*W). */
+/* pool.h: max pooling and global average pooling of x: [N, C, H, W], per (dtype, layout):
+ *   f32 nchw (the reference), f32 nhwc and bf16 nhwc (x, y, dy, dx in that dtype and layout).
+ *
+ * maxpool: y[n,c,oy,ox] = max of x over the k x k window at (oy*s - p, ox*s - p); padding
+ *   counts as -inf (p <= k/2, so a window always holds an element); the first maximum in
+ *   window order (row-major) wins, and so does the first NaN. idx [N, C, Ho, Wo] int32, in y's
+ *   layout, holds the argmax as the flat spatial index iy*W + ix (PyTorch's choice).
+ * maxpool backward, a gather: each input element sums dy of the windows whose argmax it is
+ *   (<= ceil(k/s)^2 of them, visited in (oy, ox) order: deterministic, no atomics), fp32 sum,
+ *   one rounding; dx written (beta 0) or added (beta 1).
+ * avgpool: y [N, C] row-major in x's dtype = the mean over the H*W plane, summed in fp32
+ *   (nchw) or double (nhwc) and rounded once; backward dx[n,c,p] = dy[n,c] / (H*W) (beta). */
 #ifndef DT_K_POOL_H
 #define DT_K_POOL_H
 
@@ -13,16 +19,26 @@
 extern "C" {
 #endif
 
-#define DT_DECL_POOL(sfx)                                                                          \
-    void dt_maxpool_fwd_##sfx(const float *x, int64_t NC, int64_t H, int64_t W, int k, int s, int p, \
-                              int64_t Ho, int64_t Wo, float *y, int32_t *idx);                     \
-    void dt_maxpool_bwd_##sfx(const float *dy, const int32_t *idx, int64_t NC, int64_t H, int64_t W, \
-                              int k, int s, int p, int64_t Ho, int64_t Wo, float beta, float *dx); \
-    void dt_avgpool_fwd_##sfx(const float *x, int64_t NC, int64_t P, float *y);                    \
-    void dt_avgpool_bwd_##sfx(const float *dy, int64_t NC, int64_t P, float beta, float *dx);
+typedef void dt_maxpool_fwd_fn(const void *x, int64_t N, int64_t C, int64_t H, int64_t W, int k, int s, int p,
+                               int64_t Ho, int64_t Wo, void *y, int32_t *idx);
+typedef void dt_maxpool_bwd_fn(const void *dy, const int32_t *idx, int64_t N, int64_t C, int64_t H, int64_t W, int k,
+                               int s, int p, int64_t Ho, int64_t Wo, float beta, void *dx);
+/* P = H*W */
+typedef void dt_avgpool_fwd_fn(const void *x, int64_t N, int64_t C, int64_t P, void *y);
+typedef void dt_avgpool_bwd_fn(const void *dy, int64_t N, int64_t C, int64_t P, float beta, void *dx);
 
-DT_DECL_POOL(cpu)
-DT_DECL_POOL(cuda)
+#define DT_DECL_POOL(sfx)                      \
+    dt_maxpool_fwd_fn dt_maxpool_fwd_##sfx;    \
+    dt_maxpool_bwd_fn dt_maxpool_bwd_##sfx;    \
+    dt_avgpool_fwd_fn dt_avgpool_fwd_##sfx;    \
+    dt_avgpool_bwd_fn dt_avgpool_bwd_##sfx;
+
+DT_DECL_POOL(f32_nchw_cpu)
+DT_DECL_POOL(f32_nhwc_cpu)
+DT_DECL_POOL(bf16_nhwc_cpu)
+DT_DECL_POOL(f32_nchw_cuda)
+DT_DECL_POOL(f32_nhwc_cuda)
+DT_DECL_POOL(bf16_nhwc_cuda)
 
 #ifdef __cplusplus
 }

@@ -34,10 +34,12 @@ typedef struct {
 
 #define DT_SGD_CHUNK 16384
 
-void dt_sgd_step_cpu(const dt_sgd_tensor *ts, int count, float lr, float momentum, float dampening, int nesterov);
-/* ts and chunks are device copies. */
-void dt_sgd_step_cuda(const dt_sgd_tensor *ts, const dt_sgd_chunk *chunks, int nchunks, float lr, float momentum,
-                      float dampening, int nesterov);
+/* ts: count tensors; chunks: their nchunks chunk table (the CUDA version walks the chunks,
+ * device copies of both; the CPU twin walks the tensors, host memory, and ignores chunks). */
+void dt_sgd_step_cpu(const dt_sgd_tensor *ts, int count, const dt_sgd_chunk *chunks, int nchunks, float lr,
+                     float momentum, float dampening, int nesterov);
+void dt_sgd_step_cuda(const dt_sgd_tensor *ts, int count, const dt_sgd_chunk *chunks, int nchunks, float lr,
+                      float momentum, float dampening, int nesterov);
 
 #ifdef __cplusplus
 }

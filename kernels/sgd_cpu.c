@@ -1,6 +1,9 @@
 #include "sgd.h"
 
-void dt_sgd_step_cpu(const dt_sgd_tensor *ts, int count, float lr, float momentum, float dampening, int nesterov) {
+void dt_sgd_step_cpu(const dt_sgd_tensor *ts, int count, const dt_sgd_chunk *chunks, int nchunks, float lr,
+                     float momentum, float dampening, int nesterov) {
+    (void)chunks;
+    (void)nchunks;
     for (int t = 0; t < count; t++) {
         const dt_sgd_tensor *s = &ts[t];
         for (int64_t i = 0; i < s->n; i++) {

@@ -1,12 +1,27 @@
-/* batchnorm2d (+ fused ReLU) on the tape. Saves the batch mean and 1/std for the backward;
- * the ReLU mask comes from the op's own output. */
+/* batchnorm2d (+ residual add, + ReLU) on the tape: one op for y = act(bn(x) + skip), forward
+ * and backward each one set of fused kernels (kernels/batchnorm.h) picked from op tables by the
+ * input's (device, dtype, layout). The node saves the batch mean and 1/std ([C] fp32) and
+ * nothing else: the ReLU mask comes from the op's own output (nchw) or is recomputed from x
+ * and skip (nhwc). */
 #include <string.h>
 
 #include "batchnorm.h"
 #include "dt_alloc.h"
-#include "dt_dispatch.h"
+#include "dt_common.h"
+#include "dt_kernel.h"
 #include "dt_layers.h"
 #include "dt_param.h"
+
+#define BN_ENTRIES(t, fn)                                                    \
+    DT_KERNEL(t, DT_CPU, DT_F32, DT_NCHW, fn##_f32_nchw_cpu),                \
+    DT_KERNEL_CUDA(t, DT_GPU, DT_F32, DT_NCHW, fn##_f32_nchw_cuda),          \
+    DT_KERNEL(t, DT_CPU, DT_F32, DT_NHWC, fn##_f32_nhwc_cpu),                \
+    DT_KERNEL_CUDA(t, DT_GPU, DT_F32, DT_NHWC, fn##_f32_nhwc_cuda),          \
+    DT_KERNEL(t, DT_CPU, DT_BF16, DT_NHWC, fn##_bf16_nhwc_cpu),              \
+    DT_KERNEL_CUDA(t, DT_GPU, DT_BF16, DT_NHWC, fn##_bf16_nhwc_cuda)
+DT_OP_TABLE(bn_stats_k, "batchnorm2d", dt_bn_stats_fn, BN_ENTRIES(bn_stats_k, dt_bn_stats))
+DT_OP_TABLE(bn_apply_k, "batchnorm2d (apply)", dt_bn_apply_fn, BN_ENTRIES(bn_apply_k, dt_bn_apply))
+DT_OP_TABLE(bn_backward_k, "batchnorm2d (backward)", dt_bn_backward_fn, BN_ENTRIES(bn_backward_k, dt_bn_backward))
 
 void dt_batchnorm_init(dt_batchnorm *bn, void *params, const char *name, int64_t C, dt_dev dev) {
     memset(bn, 0, sizeof *bn);
@@ -16,12 +31,12 @@ void dt_batchnorm_init(dt_batchnorm *bn, void *params, const char *name, int64_t
     char n[96];
     int64_t s[1] = {C};
     snprintf(n, sizeof n, "%s.weight", name);
-    bn->weight = dt_param_new(params, n, 1, s, dev, 0);
+    bn->weight = dt_param_new(params, n, 1, s, dev, DT_NCHW, 0);
     snprintf(n, sizeof n, "%s.bias", name);
-    bn->bias = dt_param_new(params, n, 1, s, dev, 0);
+    bn->bias = dt_param_new(params, n, 1, s, dev, DT_NCHW, 0);
     dt_tensor_fill(bn->weight, 1.0f);
-    bn->running_mean = dt_tensor_new_unscoped(1, s, dev);
-    bn->running_var = dt_tensor_new_unscoped(1, s, dev);
+    bn->running_mean = dt_tensor_new_unscoped(1, s, dev, DT_F32, DT_NCHW);
+    bn->running_var = dt_tensor_new_unscoped(1, s, dev, DT_F32, DT_NCHW);
     snprintf(n, sizeof n, "%s.running_mean", name);
     dt_tensor_set_name(bn->running_mean, n);
     snprintf(n, sizeof n, "%s.running_var", name);
@@ -41,48 +56,73 @@ typedef struct {
     const dt_bn_sync *sync;
 } bn_ctx;
 
+/* in: x, weight, bias (, skip); saved: mean, invstd */
 static void bn_backward(dt_node *n) {
-    dt_tensor *x = n->in[0], *w = n->in[1], *b = n->in[2], *y = n->out;
+    dt_tensor *x = n->in[0], *w = n->in[1], *b = n->in[2], *skip = n->n_in > 3 ? n->in[3] : NULL, *y = n->out;
     dt_tensor *mean = n->saved[0], *invstd = n->saved[1];
-    bn_ctx *c = n->ctx;
-    int64_t N = x->shape[0], C = x->shape[1], P = x->shape[2] * x->shape[3];
-    float bx = 0, bw = 0, bb = 0;
-    float *dx = dt_grad_dst(x, &bx), *dw = dt_grad_dst(w, &bw), *db = dt_grad_dst(b, &bb);
-    void *ws = x->dev == DT_GPU ? dt_gpu_malloc(dt_bn_cuda_ws_bytes_any(N, C)) : NULL;
-    DT_CALL(x->dev, dt_bn_backward, N, C, P, x->data, y->data, y->grad->data, mean->data, invstd->data, w->data,
-            c->relu, c->training, dx, bx, dw, bw, db, bb, ws, c->sync);
-    if (ws) dt_gpu_free(ws);
+    const bn_ctx *c = n->ctx;
+    int64_t N = DT_N(x), C = DT_C(x), P = DT_H(x) * DT_W(x);
+    float bx = 0, bs = 0, bw = 0, bb = 0;
+    void *dx = dt_grad_dst(x, &bx), *ds = dt_grad_dst(skip, &bs);
+    float *dw = dt_grad_dst(w, &bw), *db = dt_grad_dst(b, &bb);
+    void *ws = dt_dev_alloc(x->dev, dt_bn_ws_bytes(C));
+    DT_PICK(bn_backward_k, x->dev, x->dtype, x->layout)(
+        N, C, P, x->data, y->data, skip ? skip->data : NULL, y->grad->data, dt_data_f32(mean), dt_data_f32(invstd),
+        dt_data_f32(w), dt_data_f32(b), c->relu, c->training, dx, bx, ds, bs, dw, bw, db, bb, ws, c->sync);
+    dt_dev_free(x->dev, ws);
 }
 
-dt_tensor *dt_batchnorm2d(dt_tensor *x, dt_batchnorm *bn, int training, int fuse_relu) {
-    dt_require_ndim("batchnorm2d", "input", x, 4);
-    dt_require_live("batchnorm2d", x);
-    dt_require_same_device("batchnorm2d", x, bn->weight);
+static void check_input(const char *op, const dt_tensor *x, const dt_tensor *skip, const dt_batchnorm *bn,
+                        int training) {
+    dt_require_ndim(op, "input", x, 4);
+    dt_require_live(op, x);
+    dt_require_same_device(op, x, bn->weight);
     if (x->shape[1] != bn->C) {
-        char s[128];
-        dt_fatal("batchnorm2d: input %s has %lld channels, the layer %s has %lld", dt_shape_str(x, s, sizeof s),
+        char s[160];
+        dt_fatal("%s: input %s has %lld channels, the layer %s has %lld", op, dt_tensor_desc(x, s, sizeof s),
                  (long long)x->shape[1], bn->weight->name, (long long)bn->C);
     }
-    int64_t N = x->shape[0], C = x->shape[1], P = x->shape[2] * x->shape[3];
-    if (training && N * P < 2)
-        dt_fatal("batchnorm2d: training needs more than one value per channel (input has N*H*W = %lld)", (long long)(N * P));
+    if (training && x->shape[0] * x->shape[2] * x->shape[3] < 2)
+        dt_fatal("%s: training needs more than one value per channel (input has N*H*W = %lld)", op,
+                 (long long)(x->shape[0] * x->shape[2] * x->shape[3]));
+    if (!skip) return;
+    dt_require_live(op, skip);
+    dt_require_same_shape(op, x, skip);
+    dt_require_same_type(op, x, skip);
+    dt_require_same_device(op, x, skip);
+    /* one kernel writes dx and dskip: they must be two buffers */
+    if (skip == x) dt_fatal("%s: the skip is the batch norm's own input; pass a copy", op);
+}
+
+/* y = act(bn(x) + skip), recorded with its backward. */
+static dt_tensor *bn_op(const char *op, dt_tensor *x, dt_tensor *skip, dt_batchnorm *bn, int training, int relu) {
+    check_input(op, x, skip, bn, training);
+    int64_t N = DT_N(x), C = DT_C(x), P = DT_H(x) * DT_W(x);
     dt_tensor *y = dt_tensor_like(x);
     dt_tensor *mean = dt_tensor_new1(x->dev, C), *invstd = dt_tensor_new1(x->dev, C);
     const dt_bn_sync *sync = training ? bn->sync : NULL;
-    void *ws = x->dev == DT_GPU ? dt_gpu_malloc(dt_bn_cuda_ws_bytes_any(N, C)) : NULL;
-    DT_CALL(x->dev, dt_bn_stats, N, C, P, x->data, training, bn->eps, bn->momentum, bn->running_mean->data,
-            bn->running_var->data, mean->data, invstd->data, ws, sync);
-    if (ws) dt_gpu_free(ws);
-    DT_CALL(x->dev, dt_bn_apply, N, C, P, x->data, mean->data, invstd->data, bn->weight->data, bn->bias->data,
-            fuse_relu, y->data);
-    dt_tensor *in[3] = {x, bn->weight, bn->bias};
-    dt_node *n = dt_record(fuse_relu ? "batchnorm2d+relu" : "batchnorm2d", bn_backward, y, 3, in, sizeof(bn_ctx));
+    void *ws = dt_dev_alloc(x->dev, dt_bn_ws_bytes(C));
+    DT_PICK(bn_stats_k, x->dev, x->dtype, x->layout)(N, C, P, x->data, training, bn->eps, bn->momentum,
+                                                     dt_data_f32(bn->running_mean), dt_data_f32(bn->running_var),
+                                                     dt_data_f32(mean), dt_data_f32(invstd), ws, sync);
+    dt_dev_free(x->dev, ws);
+    DT_PICK(bn_apply_k, x->dev, x->dtype, x->layout)(N, C, P, x->data, dt_data_f32(mean), dt_data_f32(invstd),
+                                                     dt_data_f32(bn->weight), dt_data_f32(bn->bias),
+                                                     skip ? skip->data : NULL, relu, y->data);
+    dt_tensor *in[4] = {x, bn->weight, bn->bias, skip};
+    dt_node *n = dt_record(op, bn_backward, y, skip ? 4 : 3, in, sizeof(bn_ctx));
     if (n) {
-        ((bn_ctx *)n->ctx)->training = training;
-        ((bn_ctx *)n->ctx)->relu = fuse_relu;
-        ((bn_ctx *)n->ctx)->sync = sync;
+        *(bn_ctx *)n->ctx = (bn_ctx){training, relu, sync};
         dt_node_save(n, mean);
         dt_node_save(n, invstd);
     }
     return y;
+}
+
+dt_tensor *dt_batchnorm2d(dt_tensor *x, dt_batchnorm *bn, int training, int fuse_relu) {
+    return bn_op(fuse_relu ? "batchnorm2d+relu" : "batchnorm2d", x, NULL, bn, training, fuse_relu);
+}
+
+dt_tensor *dt_batchnorm2d_add_relu(dt_tensor *x, dt_tensor *skip, dt_batchnorm *bn, int training) {
+    return bn_op("batchnorm2d+add+relu", x, skip, bn, training, 1);
 }

@@ -1,22 +1,23 @@
-/* conv2d = im2col + GEMM, chunked over images, on the column-conv skeleton (dt_colconv.h,
- * layout DT_COLS_CN): this file supplies the columns (im2col) and their adjoint (col2im).
+/* conv2d = im2col + GEMM, chunked over images, on the column-conv skeleton (dt_colconv.h):
+ * this file supplies the columns (im2col) and their adjoint (col2im), in the layout of the
+ * tensors.
  *
- * Forward, per chunk of nb images (P = Ho*Wo, K = Cin*kh*kw):
+ * NCHW (f32; DT_COLS_CN), per chunk of nb images (P = Ho*Wo, K = Cin*kh*kw):
  *   col[K, nb*P]   = im2col(x chunk)
  *   t[Cout, nb*P]  = W[Cout, K] . col                 (one GEMM for the chunk)
- *   y chunk        = t re-laid out to [nb, Cout, P] (+ bias)   (nb == 1: the GEMM writes y)
- * Backward, per chunk:
- *   dyt[Cout, nb*P] = dy chunk in [Cout, nb*P] layout        (nb == 1: dy itself)
- *   dW  += dyt . im2col(x chunk)^T                          (K-dimension nb*P: efficient)
- *   dx   = col2im(W^T . dyt)                                (gather, deterministic)
- *   db   = sum of dy over (N, P)
- * The chunk is sized so that the column buffer stays within a budget: memory is bounded for
- * any batch size, and a budget near the L2 size keeps the buffer's traffic mostly on chip.
- * In the bf16 precision the columns are written and read as bf16 (dt_colconv.h). */
+ *   y chunk        = t re-laid out to [nb, Cout, P]    (nb == 1: the GEMM writes y)
+ *   dW += dyt . col^T,  dx = col2im(W^T . dyt)   (dyt: dy in [Cout, nb*P]; gather, deterministic)
+ * NHWC (f32 or bf16; DT_COLS_NC), K = kh*kw*Cin in the weight's [Cout, kh, kw, Cin] order:
+ *   col[nb*P, K]   = im2col_nhwc(x chunk)   (a 1x1 stride-1 unpadded conv reads x itself)
+ *   y[nb*P, Cout]  = col . W^T              (the NHWC output: no relayout)
+ *   dW += dy^T . col,  dx = col2im_nhwc(dy . W)
+ * db = sum of dy over (N, P) either way. The chunk is sized so that the column buffer stays
+ * within a budget: memory is bounded for any batch size. */
 #include "bias.h"
 #include "dt_colconv.h"
 #include "dt_common.h"
-#include "dt_dispatch.h"
+#include "dt_shared_kernels.h"
+#include "dt_kernel.h"
 #include "dt_layers.h"
 #include "im2col.h"
 
@@ -28,10 +29,8 @@ size_t dt_conv_col_budget(void) {
     return g_col_budget;
 }
 
-int64_t dt_conv_chunk(int64_t N, int64_t col_floats_per_image) {
-    /* the budget is in bytes: bf16 columns (the bf16 precision) fit twice the images */
-    size_t elem = dt_get_precision() == DT_BF16 ? 2 : sizeof(float);
-    int64_t nb = (int64_t)(dt_conv_col_budget() / elem) / (col_floats_per_image ? col_floats_per_image : 1);
+int64_t dt_conv_chunk(int64_t N, int64_t col_elems_per_image, size_t elem_bytes) {
+    int64_t nb = (int64_t)(dt_conv_col_budget() / elem_bytes) / (col_elems_per_image ? col_elems_per_image : 1);
     if (nb < 1) nb = 1;
     return nb < N ? nb : N;
 }
@@ -49,66 +48,101 @@ void dt_conv_out_hw(const char *op, const dt_tensor *x, dt_conv_geom g, int64_t 
     }
 }
 
+DT_OP_TABLE(im2col_nchw_k, "conv2d (im2col, nchw)", __typeof__(dt_im2col_cpu), DT_TWINS(im2col_nchw_k, dt_im2col, DT_F32, DT_NCHW))
+DT_OP_TABLE(col2im_nchw_k, "conv2d (col2im, nchw)", __typeof__(dt_col2im_cpu), DT_TWINS(col2im_nchw_k, dt_col2im, DT_F32, DT_NCHW))
+DT_OP_TABLE(im2col_k, "conv2d (im2col, nhwc)", __typeof__(dt_im2col_nhwc_f32_cpu), DT_TWINS(im2col_k, dt_im2col_nhwc_f32, DT_F32, DT_NHWC),
+            DT_TWINS(im2col_k, dt_im2col_nhwc_bf16, DT_BF16, DT_NHWC))
+DT_OP_TABLE(col2im_k, "conv2d (col2im, nhwc)", __typeof__(dt_col2im_nhwc_f32_cpu), DT_TWINS(col2im_k, dt_col2im_nhwc_f32, DT_F32, DT_NHWC),
+            DT_TWINS(col2im_k, dt_col2im_nhwc_bf16, DT_BF16, DT_NHWC))
+
 typedef struct {
     dt_conv_geom g;
+    dt_math math;
 } conv_ctx;
 
 /* The column source of a plain conv: im2col of the input, col2im of the gradient. */
 typedef struct {
     dt_dev dev;
-    const float *x;   /* [N, Cin, H, W] */
-    float *dx;        /* [N, Cin, H, W] or NULL */
+    dt_dtype dtype;
+    dt_layout layout;
+    const void *x;    /* [N, Cin, H, W] in the layout */
+    void *dx;         /* same, or NULL */
     float beta_x;
     int64_t Cin, H, W, Ho, Wo;
     dt_conv_geom g;
 } conv_cols;
 
-static void conv_fill(void *ctx, int64_t n0, int64_t nb, void *col, int bf16) {
+static size_t image_bytes(const conv_cols *c) { return (size_t)(c->Cin * c->H * c->W) * dt_dtype_size(c->dtype); }
+
+static void conv_fill(void *ctx, int64_t n0, int64_t nb, void *col) {
     conv_cols *c = ctx;
-    const float *x = c->x + n0 * c->Cin * c->H * c->W;
-    if (bf16) DT_CALL(c->dev, dt_im2col_bf16, x, nb, c->Cin, c->H, c->W, c->g, c->Ho, c->Wo, col);
-    else DT_CALL(c->dev, dt_im2col, x, nb, c->Cin, c->H, c->W, c->g, c->Ho, c->Wo, col);
+    const void *x = (const char *)c->x + n0 * image_bytes(c);
+    if (c->layout == DT_NCHW) DT_PICK(im2col_nchw_k, c->dev, DT_F32, DT_NCHW)(x, nb, c->Cin, c->H, c->W, c->g, c->Ho, c->Wo, col);
+    else DT_PICK(im2col_k, c->dev, c->dtype, c->layout)(x, nb, c->Cin, c->H, c->W, c->g, c->Ho, c->Wo, col);
 }
 
-static void conv_adjoint(void *ctx, int64_t n0, int64_t nb, void *dcol, int bf16) {
+static void conv_adjoint(void *ctx, int64_t n0, int64_t nb, void *dcol) {
     conv_cols *c = ctx;
-    float *dx = c->dx + n0 * c->Cin * c->H * c->W;
-    if (bf16) DT_CALL(c->dev, dt_col2im_bf16, dcol, nb, c->Cin, c->H, c->W, c->g, c->Ho, c->Wo, c->beta_x, dx);
-    else DT_CALL(c->dev, dt_col2im, dcol, nb, c->Cin, c->H, c->W, c->g, c->Ho, c->Wo, c->beta_x, dx);
+    void *dx = (char *)c->dx + n0 * image_bytes(c);
+    if (c->layout == DT_NCHW) DT_PICK(col2im_nchw_k, c->dev, DT_F32, DT_NCHW)(dcol, nb, c->Cin, c->H, c->W, c->g, c->Ho, c->Wo, c->beta_x, dx);
+    else DT_PICK(col2im_k, c->dev, c->dtype, c->layout)(dcol, nb, c->Cin, c->H, c->W, c->g, c->Ho, c->Wo, c->beta_x, dx);
 }
 
-static dt_colconv conv_skeleton(conv_cols *cols, const dt_tensor *x, const dt_tensor *w, dt_conv_geom g, int64_t Ho,
-                                int64_t Wo) {
-    cols->dev = x->dev;
-    cols->x = x->data;
-    cols->Cin = x->shape[1];
-    cols->H = x->shape[2];
-    cols->W = x->shape[3];
-    cols->Ho = Ho;
-    cols->Wo = Wo;
-    cols->g = g;
+/* A 1x1 stride-1 unpadded NHWC conv: its columns are the input's rows. */
+static int is_pointwise(const conv_cols *c) {
+    const dt_conv_geom g = c->g;
+    return c->layout == DT_NHWC && g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0;
+}
+static const void *conv_direct(void *ctx, int64_t n0) {
+    conv_cols *c = ctx;
+    return (const char *)c->x + n0 * image_bytes(c);
+}
+
+static dt_colconv conv_skeleton(conv_cols *cols, const dt_tensor *x, const dt_tensor *w, dt_conv_geom g, dt_math math,
+                                int64_t Ho, int64_t Wo) {
+    *cols = (conv_cols){.dev = x->dev, .dtype = x->dtype, .layout = x->layout, .x = x->data, .Cin = x->shape[1],
+                        .H = x->shape[2], .W = x->shape[3], .Ho = Ho, .Wo = Wo, .g = g};
     int64_t R = cols->Cin * g.kh * g.kw;
-    dt_colconv cc = {.dev = x->dev, .layout = DT_COLS_CN, .N = x->shape[0], .Cout = w->shape[0], .P = Ho * Wo, .R = R,
-                     .nb = dt_conv_chunk(x->shape[0], R * Ho * Wo), .ctx = cols, .fill = conv_fill,
-                     .bf16_cols = 1};
+    dt_colconv cc = {.dev = x->dev, .layout = x->layout == DT_NHWC ? DT_COLS_NC : DT_COLS_CN, .dtype = x->dtype,
+                     .math = math, .nhwc = x->layout == DT_NHWC, .N = x->shape[0], .Cout = w->shape[0],
+                     .P = Ho * Wo, .R = R, .nb = dt_conv_chunk(x->shape[0], R * Ho * Wo, dt_dtype_size(x->dtype)),
+                     .ctx = cols, .fill = conv_fill};
+    if (is_pointwise(cols)) {
+        cc.cols_direct = conv_direct;
+        cc.nb = x->shape[0];
+    }
     return cc;
 }
 
 static void conv_backward(dt_node *n) {
     dt_tensor *x = n->in[0], *w = n->in[1], *bias = n->in[2], *y = n->out, *dy = y->grad;
-    int64_t P = y->shape[2] * y->shape[3];
+    conv_ctx *ctx = n->ctx;
+    int64_t N = x->shape[0], Cout = w->shape[0], P = y->shape[2] * y->shape[3];
     float beta_b, beta_w;
     float *db = dt_grad_dst(bias, &beta_b);
-    if (db) DT_CALL(x->dev, dt_bias_nchw_bwd, x->shape[0], w->shape[0], P, dy->data, beta_b, db);
+    if (db && x->layout == DT_NCHW) DT_PICK(dt_bias_nchw_bwd_k, x->dev, DT_F32, DT_NCHW)(N, Cout, P, dy->data, beta_b, db);
+    else if (db) DT_PICK(dt_bias_rows_bwd_k, x->dev, x->dtype, x->layout)(N * P, Cout, dy->data, beta_b, db);
     conv_cols cols;
-    dt_colconv cc = conv_skeleton(&cols, x, w, ((conv_ctx *)n->ctx)->g, y->shape[2], y->shape[3]);
+    dt_colconv cc = conv_skeleton(&cols, x, w, ctx->g, ctx->math, y->shape[2], y->shape[3]);
     cols.dx = dt_grad_dst(x, &cols.beta_x);
     if (cols.dx) cc.adjoint = conv_adjoint;
     float *dw = dt_grad_dst(w, &beta_w); /* before beta_w is read: argument order is unspecified */
     dt_colconv_backward(&cc, w->data, dy->data, dw, beta_w);
 }
 
-dt_tensor *dt_conv2d(dt_tensor *x, dt_tensor *w, dt_tensor *bias, dt_conv_geom g) {
+/* The (dtype, layout) pairs conv2d runs: f32 NCHW, f32 NHWC, bf16 NHWC; the weight in the
+ * input's dtype and layout (a bf16 model passes its weights' working copies), fp32 bias. */
+static void check_types(const dt_tensor *x, const dt_tensor *w, const dt_tensor *bias) {
+    char a[160], b[160];
+    if (x->dtype != w->dtype || x->layout != w->layout)
+        dt_fatal("conv2d: input %s and weight %s must have one dtype and layout (a bf16 model passes its weights' "
+                 "bf16 working copies, dt_param_work)", dt_tensor_desc(x, a, sizeof a), dt_tensor_desc(w, b, sizeof b));
+    int ok = (x->dtype == DT_F32 && x->layout == DT_NCHW) || (x->layout == DT_NHWC && (x->dtype == DT_F32 || x->dtype == DT_BF16));
+    if (!ok) dt_fatal("conv2d: no kernel for %s (has: f32 nchw, f32 nhwc, bf16 nhwc)", dt_tensor_desc(x, a, sizeof a));
+    if (bias) dt_require_dtype("conv2d", "bias", bias, DT_F32);
+}
+
+dt_tensor *dt_conv2d(dt_tensor *x, dt_tensor *w, dt_tensor *bias, dt_conv_geom g, dt_math math) {
     dt_require_ndim("conv2d", "input", x, 4);
     dt_require_ndim("conv2d", "weight", w, 4);
     dt_require_same_device("conv2d", x, w);
@@ -120,14 +154,15 @@ dt_tensor *dt_conv2d(dt_tensor *x, dt_tensor *w, dt_tensor *bias, dt_conv_geom g
                  dt_shape_str(w, a, sizeof a), dt_shape_str(x, b, sizeof b), g.kh, g.kw, (long long)x->shape[1], g.kh, g.kw);
     if (bias && (bias->ndim != 1 || bias->shape[0] != w->shape[0]))
         dt_fatal("conv2d: bias %s must be [%lld]", dt_shape_str(bias, a, sizeof a), (long long)w->shape[0]);
+    check_types(x, w, bias);
     int64_t Ho, Wo;
     dt_conv_out_hw("conv2d", x, g, &Ho, &Wo);
-    dt_tensor *y = dt_tensor_new4(x->dev, x->shape[0], w->shape[0], Ho, Wo);
+    dt_tensor *y = dt_tensor_new4_as(x->dev, x->dtype, x->layout, x->shape[0], w->shape[0], Ho, Wo);
     conv_cols cols;
-    dt_colconv cc = conv_skeleton(&cols, x, w, g, Ho, Wo);
+    dt_colconv cc = conv_skeleton(&cols, x, w, g, math, Ho, Wo);
     dt_colconv_forward(&cc, w->data, bias ? bias->data : NULL, y->data);
     dt_tensor *in[3] = {x, w, bias};
     dt_node *n = dt_record("conv2d", conv_backward, y, 3, in, sizeof(conv_ctx));
-    if (n) ((conv_ctx *)n->ctx)->g = g;
+    if (n) *(conv_ctx *)n->ctx = (conv_ctx){g, math};
     return y;
 }

@@ -1,35 +1,66 @@
 /* The deft implementation: channels-last inside the op (layouts in deform_plan.h), columns
  * [nb*P, K*C] (DT_COLS_NC), the main conv on cuBLAS through the skeleton.
  *
- * Per call (open): the main weight relaid out to [Cout, K, C]; om, the offsets and mask of the
- *   batch as [N*P, OCS] - the layer's (computed chunk by chunk by the forward, saved for the
- *   backward) or the op's (its NCHW offset/mask inputs relaid out).
+ * Tensors f32 NCHW (relaid out channels last here), f32 NHWC or bf16 NHWC - the NHWC ones used
+ * as they are: every kernel reads and writes the plan's dtype, with no relayout and no
+ * conversion pass (fp32 sums inside, a bf16 result rounded once).
+ * Per call (open): the main weight relaid out to [Cout, K, C] (NCHW plans: an NHWC weight
+ *   already is); om, the offsets and mask of the batch as [N*P, OCS] - the layer's (computed
+ *   chunk by chunk by the forward, saved for the backward) or the op's (its NCHW offset/mask
+ *   inputs relaid out).
  * Per chunk:
- *   begin    xT = the chunk's input, channels last; the layer's forward also runs the offset
- *            conv here (offset_conv.h), unless it is fused into the sampling
+ *   begin    xT = the chunk's input, channels last (NCHW: relaid out into a buffer; NHWC: the
+ *            input itself); the layer's forward also runs the offset conv here
+ *            (offset_conv.h), unless it is fused into the sampling
  *   fill     colT = sampling (deform_nhwc.h): the plain kernel, or the tiled one when a DefT
  *            knob asks for it (fuse_offset: offset conv + sampling per tile; stage: footprint
  *            + halo in shared memory)
- *   adjoint  dxT and dom from dcolT - inverse index (built in begin, on the GPU's side stream
- *            while the GEMMs run) + gather + offset gradients (dx=gather, deterministic) or
- *            float4 atomics (dx=atomic) - then the layer's offset conv
- *            backward (weight, bias, and its input gradient added into dxT), the op's dom
- *            relaid out into doffset/dmask, and dxT into dx (NCHW, with beta).
- * close: dW back from the skeleton's [K*C, Cout] to [Cout, C, kh, kw] (with beta). */
+ *   adjoint  dom and the input gradient from dcolT - inverse index (built in begin, on the
+ *            GPU's side stream while the GEMMs run) + gather + offset gradients (dx=gather,
+ *            deterministic) or float4 atomics (dx=atomic) - then the layer's offset conv
+ *            backward (weight, bias, and its input gradient), or the op's dom relaid out into
+ *            doffset/dmask.
+ * close: NCHW plans: dW back from the skeleton's [Cout, K*C] to [Cout, C, kh, kw] (with beta).
+ *
+ * The input gradient is summed in fp32 and written into dx once, with the caller's beta,
+ * rounded once (docs/deft.md, "The bf16 path"):
+ *   the op, NHWC      the gather writes dx itself (dx_direct);
+ *   the layer, NHWC   the gather's fp32 sum goes to dxT_buf and the offset conv's input-gradient
+ *                     kernel adds it to its own sum in its epilogue, which writes dx - except
+ *                     for an f32 dx being overwritten, which the gather writes and the offset
+ *                     conv adds into in place (fp32 all along: nothing to round);
+ *   NCHW              fp32 dxT_buf (+ the offset conv in place), relaid out into dx;
+ *   dx=atomic         the atomics sum in fp32: dxT_buf (or an f32 dx being overwritten),
+ *                     finished by the offset conv (layer) or by one conversion pass into dx
+ *                     (the op on bf16 or accumulated f32 NHWC tensors: the knob's extra pass). */
 #include "deform_nhwc.h"
 #include "deform_run.h"
 #include "dt_alloc.h"
-#include "dt_dispatch.h"
+#include "dt_common.h"
+#include "dt_shared_kernels.h"
+#include "convert.h"
 #include "elementwise.h"
 #include "layout.h"
 #include "offset_conv.h"
 
-#define WS_BYTES(fn, p, nb) ((dev) == DT_GPU ? DT_CUDA_BYTES(fn##_cuda(p, nb)) : fn##_cpu(p, nb))
-#ifdef DT_CUDA
-#define DT_CUDA_BYTES(call) (call)
-#else
-#define DT_CUDA_BYTES(call) ((size_t)0)
-#endif
+/* The deft kernels (deform_nhwc.h, offset_conv.h): one CPU twin and one CUDA kernel each,
+ * for f32 and bf16 plans (the plan carries the dtype to the kernel; the kernels work channels
+ * last whatever the tensors' layout). */
+#define DEFT_TABLE(t, name, fn) \
+    DT_OP_TABLE(t, name, __typeof__(fn##_cpu), DT_TWINS(t, fn, DT_F32, DT_ANY_LAYOUT), DT_TWINS(t, fn, DT_BF16, DT_ANY_LAYOUT))
+DEFT_TABLE(sample_k, "deft (sampling)", dt_deform_sample_nhwc)
+DEFT_TABLE(tile_forward_k, "deft (tiled sampling, DefT)", dt_deform_tile_forward)
+DEFT_TABLE(index_build_k, "deft (inverse index)", dt_deform_index_build)
+DEFT_TABLE(gather_k, "deft (input-gradient gather)", dt_deform_gather_dx)
+DEFT_TABLE(offset_grads_k, "deft (offset gradients)", dt_deform_offset_grads)
+DEFT_TABLE(scatter_k, "deft (atomic input gradient)", dt_deform_scatter_dx)
+DEFT_TABLE(offconv_fwd_k, "deft (offset conv)", dt_offconv_fwd)
+DEFT_TABLE(offconv_bwd_weight_k, "deft (offset conv weight gradient)", dt_offconv_bwd_weight)
+DEFT_TABLE(offconv_bwd_input_k, "deft (offset conv input gradient)", dt_offconv_bwd_input)
+DEFT_TABLE(tile_ws_k, "deft (tile workspace)", dt_deform_tile_ws_bytes)
+DEFT_TABLE(index_ws_k, "deft (index workspace)", dt_deform_index_ws_bytes)
+DEFT_TABLE(offconv_ws_k, "deft (offset conv workspace)", dt_offconv_ws_bytes)
+#define WS_BYTES(t, p, nb) DT_PICK(t, dev, (p)->dtype, DT_NHWC)(p, nb)
 
 static int is_layer(const dt_deform_run *r) { return r->a->woff != NULL; }
 /* DefT's fused offset conv: the layer's forward, fuse_offset on. */
@@ -41,19 +72,40 @@ static int tiled(const dt_deform_run *r, int backward) { return r->p->knobs.stag
 
 static size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
 
+static size_t elem(const dt_deform_plan *p) { return dt_dtype_size(p->dtype); }
+
+/* Whether the sampling's adjoint writes the caller's dx itself (see the header comment): an f32
+ * NHWC dx being overwritten always (fp32 sums land in it; the layer's offset conv adds in
+ * place), and the op's gather on any NHWC dx (beta and the one rounding in its store). */
+static int dx_direct(const dt_deform_run *r) {
+    const dt_deform_plan *p = r->p;
+    if (!r->g->dx || p->layout != DT_NHWC) return 0;
+    if (p->dtype == DT_F32 && r->g->bx == 0.0f) return 1;
+    return !is_layer(r) && p->dx == DT_DX_GATHER;
+}
+
 static void deft_open(dt_deform_run *r) {
     const dt_deform_plan *p = r->p;
     const dt_deform_args *a = r->a;
     dt_dev dev = r->dev;
     int64_t nb = p->nb;
+    int backward = r->g != NULL;
     if (!a->woff && !a->offset) dt_fatal("deform_conv2d (deft): neither offsets nor an offset conv were given");
-    r->wT = dt_dev_alloc(dev, (size_t)p->Cout * p->KC * sizeof(float));
-    DT_CALL(dev, dt_nchw_to_nhwc, p->Cout, p->C, p->K, a->w, p->C, r->wT);
-    r->gemm_w = r->wT;
-    if (r->g && r->g->dw) {
-        r->dwT = dt_dev_alloc(dev, (size_t)p->Cout * p->KC * sizeof(float));
-        r->gemm_dw = r->dwT;
-        r->gemm_bw = 0.0f;
+    if (p->layout == DT_NCHW) { /* the weight channels last for the GEMMs, and its gradient back */
+        r->wT = dt_dev_alloc(dev, (size_t)p->Cout * p->KC * sizeof(float));
+        DT_PICK(dt_nchw_to_nhwc_k, dev, DT_F32, DT_NCHW)(p->Cout, p->C, p->K, a->w, p->C, r->wT);
+        r->gemm_w = r->wT;
+        if (backward && r->g->dw) {
+            r->dwT = dt_dev_alloc(dev, (size_t)p->Cout * p->KC * sizeof(float));
+            r->gemm_dw = r->dwT;
+            r->gemm_bw = 0.0f;
+        }
+    } else { /* an NHWC weight [Cout, kh, kw, C] is the GEMMs' operand as stored */
+        r->gemm_w = a->w;
+        if (backward) {
+            r->gemm_dw = r->g->dw;
+            r->gemm_bw = r->g->bw;
+        }
     }
     if (is_layer(r)) {
         if (!a->om) dt_fatal("deform_conv2d (deft): the layer needs an om buffer for its offsets");
@@ -61,24 +113,25 @@ static void deft_open(dt_deform_run *r) {
     } else {
         r->own_om = 1;
         r->om = dt_dev_alloc(dev, (size_t)p->N * p->P * p->OCS * sizeof(float));
-        if (p->OCS > p->OC) DT_CALL(dev, dt_fill, p->N * p->P * p->OCS, 0.0f, r->om);
-        DT_CALL(dev, dt_nchw_to_nhwc, p->N, 2 * p->GK, p->P, a->offset, p->OCS, r->om);
-        if (a->mask) DT_CALL(dev, dt_nchw_to_nhwc, p->N, p->GK, p->P, a->mask, p->OCS, r->om + 2 * p->GK);
+        if (p->OCS > p->OC) DT_PICK(dt_fill_k, dev, DT_F32, DT_NCHW)(p->N * p->P * p->OCS, 0.0f, r->om);
+        DT_PICK(dt_nchw_to_nhwc_k, dev, DT_F32, DT_NCHW)(p->N, 2 * p->GK, p->P, a->offset, p->OCS, r->om);
+        if (a->mask) DT_PICK(dt_nchw_to_nhwc_k, dev, DT_F32, DT_NCHW)(p->N, p->GK, p->P, a->mask, p->OCS, r->om + 2 * p->GK);
     }
-    size_t img = (size_t)nb * p->H * p->W * p->C * sizeof(float);
-    r->xT = dt_dev_alloc(dev, img);
+    size_t img = (size_t)nb * p->H * p->W * p->C * sizeof(float); /* an fp32 chunk of x */
+    if (p->layout == DT_NCHW) r->xT_buf = dt_dev_alloc(dev, img);
     size_t ws = 0;
-    if (!r->g) {
-        ws = max3(tiled(r, 0) ? WS_BYTES(dt_deform_tile_ws_bytes, p, nb) : 0,
-                  is_layer(r) ? WS_BYTES(dt_offconv_ws_bytes, p, nb) : 0, 0);
+    if (!backward) {
+        ws = max3(tiled(r, 0) ? WS_BYTES(tile_ws_k, p, nb) : 0,
+                  is_layer(r) ? WS_BYTES(offconv_ws_k, p, nb) : 0, 0);
     } else {
-        r->dxT = dt_dev_alloc(dev, img);
+        r->dx_direct = dx_direct(r);
+        if (r->g->dx && !r->dx_direct) r->dxT_buf = dt_dev_alloc(dev, img);
         r->dom = dt_dev_alloc(dev, (size_t)nb * p->P * p->OCS * sizeof(float));
         if (p->dx == DT_DX_GATHER) {
             r->D = dt_dev_alloc(dev, (size_t)nb * p->P * p->K * p->G * 4 * sizeof(float));
-            r->idx_ws = dt_dev_alloc(dev, WS_BYTES(dt_deform_index_ws_bytes, p, nb));
+            r->idx_ws = dt_dev_alloc(dev, WS_BYTES(index_ws_k, p, nb));
         }
-        ws = max3(is_layer(r) ? WS_BYTES(dt_offconv_ws_bytes, p, nb) : 0, tiled(r, 1) ? WS_BYTES(dt_deform_tile_ws_bytes, p, nb) : 0,
+        ws = max3(is_layer(r) ? WS_BYTES(offconv_ws_k, p, nb) : 0, tiled(r, 1) ? WS_BYTES(tile_ws_k, p, nb) : 0,
                   0);
     }
     r->ws = ws ? dt_dev_alloc(dev, ws) : NULL;
@@ -87,50 +140,41 @@ static void deft_open(dt_deform_run *r) {
 static void deft_begin(void *rv, int64_t n0, int64_t nb, int backward) {
     dt_deform_run *r = rv;
     const dt_deform_plan *p = r->p;
+    dt_dev dev = r->dev;
+    int64_t HWC = p->H * p->W * p->C;
     if (backward && p->dx == DT_DX_GATHER && r->g->dx) {
         /* The index depends on the offsets alone: on the GPU it is built on the side stream while
          * the main stream re-samples the columns and runs the dW and dcol GEMMs (joined in
          * deft_adjoint); the previous chunk's gather, which read idx_ws, is queued before. */
-        if (r->dev == DT_GPU) dt_side_begin();
-        DT_CALL(r->dev, dt_deform_index_build, p, nb, r->om + n0 * p->P * p->OCS, r->idx_ws, &r->idx);
-        if (r->dev == DT_GPU) dt_side_end();
+        if (dev == DT_GPU) dt_side_begin();
+        DT_PICK(index_build_k, dev, p->dtype, DT_NHWC)(p, nb, r->om + n0 * p->P * p->OCS, r->idx_ws, &r->idx);
+        if (dev == DT_GPU) dt_side_end();
     }
-    DT_CALL(r->dev, dt_nchw_to_nhwc, nb, p->C, p->H * p->W, r->a->x + n0 * p->C * p->H * p->W, p->C, r->xT);
+    const void *x = (const char *)r->a->x + (size_t)(n0 * HWC) * elem(p);
+    if (p->layout == DT_NCHW) {
+        DT_PICK(dt_nchw_to_nhwc_k, dev, DT_F32, DT_NCHW)(nb, p->C, p->H * p->W, x, p->C, r->xT_buf);
+        r->xT = r->xT_buf;
+    } else {
+        r->xT = x;
+    }
     if (!backward && is_layer(r) && !fused(r, 0))
-        DT_CALL(r->dev, dt_offconv_fwd, p, nb, r->xT, r->a->woff, r->a->boff, r->om + n0 * p->P * p->OCS, r->ws);
+        DT_PICK(offconv_fwd_k, dev, p->dtype, DT_NHWC)(p, nb, r->xT, r->a->woff, r->a->boff, r->om + n0 * p->P * p->OCS, r->ws);
 }
 
-/* bf16 columns come from the row sampling and go to the gather; the tiled kernels (DefT's
- * knobs: stage, or fuse_offset in a layer's forward) write fp32 columns and the atomic scatter
- * reads fp32 ones: the skeleton then rounds the columns itself and hands back an fp32
- * gradient. */
-int dt_deft_bf16_cols(const dt_deform_knobs *k, int layer, int forward, int backward) {
-    int dx = k->deterministic ? DT_DX_GATHER : k->dx; /* as the plan resolves it */
-    if (k->stage || (forward && layer && k->fuse_offset)) return 0;
-    return !backward || dx == DT_DX_GATHER;
-}
-
-static int deft_bf16_cols(const dt_deform_run *r) {
-    int backward = r->g != NULL;
-    return dt_deft_bf16_cols(&r->p->knobs, is_layer(r), !backward, backward);
-}
-
-static void deft_fill(void *rv, int64_t n0, int64_t nb, void *col, int bf16) {
+static void deft_fill(void *rv, int64_t n0, int64_t nb, void *col) {
     dt_deform_run *r = rv;
     const dt_deform_plan *p = r->p;
     int backward = r->g != NULL;
     float *om = r->om + n0 * p->P * p->OCS;
-    if (bf16) {
-        DT_CALL(r->dev, dt_deform_sample_nhwc_bf16, p, nb, r->xT, om, col);
-    } else if (tiled(r, backward)) {
+    if (tiled(r, backward)) {
         const float *woff = fused(r, backward) ? r->a->woff : NULL;
-        DT_CALL(r->dev, dt_deform_tile_forward, p, nb, r->xT, woff, r->a->boff, om, col, r->ws);
+        DT_PICK(tile_forward_k, r->dev, p->dtype, DT_NHWC)(p, nb, r->xT, woff, r->a->boff, om, col, r->ws);
     } else {
-        DT_CALL(r->dev, dt_deform_sample_nhwc, p, nb, r->xT, om, col);
+        DT_PICK(sample_k, r->dev, p->dtype, DT_NHWC)(p, nb, r->xT, om, col);
     }
 }
 
-static void deft_adjoint(void *rv, int64_t n0, int64_t nb, void *dcol, int bf16) {
+static void deft_adjoint(void *rv, int64_t n0, int64_t nb, void *dcol) {
     dt_deform_run *r = rv;
     const dt_deform_plan *p = r->p;
     const dt_deform_grads *g = r->g;
@@ -138,48 +182,50 @@ static void deft_adjoint(void *rv, int64_t n0, int64_t nb, void *dcol, int bf16)
     const int layer = is_layer(r);
     const float *om = r->om + n0 * p->P * p->OCS;
     const int64_t HW = p->H * p->W, npix = nb * HW;
+    void *dx = g->dx ? (char *)g->dx + (size_t)(n0 * HW * p->C) * elem(p) : NULL;
+    float *acc = r->dxT_buf; /* the sampling's fp32 sum when it is not dx itself (NULL: dx not wanted) */
     if (p->dx == DT_DX_GATHER) {
-        if (!g->dx) DT_CALL(dev, dt_deform_index_build, p, nb, om, r->idx_ws, &r->idx); /* not built ahead */
+        if (!g->dx) DT_PICK(index_build_k, dev, p->dtype, DT_NHWC)(p, nb, om, r->idx_ws, &r->idx); /* not built ahead */
         if (dev == DT_GPU) dt_side_join();
-        if (bf16) DT_CALL(dev, dt_deform_gather_dx_bf16, p, nb, &r->idx, r->xT, dcol, r->dxT, r->D);
-        else DT_CALL(dev, dt_deform_gather_dx, p, nb, &r->idx, r->xT, dcol, r->dxT, r->D);
-        DT_CALL(dev, dt_deform_offset_grads, p, nb, om, r->D, layer, r->dom);
-    } else { /* the atomic knob: fp32 columns only (bf16_cols is then 0) */
-        DT_CALL(dev, dt_fill, npix * p->C, 0.0f, r->dxT);
-        DT_CALL(dev, dt_deform_scatter_dx, p, nb, r->xT, om, dcol, layer, r->dxT, r->dom);
+        if (r->dx_direct) DT_PICK(gather_k, dev, p->dtype, DT_NHWC)(p, nb, &r->idx, r->xT, dcol, g->bx, dx, p->dtype, r->D);
+        else DT_PICK(gather_k, dev, p->dtype, DT_NHWC)(p, nb, &r->idx, r->xT, dcol, 0.0f, acc, DT_F32, r->D);
+        DT_PICK(offset_grads_k, dev, p->dtype, DT_NHWC)(p, nb, om, r->D, layer, r->dom);
+    } else { /* the atomic knob: fp32 sums (dx_direct: an f32 dx) */
+        float *sum = r->dx_direct ? (float *)dx : acc;
+        if (sum) DT_PICK(dt_fill_k, dev, DT_F32, DT_NCHW)(npix * p->C, 0.0f, sum);
+        DT_PICK(scatter_k, dev, p->dtype, DT_NHWC)(p, nb, r->xT, om, dcol, layer, sum, r->dom);
     }
     if (layer) {
         if (g->dwoff || g->dboff)
-            DT_CALL(dev, dt_offconv_bwd_weight, p, nb, r->xT, r->dom, n0 == 0 ? g->bwoff : 1.0f, g->dwoff,
-                    n0 == 0 ? g->bboff : 1.0f, g->dboff, r->ws);
-        if (g->dx) DT_CALL(dev, dt_offconv_bwd_input, p, nb, r->dom, r->a->woff, 1.0f, r->dxT, r->ws);
+            DT_PICK(offconv_bwd_weight_k, dev, p->dtype, DT_NHWC)(p, nb, r->xT, r->dom, n0 == 0 ? g->bwoff : 1.0f, g->dwoff, n0 == 0 ? g->bboff : 1.0f, g->dboff, r->ws);
+        if (g->dx) {
+            if (p->layout == DT_NCHW) /* into the fp32 sum, relaid out below */
+                DT_PICK(offconv_bwd_input_k, dev, p->dtype, DT_NHWC)(p, nb, r->dom, r->a->woff, NULL, 1.0f, acc, r->ws);
+            else if (r->dx_direct) /* an f32 dx holding the sampling's part: added in place */
+                DT_PICK(offconv_bwd_input_k, dev, p->dtype, DT_NHWC)(p, nb, r->dom, r->a->woff, NULL, 1.0f, dx, r->ws);
+            else /* the sampling's fp32 sum + the offset conv's, written into dx once */
+                DT_PICK(offconv_bwd_input_k, dev, p->dtype, DT_NHWC)(p, nb, r->dom, r->a->woff, acc, g->bx, dx, r->ws);
+        }
     } else {
         if (g->doff)
-            DT_CALL(dev, dt_nhwc_to_nchw, nb, 2 * p->GK, p->P, r->dom, p->OCS, NULL, g->boff, g->doff + n0 * 2 * p->GK * p->P);
+            DT_PICK(dt_nhwc_to_nchw_k, dev, DT_F32, DT_NCHW)(nb, 2 * p->GK, p->P, r->dom, p->OCS, NULL, g->boff, g->doff + n0 * 2 * p->GK * p->P);
         if (g->dmask)
-            DT_CALL(dev, dt_nhwc_to_nchw, nb, p->GK, p->P, r->dom + 2 * p->GK, p->OCS, NULL, g->bmask,
-                    g->dmask + n0 * p->GK * p->P);
+            DT_PICK(dt_nhwc_to_nchw_k, dev, DT_F32, DT_NCHW)(nb, p->GK, p->P, r->dom + 2 * p->GK, p->OCS, NULL, g->bmask, g->dmask + n0 * p->GK * p->P);
     }
-    if (g->dx) DT_CALL(dev, dt_nhwc_to_nchw, nb, p->C, HW, r->dxT, p->C, NULL, g->bx, g->dx + n0 * p->C * HW);
+    if (!g->dx) return;
+    if (p->layout == DT_NCHW) DT_PICK(dt_nhwc_to_nchw_k, dev, DT_F32, DT_NCHW)(nb, p->C, HW, acc, p->C, NULL, g->bx, dx);
+    else if (!layer && !r->dx_direct) /* the op's atomics: their fp32 sum into dx */
+        DT_PICK(dt_convert_k, dev, DT_F32, DT_NCHW)(1, 1, npix * p->C, acc, DT_F32, DT_NCHW, g->bx, dx, p->dtype, DT_NCHW);
 }
 
 static void deft_close(dt_deform_run *r) {
     const dt_deform_plan *p = r->p;
     dt_dev dev = r->dev;
-    if (r->dwT) { /* [K*C, Cout] -> [Cout, K, C] (into wT, done with) -> [Cout, C, K] with beta */
-        DT_CALL(dev, dt_nhwc_to_nchw, 1, p->Cout, p->KC, r->dwT, p->Cout, NULL, 0.0f, r->wT);
-        DT_CALL(dev, dt_nhwc_to_nchw, p->Cout, p->C, p->K, r->wT, p->C, NULL, r->g->bw, r->g->dw);
-    }
-    dt_dev_free(dev, r->wT);
-    if (r->dwT) dt_dev_free(dev, r->dwT);
-    if (r->own_om) dt_dev_free(dev, r->om);
-    dt_dev_free(dev, r->xT);
-    if (r->dxT) dt_dev_free(dev, r->dxT);
-    if (r->dom) dt_dev_free(dev, r->dom);
-    if (r->D) dt_dev_free(dev, r->D);
-    if (r->ws) dt_dev_free(dev, r->ws);
-    if (r->idx_ws) dt_dev_free(dev, r->idx_ws);
+    if (r->dwT) /* [Cout, K, C] -> [Cout, C, K], with beta */
+        DT_PICK(dt_nhwc_to_nchw_k, dev, DT_F32, DT_NCHW)(p->Cout, p->C, p->K, r->dwT, p->C, NULL, r->g->bw, r->g->dw);
+    void *bufs[] = {r->wT, r->dwT, r->own_om ? r->om : NULL, r->xT_buf, r->dxT_buf, r->dom, r->D, r->ws, r->idx_ws};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        if (bufs[i]) dt_dev_free(dev, bufs[i]);
 }
 
-const dt_deform_impl dt_deform_deft_impl = {DT_COLS_NC,  deft_open,      deft_begin, deft_fill,
-                                            deft_adjoint, deft_bf16_cols, deft_close};
+const dt_deform_impl dt_deform_deft_impl = {DT_COLS_NC, deft_open, deft_begin, deft_fill, deft_adjoint, deft_close};

@@ -18,7 +18,8 @@ int64_t dt_deform_offset_channels(const dt_deform_conv *l) {
 }
 
 void dt_deform_conv_init(dt_deform_conv *l, dt_params *ps, const char *name, int64_t cin, int64_t cout,
-                         dt_conv_geom g, int groups, int version, int with_bias, float offset_init_std, dt_dev dev) {
+                         dt_conv_geom g, int groups, int version, int with_bias, float offset_init_std, dt_dev dev,
+                         dt_layout layout) {
     memset(l, 0, sizeof *l);
     snprintf(l->name, sizeof l->name, "%s", name);
     if (version != 1 && version != 2) dt_fatal("deform_conv %s: version %d (must be 1 or 2)", name, version);
@@ -35,24 +36,24 @@ void dt_deform_conv_init(dt_deform_conv *l, dt_params *ps, const char *name, int
     char n[96];
     int64_t sw[4] = {cout, cin, g.kh, g.kw}, sb[1] = {cout};
     snprintf(n, sizeof n, "%s.weight", name);
-    l->weight = dt_param_new(ps, n, 4, sw, dev, 1);
+    l->weight = dt_param_new(ps, n, 4, sw, dev, layout, 1);
     dt_init_kaiming_normal_fanout(l->weight);
     if (with_bias) {
         snprintf(n, sizeof n, "%s.bias", name);
-        l->bias = dt_param_new(ps, n, 1, sb, dev, 0);
+        l->bias = dt_param_new(ps, n, 1, sb, dev, DT_NCHW, 0);
     }
     int64_t oc = dt_deform_offset_channels(l);
     int64_t so[4] = {oc, cin, g.kh, g.kw}, sob[1] = {oc};
     snprintf(n, sizeof n, "%s.offset.weight", name);
-    l->off_weight = dt_param_new(ps, n, 4, so, dev, 1);
+    l->off_weight = dt_param_new(ps, n, 4, so, dev, DT_NCHW, 1);
     if (offset_init_std > 0) dt_init_normal(l->off_weight, 0.0f, offset_init_std);
     snprintf(n, sizeof n, "%s.offset.bias", name);
-    l->off_bias = dt_param_new(ps, n, 1, sob, dev, 0);
+    l->off_bias = dt_param_new(ps, n, 1, sob, dev, DT_NCHW, 0);
 }
 
 static dt_tensor *forward_unfused(dt_deform_conv *l, dt_tensor *x) {
     int64_t GK = (int64_t)l->groups * l->g.kh * l->g.kw;
-    dt_tensor *om = dt_conv2d(x, l->off_weight, l->off_bias, l->g);
+    dt_tensor *om = dt_conv2d(x, l->off_weight, l->off_bias, l->g, l->math);
     dt_tensor *offset = om, *mask = NULL;
     if (l->version == 2) {
         offset = dt_slice_channels(om, 0, 2 * GK);
@@ -62,7 +63,8 @@ static dt_tensor *forward_unfused(dt_deform_conv *l, dt_tensor *x) {
         dt_offset_stats_compute(offset, l->stats_halo, &l->stats);
         l->stats_valid = 1;
     }
-    return dt_deform_conv2d(x, offset, mask, l->weight, l->bias, l->g, l->groups, l->knobs.deterministic);
+    return dt_deform_conv2d_mode(x, offset, mask, l->weight, l->bias, l->g, l->groups, DT_DEFORM_UNFUSED, &l->knobs,
+                                 l->math);
 }
 
 dt_tensor *dt_deform_conv_forward(dt_deform_conv *l, dt_tensor *x) {
@@ -80,19 +82,21 @@ dt_tensor *dt_deform_conv_forward(dt_deform_conv *l, dt_tensor *x) {
                   (l->calls == 1 || (l->knobs.halo_refresh > 0 && l->calls % l->knobs.halo_refresh == 0));
     if (l->knobs.halo >= 0) l->cur_halo = l->knobs.halo;
     dt_tensor *om = NULL;
-    dt_tensor *y = dt_deform_conv2d_deft(x, l->off_weight, l->off_bias, l->weight, l->bias, l->g, l->groups, l->version,
-                                         &l->knobs, l->cur_halo, (refresh || l->collect_stats) ? &om : NULL);
+    /* a bf16 input multiplies with the weight's bf16 working copy (refreshed once a step) */
+    dt_tensor *w = x->dtype == DT_BF16 ? dt_param_work(l->weight) : l->weight;
+    dt_tensor *y = dt_deform_conv2d_deft(x, l->off_weight, l->off_bias, w, l->bias, l->g, l->groups, l->version,
+                                         &l->knobs, l->cur_halo, l->math, (refresh || l->collect_stats) ? &om : NULL);
     if (!om) return y;
     /* om [N*P, OCS]: pair j of image n at position p at n*P*OCS + p*OCS + 2j */
     int64_t N = x->shape[0], P = y->shape[2] * y->shape[3], OCS = om->shape[1];
     int64_t GK = (int64_t)l->groups * l->g.kh * l->g.kw;
     if (l->collect_stats) {
-        dt_offset_stats_compute_view(om->dev, om->data, N, GK, P, P * OCS, OCS, 1, l->stats_halo, &l->stats);
+        dt_offset_stats_compute_view(om->dev, dt_data_f32(om), N, GK, P, P * OCS, OCS, 1, l->stats_halo, &l->stats);
         l->stats_valid = 1;
     }
     if (refresh) {
         dt_offset_stats st;
-        dt_offset_stats_compute_view(om->dev, om->data, N, GK, P, P * OCS, OCS, 1, (float)l->cur_halo, &st);
+        dt_offset_stats_compute_view(om->dev, dt_data_f32(om), N, GK, P, P * OCS, OCS, 1, (float)l->cur_halo, &st);
         int h = dt_offset_stats_halo(&st, 2); /* cover the 99th percentile */
         l->cur_halo = h < 1 ? 1 : h > 8 ? 8 : h;
     }

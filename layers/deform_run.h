@@ -18,18 +18,23 @@ typedef struct {
     dt_dev dev;
     const dt_deform_args *a;
     const dt_deform_grads *g; /* NULL in the forward */
-    const float *gemm_w;      /* [Cout, R] in the columns' order */
-    float *gemm_dw;           /* [Cout, R] (CN) or [R, Cout] (NC), or NULL */
+    const void *gemm_w;       /* [Cout, R] in the columns' order, of the plan's dtype */
+    float *gemm_dw;           /* [Cout, R] fp32, or NULL */
     float gemm_bw;
-    /* the implementation's state */
-    float *wT;         /* deft: [Cout, K, C] the weight, channels last */
-    float *dwT;        /* deft: [K*C, Cout] its gradient as the skeleton makes it */
-    float *om;         /* deft: [N*P, OCS] offsets and mask of the whole batch */
+    /* the implementation's state (deft; chunk buffers of nb images) */
+    float *wT;         /* NCHW plans: [Cout, K, C] the weight, channels last */
+    float *dwT;        /* NCHW plans: [Cout, K*C] its gradient as the skeleton makes it */
+    float *om;         /* [N*P, OCS] offsets and mask of the whole batch */
     int own_om;        /* om was built here from the op's offsets (freed at close) */
-    float *xT, *dxT;   /* deft: [nb, H, W, C] the chunk's input and its gradient */
-    float *dom;        /* deft: [nb*P, OCS] gradient w.r.t. om */
-    float *D;          /* deft gather: [nb*P*K*G, 4] corner dot products */
-    dt_deform_index idx; /* deft gather: the chunk's inverse index (in idx_ws) */
+    const void *xT;    /* [nb, H, W, C] the chunk's input channels last, of the plan's dtype: the
+                          input itself (NHWC plans) or xT_buf */
+    float *xT_buf;     /* NCHW plans: the chunk's input relaid out channels last (f32) */
+    int dx_direct;     /* the gather (or scatter) writes the caller's dx itself (deform_deft.c) */
+    float *dxT_buf;    /* [nb, H, W, C] fp32: the sampling's input gradient when it is not dx
+                          itself (NULL when dx is not wanted) */
+    float *dom;        /* [nb*P, OCS] gradient w.r.t. om */
+    float *D;          /* gather: [nb*P*K*G, 4] corner dot products */
+    dt_deform_index idx; /* gather: the chunk's inverse index (in idx_ws) */
     void *idx_ws;      /* its workspace: written on the GPU's side stream while the GEMMs run */
     void *ws;          /* offset conv and tile workspace */
 } dt_deform_run;
@@ -38,20 +43,13 @@ typedef struct {
     dt_col_layout layout;
     void (*open)(dt_deform_run *r);
     void (*begin)(void *r, int64_t n0, int64_t nb, int backward); /* may be NULL */
-    void (*fill)(void *r, int64_t n0, int64_t nb, void *col, int bf16);
-    void (*adjoint)(void *r, int64_t n0, int64_t nb, void *dcol, int bf16);
-    /* whether fill and adjoint take bf16 columns for this call (NULL: never) */
-    int (*bf16_cols)(const dt_deform_run *r);
+    void (*fill)(void *r, int64_t n0, int64_t nb, void *col);
+    void (*adjoint)(void *r, int64_t n0, int64_t nb, void *dcol);
     void (*close)(dt_deform_run *r);
 } dt_deform_impl;
 
-/* The column budget (bytes of fp32 columns) a plan is made with: in the bf16 precision the deft
- * mode's row sampling and gather keep bf16 columns, half the bytes, so the same memory holds
- * twice the images. */
-size_t dt_deform_col_budget(dt_deform_mode mode, const dt_deform_knobs *k, dt_precision prec);
-/* Whether the deft kernels under these knobs make (forward) and read (backward) bf16 columns
- * (deform_deft.c); layer: with an offset conv. */
-int dt_deft_bf16_cols(const dt_deform_knobs *k, int layer, int forward, int backward);
+/* The column budget (bytes) a plan is made with. */
+size_t dt_deform_col_budget(void);
 
 extern const dt_deform_impl dt_deform_unfused_impl; /* deform_unfused.c */
 extern const dt_deform_impl dt_deform_deft_impl;    /* deform_deft.c */

@@ -6,30 +6,42 @@
 #include "deform.h"
 #include "deform_run.h"
 #include "dt_alloc.h"
-#include "dt_dispatch.h"
+#include "dt_common.h"
+#include "dt_shared_kernels.h"
+#include "dt_kernel.h"
 #include "elementwise.h"
+
+/* The unfused kernels (deform.h): f32 NCHW, as PyTorch runs them. */
+DT_OP_TABLE(unfused_im2col_k, "deform_conv2d unfused (im2col)", __typeof__(dt_deform_im2col_cpu),
+            DT_TWINS(unfused_im2col_k, dt_deform_im2col, DT_F32, DT_NCHW))
+DT_OP_TABLE(unfused_col2im_k, "deform_conv2d unfused (col2im)", __typeof__(dt_deform_col2im_cpu),
+            DT_TWINS(unfused_col2im_k, dt_deform_col2im, DT_F32, DT_NCHW))
+DT_OP_TABLE(unfused_coord_k, "deform_conv2d unfused (offset gradients)", __typeof__(dt_deform_col2im_coord_cpu),
+            DT_TWINS(unfused_coord_k, dt_deform_col2im_coord, DT_F32, DT_NCHW))
+typedef void col2im_det_fn(const dt_deform_plan *p, int64_t nb, const float *dcol, const float *offset,
+                           const float *mask, float beta, float *dx);
+DT_OP_TABLE(col2im_det_k, "deform_conv2d unfused (deterministic scatter)", col2im_det_fn,
+            DT_KERNEL(col2im_det_k, DT_CPU, DT_F32, DT_NCHW, dt_deform_col2im_det_cpu),
+            DT_KERNEL_CUDA(col2im_det_k, DT_GPU, DT_F32, DT_NCHW, dt_deform_col2im_det_cuda))
 
 static void unfused_open(dt_deform_run *r) {
     if (r->a->woff || !r->a->offset)
         dt_fatal("deform_conv2d (unfused): the offsets are an input (the unfused layer runs its offset conv as a node)");
-    r->gemm_w = r->a->w;
+    r->gemm_w = r->a->w; /* f32 NCHW (dt_deform_plan_types) */
     if (r->g) {
         r->gemm_dw = r->g->dw;
         r->gemm_bw = r->g->bw;
     }
 }
 
-static void unfused_fill(void *rv, int64_t n0, int64_t nb, void *col, int bf16) {
-    (void)bf16; /* fp32 columns only: the skeleton rounds them in the bf16 precision */
+static void unfused_fill(void *rv, int64_t n0, int64_t nb, void *col) {
     dt_deform_run *r = rv;
     const dt_deform_plan *p = r->p;
     const dt_deform_args *a = r->a;
-    DT_CALL(r->dev, dt_deform_im2col, p, nb, a->x + n0 * p->C * p->H * p->W, a->offset + n0 * 2 * p->GK * p->P,
-            a->mask ? a->mask + n0 * p->GK * p->P : NULL, col);
+    DT_PICK(unfused_im2col_k, r->dev, DT_F32, DT_NCHW)(p, nb, (const float *)a->x + n0 * p->C * p->H * p->W, a->offset + n0 * 2 * p->GK * p->P, a->mask ? a->mask + n0 * p->GK * p->P : NULL, col);
 }
 
-static void unfused_adjoint(void *rv, int64_t n0, int64_t nb, void *dcol, int bf16) {
-    (void)bf16;
+static void unfused_adjoint(void *rv, int64_t n0, int64_t nb, void *dcol) {
     dt_deform_run *r = rv;
     const dt_deform_plan *p = r->p;
     const dt_deform_args *a = r->a;
@@ -38,25 +50,20 @@ static void unfused_adjoint(void *rv, int64_t n0, int64_t nb, void *dcol, int bf
     const float *off = a->offset + n0 * 2 * p->GK * p->P, *mask = a->mask ? a->mask + n0 * p->GK * p->P : NULL;
     if (g->doff || g->dmask) { /* the coord kernel writes both; a missing one goes to scratch */
         float *o = g->doff ? g->doff + n0 * 2 * p->GK * p->P : dt_dev_alloc(dev, (size_t)nb * 2 * p->GK * p->P * sizeof(float));
-        DT_CALL(dev, dt_deform_col2im_coord, p, nb, dcol, a->x + n0 * p->C * p->H * p->W, off, mask, o,
-                g->doff ? g->boff : 0.0f, g->dmask ? g->dmask + n0 * p->GK * p->P : NULL, g->bmask);
+        DT_PICK(unfused_coord_k, dev, DT_F32, DT_NCHW)(p, nb, dcol, (const float *)a->x + n0 * p->C * p->H * p->W, off, mask, o, g->doff ? g->boff : 0.0f, g->dmask ? g->dmask + n0 * p->GK * p->P : NULL, g->bmask);
         if (!g->doff) dt_dev_free(dev, o);
     }
     if (!g->dx) return;
-    float *dx = g->dx + n0 * p->C * p->H * p->W;
-    if (dev == DT_GPU && p->knobs.deterministic) {
-#ifdef DT_CUDA
-        void *ws = dt_gpu_malloc(dt_deform_det_ws_bytes(p, nb));
-        dt_deform_col2im_det_cuda(p, nb, dcol, off, mask, g->bx, dx, ws);
-        dt_gpu_free(ws);
-#endif
+    float *dx = (float *)g->dx + n0 * p->C * p->H * p->W;
+    if (p->knobs.deterministic) {
+        DT_PICK(col2im_det_k, dev, DT_F32, DT_NCHW)(p, nb, dcol, off, mask, g->bx, dx);
     } else {
-        if (g->bx == 0.0f) DT_CALL(dev, dt_fill, nb * p->C * p->H * p->W, 0.0f, dx);
-        DT_CALL(dev, dt_deform_col2im, p, nb, dcol, off, mask, dx);
+        if (g->bx == 0.0f) DT_PICK(dt_fill_k, dev, DT_F32, DT_NCHW)(nb * p->C * p->H * p->W, 0.0f, dx);
+        DT_PICK(unfused_col2im_k, dev, DT_F32, DT_NCHW)(p, nb, dcol, off, mask, dx);
     }
 }
 
 static void unfused_close(dt_deform_run *r) { (void)r; }
 
 const dt_deform_impl dt_deform_unfused_impl = {DT_COLS_CN, unfused_open, NULL, unfused_fill, unfused_adjoint,
-                                                   NULL, unfused_close};
+                                                unfused_close};

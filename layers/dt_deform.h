@@ -18,6 +18,8 @@
 #ifndef DT_DEFORM_H
 #define DT_DEFORM_H
 
+#include "dt_api.h"
+
 #include "conv_geom.h"
 #include "deform_plan.h"
 #include "dt_param.h"
@@ -26,6 +28,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+DT_PUBLIC_BEGIN
 
 /* ---- offset statistics (DefT sizes its halo from these) ---- */
 typedef struct {
@@ -48,35 +51,42 @@ int dt_offset_stats_halo(const dt_offset_stats *st, int q);
 void dt_offset_stats_format(const dt_offset_stats *st, char *buf, int len);
 
 /* ---- raw entry points: one orchestration for the tape op, the layer and the C API ----
- * Pointers are of the device `dev`, NCHW as above. */
+ * Pointers are of the device `dev`. x, w, y and their gradients are of the plan's dtype and
+ * layout (deform_plan.h: f32 NCHW, f32 NHWC or bf16 NHWC - NHWC weights stored
+ * [Cout, kh, kw, C]); offsets, mask, the offset conv's parameters, the bias and every weight
+ * gradient are f32 (offsets and mask NCHW). */
 typedef struct {
-    const float *x;             /* [N, C, H, W] */
+    const void *x;              /* [N, C, H, W] */
     const float *offset, *mask; /* the op: [N, 2GK, Ho, Wo], [N, GK, Ho, Wo] or NULL */
     const float *woff, *boff;   /* the deft layer instead: offset conv [OC, C, kh, kw], [OC] */
-    const float *w, *bias;      /* [Cout, C, kh, kw], [Cout] or NULL */
+    const void *w;              /* [Cout, C, kh, kw] */
+    const float *bias;          /* [Cout] or NULL */
     float *om;                  /* the deft layer: [N*P, OCS] offsets and mask (deform_plan.h), written by
                                    the forward, read by the backward */
 } dt_deform_args;
 typedef struct {
-    float *dx, *doff, *dmask, *dw, *db, *dwoff, *dboff; /* NULL: not wanted */
+    void *dx;                                   /* like x; NULL: not wanted (every one) */
+    float *doff, *dmask, *dw, *db, *dwoff, *dboff;
     float bx, boff, bmask, bw, bb, bwoff, bboff;         /* 0 overwrite, 1 accumulate */
 } dt_deform_grads;
-void dt_deform_forward_raw(const dt_deform_plan *p, dt_dev dev, const dt_deform_args *a, float *y);
-void dt_deform_backward_raw(const dt_deform_plan *p, dt_dev dev, const dt_deform_args *a, const float *dy,
+void dt_deform_forward_raw(const dt_deform_plan *p, dt_dev dev, const dt_deform_args *a, void *y);
+void dt_deform_backward_raw(const dt_deform_plan *p, dt_dev dev, const dt_deform_args *a, const void *dy,
                             const dt_deform_grads *g);
 
 /* ---- the op ---- */
 /* Unfused kernels (deterministic: fixed-point scatter on the GPU). */
 dt_tensor *dt_deform_conv2d(dt_tensor *x, dt_tensor *offset, dt_tensor *mask, dt_tensor *w, dt_tensor *bias,
                             dt_conv_geom g, int groups, int deterministic);
-/* Either implementation, with its knobs (NULL: defaults). */
+/* Either implementation, with its knobs (NULL: defaults). x and w: f32 NCHW (either mode), or
+ * f32 / bf16 NHWC (deft); offset and mask f32 NCHW; math: f32 products strict or TF32. */
 dt_tensor *dt_deform_conv2d_mode(dt_tensor *x, dt_tensor *offset, dt_tensor *mask, dt_tensor *w, dt_tensor *bias,
-                                 dt_conv_geom g, int groups, dt_deform_mode mode, const dt_deform_knobs *knobs);
+                                 dt_conv_geom g, int groups, dt_deform_mode mode, const dt_deform_knobs *knobs,
+                                 dt_math math);
 /* The deft layer's node: offset conv + sampling + main conv; the offsets and mask it made are
  * returned in *om_out ([N*P, OCS], a tensor of the current scope) when not NULL. */
 dt_tensor *dt_deform_conv2d_deft(dt_tensor *x, dt_tensor *off_w, dt_tensor *off_b, dt_tensor *w, dt_tensor *bias,
                                  dt_conv_geom g, int groups, int version, const dt_deform_knobs *knobs, int halo,
-                                 dt_tensor **om_out);
+                                 dt_math math, dt_tensor **om_out);
 
 /* ---- the layer ---- */
 typedef struct {
@@ -86,7 +96,9 @@ typedef struct {
     int groups, version; /* offset groups; 1 = DCNv1, 2 = DCNv2 (mask) */
     dt_deform_mode mode;
     dt_deform_knobs knobs;
-    dt_tensor *weight, *bias;          /* [cout, cin, kh, kw], [cout] or NULL */
+    dt_math math;                      /* f32 inputs: products strict or TF32 */
+    dt_tensor *weight, *bias;          /* [cout, cin, kh, kw] f32 master (its layout the model's; a
+                                          bf16 model gives it a working copy), [cout] or NULL */
     dt_tensor *off_weight, *off_bias;  /* [(2|3)*G*kh*kw, cin, kh, kw], [(2|3)*G*kh*kw] */
     /* statistics: computed on the forward pass when collect_stats is set */
     int collect_stats;
@@ -97,13 +109,17 @@ typedef struct {
     int64_t calls;
 } dt_deform_conv;
 
-/* Weight: Kaiming normal (fan-out); offset conv: N(0, offset_init_std) (0: zeros), bias 0. */
+/* Weight: Kaiming normal (fan-out), stored in `layout` (the layout of the tensors the layer will
+ * see); offset conv (f32 NCHW): N(0, offset_init_std) (0: zeros), bias 0. */
 void dt_deform_conv_init(dt_deform_conv *l, dt_params *ps, const char *name, int64_t cin, int64_t cout,
-                         dt_conv_geom g, int groups, int version, int with_bias, float offset_init_std, dt_dev dev);
+                         dt_conv_geom g, int groups, int version, int with_bias, float offset_init_std, dt_dev dev,
+                         dt_layout layout);
+/* x [N, cin, H, W]: f32 NCHW (either mode), f32 or bf16 NHWC (deft) in the weight's layout. */
 dt_tensor *dt_deform_conv_forward(dt_deform_conv *l, dt_tensor *x);
 /* Number of offset-conv output channels: 2GK (v1) or 3GK (v2). */
 int64_t dt_deform_offset_channels(const dt_deform_conv *l);
 
+DT_PUBLIC_END
 #ifdef __cplusplus
 }
 #endif

@@ -5,11 +5,14 @@
 #ifndef DT_INIT_H
 #define DT_INIT_H
 
+#include "dt_api.h"
+
 #include "dt_tensor.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+DT_PUBLIC_BEGIN
 
 void dt_init_reseed(void);  /* restart both generators from dt_seed() */
 void dt_init_normal(dt_tensor *t, float mean, float std);
@@ -20,6 +23,7 @@ void dt_init_kaiming_normal_fanout(dt_tensor *w);
 /* PyTorch nn.Linear defaults: w and b ~ U(-1/sqrt(in), 1/sqrt(in)) for w [out, in]. */
 void dt_init_linear_default(dt_tensor *w, dt_tensor *b);
 
+DT_PUBLIC_END
 #ifdef __cplusplus
 }
 #endif

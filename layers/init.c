@@ -1,14 +1,27 @@
+/* Parameter initialization (dt_init.h): random fills through the random.h kernels, in the
+ * logical order of the tensor whatever its layout - a channels-last weight gets the same
+ * logical values as an NCHW one from the same seed. */
 #include <math.h>
 
+#include "convert.h"
 #include "dt_alloc.h"
 #include "dt_common.h"
 #include "dt_device.h"
-#include "dt_dispatch.h"
+#include "dt_shared_kernels.h"
 #include "dt_init.h"
-#include "elementwise.h"
-#ifdef DT_CUDA
-#include "dt_cuda.h"
-#endif
+#include "dt_kernel.h"
+#include "random.h"
+
+typedef void rand_fn(dt_rng *host, int64_t n, float a, float b, float *x);
+DT_OP_TABLE(normal_k, "init (normal)", rand_fn,
+            DT_KERNEL(normal_k, DT_CPU, DT_F32, DT_ANY_LAYOUT, dt_rand_normal_cpu),
+            DT_KERNEL_CUDA(normal_k, DT_GPU, DT_F32, DT_ANY_LAYOUT, dt_rand_normal_cuda))
+DT_OP_TABLE(uniform_k, "init (uniform)", rand_fn,
+            DT_KERNEL(uniform_k, DT_CPU, DT_F32, DT_ANY_LAYOUT, dt_rand_uniform_cpu),
+            DT_KERNEL_CUDA(uniform_k, DT_GPU, DT_F32, DT_ANY_LAYOUT, dt_rand_uniform_cuda))
+typedef void reseed_fn(uint64_t seed);
+DT_OP_TABLE(reseed_k, "init (reseed)", reseed_fn,
+            DT_KERNEL_CUDA(reseed_k, DT_GPU, DT_F32, DT_ANY_LAYOUT, dt_rand_reseed_cuda))
 
 static dt_rng g_host;
 static int g_host_ready;
@@ -23,43 +36,29 @@ static dt_rng *host_rng(void) {
 
 void dt_init_reseed(void) {
     g_host_ready = 0;
-#ifdef DT_CUDA
-    if (dt_gpu_ready()) {
-        DT_CURAND(curandSetPseudoRandomGeneratorSeed(dt_curand(), dt_seed()));
-        DT_CURAND(curandSetGeneratorOffset(dt_curand(), 0));
+    if (dt_gpu_ready()) DT_PICK(reseed_k, DT_GPU, DT_F32, DT_NCHW)(dt_seed());
+}
+
+/* x's values from generator fn with parameters (a, b), in logical order. */
+static void fill(rand_fn *fn, dt_tensor *x, float a, float b) {
+    dt_require_live("init", x);
+    dt_require_dtype("init", "parameter", x, DT_F32);
+    if (x->layout == DT_NCHW) {
+        fn(host_rng(), x->numel, a, b, x->data);
+        return;
     }
-#endif
+    float *tmp = dt_dev_alloc(x->dev, dt_tensor_bytes(x)); /* [N, C, H, W], then channels last */
+    fn(host_rng(), x->numel, a, b, tmp);
+    DT_PICK(dt_convert_k, x->dev, DT_F32, DT_NCHW)(x->shape[0], x->shape[1], x->shape[2] * x->shape[3], tmp, DT_F32, DT_NCHW, 0.0f, x->data, DT_F32, x->layout);
+    dt_dev_free(x->dev, tmp);
 }
 
 void dt_init_normal(dt_tensor *t, float mean, float std) {
-    dt_require_live("init_normal", t);
-    if (t->dev == DT_CPU) {
-        dt_rng_fill_normal(host_rng(), t->data, t->numel, mean, std);
-        return;
-    }
-#ifdef DT_CUDA
-    /* cuRAND makes normals in pairs: an odd count goes through a scratch of n+1. */
-    if (t->numel % 2 == 0) {
-        DT_CURAND(curandGenerateNormal(dt_curand(), t->data, (size_t)t->numel, mean, std));
-    } else {
-        float *tmp = dt_gpu_malloc((size_t)(t->numel + 1) * sizeof(float));
-        DT_CURAND(curandGenerateNormal(dt_curand(), tmp, (size_t)t->numel + 1, mean, std));
-        dt_copy_d2d(t->data, tmp, (size_t)t->numel * sizeof(float));
-        dt_gpu_free(tmp);
-    }
-#endif
+    fill(DT_PICK(normal_k, t->dev, DT_F32, t->layout), t, mean, std);
 }
 
 void dt_init_uniform(dt_tensor *t, float lo, float hi) {
-    dt_require_live("init_uniform", t);
-    if (t->dev == DT_CPU) {
-        dt_rng_fill_uniform(host_rng(), t->data, t->numel, lo, hi);
-        return;
-    }
-#ifdef DT_CUDA
-    DT_CURAND(curandGenerateUniform(dt_curand(), t->data, (size_t)t->numel)); /* (0, 1] */
-    dt_scale_shift_cuda(t->numel, hi - lo, lo, t->data);
-#endif
+    fill(DT_PICK(uniform_k, t->dev, DT_F32, t->layout), t, lo, hi);
 }
 
 void dt_init_kaiming_normal_fanout(dt_tensor *w) {

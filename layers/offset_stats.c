@@ -7,6 +7,7 @@
 #include "dt_alloc.h"
 #include "dt_common.h"
 #include "dt_deform.h"
+#include "dt_kernel.h"
 #include "offset_stats.h"
 
 static float percentile(const uint64_t *hist, uint64_t total, double q, float maxv) {
@@ -23,6 +24,12 @@ static float percentile(const uint64_t *hist, uint64_t total, double q, float ma
     return maxv;
 }
 
+typedef void offset_hist_fn(int64_t N, int64_t GK, int64_t P, const float *off, int64_t s_img, int64_t s_pos,
+                            int64_t s_ch, float halo, uint64_t *hist);
+DT_OP_TABLE(offset_hist_k, "offset statistics", offset_hist_fn,
+            DT_KERNEL(offset_hist_k, DT_CPU, DT_F32, DT_ANY_LAYOUT, dt_offset_hist_cpu),
+            DT_KERNEL_CUDA(offset_hist_k, DT_GPU, DT_F32, DT_ANY_LAYOUT, dt_offset_hist_cuda))
+
 void dt_offset_stats_compute(const dt_tensor *offset, float halo, dt_offset_stats *st) {
     dt_require_live("offset_stats", offset);
     if (offset->ndim != 4 || offset->shape[1] % 2) {
@@ -30,22 +37,18 @@ void dt_offset_stats_compute(const dt_tensor *offset, float halo, dt_offset_stat
         dt_fatal("offset_stats: offsets %s must be [N, 2*G*K, Ho, Wo]", dt_shape_str(offset, a, sizeof a));
     }
     int64_t N = offset->shape[0], GK = offset->shape[1] / 2, P = offset->shape[2] * offset->shape[3];
+    dt_require_dtype("offset_stats", "offsets", offset, DT_F32);
+    dt_require_layout("offset_stats", "offsets", offset, DT_NCHW);
     dt_offset_stats_compute_view(offset->dev, offset->data, N, GK, P, 2 * GK * P, 1, P, halo, st);
 }
 
 void dt_offset_stats_compute_view(dt_dev dev, const float *off, int64_t N, int64_t GK, int64_t P, int64_t s_img,
                                   int64_t s_pos, int64_t s_ch, float halo, dt_offset_stats *st) {
     uint64_t h[DT_OFFHIST_LEN];
-    if (dev == DT_GPU) {
-#ifdef DT_CUDA
-        uint64_t *d = dt_gpu_malloc(sizeof h);
-        dt_offset_hist_cuda(N, GK, P, off, s_img, s_pos, s_ch, halo, d);
-        dt_copy_d2h(h, d, sizeof h);
-        dt_gpu_free(d);
-#endif
-    } else {
-        dt_offset_hist_cpu(N, GK, P, off, s_img, s_pos, s_ch, halo, h);
-    }
+    uint64_t *d = dt_dev_alloc(dev, sizeof h);
+    DT_PICK(offset_hist_k, dev, DT_F32, DT_NCHW)(N, GK, P, off, s_img, s_pos, s_ch, halo, d);
+    if (dev == DT_GPU) dt_copy_d2h(h, d, sizeof h); else memcpy(h, d, sizeof h);
+    dt_dev_free(dev, d);
     memset(st, 0, sizeof *st);
     st->samples = N * GK * P;
     uint32_t mb = (uint32_t)h[DT_OFFHIST_MAX];

@@ -1,23 +1,35 @@
-/* maxpool2d and global average pooling on the tape. */
-#include "dt_alloc.h"
-#include "dt_dispatch.h"
+/* maxpool2d and global average pooling on the tape, dispatched through op tables by the
+ * input's (device, dtype, layout): f32 nchw, f32 nhwc, bf16 nhwc (kernels/pool.h). */
+#include "dt_common.h"
+#include "dt_kernel.h"
 #include "dt_layers.h"
 #include "pool.h"
+
+#define POOL_ENTRIES(t, fn)                                           \
+    DT_KERNEL(t, DT_CPU, DT_F32, DT_NCHW, fn##_f32_nchw_cpu),         \
+    DT_KERNEL_CUDA(t, DT_GPU, DT_F32, DT_NCHW, fn##_f32_nchw_cuda),   \
+    DT_KERNEL(t, DT_CPU, DT_F32, DT_NHWC, fn##_f32_nhwc_cpu),         \
+    DT_KERNEL_CUDA(t, DT_GPU, DT_F32, DT_NHWC, fn##_f32_nhwc_cuda),   \
+    DT_KERNEL(t, DT_CPU, DT_BF16, DT_NHWC, fn##_bf16_nhwc_cpu),       \
+    DT_KERNEL_CUDA(t, DT_GPU, DT_BF16, DT_NHWC, fn##_bf16_nhwc_cuda)
+DT_OP_TABLE(maxpool_k, "maxpool2d", dt_maxpool_fwd_fn, POOL_ENTRIES(maxpool_k, dt_maxpool_fwd))
+DT_OP_TABLE(maxpool_bwd_k, "maxpool2d (backward)", dt_maxpool_bwd_fn, POOL_ENTRIES(maxpool_bwd_k, dt_maxpool_bwd))
+DT_OP_TABLE(avgpool_k, "global_avgpool", dt_avgpool_fwd_fn, POOL_ENTRIES(avgpool_k, dt_avgpool_fwd))
+DT_OP_TABLE(avgpool_bwd_k, "global_avgpool (backward)", dt_avgpool_bwd_fn, POOL_ENTRIES(avgpool_bwd_k, dt_avgpool_bwd))
 
 typedef struct {
     int k, s, p;
 } pool_ctx;
 
-/* The argmax indices are int32 values kept in a tensor of the same size as the output
- * (float32 storage is 4 bytes per element too); only the pool kernels read them. */
+/* saved[0]: the argmax indices, [N, C, Ho, Wo] int32 in y's layout */
 static void maxpool_backward(dt_node *n) {
     dt_tensor *x = n->in[0], *y = n->out, *idx = n->saved[0];
-    pool_ctx *c = n->ctx;
+    const pool_ctx *c = n->ctx;
     float beta;
-    float *dx = dt_grad_dst(x, &beta);
+    void *dx = dt_grad_dst(x, &beta);
     if (!dx) return;
-    DT_CALL(x->dev, dt_maxpool_bwd, y->grad->data, (const int32_t *)idx->data, x->shape[0] * x->shape[1], x->shape[2],
-            x->shape[3], c->k, c->s, c->p, y->shape[2], y->shape[3], beta, dx);
+    DT_PICK(maxpool_bwd_k, x->dev, x->dtype, x->layout)(y->grad->data, dt_data_i32(idx), DT_N(x), DT_C(x), DT_H(x),
+                                                        DT_W(x), c->k, c->s, c->p, DT_H(y), DT_W(y), beta, dx);
 }
 
 dt_tensor *dt_maxpool2d(dt_tensor *x, int k, int stride, int pad) {
@@ -25,15 +37,15 @@ dt_tensor *dt_maxpool2d(dt_tensor *x, int k, int stride, int pad) {
     dt_require_live("maxpool2d", x);
     if (k < 1 || stride < 1 || pad < 0 || pad > k / 2)
         dt_fatal("maxpool2d: invalid kernel %d stride %d padding %d (padding must be at most half the kernel)", k, stride, pad);
-    int64_t Ho = dt_conv_out_size(x->shape[2], k, stride, pad, 1), Wo = dt_conv_out_size(x->shape[3], k, stride, pad, 1);
+    int64_t Ho = dt_conv_out_size(DT_H(x), k, stride, pad, 1), Wo = dt_conv_out_size(DT_W(x), k, stride, pad, 1);
     if (Ho < 1 || Wo < 1) {
-        char s[128];
-        dt_fatal("maxpool2d: input %s is too small for a %dx%d window", dt_shape_str(x, s, sizeof s), k, k);
+        char s[160];
+        dt_fatal("maxpool2d: input %s is too small for a %dx%d window", dt_tensor_desc(x, s, sizeof s), k, k);
     }
-    dt_tensor *y = dt_tensor_new4(x->dev, x->shape[0], x->shape[1], Ho, Wo);
-    dt_tensor *idx = dt_tensor_like(y);
-    DT_CALL(x->dev, dt_maxpool_fwd, x->data, x->shape[0] * x->shape[1], x->shape[2], x->shape[3], k, stride, pad, Ho, Wo,
-            y->data, (int32_t *)idx->data);
+    dt_tensor *y = dt_tensor_new4_as(x->dev, x->dtype, x->layout, DT_N(x), DT_C(x), Ho, Wo);
+    dt_tensor *idx = dt_tensor_new4_as(x->dev, DT_I32, x->layout, DT_N(x), DT_C(x), Ho, Wo);
+    DT_PICK(maxpool_k, x->dev, x->dtype, x->layout)(x->data, DT_N(x), DT_C(x), DT_H(x), DT_W(x), k, stride, pad, Ho,
+                                                    Wo, y->data, dt_data_i32(idx));
     dt_node *n = dt_record("maxpool2d", maxpool_backward, y, 1, &x, sizeof(pool_ctx));
     if (n) {
         *(pool_ctx *)n->ctx = (pool_ctx){k, stride, pad};
@@ -45,15 +57,18 @@ dt_tensor *dt_maxpool2d(dt_tensor *x, int k, int stride, int pad) {
 static void avgpool_backward(dt_node *n) {
     dt_tensor *x = n->in[0];
     float beta;
-    float *dx = dt_grad_dst(x, &beta);
-    if (dx) DT_CALL(x->dev, dt_avgpool_bwd, n->out->grad->data, x->shape[0] * x->shape[1], x->shape[2] * x->shape[3], beta, dx);
+    void *dx = dt_grad_dst(x, &beta);
+    if (dx)
+        DT_PICK(avgpool_bwd_k, x->dev, x->dtype, x->layout)(n->out->grad->data, DT_N(x), DT_C(x), DT_H(x) * DT_W(x),
+                                                            beta, dx);
 }
 
 dt_tensor *dt_global_avgpool(dt_tensor *x) {
     dt_require_ndim("global_avgpool", "input", x, 4);
     dt_require_live("global_avgpool", x);
-    dt_tensor *y = dt_tensor_new2(x->dev, x->shape[0], x->shape[1]);
-    DT_CALL(x->dev, dt_avgpool_fwd, x->data, x->shape[0] * x->shape[1], x->shape[2] * x->shape[3], y->data);
+    int64_t s[2] = {DT_N(x), DT_C(x)};
+    dt_tensor *y = dt_tensor_new_as(2, s, x->dev, x->dtype, DT_NCHW);
+    DT_PICK(avgpool_k, x->dev, x->dtype, x->layout)(x->data, DT_N(x), DT_C(x), DT_H(x) * DT_W(x), y->data);
     dt_record("global_avgpool", avgpool_backward, y, 1, &x, 0);
     return y;
 }

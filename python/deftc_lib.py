@@ -9,14 +9,29 @@ import os
 
 MODES = {'unfused': 0, 'deft': 1}
 DETERMINISTIC = 16  # flag or-ed into a mode
-PRECISIONS = {'fp32': 0, 'tf32': 32, 'bf16': 64}  # flags or-ed into a mode (docs/training.md, "Precision")
+TF32 = 32           # flag or-ed into a mode: f32 x, the GEMMs on TF32 tensor cores
+# dt_dtype / dt_layout values (core/dt_dtype.h) of the descriptor's format fields
+F32, BF16, F16 = 0, 1, 2
+NCHW, NHWC = 0, 1
+
+GEOMETRY = ('n', 'c', 'h', 'w', 'cout', 'kh', 'kw', 'stride_h', 'stride_w', 'pad_h', 'pad_w', 'dil_h', 'dil_w',
+            'offset_groups', 'has_mask', 'has_bias')
+FORMATS = ('dtype', 'layout', 'weight_dtype', 'weight_layout', 'offset_dtype', 'offset_layout', 'mask_dtype',
+           'mask_layout')
 
 
 class Desc(ctypes.Structure):
-    """dt_deform_desc."""
-    _fields_ = [(n, ctypes.c_int) for n in (
-        'n', 'c', 'h', 'w', 'cout', 'kh', 'kw', 'stride_h', 'stride_w', 'pad_h', 'pad_w',
-        'dil_h', 'dil_w', 'offset_groups', 'has_mask', 'has_bias')]
+    """dt_deform_desc: Desc(n, c, h, w, cout, kh, kw, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w,
+    offset_groups, has_mask, has_bias, dtype=F32, layout=NCHW, weight_dtype=..., ...). .size is
+    set to this struct's size (the library refuses a size it does not know: a stale library or
+    module shows up as that message, not as misread fields)."""
+    _fields_ = [(n, ctypes.c_int) for n in GEOMETRY + ('size',) + FORMATS]
+
+    def __init__(self, *geometry, **fields):
+        if len(geometry) > len(GEOMETRY):
+            raise TypeError('Desc takes the %d geometry fields positionally, the formats by name' % len(GEOMETRY))
+        fields.setdefault('size', ctypes.sizeof(Desc))
+        super().__init__(*geometry, **fields)
 
 
 class DeftcError(ValueError):
@@ -45,12 +60,17 @@ def library():
         raise ImportError('deftc: libdeftc.so not found (looked at: %s); build it with `make` in the deftc '
                           'repository, or point DEFTC_LIB at it' % ', '.join(tried))
     lib = ctypes.CDLL(path)
+    if not hasattr(lib, 'dt_deform_api_check'):
+        raise ImportError('deftc: %s predates the descriptor with formats (dt_deform_api_check is missing); rebuild '
+                          'it with `make`' % path)
     vp, desc = ctypes.c_void_p, ctypes.POINTER(Desc)
     lib.dt_deform_api_forward.argtypes = [desc, ctypes.c_int] + [vp] * 7
     lib.dt_deform_api_backward.argtypes = [desc, ctypes.c_int] + [vp] * 11
     lib.dt_deform_api_forward.restype = lib.dt_deform_api_backward.restype = ctypes.c_int
     lib.dt_deform_api_out_size.argtypes = [desc, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int)]
     lib.dt_deform_api_out_size.restype = ctypes.c_int
+    lib.dt_deform_api_check.argtypes = [desc, ctypes.c_int]
+    lib.dt_deform_api_check.restype = ctypes.c_int
     lib.dt_deform_api_error.restype = ctypes.c_char_p
     _lib = lib
     return lib

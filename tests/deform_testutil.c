@@ -19,7 +19,7 @@ dt_tensor *dt_test_offsets(const dt_deform_case *c, int64_t Ho, int64_t Wo, int 
             if (f < 0.15f) v += 0.15f - f + 0.05f * dt_rng_uniform(dt_test_rng());
             else if (f > 0.85f) v -= f - 0.85f + 0.05f * dt_rng_uniform(dt_test_rng());
         }
-        off->data[i] = v;
+        dt_data_f32(off)[i] = v;
     }
     return off;
 }

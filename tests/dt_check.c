@@ -56,7 +56,8 @@ static double loss_at(dt_build_fn f, void *arg, dt_tensor **in, const float *R) 
     dt_tensor *out = f(in, arg);
     dt_set_grad_enabled(g);
     double L = 0;
-    for (int64_t i = 0; i < out->numel; i++) L += (double)out->data[i] * R[i];
+    const float *od = dt_data_f32(out);
+    for (int64_t i = 0; i < out->numel; i++) L += (double)od[i] * R[i];
     dt_scope_end();
     return L;
 }
@@ -86,9 +87,12 @@ int dt_gradcheck(const char *name, dt_build_fn f, void *arg, int n_in, dt_tensor
      * difference ~that / 2h. Four times this estimate is allowed on top of the relative
      * tolerance, so that small gradients are not failed for float32 noise. */
     double l2 = 0;
-    for (int64_t i = 0; i < n_out; i++) l2 += (double)out->data[i] * R[i] * out->data[i] * R[i];
+    const float *od = dt_data_f32(out);
+    for (int64_t i = 0; i < n_out; i++) l2 += (double)od[i] * R[i] * od[i] * R[i];
     double noise = 4.0 * 1.1920929e-7 * sqrt(l2) / (2.0 * h);
-    dt_tensor *Rt = dt_tensor_from_host(out->ndim, out->shape, DT_CPU, R);
+    /* R is in out's storage order (its layout), like the sum in loss_at. */
+    dt_tensor *Rt = dt_tensor_like(out);
+    dt_tensor_upload(Rt, R);
     dt_backward_with(out, Rt);
     dt_scope_end();
 
@@ -100,20 +104,20 @@ int dt_gradcheck(const char *name, dt_build_fn f, void *arg, int n_in, dt_tensor
             ok = 0;
             continue;
         }
-        float *ana = x->grad->data;
+        float *ana = dt_data_f32(x->grad), *xd = dt_data_f32(x);
         double amax = 0;
         for (int64_t k = 0; k < x->numel; k++) amax = fmax(amax, fabs(ana[k]));
         int checks = x->numel < max_checks ? (int)x->numel : max_checks;
         double worst = 0;
         for (int c = 0; c < checks; c++) {
             int64_t k = x->numel <= max_checks ? c : (int64_t)dt_rng_below(dt_test_rng(), (uint32_t)x->numel);
-            float orig = x->data[k];
+            float orig = xd[k];
             float xp = orig + h, xm = orig - h;
-            x->data[k] = xp;
+            xd[k] = xp;
             double Lp = loss_at(f, arg, in, R);
-            x->data[k] = xm;
+            xd[k] = xm;
             double Lm = loss_at(f, arg, in, R);
-            x->data[k] = orig;
+            xd[k] = orig;
             double num = (Lp - Lm) / ((double)xp - (double)xm);
             double scale = fmax(fmax(fabs(num), fabs(ana[k])), 0.01 * amax);
             double err = scale > 0 ? fabs(num - ana[k]) / scale : 0;
@@ -150,10 +154,11 @@ int dt_parity(const char *name, dt_build_fn f, void *arg_cpu, void *arg_gpu, int
         return 0;
     }
     char what[160];
-    float *hg = dt_tensor_host_copy(yg);
+    float *hg = dt_tensor_host_copy(yg), *hc = dt_tensor_host_copy(yc);
     snprintf(what, sizeof what, "%s: forward", name);
-    ok &= dt_expect_close(what, hg, yc->data, yc->numel, tol);
+    ok &= dt_expect_close(what, hg, hc, yc->numel, tol);
     free(hg);
+    free(hc);
     if (yc->requires_grad) {
         dt_tensor *R = dt_tensor_like(yc);
         dt_tensor_fill_normal(R, dt_test_rng(), 0.0f, 1.0f);
@@ -167,10 +172,11 @@ int dt_parity(const char *name, dt_build_fn f, void *arg_cpu, void *arg_gpu, int
                 ok = 0;
                 continue;
             }
-            float *g = dt_tensor_host_copy(in_gpu[i]->grad);
+            float *g = dt_tensor_host_copy(in_gpu[i]->grad), *gc = dt_tensor_host_copy(in_cpu[i]->grad);
             snprintf(what, sizeof what, "%s: gradient of input %d", name, i);
-            ok &= dt_expect_close(what, g, in_cpu[i]->grad->data, in_cpu[i]->numel, tol);
+            ok &= dt_expect_close(what, g, gc, in_cpu[i]->numel, tol);
             free(g);
+            free(gc);
         }
     }
     return ok;

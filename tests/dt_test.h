@@ -31,6 +31,7 @@ void dt_test_fail(const char *file, int line, const char *fmt, ...) __attribute_
 dt_rng *dt_test_rng(void);
 uint64_t dt_test_seed(void);
 int dt_test_verbose(void);
+int dt_test_perf(void); /* build/test --perf */
 const char *dt_test_tmpdir(void); /* a fresh directory for this test, removed afterwards */
 
 #define EXPECT(cond)                                          \

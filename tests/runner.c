@@ -1,5 +1,7 @@
-/* The test runner: build/test [--gpu | --all] [--list] [--seed S] [-v] [FILTER ...]
+/* The test runner: build/test [--gpu | --all] [--list] [--ops] [--perf] [--seed S] [-v] [FILTER ...]
  *   (no flag)  CPU tests            --gpu   GPU tests only       --all   both
+ *   --ops      prints the op x dtype x layout x device table of every op and exits
+ *   --perf     the op-case parity tests also time each case (dt_opcase.h)
  *   FILTER     a substring or a glob (with * or ?) of test names; several are OR-ed
  * The last line printed is always "N passed, N failed"; the exit status is 1 when any test
  * failed (or, with --gpu, when no GPU is visible). */
@@ -19,6 +21,7 @@
 #include "dt_autograd.h"
 #include "dt_common.h"
 #include "dt_device.h"
+#include "dt_kernel.h"
 #include "dt_test.h"
 #include "dt_timer.h"
 
@@ -33,7 +36,7 @@ static int g_ntests, g_captests;
 static int g_failures_in_test;
 static dt_rng g_rng;
 static uint64_t g_seed;
-static int g_verbose;
+static int g_verbose, g_perf;
 static const char *g_current;
 static char g_tmpdir[512];
 static int g_passed, g_failed, g_in_test, g_is_child;
@@ -60,6 +63,7 @@ void dt_test_fail(const char *file, int line, const char *fmt, ...) {
 dt_rng *dt_test_rng(void) { return &g_rng; }
 uint64_t dt_test_seed(void) { return g_seed; }
 int dt_test_verbose(void) { return g_verbose; }
+int dt_test_perf(void) { return g_perf; }
 
 static void rm_rf(const char *path) {
     struct stat st;
@@ -195,11 +199,13 @@ static void on_crash(int sig) {
 }
 
 static void usage(void) {
-    puts("usage: build/test [--gpu | --all] [--list] [--seed S] [-v] [FILTER ...]\n"
+    puts("usage: build/test [--gpu | --all] [--list] [--ops] [--perf] [--seed S] [-v] [FILTER ...]\n"
          "  (default)   run the CPU tests\n"
          "  --gpu       run the GPU tests (CUDA vs CPU parity); fails if no GPU is visible\n"
          "  --all       run both\n"
          "  --list      print the names of the selected tests and exit\n"
+         "  --ops       print every op's kernels (dtype, layout, device) and exit\n"
+         "  --perf      with --gpu: the op-case parity tests time each case too\n"
          "  --seed S    seed for the random inputs (default: from the clock; printed)\n"
          "  -v          verbose\n"
          "  FILTER      substring or glob of test names; a test runs if any filter matches");
@@ -214,6 +220,8 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--gpu")) want_cpu = 0, want_gpu = 1;
         else if (!strcmp(argv[i], "--all")) want_cpu = 1, want_gpu = 1;
         else if (!strcmp(argv[i], "--list")) list = 1;
+        else if (!strcmp(argv[i], "--ops")) { dt_op_tables_print(stdout); return 0; }
+        else if (!strcmp(argv[i], "--perf")) g_perf = 1;
         else if (!strcmp(argv[i], "-v")) g_verbose = 1;
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc) g_seed = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { usage(); return 0; }

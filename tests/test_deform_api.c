@@ -7,7 +7,8 @@
 #include "dt_test.h"
 
 DT_TEST(deform_api_rejects_bad_descriptors) {
-    dt_deform_desc d = {2, 6, 9, 9, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0, 0};
+    /* f32 NCHW everywhere (every dtype / layout field 0) */
+    dt_deform_desc d = {2, 6, 9, 9, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0, 0, (int)sizeof(dt_deform_desc), 0, 0, 0, 0, 0, 0, 0, 0};
     int ho, wo;
     EXPECT_EQ_INT(dt_deform_api_out_size(&d, &ho, &wo), 0);
     EXPECT_EQ_INT(ho, 9);

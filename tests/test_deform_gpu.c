@@ -1,12 +1,13 @@
 /* Deformable convolution on the GPU, on fresh random inputs (device memory poisoned with NaN
  * by the runner, so an element a kernel forgot to write fails):
- *  - every channels-last kernel against its CPU twin (the index bit for bit);
- *  - the op, both modes and every deft knob, against the CPU reference, over odd shapes,
+ *  - every channels-last kernel against its CPU twin (the index bit for bit), over odd shapes,
  *    strides, dilation, groups of odd sizes, masks, batch 1 and a prime batch, offsets far
- *    outside the image and of 20 px, one-image and uneven chunks;
- *  - the layer under every knob combination against the CPU's unfused layer;
- *  - bitwise determinism, zero offsets = conv2d, deft = unfused on ResNet shapes, and a chunk
- *    whose column buffer has more than 2^31 elements. */
+ *    outside the image and of 20 px;
+ *  - the layer's staged / fused tiles, swizzle and halos against the CPU's unfused layer;
+ *  - bitwise determinism, zero offsets = conv2d, deft = unfused on ResNet shapes, a chunk
+ *    whose column buffer has more than 2^31 elements, a second device.
+ * (The op and the layer's node in every mode and knob against their CPU twins, chunked
+ * evenly and unevenly: the op cases of tests/cases_deform.c.) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -151,8 +152,8 @@ DT_GPU_TEST(gpu_deft_kernels_match_cpu_twins) {
         float *dxT = malloc(nx * 4), *D = malloc(S * 16), *gdxT = dt_gpu_malloc(nx * 4), *gD = dt_gpu_malloc(S * 16);
         for (int64_t e = 0; e < S * 4; e++) D[e] = NAN;
         dt_memset_gpu(gD, 0xff, S * 16);
-        dt_deform_gather_dx_cpu(&p, nb, &ic, xT, dcol, dxT, D);
-        dt_deform_gather_dx_cuda(&p, nb, &ig, gx, gdcol, gdxT, gD);
+        dt_deform_gather_dx_cpu(&p, nb, &ic, xT, dcol, 0.0f, dxT, DT_F32, D);
+        dt_deform_gather_dx_cuda(&p, nb, &ig, gx, gdcol, 0.0f, gdxT, DT_F32, gD);
         EXPECT(close_gpu(NAME("%s: gather dx", c->name), gdxT, dxT, nx, 1e-5));
         float *Dg = from_gpu(gD, S * 4);
         int64_t nan_mismatch = 0;
@@ -164,7 +165,7 @@ DT_GPU_TEST(gpu_deft_kernels_match_cpu_twins) {
                    (long long)nan_mismatch);
         EXPECT(dt_expect_close(NAME("%s: gather corner dots", c->name), Dg, D, S * 4, 1e-5));
         free(Dg);
-        dt_deform_gather_dx_cpu(&p, nb, &ic, xT, dcol, dxT, D); /* D again with its unwritten entries poisoned */
+        dt_deform_gather_dx_cpu(&p, nb, &ic, xT, dcol, 0.0f, dxT, DT_F32, D); /* D again with its unwritten entries poisoned */
 
         /* offset gradients from D, both mask conventions */
         float *domc = malloc(Q * p.OCS * 4), *gdomc = dt_gpu_malloc(Q * p.OCS * 4);
@@ -197,14 +198,14 @@ DT_GPU_TEST(gpu_deft_kernels_match_cpu_twins) {
             memcpy(rb, db0, p.OC * 4);
             memcpy(rx, dx0, nx * 4);
             dt_offconv_bwd_weight_cpu(&p, nb, xT, dom, (float)beta, rw, (float)beta, rb, NULL);
-            dt_offconv_bwd_input_cpu(&p, nb, dom, woff, (float)beta, rx, NULL);
+            dt_offconv_bwd_input_cpu(&p, nb, dom, woff, NULL, (float)beta, rx, NULL);
             for (int tiles = 0; tiles < 2; tiles++) {
                 dt_offconv_use_tiles(tiles);
                 dt_copy_h2d(gdw, dw0, p.OC * p.KC * 4);
                 dt_copy_h2d(gdb, db0, p.OC * 4);
                 dt_copy_h2d(gdxT, dx0, nx * 4);
                 dt_offconv_bwd_weight_cuda(&p, nb, gx, gdom, (float)beta, gdw, (float)beta, gdb, gws);
-                dt_offconv_bwd_input_cuda(&p, nb, gdom, gwoff, (float)beta, gdxT, gws);
+                dt_offconv_bwd_input_cuda(&p, nb, gdom, gwoff, NULL, (float)beta, gdxT, gws);
                 EXPECT(close_gpu(NAME("%s: offset conv dW [beta %d tiles %d]", c->name, beta, tiles), gdw, rw, p.OC * p.KC, 1e-5));
                 EXPECT(close_gpu(NAME("%s: offset conv db [beta %d tiles %d]", c->name, beta, tiles), gdb, rb, p.OC, 1e-5));
                 EXPECT(close_gpu(NAME("%s: offset conv dx [beta %d tiles %d]", c->name, beta, tiles), gdxT, rx, nx, 1e-5));
@@ -240,33 +241,7 @@ typedef struct {
 
 static dt_tensor *b_op(dt_tensor **in, void *a) {
     op_arg *o = a;
-    return dt_deform_conv2d_mode(in[0], in[1], in[2], in[3], in[4], o->c->g, o->c->groups, o->mode, &o->k);
-}
-
-DT_GPU_TEST(gpu_parity_deform_op_every_mode) {
-    size_t budgets[2] = {1, 256 << 20};
-    size_t old = dt_conv_col_budget();
-    static const char *LABELS[6] = {"unfused", "unfused det", "deft", "deft dx=atomic", "deft stage=1", "deft det"};
-    for (int bi = 0; bi < 2; bi++) {
-        dt_conv_set_col_budget(budgets[bi]);
-        for (size_t i = 0; i < NCASES; i++) {
-            const dt_deform_case *c = &CASES[i];
-            dt_tensor *in[5];
-            dt_test_deform_inputs(c, 0, in);
-            op_arg ref = {c, DT_DEFORM_UNFUSED, dt_deform_knobs_default()};
-            for (int m = 0; m < 6; m++) {
-                op_arg a = {c, m < 2 ? DT_DEFORM_UNFUSED : DT_DEFORM_DEFT, dt_deform_knobs_default()};
-                a.k.deterministic = m == 1 || m == 5;
-                a.k.dx = m == 3 ? DT_DX_ATOMIC : DT_DX_GATHER;
-                a.k.stage = m == 4;
-                a.k.halo = 2;
-                char name[200];
-                snprintf(name, sizeof name, "deform op %s: %s (budget %zu)", c->name, LABELS[m], budgets[bi]);
-                EXPECT(dt_parity(name, b_op, &ref, &a, 5, in, 2e-5f));
-            }
-        }
-    }
-    dt_conv_set_col_budget(old);
+    return dt_deform_conv2d_mode(in[0], in[1], in[2], in[3], in[4], o->c->g, o->c->groups, o->mode, &o->k, DT_MATH_FP32);
 }
 
 /* Runs build twice on the GPU with the same inputs; every gradient must match bit for bit. */
@@ -342,14 +317,14 @@ static const layer_case LAYERS[] = {
  * input-dependent part of std off_w_std <= 0.05 px keep every fractional part in ~[0.2, 0.8].
  * (The op-level tests give both sides the same offsets and need no such care.) */
 static void init_layer_pair(const layer_case *lc, dt_deform_conv *lc_cpu, dt_deform_conv *lc_gpu) {
-    dt_deform_conv_init(lc_cpu, NULL, "cpu", lc->c, lc->cout, lc->g, lc->groups, lc->version, lc->bias, 0.0f, DT_CPU);
-    dt_deform_conv_init(lc_gpu, NULL, "gpu", lc->c, lc->cout, lc->g, lc->groups, lc->version, lc->bias, 0.0f, DT_GPU);
+    dt_deform_conv_init(lc_cpu, NULL, "cpu", lc->c, lc->cout, lc->g, lc->groups, lc->version, lc->bias, 0.0f, DT_CPU, DT_NCHW);
+    dt_deform_conv_init(lc_gpu, NULL, "gpu", lc->c, lc->cout, lc->g, lc->groups, lc->version, lc->bias, 0.0f, DT_GPU, DT_NCHW);
     dt_tensor_fill_normal(lc_cpu->weight, dt_test_rng(), 0, 1.0f / sqrtf((float)(lc->c * 9)));
     dt_tensor_fill_normal(lc_cpu->off_weight, dt_test_rng(), 0, lc->off_w_std / sqrtf((float)(lc->c * 9)));
     int64_t n_off = 2 * lc->groups * 9;
     for (int64_t i = 0; i < lc_cpu->off_bias->numel; i++) {
         float v = lc->off_b_mean + lc->off_b_std * dt_rng_normal(dt_test_rng());
-        lc_cpu->off_bias->data[i] = i < n_off ? floorf(v) + 0.5f + 0.3f * (dt_rng_uniform(dt_test_rng()) - 0.5f)
+        dt_data_f32(lc_cpu->off_bias)[i] = i < n_off ? floorf(v) + 0.5f + 0.3f * (dt_rng_uniform(dt_test_rng()) - 0.5f)
                                               : v; /* mask logits: smooth, no kinks */
     }
     if (lc->bias) dt_tensor_fill_normal(lc_cpu->bias, dt_test_rng(), 0, 1);
@@ -404,37 +379,26 @@ static int layer_parity(const layer_case *lc, dt_deform_conv *lcpu, dt_deform_co
     return ok;
 }
 
-DT_GPU_TEST(gpu_parity_deft_layer_every_knob) {
+/* The staged / fused kernel's tiles, block swizzle and halos (the automatic halo included) on
+ * each layer, against the CPU's unfused layer. (The knobs themselves - dx, fuse_offset, stage,
+ * deterministic and their combinations: the deform_deft op cases, tests/cases_deform.c.) */
+DT_GPU_TEST(gpu_parity_deft_layer_tiles_and_halos) {
     for (size_t li = 0; li < sizeof LAYERS / sizeof *LAYERS; li++) {
         const layer_case *lc = &LAYERS[li];
         dt_deform_conv lcpu, lgpu;
         init_layer_pair(lc, &lcpu, &lgpu);
         lgpu.mode = DT_DEFORM_DEFT;
-        /* all 32 combinations of the five switches on the first layer, 8 on the others */
-        int combos = li == 0 ? 32 : 8;
-        for (int m = 0; m < combos; m++) {
-            dt_deform_knobs k = dt_deform_knobs_default();
-            k.halo = 1;
-            k.fuse_offset = m & 1;
-            k.stage = !!(m & 2);
-            k.dx = m & 4 ? DT_DX_ATOMIC : DT_DX_GATHER;
-            k.swizzle = combos == 32 ? !!(m & 8) : 1;
-            k.deterministic = combos == 32 ? !!(m & 16) : 0;
-            lgpu.knobs = k;
-            char what[256];
-            snprintf(what, sizeof what, "deft %s [fuse %d stage %d dx %s swizzle %d det %d]", lc->name, k.fuse_offset, k.stage,
-                     dt_deform_dx_name(k.dx), k.swizzle, k.deterministic);
-            EXPECT(layer_parity(lc, &lcpu, &lgpu, what, 1e-4f));
-        }
-        /* tiles and halos of the staged / fused kernel, the automatic halo included */
-        int tiles[4][2] = {{4, 8}, {4, 4}, {16, 4}, {2, 16}}, halos[3] = {0, 3, -1};
-        for (int t = 0; t < 4; t++) {
+        /* {tile_h, tile_w, swizzle}: tile 0x0 is the automatic one */
+        int tiles[5][3] = {{4, 8, 1}, {4, 4, 1}, {16, 4, 1}, {2, 16, 1}, {0, 0, 0}}, halos[3] = {0, 3, -1};
+        for (int t = 0; t < 5; t++) {
             lgpu.knobs = dt_deform_knobs_default();
             lgpu.knobs.stage = lgpu.knobs.fuse_offset = 1;
             lgpu.knobs.tile_h = tiles[t][0];
             lgpu.knobs.tile_w = tiles[t][1];
+            lgpu.knobs.swizzle = tiles[t][2];
             char what[256];
-            snprintf(what, sizeof what, "deft %s [stage+fuse, tile %dx%d]", lc->name, tiles[t][0], tiles[t][1]);
+            snprintf(what, sizeof what, "deft %s [stage+fuse, tile %dx%d, swizzle %d]", lc->name, tiles[t][0],
+                     tiles[t][1], tiles[t][2]);
             EXPECT(layer_parity(lc, &lcpu, &lgpu, what, 1e-4f));
         }
         for (int hh = 0; hh < 3; hh++) {
@@ -461,22 +425,6 @@ static dt_tensor *b_layer_own_bias(dt_tensor **in, void *layer) {
     return dt_deform_conv_forward(l, in[0]);
 }
 
-/* A batch split into chunks of unequal size (5 and 2 images). */
-DT_GPU_TEST(gpu_deft_uneven_chunks) {
-    const layer_case lc = {"uneven chunks", 7, 64, 7, 7, 32, {3, 3, 1, 1, 1, 1, 1, 1}, 1, 2, 0, 0.05f, 0.0f, 1.5f};
-    dt_deform_conv lcpu, lgpu;
-    init_layer_pair(&lc, &lcpu, &lgpu);
-    lgpu.mode = DT_DEFORM_DEFT;
-    size_t old = dt_conv_col_budget();
-    dt_conv_set_col_budget((size_t)5 * 64 * 9 * 49 * sizeof(float));
-    EXPECT(layer_parity(&lc, &lcpu, &lgpu, "deft uneven chunks", 1e-4f));
-    lgpu.knobs.dx = DT_DX_ATOMIC;
-    EXPECT(layer_parity(&lc, &lcpu, &lgpu, "deft uneven chunks, dx=atomic", 1e-4f));
-    dt_conv_set_col_budget(old);
-    free_layer(&lcpu);
-    free_layer(&lgpu);
-}
-
 DT_GPU_TEST(gpu_deft_layer_deterministic_is_bitwise) {
     const layer_case *lc = &LAYERS[0];
     dt_deform_conv lcpu, lgpu;
@@ -501,12 +449,12 @@ DT_GPU_TEST(gpu_deft_layer_deterministic_is_bitwise) {
 DT_GPU_TEST(gpu_deft_zero_offsets_equal_conv2d) {
     dt_deform_conv l;
     dt_conv_geom g = dt_geom(3, 2, 1, 1);
-    dt_deform_conv_init(&l, NULL, "z", 16, 8, g, 1, 2, 0, 0.0f, DT_GPU);
+    dt_deform_conv_init(&l, NULL, "z", 16, 8, g, 1, 2, 0, 0.0f, DT_GPU, DT_NCHW);
     l.mode = DT_DEFORM_DEFT;
     dt_tensor_fill(l.off_bias, 0.0f);
     /* mask logits 0 -> sigmoid 0.5: compare with 0.5 * conv2d */
     dt_tensor *x = dt_tensor_to(dt_test_randn4(3, 16, 15, 13, 1.0f), DT_GPU);
-    dt_tensor *y = dt_deform_conv_forward(&l, x), *yc = dt_conv2d(x, l.weight, NULL, g);
+    dt_tensor *y = dt_deform_conv_forward(&l, x), *yc = dt_conv2d(x, l.weight, NULL, g, DT_MATH_FP32);
     float *a = dt_tensor_host_copy(y), *b = dt_tensor_host_copy(yc);
     for (int64_t i = 0; i < yc->numel; i++) b[i] *= 0.5f;
     EXPECT(dt_expect_close("deft zero offsets vs 0.5 * conv2d", a, b, yc->numel, 1e-5));
@@ -524,7 +472,7 @@ DT_GPU_TEST(gpu_deft_matches_unfused_on_resnet_shapes) {
         dt_deform_conv la, lb;
         init_layer_pair(lc, &lb, &la); /* lb is a CPU layer only for its initial values */
         dt_deform_conv lu;
-        dt_deform_conv_init(&lu, NULL, "u", lc->c, lc->cout, lc->g, 1, lc->version, 0, 0.0f, DT_GPU);
+        dt_deform_conv_init(&lu, NULL, "u", lc->c, lc->cout, lc->g, 1, lc->version, 0, 0.0f, DT_GPU, DT_NCHW);
         dt_tensor_copy(lu.weight, la.weight);
         dt_tensor_copy(lu.off_weight, la.off_weight);
         dt_tensor_copy(lu.off_bias, la.off_bias);
@@ -589,7 +537,7 @@ DT_GPU_TEST(gpu_deft_more_than_2e31_column_elements) {
         dt_requires_grad(x);
         dt_requires_grad(off);
         dt_deform_knobs k = dt_deform_knobs_default();
-        dt_tensor *y = dt_deform_conv2d_mode(x, off, NULL, w, NULL, c.g, 1, DT_DEFORM_DEFT, &k);
+        dt_tensor *y = dt_deform_conv2d_mode(x, off, NULL, w, NULL, c.g, 1, DT_DEFORM_DEFT, &k, DT_MATH_FP32);
         res[big][0] = dt_tensor_host_copy(y); /* before the backward releases it */
         dt_tensor *R = dt_tensor_like(y);
         dt_init_reseed();

@@ -1,7 +1,8 @@
 /* The deft mode on the CPU: its channels-last twins (deform_nhwc.h, offset_conv.h) driven
  * through the same orchestration as on the GPU, against the NCHW reference (the unfused
- * mode); the inverse index's invariants; finite differences through the op and the layer;
- * every knob; the pieces it is built from (fast division, relayouts, the plan). */
+ * mode), op and layer, every knob; the inverse index's invariants; the pieces it is built
+ * from (fast division, relayouts, the plan). (Finite differences through the op and the
+ * layer's node: the op-case tables of tests/cases_deform.c.) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,7 +41,7 @@ static op_out run_op(const dt_deform_case *c, dt_tensor **in, dt_deform_mode mod
     dt_scope_begin();
     for (int i = 0; i < 5; i++)
         if (in[i]) in[i]->grad_valid = 0;
-    dt_tensor *y = dt_deform_conv2d_mode(in[0], in[1], in[2], in[3], in[4], c->g, c->groups, mode, k);
+    dt_tensor *y = dt_deform_conv2d_mode(in[0], in[1], in[2], in[3], in[4], c->g, c->groups, mode, k, DT_MATH_FP32);
     dt_tensor *R = dt_tensor_like(y);
     dt_rng r;
     dt_rng_seed(&r, rseed);
@@ -99,25 +100,6 @@ DT_TEST(deft_op_matches_reference_every_knob) {
         }
         dt_conv_set_col_budget(old);
         free_out(&ref);
-    }
-}
-
-static dt_tensor *b_deft(dt_tensor **in, void *a) {
-    const dt_deform_case *c = a;
-    dt_deform_knobs k = dt_deform_knobs_default();
-    return dt_deform_conv2d_mode(in[0], in[1], in[2], in[3], in[4], c->g, c->groups, DT_DEFORM_DEFT, &k);
-}
-
-DT_TEST(gradcheck_deft_op) {
-    for (size_t ci = 0; ci < NCASES; ci++) {
-        const dt_deform_case *c = &CASES[ci];
-        if (c->off_std > 10) continue; /* nothing new: the samples are all outside */
-        dt_tensor *in[5];
-        dt_test_deform_inputs(c, 1, in);
-        char what[96];
-        snprintf(what, sizeof what, "deft op %s", c->name);
-        dt_gradcheck_opts o = {.h = 1e-2f, .tol = 1e-2f, .max_checks = 40};
-        EXPECT(dt_gradcheck(what, b_deft, (void *)c, 5, in, &o));
     }
 }
 
@@ -183,7 +165,7 @@ DT_TEST(deft_index_invariants) {
         for (int64_t e = 0; e < nx; e++) xT[e] = dt_rng_normal(dt_test_rng());
         for (int64_t e = 0; e < (int64_t)ch.Q * p.KC; e++) dcol[e] = dt_rng_normal(dt_test_rng());
         for (int64_t e = 0; e < (int64_t)ch.S * 4; e++) D[e] = NAN;
-        dt_deform_gather_dx_cpu(&p, p.N, &idx, xT, dcol, dxT, D);
+        dt_deform_gather_dx_cpu(&p, p.N, &idx, xT, dcol, 0.0f, dxT, DT_F32, D);
         int64_t wrong = 0;
         for (int64_t s = 0; s < ch.S; s++) {
             int q, k, g, i;
@@ -212,27 +194,9 @@ static void layer_inputs(dt_deform_conv *l, int64_t n, int64_t h, int64_t w, dt_
     in[1] = dt_test_randn4(l->cout, l->cin, l->g.kh, l->g.kw, 0.5f);
     in[2] = dt_test_randn(4, so, 0.01f);
     in[3] = dt_tensor_new(1, sob, DT_CPU);
-    for (int64_t i = 0; i < oc; i++) in[3]->data[i] = i < n_off ? (i % 2 ? 0.5f : -0.5f) : 0.3f * (float)(i % 3) - 0.3f;
+    for (int64_t i = 0; i < oc; i++) dt_data_f32(in[3])[i] = i < n_off ? (i % 2 ? 0.5f : -0.5f) : 0.3f * (float)(i % 3) - 0.3f;
     in[4] = dt_test_randn(1, sb, 1.0f);
     for (int i = 0; i < 5; i++) dt_requires_grad(in[i]);
-}
-
-DT_TEST(gradcheck_deft_layer_v1_v2) {
-    for (int version = 1; version <= 2; version++)
-        for (int G = 1; G <= 2; G++) {
-            dt_deform_conv l;
-            dt_conv_geom g = dt_geom(3, version == 2 ? 2 : 1, 1, 1);
-            dt_deform_conv_init(&l, NULL, "dcn", 4, 3, g, G, version, 1, 0.0f, DT_CPU);
-            l.mode = DT_DEFORM_DEFT;
-            dt_tensor *own[4] = {l.weight, l.off_weight, l.off_bias, l.bias};
-            dt_tensor *in[5];
-            layer_inputs(&l, 2, 7, 7, in);
-            char what[64];
-            snprintf(what, sizeof what, "deft layer v%d G%d", version, G);
-            dt_gradcheck_opts o = {.h = 1e-2f, .tol = 2e-2f, .max_checks = 48};
-            EXPECT(dt_gradcheck(what, dt_test_deform_layer_forward, &l, 5, in, &o));
-            for (int i = 0; i < 4; i++) dt_tensor_free(own[i]);
-        }
 }
 
 /* Output and all gradients of a layer in `mode` with `k`, for given inputs. */
@@ -268,7 +232,7 @@ DT_TEST(deft_layer_matches_unfused_every_knob) {
     for (size_t li = 0; li < sizeof LC / sizeof *LC; li++) {
         dt_deform_conv l;
         dt_conv_geom g = {3, 3, LC[li].stride, LC[li].stride, LC[li].dil, LC[li].dil, LC[li].dil, LC[li].dil};
-        dt_deform_conv_init(&l, NULL, "dcn", LC[li].c, 4, g, LC[li].G, LC[li].version, 1, 0.0f, DT_CPU);
+        dt_deform_conv_init(&l, NULL, "dcn", LC[li].c, 4, g, LC[li].G, LC[li].version, 1, 0.0f, DT_CPU, DT_NCHW);
         dt_tensor *own[4] = {l.weight, l.off_weight, l.off_bias, l.bias};
         dt_tensor *in[5];
         layer_inputs(&l, LC[li].n, LC[li].h, LC[li].w, in);
@@ -331,12 +295,12 @@ DT_TEST(layout_nchw_nhwc_round_trip) {
     for (int64_t i = 0; i < nb; i++)
         for (int64_t p = 0; p < P; p++)
             for (int64_t c = 0; c < ld; c++)
-                bad += y[(i * P + p) * ld + c] != (c < C ? x->data[(i * C + c) * P + p] : 0.0f);
+                bad += y[(i * P + p) * ld + c] != (c < C ? dt_data_f32(x)[(i * C + c) * P + p] : 0.0f);
     EXPECT_EQ_INT(bad, 0);
     dt_nhwc_to_nchw_cpu(nb, C, P, y, ld, NULL, 0.0f, back);
     EXPECT(!memcmp(back, x->data, nb * C * P * 4));
     dt_nhwc_to_nchw_cpu(nb, C, P, y, ld, bias, 1.0f, back); /* beta 1: 2x + bias */
-    for (int64_t i = 0; i < nb * C * P; i++) bad += fabsf(back[i] - (2 * x->data[i] + bias[(i / P) % C])) > 1e-6f;
+    for (int64_t i = 0; i < nb * C * P; i++) bad += fabsf(back[i] - (2 * dt_data_f32(x)[i] + bias[(i / P) % C])) > 1e-6f;
     EXPECT_EQ_INT(bad, 0);
     free(y);
     free(back);

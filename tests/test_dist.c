@@ -179,24 +179,27 @@ DT_TEST(dist_sync_bn_kernels_equal_bn_over_all_replicas_batches) {
     float w[4] = {1.0f, 0.5f, -2.0f, 1.5f}, b[4] = {0, 0.1f, 0.2f, 0.3f};
     float rm[2][4] = {{0}}, rv[2][4] = {{1, 1, 1, 1}, {1, 1, 1, 1}}, mean[2][4], inv[2][4], dw[2][4], db[2][4];
     dt_bn_sync sync = {twice, NULL, 2};
-    dt_bn_stats_cpu(N, C, P, x2, 1, 1e-5f, 0.1f, rm[0], rv[0], mean[0], inv[0], NULL, &sync);
-    dt_bn_stats_cpu(2 * N, C, P, x2, 1, 1e-5f, 0.1f, rm[1], rv[1], mean[1], inv[1], NULL, NULL);
+    void *ws = malloc(dt_bn_ws_bytes(C));
+    dt_bn_stats_f32_nchw_cpu(N, C, P, x2, 1, 1e-5f, 0.1f, rm[0], rv[0], mean[0], inv[0], ws, &sync);
+    dt_bn_stats_f32_nchw_cpu(2 * N, C, P, x2, 1, 1e-5f, 0.1f, rm[1], rv[1], mean[1], inv[1], ws, NULL);
     for (int c = 0; c < C; c++) {
         EXPECT_NEAR(mean[0][c], mean[1][c], 1e-6);
         EXPECT_NEAR(inv[0][c], inv[1][c], 1e-6 * fabs(inv[1][c]));
         EXPECT_NEAR(rv[0][c], rv[1][c], 1e-6);
         EXPECT_NEAR(rm[0][c], rm[1][c], 1e-6);
     }
-    dt_bn_apply_cpu(N, C, P, x2, mean[0], inv[0], w, b, 1, y);
-    dt_bn_apply_cpu(2 * N, C, P, x2, mean[1], inv[1], w, b, 1, y2);
-    dt_bn_backward_cpu(N, C, P, x2, y, dy2, mean[0], inv[0], w, 1, 1, dx, 0, dw[0], 0, db[0], 0, NULL, &sync);
-    dt_bn_backward_cpu(2 * N, C, P, x2, y2, dy2, mean[1], inv[1], w, 1, 1, dx2, 0, dw[1], 0, db[1], 0, NULL, NULL);
+    dt_bn_apply_f32_nchw_cpu(N, C, P, x2, mean[0], inv[0], w, b, NULL, 1, y);
+    dt_bn_apply_f32_nchw_cpu(2 * N, C, P, x2, mean[1], inv[1], w, b, NULL, 1, y2);
+    dt_bn_backward_f32_nchw_cpu(N, C, P, x2, y, NULL, dy2, mean[0], inv[0], w, b, 1, 1, dx, 0, NULL, 0, dw[0], 0, db[0], 0,
+                                ws, &sync);
+    dt_bn_backward_f32_nchw_cpu(2 * N, C, P, x2, y2, NULL, dy2, mean[1], inv[1], w, b, 1, 1, dx2, 0, NULL, 0, dw[1], 0,
+                                db[1], 0, ws, NULL);
     EXPECT(dt_expect_close("sync dx", dx, dx2, n1, 1e-5));
     for (int c = 0; c < C; c++) {
         EXPECT_NEAR(dw[0][c], dw[1][c] / 2, 1e-5 * (1 + fabs(dw[1][c])));
         EXPECT_NEAR(db[0][c], db[1][c] / 2, 1e-5 * (1 + fabs(db[1][c])));
     }
-    free(x2), free(dy2), free(y2), free(y), free(dx), free(dx2);
+    free(x2), free(dy2), free(y2), free(y), free(dx), free(dx2), free(ws);
 }
 
 /* ---- collectives ---- */

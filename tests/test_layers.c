@@ -1,5 +1,6 @@
-/* CNN layers on the CPU: finite-difference gradient checks of every op, the optimizer rule,
- * schedules, init statistics, and a small CNN that must learn. */
+/* CNN layers on the CPU: conv2d against the convolution sum written out and its shape errors,
+ * the optimizer rule, schedules, init statistics, and a small CNN that must learn. (Each op's
+ * finite differences, bf16 bound and GPU parity: its op-case table, tests/cases_*.c.) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,52 +14,7 @@
 #include "dt_param.h"
 #include "dt_schedule.h"
 #include "dt_test.h"
-#include "layer_testutil.h"
 #include "sgd.h"
-
-
-/* The shapes a ResNet needs (3x3 s1/s2, 1x1 s2 downsample, 7x7 s2 stem) and the odd ones:
- * non-square, dilation, batch 1 and a prime batch. */
-static const conv_case CONV_CASES[] = {
-    {"3x3 s1 p1", 2, 3, 7, 6, 4, {3, 3, 1, 1, 1, 1, 1, 1}, 1},
-    {"3x3 s2 p1", 3, 4, 9, 9, 5, {3, 3, 2, 2, 1, 1, 1, 1}, 0},
-    {"1x1 s2 (downsample)", 2, 6, 8, 8, 4, {1, 1, 2, 2, 0, 0, 1, 1}, 0},
-    {"7x7 s2 p3 (stem)", 1, 3, 15, 13, 4, {7, 7, 2, 2, 3, 3, 1, 1}, 0},
-    {"3x3 dil2 p2", 5, 2, 9, 8, 3, {3, 3, 1, 1, 2, 2, 2, 2}, 1},
-    {"2x3 s(2,1) p(0,1)", 3, 3, 7, 5, 2, {2, 3, 2, 1, 0, 1, 1, 1}, 1},
-};
-
-static void run_conv_gradchecks(void) {
-    for (size_t i = 0; i < sizeof CONV_CASES / sizeof *CONV_CASES; i++) {
-        const conv_case *c = &CONV_CASES[i];
-        dt_tensor *x = dt_test_randn4(c->n, c->cin, c->h, c->w, 1.0f);
-        dt_tensor *w = dt_test_randn4(c->cout, c->cin, c->g.kh, c->g.kw, 0.5f);
-        int64_t sb[1] = {c->cout};
-        dt_tensor *b = c->bias ? dt_test_randn(1, sb, 1.0f) : NULL;
-        dt_requires_grad(x);
-        dt_requires_grad(w);
-        if (b) dt_requires_grad(b);
-        dt_tensor *in[3] = {x, w, b};
-        conv_arg a = {c->g};
-        char name[96];
-        snprintf(name, sizeof name, "conv2d %s", c->name);
-        EXPECT(dt_gradcheck(name, dt_test_build_conv, &a, 3, in, NULL));
-    }
-}
-
-DT_TEST(gradcheck_conv2d_one_chunk_per_batch) {
-    size_t old = dt_conv_col_budget();
-    dt_conv_set_col_budget(64 << 20); /* the whole batch in one chunk */
-    run_conv_gradchecks();
-    dt_conv_set_col_budget(old);
-}
-
-DT_TEST(gradcheck_conv2d_one_image_per_chunk) {
-    size_t old = dt_conv_col_budget();
-    dt_conv_set_col_budget(1); /* forces nb = 1: the direct-GEMM path */
-    run_conv_gradchecks();
-    dt_conv_set_col_budget(old);
-}
 
 DT_TEST(conv2d_matches_direct_loops) {
     /* An independent oracle: the convolution sum written out, against the im2col path with
@@ -69,7 +25,7 @@ DT_TEST(conv2d_matches_direct_loops) {
     int64_t Ho = dt_conv_out_size(H, 3, 2, 1, 1), Wo = dt_conv_out_size(W, 3, 1, 0, 2);
     size_t old = dt_conv_col_budget();
     dt_conv_set_col_budget((size_t)2 * C * 9 * Ho * Wo * sizeof(float));
-    dt_tensor *y = dt_conv2d(x, w, NULL, g);
+    dt_tensor *y = dt_conv2d(x, w, NULL, g, DT_MATH_FP32);
     dt_conv_set_col_budget(old);
     float *ref = calloc(y->numel, sizeof(float));
     for (int n = 0; n < N; n++)
@@ -82,7 +38,7 @@ DT_TEST(conv2d_matches_direct_loops) {
                             for (int kx = 0; kx < 3; kx++) {
                                 int iy = oy * 2 - 1 + ky, ix = ox * 1 - 0 + kx * 2;
                                 if (iy >= 0 && iy < H && ix >= 0 && ix < W)
-                                    s += x->data[((n * C + c) * H + iy) * W + ix] * w->data[((o * C + c) * 3 + ky) * 3 + kx];
+                                    s += dt_data_f32(x)[((n * C + c) * H + iy) * W + ix] * dt_data_f32(w)[((o * C + c) * 3 + ky) * 3 + kx];
                             }
                     ref[((n * O + o) * Ho + oy) * Wo + ox] = (float)s;
                 }
@@ -92,212 +48,16 @@ DT_TEST(conv2d_matches_direct_loops) {
 
 static void conv_too_small(void *a) {
     (void)a;
-    dt_conv2d(dt_tensor_new4(DT_CPU, 1, 3, 2, 2), dt_tensor_new4(DT_CPU, 4, 3, 5, 5), NULL, dt_geom(5, 1, 0, 1));
+    dt_conv2d(dt_tensor_new4(DT_CPU, 1, 3, 2, 2), dt_tensor_new4(DT_CPU, 4, 3, 5, 5), NULL, dt_geom(5, 1, 0, 1), DT_MATH_FP32);
 }
 static void conv_wrong_channels(void *a) {
     (void)a;
-    dt_conv2d(dt_tensor_new4(DT_CPU, 1, 3, 8, 8), dt_tensor_new4(DT_CPU, 4, 2, 3, 3), NULL, dt_geom(3, 1, 1, 1));
+    dt_conv2d(dt_tensor_new4(DT_CPU, 1, 3, 8, 8), dt_tensor_new4(DT_CPU, 4, 2, 3, 3), NULL, dt_geom(3, 1, 1, 1), DT_MATH_FP32);
 }
 
 DT_TEST(conv2d_bad_shapes_are_clear_errors) {
     EXPECT_DEATH(conv_too_small, NULL, "is too small for kernel 5x5");
     EXPECT_DEATH(conv_wrong_channels, NULL, "weight [4, 2, 3, 3] does not fit input [1, 3, 8, 8]");
-}
-
-/* ---- batch norm ---- */
-
-typedef struct {
-    dt_batchnorm *bn;
-    int training, relu;
-} bn_arg;
-
-static dt_tensor *b_bn(dt_tensor **in, void *a) {
-    bn_arg *b = a;
-    /* The weight and bias under test are inputs 1 and 2: swap them into the module. */
-    b->bn->weight = in[1];
-    b->bn->bias = in[2];
-    return dt_batchnorm2d(in[0], b->bn, b->training, b->relu);
-}
-
-/* Moves inputs so that every pre-ReLU value is at least 0.2 away from the kink, where the
- * finite difference would straddle it: the analytic gradient is right there, the numeric one
- * is not. Iterates because in training mode moving x moves the batch statistics. */
-static void keep_bn_away_from_kink(dt_tensor *x, const dt_tensor *w, const dt_tensor *b, const dt_batchnorm *bn,
-                                   int training) {
-    int64_t N = x->shape[0], C = x->shape[1], P = x->shape[2] * x->shape[3];
-    for (int iter = 0; iter < 20; iter++) {
-        int moved = 0;
-        for (int64_t c = 0; c < C; c++) {
-            double mean = bn->running_mean->data[c], var = bn->running_var->data[c];
-            if (training) {
-                double s = 0, s2 = 0;
-                for (int64_t n = 0; n < N; n++)
-                    for (int64_t p = 0; p < P; p++) {
-                        double v = x->data[(n * C + c) * P + p];
-                        s += v;
-                        s2 += v * v;
-                    }
-                mean = s / (N * P);
-                var = s2 / (N * P) - mean * mean;
-            }
-            double is = 1.0 / sqrt(var + bn->eps);
-            for (int64_t n = 0; n < N; n++)
-                for (int64_t p = 0; p < P; p++) {
-                    float *v = &x->data[(n * C + c) * P + p];
-                    double pre = (*v - mean) * is * w->data[c] + b->data[c];
-                    if (fabs(pre) < 0.2) {
-                        double dir = (pre >= 0 ? 1 : -1) * (w->data[c] >= 0 ? 1 : -1);
-                        *v += (float)(dir * 0.4 / (is * fabs(w->data[c]) + 1e-3));
-                        moved = 1;
-                    }
-                }
-        }
-        if (!moved) return;
-    }
-}
-
-DT_TEST(gradcheck_batchnorm_train_eval_relu) {
-    for (int mode = 0; mode < 4; mode++) {
-        int training = mode < 2, relu = mode & 1;
-        dt_batchnorm bn;
-        dt_batchnorm_init(&bn, NULL, "bn", 3, DT_CPU);
-        dt_tensor *w0 = bn.weight, *b0 = bn.bias;
-        for (int c = 0; c < 3; c++) {
-            bn.running_mean->data[c] = 0.3f * c;
-            bn.running_var->data[c] = 0.5f + c;
-        }
-        dt_tensor *x = dt_test_randn4(4, 3, 3, 5, 2.0f);
-        for (int64_t i = 0; i < x->numel; i++) x->data[i] += 1.0f; /* a nonzero mean */
-        int64_t sc[1] = {3};
-        dt_tensor *w = dt_test_randn(1, sc, 1.0f), *b = dt_test_randn(1, sc, 1.0f);
-        for (int c = 0; c < 3; c++)
-            if (fabsf(w->data[c]) < 0.3f) w->data[c] = w->data[c] < 0 ? -0.3f : 0.3f;
-        if (relu) keep_bn_away_from_kink(x, w, b, &bn, training);
-        dt_requires_grad(x);
-        dt_requires_grad(w);
-        dt_requires_grad(b);
-        dt_tensor *in[3] = {x, w, b};
-        bn_arg a = {&bn, training, relu};
-        char name[64];
-        snprintf(name, sizeof name, "batchnorm2d %s%s", training ? "train" : "eval", relu ? "+relu" : "");
-        dt_gradcheck_opts o = {.h = 1e-2f, .tol = 2e-2f};
-        EXPECT(dt_gradcheck(name, b_bn, &a, 3, in, &o));
-        bn.weight = w0;
-        bn.bias = b0;
-        dt_tensor_free(w0);
-        dt_tensor_free(b0);
-        dt_batchnorm_free(&bn);
-    }
-}
-
-DT_TEST(batchnorm_statistics_and_running_update) {
-    dt_batchnorm bn;
-    dt_batchnorm_init(&bn, NULL, "bn", 2, DT_CPU);
-    dt_tensor *x = dt_test_randn4(3, 2, 4, 4, 3.0f);
-    for (int64_t i = 0; i < x->numel; i++) x->data[i] += 5.0f;
-    dt_tensor *y = dt_batchnorm2d(x, &bn, 1, 0);
-    for (int c = 0; c < 2; c++) {
-        double s = 0, s2 = 0, xs = 0, xs2 = 0;
-        int M = 3 * 16;
-        for (int n = 0; n < 3; n++)
-            for (int p = 0; p < 16; p++) {
-                double v = y->data[(n * 2 + c) * 16 + p], u = x->data[(n * 2 + c) * 16 + p];
-                s += v; s2 += v * v; xs += u; xs2 += u * u;
-            }
-        EXPECT_NEAR(s / M, 0.0, 1e-5);
-        EXPECT_NEAR(s2 / M, 1.0, 1e-3);
-        double mean = xs / M, var = xs2 / M - mean * mean;
-        EXPECT_NEAR(bn.running_mean->data[c], 0.1 * mean, 1e-4);
-        EXPECT_NEAR(bn.running_var->data[c], 0.9 + 0.1 * var * M / (M - 1), 1e-3); /* unbiased, as PyTorch */
-    }
-    dt_params ps = {0};
-    dt_params_add(&ps, bn.weight);
-    dt_params_add(&ps, bn.bias);
-    dt_params_free(&ps);
-    dt_batchnorm_free(&bn);
-}
-
-/* ---- pooling, loss ---- */
-
-
-/* Distinct values at least 0.1 apart, so no finite-difference step changes an argmax. */
-static void distinct_values(dt_tensor *t) {
-    for (int64_t i = 0; i < t->numel; i++) t->data[i] = 0.1f * (float)i - 0.05f * (float)t->numel;
-    for (int64_t i = t->numel - 1; i > 0; i--) {
-        int64_t j = dt_rng_below(dt_test_rng(), (uint32_t)(i + 1));
-        float v = t->data[i];
-        t->data[i] = t->data[j];
-        t->data[j] = v;
-    }
-}
-
-DT_TEST(gradcheck_pooling) {
-    dt_tensor *x = dt_tensor_new4(DT_CPU, 2, 3, 9, 8);
-    distinct_values(x);
-    dt_requires_grad(x);
-    pool_arg a = {3, 2, 1};
-    dt_gradcheck_opts o = {.h = 1e-2f, .max_checks = 200};
-    EXPECT(dt_gradcheck("maxpool 3x3/2 p1", dt_test_build_maxpool, &a, 1, &x, &o));
-    pool_arg a2 = {2, 2, 0};
-    EXPECT(dt_gradcheck("maxpool 2x2/2", dt_test_build_maxpool, &a2, 1, &x, &o));
-    EXPECT(dt_gradcheck("global avgpool", dt_test_build_avgpool, NULL, 1, &x, NULL));
-}
-
-DT_TEST(maxpool_padding_and_first_max) {
-    /* 1x1x2x2 input with a tie: the first maximum in window order wins; padding is -inf. */
-    float v[4] = {-3, -1, -1, -2};
-    int64_t s[4] = {1, 1, 2, 2};
-    dt_tensor *x = dt_tensor_from_host(4, s, DT_CPU, v);
-    dt_requires_grad(x);
-    dt_tensor *y = dt_maxpool2d(x, 3, 2, 1); /* one output covering the whole image */
-    EXPECT_EQ_INT(y->numel, 1);
-    EXPECT_NEAR(y->data[0], -1.0, 0);
-    dt_backward(dt_sum(y));
-    EXPECT_NEAR(x->grad->data[1], 1.0, 0);
-    EXPECT_NEAR(x->grad->data[2], 0.0, 0);
-}
-
-typedef struct {
-    dt_tensor *labels;
-    float eps;
-} xent_arg;
-static dt_tensor *b_xent(dt_tensor **in, void *a) {
-    xent_arg *x = a;
-    return dt_softmax_cross_entropy(in[0], x->labels, x->eps);
-}
-
-DT_TEST(gradcheck_softmax_cross_entropy) {
-    int64_t s[2] = {6, 7}, sl[1] = {6};
-    dt_tensor *logits = dt_test_randn(2, s, 2.0f), *labels = dt_tensor_new(1, sl, DT_CPU);
-    for (int i = 0; i < 6; i++) labels->data[i] = (float)dt_rng_below(dt_test_rng(), 7);
-    dt_requires_grad(logits);
-    for (int k = 0; k < 2; k++) {
-        xent_arg a = {labels, k ? 0.1f : 0.0f};
-        EXPECT(dt_gradcheck(k ? "xent smoothing 0.1" : "xent", b_xent, &a, 1, &logits, NULL));
-    }
-    /* Value against a hand computation, and stability with huge logits. */
-    float v[3] = {1000.0f, 1001.0f, 999.0f}, lab = 1.0f;
-    int64_t s1[2] = {1, 3}, one[1] = {1};
-    dt_tensor *l = dt_tensor_from_host(2, s1, DT_CPU, v), *t = dt_tensor_from_host(1, one, DT_CPU, &lab);
-    float loss = dt_item(dt_softmax_cross_entropy(l, t, 0.0f));
-    double ref = log(exp(-1.0) + 1.0 + exp(-2.0));
-    EXPECT_NEAR(loss, ref, 1e-5);
-    /* An invalid label is loud (NaN), never a silent wrong number. */
-    float bad = 3.0f;
-    dt_tensor *tb = dt_tensor_from_host(1, one, DT_CPU, &bad);
-    EXPECT(isnan(dt_item(dt_softmax_cross_entropy(l, tb, 0.0f))));
-}
-
-DT_TEST(topk_counts) {
-    float v[2 * 6] = {0, 5, 4, 3, 2, 1, /* label 0: rank 5 -> not in top-5 */
-                      9, 1, 1, 8, 7, 0}; /* label 2: ties with 1 at lower index -> rank 4 */
-    float lab[2] = {0, 2};
-    int64_t s[2] = {2, 6}, sl[1] = {2};
-    dt_tensor *l = dt_tensor_from_host(2, s, DT_CPU, v), *t = dt_tensor_from_host(1, sl, DT_CPU, lab);
-    float c[2];
-    dt_topk_correct(l, t, c);
-    EXPECT_NEAR(c[0], 0, 0);
-    EXPECT_NEAR(c[1], 1, 0);
 }
 
 /* ---- optimizer, schedule, init ---- */
@@ -307,11 +67,11 @@ DT_TEST(sgd_matches_pytorch_rule) {
     for (int nesterov = 0; nesterov < 2; nesterov++) {
         dt_params ps = {0};
         int64_t s[1] = {5};
-        dt_tensor *p = dt_param_new(&ps, "p", 1, s, DT_CPU, 1);
-        dt_tensor *q = dt_param_new(&ps, "q", 1, s, DT_CPU, 0); /* no_decay */
-        dt_tensor *r = dt_param_new(&ps, "r", 1, s, DT_CPU, 1); /* never gets a gradient */
-        q->lr_mult = 0.5f;
-        for (int i = 0; i < 5; i++) p->data[i] = q->data[i] = r->data[i] = 1.0f + i;
+        dt_tensor *p = dt_param_new(&ps, "p", 1, s, DT_CPU, DT_NCHW, 1);
+        dt_tensor *q = dt_param_new(&ps, "q", 1, s, DT_CPU, DT_NCHW, 0); /* no_decay */
+        dt_tensor *r = dt_param_new(&ps, "r", 1, s, DT_CPU, DT_NCHW, 1); /* never gets a gradient */
+        dt_param_of(q)->lr_mult = 0.5f;
+        for (int i = 0; i < 5; i++) dt_data_f32(p)[i] = dt_data_f32(q)[i] = dt_data_f32(r)[i] = 1.0f + i;
         dt_sgd opt;
         dt_sgd_opts o = {.momentum = 0.9f, .weight_decay = 0.1f, .nesterov = nesterov};
         dt_sgd_init(&opt, &ps, &o);
@@ -320,7 +80,7 @@ DT_TEST(sgd_matches_pytorch_rule) {
         for (int step = 0; step < 3; step++) {
             dt_params_zero_grad(&ps);
             for (int i = 0; i < 5; i++) {
-                p->grad->data[i] = q->grad->data[i] = 0.5f * i - step;
+                dt_data_f32(p->grad)[i] = dt_data_f32(q->grad)[i] = 0.5f * i - step;
             }
             p->grad_valid = q->grad_valid = 1;
             dt_sgd_step(&opt, 0.1f);
@@ -333,9 +93,9 @@ DT_TEST(sgd_matches_pytorch_rule) {
             }
         }
         for (int i = 0; i < 5; i++) {
-            EXPECT_NEAR(p->data[i], pr[i], 1e-5);
-            EXPECT_NEAR(q->data[i], qr[i], 1e-5);
-            EXPECT_NEAR(r->data[i], 1.0 + i, 0); /* skipped: no gradient, no decay */
+            EXPECT_NEAR(dt_data_f32(p)[i], pr[i], 1e-5);
+            EXPECT_NEAR(dt_data_f32(q)[i], qr[i], 1e-5);
+            EXPECT_NEAR(dt_data_f32(r)[i], 1.0 + i, 0); /* skipped: no gradient, no decay */
         }
         dt_sgd_free(&opt);
         dt_params_free(&ps);
@@ -410,8 +170,8 @@ double dt_test_small_cnn(dt_dev dev, int steps, double *acc_out) {
     dt_init_reseed();
     dt_params ps = {0};
     int64_t s1[4] = {C1, 1, 3, 3}, s2[4] = {C2, C1, 3, 3}, sl[2] = {2, C2}, sb[1] = {2};
-    dt_tensor *w1 = dt_param_new(&ps, "w1", 4, s1, dev, 1), *w2 = dt_param_new(&ps, "w2", 4, s2, dev, 1);
-    dt_tensor *fc = dt_param_new(&ps, "fc", 2, sl, dev, 1), *fcb = dt_param_new(&ps, "fcb", 1, sb, dev, 0);
+    dt_tensor *w1 = dt_param_new(&ps, "w1", 4, s1, dev, DT_NCHW, 1), *w2 = dt_param_new(&ps, "w2", 4, s2, dev, DT_NCHW, 1);
+    dt_tensor *fc = dt_param_new(&ps, "fc", 2, sl, dev, DT_NCHW, 1), *fcb = dt_param_new(&ps, "fcb", 1, sb, dev, DT_NCHW, 0);
     dt_init_kaiming_normal_fanout(w1);
     dt_init_kaiming_normal_fanout(w2);
     dt_init_linear_default(fc, fcb);
@@ -438,11 +198,11 @@ double dt_test_small_cnn(dt_dev dev, int steps, double *acc_out) {
         dt_params_zero_grad(&ps);
         dt_scope_begin();
         int64_t sx[4] = {B, 1, S, S}, sy[1] = {B};
-        dt_tensor *x = dt_tensor_from_host(4, sx, dev, img), *y = dt_tensor_from_host(1, sy, dev, lab);
-        dt_tensor *h = dt_batchnorm2d(dt_conv2d(x, w1, NULL, dt_geom(3, 1, 1, 1)), &bn1, 1, 1);
+        dt_tensor *x = dt_tensor_from_host(4, sx, dev, img), *y = dt_tensor_from_values(1, sy, dev, DT_I32, DT_NCHW, lab);
+        dt_tensor *h = dt_batchnorm2d(dt_conv2d(x, w1, NULL, dt_geom(3, 1, 1, 1), DT_MATH_FP32), &bn1, 1, 1);
         h = dt_maxpool2d(h, 3, 2, 1);
-        h = dt_batchnorm2d(dt_conv2d(h, w2, NULL, dt_geom(3, 1, 1, 1)), &bn2, 1, 1);
-        dt_tensor *logits = dt_linear(dt_global_avgpool(h), fc, fcb);
+        h = dt_batchnorm2d(dt_conv2d(h, w2, NULL, dt_geom(3, 1, 1, 1), DT_MATH_FP32), &bn2, 1, 1);
+        dt_tensor *logits = dt_linear(dt_global_avgpool(h), fc, fcb, DT_MATH_FP32);
         float c[2];
         dt_topk_correct(logits, y, c);
         dt_tensor *loss = dt_softmax_cross_entropy(logits, y, 0.0f);

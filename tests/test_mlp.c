@@ -4,7 +4,7 @@
 
 #include "dt_alloc.h"
 #include "dt_check.h"
-#include "dt_dispatch.h"
+#include "dt_optim.h"
 #include "dt_ops.h"
 #include "dt_param.h"
 #include "dt_test.h"
@@ -18,21 +18,21 @@ typedef struct {
 static void mlp_init(mlp *m, dt_dev dev, int in, int hidden) {
     m->ps = (dt_params){0};
     int64_t s1[2] = {hidden, in}, s2[2] = {hidden, hidden}, s3[2] = {1, hidden}, sb[1] = {hidden}, sb3[1] = {1};
-    m->w1 = dt_param_new(&m->ps, "w1", 2, s1, dev, 1);
-    m->b1 = dt_param_new(&m->ps, "b1", 1, sb, dev, 0);
-    m->w2 = dt_param_new(&m->ps, "w2", 2, s2, dev, 1);
-    m->b2 = dt_param_new(&m->ps, "b2", 1, sb, dev, 0);
-    m->w3 = dt_param_new(&m->ps, "w3", 2, s3, dev, 1);
-    m->b3 = dt_param_new(&m->ps, "b3", 1, sb3, dev, 0);
+    m->w1 = dt_param_new(&m->ps, "w1", 2, s1, dev, DT_NCHW, 1);
+    m->b1 = dt_param_new(&m->ps, "b1", 1, sb, dev, DT_NCHW, 0);
+    m->w2 = dt_param_new(&m->ps, "w2", 2, s2, dev, DT_NCHW, 1);
+    m->b2 = dt_param_new(&m->ps, "b2", 1, sb, dev, DT_NCHW, 0);
+    m->w3 = dt_param_new(&m->ps, "w3", 2, s3, dev, DT_NCHW, 1);
+    m->b3 = dt_param_new(&m->ps, "b3", 1, sb3, dev, DT_NCHW, 0);
     dt_tensor_fill_normal(m->w1, dt_test_rng(), 0, 1.0f / sqrtf((float)in));
     dt_tensor_fill_normal(m->w2, dt_test_rng(), 0, 1.0f / sqrtf((float)hidden));
     dt_tensor_fill_normal(m->w3, dt_test_rng(), 0, 1.0f / sqrtf((float)hidden));
 }
 
 static dt_tensor *mlp_forward(mlp *m, dt_tensor *x) {
-    dt_tensor *h = dt_relu(dt_linear(x, m->w1, m->b1));
-    h = dt_relu(dt_linear(h, m->w2, m->b2));
-    return dt_linear(h, m->w3, m->b3);
+    dt_tensor *h = dt_relu(dt_linear(x, m->w1, m->b1, DT_MATH_FP32));
+    h = dt_relu(dt_linear(h, m->w2, m->b2, DT_MATH_FP32));
+    return dt_linear(h, m->w3, m->b3, DT_MATH_FP32);
 }
 
 /* Trains for `steps` and returns loss_start / loss_end. */
@@ -49,11 +49,13 @@ static double train_mlp(dt_dev dev, int steps, double *first, double *last) {
     dt_tensor *t = mlp_forward(&teacher, x);
     dt_set_grad_enabled(1);
     /* neg_t = -target, so that d = y + neg_t */
-    for (int64_t i = 0; i < t->numel; i++) t->data[i] = -t->data[i];
+    for (int64_t i = 0; i < t->numel; i++) dt_data_f32(t)[i] = -dt_data_f32(t)[i];
     dt_tensor *xd = dt_tensor_to(x, dev), *negt = dt_tensor_to(t, dev);
     dt_tensor_keep(xd);
     dt_tensor_keep(negt);
     const float lr = 0.05f;
+    dt_sgd opt; /* plain SGD: p -= lr * grad */
+    dt_sgd_init(&opt, &student.ps, &(dt_sgd_opts){.decay_all = 1});
     for (int step = 0; step < steps; step++) {
         dt_params_zero_grad(&student.ps);
         dt_scope_begin();
@@ -64,16 +66,14 @@ static double train_mlp(dt_dev dev, int steps, double *first, double *last) {
         double l = dt_item(loss);
         if (step == 0) *first = l;
         *last = l;
-        for (int i = 0; i < student.ps.n; i++) {
-            dt_tensor *p = student.ps.items[i];
-            DT_CALL(dev, dt_axpby, p->numel, -lr, p->grad->data, 1.0f, p->data);
-        }
+        dt_sgd_step(&opt, lr);
         dt_scope_end();
     }
     dt_tensor_free(x);
     dt_tensor_free(xd);
     dt_tensor_free(negt);
     dt_params_free(&teacher.ps);
+    dt_sgd_free(&opt);
     dt_params_free(&student.ps);
     return *first / *last;
 }

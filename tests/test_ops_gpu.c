@@ -1,5 +1,6 @@
-/* GPU parity of the foundation ops: each CUDA op against its CPU twin on fresh random
- * inputs, forward and every input gradient, with device memory poisoned by the runner. */
+/* The GPU's GEMM wrappers against the CPU's (every transpose, strided batched), and the
+ * runner's poisoning of device memory. (Each op against its CPU twin: its op-case table,
+ * tests/cases_*.c.) */
 #include <stdlib.h>
 
 #include "dt_alloc.h"
@@ -7,50 +8,6 @@
 #include "dt_ops.h"
 #include "dt_test.h"
 #include "gemm.h"
-
-static dt_tensor *b_add(dt_tensor **in, void *a) { (void)a; return dt_add(in[0], in[1]); }
-static dt_tensor *b_mul(dt_tensor **in, void *a) { (void)a; return dt_mul(in[0], in[1]); }
-static dt_tensor *b_relu(dt_tensor **in, void *a) { (void)a; return dt_relu(in[0]); }
-static dt_tensor *b_sigmoid(dt_tensor **in, void *a) { (void)a; return dt_sigmoid(in[0]); }
-static dt_tensor *b_add_relu(dt_tensor **in, void *a) { (void)a; return dt_add_relu(in[0], in[1]); }
-static dt_tensor *b_sum(dt_tensor **in, void *a) { (void)a; return dt_sum(in[0]); }
-static dt_tensor *b_mean(dt_tensor **in, void *a) { (void)a; return dt_mean(in[0]); }
-static dt_tensor *b_matmul(dt_tensor **in, void *a) { (void)a; return dt_matmul(in[0], in[1]); }
-static dt_tensor *b_linear(dt_tensor **in, void *a) { (void)a; return dt_linear(in[0], in[1], in[2]); }
-static dt_tensor *b_slice(dt_tensor **in, void *a) { (void)a; return dt_slice_channels(in[0], 1, 4); }
-
-DT_GPU_TEST(gpu_parity_pointwise_and_reductions) {
-    /* An odd size so that no kernel gets away with assuming multiples of the block. */
-    dt_tensor *a = dt_test_randn4(3, 5, 7, 11, 1.0f), *b = dt_test_randn4(3, 5, 7, 11, 1.0f);
-    dt_requires_grad(a);
-    dt_requires_grad(b);
-    dt_tensor *in[2] = {a, b};
-    EXPECT(dt_parity("add", b_add, NULL, NULL, 2, in, 1e-6f));
-    EXPECT(dt_parity("mul", b_mul, NULL, NULL, 2, in, 1e-6f));
-    EXPECT(dt_parity("relu", b_relu, NULL, NULL, 1, in, 1e-6f));
-    EXPECT(dt_parity("sigmoid", b_sigmoid, NULL, NULL, 1, in, 1e-6f));
-    EXPECT(dt_parity("add_relu", b_add_relu, NULL, NULL, 2, in, 1e-6f));
-    EXPECT(dt_parity("sum", b_sum, NULL, NULL, 1, in, 1e-6f));
-    EXPECT(dt_parity("mean", b_mean, NULL, NULL, 1, in, 1e-6f));
-    EXPECT(dt_parity("slice_channels", b_slice, NULL, NULL, 1, in, 1e-6f));
-    /* A large sum: 10M elements through the two-stage reduction. */
-    dt_tensor *big = dt_test_randn4(10, 1000, 1, 1000, 1.0f);
-    EXPECT(dt_parity("sum (10M)", b_sum, NULL, NULL, 1, &big, 1e-6f));
-}
-
-DT_GPU_TEST(gpu_parity_matmul_linear) {
-    int64_t sa[2] = {67, 129}, sb[2] = {129, 45}, sw[2] = {33, 129}, sbias[1] = {33};
-    dt_tensor *a = dt_test_randn(2, sa, 1.0f), *b = dt_test_randn(2, sb, 1.0f);
-    dt_tensor *w = dt_test_randn(2, sw, 1.0f), *bias = dt_test_randn(1, sbias, 1.0f);
-    dt_requires_grad(a);
-    dt_requires_grad(b);
-    dt_requires_grad(w);
-    dt_requires_grad(bias);
-    dt_tensor *in[2] = {a, b};
-    EXPECT(dt_parity("matmul", b_matmul, NULL, NULL, 2, in, 1e-5f));
-    dt_tensor *in3[3] = {a, w, bias};
-    EXPECT(dt_parity("linear", b_linear, NULL, NULL, 3, in3, 1e-5f));
-}
 
 #ifdef DT_CUDA /* calls the CUDA kernels directly */
 DT_GPU_TEST(gpu_gemm_all_transposes_and_batched) {
@@ -71,7 +28,7 @@ DT_GPU_TEST(gpu_gemm_all_transposes_and_batched) {
     dt_tensor *A = dt_test_randn(3, sa, 1), *B = dt_test_randn(3, sb, 1), *C = dt_tensor_new(3, sc, DT_CPU);
     dt_tensor *Ag = dt_tensor_to(A, DT_GPU), *Bg = dt_tensor_to(B, DT_GPU), *Cg = dt_tensor_new(3, sc, DT_GPU);
     for (int64_t i = 0; i < cnt; i++)
-        dt_gemm_cpu(0, 0, M, N, K, 1.0f, A->data + i * M * K, K, B->data + i * K * N, N, 0.0f, C->data + i * M * N, N);
+        dt_gemm_cpu(0, 0, M, N, K, 1.0f, dt_data_f32(A) + i * M * K, K, dt_data_f32(B) + i * K * N, N, 0.0f, dt_data_f32(C) + i * M * N, N);
     dt_gemm_batched_cuda(0, 0, M, N, K, 1.0f, Ag->data, K, M * K, Bg->data, N, K * N, 0.0f, Cg->data, N, M * N, cnt);
     float *h = dt_tensor_host_copy(Cg);
     EXPECT(dt_expect_close("gemm batched", h, C->data, cnt * M * N, 1e-5));

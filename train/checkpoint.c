@@ -236,7 +236,7 @@ int dt_checkpoint_copy_to(const dt_checkpoint *ck, const char *name, dt_tensor *
     }
     float *h = dt_xmalloc((size_t)(t->numel ? t->numel : 1) * sizeof(float));
     memcpy(h, ck->data[i], (size_t)t->numel * sizeof(float));
-    dt_tensor_upload(t, h);
+    dt_tensor_set_values(t, h); /* checkpoints hold logical (NCHW) order: any layout resumes any */
     free(h);
     return 0;
 }

@@ -37,7 +37,10 @@ static const key_spec KEYS[] = {
     {"max_val_batches", T_INT, F(max_val_batches), "0", NULL, 0, 1 << 30, 0, "evaluate on at most this many val batches (0 = all)"},
     {"device", T_ENUM, F(device), "cuda", "cuda|cpu", 0, 0, 1, "where to train"},
     {"precision", T_ENUM, F(precision), "fp32", "fp32|tf32|bf16", 0, 0, 1,
-     "GEMM arithmetic: fp32, tf32 (TF32 tensor cores), bf16 (bf16 operands, fp32 accumulation; docs/training.md)"},
+     "precision policy: fp32, tf32 (fp32 on TF32 tensor cores), bf16 (bf16 activations, fp32 accumulation, masters, "
+     "statistics and loss; docs/training.md)"},
+    {"layout", T_ENUM, F(layout), "auto", "auto|nchw|nhwc", 0, 0, 0,
+     "activation layout: auto (nhwc for bf16, nchw for fp32/tf32), nchw, or nhwc (channels last)"},
     {"gpus", T_STR, F(gpus), "1", NULL, 0, 0, 1,
      "data parallel: N (GPUs 0..N-1) or a list like 0,2; global batch = batch x replicas (docs/training.md)"},
     {"sync_bn", T_BOOL, F(sync_bn), "0", NULL, 0, 1, 1, "several GPUs: batch-norm statistics over all replicas' batches"},

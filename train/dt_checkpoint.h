@@ -7,6 +7,8 @@
 #ifndef DT_CHECKPOINT_H
 #define DT_CHECKPOINT_H
 
+#include "dt_api.h"
+
 #include <stdint.h>
 
 #include "dt_common.h"
@@ -15,6 +17,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+DT_PUBLIC_BEGIN
 
 typedef struct {
     int64_t epoch;  /* epoch to continue in */
@@ -70,6 +73,7 @@ void dt_checkpoint_free(dt_checkpoint *ck);
  * creating and removing the temporary file a save will use. 0, or -1 with err set. */
 int dt_checkpoint_prepare(const char *path, dt_err *err);
 
+DT_PUBLIC_END
 #ifdef __cplusplus
 }
 #endif

@@ -5,6 +5,8 @@
 #ifndef DT_CONFIG_H
 #define DT_CONFIG_H
 
+#include "dt_api.h"
+
 #include <stdint.h>
 #include <stdio.h>
 
@@ -13,6 +15,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+DT_PUBLIC_BEGIN
 
 typedef struct {
     /* data */
@@ -25,6 +28,7 @@ typedef struct {
     /* device */
     char device[8];        /* cuda | cpu */
     char precision[8];     /* fp32 | tf32 | bf16 (dt_precision) */
+    char layout[8];        /* auto | nchw | nhwc */
     char gpus[160];        /* data parallel: a count N (GPUs 0..N-1) or a list like 0,2 */
     int sync_bn;           /* batch-norm statistics over all replicas */
     int bucket_mb;         /* gradient all-reduce bucket size (MiB) */
@@ -83,6 +87,7 @@ void dt_config_help(FILE *f);
 typedef void (*dt_config_diff_fn)(const char *key, const char *was, const char *now, void *ctx);
 int dt_config_diff(const dt_train_cfg *was, const dt_train_cfg *now, dt_config_diff_fn fn, void *ctx);
 
+DT_PUBLIC_END
 #ifdef __cplusplus
 }
 #endif

@@ -5,6 +5,8 @@
 #ifndef DT_OPTIM_H
 #define DT_OPTIM_H
 
+#include "dt_api.h"
+
 #include <stdint.h>
 
 #include "dt_param.h"
@@ -12,6 +14,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+DT_PUBLIC_BEGIN
 
 typedef struct {
     float momentum, dampening, weight_decay;
@@ -35,6 +38,7 @@ void dt_sgd_init(dt_sgd *s, dt_params *params, const dt_sgd_opts *opts);
 void dt_sgd_step(dt_sgd *s, float lr);
 void dt_sgd_free(dt_sgd *s);
 
+DT_PUBLIC_END
 #ifdef __cplusplus
 }
 #endif

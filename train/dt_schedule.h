@@ -7,11 +7,14 @@
 #ifndef DT_SCHEDULE_H
 #define DT_SCHEDULE_H
 
+#include "dt_api.h"
+
 #include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+DT_PUBLIC_BEGIN
 
 typedef enum { DT_SCHED_CONST = 0, DT_SCHED_STEP, DT_SCHED_COSINE } dt_sched_kind;
 
@@ -25,6 +28,7 @@ float dt_schedule_lr(const dt_schedule *s, int64_t step);
 /* "const" | "step" | "cosine" -> kind; -1 when unknown. */
 int dt_schedule_kind(const char *name);
 
+DT_PUBLIC_END
 #ifdef __cplusplus
 }
 #endif

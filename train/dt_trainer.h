@@ -4,6 +4,8 @@
 #ifndef DT_TRAINER_H
 #define DT_TRAINER_H
 
+#include "dt_api.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -13,6 +15,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+DT_PUBLIC_BEGIN
 
 typedef struct {
     int64_t steps;            /* optimizer steps done in this run */
@@ -27,6 +30,7 @@ typedef struct {
 int dt_train_run(const dt_train_cfg *cfg, dt_train_result *res, dt_err *err);
 void dt_train_result_free(dt_train_result *r);
 
+DT_PUBLIC_END
 #ifdef __cplusplus
 }
 #endif

@@ -48,7 +48,7 @@ static int param_index(dt_grad_sync *s, const dt_tensor *p) {
 /* Starts every complete bucket from the next one on, in order. */
 static void launch_ready(dt_grad_sync *s) {
     while (s->next < s->nb && s->pending[s->next] == 0) {
-        dt_dist_allreduce_f32_async(s->dist, s->flat->data + s->start[s->next], s->len[s->next], 1);
+        dt_dist_allreduce_f32_async(s->dist, dt_data_f32(s->flat) + s->start[s->next], s->len[s->next], 1);
         s->next++;
     }
 }
@@ -76,22 +76,22 @@ void dt_grad_sync_init(dt_grad_sync *s, dt_params *ps, dt_dist *d, size_t bucket
     s->pending = dt_xcalloc(cap, sizeof *s->pending);
     s->reported = dt_xcalloc(cap, sizeof *s->reported);
     int64_t total = 1;
-    for (int i = 0; i < n; i++) total += numel[i] = ps->items[i]->numel;
+    for (int i = 0; i < n; i++) total += numel[i] = ps->items[i]->t->numel;
     int64_t cap_elems = (int64_t)(bucket_bytes / sizeof(float));
     s->nb = dt_bucket_plan(numel, n, cap_elems > 0 ? cap_elems : 1, s->offset, s->bucket_of, s->start, s->len);
     free(numel);
-    dt_dev dev = n ? ps->items[0]->dev : DT_CPU;
+    dt_dev dev = n ? ps->items[0]->t->dev : DT_CPU;
     int64_t shape[1] = {total};
     s->flat = dt_tensor_zeros(1, shape, dev);
     dt_tensor_keep(s->flat);
     for (int i = 0; i < n; i++) {
-        dt_tensor *p = ps->items[i];
+        dt_tensor *p = ps->items[i]->t;
         if (p->grad) dt_tensor_free(p->grad);
-        p->grad = dt_tensor_view_at(s->flat, s->offset[i], p->ndim, p->shape);
+        p->grad = dt_tensor_view_at(s->flat, s->offset[i], p->ndim, p->shape, p->layout);
         p->grad_valid = 0;
     }
     s->by_ptr = dt_xcalloc(cap, sizeof *s->by_ptr);
-    for (int i = 0; i < n; i++) s->by_ptr[i] = (dt_grad_sync_entry){ps->items[i], i};
+    for (int i = 0; i < n; i++) s->by_ptr[i] = (dt_grad_sync_entry){ps->items[i]->t, i};
     qsort(s->by_ptr, n, sizeof *s->by_ptr, cmp_param);
     dt_set_grad_ready_hook(on_ready, s);
 }
@@ -112,7 +112,7 @@ void dt_grad_sync_free(dt_grad_sync *s) {
     memset(s, 0, sizeof *s);
 }
 
-float *dt_grad_sync_loss_slot(dt_grad_sync *s) { return s->flat->data; }
+float *dt_grad_sync_loss_slot(dt_grad_sync *s) { return dt_data_f32(s->flat); }
 
 void dt_grad_sync_begin(dt_grad_sync *s) {
     memset(s->pending, 0, s->nb * sizeof *s->pending);
@@ -126,7 +126,7 @@ void dt_grad_sync_begin(dt_grad_sync *s) {
 void dt_grad_sync_end(dt_grad_sync *s) {
     for (int i = 0; i < s->n; i++) {
         if (s->reported[i]) continue;
-        dt_tensor *p = s->params->items[i];
+        dt_tensor *p = s->params->items[i]->t;
         if (!p->grad_valid) dt_tensor_fill(p->grad, 0.0f); /* no gradient this step: contributes 0 */
         p->grad_valid = 1;
         s->reported[i] = 1;

@@ -3,8 +3,14 @@
 
 #include "dt_alloc.h"
 #include "dt_common.h"
+#include "dt_kernel.h"
 #include "dt_optim.h"
 #include "sgd.h"
+
+typedef void sgd_fn(const dt_sgd_tensor *ts, int count, const dt_sgd_chunk *chunks, int nchunks, float lr,
+                    float momentum, float dampening, int nesterov);
+DT_OP_TABLE(sgd_k, "sgd", sgd_fn, DT_KERNEL(sgd_k, DT_CPU, DT_F32, DT_ANY_LAYOUT, dt_sgd_step_cpu),
+            DT_KERNEL_CUDA(sgd_k, DT_GPU, DT_F32, DT_ANY_LAYOUT, dt_sgd_step_cuda))
 
 void dt_sgd_init(dt_sgd *s, dt_params *params, const dt_sgd_opts *opts) {
     memset(s, 0, sizeof *s);
@@ -23,8 +29,8 @@ void dt_sgd_free(dt_sgd *s) {
     memset(s, 0, sizeof *s);
 }
 
-static float wd_of(const dt_sgd *s, const dt_tensor *p) {
-    return (p->no_decay && !s->o.decay_all) ? 0.0f : s->o.weight_decay;
+static float wd_of(const dt_sgd *s, const dt_param *r) {
+    return (r->no_decay && !s->o.decay_all) ? 0.0f : s->o.weight_decay;
 }
 
 void dt_sgd_step(dt_sgd *s, float lr) {
@@ -34,11 +40,12 @@ void dt_sgd_step(dt_sgd *s, float lr) {
     int count = 0;
     int64_t nchunks = 0;
     for (int i = 0; i < n; i++) {
-        dt_tensor *p = ps->items[i];
+        dt_param *r = ps->items[i];
+        dt_tensor *p = r->t;
         int active = p->grad_valid && p->grad;
         int first = 0;
         if (active && s->o.momentum != 0.0f && !s->bufs[i]) {
-            s->bufs[i] = dt_tensor_new_unscoped(p->ndim, p->shape, p->dev);
+            s->bufs[i] = dt_tensor_new_unscoped(p->ndim, p->shape, p->dev, DT_F32, p->layout);
             first = 1;
         }
         /* A first step changes the table (first flag now, not next time). */
@@ -46,10 +53,10 @@ void dt_sgd_step(dt_sgd *s, float lr) {
         s->active_prev[i] = (unsigned char)active;
         if (!active) continue;
         tab[count++] = (dt_sgd_tensor){p->data, p->grad->data, s->bufs[i] ? s->bufs[i]->data : NULL, p->numel,
-                                       wd_of(s, p), p->lr_mult, first};
+                                       wd_of(s, r), r->lr_mult, first};
         nchunks += dt_ceil_div(p->numel, DT_SGD_CHUNK);
     }
-    if (count && ps->items[0]->dev == DT_GPU) {
+    if (count && ps->items[0]->t->dev == DT_GPU) {
         if (changed) {
             dt_sgd_chunk *ch = dt_xmalloc(nchunks * sizeof *ch);
             int64_t k = 0;
@@ -75,11 +82,10 @@ void dt_sgd_step(dt_sgd *s, float lr) {
             for (int t = 0; t < count; t++)
                 if (tab[t].first) s->dev_valid = 0;
         }
-#ifdef DT_CUDA
-        dt_sgd_step_cuda(s->dev_tensors, s->dev_chunks, s->nchunks, lr, s->o.momentum, s->o.dampening, s->o.nesterov);
-#endif
+        DT_PICK(sgd_k, DT_GPU, DT_F32, DT_NCHW)(s->dev_tensors, count, s->dev_chunks, s->nchunks, lr, s->o.momentum,
+                                                s->o.dampening, s->o.nesterov);
     } else if (count) {
-        dt_sgd_step_cpu(tab, count, lr, s->o.momentum, s->o.dampening, s->o.nesterov);
+        DT_PICK(sgd_k, DT_CPU, DT_F32, DT_NCHW)(tab, count, NULL, 0, lr, s->o.momentum, s->o.dampening, s->o.nesterov);
     }
     free(tab);
     s->steps++;

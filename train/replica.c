@@ -120,6 +120,8 @@ void train_model_cfg(const dt_train_cfg *c, int classes, dt_resnet_cfg *mc) {
     mc->offset_init_std = c->offset_init_std;
     mc->offset_lr_mult = c->offset_lr_mult;
     mc->deform_mode = (dt_deform_mode)dt_deform_mode_parse(c->deform_mode);
+    dt_precision_parse(c->precision, &mc->precision); /* checked by the run */
+    if (dt_layout_parse(c->layout, &mc->layout)) mc->layout = dt_precision_layout(mc->precision); /* auto */
     dt_deform_knobs k = dt_deform_knobs_default();
     if (strcmp(c->tile, "auto")) sscanf(c->tile, "%dx%d", &k.tile_h, &k.tile_w);
     k.halo = c->halo;
@@ -162,20 +164,19 @@ static int load_state(replica *r) {
     const char *path = run->c->resume;
     int known = 0;
     for (int i = 0; i < r->model.params.n; i++) {
-        dt_tensor *p = r->model.params.items[i];
+        dt_tensor *p = r->model.params.items[i]->t;
         if (dt_checkpoint_copy_to(ck, p->name, p, path, &r->err)) return 1;
         known++;
         char mname[128];
         snprintf(mname, sizeof mname, "momentum/%s", p->name);
         if (dt_checkpoint_find(ck, mname) >= 0) {
-            if (!r->opt.bufs[i]) r->opt.bufs[i] = dt_tensor_new_unscoped(p->ndim, p->shape, p->dev);
+            if (!r->opt.bufs[i]) r->opt.bufs[i] = dt_tensor_new_unscoped(p->ndim, p->shape, p->dev, DT_F32, p->layout);
             if (dt_checkpoint_copy_to(ck, mname, r->opt.bufs[i], path, &r->err)) return 1;
             known++;
         }
     }
-    dt_tensor *bufs[64];
-    int nb = dt_resnet_buffers(&r->model, bufs, 64);
-    for (int i = 0; i < nb; i++, known++)
+    dt_tensor **bufs = r->model.buffers;
+    for (int i = 0; i < r->model.n_buffers; i++, known++)
         if (dt_checkpoint_copy_to(ck, bufs[i]->name, bufs[i], path, &r->err)) return 1;
     if (known != ck->n)
         return dt_errf(&r->err, "checkpoint %s does not match the model: it holds %d tensors, the model %d (another deform "
@@ -191,21 +192,20 @@ static void make_synthetic(replica *r) {
     const dt_train_cfg *c = run->c;
     int64_t B = c->batch, G = B * run->world;
     int64_t sx[4] = {B, 3, c->image_size, c->image_size}, sy[1] = {B}, sg[4] = {G, 3, c->image_size, c->image_size};
-    r->syn_x = dt_tensor_new_unscoped(4, sx, run->dev);
-    r->syn_y = dt_tensor_new_unscoped(1, sy, run->dev);
-    dt_tensor *all = dt_tensor_new_unscoped(4, sg, run->dev);
+    r->syn_x = dt_tensor_new_unscoped(4, sx, run->dev, DT_F32, DT_NCHW);
+    r->syn_y = dt_tensor_new_unscoped(1, sy, run->dev, DT_I32, DT_NCHW);
+    dt_tensor *all = dt_tensor_new_unscoped(4, sg, run->dev, DT_F32, DT_NCHW);
     dt_init_normal(all, 0.0f, 1.0f);
-    dt_tensor *part = dt_tensor_view_at(all, r->rank * r->syn_x->numel, 4, sx);
+    dt_tensor *part = dt_tensor_view_at(all, r->rank * r->syn_x->numel, 4, sx, DT_NCHW);
     dt_tensor_copy(r->syn_x, part);
     dt_tensor_free(part);
     dt_tensor_free(all);
     dt_rng g;
     dt_rng_seed(&g, c->seed + 1);
-    float *labels = dt_xcalloc(G, sizeof *labels);
-    for (int64_t i = 0; i < G; i++) labels[i] = (float)dt_rng_below(&g, (uint32_t)c->classes);
-    memcpy(r->label_host[0], labels + r->rank * B, B * sizeof *labels);
+    int32_t *labels = dt_xcalloc(G, sizeof *labels);
+    for (int64_t i = 0; i < G; i++) labels[i] = (int32_t)dt_rng_below(&g, (uint32_t)c->classes);
+    dt_tensor_upload(r->syn_y, labels + r->rank * B);
     free(labels);
-    dt_tensor_upload(r->syn_y, r->label_host[0]);
 }
 
 /* All-reduce of batch-norm sums for sync_bn (dt_bn_sync's callback). */
@@ -215,12 +215,12 @@ static void bn_allreduce(void *ctx, double *sums, int64_t n) { dt_dist_allreduce
  * build the model from the same seed; the broadcast makes it so by construction, as DDP). */
 static void broadcast_state(replica *r, int with_params) {
     for (int i = 0; with_params && i < r->model.params.n; i++) {
-        dt_dist_broadcast_f32(r->dist, r->model.params.items[i]->data, r->model.params.items[i]->numel, 0);
+        dt_tensor *p = r->model.params.items[i]->t;
+        dt_dist_broadcast_f32(r->dist, dt_data_f32(p), p->numel, 0);
         if (r->opt.bufs[i]) dt_dist_broadcast_f32(r->dist, r->opt.bufs[i]->data, r->opt.bufs[i]->numel, 0);
     }
-    dt_tensor *bufs[64];
-    int nb = dt_resnet_buffers(&r->model, bufs, 64);
-    for (int i = 0; i < nb; i++) dt_dist_broadcast_f32(r->dist, bufs[i]->data, bufs[i]->numel, 0);
+    for (int i = 0; i < r->model.n_buffers; i++)
+        dt_dist_broadcast_f32(r->dist, dt_data_f32(r->model.buffers[i]), r->model.buffers[i]->numel, 0);
 }
 
 int replica_setup(replica *r) {
@@ -230,7 +230,6 @@ int replica_setup(replica *r) {
     if (run->dev == DT_GPU) dt_gpu_use(run->gpus[local]);
     if (run->group && dt_dist_join(run->group, local, &r->dist, &r->err)) return 1;
     if (make_loaders(r)) return 1;
-    for (int i = 0; i < 2; i++) r->label_host[i] = dt_host_alloc((size_t)c->batch * sizeof(float), 1);
     dt_resnet_cfg mc;
     train_model_cfg(c, run->classes, &mc);
     /* The model's initialization and the synthetic batch draw from the process's RNGs (the
@@ -255,9 +254,7 @@ int replica_setup(replica *r) {
         dt_grad_sync_init(&r->gs, &r->model.params, r->dist, (size_t)c->bucket_mb << 20);
         if (c->sync_bn) {
             r->bn_sync = (dt_bn_sync){.allreduce = bn_allreduce, .ctx = r->dist, .ranks = run->world};
-            dt_batchnorm *bns[32];
-            int nb = dt_resnet_batchnorms(&r->model, bns, 32);
-            for (int i = 0; i < nb; i++) bns[i]->sync = &r->bn_sync;
+            for (int i = 0; i < r->model.n_bns; i++) r->model.bns[i]->sync = &r->bn_sync;
         }
     }
     r->cap = run->stop - run->pos.step + 1;
@@ -288,7 +285,6 @@ void replica_teardown(replica *r) {
     }
     if (r->train_ld) dt_loader_free(r->train_ld);
     if (r->val_ld) dt_loader_free(r->val_ld);
-    for (int i = 0; i < 2; i++) dt_host_free(r->label_host[i], 1);
     dt_tensor_free(r->syn_x);
     dt_tensor_free(r->syn_y);
     if (run->dev == DT_GPU) dt_gpu_sync();
@@ -331,16 +327,14 @@ int replica_enqueue_step(replica *r, step_pending *p, int64_t epoch, int *epoch_
         p->n = p->batch.n;
         int64_t sx[4] = {p->n, 3, c->image_size, c->image_size}, sy[1] = {p->n};
         x = dt_tensor_new(4, sx, run->dev);
-        y = dt_tensor_new(1, sy, run->dev);
-        float *lh = r->label_host[r->cur];
-        for (int i = 0; i < p->n; i++) lh[i] = (float)p->batch.labels[i];
-        size_t xb = (size_t)x->numel * sizeof(float);
+        y = dt_tensor_new_as(1, sy, run->dev, DT_I32, DT_NCHW);
+        /* from the loader's pinned slot, released only after the copy has completed */
         if (run->dev == DT_GPU) {
-            dt_copy_h2d_async(x->data, p->batch.images, xb);
-            dt_copy_h2d_async(y->data, lh, (size_t)p->n * sizeof(float));
+            dt_copy_h2d_async(x->data, p->batch.images, dt_tensor_bytes(x));
+            dt_copy_h2d_async(y->data, p->batch.labels, dt_tensor_bytes(y));
         } else {
-            memcpy(x->data, p->batch.images, xb);
-            memcpy(y->data, lh, (size_t)p->n * sizeof(float));
+            memcpy(x->data, p->batch.images, dt_tensor_bytes(x));
+            memcpy(y->data, p->batch.labels, dt_tensor_bytes(y));
         }
     }
     p->active = 1;
@@ -351,11 +345,11 @@ int replica_enqueue_step(replica *r, step_pending *p, int64_t epoch, int *epoch_
     loss->retain = 1;
     mark(&p->m, 1);
     /* With peers the loss rides in the first gradient bucket: read back averaged. */
-    const float *loss_src = loss->data;
+    const float *loss_src = dt_data_f32(loss);
     if (r->dist) {
         float *slot = dt_grad_sync_loss_slot(&r->gs);
-        if (run->dev == DT_GPU) dt_copy_d2d(slot, loss->data, sizeof(float));
-        else *slot = loss->data[0];
+        if (run->dev == DT_GPU) dt_copy_d2d(slot, loss_src, sizeof(float));
+        else *slot = loss_src[0];
         loss_src = slot;
         dt_grad_sync_begin(&r->gs);
     }
@@ -465,10 +459,9 @@ static int evaluate_shard(replica *r, double m[4], int stats) {
             dl->stats_halo = dl->cur_halo;
         }
         int64_t sx[4] = {b.n, 3, c->image_size, c->image_size}, sy[1] = {b.n};
-        dt_tensor *x = dt_tensor_new(4, sx, r->run->dev), *y = dt_tensor_new(1, sy, r->run->dev);
+        dt_tensor *x = dt_tensor_new(4, sx, r->run->dev), *y = dt_tensor_new_as(1, sy, r->run->dev, DT_I32, DT_NCHW);
         dt_tensor_upload(x, b.images);
-        for (int i = 0; i < b.n; i++) r->label_host[0][i] = (float)b.labels[i];
-        dt_tensor_upload(y, r->label_host[0]);
+        dt_tensor_upload(y, b.labels);
         dt_tensor *logits = dt_resnet18_forward(&r->model, x, 0);
         float cc[2];
         dt_topk_correct(logits, y, cc);
@@ -506,18 +499,17 @@ static int ckpt_items(replica *r, dt_ckpt_item *items, char (*names)[96], int ma
     int n = 0;
     dt_params *ps = &r->model.params;
     for (int i = 0; i < ps->n && n < max; i++) {
-        items[n].name = ps->items[i]->name;
-        items[n++].t = ps->items[i];
+        items[n].name = ps->items[i]->t->name;
+        items[n++].t = ps->items[i]->t;
     }
-    dt_tensor *bufs[64];
-    int nb = dt_resnet_buffers(&r->model, bufs, 64);
-    for (int i = 0; i < nb && n < max; i++) {
+    dt_tensor **bufs = r->model.buffers;
+    for (int i = 0; i < r->model.n_buffers && n < max; i++) {
         items[n].name = bufs[i]->name;
         items[n++].t = bufs[i];
     }
     for (int i = 0; i < ps->n && n < max; i++)
         if (r->opt.bufs[i]) {
-            snprintf(names[i], 96, "momentum/%s", ps->items[i]->name);
+            snprintf(names[i], 96, "momentum/%s", ps->items[i]->t->name);
             items[n].name = names[i];
             items[n++].t = r->opt.bufs[i];
         }

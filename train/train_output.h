@@ -9,8 +9,6 @@
 #include "dt_config.h"
 #include "dt_trainer.h"
 
-/* The trainer's own functions: hidden from libdeftc.so's exported interface. */
-#define DT_INTERNAL __attribute__((visibility("hidden")))
 
 /* The log files, and the first write to them that failed (a full disk, a quota): the run
  * stops with that message rather than leaving cut or empty files behind a status of 0. */
@@ -22,16 +20,16 @@ typedef struct {
 } train_output;
 
 /* Opens the files of c->log (appending when resuming); -1 with err set. */
-DT_INTERNAL int train_output_open(train_output *o, const dt_train_cfg *c, dt_err *err);
+int train_output_open(train_output *o, const dt_train_cfg *c, dt_err *err);
 /* Closes them; a failure (the last buffered bytes not written) is recorded in o->failed. */
-DT_INTERNAL void train_output_close(train_output *o);
+void train_output_close(train_output *o);
 /* Flushes f (where buffered write errors surface) and records the first failure. */
-DT_INTERNAL void train_output_check(train_output *o, FILE *f, const char *path);
+void train_output_check(train_output *o, FILE *f, const char *path);
 /* One line to the terminal (unless quiet) and the log. */
-DT_INTERNAL void train_say(train_output *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void train_say(train_output *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* A warning: to stderr (dt_warn) and the log. */
-DT_INTERNAL void train_warn(train_output *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void train_warn(train_output *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The machine-readable summary (read by bench/reproduce.sh), written whole or not at all. */
-DT_INTERNAL int train_write_summary(const dt_train_cfg *c, const dt_train_result *res, dt_err *err);
+int train_write_summary(const dt_train_cfg *c, const dt_train_result *res, dt_err *err);
 
 #endif

@@ -86,7 +86,6 @@ typedef struct {
     dt_schedule sched;
     dt_loader *train_ld, *val_ld;
     dt_tensor *syn_x, *syn_y; /* synthetic mode: this replica's part of the global batch */
-    float *label_host[2];     /* pinned float labels, double-buffered */
     dt_grad_sync gs;          /* with several replicas */
     dt_bn_sync bn_sync;       /* sync_bn=1 */
     step_pending pq[2];
@@ -102,15 +101,15 @@ typedef struct {
 } replica;
 
 /* The model the configuration describes (its deformable layers' knobs included). */
-DT_INTERNAL void train_model_cfg(const dt_train_cfg *c, int classes, dt_resnet_cfg *mc);
+void train_model_cfg(const dt_train_cfg *c, int classes, dt_resnet_cfg *mc);
 
 /* The stages (replica.c). Each returns 0, or 1 with r->err set. */
-DT_INTERNAL int replica_setup(replica *r);
-DT_INTERNAL int replica_enqueue_step(replica *r, step_pending *p, int64_t epoch, int *epoch_over);
-DT_INTERNAL int replica_finish_step(replica *r, step_pending *p, step_pending *next);
-DT_INTERNAL int replica_end_epoch(replica *r, int64_t epoch, int epoch_done, int64_t batches_done);
-DT_INTERNAL void replica_teardown(replica *r);
+int replica_setup(replica *r);
+int replica_enqueue_step(replica *r, step_pending *p, int64_t epoch, int *epoch_over);
+int replica_finish_step(replica *r, step_pending *p, step_pending *next);
+int replica_end_epoch(replica *r, int64_t epoch, int epoch_done, int64_t batches_done);
+void replica_teardown(replica *r);
 /* The whole loop: setup, the epochs, the summary (replica 0). */
-DT_INTERNAL int replica_main(replica *r);
+int replica_main(replica *r);
 
 #endif

@@ -193,7 +193,14 @@ int dt_train_run(const dt_train_cfg *c, dt_train_result *res, dt_err *err) {
                        "NCCL_HOME) and rebuild, or use gpus=1", c->gpus), 2;
     dt_precision prec;
     if (dt_precision_parse(c->precision, &prec)) return dt_errf(err, "precision=%s: expected fp32, tf32 or bf16", c->precision), 2;
-    dt_set_precision(prec);
+    dt_layout layout = dt_precision_layout(prec);
+    if (strcmp(c->layout, "auto") && dt_layout_parse(c->layout, &layout))
+        return dt_errf(err, "layout=%s: expected auto, nchw or nhwc", c->layout), 2;
+    if (prec == DT_PREC_BF16 && layout != DT_NHWC)
+        return dt_errf(err, "precision=bf16 runs channels last: layout=nchw is fp32/tf32 only (use layout=auto or nhwc)"), 2;
+    if (strcmp(c->deform, "none") && !strcmp(c->deform_mode, "unfused") && (prec == DT_PREC_BF16 || layout == DT_NHWC))
+        return dt_errf(err, "deform_mode=unfused is the fp32 NCHW baseline: it takes precision fp32 or tf32 with layout "
+                       "nchw (deform_mode=deft runs bf16 and channels last)"), 2;
     if (run.dev == DT_GPU && init_gpus(&run, err)) return 2;
     dt_conv_set_col_budget((size_t)c->col_budget_mb << 20);
     dt_set_seed(c->seed); /* each replica reseeds the RNGs from it before it builds its model */

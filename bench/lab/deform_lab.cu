@@ -9,8 +9,12 @@
  *   gather   the dx gather with a lane a vector (rows grid-strided or in a contiguous range a
  *            block; 1 or 4 hits loaded ahead) against the product's (4 vectors a lane)
  *   sample   the sampling with a lane a vector (strided, blocked) against the product's
+ *   bf16     the product's kernels on a bf16 plan (bf16 x and columns read as stored: sampling,
+ *            gather into bf16 dx or an fp32 sum, the tensor-core offset conv), next to the two
+ *            conversion passes of the bridge they replaced (x widened to fp32, the fp32 input
+ *            gradient rounded to bf16); compare with the f32 rows of the other groups
  *
- *   build/deform_lab [--batch 64] [--reps 20] [--shape l1] [--what offconv,gemm,gather,sample]
+ *   build/deform_lab [--batch 64] [--reps 20] [--shape l1] [--what offconv,gemm,gather,sample,bf16]
  *                    [--skip-validate]      (make lab; GPU only; --skip-validate for profilers)
  * Validation lines first (relative error against the CPU twin), then one table. */
 #include <math.h>
@@ -19,6 +23,7 @@
 #include <string.h>
 
 #include "bench_common.h"
+#include "convert.h"
 #include "deform_chunk.h"
 #include "deform_nhwc.h"
 #include "deform_plan.h"
@@ -211,10 +216,8 @@ static float *up(const float *h, int64_t n) {
     dt_copy_h2d(d, h, sizeof(float) * (size_t)n);
     return d;
 }
-/* ||gpu - ref|| / ||ref|| over the entries where ref is not NaN (inf with a NaN on the GPU) */
-static double err_vs(const float *d, const float *ref, int64_t n) {
-    float *h = (float *)malloc(sizeof(float) * (size_t)n);
-    dt_copy_d2h(h, d, sizeof(float) * (size_t)n);
+/* ||h - ref|| / ||ref|| over the entries where ref is not NaN (inf with a NaN in h) */
+static double err_host(const float *h, const float *ref, int64_t n) {
     double num = 0, den = 0;
     for (int64_t i = 0; i < n; i++) {
         if (isnan(ref[i])) continue;
@@ -222,8 +225,42 @@ static double err_vs(const float *d, const float *ref, int64_t n) {
         num += ((double)h[i] - ref[i]) * ((double)h[i] - ref[i]);
         den += (double)ref[i] * ref[i];
     }
-    free(h);
     return sqrt(num) / (den > 0 ? sqrt(den) : 1e-30);
+}
+/* the same for a device array d [n] of fp32 */
+static double err_vs(const float *d, const float *ref, int64_t n) {
+    float *h = (float *)malloc(sizeof(float) * (size_t)n);
+    dt_copy_d2h(h, d, sizeof(float) * (size_t)n);
+    double e = err_host(h, ref, n);
+    free(h);
+    return e;
+}
+/* bf16 copies: of host values (rounded), on the device; a host array of bf16 widened */
+static dt_bf16 *bf16_host(const float *h, int64_t n) {
+    dt_bf16 *b = (dt_bf16 *)malloc(sizeof(dt_bf16) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) b[i] = dt_bf16_from_float(h[i]);
+    return b;
+}
+static void *up_bf16(const float *h, int64_t n) {
+    dt_bf16 *b = bf16_host(h, n);
+    void *d = dt_gpu_malloc(sizeof(dt_bf16) * (size_t)n);
+    dt_copy_h2d(d, b, sizeof(dt_bf16) * (size_t)n);
+    free(b);
+    return d;
+}
+static float *widened(const dt_bf16 *b, int64_t n) {
+    float *h = (float *)malloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) h[i] = dt_bf16_to_float(b[i]);
+    return h;
+}
+/* err_vs for a device array d [n] of bf16 against the CPU twin's bf16 result ref */
+static double err_vs_bf16(const void *d, const dt_bf16 *ref, int64_t n) {
+    dt_bf16 *h = (dt_bf16 *)malloc(sizeof(dt_bf16) * (size_t)n);
+    dt_copy_d2h(h, d, sizeof(dt_bf16) * (size_t)n);
+    float *a = widened(h, n), *b = widened(ref, n);
+    double e = err_host(a, b, n);
+    free(h), free(a), free(b);
+    return e;
 }
 static dt_deform_plan plan_for(int n, int c, int h, int w, int cout, dt_conv_geom g, int G, int mask, size_t budget) {
     dt_deform_plan p;
@@ -231,6 +268,14 @@ static dt_deform_plan plan_for(int n, int c, int h, int w, int cout, dt_conv_geo
     const char *bad = dt_deform_plan_init(&p, n, c, h, w, cout, g, G, mask, DT_DEFORM_DEFT, &k, budget);
     if (bad) dt_fatal("lab: %s", bad);
     return p;
+}
+/* p's bf16 twin: bf16 NHWC tensors, the same chunk (half the column budget: bf16 columns are
+ * half the bytes). */
+static dt_deform_plan bf16_plan(const dt_deform_plan *p, size_t budget) {
+    dt_deform_plan b = *p;
+    const char *bad = dt_deform_plan_types(&b, DT_BF16, DT_NHWC, DT_MATH_FP32, budget / 2);
+    if (bad) dt_fatal("lab: %s", bad);
+    return b;
 }
 /* om [Q, OCS] with offsets ~ N(0, sigma) px and (with mask) values in (0, 1). */
 static float *om_host(const dt_deform_plan *p, int64_t nb, float sigma, uint64_t seed) {
@@ -260,14 +305,14 @@ static void validate_offconv(int tiles) {
         memcpy(dx, dx0, nx * 4);
         dt_offconv_fwd_cpu(&p, nb, xT, w, b, om, NULL);
         dt_offconv_bwd_weight_cpu(&p, nb, xT, dom, 0.0f, dw, 0.0f, db, NULL);
-        dt_offconv_bwd_input_cpu(&p, nb, dom, w, 1.0f, dx, NULL);
+        dt_offconv_bwd_input_cpu(&p, nb, dom, w, NULL, 1.0f, dx, NULL);
         float *gx = up(xT, nx), *gw = up(w, p.OC * p.KC), *gb = up(b, p.OC), *gdom = up(dom, Q * p.OCS), *gdx = up(dx0, nx);
         float *gom = (float *)dt_gpu_malloc(Q * p.OCS * 4), *gdw = (float *)dt_gpu_malloc(p.OC * p.KC * 4);
         float *gdb = (float *)dt_gpu_malloc(p.OC * 4);
         void *ws = dt_gpu_malloc(dt_offconv_ws_bytes_cuda(&p, nb));
         dt_offconv_fwd_cuda(&p, nb, gx, gw, gb, gom, ws);
         dt_offconv_bwd_weight_cuda(&p, nb, gx, gdom, 0.0f, gdw, 0.0f, gdb, ws);
-        dt_offconv_bwd_input_cuda(&p, nb, gdom, gw, 1.0f, gdx, ws);
+        dt_offconv_bwd_input_cuda(&p, nb, gdom, gw, NULL, 1.0f, gdx, ws);
         printf("validate offconv %-5s C %3lld s%d d%d G%d mask %d: fwd %.1e  dW %.1e  db %.1e  dx %.1e\n",
                tiles ? "tiles" : "lanes", (long long)p.C, V[vi].stride, V[vi].dil, V[vi].G, V[vi].mask,
                err_vs(gom, om, Q * p.OCS), err_vs(gdw, dw, p.OC * p.KC), err_vs(gdb, db, p.OC), err_vs(gdx, dx, nx));
@@ -291,7 +336,7 @@ static void validate_gather_sample(void) {
         dt_deform_index_build_cpu(&p, nb, om, cws, &ic);
         float *dx = (float *)malloc(nx * 4), *D = (float *)malloc(S * 16), *col = (float *)malloc(Q * p.KC * 4);
         for (int64_t e = 0; e < S * 4; e++) D[e] = NAN;
-        dt_deform_gather_dx_cpu(&p, nb, &ic, xT, dcol, dx, D);
+        dt_deform_gather_dx_cpu(&p, nb, &ic, xT, dcol, 0.0f, dx, DT_F32, D);
         dt_deform_sample_nhwc_cpu(&p, nb, xT, om, col);
         float *gx = up(xT, nx), *gom = up(om, Q * p.OCS), *gdcol = up(dcol, Q * p.KC);
         float *gdx = (float *)dt_gpu_malloc(nx * 4), *gD = (float *)dt_gpu_malloc(S * 16), *gcol = (float *)dt_gpu_malloc(Q * p.KC * 4);
@@ -313,22 +358,87 @@ static void validate_gather_sample(void) {
     }
 }
 
+/* The bf16 plan's kernels against their CPU twins (same plan): bf16 results compared as bf16
+ * (one rounding apart at most where the two sum in another order). C 64 and 96 run the offset
+ * conv on tensor cores, 20 its FFMA tiles, 13 its lane kernels and scalar sampling. */
+static void validate_bf16(void) {
+    static const struct { int c, G, mask; } V[] = {{64, 1, 0}, {96, 2, 1}, {20, 1, 1}, {13, 1, 0}};
+    for (size_t vi = 0; vi < sizeof V / sizeof *V; vi++) {
+        const size_t budget = (size_t)1 << 40;
+        dt_deform_plan p = plan_for(2, V[vi].c, 11, 13, 8, dt_geom(3, 1, 1, 1), V[vi].G, V[vi].mask, budget);
+        dt_deform_plan pb = bf16_plan(&p, budget);
+        const int64_t nb = pb.N, Q = nb * pb.P, nx = nb * pb.H * pb.W * pb.C, S = Q * pb.K * pb.G, nc = Q * pb.KC;
+        const int64_t nom = Q * pb.OCS, nw = pb.OC * pb.KC;
+        float *x = randn_host(nx, 1.0f, 40 + vi), *dcol = randn_host(nc, 1.0f, 41 + vi), *om = om_host(&pb, nb, 1.5f, 42 + vi);
+        float *w = randn_host(nw, 0.1f, 43 + vi), *b = randn_host(pb.OC, 0.5f, 44 + vi), *dom = randn_host(nom, 1.0f, 45 + vi);
+        float *sum = randn_host(nx, 1.0f, 46 + vi); /* the sampling's fp32 part of dx, for the offset conv's dx */
+        for (int64_t q = 0; q < Q; q++)
+            for (int64_t o = pb.OC; o < pb.OCS; o++) dom[q * pb.OCS + o] = 0.0f;
+        dt_bf16 *xh = bf16_host(x, nx), *dcolh = bf16_host(dcol, nc);
+        /* the CPU twins */
+        dt_bf16 *col = (dt_bf16 *)malloc(nc * 2), *dxg = (dt_bf16 *)malloc(nx * 2), *dxo = (dt_bf16 *)malloc(nx * 2);
+        float *dxs = (float *)malloc(nx * 4), *D = (float *)malloc(S * 16), *om2 = (float *)malloc(nom * 4);
+        float *dw = (float *)malloc(nw * 4), *db = (float *)malloc(pb.OC * 4);
+        void *cws = malloc(dt_deform_index_ws_bytes_cpu(&pb, nb));
+        dt_deform_index ic, ig;
+        dt_deform_index_build_cpu(&pb, nb, om, cws, &ic);
+        for (int64_t e = 0; e < S * 4; e++) D[e] = NAN;
+        dt_deform_sample_nhwc_cpu(&pb, nb, xh, om, col);
+        dt_deform_gather_dx_cpu(&pb, nb, &ic, xh, dcolh, 0.0f, dxg, DT_BF16, D);
+        dt_deform_gather_dx_cpu(&pb, nb, &ic, xh, dcolh, 0.0f, dxs, DT_F32, D);
+        dt_offconv_fwd_cpu(&pb, nb, xh, w, b, om2, NULL);
+        dt_offconv_bwd_weight_cpu(&pb, nb, xh, dom, 0.0f, dw, 0.0f, db, NULL);
+        dt_offconv_bwd_input_cpu(&pb, nb, dom, w, sum, 0.0f, dxo, NULL);
+        /* the GPU */
+        void *gx = up_bf16(x, nx), *gdcol = up_bf16(dcol, nc), *gcol = dt_gpu_malloc(nc * 2), *gdxg = dt_gpu_malloc(nx * 2);
+        void *gdxo = dt_gpu_malloc(nx * 2);
+        float *gom = up(om, nom), *gw = up(w, nw), *gb = up(b, pb.OC), *gdom = up(dom, nom), *gsum = up(sum, nx);
+        float *gdxs = (float *)dt_gpu_malloc(nx * 4), *gD = (float *)dt_gpu_malloc(S * 16);
+        float *gom2 = (float *)dt_gpu_malloc(nom * 4), *gdw = (float *)dt_gpu_malloc(nw * 4), *gdb = (float *)dt_gpu_malloc(pb.OC * 4);
+        size_t w1 = dt_offconv_ws_bytes_cuda(&pb, nb), w2 = dt_deform_index_ws_bytes_cuda(&pb, nb);
+        void *ws = dt_gpu_malloc(w1), *gws = dt_gpu_malloc(w2);
+        dt_deform_index_build_cuda(&pb, nb, gom, gws, &ig);
+        dt_memset_gpu(gcol, 0xff, nc * 2), dt_memset_gpu(gdxg, 0xff, nx * 2), dt_memset_gpu(gdxo, 0xff, nx * 2);
+        dt_memset_gpu(gdxs, 0xff, nx * 4);
+        dt_deform_sample_nhwc_cuda(&pb, nb, gx, gom, gcol);
+        dt_deform_gather_dx_cuda(&pb, nb, &ig, gx, gdcol, 0.0f, gdxg, DT_BF16, gD);
+        dt_deform_gather_dx_cuda(&pb, nb, &ig, gx, gdcol, 0.0f, gdxs, DT_F32, gD);
+        dt_offconv_fwd_cuda(&pb, nb, gx, gw, gb, gom2, ws);
+        dt_offconv_bwd_weight_cuda(&pb, nb, gx, gdom, 0.0f, gdw, 0.0f, gdb, ws);
+        dt_offconv_bwd_input_cuda(&pb, nb, gdom, gw, gsum, 0.0f, gdxo, ws);
+        printf("validate bf16 C %3d G%d mask %d: sample %.1e  gather dx %.1e  sum %.1e  D %.1e  offconv fwd %.1e  dW %.1e  "
+               "db %.1e  dx %.1e\n", V[vi].c, V[vi].G, V[vi].mask, err_vs_bf16(gcol, col, nc), err_vs_bf16(gdxg, dxg, nx),
+               err_vs(gdxs, dxs, nx), err_vs(gD, D, S * 4), err_vs(gom2, om2, nom), err_vs(gdw, dw, nw), err_vs(gdb, db, pb.OC),
+               err_vs_bf16(gdxo, dxo, nx));
+        void *hs[] = {x, dcol, om, w, b, dom, sum, xh, dcolh, col, dxg, dxo, dxs, D, om2, dw, db, cws};
+        for (size_t i = 0; i < sizeof hs / sizeof *hs; i++) free(hs[i]);
+        void *gs[] = {gx, gdcol, gcol, gdxg, gdxo, gom, gw, gb, gdom, gsum, gdxs, gD, gom2, gdw, gdb, ws, gws};
+        for (size_t i = 0; i < sizeof gs / sizeof *gs; i++) dt_gpu_free(gs[i]);
+    }
+}
+
 /* ------------------------------------------------------------------ timing */
 
 enum { T_FWD_L, T_FWD_T, T_DW_L, T_DW_T, T_DX_L, T_DX_T, T_GEMM_DW, T_GEMM_DWT, T_GATHER0, T_GATHER1, T_GATHER2,
-       T_GATHER_P, T_SAMPLE0, T_SAMPLE1, T_SAMPLE_P, T_N };
+       T_GATHER_P, T_SAMPLE0, T_SAMPLE1, T_SAMPLE_P, T_SAMPLE_B, T_GATHER_B, T_GATHER_BS, T_FWD_B, T_DW_B, T_DX_B,
+       T_BRIDGE_X, T_BRIDGE_DX, T_N };
 static const char *NAMES[T_N] = {"offconv fwd, lanes", "offconv fwd, tiles", "offconv dW+db, lanes", "offconv dW+db, tiles",
                                  "offconv dx, lanes", "offconv dx, tiles", "main dW = dYT^T col", "main dW^T = col^T dYT",
                                  "gather 1 vec/lane strided", "gather 1 vec/lane, HB4", "gather 1 vec/lane, blocked",
-                                 "gather (product)", "sample 1 vec/lane", "sample 1 vec/lane, blocked", "sample (product)"};
+                                 "gather (product)", "sample 1 vec/lane", "sample 1 vec/lane, blocked", "sample (product)",
+                                 "bf16 sample", "bf16 gather -> bf16 dx", "bf16 gather -> fp32 sum",
+                                 "bf16 offconv fwd (tc)", "bf16 offconv dW+db (tc)", "bf16 offconv dx + sum (tc)",
+                                 "bridge: x to fp32 (gone)", "bridge: dx to bf16 (gone)"};
 static const char *GROUP[T_N] = {"offconv", "offconv", "offconv", "offconv", "offconv", "offconv", "gemm", "gemm",
-                                 "gather", "gather", "gather", "gather", "sample", "sample", "sample"};
+                                 "gather", "gather", "gather", "gather", "sample", "sample", "sample",
+                                 "bf16", "bf16", "bf16", "bf16", "bf16", "bf16", "bf16", "bf16"};
 
 typedef struct {
     int which;
-    dt_deform_plan p;
+    dt_deform_plan p, pb; /* the f32 plan and its bf16 twin (same chunk) */
     int64_t nb;
     float *xT, *w, *b, *om, *dom, *dw, *db, *dxT, *col, *dyt, *dW, *dWt, *D;
+    void *xh, *colh, *dxh; /* bf16: x, the columns, dx */
     void *ws;
     dt_deform_index idx;
 } arg;
@@ -336,13 +446,13 @@ typedef struct {
 static void run(void *v) {
     arg *a = (arg *)v;
     dt_deform_plan *p = &a->p;
-    int64_t bP = a->nb * p->P;
+    const int64_t bP = a->nb * p->P, nx = a->nb * p->H * p->W * p->C;
     int w = a->which;
-    dt_offconv_use_tiles(w == T_FWD_T || w == T_DW_T || w == T_DX_T);
+    dt_offconv_use_tiles(!(w == T_FWD_L || w == T_DW_L || w == T_DX_L));
     switch (w) {
     case T_FWD_L: case T_FWD_T: dt_offconv_fwd_cuda(p, a->nb, a->xT, a->w, a->b, a->om, a->ws); break;
     case T_DW_L: case T_DW_T: dt_offconv_bwd_weight_cuda(p, a->nb, a->xT, a->dom, 0.0f, a->dw, 0.0f, a->db, a->ws); break;
-    case T_DX_L: case T_DX_T: dt_offconv_bwd_input_cuda(p, a->nb, a->dom, a->w, 0.0f, a->dxT, a->ws); break;
+    case T_DX_L: case T_DX_T: dt_offconv_bwd_input_cuda(p, a->nb, a->dom, a->w, NULL, 0.0f, a->dxT, a->ws); break;
     case T_GEMM_DW: dt_gemm_cuda(1, 0, p->Cout, p->KC, bP, 1.0f, a->dyt, p->Cout, a->col, p->KC, 0.0f, a->dW, p->KC); break;
     case T_GEMM_DWT:
         dt_gemm_cuda(1, 0, p->KC, p->Cout, bP, 1.0f, a->col, p->KC, a->dyt, p->Cout, 0.0f, a->dWt, p->Cout);
@@ -351,9 +461,17 @@ static void run(void *v) {
     case T_GATHER0: case T_GATHER1: case T_GATHER2:
         gather_variant(w - T_GATHER0, p, a->nb, &a->idx, a->xT, a->col, a->dxT, a->D);
         break;
-    case T_GATHER_P: dt_deform_gather_dx_cuda(p, a->nb, &a->idx, a->xT, a->col, a->dxT, a->D); break;
+    case T_GATHER_P: dt_deform_gather_dx_cuda(p, a->nb, &a->idx, a->xT, a->col, 0.0f, a->dxT, DT_F32, a->D); break;
     case T_SAMPLE0: case T_SAMPLE1: sample_variant(w - T_SAMPLE0, p, a->nb, a->xT, a->om, a->col); break;
     case T_SAMPLE_P: dt_deform_sample_nhwc_cuda(p, a->nb, a->xT, a->om, a->col); break;
+    case T_SAMPLE_B: dt_deform_sample_nhwc_cuda(&a->pb, a->nb, a->xh, a->om, a->colh); break;
+    case T_GATHER_B: dt_deform_gather_dx_cuda(&a->pb, a->nb, &a->idx, a->xh, a->colh, 0.0f, a->dxh, DT_BF16, a->D); break;
+    case T_GATHER_BS: dt_deform_gather_dx_cuda(&a->pb, a->nb, &a->idx, a->xh, a->colh, 0.0f, a->dxT, DT_F32, a->D); break;
+    case T_FWD_B: dt_offconv_fwd_cuda(&a->pb, a->nb, a->xh, a->w, a->b, a->om, a->ws); break;
+    case T_DW_B: dt_offconv_bwd_weight_cuda(&a->pb, a->nb, a->xh, a->dom, 0.0f, a->dw, 0.0f, a->db, a->ws); break;
+    case T_DX_B: dt_offconv_bwd_input_cuda(&a->pb, a->nb, a->dom, a->w, a->dxT, 0.0f, a->dxh, a->ws); break;
+    case T_BRIDGE_X: dt_convert_cuda(1, 1, nx, a->xh, DT_BF16, DT_NCHW, 0.0f, a->xT, DT_F32, DT_NCHW); break;
+    case T_BRIDGE_DX: dt_convert_cuda(1, 1, nx, a->dxT, DT_F32, DT_NCHW, 0.0f, a->dxh, DT_BF16, DT_NCHW); break;
     }
     dt_offconv_use_tiles(1);
 }
@@ -368,6 +486,7 @@ static void time_shapes(int batch, int reps, const char *only, const char *what)
         arg a;
         memset(&a, 0, sizeof a);
         a.p = plan_for(batch, sh->cin, sh->h, sh->h, sh->cout, dt_geom(3, sh->stride, 1, 1), 1, 0, dt_conv_col_budget());
+        a.pb = bf16_plan(&a.p, dt_conv_col_budget());
         dt_deform_plan *p = &a.p;
         a.nb = p->nb;
         int64_t nb = p->nb, Q = nb * p->P, nx = nb * p->H * p->W * p->C;
@@ -379,6 +498,9 @@ static void time_shapes(int batch, int reps, const char *only, const char *what)
         a.col = up(h = randn_host(Q * p->KC, 1.0f, 14 + si), Q * p->KC), free(h);
         a.dyt = up(h = randn_host(Q * p->Cout, 1.0f, 15 + si), Q * p->Cout), free(h);
         a.om = up(h = om_host(p, nb, 1.0f, 16 + si), Q * p->OCS), free(h);
+        a.xh = up_bf16(h = randn_host(nx, 1.0f, 17 + si), nx), free(h);
+        a.colh = up_bf16(h = randn_host(Q * p->KC, 1.0f, 18 + si), Q * p->KC), free(h);
+        a.dxh = dt_gpu_malloc(nx * 2);
         a.dw = (float *)dt_gpu_malloc(p->OC * p->KC * 4);
         a.db = (float *)dt_gpu_malloc(p->OC * 4);
         a.dxT = (float *)dt_gpu_malloc(nx * 4);
@@ -386,7 +508,8 @@ static void time_shapes(int batch, int reps, const char *only, const char *what)
         a.dWt = (float *)dt_gpu_malloc(p->Cout * p->KC * 4);
         a.D = (float *)dt_gpu_malloc(Q * p->K * 16);
         size_t w1 = dt_offconv_ws_bytes_cuda(p, nb), w2 = dt_deform_index_ws_bytes_cuda(p, nb);
-        a.ws = dt_gpu_malloc(w1 > w2 ? w1 : w2);
+        size_t w3 = dt_offconv_ws_bytes_cuda(&a.pb, nb), wmax = w1 > w2 ? w1 : w2;
+        a.ws = dt_gpu_malloc(wmax > w3 ? wmax : w3);
         void *iws = dt_gpu_malloc(w2);
         dt_deform_index_build_cuda(p, nb, a.om, iws, &a.idx);
         double scale = (double)batch / nb;
@@ -396,6 +519,7 @@ static void time_shapes(int batch, int reps, const char *only, const char *what)
         }
         float *gs[] = {a.xT, a.w, a.b, a.dom, a.col, a.dyt, a.om, a.dw, a.db, a.dxT, a.dW, a.dWt, a.D};
         for (size_t i = 0; i < sizeof gs / sizeof *gs; i++) dt_gpu_free(gs[i]);
+        dt_gpu_free(a.xh), dt_gpu_free(a.colh), dt_gpu_free(a.dxh);
         dt_gpu_free(a.ws);
         dt_gpu_free(iws);
         ns++;
@@ -413,7 +537,7 @@ static void time_shapes(int batch, int reps, const char *only, const char *what)
 
 int main(int argc, char **argv) {
     int batch = 64, reps = 20, validate = 1;
-    const char *only = NULL, *what = "offconv,gemm,gather,sample";
+    const char *only = NULL, *what = "offconv,gemm,gather,sample,bf16";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--batch") && i + 1 < argc) batch = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
@@ -421,7 +545,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--what") && i + 1 < argc) what = argv[++i];
         else if (!strcmp(argv[i], "--skip-validate")) validate = 0;
         else {
-            fprintf(stderr, "usage: deform_lab [--batch N] [--reps N] [--shape l1|l2a|...] [--what offconv,gemm,gather,sample] "
+            fprintf(stderr, "usage: deform_lab [--batch N] [--reps N] [--shape l1|l2a|...] [--what offconv,gemm,gather,sample,bf16] "
                             "[--skip-validate]\n");
             return 2;
         }
@@ -435,6 +559,7 @@ int main(int argc, char **argv) {
         validate_offconv(0);
         validate_offconv(1);
         validate_gather_sample();
+        validate_bf16();
     }
     time_shapes(batch, reps, only, what);
     return 0;

@@ -1,0 +1,78 @@
+/* conv2d's op cases (dt_opcase.h): every geometry ResNet uses and the awkward ones, in f32
+ * NCHW (im2col + SGEMM), f32 NHWC and bf16 NHWC (channels-last im2col + GEMM, and the 1x1
+ * stride-1 conv that reads its input as the columns); and the batch split into chunks by the
+ * column budget: one image a chunk (NCHW: the GEMM writes y itself) and uneven chunks (the
+ * weight gradient accumulated over them). */
+#include "dt_layers.h"
+#include "dt_opcase.h"
+#include "dt_test.h"
+
+typedef struct {
+    dt_conv_geom g;
+    int chunk; /* images per chunk (0: the default column budget, one chunk here) */
+} conv_arg;
+
+/* A chunked case's budget has to hold until its backward, which sizes its chunks from the
+ * budget when it runs (after build has returned): build sets it, and it is restored when the
+ * last live instance goes (two instances of a case live at once; a case without chunks leaves
+ * the budget as it is). */
+static int chunked_live;
+static size_t saved_budget;
+
+static void *chunked_new(const dt_opcase *c, dt_dev dev, dt_layout layout) {
+    (void)c, (void)dev, (void)layout;
+    if (!chunked_live++) saved_budget = dt_conv_col_budget();
+    return &chunked_live; /* nothing of its own to hold: non-NULL, so that chunked_free runs */
+}
+
+static void chunked_free(void *state) {
+    (void)state;
+    if (!--chunked_live) dt_conv_set_col_budget(saved_budget);
+}
+
+/* The bias is used when its input is differentiated. */
+static dt_tensor *build(const dt_opcase *c, dt_tensor **in, void *state) {
+    (void)state;
+    const conv_arg *a = c->arg;
+    const dt_tensor *x = in[0];
+    if (a->chunk) { /* the column budget of `chunk` images of x's dtype */
+        int64_t Ho = dt_conv_out_size(x->shape[2], a->g.kh, a->g.sh, a->g.ph, a->g.dh);
+        int64_t Wo = dt_conv_out_size(x->shape[3], a->g.kw, a->g.sw, a->g.pw, a->g.dw);
+        dt_conv_set_col_budget((size_t)(a->chunk * x->shape[1] * a->g.kh * a->g.kw * Ho * Wo) * dt_dtype_size(x->dtype));
+    }
+    return dt_conv2d(in[0], in[1], c->in[2].grad ? in[2] : NULL, a->g, DT_MATH_FP32);
+}
+
+/* gradcheck: 0 (finite differences on the CPU) or -1 (too large for them: parity only);
+ * bf16: 0 (the bf16 mode) or -1 (parity only); chunk: images per chunk (0: one chunk); the
+ * geometry {kh, kw, sh, sw, ph, pw, dh, dw} comes last */
+#define CONV_G(label, n, cin, h, w, cout, kh, kw, with_bias, wstd, gradcheck, bf16, chunk_, ...)                  \
+    {.name = label, .types = DT_ALL_TYPES, .n_in = 3, .grad_tol = gradcheck, .bf16_bound = bf16,                 \
+     .in = {{4, {n, cin, h, w}, DT_IN_ACT, 1.0f, 1},                                                               \
+            {4, {cout, cin, kh, kw}, DT_IN_WEIGHT, wstd, 1},                                                       \
+            {1, {cout}, DT_IN_F32, 1.0f, with_bias}},                                                             \
+     .build = build, .arg = &(const conv_arg){{__VA_ARGS__}, chunk_}, .state_new = chunked_new,                   \
+     .state_free = chunked_free}
+/* k: the (square) kernel size; one chunk; the bf16 mode */
+#define CONV(label, n, cin, h, w, cout, k, with_bias, wstd, gradcheck, ...)                                        \
+    CONV_G(label, n, cin, h, w, cout, k, k, with_bias, wstd, gradcheck, 0, 0, __VA_ARGS__)
+
+static const dt_opcase conv_cases[] = {
+    CONV("3x3 s1 odd, bias", 3, 5, 13, 11, 7, 3, 1, 0.2f, 0, 3, 3, 1, 1, 1, 1, 1, 1),
+    CONV("3x3 s2", 2, 16, 17, 17, 24, 3, 0, 0.1f, 0, 3, 3, 2, 2, 1, 1, 1, 1),
+    CONV("1x1 s1 (columns = input)", 3, 32, 9, 7, 16, 1, 1, 0.1f, 0, 1, 1, 1, 1, 0, 0, 1, 1),
+    CONV("1x1 s2 downsample", 5, 32, 14, 14, 64, 1, 0, 0.1f, 0, 1, 1, 2, 2, 0, 0, 1, 1),
+    CONV("7x7 s2 stem (C = 3)", 2, 3, 45, 45, 16, 7, 0, 0.1f, 0, 7, 7, 2, 2, 3, 3, 1, 1),
+    CONV("3x3 dilation 2, bias", 1, 8, 12, 15, 8, 3, 1, 0.2f, 0, 3, 3, 1, 1, 2, 2, 2, 2),
+    CONV("3x3 stride 2x1 dilation 1x2", 5, 3, 6, 7, 4, 3, 0, 0.3f, 0, 3, 3, 2, 1, 1, 0, 1, 2),
+    CONV_G("2x3 kernel, stride 2x1, padding 0x1, bias", 3, 3, 7, 5, 2, 2, 3, 1, 0.3f, 0, 0, 0, 2, 3, 2, 1, 0, 1, 1, 1),
+    CONV_G("3x3 s2, one image a chunk", 3, 8, 9, 9, 6, 3, 3, 0, 0.2f, 0, 0, 1, 3, 3, 2, 2, 1, 1, 1, 1),
+    CONV_G("3x3 s1, bias, prime batch 5 in chunks of 2 (2 + 2 + 1)", 5, 6, 7, 6, 5, 3, 3, 1, 0.2f, 0, 0, 2, 3, 3, 1,
+           1, 1, 1, 1, 1),
+    CONV("ResNet l4 shape, batch 3", 3, 512, 7, 7, 512, 3, 0, 0.02f, -1, 3, 3, 1, 1, 1, 1, 1, 1),
+    CONV("ResNet l2a shape, prime batch 7", 7, 64, 56, 56, 128, 3, 0, 0.05f, -1, 3, 3, 2, 2, 1, 1, 1, 1),
+    CONV_G("ResNet l2a shape, prime batch 7, one image a chunk", 7, 64, 56, 56, 128, 3, 3, 0, 0.05f, -1, -1, 1, 3, 3,
+           2, 2, 1, 1, 1, 1),
+    CONV("batch 1, C = 13 (no vector loads)", 1, 13, 10, 9, 6, 3, 1, 0.2f, 0, 3, 3, 1, 1, 1, 1, 1, 1),
+};
+DT_OPCASES(conv, conv_cases)

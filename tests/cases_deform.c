@@ -1,0 +1,251 @@
+/* The deformable convolution's op cases (dt_opcase.h), in two tables:
+ *
+ *   deform       the op, dt_deform_conv2d_mode: offsets and mask are f32 inputs; the unfused
+ *                baseline in f32 NCHW (the only combination it has), deft in f32 NCHW, f32
+ *                NHWC and bf16 NHWC;
+ *   deform_deft  the deft layer's node, dt_deform_conv2d_deft: the offset conv inside, its
+ *                weight and bias f32 inputs, the main weight a product weight (bf16 working
+ *                copy in bf16).
+ *
+ * Between them: DCNv1 and v2, offset groups 1 and 2, stride 2 with odd sizes, dilation, channel
+ * counts that are no multiple of 4 (scalar loads everywhere), of 8 or of 32 (the offset conv's
+ * FFMA kernels instead of tensor cores in bf16), batch 1, prime batches with uneven chunks,
+ * every knob (dx gather / atomic, stage, fuse_offset, deterministic), and ResNet-18's shapes
+ * (GPU parity only: too large for finite differences and the CPU suite).
+ *
+ * Offsets. Bilinear sampling has kinks where a sample's coordinate crosses an integer; a finite
+ * difference across one measures neither slope, so a gradient check must keep every sample
+ * away from them. The offsets the op sees are a fixed field of half-integers (-1.5, -0.5, 0.5,
+ * 1.5 px by channel and position: std 1.1 px, and the border positions' samples land outside
+ * the image) plus the case's input, N(0, OFF_STD = 0.05 px): every coordinate stays 10 sigma
+ * from an integer, and the input still moves every sample. The layer's offsets
+ * are its offset conv's: the same field goes into its bias (mask logits -1, 0, 1 instead), and
+ * the gradient-checked cases keep the x-dependent part small (offset weights of std
+ * 0.03 / sqrt(C*K): 0.03 px, 0.06 px in all with the bias' random part: 8 sigma from a kink);
+ * the cases without finite differences let it vary by ~1 px.
+ *
+ * Beside these tables: tests/test_deft.c holds deft against unfused on the CPU (every knob)
+ * and the inverse index's invariants, tests/test_deform.c the reference against the sum
+ * written out and the unfused layer's finite differences, tests/test_deform_gpu.c each deft
+ * kernel against its twin, the staged kernels' tiles, swizzle and halos, determinism and the
+ * 2^31 columns, tests/test_precision.c the TF32 runs and the offset conv's tensor cores. */
+#include <stdlib.h>
+
+#include "dt_common.h"
+#include "dt_deform.h"
+#include "dt_layers.h"
+#include "dt_ops.h"
+#include "dt_opcase.h"
+#include "dt_test.h"
+
+#define OFF_STD 0.05f /* the offsets' (and the layer's offset bias') random part, px */
+
+/* The knobs a case sets (deform_plan.h); halo: the staged margin (stage only). */
+typedef struct {
+    int dx, fuse, stage, det, halo;
+} knob_set;
+static const knob_set K_GATHER = {DT_DX_GATHER, 0, 0, 0, -1}, K_ATOMIC = {DT_DX_ATOMIC, 0, 0, 0, -1},
+                      K_DET = {DT_DX_GATHER, 0, 0, 1, -1}, K_DET_ATOMIC = {DT_DX_ATOMIC, 0, 0, 1, -1},
+                      K_STAGE1 = {DT_DX_GATHER, 0, 1, 0, 1}, K_STAGE2 = {DT_DX_GATHER, 0, 1, 0, 2},
+                      K_FUSE = {DT_DX_GATHER, 1, 0, 0, -1}, K_FUSE_STAGE1 = {DT_DX_GATHER, 1, 1, 0, 1},
+                      K_DEFT_RECIPE = {DT_DX_ATOMIC, 1, 1, 0, 2}; /* fuse + stage + atomics */
+
+typedef struct {
+    dt_conv_geom g;
+    int G, mask, bias;   /* offset groups; DCNv2 (a mask); a main bias */
+    dt_deform_mode mode; /* the op; the layer's node is always deft */
+    const knob_set *k;
+    int chunk;           /* images per chunk (0: the default column budget, one chunk here) */
+    int residual;        /* y + x (Cout = C, same size): x's gradient accumulates (beta 1) */
+} deform_arg;
+
+/* The fixed part of offset channel ch at position p: a half-integer in {-1.5, -0.5, 0.5, 1.5}
+ * (a hash of both, so neighbours differ). */
+static float half_integer(int64_t ch, int64_t p) {
+    uint32_t h = (uint32_t)(ch * 40503u + p * 2654435761u);
+    h ^= h >> 13;
+    return (float)((h >> 7) % 4u) - 1.5f;
+}
+
+/* t + the field (channels [0, n_off) of t [N, CH, Ho, Wo] or [CH]; channels beyond, mask
+ * logits, get -1, 0, 1 by channel), on t's device. */
+static dt_tensor *with_field(dt_tensor *t, int64_t n_off) {
+    int64_t ch_count = t->ndim == 4 ? t->shape[1] : t->shape[0], P = t->ndim == 4 ? t->shape[2] * t->shape[3] : 1;
+    float *f = dt_xmalloc((size_t)t->numel * sizeof(float));
+    for (int64_t e = 0; e < t->numel; e++) {
+        int64_t ch = e / P % ch_count, p = e % P;
+        f[e] = ch < n_off ? half_integer(ch, p) : (float)(ch % 3) - 1.0f;
+    }
+    dt_tensor *field = dt_tensor_from_values(t->ndim, t->shape, t->dev, DT_F32, DT_NCHW, f);
+    free(f);
+    return dt_add(t, field);
+}
+
+static dt_deform_knobs knobs_of(const deform_arg *a) {
+    dt_deform_knobs k = dt_deform_knobs_default();
+    k.dx = a->k->dx;
+    k.fuse_offset = a->k->fuse;
+    k.stage = a->k->stage;
+    k.deterministic = a->k->det;
+    k.halo = a->k->halo;
+    return k;
+}
+
+/* The column budget that gives `chunk` images a chunk for input x (0: unchanged). */
+static size_t budget_for(const deform_arg *a, const dt_tensor *x) {
+    if (!a->chunk) return 0;
+    int64_t Ho = dt_conv_out_size(x->shape[2], a->g.kh, a->g.sh, a->g.ph, a->g.dh);
+    int64_t Wo = dt_conv_out_size(x->shape[3], a->g.kw, a->g.sw, a->g.pw, a->g.dw);
+    return (size_t)(a->chunk * Ho * Wo * x->shape[1] * a->g.kh * a->g.kw) * dt_dtype_size(x->dtype);
+}
+
+/* in: x, offset part [N, 2GK, Ho, Wo], mask [N, GK, Ho, Wo], w, bias */
+static dt_tensor *build_op(const dt_opcase *c, dt_tensor **in, void *state) {
+    (void)state;
+    const deform_arg *a = c->arg;
+    dt_deform_knobs k = knobs_of(a);
+    size_t old = dt_conv_col_budget(), b = budget_for(a, in[0]);
+    if (b) dt_conv_set_col_budget(b); /* the plan, saved for the backward, keeps the chunking */
+    dt_tensor *y = dt_deform_conv2d_mode(in[0], with_field(in[1], in[1]->shape[1]), a->mask ? in[2] : NULL, in[3],
+                                         a->bias ? in[4] : NULL, a->g, a->G, a->mode, &k, DT_MATH_FP32);
+    dt_conv_set_col_budget(old);
+    return a->residual ? dt_add(y, in[0]) : y;
+}
+
+/* in: x, offset weight [OC, C, kh, kw], offset bias part [OC], w, bias */
+static dt_tensor *build_layer(const dt_opcase *c, dt_tensor **in, void *state) {
+    (void)state;
+    const deform_arg *a = c->arg;
+    dt_deform_knobs k = knobs_of(a);
+    size_t old = dt_conv_col_budget(), b = budget_for(a, in[0]);
+    if (b) dt_conv_set_col_budget(b);
+    int halo = a->k->stage ? a->k->halo : 0; /* the layer would size it from its offset statistics */
+    dt_tensor *boff = with_field(in[2], 2 * a->G * a->g.kh * a->g.kw);
+    dt_tensor *y = dt_deform_conv2d_deft(in[0], in[1], boff, in[3], a->bias ? in[4] : NULL, a->g, a->G, a->mask ? 2 : 1,
+                                         &k, halo, DT_MATH_FP32, NULL);
+    dt_conv_set_col_budget(old);
+    return a->residual ? dt_add(y, in[0]) : y;
+}
+
+/* Output size along one axis. */
+#define HO(h, k, s, p, d) (((h) + 2 * (p) - (d) * ((k)-1) - 1) / (s) + 1)
+
+/* A case of the op on x [n, cin, ih, iw] with a kh x kw kernel (stride, padding, dilation per
+ * axis); knobs: a knob_set. grad: 0 (finite differences on the CPU) or -1 (parity only); bf16:
+ * 0 (the format bound, 2^-6) or -1 (too large for the CPU suite, or beyond the bound: see the
+ * case). */
+#define OP_G(label, types_, mode_, n, cin, ih, iw, cout, kh, kw, sh, sw, ph, pw, dh, dw, G, mask_, bias_, knobs,       \
+             chunk_, res, grad, bf16)                                                                                  \
+    {.name = label, .types = types_, .n_in = 5, .grad_tol = grad, .bf16_bound = bf16,                                  \
+     .in = {{4, {n, cin, ih, iw}, DT_IN_ACT, 1.0f, 1},                                                                 \
+            {4, {n, 2 * (G) * (kh) * (kw), HO(ih, kh, sh, ph, dh), HO(iw, kw, sw, pw, dw)}, DT_IN_F32, OFF_STD, 1},    \
+            {4, {n, (G) * (kh) * (kw), HO(ih, kh, sh, ph, dh), HO(iw, kw, sw, pw, dw)}, DT_IN_F32, 1.0f, mask_},       \
+            {4, {cout, cin, kh, kw}, DT_IN_WEIGHT, 0.5f / (kh), 1},                                                    \
+            {1, {cout}, DT_IN_F32, 1.0f, bias_}},                                                                      \
+     .build = build_op,                                                                                                \
+     .arg = &(const deform_arg){{kh, kw, sh, sw, ph, pw, dh, dw}, G, mask_, bias_, mode_, &knobs, chunk_, res}}
+/* The same with a square k x k kernel, stride s, padding p, dilation d. */
+#define OP(label, types_, mode_, n, cin, ih, iw, cout, k, s, p, d, G, mask_, bias_, knobs, chunk_, res, grad, bf16)    \
+    OP_G(label, types_, mode_, n, cin, ih, iw, cout, k, k, s, s, p, p, d, d, G, mask_, bias_, knobs, chunk_, res, grad, \
+         bf16)
+
+static const dt_opcase deform_cases[] = {
+    OP("unfused v2 3x3, bias", DT_F32_NCHW, DT_DEFORM_UNFUSED, 2, 6, 8, 7, 5, 3, 1, 1, 1, 1, 1, 1, K_GATHER, 0, 0, 0,
+       0),
+    OP("unfused v1 G2 s2 odd 11x9, prime batch 3 in chunks of 1", DT_F32_NCHW, DT_DEFORM_UNFUSED, 3, 8, 11, 9, 4, 3, 2,
+       1, 1, 2, 0, 0, K_GATHER, 1, 0, 0, 0),
+    OP("unfused v2 deterministic (fixed point), residual", DT_F32_NCHW, DT_DEFORM_UNFUSED, 2, 4, 7, 8, 4, 3, 1, 1, 1, 1,
+       1, 0, K_DET, 0, 1, 0, 0),
+    OP("deft v2 3x3 C 8, bias", DT_ALL_TYPES, DT_DEFORM_DEFT, 2, 8, 9, 8, 6, 3, 1, 1, 1, 1, 1, 1, K_GATHER, 0, 0, 0, 0),
+    OP("deft v1 G2 s2 odd 11x9, C 12 (Cg 6: scalar)", DT_ALL_TYPES, DT_DEFORM_DEFT, 3, 12, 11, 9, 5, 3, 2, 1, 1, 2, 0,
+       0, K_GATHER, 0, 0, 0, 0),
+    OP("deft v2 batch 1, C 13, dilation 2", DT_ALL_TYPES, DT_DEFORM_DEFT, 1, 13, 10, 9, 4, 3, 1, 2, 2, 1, 1, 1,
+       K_GATHER, 0, 0, 0, 0),
+    OP("deft v2 G2 C 32, prime batch 5 in chunks of 2", DT_ALL_TYPES, DT_DEFORM_DEFT, 5, 32, 7, 6, 8, 3, 1, 1, 1, 2, 1,
+       0, K_GATHER, 2, 0, 0, 0),
+    OP_G("deft v2 2x3 kernel, stride (1, 2), padding (0, 1), G3 (Cg 2)", DT_ALL_TYPES, DT_DEFORM_DEFT, 2, 6, 6, 9, 4, 2,
+         3, 1, 2, 0, 1, 1, 1, 3, 1, 1, K_GATHER, 0, 0, 0, 0),
+    OP_G("unfused v1 2x3 kernel, stride (1, 2), padding (0, 1), G3", DT_F32_NCHW, DT_DEFORM_UNFUSED, 2, 6, 6, 9, 4, 2,
+         3, 1, 2, 0, 1, 1, 1, 3, 0, 0, K_GATHER, 0, 0, 0, 0),
+    OP("deft v2 residual (dx accumulated)", DT_ALL_TYPES, DT_DEFORM_DEFT, 2, 8, 8, 9, 8, 3, 1, 1, 1, 1, 1, 1, K_GATHER,
+       0, 1, 0, 0),
+    OP("deft v2 dx=atomic", DT_ALL_TYPES, DT_DEFORM_DEFT, 2, 8, 8, 9, 4, 3, 1, 1, 1, 1, 1, 1, K_ATOMIC, 0, 0, 0, 0),
+    OP("deft v1 G2 dx=atomic, s2, chunks of 1", DT_ALL_TYPES, DT_DEFORM_DEFT, 3, 8, 9, 9, 4, 3, 2, 1, 1, 2, 0, 0,
+       K_ATOMIC, 1, 0, 0, 0),
+    OP("deft v2 dx=atomic, residual", DT_ALL_TYPES, DT_DEFORM_DEFT, 2, 8, 7, 8, 8, 3, 1, 1, 1, 1, 1, 0, K_ATOMIC, 0, 1,
+       0, 0),
+    OP("deft v2 stage halo 1", DT_ALL_TYPES, DT_DEFORM_DEFT, 2, 8, 9, 10, 4, 3, 1, 1, 1, 1, 1, 0, K_STAGE1, 0, 0, 0, 0),
+    OP("deft v1 G2 stage halo 2, C 6, s2", DT_ALL_TYPES, DT_DEFORM_DEFT, 2, 6, 11, 10, 4, 3, 2, 1, 1, 2, 0, 0, K_STAGE2,
+       0, 0, 0, 0),
+    OP("deft v2 deterministic (atomic asked)", DT_ALL_TYPES, DT_DEFORM_DEFT, 2, 8, 7, 7, 4, 3, 1, 1, 1, 1, 1, 0,
+       K_DET_ATOMIC, 0, 0, 0, 0),
+    OP("deft ResNet l1 shape, batch 2", DT_ALL_TYPES, DT_DEFORM_DEFT, 2, 64, 56, 56, 64, 3, 1, 1, 1, 1, 0, 0, K_GATHER,
+       0, 0, -1, -1),
+    OP("deft ResNet l4a shape (s2), batch 3", DT_ALL_TYPES, DT_DEFORM_DEFT, 3, 256, 14, 14, 512, 3, 2, 1, 1, 1, 0, 0,
+       K_GATHER, 0, 0, -1, -1),
+    OP("unfused ResNet l2a shape (s2), batch 2", DT_F32_NCHW, DT_DEFORM_UNFUSED, 2, 64, 56, 56, 128, 3, 2, 1, 1, 1, 0,
+       0, K_GATHER, 0, 0, -1, -1),
+};
+DT_OPCASES(deform, deform_cases)
+
+/* Offset weights of std px / sqrt(C*K): offsets that vary with x by ~px (x ~ N(0, 1)); the
+ * square root written out (a static initializer cannot call sqrtf). */
+#define OFFW(px, sqrt_ck) ((px) / (sqrt_ck))
+
+/* A case of the layer's node; v2: DCNv2 (the mask), offw: the offset weights' std (OFFW). */
+#define LAYER_G(label, n, cin, ih, iw, cout, kh, kw, sh, sw, ph, pw, dh, dw, G, v2, bias_, knobs, chunk_, res, offw,   \
+                grad, bf16)                                                                                            \
+    {.name = label, .types = DT_ALL_TYPES, .n_in = 5, .grad_tol = grad, .bf16_bound = bf16,                            \
+     .in = {{4, {n, cin, ih, iw}, DT_IN_ACT, 1.0f, 1},                                                                 \
+            {4, {((v2) ? 3 : 2) * (G) * (kh) * (kw), cin, kh, kw}, DT_IN_F32, offw, 1},                                \
+            {1, {((v2) ? 3 : 2) * (G) * (kh) * (kw)}, DT_IN_F32, OFF_STD, 1},                                          \
+            {4, {cout, cin, kh, kw}, DT_IN_WEIGHT, 0.5f / (kh), 1},                                                    \
+            {1, {cout}, DT_IN_F32, 1.0f, bias_}},                                                                      \
+     .build = build_layer,                                                                                             \
+     .arg = &(const deform_arg){{kh, kw, sh, sw, ph, pw, dh, dw}, G, v2, bias_, DT_DEFORM_DEFT, &knobs, chunk_, res}}
+#define LAYER(label, n, cin, ih, iw, cout, k, s, p, d, G, v2, bias_, knobs, chunk_, res, offw, grad, bf16)             \
+    LAYER_G(label, n, cin, ih, iw, cout, k, k, s, s, p, p, d, d, G, v2, bias_, knobs, chunk_, res, offw, grad, bf16)
+
+static const dt_opcase deft_cases[] = {
+    LAYER("v1 C 32 (tensor-core offset conv in bf16), bias", 2, 32, 7, 6, 8, 3, 1, 1, 1, 1, 0, 1, K_GATHER, 0, 0,
+          OFFW(0.03f, 16.97f), 0, 0),
+    LAYER("v2 G2 C 12 s2 odd 11x9 (FFMA offset conv)", 3, 12, 11, 9, 6, 3, 2, 1, 1, 2, 1, 0, K_GATHER, 0, 0,
+          OFFW(0.03f, 10.39f), 0, 0),
+    LAYER("v1 G2 C 6 batch 1 (C % 4 != 0: lane kernels)", 1, 6, 8, 9, 4, 3, 1, 1, 1, 2, 0, 1, K_GATHER, 0, 0,
+          OFFW(0.03f, 7.35f), 0, 0),
+    LAYER("v2 C 64 G2 (two offset-channel tiles), dilation 2", 2, 64, 9, 10, 8, 3, 1, 2, 2, 2, 1, 0, K_GATHER, 0, 0,
+          OFFW(0.03f, 24.00f), -1, 0),
+    LAYER_G("v2 3x1 kernel, stride (2, 1), padding (1, 0)", 2, 8, 9, 7, 4, 3, 1, 2, 1, 1, 0, 1, 1, 1, 1, 0, K_GATHER, 0,
+            0, OFFW(0.03f, 4.90f), 0, 0),
+    LAYER("v2 C 20, prime batch 5 in chunks of 2", 5, 20, 5, 6, 6, 3, 1, 1, 1, 1, 1, 1, K_GATHER, 2, 0,
+          OFFW(0.03f, 13.42f), 0, 0),
+    LAYER("v2 C 32 residual (dx accumulated)", 1, 32, 6, 6, 32, 3, 1, 1, 1, 1, 1, 0, K_GATHER, 0, 1,
+          OFFW(0.03f, 16.97f), 0, 0),
+    LAYER("v1 dx=atomic", 2, 8, 9, 8, 4, 3, 1, 1, 1, 1, 0, 0, K_ATOMIC, 0, 0, OFFW(0.03f, 8.49f), 0, 0),
+    LAYER("v2 C 32 dx=atomic, chunks of 1", 3, 32, 7, 7, 4, 3, 1, 1, 1, 1, 1, 1, K_ATOMIC, 1, 0, OFFW(0.03f, 16.97f),
+          -1, 0),
+    LAYER("v2 dx=atomic, residual", 2, 8, 8, 8, 8, 3, 1, 1, 1, 1, 1, 0, K_ATOMIC, 0, 1, OFFW(0.03f, 8.49f), 0, 0),
+    LAYER("v2 dx=atomic, prime batch 5 in chunks of 2 (2 + 2 + 1)", 5, 8, 6, 7, 4, 3, 1, 1, 1, 1, 1, 1, K_ATOMIC, 2, 0,
+          OFFW(0.03f, 8.49f), 0, 0),
+    LAYER("v2 fuse_offset", 2, 8, 9, 9, 4, 3, 1, 1, 1, 1, 1, 0, K_FUSE, 0, 0, OFFW(0.03f, 8.49f), 0, 0),
+    LAYER("v1 C 32 fuse_offset (bf16: rounded offset weights)", 2, 32, 8, 9, 4, 3, 1, 1, 1, 1, 0, 0, K_FUSE, 0, 0,
+          OFFW(0.03f, 16.97f), -1, 0),
+    LAYER("v2 G2 stage halo 1, s2", 2, 8, 11, 10, 4, 3, 2, 1, 1, 2, 1, 0, K_STAGE1, 0, 0, OFFW(0.03f, 8.49f), 0, 0),
+    LAYER("v2 fuse_offset + stage halo 2 + dx=atomic (DefT's recipe)", 2, 12, 9, 9, 4, 3, 1, 1, 1, 1, 1, 1,
+          K_DEFT_RECIPE, 0, 0, OFFW(0.03f, 10.39f), 0, 0),
+    LAYER("v2 deterministic (atomic asked)", 2, 8, 8, 8, 4, 3, 1, 1, 1, 1, 1, 0, K_DET_ATOMIC, 0, 0, OFFW(0.03f, 8.49f),
+          0, 0),
+    /* parity only: bf16's offsets (x and the offset weights rounded) move ~0.004 px from f32's,
+     * and the ~1.6 % of samples that cross a kink on the way change their gradients by O(1) */
+    LAYER("v2 C 32, offsets varying by ~1 px", 2, 32, 12, 11, 16, 3, 1, 1, 1, 1, 1, 1, K_GATHER, 0, 0,
+          OFFW(1.0f, 16.97f), -1, -1),
+    LAYER("ResNet l1 shape, batch 2", 2, 64, 56, 56, 64, 3, 1, 1, 1, 1, 0, 0, K_GATHER, 0, 0, OFFW(1.0f, 24.00f), -1,
+          -1),
+    LAYER("ResNet l2a shape (s2), batch 2", 2, 64, 56, 56, 128, 3, 2, 1, 1, 1, 0, 0, K_GATHER, 0, 0, OFFW(1.0f, 24.00f),
+          -1, -1),
+    LAYER("ResNet l3 shape, v2, prime batch 3", 3, 256, 14, 14, 256, 3, 1, 1, 1, 1, 1, 0, K_GATHER, 0, 0,
+          OFFW(1.0f, 48.00f), -1, -1),
+    LAYER("ResNet l4 shape, batch 2, fuse_offset + stage", 2, 512, 7, 7, 512, 3, 1, 1, 1, 1, 0, 0, K_FUSE_STAGE1, 0, 0,
+          OFFW(1.0f, 67.88f), -1, -1),
+};
+DT_OPCASES(deform_deft, deft_cases)

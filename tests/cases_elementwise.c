@@ -1,0 +1,143 @@
+/* The pointwise ops, reductions and reshapes of dt_ops.h as op cases (dt_opcase.h): add, mul,
+ * relu, sigmoid, add_relu, sum, mean, reshape, flatten, slice_channels - odd sizes (the CUDA
+ * kernels' scalar tail), sizes of whole 16-byte packs, 2-D tensors, and ResNet-sized ones for
+ * parity, in f32 NCHW, f32 NHWC and bf16 NHWC where the op has them.
+ *
+ * Some cases add a constant offset first, so that finite differences and bf16 roundings never
+ * cross a kink or meet a near-zero sum: relu and add_relu see x + (+-1, by element parity)
+ * with x of std 0.1, sum and mean see x + 1 (a sum far from 0, whose bf16 error is relative). */
+#include <stdlib.h>
+
+#include "dt_alloc.h"
+#include "dt_common.h"
+#include "dt_opcase.h"
+#include "dt_ops.h"
+#include "dt_test.h"
+
+typedef enum { ADD, MUL, RELU, SIGMOID, ADD_RELU, SUM, MEAN, RESHAPE, FLATTEN, SLICE } ew_op;
+typedef enum { NO_OFFSET, PLUS_MINUS_ONE, PLUS_ONE } ew_offset;
+
+typedef struct {
+    ew_op op;
+    ew_offset offset;
+} ew_arg;
+
+typedef struct {
+    dt_tensor *offset; /* made at the first build, like input 0 */
+} ew_state;
+
+static void *state_new(const dt_opcase *c, dt_dev dev, dt_layout layout) {
+    (void)c, (void)dev, (void)layout;
+    return dt_xcalloc(1, sizeof(ew_state));
+}
+
+static void state_free(void *state) {
+    ew_state *s = state;
+    if (s->offset) dt_tensor_free(s->offset);
+    free(s);
+}
+
+static dt_tensor *offset_like(const dt_tensor *x, ew_offset kind) {
+    float *v = dt_xmalloc((size_t)x->numel * sizeof(float));
+    for (int64_t i = 0; i < x->numel; i++) v[i] = kind == PLUS_ONE ? 1.0f : i % 2 ? -1.0f : 1.0f;
+    dt_tensor *t = dt_tensor_from_values(x->ndim, x->shape, x->dev, x->dtype, x->layout, v);
+    dt_tensor_keep(t);
+    free(v);
+    return t;
+}
+
+static dt_tensor *build(const dt_opcase *c, dt_tensor **in, void *state) {
+    const ew_arg *a = c->arg;
+    ew_state *s = state;
+    dt_tensor *x = in[0];
+    if (a->offset != NO_OFFSET) {
+        if (!s->offset) s->offset = offset_like(x, a->offset);
+        x = dt_add(x, s->offset);
+    }
+    switch (a->op) {
+    case ADD: return dt_add(x, in[1]);
+    case MUL: return dt_mul(x, in[1]);
+    case RELU: return dt_relu(x);
+    case SIGMOID: return dt_sigmoid(x);
+    case ADD_RELU: return dt_add_relu(x, in[1]);
+    case SUM: return dt_sum(x);
+    case MEAN: return dt_mean(x);
+    case RESHAPE: {
+        int64_t s2[2] = {x->numel / 5, 5};
+        return dt_reshape(x, 2, s2);
+    }
+    case FLATTEN: return dt_flatten2(x);
+    case SLICE: return dt_slice_channels(x, 2, 5);
+    }
+    return NULL;
+}
+
+/* grad: 0 (every mode) or -1 (parity and perf only: a big shape, or an op whose bf16 bound
+ * random values cannot meet) */
+#define EW1(label, types_, nd, s0, s1, s2, s3, std, grad, op_, offset_)                                                      \
+    {.name = label, .types = types_, .n_in = 1, .grad_tol = grad, .bf16_bound = grad,                              \
+     .in = {{nd, {s0, s1, s2, s3}, DT_IN_ACT, std, 1}}, .build = build, .arg = &(const ew_arg){op_, offset_},        \
+     .state_new = state_new, .state_free = state_free}
+#define EW2(label, types_, nd, s0, s1, s2, s3, std, grad, op_, offset_)                                                      \
+    {.name = label, .types = types_, .n_in = 2, .grad_tol = grad, .bf16_bound = grad,                              \
+     .in = {{nd, {s0, s1, s2, s3}, DT_IN_ACT, std, 1}, {nd, {s0, s1, s2, s3}, DT_IN_ACT, std, 1}},                  \
+     .build = build, .arg = &(const ew_arg){op_, offset_}, .state_new = state_new, .state_free = state_free}
+/* a 2-D tensor is row-major in every combination: f32 and bf16 */
+#define TYPES_2D (DT_F32_NCHW | DT_BF16_NHWC)
+
+static const dt_opcase ew_cases[] = {
+    EW2("add, odd 3x5x7x11 (scalar tail)", DT_ALL_TYPES, 4, 3, 5, 7, 11, 1.0f, 0, ADD, NO_OFFSET),
+    EW2("add, 4x8x4x4 (whole packs)", DT_ALL_TYPES, 4, 4, 8, 4, 4, 1.0f, 0, ADD, NO_OFFSET),
+    EW2("mul, odd 3x5x7x11", DT_ALL_TYPES, 4, 3, 5, 7, 11, 1.0f, 0, MUL, NO_OFFSET),
+    EW1("relu, odd 3x5x7x11", DT_ALL_TYPES, 4, 3, 5, 7, 11, 0.1f, 0, RELU, PLUS_MINUS_ONE),
+    EW1("relu, 2-D 7x13", TYPES_2D, 2, 7, 13, 0, 0, 0.1f, 0, RELU, PLUS_MINUS_ONE),
+    EW1("sigmoid, odd 3x5x7x11", DT_ALL_TYPES, 4, 3, 5, 7, 11, 1.0f, 0, SIGMOID, NO_OFFSET),
+    EW2("add_relu, odd 3x5x7x11", DT_ALL_TYPES, 4, 3, 5, 7, 11, 0.1f, 0, ADD_RELU, PLUS_MINUS_ONE),
+    EW1("sum, odd 3x5x7x11", DT_ALL_TYPES, 4, 3, 5, 7, 11, 1.0f, 0, SUM, PLUS_ONE),
+    EW1("sum, 2-D 7x13", TYPES_2D, 2, 7, 13, 0, 0, 1.0f, 0, SUM, PLUS_ONE),
+    EW1("mean, 4x8x4x4", DT_ALL_TYPES, 4, 4, 8, 4, 4, 1.0f, 0, MEAN, PLUS_ONE),
+    EW1("reshape 2-D 6x10 -> 12x5", TYPES_2D, 2, 6, 10, 0, 0, 1.0f, 0, RESHAPE, NO_OFFSET),
+    EW1("flatten 5x7x1x1 (channels last is row-major here)", DT_ALL_TYPES, 4, 5, 7, 1, 1, 1.0f, 0, FLATTEN, NO_OFFSET),
+    EW1("flatten 2x3x4x5", DT_F32_NCHW, 4, 2, 3, 4, 5, 1.0f, 0, FLATTEN, NO_OFFSET),
+    EW1("slice_channels [2, 5) of 2x7x2x3", DT_F32_NCHW, 4, 2, 7, 2, 3, 1.0f, 0, SLICE, NO_OFFSET),
+    EW2("add_relu 64x64x56x56", DT_ALL_TYPES, 4, 64, 64, 56, 56, 1.0f, -1, ADD_RELU, NO_OFFSET),
+    EW2("mul 64x64x56x56", DT_ALL_TYPES, 4, 64, 64, 56, 56, 1.0f, -1, MUL, NO_OFFSET),
+    EW1("sum of 10M", DT_ALL_TYPES, 4, 10, 1000, 1, 1000, 1.0f, -1, SUM, PLUS_ONE),
+};
+DT_OPCASES(elementwise, ew_cases)
+
+/* ---- what the ops refuse ---- */
+
+static void add_mixed(void *p) {
+    (void)p;
+    dt_tensor *a = dt_tensor_new4_as(DT_CPU, DT_F32, DT_NHWC, 1, 2, 3, 3), *b = dt_tensor_new4_as(DT_CPU, DT_BF16, DT_NHWC, 1, 2, 3, 3);
+    dt_tensor_fill(a, 1.0f);
+    dt_tensor_fill(b, 1.0f);
+    dt_add(a, b);
+}
+static void add_layouts(void *p) {
+    (void)p;
+    dt_tensor *a = dt_tensor_new4_as(DT_CPU, DT_F32, DT_NCHW, 1, 2, 3, 3), *b = dt_tensor_new4_as(DT_CPU, DT_F32, DT_NHWC, 1, 2, 3, 3);
+    dt_tensor_fill(a, 1.0f);
+    dt_tensor_fill(b, 1.0f);
+    dt_add(a, b);
+}
+static void relu_i32(void *p) {
+    (void)p;
+    dt_tensor *a = dt_tensor_new4_as(DT_CPU, DT_I32, DT_NCHW, 1, 2, 3, 3);
+    dt_tensor_fill(a, 1.0f);
+    dt_relu(a);
+}
+static void slice_nhwc(void *p) {
+    (void)p;
+    dt_tensor *a = dt_tensor_new4_as(DT_CPU, DT_F32, DT_NHWC, 1, 4, 3, 3);
+    dt_tensor_fill(a, 1.0f);
+    dt_slice_channels(a, 1, 2);
+}
+
+DT_TEST(elementwise_refuses_mixed_and_missing_types) {
+    EXPECT_DEATH(add_mixed, NULL, "add");
+    EXPECT_DEATH(add_layouts, NULL, "add");
+    EXPECT_DEATH(relu_i32, NULL, "relu: no kernel for i32");
+    EXPECT_DEATH(slice_nhwc, NULL, "slice_channels");
+}
