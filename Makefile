@@ -13,6 +13,8 @@
 #                     (SAN=fuzz: the same for libFuzzer targets, with clang; see `make fuzz`)
 #   JPEG=0|1          JPEG decoding with libjpeg-turbo, linked statically (default: 1 when its
 #                     libjpeg.a and jpeglib.h are found; otherwise stb_image decodes JPEG too)
+#   PNG=0|1           PNG decoding with libpng (and zlib), linked statically (default: 1 when
+#                     libpng.a, libz.a and png.h are found; otherwise stb_image decodes PNG)
 #   NCCL=0|1          several GPUs (gpus=N) through NCCL (default: 1 when nccl.h and libnccl.so
 #                     are found in NCCL_HOME, the CUDA toolkit's folders, /usr or /usr/local;
 #                     without it the trainer uses one GPU and says so when asked for more)
@@ -66,6 +68,27 @@ JPEG_STATIC := $(if $(filter 1,$(JPEG)),$(JPEG_LIB),)
 JPEG_SHARED := $(if $(filter 1,$(JPEG)),-ljpeg,)
 CFLAGS += $(if $(filter 1,$(JPEG)),-DDT_LIBJPEG,)
 
+# libpng (optional), as libjpeg-turbo: static for programs and tests (with zlib, which it
+# needs), shared for libdeftc.so.
+PNG_LIB ?= $(shell $(CC) -print-file-name=libpng.a)
+ZLIB_LIB ?= $(shell $(CC) -print-file-name=libz.a)
+ifeq ($(origin PNG), undefined)
+  PNG := $(if $(and $(filter /%,$(PNG_LIB)),$(filter /%,$(ZLIB_LIB))),$(shell printf '\043include <png.h>\n' | \
+           $(CC) -E -x c - >/dev/null 2>&1 && echo 1),)
+  PNG := $(if $(PNG),1,0)
+endif
+ifeq ($(PNG)$(origin PNG),0file)
+  ifeq ($(filter clean help,$(MAKECMDGOALS)),)
+    $(info deftc: libpng not found: stb_image decodes PNG (no CRC checks, 16-bit images through 16 bytes a pixel); for libpng: sudo apt-get install libpng-dev)
+  endif
+endif
+PNG_STATIC := $(if $(filter 1,$(PNG)),$(PNG_LIB) $(ZLIB_LIB),)
+PNG_SHARED := $(if $(filter 1,$(PNG)),-lpng -lz,)
+CFLAGS += $(if $(filter 1,$(PNG)),-DDT_LIBPNG,)
+# What programs, tests and the shared library link for the decoders.
+IMG_STATIC := $(JPEG_STATIC) $(PNG_STATIC)
+IMG_SHARED := $(JPEG_SHARED) $(PNG_SHARED)
+
 ifeq ($(CUDA),1)
   ifeq ($(NVCC),)
     $(error CUDA=1 but nvcc was not found; install the CUDA toolkit, set CUDA_HOME, or build with CUDA=0)
@@ -107,25 +130,31 @@ endif
 # Objects depend on the build configuration, so switching CUDA=0/1, the arch or the flags
 # rebuilds what it must instead of linking stale objects.
 CONFIG := $(BUILD)/.config
-$(shell mkdir -p $(BUILD) && echo 'CUDA=$(CUDA) ARCH=$(CUDA_ARCH) DEBUG=$(DEBUG) WERROR=$(WERROR) CC=$(CC) STB=$(STB_INCLUDE) SAN=$(SAN) JPEG=$(JPEG) NCCL=$(NCCL) VIS=hidden' > $(CONFIG).new && \
+$(shell mkdir -p $(BUILD) && echo 'CUDA=$(CUDA) ARCH=$(CUDA_ARCH) DEBUG=$(DEBUG) WERROR=$(WERROR) CC=$(CC) STB=$(STB_INCLUDE) SAN=$(SAN) JPEG=$(JPEG) PNG=$(PNG) NCCL=$(NCCL) VIS=hidden' > $(CONFIG).new && \
   (cmp -s $(CONFIG).new $(CONFIG) || mv $(CONFIG).new $(CONFIG)); rm -f $(CONFIG).new)
 
 # Library sources: everything in the library folders except programs (*_main.c), and the
-# libjpeg-turbo decoder when it is not built in.
-LIB_C := $(filter-out %_main.c train/train_cli.c $(if $(filter 1,$(JPEG)),,data/dt_jpeg.c),\
+# libjpeg-turbo and libpng decoders when they are not built in.
+LIB_C := $(filter-out %_main.c train/train_cli.c $(if $(filter 1,$(JPEG)),,data/dt_jpeg.c) $(if $(filter 1,$(PNG)),,data/dt_png.c),\
            $(wildcard core/*.c kernels/*.c layers/*.c data/*.c train/*.c))
 LIB_CU := $(if $(filter 1,$(CUDA)),$(wildcard core/*.cu kernels/*.cu layers/*.cu),)
 LIB_OBJ := $(LIB_C:%.c=$(BUILD)/obj/%.o) $(LIB_CU:%.cu=$(BUILD)/obj/%.cu.o)
 TEST_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tests/*.c))
 PROGRAMS := $(patsubst %_main.c,$(BUILD)/%,$(notdir $(wildcard train/*_main.c data/*_main.c bench/*_main.c)))
 # The benchmark programs' sources (bench/*.c: build/bench and its parts, build/chart) stay out of
-# the library; build/bench links its parts (BENCH_OBJ) beside it.
-BENCH_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out %_main.c,$(wildcard bench/*.c)))
+# the library; build/bench links its parts (BENCH_OBJ) beside it, build/chart and the tests the
+# chart's drawing (CHART_OBJ).
+CHART_OBJ := $(BUILD)/obj/bench/chart.o
+BENCH_OBJ := $(filter-out $(CHART_OBJ),$(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out %_main.c,$(wildcard bench/*.c))))
 # The kernel lab (bench/lab/, CUDA only): variants validated then timed; built with everything
 # so that it never rots.
 LAB := $(if $(filter 1,$(CUDA)),$(BUILD)/deform_lab,)
 
-.PHONY: all lib test test-gpu clean help data bench-loader run reproduce scaling lab fuzz fuzz-run
+# Every target that is not a file, in the order `make help` lists them; each has a HELP_ line
+# below (make stops when one is missing, so that no target is left out of make help). A line
+# goes on under the text with HELP_MORE (printf pads the missing argument to the column).
+PHONY := run test all lib test-gpu data lab bench-loader reproduce scaling fuzz fuzz-run clean help
+.PHONY: $(PHONY)
 # Keep the programs' objects (make would delete them as intermediates and rebuild them).
 .SECONDARY:
 
@@ -180,40 +209,45 @@ $(BUILD)/libdeftc.a: $(LIB_OBJ)
 	ar rcs $@ $^
 
 $(BUILD)/libdeftc.so: $(LIB_OBJ)
-	$(CC) -shared -o $@ $^ $(JPEG_SHARED) $(LDLIBS)
+	$(CC) -shared -o $@ $^ $(IMG_SHARED) $(LDLIBS)
 
 # build/train: its command line (train/train_cli.c) is program code, outside the library.
 $(BUILD)/train: $(BUILD)/obj/train/train_main.o $(BUILD)/obj/train/train_cli.o $(BUILD)/libdeftc.a
-	$(CC) -o $@ $^ $(JPEG_STATIC) $(LDLIBS)
+	$(CC) -o $@ $^ $(IMG_STATIC) $(LDLIBS)
 
 $(BUILD)/%: $(BUILD)/obj/train/%_main.o $(BUILD)/libdeftc.a
-	$(CC) -o $@ $< $(BUILD)/libdeftc.a $(JPEG_STATIC) $(LDLIBS)
+	$(CC) -o $@ $< $(BUILD)/libdeftc.a $(IMG_STATIC) $(LDLIBS)
 
 $(BUILD)/%: $(BUILD)/obj/data/%_main.o $(BUILD)/libdeftc.a
-	$(CC) -o $@ $< $(BUILD)/libdeftc.a $(JPEG_STATIC) $(LDLIBS)
+	$(CC) -o $@ $< $(BUILD)/libdeftc.a $(IMG_STATIC) $(LDLIBS)
 
 $(BUILD)/bench: $(BUILD)/obj/bench/bench_main.o $(BENCH_OBJ) $(BUILD)/libdeftc.a
-	$(CC) -o $@ $< $(BENCH_OBJ) $(BUILD)/libdeftc.a $(JPEG_STATIC) $(LDLIBS)
+	$(CC) -o $@ $< $(BENCH_OBJ) $(BUILD)/libdeftc.a $(IMG_STATIC) $(LDLIBS)
 
-$(BUILD)/chart: $(BUILD)/obj/bench/chart_main.o $(BUILD)/libdeftc.a
-	$(CC) -o $@ $< $(BUILD)/libdeftc.a $(JPEG_STATIC) $(LDLIBS)
+$(BUILD)/chart: $(BUILD)/obj/bench/chart_main.o $(CHART_OBJ) $(BUILD)/libdeftc.a
+	$(CC) -o $@ $< $(CHART_OBJ) $(BUILD)/libdeftc.a $(IMG_STATIC) $(LDLIBS)
 
-# bench/ objects (the kernel lab too) find bench_common.h with -Ibench.
+# bench/ objects (the kernel lab too) find bench_common.h with -Ibench, the chart's test chart.h.
 $(BUILD)/obj/bench/%.o: CFLAGS += -Ibench
+$(BUILD)/obj/tests/test_chart.o: CFLAGS += -Ibench
 $(BUILD)/obj/bench/%.cu.o: NVCCFLAGS += -Ibench
 
 $(BUILD)/deform_lab: $(BUILD)/obj/bench/lab/deform_lab.cu.o $(BUILD)/obj/bench/bench_common.o $(BUILD)/libdeftc.a
-	$(CC) -o $@ $< $(BUILD)/obj/bench/bench_common.o $(BUILD)/libdeftc.a $(JPEG_STATIC) $(LDLIBS)
+	$(CC) -o $@ $< $(BUILD)/obj/bench/bench_common.o $(BUILD)/libdeftc.a $(IMG_STATIC) $(LDLIBS)
 
-# Tests link the objects directly so that every test file's constructor is kept.
-$(BUILD)/test: $(TEST_OBJ) $(BUILD)/obj/train/train_cli.o $(BUILD)/libdeftc.a
-	$(CC) -o $@ $(TEST_OBJ) $(BUILD)/obj/train/train_cli.o $(BUILD)/libdeftc.a $(JPEG_STATIC) $(LDLIBS)
+# Tests link the objects directly so that every test file's constructor is kept; the program
+# code they test (build/train's command line, the chart's drawing) beside them.
+$(BUILD)/test: $(TEST_OBJ) $(BUILD)/obj/train/train_cli.o $(CHART_OBJ) $(BUILD)/libdeftc.a
+	$(CC) -o $@ $(TEST_OBJ) $(BUILD)/obj/train/train_cli.o $(CHART_OBJ) $(BUILD)/libdeftc.a $(IMG_STATIC) $(LDLIBS)
 
+# The C suite, then the Python side through build/test --then, so that the last line counts
+# both ("N passed, N failed, N skipped (116 C, 9 Python)"). Not under the sanitizers (python
+# cannot load an ASan-built library) nor without python3: that is said first.
+PY_SUITE = $(if $(filter 0,$(SAN)),$(if $(shell command -v python3),python3 tests/api/test_deftc_torch_cpu.py $(BUILD)/libdeftc.so))
 test: $(BUILD)/test $(BUILD)/libdeftc.so
-	$(BUILD)/test
 	@if [ "$(SAN)" != 0 ]; then echo "SAN=$(SAN): the Python side is not tested (python cannot load an ASan-built library)"; \
-	elif command -v python3 >/dev/null; then python3 tests/api/test_deftc_torch_cpu.py $(BUILD)/libdeftc.so; \
-	else echo "python3 not found: the Python side (python/, tests/api/) was not tested"; fi
+	elif [ -z "$(PY_SUITE)" ]; then echo "python3 not found: the Python side (python/, tests/api/) is not tested"; fi
+	$(BUILD)/test $(if $(PY_SUITE),--then Python "$(PY_SUITE)")
 
 test-gpu: $(BUILD)/test
 	$(BUILD)/test --gpu
@@ -227,8 +261,10 @@ run: all
 reproduce: all
 	BUILD=$(BUILD) bash bench/reproduce.sh
 
-# Data-parallel scaling: images/s on 1 and GPUS (default 2) GPUs, plain and deft (bench/scaling.sh).
+# Data-parallel scaling: images/s on 1 and GPUS (default 2) GPUs, plain and deft (bench/scaling.sh);
+# without a GPU it says so at once (build/train --devices) instead of failing in its first run.
 scaling: all
+	@$(BUILD)/train --devices >/dev/null || { echo "make scaling times training steps on CUDA GPUs: $$($(BUILD)/train --devices)"; exit 1; }
 	BUILD=$(BUILD) bash bench/scaling.sh
 
 data: $(BUILD)/mkdata
@@ -241,45 +277,54 @@ bench-loader: $(BUILD)/mkdata $(BUILD)/loaderbench
 	$(BUILD)/loaderbench --data $(BUILD)/inet-bench
 
 # Fuzz targets for every parser of untrusted input (tests/fuzz/fuzz_*.c: config, .npy,
-# checkpoint, image), built with clang's libFuzzer + ASan + UBSan into build-fuzz/fuzz/;
-# `make fuzz-run` runs each for FUZZ_SECONDS from its seed corpus (tests/fuzz/corpus/NAME,
-# new inputs go to build-fuzz/corpus/NAME) and stops at the first crash (saved in build-fuzz/).
+# checkpoint, image, dataset tree), built with clang's libFuzzer + ASan + UBSan into
+# build-fuzz/fuzz/ (or BUILD when given); `make fuzz-run` runs each for FUZZ_SECONDS from its
+# seed corpus (tests/fuzz/corpus/NAME, new inputs go to build-fuzz/corpus/NAME) and stops at
+# the first crash (saved in build-fuzz/).
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 60
+FUZZ_BUILD := $(if $(filter command line,$(origin BUILD)),$(BUILD),build-fuzz)
 FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 
 fuzz:
-	$(MAKE) SAN=fuzz CC=$(FUZZ_CC) BUILD=build-fuzz $(FUZZ_TARGETS:%=build-fuzz/fuzz/%)
+	$(MAKE) SAN=fuzz CC=$(FUZZ_CC) BUILD=$(FUZZ_BUILD) $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz/%)
 
 fuzz-run: fuzz
 	@for t in $(FUZZ_TARGETS); do \
-	  name=$${t#fuzz_}; mkdir -p build-fuzz/corpus/$$name; \
+	  name=$${t#fuzz_}; mkdir -p $(FUZZ_BUILD)/corpus/$$name; \
 	  echo "== $$t: $(FUZZ_SECONDS) s"; \
-	  build-fuzz/fuzz/$$t -max_total_time=$(FUZZ_SECONDS) -timeout=30 -rss_limit_mb=2048 -print_final_stats=1 \
-	    -artifact_prefix=build-fuzz/$$t- build-fuzz/corpus/$$name tests/fuzz/corpus/$$name > build-fuzz/$$t.log 2>&1; \
-	  rc=$$?; grep -E "^(Done|stat::number_of_executed_units)|ERROR|runtime error|Test unit written" build-fuzz/$$t.log; \
-	  if [ $$rc != 0 ]; then tail -40 build-fuzz/$$t.log; exit 1; fi; \
+	  $(FUZZ_BUILD)/fuzz/$$t -max_total_time=$(FUZZ_SECONDS) -timeout=30 -rss_limit_mb=2048 -print_final_stats=1 \
+	    -artifact_prefix=$(FUZZ_BUILD)/$$t- $(FUZZ_BUILD)/corpus/$$name tests/fuzz/corpus/$$name > $(FUZZ_BUILD)/$$t.log 2>&1; \
+	  rc=$$?; grep -E "^(Done|stat::number_of_executed_units)|ERROR|runtime error|Test unit written" $(FUZZ_BUILD)/$$t.log; \
+	  if [ $$rc != 0 ]; then tail -40 $(FUZZ_BUILD)/$$t.log; exit 1; fi; \
 	done
 
 $(BUILD)/fuzz/%: tests/fuzz/%.c $(BUILD)/libdeftc.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -fsanitize=fuzzer -o $@ $< $(BUILD)/libdeftc.a $(JPEG_STATIC) $(LDLIBS)
+	$(CC) $(CFLAGS) -fsanitize=fuzzer -o $@ $< $(BUILD)/libdeftc.a $(IMG_STATIC) $(LDLIBS)
 
 clean:
 	rm -rf $(BUILD)
 
+HELP_MORE := \n%22s
+HELP_run = the main job: all-deformable ResNet-18 (deft) on the sample dataset, on the GPU ($(RUN_CONFIG))$(HELP_MORE)without a GPU: make run RUN_CONFIG=configs/sample_cpu.cfg; RUN_ARGS="key=value ..." overrides keys
+HELP_test = the CPU test suite and the Python side (what CI runs; SAN=1: under ASan + UBSan, into build-san/)
+HELP_all = (or plain make) library, programs and tests into $(BUILD)/ (now CUDA=$(CUDA), CUDA_ARCH=$(CUDA_ARCH))$(HELP_MORE)make CUDA=0 builds for the CPU only
+HELP_lib = only the library, $(BUILD)/libdeftc.a and $(BUILD)/libdeftc.so
+HELP_test-gpu = the GPU parity suite (needs a visible CUDA GPU)
+HELP_data = the sample dataset into $(DATA)/ (build/mkdata --help)
+HELP_lab = the deformable kernel lab (build/deform_lab: variants validated, then timed; GPU)
+HELP_bench-loader = loader images/s on ImageNet-like JPEGs
+HELP_reproduce = plain / unfused / deft training-time table, ablation and precisions, CSV + chart in runs/ (GPU)
+HELP_scaling = data-parallel images/s on 1 and GPUS=2 GPUs, plain and deft (GPUs; bench/scaling.sh)
+HELP_fuzz = build the libFuzzer targets (config, .npy, checkpoint, image, dataset tree) into build-fuzz/fuzz/ (clang)
+HELP_fuzz-run = run each libFuzzer target for FUZZ_SECONDS=$(FUZZ_SECONDS) (what CI runs)
+HELP_clean = remove $(BUILD)/ (BUILD=build-san etc. for the others)
+HELP_help = this list
+$(foreach t,$(PHONY),$(if $(value HELP_$(t)),,$(error make help has no line for target '$(t)': add HELP_$(t) to the Makefile)))
+
 help:
-	@echo "make run             the main job: all-deformable ResNet-18 (deft) on the sample dataset ($(RUN_CONFIG))"
-	@echo "make reproduce       plain / unfused / deft training-time table + ablation (GPU; bench/reproduce.sh)"
-	@echo "make scaling         data-parallel images/s on 1 and GPUS=2 GPUs, plain and deft (bench/scaling.sh)"
-	@echo "make                 build library, programs and tests into $(BUILD)/ (CUDA=$(CUDA), CUDA_ARCH=$(CUDA_ARCH))"
-	@echo "make test            CPU test suite (what CI runs)"
-	@echo "make test-gpu        GPU parity suite (needs a visible CUDA GPU)"
-	@echo "make CUDA=0          CPU-only build"
-	@echo "make data            generate the sample dataset into $(DATA)/ (build/mkdata --help)"
-	@echo "make bench-loader    loader images/s on ImageNet-like JPEGs"
-	@echo "make lab             the deformable kernel lab (build/deform_lab: variants validated, then timed; GPU)"
-	@echo "make test SAN=1      CPU tests under AddressSanitizer + UndefinedBehaviorSanitizer (build-san/)"
-	@echo "make fuzz-run        each libFuzzer target (config, .npy, checkpoint, image) for FUZZ_SECONDS=60 (clang)"
+	@$(foreach t,$(PHONY),printf '  make %-14s $(HELP_$(t))\n' '$(t)';)
+	@echo "Build variables (CUDA, CUDA_ARCH, JPEG, PNG, NCCL, SAN, WERROR, DEBUG, BUILD): the top of the Makefile."
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

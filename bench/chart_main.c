@@ -1,48 +1,28 @@
-/* build/chart IN.csv OUT.png [TITLE]: a horizontal bar chart of `label,value[,note]` rows
- * (lines starting with # are skipped), drawn with stb_easy_font's glyph quads and written
- * with stb_image_write - no plotting library needed. Used by `make reproduce`. */
+/* build/chart IN.csv OUT.png [TITLE]: a horizontal bar chart of `label,value[,note[,group]]`
+ * rows (lines starting with # and blank lines are skipped), drawn by chart.c with stb_easy_font's
+ * glyphs and written with stb_image_write - no plotting library needed. Bars of one group share
+ * a colour, named in a legend. Used by `make reproduce` (bench/reproduce.sh). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
-/* stb_easy_font is a header of static functions; silence its warnings here only. */
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wunused-function"
-#pragma GCC diagnostic ignored "-Wsign-compare"
-#pragma GCC diagnostic ignored "-Wconversion"
-#pragma GCC diagnostic ignored "-Wmissing-braces"
-#include "stb_easy_font.h"
-#pragma GCC diagnostic pop
+#include "chart.h"
 #include "stb_image_write.h"
 
-#define W 900
-#define ROW 34
-
-static unsigned char *img;
-static int H;
-
-static void rect(int x0, int y0, int x1, int y1, unsigned char r, unsigned char g, unsigned char b) {
-    for (int y = y0 < 0 ? 0 : y0; y < y1 && y < H; y++)
-        for (int x = x0 < 0 ? 0 : x0; x < x1 && x < W; x++) {
-            unsigned char *p = img + (y * W + x) * 3;
-            p[0] = r, p[1] = g, p[2] = b;
-        }
-}
-
-/* stb_easy_font emits quads of 4 vertices (x, y, z, color) per glyph stroke; scale 2x. */
-static void text(int x, int y, const char *s) {
-    static char buf[60000];
-    int q = stb_easy_font_print(0, 0, (char *)s, NULL, buf, sizeof buf);
-    float *v = (float *)buf;
-    for (int i = 0; i < q; i++) {
-        float *a = v + i * 16, *c = a + 8;
-        rect(x + (int)(a[0] * 2), y + (int)(a[1] * 2), x + (int)(c[0] * 2), y + (int)(c[1] * 2), 30, 30, 30);
-    }
+/* The next comma-separated field of *s, cut in place ("" when there is none). */
+static char *field(char **s) {
+    char *f = *s;
+    if (!f) return "";
+    char *c = strchr(f, ',');
+    *s = c ? c + 1 : NULL;
+    if (c) *c = 0;
+    return f;
 }
 
 int main(int argc, char **argv) {
-    if (argc < 3) {
-        fprintf(stderr, "usage: build/chart IN.csv OUT.png [TITLE]\n");
+    if (argc < 3 || argc > 4) {
+        fprintf(stderr, "usage: build/chart IN.csv OUT.png [TITLE]   (rows: label,value[,note[,group]])\n");
         return 2;
     }
     FILE *f = fopen(argv[1], "r");
@@ -50,49 +30,43 @@ int main(int argc, char **argv) {
         fprintf(stderr, "chart: cannot read %s\n", argv[1]);
         return 1;
     }
-    char labels[64][96], notes[64][64], line[512];
-    double vals[64], vmax = 0;
+    dt_chart_row *rows = NULL;
     int n = 0;
-    while (n < 64 && fgets(line, sizeof line, f)) {
-        if (line[0] == '#' || line[0] == '\n') continue;
-        char *c1 = strchr(line, ',');
-        if (!c1) continue;
-        *c1 = 0;
-        snprintf(labels[n], sizeof labels[n], "%.95s", line);
-        char *c2 = strchr(c1 + 1, ',');
-        notes[n][0] = 0;
-        if (c2) {
-            *c2 = 0;
-            snprintf(notes[n], sizeof notes[n], "%s", c2 + 1);
-            notes[n][strcspn(notes[n], "\r\n")] = 0;
+    char *line = NULL;
+    size_t cap = 0;
+    for (int ln = 1; getline(&line, &cap, f) >= 0; ln++) {
+        line[strcspn(line, "\r\n")] = 0;
+        if (line[0] == '#' || !line[0]) continue;
+        char *rest = line, *label = field(&rest), *value = field(&rest), *note = field(&rest), *end;
+        const char *group = rest ? rest : ""; /* the rest of the line */
+        double v = strtod(value, &end);
+        if (!value[0] || *end) {
+            fprintf(stderr, "chart: %s:%d: expected label,value[,note[,group]] with a number as value, got '%s'\n",
+                    argv[1], ln, value);
+            return 1;
         }
-        vals[n] = atof(c1 + 1);
-        if (vals[n] > vmax) vmax = vals[n];
-        n++;
+        rows = realloc(rows, (size_t)(n + 1) * sizeof *rows);
+        rows[n++] = (dt_chart_row){strdup(label), v, strdup(note), strdup(group)};
     }
+    free(line);
     fclose(f);
-    if (!n) {
-        fprintf(stderr, "chart: no rows in %s\n", argv[1]);
+    dt_chart_image img;
+    char err[300];
+    if (dt_chart_draw(rows, n, argc > 3 ? argv[3] : argv[1], &img, err, sizeof err)) {
+        fprintf(stderr, "chart: %s: %s\n", argv[1], err);
         return 1;
     }
-    H = 70 + n * ROW + 20;
-    img = malloc((size_t)W * H * 3);
-    memset(img, 255, (size_t)W * H * 3);
-    text(20, 16, argc > 3 ? argv[3] : argv[1]);
-    int x0 = 330, xw = W - x0 - 220;
-    for (int i = 0; i < n; i++) {
-        int y = 60 + i * ROW;
-        text(20, y + 6, labels[i]);
-        int len = vmax > 0 ? (int)(xw * vals[i] / vmax) : 0;
-        rect(x0, y, x0 + len, y + ROW - 8, (unsigned char)(70 + 20 * (i % 3)), 110, 180);
-        char v[96];
-        snprintf(v, sizeof v, "%.2f %s", vals[i], notes[i]);
-        text(x0 + len + 8, y + 6, v);
-    }
-    if (!stbi_write_png(argv[2], W, H, 3, img, W * 3)) {
+    /* whole or not at all: a failed write leaves the previous chart */
+    int rc = 0;
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%.4000s.tmp.%ld", argv[2], (long)getpid());
+    if (!stbi_write_png(tmp, img.w, img.h, 3, img.rgb, img.w * 3) || rename(tmp, argv[2])) {
         fprintf(stderr, "chart: cannot write %s\n", argv[2]);
-        return 1;
+        remove(tmp);
+        rc = 1;
     }
-    free(img);
-    return 0;
+    free(img.rgb);
+    for (int i = 0; i < n; i++) free((char *)rows[i].label), free((char *)rows[i].note), free((char *)rows[i].group);
+    free(rows);
+    return rc;
 }

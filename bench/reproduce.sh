@@ -4,11 +4,15 @@
 # batch 64 and 256: plain, all-deformable `unfused`, all-deformable `deft`; then the ablation
 # at batch 64 (each deft knob against its default, DefT's fused + staged recipe, deterministic); then the precision
 # axis: plain and deft in tf32 and bf16 at each batch. Median step time after the warm-up steps.
-# Writes runs/reproduce.csv, runs/reproduce_chart.csv and a PNG chart.
+# Writes runs/reproduce.csv, runs/reproduce_chart.csv and a PNG chart (bars coloured by model:
+# plain, deformable unfused, deformable deft). It needs a CUDA GPU and says so at once without
+# one; FROM_CSV=an earlier reproduce.csv makes the table and the chart from it, no GPU needed
+# (docs/reproduce.png: FROM_CSV=docs/logs/2026-12-01/precision/final/reproduce.csv).
 #   STEPS=40 WARM=10 BATCHES="64 256" VERSION=1 PRECISIONS="tf32 bf16" bash bench/reproduce.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${BUILD:-build}
+FROM_CSV=${FROM_CSV:-}
 STEPS=${STEPS:-40}
 WARM=${WARM:-10}
 BATCHES=${BATCHES:-"64 256"}
@@ -17,7 +21,6 @@ PRECISIONS=${PRECISIONS-"tf32 bf16"}
 OUTDIR=${OUTDIR:-runs}
 mkdir -p "$OUTDIR"
 CSV=$OUTDIR/reproduce.csv
-echo "config,precision,batch,median_ms,p90_ms,fwd_ms,bwd_ms,opt_ms,img_per_s,peak_gib" > "$CSV"
 
 run() { # label precision batch overrides...
     local label=$1 prec=$2 batch=$3
@@ -33,30 +36,41 @@ run() { # label precision batch overrides...
     echo "  $label $prec batch $batch: $(awk '/^median_step_ms/{print $2}' "$s") ms/step"
 }
 
-for b in $BATCHES; do
-    run plain fp32 "$b" deform=none
-    run unfused fp32 "$b" deform=all deform_mode=unfused
-    run deft fp32 "$b" deform=all deform_mode=deft
-done
-b=$(echo $BATCHES | awk '{print $1}')
-# each knob of the deft path switched away from its default, then DefT's own recipe
-run deft_dx_atomic fp32 "$b" deform=all deform_mode=deft dx=atomic
-run deft_dx_gather fp32 "$b" deform=all deform_mode=deft dx=gather
-run deft_fuse1 fp32 "$b" deform=all deform_mode=deft fuse_offset=1
-run deft_stage1 fp32 "$b" deform=all deform_mode=deft stage=1
-run deft_fuse1_stage1 fp32 "$b" deform=all deform_mode=deft fuse_offset=1 stage=1
-run deft_fuse1_stage1_swizzle0 fp32 "$b" deform=all deform_mode=deft fuse_offset=1 stage=1 swizzle=0
-run deft_det fp32 "$b" deform=all deform_mode=deft deterministic=1
-run unfused_det fp32 "$b" deform=all deform_mode=unfused deterministic=1
-# the precision axis (docs/training.md, "Precision")
-for p in $PRECISIONS; do
+if [ -n "$FROM_CSV" ]; then
+    CSV=$FROM_CSV
+else
+    if ! devices=$("$B/train" --devices); then
+        echo "reproduce: make reproduce times training steps on a CUDA GPU, and this build sees none ($devices)."
+        echo "To redraw the table and chart of an earlier run: FROM_CSV=runs/reproduce.csv bash bench/reproduce.sh"
+        exit 1
+    fi
+    echo "config,precision,batch,median_ms,p90_ms,fwd_ms,bwd_ms,opt_ms,img_per_s,peak_gib" > "$CSV"
     for b in $BATCHES; do
-        run plain "$p" "$b" deform=none
-        run deft "$p" "$b" deform=all deform_mode=deft
+        run plain fp32 "$b" deform=none
+        run unfused fp32 "$b" deform=all deform_mode=unfused
+        run deft fp32 "$b" deform=all deform_mode=deft
     done
-done
+    b=$(echo $BATCHES | awk '{print $1}')
+    # each knob of the deft path switched away from its default, then DefT's own recipe
+    run deft_dx_atomic fp32 "$b" deform=all deform_mode=deft dx=atomic
+    run deft_dx_gather fp32 "$b" deform=all deform_mode=deft dx=gather
+    run deft_fuse1 fp32 "$b" deform=all deform_mode=deft fuse_offset=1
+    run deft_stage1 fp32 "$b" deform=all deform_mode=deft stage=1
+    run deft_fuse1_stage1 fp32 "$b" deform=all deform_mode=deft fuse_offset=1 stage=1
+    run deft_fuse1_stage1_swizzle0 fp32 "$b" deform=all deform_mode=deft fuse_offset=1 stage=1 swizzle=0
+    run deft_det fp32 "$b" deform=all deform_mode=deft deterministic=1
+    run unfused_det fp32 "$b" deform=all deform_mode=unfused deterministic=1
+    # the precision axis (docs/training.md, "Precision")
+    for p in $PRECISIONS; do
+        for b in $BATCHES; do
+            run plain "$p" "$b" deform=none
+            run deft "$p" "$b" deform=all deform_mode=deft
+        done
+    done
+fi
 
 # The normalized table (plain = 1.00) and the reduction of deft over unfused.
+rm -f "$OUTDIR/reproduce_chart.csv" # never a chart of an earlier table
 python3 - "$CSV" "$OUTDIR" <<'PY' || awk -F, 'NR>1{print}' "$CSV"
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
@@ -65,17 +79,20 @@ by = {(r['config'], r['precision'], r['batch']): float(r['median_ms']) for r in 
 print('\n| config | precision | batch | ms/step | normalized (plain fp32 = 1.00) | img/s | peak GiB |')
 print('| --- | --- | ---: | ---: | ---: | ---: | ---: |')
 chart = open(out + '/reproduce_chart.csv', 'w')
+MODELS = {'plain': 'plain ResNet-18', 'unfused': 'all-deformable unfused', 'deft': 'all-deformable deft'}
 for r in rows:
     plain = by.get(('plain', 'fp32', r['batch']))
     norm = float(r['median_ms']) / plain if plain else float('nan')
     print(f"| {r['config']} | {r['precision']} | {r['batch']} | {float(r['median_ms']):.2f} | {norm:.2f} | "
           f"{float(r['img_per_s']):.0f} | {float(r['peak_gib']):.2f} |")
-    chart.write(f"{r['config']} {r['precision']} b{r['batch']},{norm:.3f},({float(r['median_ms']):.1f} ms)\n")
+    model = MODELS[r['config'].split('_')[0]]  # deft_dx_atomic, unfused_det, ...: the model they time
+    # the ratio unrounded: the chart rounds it once, as the table does (1.695 rounded twice is 1.70)
+    chart.write(f"{r['config']} {r['precision']} b{r['batch']},{norm!r},({float(r['median_ms']):.1f} ms),{model}\n")
 for b in sorted({r['batch'] for r in rows}, key=int):
     if ('unfused', 'fp32', b) in by and ('deft', 'fp32', b) in by:
         print(f"batch {b}: deft takes {100 * (1 - by[('deft', 'fp32', b)] / by[('unfused', 'fp32', b)]):.1f} % less time than unfused")
 PY
 if [ -f "$OUTDIR/reproduce_chart.csv" ] && [ -x "$B/chart" ]; then
-    "$B/chart" "$OUTDIR/reproduce_chart.csv" "$OUTDIR/reproduce.png" "ResNet-18 step time, normalized to plain (lower is better)"
+    "$B/chart" "$OUTDIR/reproduce_chart.csv" "$OUTDIR/reproduce.png" "ResNet-18 step time, normalized to plain fp32 at the same batch (lower is better)"
     echo "chart: $OUTDIR/reproduce.png"
 fi

@@ -110,12 +110,29 @@ static int id_set_add(id_set *s, node_id id) {
 }
 
 /* What a scan of one split has seen: every folder entered and every file counted, so that a
- * symlink loop or a second path to the same folder or file adds nothing. */
+ * symlink loop or a second path to the same folder or file adds nothing; and the entries it
+ * did not use though they look like data, each named in a warning (the first MAX_NAMED). */
+#define MAX_NAMED 10
 typedef struct {
     id_set dirs, files;
     int64_t dup_dirs, dup_files;
     char dup_example[1024]; /* the first path skipped, for the warning */
+    int64_t skipped, notes; /* entries not used; warnings printed */
 } scan_state;
+
+/* A warning about one entry, printed for the first MAX_NAMED of a split (the rest counted in
+ * one line at the end); `skip`: the entry is not used. */
+static void note(scan_state *st, int skip, const char *fmt, ...) DT_PRINTF(3, 4);
+static void note(scan_state *st, int skip, const char *fmt, ...) {
+    st->skipped += skip;
+    if (st->notes++ >= MAX_NAMED) return;
+    char buf[1200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    dt_warn("%s", buf);
+}
 
 static void note_dup(scan_state *st, const char *fmt, ...) DT_PRINTF(2, 3);
 static void note_dup(scan_state *st, const char *fmt, ...) {
@@ -127,20 +144,44 @@ static void note_dup(scan_state *st, const char *fmt, ...) {
 }
 
 /* Entry kind from readdir, resolving symlinks, folders and unknown types with one fstatat;
- * *id is the entry's identity (for a regular file from d_ino, no system call). */
-enum { K_OTHER, K_FILE, K_DIR };
-static int entry_kind(DIR *d, uint64_t dir_dev, const struct dirent *e, node_id *id) {
+ * *id is the entry's identity (for a regular file from d_ino, no system call). K_OTHER (a
+ * FIFO, socket or device) and K_BROKEN (a symlink to nothing, or one that cannot be
+ * followed) say what in *what. */
+enum { K_OTHER, K_FILE, K_DIR, K_BROKEN };
+static const char *kind_name(mode_t m) {
+    if (S_ISFIFO(m)) return "a FIFO";
+    if (S_ISSOCK(m)) return "a socket";
+    if (S_ISCHR(m)) return "a character device";
+    return S_ISBLK(m) ? "a block device" : "not a regular file";
+}
+static int entry_kind(DIR *d, uint64_t dir_dev, const struct dirent *e, node_id *id, const char **what) {
 #ifdef _DIRENT_HAVE_D_TYPE
     if (e->d_type == DT_REG) {
         *id = (node_id){dir_dev, e->d_ino};
         return K_FILE;
     }
-    if (e->d_type != DT_DIR && e->d_type != DT_LNK && e->d_type != DT_UNKNOWN) return K_OTHER;
+    if (e->d_type != DT_DIR && e->d_type != DT_LNK && e->d_type != DT_UNKNOWN) {
+        *what = kind_name(DTTOIF(e->d_type));
+        return K_OTHER;
+    }
 #endif
     struct stat st;
-    if (fstatat(dirfd(d), e->d_name, &st, 0) != 0) return K_OTHER; /* dangling link */
+    if (fstatat(dirfd(d), e->d_name, &st, 0) != 0) {
+        *what = strerror(errno); /* ENOENT: a dangling link; ELOOP: a link to itself */
+        return K_BROKEN;
+    }
     *id = (node_id){(uint64_t)st.st_dev, (uint64_t)st.st_ino};
-    return S_ISREG(st.st_mode) ? K_FILE : S_ISDIR(st.st_mode) ? K_DIR : K_OTHER;
+    if (S_ISREG(st.st_mode)) return K_FILE;
+    if (S_ISDIR(st.st_mode)) return K_DIR;
+    *what = kind_name(st.st_mode);
+    return K_OTHER;
+}
+
+/* readdir, telling the end of the folder (NULL, errno untouched) from a failure (NULL,
+ * errno set: an I/O error on the folder). */
+static struct dirent *next_entry(DIR *d) {
+    errno = 0;
+    return readdir(d);
 }
 
 /* Files of one class folder, walked like os.walk(followlinks=True) but entering each folder
@@ -162,21 +203,25 @@ static int cmp_name_only(const void *a, const void *b) {
     return strcmp(t_walk_base + ((const file_ent *)a)->name, t_walk_base + ((const file_ent *)b)->name);
 }
 
-/* Appends the class folder's image paths to (out, paths) and returns their number. Folders
- * are entered breadth-first, the sub-folders of each in name order, and only when not seen
- * before in this split (st->dirs, which starts with the split folder and every class folder):
- * a symlink loop, or a second path to a folder, is not followed. A file already counted (same
- * device and inode: another symlink or hard link to it) is not counted again. */
-static int64_t scan_class(const char *class_dir, scan_state *st, arena *out, offvec *paths) {
+/* Appends the class folder's image paths to (out, paths) and sets *kept to their number.
+ * Folders are entered breadth-first, the sub-folders of each in name order, and only when not
+ * seen before in this split (st->dirs, which starts with the split folder and every class
+ * folder): a symlink loop, or a second path to a folder, is not followed. A file already
+ * counted (same device and inode: another symlink or hard link to it) is not counted again.
+ * A folder that cannot be read is an error (its images would be missing without a word);
+ * entries named like images that are not regular files, and links to nothing, are warnings. */
+static int scan_class(const char *class_dir, scan_state *st, arena *out, offvec *paths, int64_t *kept_out,
+                      dt_err *err) {
     arena tmp = {0};
     offvec dirs = {0};
     file_ent *files = NULL, *kids = NULL; /* kids: the sub-folders of the folder being read */
     int64_t nfiles = 0, capfiles = 0, nkids = 0, capkids = 0;
     int32_t *depth = NULL;
+    int rc = 0;
     offvec_push(&dirs, arena_add(&tmp, ""));
     depth = dt_xrealloc(depth, sizeof *depth);
     depth[0] = 0;
-    for (int64_t di = 0; di < dirs.n; di++) {
+    for (int64_t di = 0; di < dirs.n && !rc; di++) {
         /* tmp may move: copy the relative path out before adding entries. */
         char *rel = dt_xstrdup(tmp.buf + dirs.v[di]);
         int dep = depth[di];
@@ -189,19 +234,22 @@ static int64_t scan_class(const char *class_dir, scan_state *st, arena *out, off
             d = NULL;
         }
         if (!d) {
-            dt_warn("cannot open %s: %s (skipped)", full, strerror(errno));
+            rc = dt_errf(err, "cannot read %s folder %s: %s (its images would be missing from training)",
+                         *rel ? "the" : "class", full, strerror(errno));
         } else {
             struct dirent *e;
             nkids = 0;
-            while ((e = readdir(d))) {
+            while ((e = next_entry(d))) {
                 if (e->d_name[0] == '.') continue; /* ".", "..", hidden */
 #ifdef _DIRENT_HAVE_D_TYPE
                 /* Fast path: a regular file with a non-image name needs no further look. */
                 if (e->d_type == DT_REG && !dt_is_image_name(e->d_name)) continue;
 #endif
                 node_id id = {0, 0};
-                int k = entry_kind(d, (uint64_t)dst.st_dev, e, &id);
-                if (k == K_FILE && dt_is_image_name(e->d_name)) {
+                const char *what = "";
+                int k = entry_kind(d, (uint64_t)dst.st_dev, e, &id, &what);
+                int image = dt_is_image_name(e->d_name);
+                if (k == K_FILE && image) {
                     if (nfiles == capfiles) {
                         capfiles = capfiles ? capfiles * 2 : 1024;
                         files = dt_xrealloc(files, (size_t)capfiles * sizeof *files);
@@ -209,13 +257,17 @@ static int64_t scan_class(const char *class_dir, scan_state *st, arena *out, off
                     files[nfiles++] = (file_ent){(int32_t)di, arena_add(&tmp, e->d_name), id};
                     continue;
                 }
+                if (k == K_BROKEN) note(st, 1, "%s/%s: a link that cannot be followed (%s): skipped", full, e->d_name, what);
+                if (k == K_OTHER && image) note(st, 1, "%s/%s is %s, not an image file: skipped", full, e->d_name, what);
                 if (k != K_DIR) continue;
+                if (image) note(st, 0, "%s/%s is a folder named like an image: walked as a sub-folder", full, e->d_name);
                 if (nkids == capkids) {
                     capkids = capkids ? capkids * 2 : 64;
                     kids = dt_xrealloc(kids, (size_t)capkids * sizeof *kids);
                 }
                 kids[nkids++] = (file_ent){0, arena_add(&tmp, e->d_name), id};
             }
+            if (errno) rc = dt_errf(err, "cannot read folder %s: %s", full, strerror(errno));
             closedir(d);
             /* Sub-folders in name order, so which of two paths to a folder wins does not depend
              * on the order readdir returns them in. */
@@ -229,7 +281,7 @@ static int64_t scan_class(const char *class_dir, scan_state *st, arena *out, off
                     continue;
                 }
                 if (dep + 1 > MAX_DEPTH) {
-                    dt_warn("%s/%s: folders nested deeper than %d levels are not scanned", full, name, MAX_DEPTH);
+                    note(st, 1, "%s/%s: folders nested deeper than %d levels are not scanned", full, name, MAX_DEPTH);
                     continue;
                 }
                 char *kid = dt_xstrdup(name); /* tmp moves while it grows */
@@ -262,7 +314,7 @@ static int64_t scan_class(const char *class_dir, scan_state *st, arena *out, off
     t_walk_base = tmp.buf;
     if (nfiles) qsort(files, (size_t)nfiles, sizeof *files, cmp_file);
     int64_t kept = 0;
-    for (int64_t f = 0; f < nfiles; f++) {
+    for (int64_t f = 0; f < nfiles && !rc; f++) {
         const char *rel = tmp.buf + dirs.v[files[f].dir_rank], *name = tmp.buf + files[f].name;
         if (!id_set_add(&st->files, files[f].id)) { /* in sorted order: the first path wins */
             st->dup_files++;
@@ -278,7 +330,8 @@ static int64_t scan_class(const char *class_dir, scan_state *st, arena *out, off
     free(dirs.v);
     free(kids);
     free(tmp.buf);
-    return kept;
+    *kept_out = kept;
+    return rc;
 }
 
 /* Sorted class folder names of `dir` (offsets into a); the split folder and every class
@@ -293,13 +346,23 @@ static int list_classes(const char *dir, scan_state *st, arena *a, offvec *names
     if (!d) return dt_errf(err, "cannot open dataset folder %s: %s", dir, strerror(errno));
     id_set_add(&st->dirs, (node_id){(uint64_t)dst.st_dev, (uint64_t)dst.st_ino});
     struct dirent *e;
-    while ((e = readdir(d))) {
+    while ((e = next_entry(d))) {
         node_id id;
-        if (e->d_name[0] == '.' || entry_kind(d, (uint64_t)dst.st_dev, e, &id) != K_DIR) continue;
+        const char *what = "";
+        if (e->d_name[0] == '.') continue;
+        int k = entry_kind(d, (uint64_t)dst.st_dev, e, &id, &what);
+        /* a class folder whose link points nowhere would vanish, with every image in it */
+        if (k == K_BROKEN) note(st, 1, "%s/%s: a link that cannot be followed (%s): not a class folder", dir, e->d_name, what);
+        if (k != K_DIR && k != K_BROKEN && dt_is_image_name(e->d_name))
+            note(st, 1, "%s/%s: an image outside the class folders is not used (images go in %s/<class>/)", dir,
+                 e->d_name, dir);
+        if (k != K_DIR) continue;
         id_set_add(&st->dirs, id);
         offvec_push(names, arena_add(a, e->d_name));
     }
+    int bad = errno;
     closedir(d);
+    if (bad) return dt_errf(err, "cannot read dataset folder %s: %s", dir, strerror(bad));
     t_sort_base = a->buf;
     if (names->n) qsort(names->v, (size_t)names->n, sizeof *names->v, cmp_off);
     return 0;
@@ -388,36 +451,71 @@ int dt_dataset_open(dt_dataset *ds, const char *root, const char *split, const d
     arena_put(&out, names.buf, names.len); /* class names first, at the same offsets */
     ds->class_count = dt_xcalloc((size_t)ds->num_classes, sizeof *ds->class_count);
     int64_t *first = dt_xmalloc(((size_t)ds->num_classes + 1) * sizeof *first);
-    for (int c = 0; c < ds->num_classes; c++) {
+    /* classes without an image: their names, and whether links to what another class holds
+     * were all they had */
+    const char **empty = dt_xmalloc((size_t)ds->num_classes * sizeof *empty);
+    int nempty = 0, empty_linked = 0;
+    for (int c = 0; c < ds->num_classes && !rc; c++) {
         first[c] = paths.n;
         const char *name = names.buf + cls.v[c];
         char *class_dir = dt_xmalloc(strlen(dir) + strlen(name) + 2);
         sprintf(class_dir, "%s/%s", dir, name);
-        ds->class_count[c] = scan_class(class_dir, &scan, &out, &paths);
-        if (ds->class_count[c] == 0) {
-            ds->empty_classes++;
-            dt_warn("class folder %s has no images (class %d keeps its label)", class_dir, c);
+        int64_t dups = scan.dup_dirs + scan.dup_files;
+        rc = scan_class(class_dir, &scan, &out, &paths, &ds->class_count[c], err);
+        if (!rc && ds->class_count[c] == 0) {
+            empty[nempty++] = name;
+            empty_linked += scan.dup_dirs + scan.dup_files > dups;
         }
         free(class_dir);
     }
     first[ds->num_classes] = paths.n;
-    free(names.buf);
-    free(scan.dirs.slot);
-    free(scan.files.slot);
-    ds->dup_dirs = scan.dup_dirs;
-    ds->dup_files = scan.dup_files;
-    if (scan.dup_dirs || scan.dup_files)
+    if (!rc && scan.notes > MAX_NAMED)
+        dt_warn("%s: %lld more entries like those above (%lld entries not used in all)", dir,
+                (long long)(scan.notes - MAX_NAMED), (long long)scan.skipped);
+    if (!rc && (scan.dup_dirs || scan.dup_files))
         dt_warn("%s: %lld folder%s and %lld file%s reached again by another path (symlinks, hard links) were not "
                 "counted twice (first: %s)",
                 dir, (long long)scan.dup_dirs, scan.dup_dirs == 1 ? "" : "s", (long long)scan.dup_files,
                 scan.dup_files == 1 ? "" : "s", scan.dup_example);
+    /* A class without images is an error, as in torchvision's ImageFolder: training would
+     * never see it (its logit is never trained) and its val images could never be right. */
+    if (!rc && paths.n == 0)
+        rc = dt_errf(err,
+                     "no images in %s: %d class folder%s, all empty (images need an extension deftc decodes: jpg jpeg "
+                     "png bmp)",
+                     dir, ds->num_classes, ds->num_classes == 1 ? "" : "s");
+    else if (!rc && nempty) {
+        char list[600] = "";
+        append_names(list, sizeof list, empty, nempty, 8);
+        rc = dt_errf(err,
+                     "%d class folder%s of %s without images: %s (every class needs at least one image with an "
+                     "extension deftc decodes: jpg jpeg png bmp%s)",
+                     nempty, nempty == 1 ? "" : "s", dir, list,
+                     empty_linked ? "; what some of them hold is already counted under another class, through links"
+                                  : "");
+    }
+    free(empty);
+    free(names.buf);
+    free(scan.dirs.slot);
+    free(scan.files.slot);
+    if (rc) {
+        free(first);
+        free(paths.v);
+        free(out.buf);
+        free(cls.v);
+        dt_dataset_close(ds);
+        return rc;
+    }
+    ds->dup_dirs = scan.dup_dirs;
+    ds->dup_files = scan.dup_files;
+    ds->skipped = scan.skipped;
     ds->count = paths.n;
     /* The arena is final: turn offsets into pointers. */
     ds->arena_ = out.buf;
     for (int c = 0; c < ds->num_classes; c++) ds->classes[c] = out.buf + cls.v[c];
     free(cls.v);
-    ds->paths = dt_xmalloc((size_t)(paths.n ? paths.n : 1) * sizeof(char *));
-    ds->labels = dt_xmalloc((size_t)(paths.n ? paths.n : 1) * sizeof(int32_t));
+    ds->paths = dt_xmalloc((size_t)paths.n * sizeof(char *));
+    ds->labels = dt_xmalloc((size_t)paths.n * sizeof(int32_t));
     for (int c = 0; c < ds->num_classes; c++)
         for (int64_t i = first[c]; i < first[c + 1]; i++) {
             ds->paths[i] = out.buf + paths.v[i];
@@ -425,14 +523,6 @@ int dt_dataset_open(dt_dataset *ds, const char *root, const char *split, const d
         }
     free(first);
     free(paths.v);
-    if (ds->count == 0) {
-        rc = dt_errf(err,
-                         "no images in %s: %d class folder%s, all empty (images need an extension deftc "
-                         "decodes: jpg jpeg png bmp)",
-                         dir, ds->num_classes, ds->num_classes == 1 ? "" : "s");
-        dt_dataset_close(ds);
-        return rc;
-    }
     return 0;
 }
 

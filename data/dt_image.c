@@ -7,9 +7,13 @@
 #include <string.h>
 
 #include "dt_file.h"
+#include "dt_image_header.h"
 #include "dt_stb.h"
 #ifdef DT_LIBJPEG
 #include "dt_jpeg.h"
+#endif
+#ifdef DT_LIBPNG
+#include "dt_png.h"
 #endif
 #include "stb_image.h"
 #include "stb_image_write.h"
@@ -23,6 +27,21 @@ int dt_image_check_size(const char *name, int64_t w, int64_t h, int64_t max_pixe
     return 0;
 }
 
+size_t dt_image_decode_budget(int64_t max_pixels) {
+    if (max_pixels > (int64_t)((SIZE_MAX - DT_IMAGE_DECODER_STATE) / DT_IMAGE_BYTES_PER_PIXEL)) return SIZE_MAX;
+    return (size_t)max_pixels * DT_IMAGE_BYTES_PER_PIXEL + DT_IMAGE_DECODER_STATE;
+}
+
+int dt_image_check_memory(const char *name, int64_t w, int64_t h, const char *what, size_t need, int64_t max_pixels,
+                          dt_err *err) {
+    size_t budget = dt_image_decode_budget(max_pixels);
+    if (need <= budget) return 0;
+    return dt_errf(err, "%s: decoding this %lld x %lld %s takes %.1f MB, more than the %.1f MB that max_image_pixels = "
+                   "%lld allows (%d bytes a pixel; a decompression bomb or a huge scan; raise max_image_pixels to read it)",
+                   name, (long long)w, (long long)h, what, need / 1e6, budget / 1e6, (long long)max_pixels,
+                   DT_IMAGE_BYTES_PER_PIXEL);
+}
+
 /* stb_image takes an int length. */
 static int check_bytes(size_t bytes, const char *name, dt_err *err) {
     if (bytes == 0) return dt_errf(err, "cannot decode %s: empty file", name);
@@ -30,55 +49,134 @@ static int check_bytes(size_t bytes, const char *name, dt_err *err) {
     return 0;
 }
 
-/* stb_image's header reader, then the cap. Reading a header allocates at most the decoder's
- * own state (about 20 KB for JPEG). */
-static int stb_probe(const void *data, size_t bytes, const char *name, int64_t max_pixels, int *w, int *h,
-                     dt_err *err) {
-    int comp;
-    dt_stb_set_limit(1 << 20);
-    if (!stbi_info_from_memory(data, (int)bytes, w, h, &comp))
-        return dt_errf(err, "cannot decode %s: %s", name, stbi_failure_reason());
-    return dt_image_check_size(name, *w, *h, max_pixels, err);
+static int unknown_format(const void *data, size_t bytes, const char *name, dt_err *err) {
+    const unsigned char *p = data;
+    char head[40] = "";
+    for (size_t i = 0, len = 0; i < bytes && i < 8; i++) len += (size_t)snprintf(head + len, sizeof head - len, " %02x", p[i]);
+    return dt_errf(err, "cannot decode %s: not a JPEG, PNG or BMP file (it starts with%s)", name, head);
+}
+
+/* The header's size, by the reader of the file's format, before the cap. */
+static int header_size(const void *data, size_t bytes, const char *name, int *w, int *h, dt_err *err) {
+    switch (dt_image_format_of(data, bytes)) {
+    case DT_FMT_JPEG:
+#ifdef DT_LIBJPEG
+        return dt_jpeg_probe(data, bytes, name, w, h, err);
+#else
+        dt_stb_set_limit(1 << 20); /* a header read allocates at most the decoder's own state */
+        if (!dt_stb_jpeg_info(data, (int)bytes, w, h))
+            return dt_errf(err, "cannot decode %s: JPEG header: %s", name, dt_stb_failure());
+        return 0;
+#endif
+    case DT_FMT_PNG: {
+        dt_png_header ph;
+        if (dt_png_read_header(data, bytes, name, &ph, err)) return -1;
+        *w = (int)ph.w, *h = (int)ph.h;
+        return 0;
+    }
+    case DT_FMT_BMP: {
+        dt_bmp_header bh;
+        if (dt_bmp_read_header(data, bytes, name, &bh, err)) return -1;
+        *w = (int)bh.w, *h = (int)bh.h;
+        return 0;
+    }
+    default:
+        return unknown_format(data, bytes, name, err);
+    }
 }
 
 int dt_image_probe(const void *data, size_t bytes, const char *name, int64_t max_pixels, int *w, int *h, dt_err *err) {
     *w = *h = 0;
-    if (check_bytes(bytes, name, err)) return -1;
-#ifdef DT_LIBJPEG
-    if (dt_jpeg_is_jpeg(data, bytes)) {
-        if (dt_jpeg_probe(data, bytes, name, w, h, err)) return -1;
-        return dt_image_check_size(name, *w, *h, max_pixels, err);
+    if (check_bytes(bytes, name, err) || header_size(data, bytes, name, w, h, err)) return -1;
+    return dt_image_check_size(name, *w, *h, max_pixels, err);
+}
+
+/* stb_image at full size, its memory held to the smaller of the decode budget and `need`, the
+ * most a w x h image of its format can take (more is a corrupt file asking for it). */
+static int stb_decode(const void *data, size_t bytes, const char *name, int w, int h, size_t need, int64_t max_pixels,
+                      dt_image *img, dt_err *err) {
+    size_t budget = dt_image_decode_budget(max_pixels);
+    dt_stb_set_limit(need < budget ? need : budget);
+    int sw, sh, comp;
+    /* req_comp = 3: stb converts gray / gray+alpha / RGBA / palette to RGB, 16-bit to 8-bit. */
+    uint8_t *pix = stbi_load_from_memory(data, (int)bytes, &sw, &sh, &comp, 3);
+    if (!pix && dt_stb_over_limit()) {
+        if (need < budget)
+            return dt_errf(err, "cannot decode %s: corrupt (its data asks for more memory than a %d x %d image needs)",
+                           name, w, h);
+        return dt_errf(err, "%s: decoding this %d x %d image with stb_image takes more than the %.1f MB that "
+                       "max_image_pixels = %lld allows (%d bytes a pixel; raise max_image_pixels to read it)",
+                       name, w, h, budget / 1e6, (long long)max_pixels, DT_IMAGE_BYTES_PER_PIXEL);
     }
+    if (!pix) return dt_errf(err, "cannot decode %s: %s", name, dt_stb_failure());
+    if (sw != w || sh != h) { /* the header read above and stb's disagree: never trust either */
+        free(pix);
+        return dt_errf(err, "cannot decode %s: corrupt (its header says %d x %d, the decoder %d x %d)", name, w, h, sw, sh);
+    }
+    img->w = w;
+    img->h = h;
+    img->pix = pix;
+    return 0;
+}
+
+static int decode_png(const void *data, size_t bytes, const char *name, int64_t max_pixels, dt_image *img, dt_err *err) {
+    dt_png_header ph;
+    if (dt_png_read_header(data, bytes, name, &ph, err) || dt_image_check_size(name, ph.w, ph.h, max_pixels, err))
+        return -1;
+    size_t px = (size_t)ph.w * (size_t)ph.h;
+#ifdef DT_LIBPNG
+    /* libpng converts row by row: the RGB8 pixels and two rows of its own */
+    size_t need = 3 * px + dt_png_state_bytes(&ph);
+    if (dt_image_check_memory(name, ph.w, ph.h, "PNG (the RGB pixels and libpng's rows)", need, max_pixels, err))
+        return -1;
+    return dt_png_decode(data, bytes, name, &ph, img, err);
+#else
+    if (dt_png_check_chunks(data, bytes, name, err)) return -1;
+    /* stb holds the compressed data (grown by doubling), the inflated rows (a filter byte each
+     * and up to 8 bytes a pixel) and, while it converts 16-bit RGBA in steps, up to three
+     * image-sized buffers of up to 8 bytes a pixel */
+    size_t need = 2 * bytes + (size_t)ph.h * (1 + 8 * (size_t)ph.w) + 3 * 8 * px + 65536;
+    return stb_decode(data, bytes, name, (int)ph.w, (int)ph.h, need, max_pixels, img, err);
 #endif
-    return stb_probe(data, bytes, name, max_pixels, w, h, err);
 }
 
 int dt_image_decode(const void *data, size_t bytes, const char *name, int64_t max_pixels, double min_scale,
                     dt_image *img, dt_err *err) {
     img->w = img->h = 0;
     img->pix = NULL;
-    if (check_bytes(bytes, name, err)) return -1;
-#ifdef DT_LIBJPEG
-    if (dt_jpeg_is_jpeg(data, bytes)) return dt_jpeg_decode(data, bytes, name, max_pixels, min_scale, img, err);
+#ifndef DT_LIBJPEG
+    (void)min_scale; /* only libjpeg-turbo decodes at a reduced size */
 #endif
-    (void)min_scale; /* stb_image decodes at full size only */
-    int w, h, comp;
-    /* The header first: refuse absurd sizes before stb allocates for them. */
-    if (stb_probe(data, bytes, name, max_pixels, &w, &h, err)) return -1;
-    /* The largest buffer a decode of a w x h image needs: the inflated PNG data, at most 8 bytes
-     * (16-bit RGBA) a pixel plus a filter byte a row, doubled as stb grows buffers; the
-     * compressed data, at most the file, doubled. */
-    dt_stb_set_limit(2 * (8 * (size_t)w * h + (size_t)h) + 2 * bytes + 65536);
-    /* req_comp = 3: stb converts gray / gray+alpha / RGBA / palette to RGB, 16-bit to 8-bit. */
-    uint8_t *pix = stbi_load_from_memory(data, (int)bytes, &w, &h, &comp, 3);
-    if (!pix && !strcmp(stbi_failure_reason(), "outofmem"))
-        return dt_errf(err, "cannot decode %s: corrupt (its data asks for more memory than a %d x %d image needs)", name,
-                       w, h);
-    if (!pix) return dt_errf(err, "cannot decode %s: %s", name, stbi_failure_reason());
-    img->w = w;
-    img->h = h;
-    img->pix = pix;
-    return 0;
+    if (check_bytes(bytes, name, err)) return -1;
+    switch (dt_image_format_of(data, bytes)) {
+    case DT_FMT_JPEG: {
+#ifdef DT_LIBJPEG
+        return dt_jpeg_decode(data, bytes, name, max_pixels, min_scale, img, err);
+#else
+        int w, h;
+        if (header_size(data, bytes, name, &w, &h, err) || dt_image_check_size(name, w, h, max_pixels, err)) return -1;
+        /* stb decodes at full size only; it holds per component (at most 4) the samples and, for
+         * progressive files, their DCT coefficients (2 bytes each), both padded to whole MCUs
+         * (at most 32 pixels a side), and the RGB pixels */
+        size_t padded = ((size_t)w + 32) * ((size_t)h + 32);
+        size_t need = 2 * bytes + 4 * 3 * padded + 3 * (size_t)w * h + 65536;
+        return stb_decode(data, bytes, name, w, h, need, max_pixels, img, err);
+#endif
+    }
+    case DT_FMT_PNG:
+        return decode_png(data, bytes, name, max_pixels, img, err);
+    case DT_FMT_BMP: {
+        dt_bmp_header bh;
+        if (dt_bmp_read_header(data, bytes, name, &bh, err) || dt_image_check_size(name, bh.w, bh.h, max_pixels, err) ||
+            dt_bmp_check_rows(&bh, bytes, name, err))
+            return -1;
+        /* stb writes the RGB pixels straight from the rows */
+        return stb_decode(data, bytes, name, (int)bh.w, (int)bh.h, 3 * (size_t)bh.w * (size_t)bh.h + 65536, max_pixels,
+                          img, err);
+    }
+    default:
+        return unknown_format(data, bytes, name, err);
+    }
 }
 
 int dt_image_load(const char *path, dt_image *img, dt_scratch *buf, dt_err *err) {

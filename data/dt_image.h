@@ -1,12 +1,15 @@
-/* dt_image.h: 8-bit RGB images, decoding (libjpeg-turbo for JPEG when built in, stb_image for
- * the rest) and the resampler every transform uses.
+/* dt_image.h: 8-bit RGB images, decoding (libjpeg-turbo for JPEG and libpng for PNG when built
+ * in, stb_image for the rest) and the resampler every transform uses.
  *
  * Formats: JPEG, PNG, BMP (by content). An image is always 3 channels out, whatever the file
  * holds (gray, gray+alpha, RGB, RGBA, palette, CMYK; 8 or 16 bits per channel): alpha is
  * dropped, 16-bit samples are reduced to 8 bits. Decoding reads the file whole and decodes from
- * memory; the size in the header is checked against a pixel cap before anything is decoded; a
- * missing, unreadable, corrupt, truncated or oversized file returns -1 with a message naming
- * the file and the reason, never crashes or exits (docs/inputs.md).
+ * memory. Before anything is decoded, the header's size is checked against a pixel cap, and
+ * the memory the decoder will hold for it (the pixels, and its own image-sized buffers: DCT
+ * coefficients of a progressive JPEG, stb_image's raw samples) against the budget the same
+ * cap sets: DT_IMAGE_BYTES_PER_PIXEL bytes for each pixel of the cap. A missing, unreadable,
+ * corrupt, truncated or oversized file returns -1 with a message naming the file and the
+ * reason, never crashes or exits (docs/inputs.md).
  *
  * The resampler is a separable triangle filter ("bilinear") that widens its support by the
  * downscale factor, like PIL's BILINEAR resize that torchvision uses on PIL images: shrinking
@@ -40,17 +43,32 @@ typedef struct {
 #define DT_IMAGE_MAX_PIXELS 89478485LL
 /* Image files larger than this are refused unread (stb_image takes an int length). */
 #define DT_IMAGE_MAX_FILE_BYTES ((size_t)INT32_MAX)
+/* The memory a decode may hold: an RGBA image at the pixel cap (PIL chose its cap as a third
+ * of a GiB of RGBA: 358 MB at the default), plus a decoder's fixed state. An 8-bit RGB decode
+ * takes 3 bytes a pixel, so every image under the cap fits; what takes more a pixel (a
+ * progressive JPEG's coefficients, a 16-bit PNG through stb_image) is refused at fewer pixels. */
+#define DT_IMAGE_BYTES_PER_PIXEL 4
+#define DT_IMAGE_DECODER_STATE ((size_t)1 << 20)
 
 /* 0 when a w x h image is at most max_pixels; otherwise -1 and a message naming the file, the
  * size and the key that raises the cap. */
 int dt_image_check_size(const char *name, int64_t w, int64_t h, int64_t max_pixels, dt_err *err);
-/* The size from the header alone (no pixel decoded), checked against max_pixels. */
+/* The bytes a decode under max_pixels may hold: max_pixels * DT_IMAGE_BYTES_PER_PIXEL +
+ * DT_IMAGE_DECODER_STATE. */
+size_t dt_image_decode_budget(int64_t max_pixels);
+/* 0 when decoding a w x h image (`what`: its kind, for the message) needs at most the budget;
+ * otherwise -1 and a message naming the file, both sizes and the key. */
+int dt_image_check_memory(const char *name, int64_t w, int64_t h, const char *what, size_t need, int64_t max_pixels,
+                          dt_err *err);
+/* The size from the header alone (no pixel decoded), checked against max_pixels. A file that
+ * is not a JPEG, PNG or BMP says so, with its first bytes. */
 int dt_image_probe(const void *data, size_t bytes, const char *name, int64_t max_pixels, int *w, int *h, dt_err *err);
-/* Decodes a file's bytes to RGB8 after the same header check. JPEG goes to libjpeg-turbo when
- * built in (dt_jpeg.h), which may decode at a reduced size: min_scale in (0, 1] is the smallest
- * size (as a fraction of each side) the caller can use, and the result is at least that, at
- * most full size (img->w, img->h say which). Other formats, and JPEG without libjpeg-turbo,
- * go to stb_image at full size. */
+/* Decodes a file's bytes to RGB8 after the same header check and the memory check. JPEG goes
+ * to libjpeg-turbo when built in (dt_jpeg.h), which may decode at a reduced size: min_scale in
+ * (0, 1] is the smallest size (as a fraction of each side) the caller can use, and the result
+ * is at least that, at most full size (img->w, img->h say which). PNG goes to libpng when
+ * built in (dt_png.h). BMP, and the others without their library, go to stb_image at full
+ * size. */
 int dt_image_decode(const void *data, size_t bytes, const char *name, int64_t max_pixels, double min_scale,
                     dt_image *img, dt_err *err);
 /* Reads `path` into `buf` (reused between calls, may be NULL) and decodes it at full size

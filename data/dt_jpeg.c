@@ -73,6 +73,19 @@ int dt_jpeg_probe(const void *data, size_t bytes, const char *name, int *w, int 
     return 0;
 }
 
+size_t dt_jpeg_coef_bytes(const struct jpeg_decompress_struct *cinfo) {
+    if (!jpeg_has_multiple_scans((j_decompress_ptr)cinfo)) return 0;
+    /* jdcoefct.c's whole-image buffer: every block of every component, padded to whole MCUs */
+    size_t n = 0;
+    for (int c = 0; c < cinfo->num_components; c++) {
+        const jpeg_component_info *ci = &cinfo->comp_info[c];
+        size_t bw = dt_ceil_div(ci->width_in_blocks, ci->h_samp_factor) * ci->h_samp_factor;
+        size_t bh = dt_ceil_div(ci->height_in_blocks, ci->v_samp_factor) * ci->v_samp_factor;
+        n += bw * bh * DCTSIZE2 * sizeof(JCOEF);
+    }
+    return n;
+}
+
 /* PIL's and stb_image's CMYK to RGB for Adobe files (stored inverted): v * k / 255, rounded. */
 static uint8_t times_k(unsigned v, unsigned k) {
     unsigned t = v * k + 128;
@@ -110,8 +123,22 @@ int dt_jpeg_decode(const void *data, size_t bytes, const char *name, int64_t max
     while (m < 8 && m < min_scale * 8) m *= 2;
     cinfo.scale_num = m;
     cinfo.scale_denom = 8;
-    jpeg_start_decompress(&cinfo);
+    jpeg_calc_output_dimensions(&cinfo);
     int ow = (int)cinfo.output_width, oh = (int)cinfo.output_height;
+    size_t pixels = (size_t)ow * oh * 3, coef = dt_jpeg_coef_bytes(&cinfo);
+    /* the pixels, the DCT coefficients of every block when the file has several scans, and
+     * the decoder's strips: up to 4 MCU rows of 32 samples per component, the CMYK row */
+    size_t need = pixels + coef + (size_t)ow * cinfo.num_components * 4 * 32 + (size_t)ow * 4;
+    if (dt_image_check_memory(name, cinfo.image_width, cinfo.image_height,
+                              coef ? "multi-scan JPEG (its DCT coefficients and the pixels)" : "JPEG", need, max_pixels,
+                              err)) {
+        jpeg_destroy_decompress(&cinfo);
+        return -1;
+    }
+    /* The same bound inside libjpeg, in case its buffers outgrow the estimate: a coefficient
+     * buffer past it needs a backing store, which this build does not have (an error). */
+    cinfo.mem->max_memory_to_use = (long)(dt_image_decode_budget(max_pixels) - pixels);
+    jpeg_start_decompress(&cinfo);
     pix = dt_xmalloc((size_t)ow * oh * 3);
     if (cmyk) row4 = dt_xmalloc((size_t)ow * 4);
     while (cinfo.output_scanline < cinfo.output_height) {

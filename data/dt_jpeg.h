@@ -28,13 +28,22 @@ extern "C" {
 
 #define DT_JPEG_MAX_SCANS 500
 
+struct jpeg_decompress_struct;
+/* After jpeg_read_header: the bytes of the coefficient buffer libjpeg holds for the whole
+ * image (2 bytes a coefficient, 64 a block, every block of every component) when the file has
+ * more than one scan (progressive, or components in separate scans); 0 otherwise, when it
+ * decodes strip by strip. A 866-byte progressive file declaring 9000 x 9000 asks for 243 MB. */
+size_t dt_jpeg_coef_bytes(const struct jpeg_decompress_struct *cinfo);
+
 /* 1 when data starts with the JPEG start-of-image marker. */
 int dt_jpeg_is_jpeg(const void *data, size_t bytes);
 /* The size in the header; 0, or -1 with err set. */
 int dt_jpeg_probe(const void *data, size_t bytes, const char *name, int *w, int *h, dt_err *err);
 /* Decodes to RGB8 at scale M/8, the smallest M of 1, 2, 4, 8 with M/8 >= min_scale (the image
- * is then ceil(w * M / 8) x ceil(h * M / 8)), after refusing more than max_pixels in the header.
- * Gray, YCbCr, RGB, CMYK and YCCK (Adobe) files give RGB. */
+ * is then ceil(w * M / 8) x ceil(h * M / 8)), after refusing more than max_pixels in the header
+ * and more memory than the budget they set (dt_image_decode_budget): the pixels, the
+ * coefficient buffer below, the decoder's strips. Gray, YCbCr, RGB, CMYK and YCCK (Adobe)
+ * files give RGB. */
 int dt_jpeg_decode(const void *data, size_t bytes, const char *name, int64_t max_pixels, double min_scale, dt_image *img,
                    dt_err *err);
 

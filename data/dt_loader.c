@@ -37,7 +37,11 @@ struct dt_loader {
     const dt_dataset *ds;
     dt_loader_opts o;
     int S, B, K, nthreads, pinned;
-    int64_t n, nb, n_used; /* images, batches per epoch, samples used per epoch */
+    int64_t n, nb, n_used; /* images of the dataset, batches per epoch, samples used per epoch */
+    int64_t m;             /* images an epoch draws from: all n, or the stratified sample */
+    int64_t *base;         /* [m] their dataset indices, in dataset order */
+    int64_t *class_n;      /* [classes] how many of them each class has */
+    int classes_used;      /* classes with at least one */
     pthread_t *threads;
     int nstarted;
 
@@ -50,7 +54,7 @@ struct dt_loader {
     /* Epoch state, under mu. */
     int started, active, stop, epoch;
     int64_t gen;        /* incremented by every start_epoch: stale batches are recognized */
-    int64_t *perm;      /* [n] epoch order; rewritten only while no sample is in flight */
+    int64_t *perm;      /* [m] epoch order; rewritten only while no sample is in flight */
     int64_t next_item;  /* next epoch position a worker claims */
     int64_t next_batch; /* next batch the consumer gets */
     int inflight;
@@ -62,7 +66,7 @@ struct dt_loader {
     char errmsg[1024];
 
     /* Files known not to decode: one bit per dataset index, set with atomic OR; per class, how
-     * many; the first class all of whose files are bad (label + 1; 0 = none). */
+     * many; the first class all of whose files (in base) are bad (label + 1; 0 = none). */
     _Atomic uint64_t *bad;
     _Atomic int64_t bad_count;
     _Atomic int64_t *class_bad;
@@ -116,7 +120,7 @@ static void mark_bad(dt_loader *l, int64_t i, const char *why) {
         atomic_fetch_add_explicit(&l->bad_count, 1, memory_order_relaxed);
         dt_warn("%s (skipped from now on; the slot takes the next image)", why);
         int c = l->ds->labels[i];
-        if (atomic_fetch_add(&l->class_bad[c], 1) + 1 == l->ds->class_count[c]) {
+        if (atomic_fetch_add(&l->class_bad[c], 1) + 1 == l->class_n[c]) {
             int none = 0;
             atomic_compare_exchange_strong(&l->dead_class, &none, c + 1);
         }
@@ -228,8 +232,8 @@ static int load_sample(worker_ctx *w, int64_t idx, dt_rng *r, float *out) {
 static int fill_sample(worker_ctx *w, const int64_t *perm, int epoch, int64_t p, float *out, int32_t *label) {
     dt_loader *l = w->l;
     int skipped = 0;
-    for (int64_t d = 0; d < l->n; d++) {
-        int64_t q = p + d < l->n ? p + d : p + d - l->n;
+    for (int64_t d = 0; d < l->m; d++) {
+        int64_t q = p + d < l->m ? p + d : p + d - l->m;
         int64_t idx = perm[q];
         if (is_bad(l, idx)) {
             skipped |= d == 0;
@@ -248,6 +252,14 @@ static int fill_sample(worker_ctx *w, const int64_t *perm, int epoch, int64_t p,
     memset(out, 0, (size_t)3 * l->S * l->S * sizeof(float));
     *label = -1;
     return -1;
+}
+
+/* The error of a class none of whose images decodes. */
+static void dead_class_error(const dt_loader *l, int c, char *buf, size_t cap) {
+    snprintf(buf, cap,
+             "none of the %lld images of class '%s' (%s/%s) decodes (each file was named in a warning): the class would "
+             "vanish from training; fix or remove its files",
+             (long long)l->class_n[c], l->ds->classes[c], l->ds->dir, l->ds->classes[c]);
 }
 
 static void *worker_main(void *arg) {
@@ -286,14 +298,10 @@ static void *worker_main(void *arg) {
                 if ((rc < 0 || dead) && !l->failed) {
                     l->failed = 1;
                     if (rc < 0)
-                        snprintf(l->errmsg, sizeof l->errmsg, "none of the %lld images of %s decodes", (long long)l->n,
+                        snprintf(l->errmsg, sizeof l->errmsg, "none of the %lld images of %s decodes", (long long)l->m,
                                  l->ds->dir);
                     else /* training on would drop the class without a word: an error */
-                        snprintf(l->errmsg, sizeof l->errmsg,
-                                 "none of the %lld images of class '%s' (%s/%s) decodes (each file was named in a "
-                                 "warning): the class would vanish from training; fix or remove its files",
-                                 (long long)l->ds->class_count[dead - 1], l->ds->classes[dead - 1], l->ds->dir,
-                                 l->ds->classes[dead - 1]);
+                        dead_class_error(l, dead - 1, l->errmsg, sizeof l->errmsg);
                     pthread_cond_broadcast(&l->ready_cv);
                 }
                 if (++s->done == s->n) {
@@ -312,6 +320,145 @@ static void *worker_main(void *arg) {
     free(w->u8);
     free(w);
     return NULL;
+}
+
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The images an epoch draws from (l->base, l->m, l->class_n): all of them, or a fixed sample of
+ * `n` stratified by class. Class c gives n * count_c / total images, the fractions rounded by
+ * largest remainder with ties broken by a draw from the seed (not by class order: one batch
+ * of ImageNet's balanced val would otherwise be classes 0 .. 63); its images are picked
+ * uniformly by a partial Fisher-Yates shuffle from the stream (seed, class, tag). A function
+ * of (dataset, n, seed) alone: the same sample every epoch, every run, any shard count. */
+static void choose_images(dt_loader *l, int64_t n) {
+    const dt_dataset *ds = l->ds;
+    int K = ds->num_classes;
+    int64_t total = ds->count;
+    l->class_n = dt_xcalloc((size_t)K, sizeof *l->class_n);
+    l->base = dt_xmalloc((size_t)total * sizeof *l->base);
+    if (n <= 0 || n >= total) {
+        l->m = total;
+        for (int64_t i = 0; i < total; i++) l->base[i] = i;
+        for (int c = 0; c < K; c++) l->class_n[c] = ds->class_count[c];
+    } else {
+        typedef struct {
+            int64_t rem;  /* n * count_c mod total: the fraction dropped */
+            uint64_t key; /* breaks ties */
+            int taken;    /* has had its one more */
+        } share;
+        share *sh = dt_xmalloc((size_t)K * sizeof *sh);
+        int64_t given = 0;
+        for (int c = 0; c < K; c++) {
+            dt_rng r;
+            dt_rng_derive(&r, l->o.seed, (uint64_t)c, 0x53414d504c45ULL /* "SAMPLE" */);
+            l->class_n[c] = n * ds->class_count[c] / total; /* both < 2^31: no overflow */
+            sh[c] = (share){n * ds->class_count[c] % total, dt_rng_u64(&r), 0};
+            given += l->class_n[c];
+        }
+        /* the n - given largest remainders get one more (each of them is > 0, so each such
+         * class still has the image to give) */
+        for (int64_t k = 0; k < n - given; k++) {
+            int best = -1;
+            for (int c = 0; c < K; c++)
+                if (!sh[c].taken && (best < 0 || sh[c].rem > sh[best].rem ||
+                                     (sh[c].rem == sh[best].rem && sh[c].key < sh[best].key)))
+                    best = c;
+            l->class_n[best]++;
+            sh[best].taken = 1;
+        }
+        free(sh);
+        int64_t *pool = dt_xmalloc((size_t)total * sizeof *pool);
+        l->m = 0;
+        for (int64_t first = 0; first < total;) {
+            int c = ds->labels[first];
+            int64_t cnt = ds->class_count[c]; /* the dataset's images are grouped by class */
+            for (int64_t i = 0; i < cnt; i++) pool[i] = first + i;
+            dt_rng r;
+            dt_rng_derive(&r, l->o.seed, (uint64_t)c, 0x5049434bULL /* "PICK" */);
+            for (int64_t i = 0; i < l->class_n[c]; i++) {
+                int64_t j = i + dt_rng_below(&r, (uint32_t)(cnt - i));
+                int64_t t = pool[i];
+                pool[i] = pool[j];
+                pool[j] = t;
+            }
+            qsort(pool, (size_t)l->class_n[c], sizeof *pool, cmp_i64); /* the sample in dataset order */
+            memcpy(l->base + l->m, pool, (size_t)l->class_n[c] * sizeof *pool);
+            l->m += l->class_n[c];
+            first += cnt;
+        }
+        free(pool);
+    }
+    l->classes_used = 0;
+    for (int c = 0; c < K; c++) l->classes_used += l->class_n[c] > 0;
+}
+
+/* The classes probe_classes shares out among its threads. */
+typedef struct {
+    dt_loader *l;
+    const int64_t *run; /* [nruns + 1] where each class's images start in base */
+    int nruns;
+    atomic_int next;    /* the next run to probe */
+    atomic_int dead;    /* the lowest dead class + 1 (0: none), whichever thread found it */
+} probe_job;
+
+static void *probe_worker(void *arg) {
+    probe_job *j = arg;
+    dt_loader *l = j->l;
+    worker_ctx w = {.l = l};
+    for (int k; (k = atomic_fetch_add(&j->next, 1)) < j->nruns;) {
+        int ok = 0;
+        for (int64_t i = j->run[k]; i < j->run[k + 1] && !ok; i++) {
+            int64_t idx = l->base[i];
+            size_t n;
+            int iw, ih;
+            dt_image img;
+            dt_err e;
+            if (read_and_probe(&w, idx, &n, &iw, &ih, &e) == 0 &&
+                dt_image_decode(w.file.p, n, l->ds->paths[idx], l->max_pixels, 1.0 / 8, &img, &e) == 0) {
+                dt_image_free(&img);
+                ok = 1;
+            } else {
+                mark_bad(l, idx, e.msg);
+            }
+        }
+        int c = l->ds->labels[l->base[j->run[k]]], cur = atomic_load(&j->dead);
+        while (!ok && (cur == 0 || c + 1 < cur) && !atomic_compare_exchange_weak(&j->dead, &cur, c + 1)) {
+        }
+    }
+    dt_scratch_free(&w.file);
+    return NULL;
+}
+
+/* Before the first epoch: in each class, its images (of base, in order) until one decodes,
+ * each that does not marked bad with a warning naming it. A class none of whose images
+ * decodes is an error here, not at the end of an epoch that trained without it. The cost:
+ * one decode per class, at the smallest size the decoder offers (JPEG at 1/8: about 1 ms for
+ * an ImageNet-sized file), more only for the bad files met first; the classes are shared out
+ * among as many threads as the loader has workers. */
+static int probe_classes(dt_loader *l, dt_err *err) {
+    int64_t *run = dt_xmalloc(((size_t)l->ds->num_classes + 1) * sizeof *run);
+    int nruns = 0;
+    for (int64_t i = 0; i < l->m; i++)
+        if (i == 0 || l->ds->labels[l->base[i]] != l->ds->labels[l->base[i - 1]]) run[nruns++] = i;
+    run[nruns] = l->m;
+    probe_job j = {.l = l, .run = run, .nruns = nruns};
+    atomic_init(&j.next, 0);
+    atomic_init(&j.dead, 0);
+    int nt = l->nthreads < nruns ? l->nthreads : nruns, started = 0;
+    pthread_t *t = dt_xcalloc((size_t)nt, sizeof *t);
+    for (int i = 1; i < nt; i++) started += pthread_create(&t[started], NULL, probe_worker, &j) == 0;
+    probe_worker(&j); /* this thread too; it finishes the work of threads that did not start */
+    for (int i = 0; i < started; i++) pthread_join(t[i], NULL);
+    free(t);
+    free(run);
+    int dead = atomic_load(&j.dead);
+    if (!dead) return 0;
+    char msg[1024];
+    dead_class_error(l, dead - 1, msg, sizeof msg);
+    return dt_errf(err, "%s", msg);
 }
 
 dt_loader *dt_loader_new(const dt_dataset *ds, const dt_loader_opts *opts, dt_err *err) {
@@ -361,6 +508,19 @@ dt_loader *dt_loader_new(const dt_dataset *ds, const dt_loader_opts *opts, dt_er
         dt_errf(err, "loader: %lld images is more than the loader supports (2^31 - 1)", (long long)ds->count);
         return NULL;
     }
+    if (o.subset < 0) {
+        dt_errf(err, "loader: subset %lld is negative", (long long)o.subset);
+        return NULL;
+    }
+    /* One class: the softmax of one logit is 1, the loss 0 from the first step, nothing is
+     * learnt, and the run would look fine. */
+    if (o.train && ds->num_classes < 2) {
+        dt_errf(err, "loader: %s has one class (%s): training a classifier needs at least two (with one, the loss is 0 "
+                "from the first step and nothing is learnt); put each class's images in its own folder",
+                ds->dir, ds->classes[0]);
+        return NULL;
+    }
+    int64_t m = o.subset > 0 && o.subset < ds->count ? o.subset : ds->count;
     if (o.shards == 0) o.shards = 1;
     if (o.shards < 1 || o.shard < 0 || o.shard >= o.shards) {
         dt_errf(err, "loader: shard %d of %d", o.shard, o.shards);
@@ -369,19 +529,19 @@ dt_loader *dt_loader_new(const dt_dataset *ds, const dt_loader_opts *opts, dt_er
     /* This shard's epoch positions: shard, shard + shards, ... (drop_last: whole global batches) */
     int64_t nb, n_used;
     if (o.drop_last) {
-        nb = ds->count / ((int64_t)o.batch * o.shards);
+        nb = m / ((int64_t)o.batch * o.shards);
         n_used = nb * o.batch;
     } else {
-        n_used = ds->count > o.shard ? dt_ceil_div(ds->count - o.shard, o.shards) : 0;
+        n_used = m > o.shard ? dt_ceil_div(m - o.shard, o.shards) : 0;
         nb = dt_ceil_div(n_used, o.batch);
     }
-    if (nb == 0 && (o.drop_last || ds->count == 0)) {
+    if (nb == 0 && o.drop_last) {
         if (o.shards > 1)
             dt_errf(err, "loader: %s has %lld images, fewer than one batch of %d on each of %d replicas (drop_last is on)",
-                    ds->dir, (long long)ds->count, o.batch, o.shards);
+                    ds->dir, (long long)m, o.batch, o.shards);
         else
             dt_errf(err, "loader: %s has %lld images, fewer than one batch of %d (drop_last is on)", ds->dir,
-                    (long long)ds->count, o.batch);
+                    (long long)m, o.batch);
         return NULL;
     }
 
@@ -408,10 +568,15 @@ dt_loader *dt_loader_new(const dt_dataset *ds, const dt_loader_opts *opts, dt_er
         l->slots[k].labels = dt_host_alloc((size_t)l->B * sizeof(int32_t), l->pinned);
         l->slots[k].state = SLOT_FREE;
     }
-    l->perm = dt_xmalloc((size_t)l->n * sizeof *l->perm);
     l->bad = dt_xcalloc((size_t)dt_ceil_div(l->n, 64), sizeof *l->bad);
     l->class_bad = dt_xcalloc((size_t)ds->num_classes, sizeof *l->class_bad);
     l->max_pixels = o.max_pixels;
+    choose_images(l, m);
+    l->perm = dt_xmalloc((size_t)l->m * sizeof *l->perm);
+    if (probe_classes(l, err)) {
+        dt_loader_free(l);
+        return NULL;
+    }
     if (o.cache) {
         l->cache = dt_xcalloc((size_t)l->n, sizeof *l->cache);
         l->cache_size = cache_size;
@@ -441,12 +606,12 @@ void dt_loader_start_epoch(dt_loader *l, int epoch) {
     while (l->inflight > 0) pthread_cond_wait(&l->idle_cv, &l->mu);
     l->gen++;
     for (int k = 0; k < l->K; k++) l->slots[k].state = SLOT_FREE;
-    for (int64_t i = 0; i < l->n; i++) l->perm[i] = i;
+    memcpy(l->perm, l->base, (size_t)l->m * sizeof *l->perm);
     if (l->o.train) {
         /* Fisher-Yates from the stream (seed, epoch, tag): a function of the epoch only. */
         dt_rng r;
         dt_rng_derive(&r, l->o.seed, (uint64_t)epoch, 0x53485546464c45ULL /* "SHUFFLE" */);
-        for (int64_t i = l->n - 1; i > 0; i--) {
+        for (int64_t i = l->m - 1; i > 0; i--) {
             int64_t j = dt_rng_below(&r, (uint32_t)(i + 1));
             int64_t t = l->perm[i];
             l->perm[i] = l->perm[j];
@@ -534,7 +699,8 @@ void dt_loader_release(dt_loader *l, dt_batch *b) {
 }
 
 int64_t dt_loader_batches(const dt_loader *l) { return l->nb; }
-int64_t dt_loader_size(const dt_loader *l) { return l->n; }
+int64_t dt_loader_size(const dt_loader *l) { return l->m; }
+int dt_loader_classes(const dt_loader *l) { return l->classes_used; }
 
 dt_loader_stats dt_loader_epoch_stats(dt_loader *l) {
     dt_loader_stats st;
@@ -587,6 +753,8 @@ void dt_loader_free(dt_loader *l) {
     }
     free(l->slots);
     free(l->perm);
+    free(l->base);
+    free(l->class_n);
     free((void *)l->bad);
     free((void *)l->class_bad);
     if (l->cache) {

@@ -30,13 +30,22 @@
  * replaced by the next one of the epoch order, as without sharding: the global batch is the
  * same whatever R.
  *
+ * Subset (opts.subset = N): an epoch draws from a fixed sample of N images instead of all,
+ * stratified by class (each class in proportion to its size), chosen from the seed alone: the
+ * same images every epoch, every run with that seed, for any number of shards (which split it
+ * as they split the whole set). Evaluation on a budget scores every class, not the first ones
+ * in folder order.
+ *
  * Unreadable images (missing, corrupt, truncated, over max_pixels) are skipped: one warning
  * naming the file the first time, a thread-safe bitmap remembers it for later epochs, and the
  * slot is filled with the next sample of the epoch order that decodes (wrapping around), so a
  * batch never shrinks and the result does not depend on which worker found the bad file. The
  * epoch's count is in dt_loader_epoch_stats and in a warning when its last batch is handed
- * out. A class all of whose files are bad is an error (dt_loader_next returns -1 naming it):
- * it would otherwise vanish from training without a word.
+ * out. A class all of whose files are bad is an error: dt_loader_new decodes images of each
+ * class until one does (one decode per class, at the smallest scale) and fails naming the
+ * class when none does; a class whose files go bad later makes dt_loader_next return -1
+ * naming it. It would otherwise vanish from training without a word. A train loader over a
+ * dataset of one class is an error too (the loss is 0 from the first step).
  *
  * Decoding: the header's size is read first and the transform planned from it, so that a JPEG
  * is decoded only as large as the transform needs (dt_image_decode's min_scale).
@@ -80,6 +89,7 @@ typedef struct {
     int64_t max_pixels;    /* images with more pixels (read in the header) are skipped with a
                               warning before decoding (default DT_IMAGE_MAX_PIXELS, PIL's) */
     int shard, shards;     /* data parallel: this replica's share of each epoch (default 0 of 1) */
+    int64_t subset;        /* 0: every image; N: a fixed sample of N, stratified by class (see above) */
 } dt_loader_opts;
 
 /* The defaults above; train selects the train defaults. */
@@ -109,7 +119,8 @@ typedef struct {
 } dt_loader_stats;
 
 /* ds must outlive the loader. One consumer thread calls start_epoch / next / release. Errors
- * (bad option, fewer images than one batch with drop_last) return NULL with err set. */
+ * (bad option, fewer images than one batch with drop_last, one class for training, a class
+ * none of whose images decodes) return NULL with err set. */
 dt_loader *dt_loader_new(const dt_dataset *ds, const dt_loader_opts *opts, dt_err *err);
 /* Starts (or restarts) an epoch; batches of an unfinished epoch are abandoned and any batch
  * still held becomes invalid. */
@@ -120,7 +131,8 @@ void dt_loader_start_epoch(dt_loader *l, int epoch);
 int dt_loader_next(dt_loader *l, dt_batch *b);
 void dt_loader_release(dt_loader *l, dt_batch *b);
 int64_t dt_loader_batches(const dt_loader *l); /* batches per epoch */
-int64_t dt_loader_size(const dt_loader *l);    /* images in the dataset */
+int64_t dt_loader_size(const dt_loader *l);    /* images an epoch draws from (the subset's, or all), all shards */
+int dt_loader_classes(const dt_loader *l);     /* classes among them */
 dt_loader_stats dt_loader_epoch_stats(dt_loader *l);
 /* One line: "epoch 3: 1251 batches, 0 skipped, decode 812.3 s (worker), wait 1.2 s, ..." */
 void dt_loader_stats_str(const dt_loader_stats *s, char *buf, size_t cap);

@@ -3,7 +3,8 @@
  * sizes alone, so that the tape op, the layer, the C API, the benchmark and the kernels all
  * read the same struct.
  *
- * Semantics are torchvision.ops.deform_conv2d's (NCHW at every public boundary):
+ * Semantics are torchvision.ops.deform_conv2d's (shapes logical; x, weight and y in the plan's
+ * dtype and layout - dt_deform_plan_types - offsets and mask f32 NCHW):
  *   x [N, C, H, W], offset [N, 2*G*K, Ho, Wo] ((dy, dx) per tap k per offset group g, channel
  *   (g*K + k)*2 + {0, 1}), mask [N, G*K, Ho, Wo] or none, weight [Cout, C, kh, kw].
  *   K = kh*kw taps, G offset groups of Cg = C/G channels, P = Ho*Wo output positions.

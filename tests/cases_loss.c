@@ -77,8 +77,8 @@ static void topk_rules(dt_dev dev) {
 /* ImageNet's 1000 classes over 37 rows (on the GPU each row's warp strides over the classes,
  * and the rows span several blocks), against ranks counted here. The logits are integers in
  * [-32, 32) (exact in bf16, ~16 ties of each value a row); a third of the labels are planted
- * above every other logit (rank 0), a third at the top value 31 (rank: the ties before them,
- * inside the top 5 or not). */
+ * above every other logit (rank 0), a third at the top value 31 behind exactly 0..7 ties (inside
+ * the top 5 or not: both counts are exercised whatever the seed). */
 static void topk_many_classes(dt_dev dev) {
     enum { N = 37, K = 1000 };
     float *v = dt_xmalloc((size_t)N * K * sizeof(float)), lab[N];
@@ -86,9 +86,17 @@ static void topk_many_classes(dt_dev dev) {
     for (int i = 0; i < N; i++) {
         for (int j = 0; j < K; j++) v[i * K + j] = (float)((int)dt_rng_below(dt_test_rng(), 64) - 32);
         int l = (int)dt_rng_below(dt_test_rng(), K);
-        lab[i] = (float)l;
         if (i % 3 == 0) v[i * K + l] = 40.0f;
-        if (i % 3 == 1) v[i * K + l] = 31.0f;
+        if (i % 3 == 1) { /* at the top value behind exactly t ties: rank t, 0..7 over the rows */
+            int t = (i / 3) % 8, seen = 0;
+            l = 8 + (int)dt_rng_below(dt_test_rng(), K - 8);
+            for (int j = 0; j < l; j++) {
+                if (v[i * K + j] == 31.0f) v[i * K + j] = 30.0f;
+                if (j % 2 == 0 && seen < t) v[i * K + j] = 31.0f, seen++;
+            }
+            v[i * K + l] = 31.0f;
+        }
+        lab[i] = (float)l;
         int64_t rank = 0;
         for (int j = 0; j < K; j++) rank += v[i * K + j] > v[i * K + l] || (v[i * K + j] == v[i * K + l] && j < l);
         want[0] += rank < 1;

@@ -63,3 +63,107 @@ const char *dt_test_shapes(const char *rel, int classes, int train_per_class, in
     if (dt_synth_write(&o, NULL, &err)) dt_fatal("making the test dataset: %s", err.msg);
     return path;
 }
+
+void dt_test_put(dt_test_buf *b, const void *data, size_t n) {
+    if (b->n + n > b->cap) {
+        b->cap = (b->n + n) * 2 + 256;
+        b->p = realloc(b->p, b->cap);
+    }
+    if (n) memcpy(b->p + b->n, data, n);
+    b->n += n;
+}
+
+static uint32_t crc32_of(const unsigned char *p, size_t n, uint32_t c) {
+    static uint32_t table[256];
+    if (!table[1])
+        for (uint32_t i = 0; i < 256; i++) {
+            uint32_t x = i;
+            for (int k = 0; k < 8; k++) x = x & 1 ? 0xEDB88320u ^ (x >> 1) : x >> 1;
+            table[i] = x;
+        }
+    c ^= 0xFFFFFFFFu;
+    for (size_t i = 0; i < n; i++) c = table[(c ^ p[i]) & 255] ^ (c >> 8);
+    return c ^ 0xFFFFFFFFu;
+}
+
+static void put_be32(dt_test_buf *b, uint32_t v) {
+    unsigned char x[4] = {(unsigned char)(v >> 24), (unsigned char)(v >> 16), (unsigned char)(v >> 8), (unsigned char)v};
+    dt_test_put(b, x, 4);
+}
+
+void dt_test_png_chunk(dt_test_buf *b, const char *type, const void *data, size_t n) {
+    put_be32(b, (uint32_t)n);
+    size_t at = b->n;
+    dt_test_put(b, type, 4);
+    dt_test_put(b, data, n);
+    put_be32(b, crc32_of(b->p + at, 4 + n, 0));
+}
+
+void dt_test_png_begin(dt_test_buf *b, uint32_t w, uint32_t h, int depth, int color, int interlace) {
+    dt_test_put(b, "\x89PNG\r\n\x1a\n", 8);
+    dt_test_buf ihdr = {0};
+    put_be32(&ihdr, w);
+    put_be32(&ihdr, h);
+    unsigned char rest[5] = {(unsigned char)depth, (unsigned char)color, 0, 0, (unsigned char)interlace};
+    dt_test_put(&ihdr, rest, 5);
+    dt_test_png_chunk(b, "IHDR", ihdr.p, ihdr.n);
+    free(ihdr.p);
+}
+
+void dt_test_png_idat(dt_test_buf *b, const unsigned char *raw, size_t n) {
+    dt_test_buf z = {0};
+    dt_test_put(&z, "\x78\x01", 2);
+    size_t off = 0;
+    do { /* stored blocks of at most 65535 bytes: no compressor needed */
+        size_t len = n - off > 65535 ? 65535 : n - off;
+        unsigned char h[5] = {(unsigned char)(off + len == n), (unsigned char)len, (unsigned char)(len >> 8),
+                              (unsigned char)~len, (unsigned char)(~len >> 8)};
+        dt_test_put(&z, h, 5);
+        dt_test_put(&z, raw + off, len);
+        off += len;
+    } while (off < n);
+    uint32_t a = 1, s = 0;
+    for (size_t i = 0; i < n; i++) a = (a + raw[i]) % 65521, s = (s + a) % 65521;
+    put_be32(&z, s << 16 | a);
+    dt_test_png_chunk(b, "IDAT", z.p, z.n);
+    free(z.p);
+}
+
+/* Deflate's bits go least significant first; Huffman codes most significant bit first. */
+typedef struct {
+    dt_test_buf *b;
+    uint32_t acc;
+    int nbits;
+} bitw;
+static void put_bit(bitw *w, unsigned bit) {
+    w->acc |= (bit & 1u) << w->nbits;
+    if (++w->nbits == 8) {
+        unsigned char c = (unsigned char)w->acc;
+        dt_test_put(w->b, &c, 1);
+        w->acc = 0, w->nbits = 0;
+    }
+}
+static void put_code(bitw *w, unsigned code, int len) {
+    for (int i = len - 1; i >= 0; i--) put_bit(w, code >> i);
+}
+
+void dt_test_png_idat_zeros(dt_test_buf *b, size_t n) {
+    dt_test_buf z = {0};
+    dt_test_put(&z, "\x78\x01", 2);
+    bitw w = {&z, 0, 0};
+    put_bit(&w, 1), put_bit(&w, 1), put_bit(&w, 0); /* the last block, fixed Huffman codes */
+    size_t left = n;
+    if (left) put_code(&w, 0x30, 8), left--; /* literal 0 */
+    for (; left >= 258; left -= 258) {
+        put_code(&w, 0xC5, 8); /* length 258 (code 285) */
+        put_code(&w, 0, 5);    /* distance 1 */
+    }
+    for (; left; left--) put_code(&w, 0x30, 8);
+    put_code(&w, 0, 7); /* end of block */
+    while (w.nbits) put_bit(&w, 0);
+    put_be32(&z, (uint32_t)(n % 65521) << 16 | 1); /* Adler-32 of zeros */
+    dt_test_png_chunk(b, "IDAT", z.p, z.n);
+    free(z.p);
+}
+
+void dt_test_png_end(dt_test_buf *b) { dt_test_png_chunk(b, "IEND", NULL, 0); }

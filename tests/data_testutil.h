@@ -4,6 +4,7 @@
 #define DT_DATA_TESTUTIL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* tmpdir/rel, in one of 8 rotating buffers (so several can be used in one call). */
 const char *dt_test_path(const char *rel);
@@ -19,3 +20,18 @@ unsigned char *dt_test_read_file(const char *rel, size_t *n);
 const char *dt_test_shapes(const char *rel, int classes, int train_per_class, int val_per_class, int size);
 
 #endif
+
+/* Crafted files in memory: a growing byte buffer (free(b.p) when done). */
+typedef struct {
+    unsigned char *p;
+    size_t n, cap;
+} dt_test_buf;
+void dt_test_put(dt_test_buf *b, const void *data, size_t n);
+/* A PNG chunk by chunk, CRCs computed: the signature and IHDR, any chunk, IDAT holding `raw`
+ * (filtered rows) as zlib stored blocks, IDAT holding n zero bytes deflated (about 1:1000, a
+ * zlib bomb when n is large), IEND. */
+void dt_test_png_begin(dt_test_buf *b, uint32_t w, uint32_t h, int depth, int color, int interlace);
+void dt_test_png_chunk(dt_test_buf *b, const char *type, const void *data, size_t n);
+void dt_test_png_idat(dt_test_buf *b, const unsigned char *raw, size_t n);
+void dt_test_png_idat_zeros(dt_test_buf *b, size_t n);
+void dt_test_png_end(dt_test_buf *b);

@@ -1,10 +1,14 @@
-/* The test runner: build/test [--gpu | --all] [--list] [--ops] [--perf] [--seed S] [-v] [FILTER ...]
+/* The test runner: build/test [--gpu | --all] [--list] [--ops] [--perf] [--seed S] [-v]
+ *                             [--then NAME CMD] [FILTER ...]
  *   (no flag)  CPU tests            --gpu   GPU tests only       --all   both
  *   --ops      prints the op x dtype x layout x device table of every op and exits
  *   --perf     the op-case parity tests also time each case (dt_opcase.h)
+ *   --then     after the C tests, runs CMD (another suite, e.g. make test's Python side) and
+ *              adds the counts of its last "N passed, N failed[, N skipped]" line
  *   FILTER     a substring or a glob (with * or ?) of test names; several are OR-ed
- * The last line printed is always "N passed, N failed"; the exit status is 1 when any test
- * failed (or, with --gpu, when no GPU is visible). */
+ * The last line printed is always "N passed, N failed" (with --then: every suite's tests
+ * counted, then ", N skipped (116 C, 9 Python)"); the exit status is 1 when any test failed
+ * (or, with --gpu, when no GPU is visible). */
 #include <dirent.h>
 #include <fnmatch.h>
 #include <signal.h>
@@ -198,8 +202,44 @@ static void on_crash(int sig) {
     raise(sig);
 }
 
+/* A suite run after the C tests (--then NAME CMD). */
+typedef struct {
+    const char *name, *cmd;
+    int passed, failed, skipped;
+} suite;
+
+/* Runs the suite's command, passing its output through, and takes the counts of its last
+ * "N passed, N failed[, N skipped]" line. A suite that ends without one, or that exits non-zero
+ * without counting a failure, counts as one failed test: a crash must not pass for success. */
+static void run_suite(suite *st) {
+    fflush(stdout);
+    FILE *p = popen(st->cmd, "r");
+    if (!p) {
+        printf("FAIL  %s: cannot run '%s'\n", st->name, st->cmd);
+        st->failed = 1;
+        return;
+    }
+    char line[4096];
+    int counted = 0;
+    while (fgets(line, sizeof line, p)) {
+        fputs(line, stdout);
+        int n[3] = {0, 0, 0};
+        if (sscanf(line, "%d passed, %d failed, %d skipped", &n[0], &n[1], &n[2]) >= 2)
+            st->passed = n[0], st->failed = n[1], st->skipped = n[2], counted = 1;
+    }
+    int status = pclose(p);
+    int ok = status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (!counted || (!ok && !st->failed)) {
+        printf("FAIL  %s: '%s' %s (%s %d)\n", st->name, st->cmd,
+               counted ? "failed" : "ended without its 'N passed, N failed' line", WIFEXITED(status) ? "exit status" : "signal",
+               WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? WTERMSIG(status) : status);
+        st->failed++;
+    }
+    fflush(stdout);
+}
+
 static void usage(void) {
-    puts("usage: build/test [--gpu | --all] [--list] [--ops] [--perf] [--seed S] [-v] [FILTER ...]\n"
+    puts("usage: build/test [--gpu | --all] [--list] [--ops] [--perf] [--seed S] [-v] [--then NAME CMD] [FILTER ...]\n"
          "  (default)   run the CPU tests\n"
          "  --gpu       run the GPU tests (CUDA vs CPU parity); fails if no GPU is visible\n"
          "  --all       run both\n"
@@ -208,12 +248,16 @@ static void usage(void) {
          "  --perf      with --gpu: the op-case parity tests time each case too\n"
          "  --seed S    seed for the random inputs (default: from the clock; printed)\n"
          "  -v          verbose\n"
+         "  --then NAME CMD  after the tests, run CMD (another suite) and count its last\n"
+         "              'N passed, N failed[, N skipped]' line in the last line (make test: Python)\n"
          "  FILTER      substring or glob of test names; a test runs if any filter matches");
 }
 
 int main(int argc, char **argv) {
     int want_cpu = 1, want_gpu = 0, list = 0, nf = 0;
     char **filters = calloc(argc, sizeof *filters);
+    suite *suites = calloc(argc, sizeof *suites);
+    int ns = 0;
     g_seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20);
     if (getenv("DT_TEST_SEED")) g_seed = strtoull(getenv("DT_TEST_SEED"), NULL, 10);
     for (int i = 1; i < argc; i++) {
@@ -224,6 +268,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--perf")) g_perf = 1;
         else if (!strcmp(argv[i], "-v")) g_verbose = 1;
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc) g_seed = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--then") && i + 2 < argc) {
+            suites[ns].name = argv[++i];
+            suites[ns++].cmd = argv[++i];
+        }
         else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { usage(); return 0; }
         else if (argv[i][0] == '-') { fprintf(stderr, "unknown option %s\n", argv[i]); usage(); return 2; }
         else filters[nf++] = argv[i];
@@ -297,7 +345,21 @@ int main(int argc, char **argv) {
         dt_mem_stats ms = dt_gpu_mem_stats();
         if (ms.in_use) printf("note: %zu bytes of device memory are still held at exit (long-lived scratch)\n", ms.in_use);
     }
-    printf("time %.1f s\n%d passed, %d failed\n", (dt_now_ms() - t_all) / 1e3, g_passed, g_failed);
+    printf("time %.1f s\n", (dt_now_ms() - t_all) / 1e3);
+    int passed = g_passed, failed = g_failed, skipped = 0;
+    for (int i = 0; i < ns; i++) {
+        run_suite(&suites[i]);
+        passed += suites[i].passed, failed += suites[i].failed, skipped += suites[i].skipped;
+    }
+    printf("%d passed, %d failed", passed, failed);
+    if (ns) {
+        printf(", %d skipped (%d C", skipped, g_passed + g_failed);
+        for (int i = 0; i < ns; i++)
+            printf(", %d %s", suites[i].passed + suites[i].failed + suites[i].skipped, suites[i].name);
+        printf(")");
+    }
+    printf("\n");
     free(filters);
-    return g_failed ? 1 : 0;
+    free(suites);
+    return failed ? 1 : 0;
 }

@@ -228,3 +228,199 @@ DT_TEST(checkpoint_prepare_reports_bad_folders_and_cleans_stale_temporaries) {
         EXPECT_MSG((stat(p, &st) != 0) == removed[i], "%s was %s", name, removed[i] ? "kept" : "removed");
     }
 }
+
+/* ---- positions read from a checkpoint, checked against the run ---- */
+
+/* A parsed checkpoint with no tensors, the given stored config and position. */
+static dt_checkpoint ck_at(const char *config, int64_t epoch, int64_t batch, int64_t step) {
+    dt_checkpoint ck;
+    memset(&ck, 0, sizeof ck);
+    ck.config_text = (char *)config;
+    ck.pos = (dt_ckpt_pos){epoch, batch, step};
+    return ck;
+}
+
+/* dt_checkpoint_plan_resume on a training set of 640 images, resumed by a run of global batch
+ * 64 over 3 epochs (10 steps each); err holds the message. */
+static int plan(const char *config, int64_t epoch, int64_t batch, int64_t step, dt_ckpt_resume *rs, dt_err *err) {
+    dt_checkpoint ck = ck_at(config, epoch, batch, step);
+    dt_ckpt_run now = {64, 10, 30};
+    return dt_checkpoint_plan_resume(&ck, &now, 1, 640, "x.ckpt", rs, err);
+}
+
+DT_TEST(checkpoint_positions_are_checked_against_the_run) {
+    /* Stored batch 64 x 1 replica, epochs 3: 10 steps per epoch, 30 in all (as the resuming
+     * run); values near 2^62 .. 2^63 must be errors, never a wrapped product (SAN=1 checks that
+     * no signed overflow happens on the way). */
+    const char *cfg = "batch = 64\nepochs = 3\n";
+    const int64_t big = INT64_MAX, q = (int64_t)1 << 62;
+    struct {
+        int64_t e, b, s;
+        const char *needle;
+    } bad[] = {
+        {0, 10, 10, "batch 10 of epoch 0 is past the end of the epoch: the run that wrote it had 10 batches"},
+        {0, q, q, "past the end of the epoch"},
+        {0, big, big, "past the end of the epoch"},
+        {q, 0, 0, "past 2^63 steps"},
+        {big, 9, big, "past 2^63 steps"},
+        {big / 10, 7, big / 10 * 10 + 7, "past the end of the run that wrote it (30 steps)"},
+        {3, 1, 31, "past the end of the run that wrote it (30 steps)"},
+        {2, 3, 24, "inconsistent position: epoch 2, batch 3 is step 23"},
+        {1, 0, big, "inconsistent position"},
+        {-1, 0, 0, "negative position"},
+    };
+    dt_ckpt_resume rs;
+    dt_err err;
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        int rc = plan(cfg, bad[i].e, bad[i].b, bad[i].s, &rs, &err);
+        EXPECT_MSG(rc != 0, "position (%lld, %lld, %lld) was accepted", (long long)bad[i].e, (long long)bad[i].b,
+                   (long long)bad[i].s);
+        if (rc) EXPECT_MSG(strstr(err.msg, "x.ckpt") && strstr(err.msg, bad[i].needle), "%s", err.msg);
+    }
+    /* the valid ones: mid-epoch, an epoch's end, the end of the run (a finished run) */
+    int64_t good[][3] = {{0, 0, 0}, {1, 4, 14}, {2, 0, 20}, {3, 0, 30}};
+    for (int i = 0; i < 4; i++) {
+        EXPECT_MSG(plan(cfg, good[i][0], good[i][1], good[i][2], &rs, &err) == 0, "%s", err.msg);
+        EXPECT(rs.have_config && rs.exact == 1 && rs.pos.step == good[i][2]);
+    }
+    /* written by 2 replicas x 16 (global 32: 20 steps per epoch, 60 in all), resumed at 64 */
+    EXPECT_MSG(plan("batch = 16\ngpus = 2\nepochs = 3\ndevice = cpu\n", 1, 19, 39, &rs, &err) == 0, "%s", err.msg);
+    EXPECT(rs.was.global_batch == 32 && rs.was.steps_per_epoch == 20 && rs.was.total_steps == 60);
+    EXPECT(rs.pos.epoch == 1 && rs.pos.batch == 9 && rs.pos.step == 19 && rs.exact == 0);
+    /* in those units the end of the run is past this one's end */
+    EXPECT(plan("batch = 16\ngpus = 2\nepochs = 4\ndevice = cpu\n", 3, 10, 70, &rs, &err) != 0);
+    EXPECT_MSG(strstr(err.msg, "is at step 35, past the end of this run (30 steps)"), "%s", err.msg);
+    /* synthetic data, steps = 10^15 of 65536 images: the images done overflow 64 bits */
+    EXPECT(plan("synthetic = 1\nbatch = 65536\nsteps = 1000000000000000\n", 0, 999999999999999, 999999999999999, &rs,
+                &err) != 0);
+    EXPECT_MSG(strstr(err.msg, "does not fit 64 bits"), "%s", err.msg);
+    /* a config that does not parse: said, and the position taken in the resuming run's units */
+    EXPECT_MSG(plan("no such key = 1\n", 1, 2, 12, &rs, &err) == 0, "%s", err.msg);
+    EXPECT(!rs.have_config && strstr(rs.config_error, "no such key") && rs.pos.step == 12);
+    /* the rescale on its own: an overflowing product is reported, not computed */
+    int exact;
+    dt_ckpt_pos p = dt_ckpt_pos_rescale((dt_ckpt_pos){1, q, q}, 4, 1, 10, &exact);
+    EXPECT(exact == -1 && p.batch == q);
+    p = dt_ckpt_pos_rescale((dt_ckpt_pos){big, 0, 0}, 4, 2, 10, &exact);
+    EXPECT(exact == -1);
+    /* a batch that reaches the new epoch's end starts the next epoch: 9 of 10 images done, 4 per batch */
+    p = dt_ckpt_pos_rescale((dt_ckpt_pos){0, 9, 9}, 1, 4, 2, &exact);
+    EXPECT(exact == 0 && p.epoch == 1 && p.batch == 0 && p.step == 2);
+}
+
+DT_TEST(checkpoint_non_finite_tensors_and_huge_files_are_errors) {
+    char path[700];
+    snprintf(path, sizeof path, "%s/nan.ckpt", dt_test_tmpdir());
+    dt_tensor *a = dt_tensor_new1(DT_CPU, 4);
+    float v[4] = {1, 2, NAN, 4};
+    dt_tensor_set_values(a, v);
+    dt_ckpt_item it = {"conv1.weight", a};
+    dt_ckpt_pos pos = {0, 0, 0};
+    dt_err err;
+    EXPECT_EQ_INT(dt_checkpoint_save(path, "", &pos, &it, 1, &err), 0);
+    dt_checkpoint ck;
+    EXPECT_EQ_INT(dt_checkpoint_read(path, &ck, &err), 0);
+    dt_tensor *b = dt_tensor_new1(DT_CPU, 4);
+    dt_tensor_fill(b, 7);
+    EXPECT(dt_checkpoint_copy_to(&ck, "conv1.weight", b, path, &err) != 0);
+    EXPECT_MSG(strstr(err.msg, "tensor 'conv1.weight' holds a NaN at element 2"), "%s", err.msg);
+    EXPECT(dt_data_f32(b)[0] == 7); /* untouched */
+    dt_checkpoint_free(&ck);
+    v[2] = -INFINITY;
+    dt_tensor_set_values(a, v);
+    EXPECT_EQ_INT(dt_checkpoint_save(path, "", &pos, &it, 1, &err), 0);
+    EXPECT_EQ_INT(dt_checkpoint_read(path, &ck, &err), 0);
+    EXPECT(dt_checkpoint_copy_to(&ck, "conv1.weight", b, path, &err) != 0);
+    EXPECT_MSG(strstr(err.msg, "holds an infinity at element 2"), "%s", err.msg);
+    dt_checkpoint_free(&ck);
+    /* a sparse file of 1 TiB: refused from its size, before anything is allocated */
+    snprintf(path, sizeof path, "%s/huge.ckpt", dt_test_tmpdir());
+    fclose(fopen(path, "w"));
+    EXPECT(truncate(path, (off_t)1 << 40) == 0);
+    EXPECT(dt_checkpoint_read(path, &ck, &err) != 0);
+    EXPECT_MSG(strstr(err.msg, "is 1099511627776 bytes, more than the 8589934592 accepted"), "%s", err.msg);
+}
+
+DT_TEST(checkpoint_state_round_trips_and_must_match) {
+    /* dt_checkpoint_save_state / load_state: parameters, buffers, momentum by name */
+    dt_params ps = {0};
+    int64_t s2[2] = {2, 3}, s1[1] = {2};
+    dt_tensor *w = dt_param_new(&ps, "conv1.weight", 2, s2, DT_CPU, DT_NCHW, 1);
+    dt_param_new(&ps, "fc.bias", 1, s1, DT_CPU, DT_NCHW, 0);
+    dt_tensor *bn = dt_tensor_new_unscoped(1, s1, DT_CPU, DT_F32, DT_NCHW);
+    dt_tensor_set_name(bn, "bn1.running_var");
+    dt_tensor_fill(w, 0.5f);
+    dt_tensor_fill(bn, 2.0f);
+    dt_tensor *mom[2] = {dt_tensor_new_unscoped(2, s2, DT_CPU, DT_F32, DT_NCHW), NULL};
+    dt_tensor_fill(mom[0], -1.0f);
+    char path[700];
+    snprintf(path, sizeof path, "%s/state.ckpt", dt_test_tmpdir());
+    dt_ckpt_pos pos = {1, 2, 3};
+    dt_err err;
+    EXPECT_EQ_INT(dt_checkpoint_save_state(path, "", &pos, &ps, mom, &bn, 1, &err), 0);
+    dt_tensor_fill(w, 0);
+    dt_tensor_fill(bn, 0);
+    dt_tensor_free(mom[0]);
+    mom[0] = NULL;
+    dt_checkpoint ck;
+    EXPECT_EQ_INT(dt_checkpoint_read(path, &ck, &err), 0);
+    EXPECT_EQ_INT(ck.n, 4);
+    EXPECT_MSG(dt_checkpoint_load_state(&ck, &ps, mom, &bn, 1, path, &err) == 0, "%s", err.msg);
+    EXPECT(dt_data_f32(w)[5] == 0.5f && dt_data_f32(bn)[1] == 2.0f);
+    EXPECT(mom[0] && dt_data_f32(mom[0])[3] == -1.0f && !mom[1]); /* made on load; none stored for fc.bias */
+    /* the model without its buffer: the checkpoint holds a tensor the model does not */
+    EXPECT(dt_checkpoint_load_state(&ck, &ps, mom, NULL, 0, path, &err) != 0);
+    EXPECT_MSG(strstr(err.msg, "it holds 4 tensors, the model 3"), "%s", err.msg);
+    dt_checkpoint_free(&ck);
+    dt_tensor_free(mom[0]);
+    dt_tensor_free(bn);
+    dt_params_free(&ps);
+}
+
+/* ---- paths a rename must not replace ---- */
+
+DT_TEST(checkpoint_refuses_devices_fifos_and_folders_and_writes_through_symlinks) {
+    const char *tmp = dt_test_tmpdir();
+    char fifo[700], dir[700], real[700], link[700], dangling[700], to_fifo[700];
+    snprintf(fifo, sizeof fifo, "%s/fifo.ckpt", tmp);
+    snprintf(dir, sizeof dir, "%s/dir.ckpt", tmp);
+    snprintf(real, sizeof real, "%s/real.ckpt", tmp);
+    snprintf(link, sizeof link, "%s/link.ckpt", tmp);
+    snprintf(dangling, sizeof dangling, "%s/dangling.ckpt", tmp);
+    snprintf(to_fifo, sizeof to_fifo, "%s/to_fifo.ckpt", tmp);
+    EXPECT(mkfifo(fifo, 0644) == 0);
+    EXPECT(mkdir(dir, 0755) == 0);
+    EXPECT(symlink("real.ckpt", link) == 0);
+    EXPECT(symlink("nothing-here", dangling) == 0);
+    EXPECT(symlink(fifo, to_fifo) == 0);
+    dt_tensor *t = dt_tensor_new1(DT_CPU, 3);
+    dt_tensor_fill(t, 1.0f);
+    dt_ckpt_item it = {"t", t};
+    dt_ckpt_pos pos = {0, 1, 1};
+    dt_err err;
+    struct {
+        const char *path, *needle;
+    } refused[] = {{fifo, "it is a FIFO"}, {dir, "it is a folder"}, {dangling, "a symlink that leads nowhere"},
+                   {to_fifo, "which is a FIFO"}};
+    for (int i = 0; i < 4; i++) {
+        EXPECT(dt_checkpoint_prepare(refused[i].path, &err) != 0);
+        EXPECT_MSG(strstr(err.msg, "cannot write checkpoint") && strstr(err.msg, refused[i].needle), "%s", err.msg);
+        EXPECT(dt_checkpoint_save(refused[i].path, "", &pos, &it, 1, &err) != 0);
+        EXPECT_MSG(strstr(err.msg, refused[i].needle), "%s", err.msg);
+    }
+    struct stat st;
+    EXPECT(lstat(fifo, &st) == 0 && S_ISFIFO(st.st_mode)); /* still what they were */
+    EXPECT(lstat(dir, &st) == 0 && S_ISDIR(st.st_mode));
+    EXPECT(lstat(dangling, &st) == 0 && S_ISLNK(st.st_mode));
+    /* a symlink to a regular file: written through, atomically in the target's folder */
+    FILE *f = fopen(real, "w");
+    fputs("old contents", f);
+    fclose(f);
+    EXPECT_MSG(dt_checkpoint_prepare(link, &err) == 0, "%s", err.msg);
+    EXPECT_MSG(dt_checkpoint_save(link, "", &pos, &it, 1, &err) == 0, "%s", err.msg);
+    EXPECT(lstat(link, &st) == 0 && S_ISLNK(st.st_mode));
+    dt_checkpoint ck;
+    EXPECT_MSG(dt_checkpoint_read(real, &ck, &err) == 0, "the link's target was not written: %s", err.msg);
+    if (ck.blob) EXPECT(ck.pos.step == 1 && ck.n == 1);
+    dt_checkpoint_free(&ck);
+}

@@ -1,11 +1,14 @@
 #include "dt_checkpoint.h"
 
+#include "atomic_file.h"
 #include "dt_file.h"
 
 #include <dirent.h>
 #include <errno.h>
-#include <signal.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,9 +23,6 @@ static uint64_t fnv1a(const unsigned char *p, size_t n) {
     for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ULL;
     return h;
 }
-
-/* The temporary file a save writes before its rename: PATH.tmp.PID. */
-static void tmp_name(const char *path, long pid, char *out, size_t cap) { snprintf(out, cap, "%s.tmp.%ld", path, pid); }
 
 typedef struct {
     unsigned char *p;
@@ -61,13 +61,6 @@ int dt_checkpoint_save(const char *path, const char *config_text, const dt_ckpt_
         put(&b, h, (size_t)t->numel * sizeof(float));
         free(h);
     }
-    char tmp[4200];
-    tmp_name(path, (long)getpid(), tmp, sizeof tmp);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) {
-        free(b.p);
-        return dt_errf(err, "cannot write checkpoint %s: %s", tmp, strerror(errno));
-    }
     unsigned char head[8 + 4 + 8 + 8];
     memcpy(head, MAGIC, 8);
     uint32_t ver = VERSION;
@@ -75,26 +68,9 @@ int dt_checkpoint_save(const char *path, const char *config_text, const dt_ckpt_
     memcpy(head + 8, &ver, 4);
     memcpy(head + 12, &len, 8);
     memcpy(head + 20, &sum, 8);
-    int ok = 1;
-    for (size_t off = 0, total = sizeof head; ok && off < total;) {
-        ssize_t w = write(fd, head + off, total - off);
-        if (w <= 0) ok = 0; else off += (size_t)w;
-    }
-    for (size_t off = 0; ok && off < b.n;) {
-        ssize_t w = write(fd, b.p + off, b.n - off);
-        if (w <= 0) ok = 0; else off += (size_t)w;
-    }
-    int saved_errno = errno;
-    if (ok && fsync(fd) != 0) ok = 0, saved_errno = errno;
-    if (close(fd) != 0 && ok) ok = 0, saved_errno = errno;
+    int rc = dt_atomic_write(path, "checkpoint", head, sizeof head, b.p, b.n, err);
     free(b.p);
-    if (!ok || rename(tmp, path) != 0) {
-        if (ok) saved_errno = errno;
-        unlink(tmp);
-        return dt_errf(err, "cannot write checkpoint %s: %s (the previous checkpoint, if any, is untouched)", path,
-                       strerror(saved_errno));
-    }
-    return 0;
+    return rc;
 }
 
 static int take(const unsigned char **p, const unsigned char *end, void *dst, size_t n) {
@@ -205,7 +181,7 @@ int dt_checkpoint_read(const char *path, dt_checkpoint *ck, dt_err *err) {
     memset(ck, 0, sizeof *ck);
     dt_scratch buf = {0};
     size_t size;
-    if (dt_file_read(path, "checkpoint", SIZE_MAX - 1, &buf, &size, err)) {
+    if (dt_file_read(path, "checkpoint", DT_CHECKPOINT_MAX_BYTES, &buf, &size, err)) {
         dt_scratch_free(&buf);
         return -1;
     }
@@ -236,6 +212,14 @@ int dt_checkpoint_copy_to(const dt_checkpoint *ck, const char *name, dt_tensor *
     }
     float *h = dt_xmalloc((size_t)(t->numel ? t->numel : 1) * sizeof(float));
     memcpy(h, ck->data[i], (size_t)t->numel * sizeof(float));
+    /* A NaN would train on as NaN and stop at the first step as "diverged", blaming the run. */
+    for (int64_t k = 0; k < t->numel; k++)
+        if (!isfinite(h[k])) {
+            dt_errf(err, "checkpoint %s: tensor '%s' holds %s at element %lld (the state of a diverged or damaged run "
+                    "cannot be resumed)", path, name, isnan(h[k]) ? "a NaN" : "an infinity", (long long)k);
+            free(h);
+            return -1;
+        }
     dt_tensor_set_values(t, h); /* checkpoints hold logical (NCHW) order: any layout resumes any */
     free(h);
     return 0;
@@ -281,22 +265,132 @@ static void clean_stale(const char *path) {
 int dt_checkpoint_prepare(const char *path, dt_err *err) {
     dt_err e;
     if (dt_make_parent_dirs(path, &e)) return dt_errf(err, "cannot write checkpoint %s: %s", path, e.msg);
-    clean_stale(path);
-    char tmp[4200];
-    tmp_name(path, (long)getpid(), tmp, sizeof tmp);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    char target[PATH_MAX + 1], tmp[PATH_MAX + 32];
+    if (dt_atomic_target(path, "checkpoint", target, sizeof target, err)) return -1;
+    clean_stale(target);
+    dt_atomic_tmp_name(target, (long)getpid(), tmp, sizeof tmp);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return dt_errf(err, "cannot write checkpoint %s: %s", path, strerror(errno));
     close(fd);
     unlink(tmp);
     return 0;
 }
 
+/* ---- positions ---- */
+
 dt_ckpt_pos dt_ckpt_pos_rescale(dt_ckpt_pos pos, int64_t was, int64_t now, int64_t steps_per_epoch, int *exact) {
     *exact = 1;
-    if (was == now || was <= 0 || now <= 0) return pos;
-    int64_t images = pos.batch * was;
+    if (was == now || was <= 0 || now <= 0 || steps_per_epoch <= 0) return pos;
+    int64_t images;
+    if (__builtin_mul_overflow(pos.batch, was, &images)) return *exact = -1, pos;
     dt_ckpt_pos r = {pos.epoch, images / now, 0};
-    *exact = r.batch * now == images;
-    r.step = pos.epoch * steps_per_epoch + r.batch;
+    *exact = r.batch * now == images; /* r.batch * now <= images: no overflow */
+    if (r.batch >= steps_per_epoch) { /* past the last whole batch of the new epoch: the next one */
+        if (__builtin_add_overflow(r.epoch, 1, &r.epoch)) return *exact = -1, pos;
+        r.batch = 0;
+        *exact = 0;
+    }
+    if (__builtin_mul_overflow(r.epoch, steps_per_epoch, &r.step) || __builtin_add_overflow(r.step, r.batch, &r.step))
+        return *exact = -1, pos;
     return r;
+}
+
+int dt_ckpt_run_of(const dt_train_cfg *c, int world, int64_t train_images, dt_ckpt_run *r, dt_err *err) {
+    r->global_batch = (int64_t)c->batch * world;
+    if (c->synthetic) r->steps_per_epoch = c->steps > 0 ? c->steps : 100;
+    else r->steps_per_epoch = r->global_batch > 0 ? train_images / r->global_batch : 0;
+    if (r->steps_per_epoch < 1)
+        return dt_errf(err, "%lld training images are fewer than one global batch of %lld (batch %d x %d replicas)",
+                       (long long)train_images, (long long)r->global_batch, c->batch, world);
+    r->total_steps = c->steps;
+    if (c->steps <= 0 && __builtin_mul_overflow((int64_t)c->epochs, r->steps_per_epoch, &r->total_steps))
+        return dt_errf(err, "epochs = %d of %lld steps each do not fit a 64-bit step count", c->epochs,
+                       (long long)r->steps_per_epoch);
+    return 0;
+}
+
+int dt_checkpoint_plan_resume(const dt_checkpoint *ck, const dt_ckpt_run *now, int processes, int64_t train_images,
+                              const char *path, dt_ckpt_resume *out, dt_err *err) {
+    memset(out, 0, sizeof *out);
+    out->was = *now;
+    dt_config_defaults(&out->config);
+    dt_err e;
+    int gpus = -1;
+    if (dt_config_parse(&out->config, ck->config_text, strlen(ck->config_text), path, &e) == 0 &&
+        (gpus = dt_config_gpus(&out->config, NULL, &e)) > 0) {
+        out->have_config = 1;
+        if (dt_ckpt_run_of(&out->config, gpus * processes, train_images, &out->was, &e))
+            return dt_errf(err, "checkpoint %s was written by a run that does not fit this training set: %s", path, e.msg);
+    } else {
+        snprintf(out->config_error, sizeof out->config_error, "%s", e.msg);
+        dt_config_defaults(&out->config);
+    }
+    const dt_ckpt_pos *s = &ck->pos;
+    const dt_ckpt_run *w = &out->was;
+    long long E = s->epoch, B = s->batch, S = s->step;
+    if (E < 0 || B < 0 || S < 0)
+        return dt_errf(err, "checkpoint %s: negative position (epoch %lld, batch %lld, step %lld)", path, E, B, S);
+    if (B >= w->steps_per_epoch)
+        return dt_errf(err, "checkpoint %s: batch %lld of epoch %lld is past the end of the epoch: the run that wrote it "
+                       "had %lld batches per epoch", path, B, E, (long long)w->steps_per_epoch);
+    int64_t at;
+    if (__builtin_mul_overflow(s->epoch, w->steps_per_epoch, &at) || __builtin_add_overflow(at, s->batch, &at))
+        return dt_errf(err, "checkpoint %s: epoch %lld of %lld steps each is past 2^63 steps", path, E,
+                       (long long)w->steps_per_epoch);
+    if (at != s->step)
+        return dt_errf(err, "checkpoint %s: inconsistent position: epoch %lld, batch %lld is step %lld with %lld steps per "
+                       "epoch, but the checkpoint says step %lld (a checkpoint of another training set?)", path, E, B,
+                       (long long)at, (long long)w->steps_per_epoch, S);
+    if (s->step > w->total_steps)
+        return dt_errf(err, "checkpoint %s: step %lld is past the end of the run that wrote it (%lld steps)", path, S,
+                       (long long)w->total_steps);
+    out->pos = dt_ckpt_pos_rescale(*s, w->global_batch, now->global_batch, now->steps_per_epoch, &out->exact);
+    if (out->exact < 0)
+        return dt_errf(err, "checkpoint %s: step %lld in batches of %lld images does not fit 64 bits in batches of %lld",
+                       path, S, (long long)w->global_batch, (long long)now->global_batch);
+    if (out->pos.step > now->total_steps)
+        return dt_errf(err, "checkpoint %s is at step %lld, past the end of this run (%lld steps): raise steps= or epochs= "
+                       "to continue it", path, (long long)out->pos.step, (long long)now->total_steps);
+    return 0;
+}
+
+/* ---- a model's state ---- */
+
+int dt_checkpoint_save_state(const char *path, const char *config_text, const dt_ckpt_pos *pos, const dt_params *ps,
+                             dt_tensor *const *momentum, dt_tensor *const *buffers, int n_buffers, dt_err *err) {
+    int cap = 2 * ps->n + n_buffers, n = 0;
+    dt_ckpt_item *items = dt_xcalloc(cap ? cap : 1, sizeof *items);
+    char(*names)[80] = dt_xcalloc(ps->n ? ps->n : 1, sizeof *names); /* "momentum/" + a name of < 64 */
+    for (int i = 0; i < ps->n; i++) items[n++] = (dt_ckpt_item){ps->items[i]->t->name, ps->items[i]->t};
+    for (int i = 0; i < n_buffers; i++) items[n++] = (dt_ckpt_item){buffers[i]->name, buffers[i]};
+    for (int i = 0; i < ps->n; i++)
+        if (momentum[i]) {
+            snprintf(names[i], sizeof names[i], "momentum/%s", ps->items[i]->t->name);
+            items[n++] = (dt_ckpt_item){names[i], momentum[i]};
+        }
+    int rc = dt_checkpoint_save(path, config_text, pos, items, n, err);
+    free(items);
+    free(names);
+    return rc;
+}
+
+int dt_checkpoint_load_state(const dt_checkpoint *ck, dt_params *ps, dt_tensor **momentum, dt_tensor **buffers,
+                             int n_buffers, const char *path, dt_err *err) {
+    int used = 0;
+    for (int i = 0; i < ps->n; i++, used++) {
+        dt_tensor *p = ps->items[i]->t;
+        if (dt_checkpoint_copy_to(ck, p->name, p, path, err)) return -1;
+        char mname[80];
+        snprintf(mname, sizeof mname, "momentum/%s", p->name);
+        if (dt_checkpoint_find(ck, mname) < 0) continue;
+        if (!momentum[i]) momentum[i] = dt_tensor_new_unscoped(p->ndim, p->shape, p->dev, DT_F32, p->layout);
+        if (dt_checkpoint_copy_to(ck, mname, momentum[i], path, err)) return -1;
+        used++;
+    }
+    for (int i = 0; i < n_buffers; i++, used++)
+        if (dt_checkpoint_copy_to(ck, buffers[i]->name, buffers[i], path, err)) return -1;
+    if (used != ck->n)
+        return dt_errf(err, "checkpoint %s does not match the model: it holds %d tensors, the model %d (another deform "
+                       "setting or class count?)", path, ck->n, used);
+    return 0;
 }

@@ -2,9 +2,13 @@
  * a line of help. */
 #include <ctype.h>
 #include <errno.h>
+#include <float.h>
+#include <limits.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h> /* strncasecmp */
 
 #include "dt_config.h"
 #include "dt_device.h" /* DT_MAX_GPUS */
@@ -34,7 +38,7 @@ static const key_spec KEYS[] = {
     {"workers", T_INT, F(workers), "0", NULL, 0, 1024, 0, "loader threads (0 = number of cores)"},
     {"crop_scale_min", T_FLOAT, F(crop_scale_min), "0.08", NULL, 0.01, 1, 1, "RandomResizedCrop's smallest area fraction"},
     {"cache", T_BOOL, F(cache), "0", NULL, 0, 1, 1, "keep decoded, downsized images in memory (small datasets)"},
-    {"max_val_batches", T_INT, F(max_val_batches), "0", NULL, 0, 1 << 30, 0, "evaluate on at most this many val batches (0 = all)"},
+    {"max_val_batches", T_INT, F(max_val_batches), "0", NULL, 0, 1 << 30, 0, "evaluate on a fixed class-stratified sample of this many val batches (0 = all)"},
     {"device", T_ENUM, F(device), "cuda", "cuda|cpu", 0, 0, 1, "where to train"},
     {"precision", T_ENUM, F(precision), "fp32", "fp32|tf32|bf16", 0, 0, 1,
      "precision policy: fp32, tf32 (fp32 on TF32 tensor cores), bf16 (bf16 activations, fp32 accumulation, masters, "
@@ -47,7 +51,8 @@ static const key_spec KEYS[] = {
     {"bucket_mb", T_INT, F(bucket_mb), "25", NULL, 1, 4096, 0, "several GPUs: gradient all-reduce bucket size (MiB)"},
     {"col_budget_mb", T_INT, F(col_budget_mb), "256", NULL, 1, 65536, 0, "column-buffer budget of conv/deform chunks (MiB)"},
     {"epochs", T_INT, F(epochs), "1", NULL, 1, 100000, 1, "epochs to train"},
-    {"steps", T_I64, F(steps), "0", NULL, 0, 1e15, 1, "stop after this many steps (0 = run the epochs)"},
+    {"steps", T_I64, F(steps), "0", NULL, 0, 1e15, 1,
+     "the run's length in steps, over epochs (0 = run the epochs; epochs= on the command line clears it)"},
     {"lr", T_FLOAT, F(lr), "0.1", NULL, 0, 1e6, 1, "base learning rate"},
     {"momentum", T_FLOAT, F(momentum), "0.9", NULL, 0, 1, 1, "SGD momentum"},
     {"nesterov", T_BOOL, F(nesterov), "0", NULL, 0, 1, 1, "Nesterov momentum"},
@@ -76,8 +81,13 @@ static const key_spec KEYS[] = {
     {"dx", T_ENUM, F(dx), "gather", "gather|atomic", 0, 0, 0, "deft: input gradient by inverse index + gather, or float4 atomics"},
     {"deterministic", T_BOOL, F(deterministic), "0", NULL, 0, 1, 0, "bitwise-reproducible deformable backward (deft: dx=gather)"},
     {"seed", T_U64, F(seed), "0", NULL, 0, 1.8e19, 1, "seed of initialization, shuffling and augmentation"},
-    {"checkpoint", T_STR, F(checkpoint), "", NULL, 0, 0, 0, "write a checkpoint here after every epoch (and at the end)"},
+    {"checkpoint", T_STR, F(checkpoint), "", NULL, 0, 0, 0, "write a checkpoint here after every epoch and at the end (stop_at, checkpoint_every and an interrupt write one "
+     "anyway: here, or to PREFIX.ckpt of log=)"},
     {"resume", T_STR, F(resume), "", NULL, 0, 0, 0, "resume from this checkpoint"},
+    {"checkpoint_every", T_I64, F(checkpoint_every), "0", NULL, 0, 1e15, 0,
+     "also write the checkpoint every this many steps, mid-epoch too (0 = off; docs/training.md)"},
+    {"checkpoint_minutes", T_FLOAT, F(checkpoint_minutes), "0", NULL, 0, 1e6, 0,
+     "also write the checkpoint when this many minutes passed since the last one (0 = off)"},
     {"log", T_STR, F(log), "", NULL, 0, 0, 0, "log prefix: writes PREFIX.log, PREFIX_steps.csv, PREFIX_epochs.csv"},
     {"log_every", T_INT, F(log_every), "10", NULL, 1, 1 << 30, 0, "steps between log lines"},
     {"eval_every", T_INT, F(eval_every), "1", NULL, 0, 100000, 0, "epochs between evaluations (0 = only at the end)"},
@@ -88,11 +98,9 @@ static const key_spec KEYS[] = {
     {"stop_at", T_I64, F(stop_at), "0", NULL, 0, 1e15, 0, "stop after this global step, writing the checkpoint (resume later)"},
 };
 #define NKEYS ((int)(sizeof KEYS / sizeof *KEYS))
-
-static void list_keys(char *buf, size_t len) {
-    size_t o = 0;
-    for (int i = 0; i < NKEYS && o < len; i++) o += snprintf(buf + o, len - o, "%s%s", i ? ", " : "", KEYS[i].key);
-}
+/* The longest value as text: a string field of up to 512 bytes, quoted (quote_value: at most 4
+ * bytes per byte, plus the quotes); dt_config_defaults checks every string key against it. */
+#define VALUE_TEXT (4 * 512)
 
 static char *trim(char *s) {
     while (isspace((unsigned char)*s)) s++;
@@ -131,10 +139,14 @@ static int set_value(dt_train_cfg *c, const key_spec *k, const char *v, dt_err *
     case T_FLOAT: {
         double d = strtod(v, &end);
         if (end == v || *end || errno) return dt_errf(err, "bad value '%s' for '%s': expected a number", v, k->key);
-        /* Written so that NaN fails it too (every comparison with NaN is false). */
-        if (!(d >= k->lo && d <= k->hi))
+        /* Checked as the float that is stored: 0.01 is stored as 0.00999999978, which a config
+         * written back must read again although it is below 0.01 as a double. Written so that
+         * NaN fails it too (every comparison with NaN is false); beyond the float range the
+         * cast itself would be undefined, so such a value becomes NaN first. */
+        float x = d >= -FLT_MAX && d <= FLT_MAX ? (float)d : NAN;
+        if (!(x >= (float)k->lo && x <= (float)k->hi))
             return dt_errf(err, "value %s for '%s' is out of range [%g, %g]", v, k->key, k->lo, k->hi);
-        *(float *)dst = (float)d;
+        *(float *)dst = x;
         return 0;
     }
     case T_U64: {
@@ -157,32 +169,279 @@ static int set_value(dt_train_cfg *c, const key_spec *k, const char *v, dt_err *
     }
 }
 
-static int set_kv(dt_train_cfg *c, const char *key, const char *value, dt_err *err) {
+/* ---- an unknown key: the keys it may have meant ---- */
+
+#define SUGGEST_MAX 64 /* a longer unknown key gets no suggestion */
+
+/* Edit distance of a and b (each insertion, deletion, substitution, or swap of two neighbours
+ * counts 1), both lower case and at most SUGGEST_MAX bytes. */
+static int edit_distance(const char *a, const char *b) {
+    int n = (int)strlen(a), m = (int)strlen(b);
+    int d[SUGGEST_MAX + 1][SUGGEST_MAX + 1];
+    for (int i = 0; i <= n; i++) d[i][0] = i;
+    for (int j = 0; j <= m; j++) d[0][j] = j;
+    for (int i = 1; i <= n; i++)
+        for (int j = 1; j <= m; j++) {
+            int best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if (d[i - 1][j] + 1 < best) best = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < best) best = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < best)
+                best = d[i - 2][j - 2] + 1;
+            d[i][j] = best;
+        }
+    return d[n][m];
+}
+
+/* Whether `text` holds the word w (n bytes) between non-alphanumeric characters, any case. */
+static int has_word(const char *text, const char *w, size_t n) {
+    for (const char *p = text; *p; p++)
+        if ((p == text || !isalnum((unsigned char)p[-1])) && !strncasecmp(p, w, n) && !isalnum((unsigned char)p[n]))
+            return 1;
+    return 0;
+}
+
+/* Whether every word of 3 or more letters and digits in `typed` (at least one) is a word of
+ * `help`: learning_rate finds lr, whose help says "base learning rate". */
+static int words_in_help(const char *typed, const char *help) {
+    int words = 0;
+    for (const char *p = typed; *p;) {
+        size_t n = 0;
+        while (isalnum((unsigned char)p[n])) n++;
+        if (n >= 3) {
+            if (!has_word(help, p, n)) return 0;
+            words++;
+        }
+        p += n ? n : 1;
+    }
+    return words > 0;
+}
+
+/* How close an unknown key (lower case) is to a known one, lower is closer, INT_MAX when it is
+ * not worth suggesting: a typo first (an edit distance of at most a third of its length, or 1:
+ * bach, epoch), then one key inside the other (lr_warmup, image), then the unknown key's words
+ * in the known key's help (learning_rate). */
+static int closeness(const char *typed, const key_spec *k) {
+    size_t n = strlen(typed), m = strlen(k->key);
+    int d = edit_distance(typed, k->key), most = n / 3 > 1 ? (int)(n / 3) : 1;
+    if (d <= most) return d;
+    if ((n >= 3 && strstr(k->key, typed)) || (m >= 3 && strstr(typed, k->key))) return SUGGEST_MAX + 1;
+    if (words_in_help(typed, k->help)) return SUGGEST_MAX + 2;
+    return INT_MAX;
+}
+
+/* "did you mean a, b or c? " with the (at most 3) closest keys, or that none is close. */
+static void suggest_keys(const char *key, char *buf, size_t cap) {
+    char typed[SUGGEST_MAX + 1];
+    size_t n = strlen(key);
+    int best[3], score[3], found = 0;
+    if (n <= SUGGEST_MAX) {
+        for (size_t i = 0; i <= n; i++) typed[i] = (char)tolower((unsigned char)key[i]);
+        for (int i = 0; i < NKEYS; i++) {
+            int s = closeness(typed, &KEYS[i]), at = found < 3 ? found : 3;
+            while (at > 0 && score[at - 1] > s) at--; /* strictly closer only: ties keep table order */
+            if (s == INT_MAX || at == 3) continue;
+            for (int j = (found < 3 ? found : 2); j > at; j--) best[j] = best[j - 1], score[j] = score[j - 1];
+            best[at] = i, score[at] = s;
+            if (found < 3) found++;
+        }
+    }
+    if (!found) {
+        snprintf(buf, cap, "no key is close to it; ");
+        return;
+    }
+    /* a typo explains the key best: the looser matches would only distract from it */
+    while (score[0] <= SUGGEST_MAX && score[found - 1] > SUGGEST_MAX) found--;
+    size_t o = snprintf(buf, cap, "did you mean ");
+    for (int j = 0; j < found && o < cap; j++)
+        o += snprintf(buf + o, cap - o, "%s%s", j == 0 ? "" : j == found - 1 ? " or " : ", ", KEYS[best[j]].key);
+    if (o < cap) snprintf(buf + o, cap - o, "? ");
+}
+
+static const key_spec *find_key(const char *key) {
     for (int i = 0; i < NKEYS; i++)
-        if (!strcmp(KEYS[i].key, key)) return set_value(c, &KEYS[i], value, err);
-    char keys[2048];
-    list_keys(keys, sizeof keys);
-    return dt_errf(err, "unknown key '%s' (valid keys: %s)", key, keys);
+        if (!strcmp(KEYS[i].key, key)) return &KEYS[i];
+    return NULL;
+}
+
+static int set_kv(dt_train_cfg *c, const char *key, const char *value, dt_err *err) {
+    const key_spec *k = find_key(key);
+    if (k) return set_value(c, k, value, err);
+    char hint[200];
+    suggest_keys(key, hint, sizeof hint);
+    return dt_errf(err, "unknown key '%.200s' (%sbuild/train --keys lists all %d keys)", key, hint, NKEYS);
 }
 
 void dt_config_defaults(dt_train_cfg *c) {
     memset(c, 0, sizeof *c);
-    for (int i = 0; i < NKEYS; i++)
+    for (int i = 0; i < NKEYS; i++) {
         if (set_value(c, &KEYS[i], KEYS[i].def, NULL)) dt_fatal("config default of %s is invalid", KEYS[i].key);
+        if (KEYS[i].type == T_STR && 4 * KEYS[i].size > VALUE_TEXT)
+            dt_fatal("config key %s holds %zu bytes: raise VALUE_TEXT", KEYS[i].key, KEYS[i].size);
+    }
+}
+
+/* An override: the text before the first '=' is the key, the rest the value, both trimmed and
+ * taken as they are (no quotes: the shell has already removed its own). */
+static int split_override(char *buf, char **key, char **value, const char *assignment, dt_err *err) {
+    char *eq = strchr(buf, '=');
+    if (!eq) return dt_errf(err, "override '%.200s' is not of the form key=value", assignment);
+    *eq = 0;
+    *key = trim(buf);
+    *value = trim(eq + 1);
+    return 0;
 }
 
 int dt_config_set(dt_train_cfg *c, const char *assignment, dt_err *err) {
-    char *buf = dt_xstrdup(assignment);
-    char *eq = strchr(buf, '=');
-    int rc;
-    if (!eq) {
-        rc = dt_errf(err, "override '%.200s' is not of the form key=value", assignment);
-    } else {
-        *eq = 0;
-        rc = set_kv(c, trim(buf), trim(eq + 1), err);
-    }
+    char *buf = dt_xstrdup(assignment), *key = NULL, *value = NULL;
+    int rc = split_override(buf, &key, &value, assignment, err);
+    if (!rc) rc = set_kv(c, key, value, err);
     free(buf);
     return rc;
+}
+
+int dt_config_override(dt_train_cfg *c, int n, char *const *args, char *note, size_t cap, dt_err *err) {
+    int64_t file_steps = c->steps;
+    int epochs_at = -1, steps_at = -1;
+    note[0] = 0;
+    for (int i = 0; i < n; i++) {
+        char *buf = dt_xstrdup(args[i]), *key = NULL, *value = NULL;
+        int rc = split_override(buf, &key, &value, args[i], err);
+        if (!rc) rc = set_kv(c, key, value, err);
+        if (!rc && !strcmp(key, "epochs")) epochs_at = i;
+        if (!rc && !strcmp(key, "steps")) steps_at = i;
+        free(buf);
+        if (rc) return rc;
+    }
+    if (epochs_at >= 0 && steps_at < 0 && file_steps > 0) {
+        c->steps = 0;
+        snprintf(note, cap, "%s on the command line replaces the config's steps=%lld: the run is %d epoch%s",
+                 args[epochs_at], (long long)file_steps, c->epochs, c->epochs == 1 ? "" : "s");
+    } else if (epochs_at >= 0 && steps_at >= 0 && c->steps > 0) {
+        snprintf(note, cap, "%s and %s on the command line: steps governs (%lld steps; epochs counts only when steps=0)",
+                 args[steps_at], args[epochs_at], (long long)c->steps);
+    }
+    return 0;
+}
+
+/* ---- the text of a config: lines `key = value`, a value quoted when it must be ---- */
+
+/* Whether a value would not read back as itself unquoted: a # (a comment), a quote (a quoted
+ * value), spaces at either end (trimmed), a control byte (a newline ends the line, the others
+ * are not text), or an = (it would read back, but a quoted one is plainly a value). */
+static int needs_quotes(const char *v) {
+    size_t n = strlen(v);
+    if (n && (isspace((unsigned char)v[0]) || isspace((unsigned char)v[n - 1]))) return 1;
+    for (const unsigned char *p = (const unsigned char *)v; *p; p++)
+        if (*p == '#' || *p == '"' || *p == '=' || *p < 32 || *p == 127) return 1;
+    return 0;
+}
+
+/* The escape a quoted value writes for ch, or NULL (control bytes other than these: \xHH). */
+static const char *escape_of(unsigned char ch) {
+    switch (ch) {
+    case '\\': return "\\\\";
+    case '"': return "\\\"";
+    case '\n': return "\\n";
+    case '\r': return "\\r";
+    case '\t': return "\\t";
+    default: return NULL;
+    }
+}
+
+/* v as a config value: as it is, or in double quotes with \\, \", \n, \r, \t and \xHH for the
+ * other control bytes (at most 4 bytes out per byte in, plus the quotes). */
+static void quote_value(const char *v, char *out, size_t cap) {
+    if (4 * strlen(v) + 3 > cap) dt_fatal("config value of %zu bytes does not fit %zu", strlen(v), cap);
+    if (!needs_quotes(v)) {
+        strcpy(out, v);
+        return;
+    }
+    char *w = out;
+    *w++ = '"';
+    for (const unsigned char *p = (const unsigned char *)v; *p; p++) {
+        const char *esc = escape_of(*p);
+        if (esc) w = stpcpy(w, esc);
+        else if (*p < 32 || *p == 127) w += sprintf(w, "\\x%02x", *p);
+        else *w++ = (char)*p;
+    }
+    *w++ = '"';
+    *w = 0;
+}
+
+static int hex_digit(int ch) {
+    if (ch >= '0' && ch <= '9') return ch - '0';
+    if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
+    if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
+    return -1;
+}
+
+/* A quoted value, in place: q points at the opening quote; the value (escapes read) is left at
+ * q, and *rest at what follows the closing quote. */
+static int unquote(char *q, char **rest, const char *key, dt_err *err) {
+    char *w = q;
+    for (const char *r = q + 1;;) {
+        char ch = *r++;
+        if (!ch) return dt_errf(err, "the quoted value of '%s' has no closing quote", key);
+        if (ch == '"') {
+            *w = 0;
+            *rest = (char *)r;
+            return 0;
+        }
+        if (ch != '\\') {
+            *w++ = ch;
+            continue;
+        }
+        ch = *r++;
+        int hi, lo;
+        switch (ch) {
+        case 0: return dt_errf(err, "the quoted value of '%s' has no closing quote", key);
+        case '\\':
+        case '"': *w++ = ch; break;
+        case 'n': *w++ = '\n'; break;
+        case 'r': *w++ = '\r'; break;
+        case 't': *w++ = '\t'; break;
+        case 'x':
+            hi = hex_digit(r[0]), lo = hi < 0 ? -1 : hex_digit(r[1]);
+            if (lo < 0) return dt_errf(err, "the quoted value of '%s' has \\x without two hex digits", key);
+            if (!(hi | lo)) return dt_errf(err, "the quoted value of '%s' has \\x00 (a value cannot hold a NUL)", key);
+            *w++ = (char)(hi * 16 + lo);
+            r += 2;
+            break;
+        default:
+            return dt_errf(err, "the quoted value of '%s' has an unknown escape '\\%c' (known: \\\\ \\\" \\n \\r \\t \\xHH)",
+                           key, ch);
+        }
+    }
+}
+
+/* One line of a config, in place: *key NULL for a blank or comment line, else the key and its
+ * value - quoted (unquote) or the text up to a # or the end of the line, trimmed. */
+static int split_line(char *line, char **key, char **value, dt_err *err) {
+    char *s = trim(line);
+    *key = NULL;
+    if (!*s || *s == '#') return 0;
+    char *eq = strpbrk(s, "=#");
+    if (!eq || *eq == '#') {
+        if (eq) *eq = 0;
+        return dt_errf(err, "expected 'key = value', got '%.200s'", trim(s));
+    }
+    *eq = 0;
+    *key = trim(s);
+    char *v = eq + 1;
+    while (isspace((unsigned char)*v)) v++;
+    if (*v != '"') {
+        char *hash = strchr(v, '#');
+        if (hash) *hash = 0;
+        *value = trim(v);
+        return 0;
+    }
+    char *rest = NULL;
+    if (unquote(v, &rest, *key, err)) return -1;
+    while (isspace((unsigned char)*rest)) rest++;
+    if (*rest && *rest != '#')
+        return dt_errf(err, "text after the closing quote of '%s': '%.200s' (a comment starts with #)", *key, rest);
+    *value = v;
+    return 0;
 }
 
 /* Lines of any length; a byte that no text file holds (NUL, other control characters but tab
@@ -198,22 +457,14 @@ int dt_config_parse(dt_train_cfg *c, const char *text, size_t len, const char *n
                 return dt_errf(err, "%s:%d: byte 0x%02x at column %d: not a text file (a config holds `key = value` lines)",
                                name, ln, ch, (int)(q - p) + 1);
         }
-        char *line = dt_xmalloc((size_t)(le - p) + 1);
+        char *line = dt_xmalloc((size_t)(le - p) + 1), *key = NULL, *value = NULL;
         memcpy(line, p, (size_t)(le - p));
         line[le - p] = 0;
         p = nl ? nl + 1 : end;
-        char *hash = strchr(line, '#');
-        if (hash) *hash = 0;
-        char *s = trim(line);
-        char *eq = strchr(s, '=');
-        int rc = 0;
         dt_err e;
-        if (*s && !eq) {
-            rc = dt_errf(err, "%s:%d: expected 'key = value', got '%.200s'", name, ln, s);
-        } else if (*s) {
-            *eq = 0;
-            if (set_kv(c, trim(s), trim(eq + 1), &e)) rc = dt_errf(err, "%s:%d: %s", name, ln, e.msg);
-        }
+        int rc = split_line(line, &key, &value, &e);
+        if (!rc && key) rc = set_kv(c, key, value, &e);
+        if (rc) dt_errf(err, "%s:%d: %s", name, ln, e.msg);
         free(line);
         if (rc) return rc;
     }
@@ -246,9 +497,6 @@ int dt_config_check(const dt_train_cfg *c, dt_err *err) {
     }
     dt_err e;
     if (dt_config_gpus(c, NULL, &e) < 0) return dt_errf(err, "%s", e.msg);
-    if (c->resume[0] && c->checkpoint[0] && !strcmp(c->resume, c->checkpoint)) {
-        /* allowed: resume and keep writing the same file */
-    }
     return 0;
 }
 
@@ -282,13 +530,14 @@ int dt_config_gpus(const dt_train_cfg *c, int *devices, dt_err *err) {
     return n;
 }
 
-/* A key's value as text; floats with `digits` significant digits (9 round-trip a float, 7 read
- * as typed: 0.9 rather than 0.899999976). */
+/* A key's value as a config file holds it (strings quoted when they must be); floats with
+ * `digits` significant digits (9 round-trip a float, 7 read as typed: 0.9 rather than
+ * 0.899999976). */
 static void format_value(const key_spec *k, const dt_train_cfg *c, int digits, char *buf, size_t cap) {
     const void *v = (const char *)c + k->off;
     switch (k->type) {
     case T_STR:
-    case T_ENUM: snprintf(buf, cap, "%s", (const char *)v); break;
+    case T_ENUM: quote_value((const char *)v, buf, cap); break;
     case T_BOOL:
     case T_INT: snprintf(buf, cap, "%d", *(const int *)v); break;
     case T_I64: snprintf(buf, cap, "%lld", (long long)*(const int64_t *)v); break;
@@ -298,7 +547,7 @@ static void format_value(const key_spec *k, const dt_train_cfg *c, int digits, c
 }
 
 void dt_config_write(const dt_train_cfg *c, FILE *f) {
-    char v[600];
+    char v[VALUE_TEXT];
     for (int i = 0; i < NKEYS; i++) {
         format_value(&KEYS[i], c, 9, v, sizeof v);
         fprintf(f, "%s = %s\n", KEYS[i].key, v);
@@ -307,7 +556,7 @@ void dt_config_write(const dt_train_cfg *c, FILE *f) {
 
 int dt_config_diff(const dt_train_cfg *was, const dt_train_cfg *now, dt_config_diff_fn fn, void *ctx) {
     int n = 0;
-    char a[600], b[600];
+    char a[VALUE_TEXT], b[VALUE_TEXT];
     for (int i = 0; i < NKEYS; i++) {
         if (!KEYS[i].run) continue;
         format_value(&KEYS[i], was, 7, a, sizeof a);
@@ -325,7 +574,9 @@ void dt_config_help(FILE *f) {
         if (k->type == T_ENUM) snprintf(dom, sizeof dom, "%s", k->choices);
         else if (k->type == T_BOOL) snprintf(dom, sizeof dom, "0|1");
         else if (k->type == T_STR) snprintf(dom, sizeof dom, "text");
-        else snprintf(dom, sizeof dom, "%g..%g", k->lo, k->hi);
-        fprintf(f, "  %-16s %-18s default %-8s %s\n", k->key, dom, k->def[0] ? k->def : "\"\"", k->help);
+        else if (k->type == T_FLOAT) snprintf(dom, sizeof dom, "%g..%g", k->lo, k->hi);
+        else if (k->type == T_U64) snprintf(dom, sizeof dom, "%.0f..%llu", k->lo, (unsigned long long)UINT64_MAX);
+        else snprintf(dom, sizeof dom, "%.0f..%.0f", k->lo, k->hi); /* integers as integers, not 1.07374e+09 */
+        fprintf(f, "  %-16s %-23s default %-8s %s\n", k->key, dom, k->def[0] ? k->def : "\"\"", k->help);
     }
 }

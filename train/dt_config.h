@@ -1,7 +1,14 @@
 /* dt_config.h: the training program's configuration: a .cfg file of `key = value` lines
  * (# starts a comment) plus `key=value` overrides from the command line, checked against a
- * table of known keys. An unknown key or a bad value is an error that names it and lists
- * what is valid. dt_config_help() prints the table. */
+ * table of known keys. An unknown key is an error that names the closest keys, a bad value one
+ * that says what is valid. dt_config_help() prints the table.
+ *
+ * A value in a file is the text after the = up to a # or the end of the line, spaces at both
+ * ends trimmed, or a double-quoted string, which holds any byte but NUL through the escapes \\ \"
+ * \n \r \t \xHH (data = "/mnt/run #3/images"). dt_config_write quotes exactly the values that
+ * need it (a #, an =, a quote, a control byte, a space at either end), so that the config a
+ * checkpoint stores reads back to the same values. An override on the command line is taken as
+ * it is, unquoted (the shell has removed its quotes). */
 #ifndef DT_CONFIG_H
 #define DT_CONFIG_H
 
@@ -35,7 +42,7 @@ typedef struct {
     int col_budget_mb;
     /* schedule */
     int epochs;
-    int64_t steps;         /* > 0: stop after this many steps (overrides epochs) */
+    int64_t steps;         /* > 0: stop after this many steps (governs over epochs) */
     float lr, momentum, weight_decay, label_smoothing, min_lr, lr_gamma, warmup_start;
     int nesterov, decay_bn_bias, lr_step_epochs;
     char schedule[16];     /* const | step | cosine */
@@ -54,6 +61,8 @@ typedef struct {
     char checkpoint[512], resume[512], log[512];
     int log_every, eval_every, timing_warmup, progress, quiet;
     int64_t stop_at;       /* > 0: stop (after a checkpoint) once this many steps are done */
+    int64_t checkpoint_every; /* > 0: a checkpoint every this many steps (mid-epoch too) */
+    float checkpoint_minutes; /* > 0: a checkpoint once this many minutes passed since the last */
     int64_t max_image_pixels; /* larger images are skipped before decoding */
 } dt_train_cfg;
 
@@ -72,13 +81,20 @@ int dt_config_load(dt_train_cfg *c, const char *path, dt_err *err);
 int dt_config_parse(dt_train_cfg *c, const char *text, size_t len, const char *name, dt_err *err);
 /* One "key=value" override. */
 int dt_config_set(dt_train_cfg *c, const char *assignment, dt_err *err);
+/* build/train's overrides (n "key=value" texts) on top of a config file already read, in order.
+ * A key on the command line wins over the file, and so it does for the run length, which steps
+ * (> 0) governs over epochs: an epochs= override clears the file's steps= unless steps= is
+ * overridden too. `note` (cap bytes) gets one sentence when the overrides replaced or overruled
+ * the run length (epochs=1 on the command line replaces the config's steps=240 ...), else "". */
+int dt_config_override(dt_train_cfg *c, int n, char *const *args, char *note, size_t cap, dt_err *err);
 /* Cross-key checks (after all sets): e.g. a dataset or synthetic=1. */
 int dt_config_check(const dt_train_cfg *c, dt_err *err);
 /* The replicas `gpus` asks for: their device ids (devices may be NULL) and their number, or -1
  * with err naming the problem (not a count or a list of distinct ids in [0, DT_MAX_GPUS)). On
  * the CPU (device=cpu) the count is the number of CPU replicas (threads). */
 int dt_config_gpus(const dt_train_cfg *c, int *devices, dt_err *err);
-/* Writes every key = value (the effective configuration) to f. */
+/* Writes every key = value (the effective configuration) to f; dt_config_parse reads it back
+ * to the same values (strings quoted when they must be, floats with 9 digits). */
 void dt_config_write(const dt_train_cfg *c, FILE *f);
 void dt_config_help(FILE *f);
 /* Calls fn for every key that changes what is trained (batch, image size, momentum, the

@@ -34,7 +34,7 @@ static void marks_init(step_marks *m, int gpu) {
     if (gpu)
         for (int i = 0; i < 4; i++) DT_CHECK(cudaEventCreate(&m->ev[i]));
 #endif
-    m->loss_host = dt_host_alloc(sizeof(float), 1);
+    m->loss_host = dt_host_alloc(2 * sizeof(float), 1);
 }
 
 static void marks_free(step_marks *m) {
@@ -150,9 +150,17 @@ static int make_loaders(replica *r) {
         o.max_pixels = c->max_image_pixels;
         o.shard = r->rank;
         o.shards = run->world;
+        /* evaluation on a budget: a fixed sample of max_val_batches batches, stratified by
+         * class, the same for every evaluation and any number of replicas (the first batches
+         * in folder order would be the first classes only) */
+        if (!train) o.subset = (int64_t)c->max_val_batches * c->batch;
         dt_loader **l = train ? &r->train_ld : &r->val_ld;
         *l = dt_loader_new(train ? &run->train_ds : &run->val_ds, &o, &r->err);
         if (!*l) return 1;
+        if (!train && dt_loader_size(*l) < run->val_ds.count)
+            SAY(r, "evaluating on %lld of %lld images, stratified over %d classes (max_val_batches = %d x batch %d; the "
+                "same images every evaluation)", (long long)dt_loader_size(*l), (long long)run->val_ds.count,
+                dt_loader_classes(*l), c->max_val_batches, c->batch);
     }
     return 0;
 }
@@ -160,27 +168,9 @@ static int make_loaders(replica *r) {
 /* Copies the resumed checkpoint's tensors into this replica's model and optimizer state. */
 static int load_state(replica *r) {
     train_run *run = r->run;
-    dt_checkpoint *ck = &run->ck;
-    const char *path = run->c->resume;
-    int known = 0;
-    for (int i = 0; i < r->model.params.n; i++) {
-        dt_tensor *p = r->model.params.items[i]->t;
-        if (dt_checkpoint_copy_to(ck, p->name, p, path, &r->err)) return 1;
-        known++;
-        char mname[128];
-        snprintf(mname, sizeof mname, "momentum/%s", p->name);
-        if (dt_checkpoint_find(ck, mname) >= 0) {
-            if (!r->opt.bufs[i]) r->opt.bufs[i] = dt_tensor_new_unscoped(p->ndim, p->shape, p->dev, DT_F32, p->layout);
-            if (dt_checkpoint_copy_to(ck, mname, r->opt.bufs[i], path, &r->err)) return 1;
-            known++;
-        }
-    }
-    dt_tensor **bufs = r->model.buffers;
-    for (int i = 0; i < r->model.n_buffers; i++, known++)
-        if (dt_checkpoint_copy_to(ck, bufs[i]->name, bufs[i], path, &r->err)) return 1;
-    if (known != ck->n)
-        return dt_errf(&r->err, "checkpoint %s does not match the model: it holds %d tensors, the model %d (another deform "
-                       "setting or class count?)", path, ck->n, known), 1;
+    if (dt_checkpoint_load_state(&run->ck, &r->model.params, r->opt.bufs, r->model.buffers, r->model.n_buffers,
+                                 run->c->resume, &r->err))
+        return 1;
     r->opt.steps = run->pos.step;
     return 0;
 }
@@ -256,14 +246,13 @@ int replica_setup(replica *r) {
             r->bn_sync = (dt_bn_sync){.allreduce = bn_allreduce, .ctx = r->dist, .ranks = run->world};
             for (int i = 0; i < r->model.n_bns; i++) r->model.bns[i]->sync = &r->bn_sync;
         }
+        int64_t one[1] = {1};
+        r->stop_flag = dt_tensor_new_unscoped(1, one, run->dev, DT_F32, DT_NCHW);
+        dt_tensor_fill(r->stop_flag, 0.0f);
     }
-    r->cap = run->stop - run->pos.step + 1;
-    if (r->cap < 1) r->cap = 1;
-    if (r->rank == 0) run->res->losses = dt_xcalloc(r->cap, sizeof(float));
-    double **arr[5] = {&r->t_step, &r->t_fwd, &r->t_bwd, &r->t_opt, &r->t_wait};
-    for (int i = 0; i < 5; i++) *arr[i] = dt_xcalloc(r->cap, sizeof(double));
     marks_init(&r->pq[0].m, run->dev == DT_GPU);
     marks_init(&r->pq[1].m, run->dev == DT_GPU);
+    r->have_marks = 1;
     r->step = run->pos.step;
     return 0;
 }
@@ -272,7 +261,7 @@ void replica_teardown(replica *r) {
     train_run *run = r->run;
     for (int i = 0; i < 2; i++)
         if (r->pq[i].has_batch) dt_loader_release(r->train_ld, &r->pq[i].batch);
-    if (r->t_step) {
+    if (r->have_marks) {
         marks_free(&r->pq[0].m);
         marks_free(&r->pq[1].m);
     }
@@ -287,6 +276,7 @@ void replica_teardown(replica *r) {
     if (r->val_ld) dt_loader_free(r->val_ld);
     dt_tensor_free(r->syn_x);
     dt_tensor_free(r->syn_y);
+    dt_tensor_free(r->stop_flag);
     if (run->dev == DT_GPU) dt_gpu_sync();
     dt_dist_leave(r->dist);
     r->dist = NULL;
@@ -357,15 +347,31 @@ int replica_enqueue_step(replica *r, step_pending *p, int64_t epoch, int *epoch_
     if (r->dist) dt_grad_sync_end(&r->gs);
     mark(&p->m, 2);
     dt_sgd_step(&r->opt, p->lr);
-    /* The loss's copy is queued before the last event, so that a finished event means the
-     * copy has landed (a step with no next one is read after that event alone). */
+    /* The stop request: this process's interrupt, averaged over the replicas in stream order
+     * like the gradients, so that every replica reads the same value for this step - a signal
+     * that reaches one process (or lands between two replicas' polls) stops all of them after
+     * the same step. One float; raised once, it stays raised. */
+    int want = train_interrupt_pending() != 0;
+    const float *stop_src = NULL;
+    if (r->dist) {
+        if (want && !r->stop_sent) dt_tensor_fill(r->stop_flag, 1.0f), r->stop_sent = 1;
+        dt_dist_allreduce_f32(r->dist, dt_data_f32(r->stop_flag), 1, 1);
+        stop_src = dt_data_f32(r->stop_flag);
+    }
+    /* The loss's and the stop request's copies are queued before the last event, so that a
+     * finished event means they have landed (a step with no next one is read after that event
+     * alone). */
     if (run->dev == DT_GPU) {
 #ifdef DT_CUDA
         DT_CHECK(cudaMemcpyAsync(p->m.loss_host, loss_src, sizeof(float), cudaMemcpyDeviceToHost, dt_stream()));
+        if (stop_src)
+            DT_CHECK(cudaMemcpyAsync(p->m.loss_host + 1, stop_src, sizeof(float), cudaMemcpyDeviceToHost, dt_stream()));
 #endif
     } else {
-        *p->m.loss_host = *loss_src;
+        p->m.loss_host[0] = *loss_src;
+        if (stop_src) p->m.loss_host[1] = *stop_src;
     }
+    if (!stop_src) p->m.loss_host[1] = (float)want;
     mark(&p->m, 3);
     dt_scope_end();
     r->step++;
@@ -384,24 +390,29 @@ int replica_finish_step(replica *r, step_pending *p, step_pending *next) {
     if (p->has_batch) dt_loader_release(r->train_ld, &p->batch);
     p->has_batch = 0;
     double step_ms = tt[3];
-    float loss = *p->m.loss_host;
-    int64_t k = p->step - run->pos.step;
+    float loss = p->m.loss_host[0];
+    if (p->m.loss_host[1] > 0) r->stopping = 1;
     dt_train_result *res = run->res;
+    if (r->ntimed == r->cap) { /* grown as steps finish: a run of 10^9 steps asks nothing up front */
+        r->cap = r->cap ? 2 * r->cap : 256;
+        double **arr[5] = {&r->t_step, &r->t_fwd, &r->t_bwd, &r->t_opt, &r->t_wait};
+        for (int i = 0; i < 5; i++) *arr[i] = dt_xrealloc(*arr[i], (size_t)r->cap * sizeof(double));
+        if (r->rank == 0) res->losses = dt_xrealloc(res->losses, (size_t)r->cap * sizeof(float));
+    }
     if (r->rank == 0) {
-        if (k >= 0 && k < r->cap) res->losses[k] = loss;
+        res->losses[r->ntimed] = loss;
         if (res->steps == 0) res->first_loss = loss;
         res->last_loss = loss;
         res->steps++;
     }
     r->epoch_loss += loss;
     r->epoch_steps++;
-    if (r->ntimed < r->cap) { /* every step; the warm-up is cut when the statistics are taken */
-        r->t_step[r->ntimed] = step_ms;
-        r->t_fwd[r->ntimed] = tt[0];
-        r->t_bwd[r->ntimed] = tt[1];
-        r->t_opt[r->ntimed] = tt[2];
-        r->t_wait[r->ntimed++] = p->wait_ms;
-    }
+    /* every step; the warm-up is cut when the statistics are taken */
+    r->t_step[r->ntimed] = step_ms;
+    r->t_fwd[r->ntimed] = tt[0];
+    r->t_bwd[r->ntimed] = tt[1];
+    r->t_opt[r->ntimed] = tt[2];
+    r->t_wait[r->ntimed++] = p->wait_ms;
     if (r->rank == 0 && log_step(r, p, loss, tt)) return 1;
     /* The loss is the replicas' average: all of them see the same NaN and stop together. */
     if (!isfinite(loss))
@@ -446,11 +457,7 @@ static int evaluate_shard(replica *r, double m[4], int stats) {
     dt_batch b;
     int64_t nbat = 0;
     int got;
-    while ((got = dt_loader_next(r->val_ld, &b)) == 1) {
-        if (c->max_val_batches && nbat >= c->max_val_batches) {
-            dt_loader_release(r->val_ld, &b);
-            break;
-        }
+    while ((got = dt_loader_next(r->val_ld, &b)) == 1) { /* max_val_batches: the loader's subset */
         dt_scope_begin();
         for (int i = 0; stats && nbat == 0; i++) {
             dt_deform_conv *dl = dt_resnet_deform_layer(&r->model, i);
@@ -494,44 +501,38 @@ static void log_offset_stats(replica *r, int64_t epoch) {
     }
 }
 
-/* Tensors of a checkpoint: parameters, BN buffers, momentum buffers. */
-static int ckpt_items(replica *r, dt_ckpt_item *items, char (*names)[96], int max) {
-    int n = 0;
-    dt_params *ps = &r->model.params;
-    for (int i = 0; i < ps->n && n < max; i++) {
-        items[n].name = ps->items[i]->t->name;
-        items[n++].t = ps->items[i]->t;
-    }
-    dt_tensor **bufs = r->model.buffers;
-    for (int i = 0; i < r->model.n_buffers && n < max; i++) {
-        items[n].name = bufs[i]->name;
-        items[n++].t = bufs[i];
-    }
-    for (int i = 0; i < ps->n && n < max; i++)
-        if (r->opt.bufs[i]) {
-            snprintf(names[i], 96, "momentum/%s", ps->items[i]->t->name);
-            items[n].name = names[i];
-            items[n++].t = r->opt.bufs[i];
-        }
-    return n;
-}
-
-static int save_ckpt(replica *r, const dt_ckpt_pos *pos) {
-    dt_ckpt_item *items = dt_xcalloc(1024, sizeof *items);
-    char(*names)[96] = dt_xcalloc(512, sizeof *names);
-    int n = ckpt_items(r, items, names, 1024);
+/* Writes the checkpoint of this replica's state at `np` to the run's path (replica 0). */
+static int save_ckpt(replica *r, const dt_ckpt_pos *np) {
+    train_run *run = r->run;
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
     if (!f) dt_fatal("open_memstream failed");
-    dt_config_write(r->run->c, f);
+    dt_config_write(run->c, f);
     fclose(f);
-    int rc = dt_checkpoint_save(r->run->c->checkpoint, text, pos, items, n, &r->err);
+    if (r->dist) dt_dist_watch(r->dist, 0); /* no collective while writing: no stall timeout */
+    int rc = dt_checkpoint_save_state(run->ckpt_path, text, np, &r->model.params, r->opt.bufs, r->model.buffers,
+                                      r->model.n_buffers, &r->err);
+    if (r->dist) dt_dist_watch(r->dist, 1);
     free(text);
-    free(items);
-    free(names);
-    return rc ? 1 : 0;
+    if (rc) return 1;
+    r->last_ckpt_ms = dt_now_ms();
+    snprintf(run->res->checkpoint, sizeof run->res->checkpoint, "%s", run->ckpt_path);
+    SAY(r, "checkpoint %s (epoch %lld, batch %lld, step %lld)", run->ckpt_path, (long long)np->epoch, (long long)np->batch,
+        (long long)np->step);
+    return 0;
 }
+
+/* checkpoint_every / checkpoint_minutes ask for a checkpoint after the step just done. */
+static int periodic_due(const replica *r) {
+    const dt_train_cfg *c = r->run->c;
+    if (r->rank != 0) return 0;
+    if (c->checkpoint_every > 0 && r->step % c->checkpoint_every == 0) return 1;
+    return c->checkpoint_minutes > 0 && dt_now_ms() - r->last_ckpt_ms >= c->checkpoint_minutes * 60e3;
+}
+
+/* The stop request ends the run early: it was seen before the run's last step. */
+static int interrupted(const replica *r) { return r->stopping && r->step < r->run->stop; }
 
 /* Evaluation when due (every replica its shard; the sums reduced), the epoch's log line, the
  * checkpoint (replica 0). Every replica calls it at the end of every epoch it trained in. */
@@ -543,8 +544,9 @@ int replica_end_epoch(replica *r, int64_t epoch, int epoch_done, int64_t batches
     double v1 = NAN, v5 = NAN, vl = NAN;
     int last = r->step >= run->total_steps;
     /* Evaluate every eval_every epochs, and at the end of the run even mid-epoch (a
-     * steps-limited run); not when stop_at interrupts it (it will resume). */
-    int eval = r->val_ld && ((epoch_done && c->eval_every && (epoch + 1) % c->eval_every == 0) || last);
+     * steps-limited run); not when stop_at or an interrupt stops it (it will resume). */
+    int eval = r->val_ld && !interrupted(r) &&
+               ((epoch_done && c->eval_every && (epoch + 1) % c->eval_every == 0) || last);
     /* m: top-1 hits, top-5 hits, loss sum, images (evaluation), skipped train images */
     double m[5] = {0, 0, 0, 0, r->train_ld ? (double)dt_loader_epoch_stats(r->train_ld).skipped : 0};
     if (eval) {
@@ -584,14 +586,12 @@ int replica_end_epoch(replica *r, int64_t epoch, int epoch_done, int64_t batches
     train_output_check(o, o->epochs_csv, o->epochs_path);
     train_output_check(o, o->steps_csv, o->steps_path);
     if (o->failed[0]) return dt_errf(&r->err, "%s", o->failed), 1;
-    if (c->checkpoint[0]) {
+    /* checkpoint= asks for one at every epoch's end and at the end; a stop that will be
+     * resumed (stop_at, an interrupt) and checkpoint_every / _minutes write one anyway */
+    int by_stop_at = r->step == run->stop && run->stop < run->total_steps;
+    if (c->checkpoint[0] || by_stop_at || interrupted(r) || periodic_due(r)) {
         dt_ckpt_pos np = {epoch_done ? epoch + 1 : epoch, epoch_done ? 0 : batches_done, r->step};
-        if (r->dist) dt_dist_watch(r->dist, 0);
-        int bad = save_ckpt(r, &np);
-        if (r->dist) dt_dist_watch(r->dist, 1);
-        if (bad) return 1;
-        SAY(r, "checkpoint %s (epoch %lld, batch %lld, step %lld)", c->checkpoint, (long long)np.epoch, (long long)np.batch,
-            (long long)np.step);
+        if (save_ckpt(r, &np)) return 1;
     }
     return 0;
 }
@@ -626,8 +626,16 @@ static void summarize(replica *r) {
         (dt_now_ms() - r->run_t0) / 1e3, (int)w, res->median_step_ms, res->p90_step_ms, res->median_fwd_ms,
         res->median_bwd_ms, res->median_opt_ms, res->img_per_s, run->world > 1 ? " (all replicas)" : "",
         res->data_wait_ms, peak);
-    if (res->val_top1 >= 0) SAY(r, "final val top-1 %.2f%%, top-5 %.2f%%", 100 * res->val_top1, 100 * res->val_top5);
-    else SAY(r, "no evaluation (%s)", c->synthetic ? "synthetic data" : "stopped by stop_at; resume to continue");
+    /* a run stopped before its end (an interrupt, stop_at) has no final evaluation */
+    const char *stopped = interrupted(r)                                    ? "interrupted"
+                          : r->step == run->stop && run->stop < run->total_steps ? "stopped by stop_at"
+                                                                                 : NULL;
+    if (res->val_top1 >= 0)
+        SAY(r, "%s val top-1 %.2f%%, top-5 %.2f%%%s", stopped ? "last" : "final", 100 * res->val_top1, 100 * res->val_top5,
+            stopped ? " (an earlier epoch's: the run stopped before its end; resume to continue)" : "");
+    else if (c->synthetic) SAY(r, "no evaluation (synthetic data)");
+    else if (stopped) SAY(r, "no evaluation (%s; resume to continue)", stopped);
+    else SAY(r, "no evaluation (no val image was evaluated)");
 }
 
 static int train_epochs(replica *r) {
@@ -648,17 +656,25 @@ static int train_epochs(replica *r) {
             }
         }
         int over = 0;
-        for (; b < run->steps_per_epoch && r->step < run->stop; b++) {
+        while (b < run->steps_per_epoch && r->step < run->stop && !r->stopping) {
             if (replica_enqueue_step(r, &r->pq[r->cur], epoch, &over)) return 1;
             if (over) break;
+            b++;
             r->cur ^= 1;
             /* the previous step; the one just queued is next */
             if (replica_finish_step(r, &r->pq[r->cur], &r->pq[r->cur ^ 1])) return 1;
+            /* A mid-epoch checkpoint (an epoch's end writes its own): the step just queued is
+             * finished first, so that the weights saved are those of the position saved. */
+            if (b < run->steps_per_epoch && r->step < run->stop && !r->stopping && periodic_due(r)) {
+                if (replica_finish_step(r, &r->pq[r->cur ^ 1], NULL)) return 1;
+                dt_ckpt_pos np = {epoch, b, r->step};
+                if (!r->stopping && save_ckpt(r, &np)) return 1;
+            }
         }
         if (replica_finish_step(r, &r->pq[r->cur ^ 1], NULL) || replica_finish_step(r, &r->pq[r->cur], NULL)) return 1;
         int epoch_done = b >= run->steps_per_epoch;
         if (replica_end_epoch(r, epoch, epoch_done, b)) return 1;
-        if (!epoch_done) break; /* stopped inside the epoch */
+        if (!epoch_done || r->stopping) break; /* stopped inside the epoch, or asked to stop */
     }
     return 0;
 }
@@ -668,8 +684,9 @@ int replica_main(replica *r) {
     int rc = replica_setup(r);
     if (!rc) {
         if (run->dev == DT_GPU) dt_gpu_reset_peak();
-        r->run_t0 = dt_now_ms();
+        r->run_t0 = r->last_ckpt_ms = dt_now_ms();
         rc = train_epochs(r);
+        if (!rc && r->rank == run->first_rank && interrupted(r)) run->interrupted = 1;
     }
     /* A replica that fails ends the run on all (the others' waits see the abort). */
     if (rc && r->dist) dt_dist_abort(dt_dist_group_of(r->dist), "replica %d: %s", r->rank, r->err.msg);

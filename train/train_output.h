@@ -6,6 +6,7 @@
 
 #include <stdio.h>
 
+#include "dt_checkpoint.h"
 #include "dt_config.h"
 #include "dt_trainer.h"
 
@@ -19,8 +20,16 @@ typedef struct {
     char failed[800]; /* "cannot write PATH: reason", empty while every write succeeded */
 } train_output;
 
-/* Opens the files of c->log (appending when resuming); -1 with err set. */
+/* Opens PREFIX.log of c->log (appended to when resuming: it is the run's history); -1 with err
+ * set. The tables come later, once the position resumed from is known. */
 int train_output_open(train_output *o, const dt_train_cfg *c, dt_err *err);
+/* Opens PREFIX_steps.csv and PREFIX_epochs.csv: new ones, or when resuming from `resumed` (the
+ * position the checkpoint stores) the existing ones cut back to it - the rows of steps up to
+ * resumed->step and of epochs before resumed->epoch stay, the rest go (the resumed run writes
+ * them again, so every step is in the table once) - each rewritten whole by rename, so that a
+ * failure leaves it as it was. A table whose first line is not deftc's header is refused.
+ * -1 with err set. */
+int train_output_open_tables(train_output *o, const dt_train_cfg *c, const dt_ckpt_pos *resumed, dt_err *err);
 /* Closes them; a failure (the last buffered bytes not written) is recorded in o->failed. */
 void train_output_close(train_output *o);
 /* Flushes f (where buffered write errors surface) and records the first failure. */

@@ -11,6 +11,12 @@
  *   replica_finish_step  waits for the previous step, reads its loss and times, logs it
  *   replica_end_epoch    evaluation (sharded, metrics reduced), epoch log, checkpoint
  *
+ * A stop request (SIGINT, SIGTERM: dt_train_interrupt) is polled once per step and averaged
+ * across the replicas with the step, so that all of them see it after the same step; they
+ * finish the step in flight, replica 0 writes the checkpoint, and the run returns 128 + the
+ * signal. checkpoint_every / checkpoint_minutes write mid-epoch checkpoints (replica 0, with
+ * its pipeline drained, so that the weights are those of the position written).
+ *
  * With one replica nothing is shared and nothing is communicated: the single-GPU run is the
  * same program as before data parallelism existed. */
 #ifndef DT_TRAIN_RUN_H
@@ -29,6 +35,7 @@
 #include "dt_resnet.h"
 #include "dt_schedule.h"
 #include "dt_trainer.h"
+#include "run_lock.h"
 #include "train_output.h"
 #ifdef DT_CUDA
 #include "dt_cuda.h"
@@ -49,10 +56,17 @@ typedef struct {
     dt_ckpt_pos pos;          /* where training starts (resume) */
     dt_checkpoint ck;         /* the checkpoint resumed from (have_ck) */
     int have_ck;
+    dt_ckpt_resume resume;    /* what dt_checkpoint_plan_resume made of it */
+    char ckpt_path[1024];     /* where checkpoints go: checkpoint=, or derived (trainer.c) */
+    train_lock log_lock, ckpt_lock;
     train_output out;         /* replica 0 writes (the process holding it) */
     dt_train_result *res;     /* replica 0 fills */
+    int interrupted;          /* set by the first local replica: the run stopped on a stop request */
     pthread_mutex_t init_mu;  /* model construction draws from process-wide RNGs: one at a time */
 } train_run;
+
+/* The signal dt_train_interrupt recorded (0: none): replicas poll it once per step. */
+int train_interrupt_pending(void);
 
 /* Per-step device timing: events at start, after forward, after backward, after the update. */
 typedef struct {
@@ -60,7 +74,8 @@ typedef struct {
     cudaEvent_t ev[4];
 #endif
     double host[4];
-    float *loss_host; /* pinned; the loss averaged over the replicas */
+    float *loss_host; /* pinned, 2 floats: the loss averaged over the replicas, and the stop request
+                       * (> 0: some replica's process was interrupted before this step) */
     int gpu;
 } step_marks;
 
@@ -88,10 +103,14 @@ typedef struct {
     dt_tensor *syn_x, *syn_y; /* synthetic mode: this replica's part of the global batch */
     dt_grad_sync gs;          /* with several replicas */
     dt_bn_sync bn_sync;       /* sync_bn=1 */
+    dt_tensor *stop_flag;     /* with several replicas: the stop request, averaged every step */
+    int stop_sent;            /* this replica has raised it */
+    int stopping;             /* a step's stop request was seen: every replica stops after the same step */
     step_pending pq[2];
-    int cur;
+    int cur, have_marks;
     int64_t step;             /* global optimizer steps done */
-    /* statistics (every replica keeps them; replica 0's are reported) */
+    double last_ckpt_ms;      /* when the last checkpoint was written (checkpoint_minutes) */
+    /* statistics (every replica keeps them; replica 0's are reported), grown as steps finish */
     int64_t cap, ntimed;
     double *t_step, *t_fwd, *t_bwd, *t_opt, *t_wait; /* [cap] */
     double epoch_loss;

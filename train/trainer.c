@@ -1,20 +1,37 @@
-/* dt_train_run: a training run. Checks the configuration, opens the outputs and the datasets,
- * reads the checkpoint to resume from, and runs one replica per device (replica.c): with one
- * device on the calling thread, with several on a thread each, joined by a dt_dist group
- * (NCCL on GPUs, shared memory on the CPU). The replicas' first failure ends the run on all
- * of them (dt_dist_abort) and is the run's error. */
+/* dt_train_run: a training run. Checks the configuration, locks and opens the outputs, opens
+ * the datasets, reads and checks the checkpoint to resume from, and runs one replica per device
+ * (replica.c): with one device on the calling thread, with several on a thread each, joined by
+ * a dt_dist group (NCCL on GPUs, shared memory on the CPU). The replicas' first failure ends the
+ * run on all of them (dt_dist_abort) and is the run's error. */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dt_alloc.h"
 #include "dt_autograd.h"
 #include "dt_device.h"
 #include "dt_layers.h"
+#include "atomic_file.h"
+#include "dt_file.h"
 #include "train_run.h"
+
+/* The pending stop request: a signal number, 0 when none. A lock-free atomic, so that the
+ * signal handler may set it (C11 7.14.1.1) and the replicas' threads read it. */
+static atomic_int g_interrupt;
+
+void dt_train_interrupt(int signo) {
+    int none = 0;
+    atomic_compare_exchange_strong(&g_interrupt, &none, signo > 0 ? signo : SIGTERM); /* the first one counts */
+}
+
+int train_interrupt_pending(void) { return atomic_load(&g_interrupt); }
 
 static int open_data(train_run *run, dt_err *err) {
     const dt_train_cfg *c = run->c;
@@ -51,30 +68,61 @@ static void warn_changed(const char *key, const char *was, const char *now, void
 }
 
 /* Reads the checkpoint (its tensors are copied into each replica's model by replica_setup),
- * names every setting that differs, and maps its position onto this run's global batch. */
-static int read_resume(train_run *run, dt_err *err) {
+ * checks its position against the run that wrote it and this one, names every setting that
+ * differs, and maps the position onto this run's global batch. */
+static int read_resume(train_run *run, const dt_ckpt_run *now, dt_err *err) {
     const dt_train_cfg *c = run->c;
     if (dt_checkpoint_read(c->resume, &run->ck, err)) return -1;
     run->have_ck = 1;
-    dt_train_cfg was;
-    dt_config_defaults(&was);
-    dt_err e;
-    int64_t was_global = (int64_t)c->batch * run->world;
-    if (dt_config_parse(&was, run->ck.config_text, strlen(run->ck.config_text), c->resume, &e)) {
-        train_warn(&run->out, "resume: cannot compare with the checkpoint's config (%s)", e.msg);
-    } else {
-        dt_config_diff(&was, c, warn_changed, run);
-        int n = dt_config_gpus(&was, NULL, &e);
-        if (n > 0) was_global = (int64_t)was.batch * n;
-    }
-    int exact;
-    int64_t now_global = (int64_t)c->batch * run->world;
-    run->pos = dt_ckpt_pos_rescale(run->ck.pos, was_global, now_global, run->steps_per_epoch, &exact);
-    if (was_global != now_global)
+    dt_ckpt_resume *rs = &run->resume;
+    /* a run of several processes stores one process's gpus=: the others are assumed alike */
+    int processes = run->world / run->local;
+    if (dt_checkpoint_plan_resume(&run->ck, now, processes, run->have_data ? run->train_ds.count : 0, c->resume, rs, err))
+        return -1;
+    if (!rs->have_config) train_warn(&run->out, "resume: cannot compare with the checkpoint's config (%s)", rs->config_error);
+    else dt_config_diff(&rs->config, c, warn_changed, run);
+    run->pos = rs->pos;
+    if (rs->was.global_batch != now->global_batch)
         train_warn(&run->out, "resume: the global batch was %lld images, now %lld: batch %lld of epoch %lld becomes batch "
-                   "%lld, step %lld%s", (long long)was_global, (long long)now_global, (long long)run->ck.pos.batch,
-                   (long long)run->ck.pos.epoch, (long long)run->pos.batch, (long long)run->pos.step,
-                   exact ? "" : " (rounded down: some images of this epoch are seen twice)");
+                   "%lld of epoch %lld, step %lld%s", (long long)rs->was.global_batch, (long long)now->global_batch,
+                   (long long)run->ck.pos.batch, (long long)run->ck.pos.epoch, (long long)run->pos.batch,
+                   (long long)run->pos.epoch, (long long)run->pos.step,
+                   rs->exact ? "" : " (the images done were not whole batches: rounded to a batch)");
+    return 0;
+}
+
+/* Where this run's checkpoints go: checkpoint=, else PREFIX.ckpt beside the logs of log=PREFIX
+ * (the log prefix names the run), else train-PID.ckpt in the working folder (a name no other
+ * run has). Written at an interrupt or stop_at, checkpoint_every / _minutes, and with
+ * checkpoint= at every epoch's end. */
+static void checkpoint_path(const dt_train_cfg *c, char *out, size_t cap) {
+    if (c->checkpoint[0]) snprintf(out, cap, "%s", c->checkpoint);
+    else if (c->log[0]) snprintf(out, cap, "%s.ckpt", c->log);
+    else snprintf(out, cap, "train-%ld.ckpt", (long)getpid());
+}
+
+/* The outputs' locks: the log files (they cover PREFIX.ckpt too) and checkpoint=, each taken
+ * before anything of it is written. The checkpoint is prepared first (dt_checkpoint_prepare:
+ * its folder made, its path refused when a rename must not replace it), which touches only
+ * temporaries of dead processes and this one's. A lock left by a killed run is taken over and
+ * named in a warning once the log is open (stale[]). */
+static int lock_outputs(train_run *run, long stale[2], dt_err *err) {
+    const dt_train_cfg *c = run->c;
+    char what[700];
+    dt_err e;
+    if (c->log[0]) {
+        if (dt_make_parent_dirs(c->log, &e)) return dt_errf(err, "cannot write the log files %s.*: %s", c->log, e.msg);
+        snprintf(what, sizeof what, "log files %s.*", c->log);
+        if (train_lock_take(&run->log_lock, c->log, what, &stale[0], err)) return -1;
+    }
+    if (c->checkpoint[0]) {
+        char target[PATH_MAX + 1]; /* a symlink's target is what is written: its name is locked */
+        if (dt_checkpoint_prepare(c->checkpoint, err) ||
+            dt_atomic_target(c->checkpoint, "checkpoint", target, sizeof target, err))
+            return -1;
+        snprintf(what, sizeof what, "checkpoint %s", c->checkpoint);
+        if (train_lock_take(&run->ckpt_lock, target, what, &stale[1], err)) return -1;
+    }
     return 0;
 }
 
@@ -163,12 +211,18 @@ static int run_replicas(train_run *run, dt_err *err) {
     return rc;
 }
 
+/* Where a run without a GPU should go: a config sized for the CPU. device=cpu alone trains the
+ * GPU config's model on the CPU (make run's: full width at 18.7 s a step, ~10 hours). */
+#define NO_GPU_HINT \
+    "train on the CPU with a config made for it, configs/sample_cpu.cfg (make run " \
+    "RUN_CONFIG=configs/sample_cpu.cfg); device=cpu alone keeps this config's model and image size, hours on a CPU"
+
 /* Makes every GPU's context from this thread (the replicas' threads then only select theirs)
  * and checks that each exists. */
 static int init_gpus(train_run *run, dt_err *err) {
-    if (!dt_built_with_cuda()) return dt_errf(err, "device=cuda but deftc was built with CUDA=0; use device=cpu");
+    if (!dt_built_with_cuda()) return dt_errf(err, "device=cuda but deftc was built with CUDA=0: " NO_GPU_HINT);
     int n = dt_gpu_count();
-    if (n == 0) return dt_errf(err, "device=cuda but no CUDA GPU is visible; use device=cpu");
+    if (n == 0) return dt_errf(err, "device=cuda but no CUDA GPU is visible: " NO_GPU_HINT);
     for (int i = 0; i < run->local; i++)
         if (run->gpus[i] >= n)
             return dt_errf(err, "gpus=%s asks for GPU %d, but %d GPU%s visible (ids 0..%d)", run->c->gpus, run->gpus[i], n,
@@ -206,12 +260,25 @@ int dt_train_run(const dt_train_cfg *c, dt_train_result *res, dt_err *err) {
     dt_set_seed(c->seed); /* each replica reseeds the RNGs from it before it builds its model */
     pthread_mutex_init(&run.init_mu, NULL);
     int rc = 0;
-    /* Everything a run will write is checked before it trains: the log files, and the
-     * checkpoint's folder (made if missing, stale temporaries of killed runs removed). */
+    /* Everything a run will write is checked before it trains: the outputs are locked against
+     * a second run, the log files opened, and the checkpoint's folder made if missing and
+     * proven writable (stale temporaries of killed runs removed). */
     int writer = run.first_rank == 0; /* the process of replica 0 writes; the others are silent */
+    checkpoint_path(c, run.ckpt_path, sizeof run.ckpt_path);
+    long stale[2] = {0, 0};
     if (!writer) {
         run.out.quiet = 1;
-    } else if (train_output_open(&run.out, c, err) || (c->checkpoint[0] && dt_checkpoint_prepare(c->checkpoint, err))) {
+    } else if (lock_outputs(&run, stale, err) || train_output_open(&run.out, c, err)) {
+        rc = 1;
+        goto done;
+    }
+    for (int i = 0; i < 2; i++)
+        if (stale[i])
+            train_warn(&run.out, "took over the lock file %s of PID %ld, a run that is gone (it was killed or crashed)",
+                       i ? run.ckpt_lock.path : run.log_lock.path, stale[i]);
+    /* a derived path is written at an interrupt anyway; prepared when something asks for it */
+    if (writer && !c->checkpoint[0] && (c->log[0] || c->stop_at || c->checkpoint_every || c->checkpoint_minutes) &&
+        dt_checkpoint_prepare(run.ckpt_path, err)) {
         rc = 1;
         goto done;
     }
@@ -233,9 +300,14 @@ int dt_train_run(const dt_train_cfg *c, dt_train_result *res, dt_err *err) {
     if (run.have_data)
         train_say(&run.out, "data %s: %d classes, %lld train / %lld val images", c->data, run.classes,
                   (long long)run.train_ds.count, (long long)run.val_ds.count);
-    int64_t global = (int64_t)c->batch * run.world;
-    run.steps_per_epoch = c->synthetic ? (c->steps > 0 ? c->steps : 100) : run.train_ds.count / global;
-    run.total_steps = c->steps > 0 ? c->steps : (int64_t)c->epochs * run.steps_per_epoch;
+    dt_ckpt_run now;
+    if (dt_ckpt_run_of(c, run.world, run.have_data ? run.train_ds.count : 0, &now, err)) {
+        rc = 2;
+        goto done;
+    }
+    int64_t global = now.global_batch;
+    run.steps_per_epoch = now.steps_per_epoch;
+    run.total_steps = now.total_steps;
     if (run.world > 1) {
         char list[400] = "";
         for (int i = 0, o = 0; i < run.local && o < (int)sizeof list; i++)
@@ -244,6 +316,34 @@ int dt_train_run(const dt_train_cfg *c, dt_train_result *res, dt_err *err) {
                   "gradient buckets of %d MiB", run.world, run.dev == DT_GPU ? "GPUs" : "CPU threads", list,
                   run.world > run.local ? ", the rest in other processes" : "", dt_dist_backend(run.dev), (long long)global,
                   c->batch, run.world, c->sync_bn ? "synchronized (sync_bn=1)" : "per replica", c->bucket_mb);
+    }
+    train_say(&run.out, "model resnet18: deform=%s (v%d, %s), precision %s, batch %d%s, %dx%d, %lld steps (%lld per epoch)",
+              c->deform, c->deform_version, c->deform_mode, c->precision, c->batch, run.world > 1 ? " per replica" : "",
+              c->image_size, c->image_size, (long long)run.total_steps, (long long)run.steps_per_epoch);
+    run.stop = c->stop_at > 0 && c->stop_at < run.total_steps ? c->stop_at : run.total_steps;
+    if (c->resume[0]) {
+        if (read_resume(&run, &now, err)) {
+            rc = 1;
+            goto done;
+        }
+        res->global_step = run.pos.step;
+        if (run.pos.step >= run.stop) { /* a finished run (or one past stop_at): nothing starts, no table is cut */
+            if (run.pos.step == run.total_steps)
+                train_say(&run.out, "nothing to do: the run finished at step %lld (%s); raise steps= or epochs= to train "
+                          "it further", (long long)run.pos.step, c->resume);
+            else
+                train_say(&run.out, "nothing to do: %s is at step %lld, and stop_at = %lld; raise stop_at (or set it to 0) "
+                          "to continue", c->resume, (long long)run.pos.step, (long long)c->stop_at);
+            goto done;
+        }
+        train_say(&run.out, "resumed from %s at epoch %lld, batch %lld, step %lld", c->resume, (long long)run.pos.epoch,
+                  (long long)run.pos.batch, (long long)run.pos.step);
+    }
+    if (writer && train_output_open_tables(&run.out, c, c->resume[0] ? &run.ck.pos : NULL, err)) {
+        rc = 1;
+        goto done;
+    }
+    if (run.world > 1) {
         dt_dist_opts o = {.dev = run.dev, .local = run.local, .gpus = run.gpus, .world = run.world,
                           .first_rank = run.first_rank, .rendezvous = getenv("DT_DIST_FILE")};
         run.group = dt_dist_group_new(&o, err);
@@ -252,28 +352,30 @@ int dt_train_run(const dt_train_cfg *c, dt_train_result *res, dt_err *err) {
             goto done;
         }
     }
-    train_say(&run.out, "model resnet18: deform=%s (v%d, %s), precision %s, batch %d%s, %dx%d, %lld steps (%lld per epoch)",
-              c->deform, c->deform_version, c->deform_mode, c->precision, c->batch, run.world > 1 ? " per replica" : "",
-              c->image_size, c->image_size, (long long)run.total_steps, (long long)run.steps_per_epoch);
-    if (c->resume[0]) {
-        if (read_resume(&run, err)) {
-            rc = 1;
-            goto done;
-        }
-        train_say(&run.out, "resumed from %s at epoch %lld, batch %lld, step %lld", c->resume, (long long)run.pos.epoch,
-                  (long long)run.pos.batch, (long long)run.pos.step);
-    }
-    run.stop = c->stop_at > 0 && c->stop_at < run.total_steps ? c->stop_at : run.total_steps;
     if (c->synthetic)
         train_say(&run.out, "synthetic data: one random batch on the %s (times pure compute)", dt_dev_name(run.dev));
     rc = run_replicas(&run, err);
+    if (!rc && run.interrupted) {
+        /* a stop request of this process, or of another process of the run (then SIGTERM's status) */
+        int sig = train_interrupt_pending();
+        if (!sig) sig = SIGTERM;
+        res->interrupted = sig;
+        rc = 128 + sig;
+        if (writer)
+            train_say(&run.out, "interrupted by %s after step %lld: the run is in %s; resume=%s continues it",
+                      sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal", (long long)res->global_step,
+                      run.ckpt_path, run.ckpt_path);
+    }
     if (!rc && writer && c->log[0] && train_write_summary(c, res, err)) rc = 1; /* machine-readable, for bench/reproduce.sh */
 done:
     if (run.have_ck) dt_checkpoint_free(&run.ck);
     dt_dist_group_free(run.group);
     close_data(&run);
     train_output_close(&run.out);
+    train_lock_release(&run.ckpt_lock);
+    train_lock_release(&run.log_lock);
     pthread_mutex_destroy(&run.init_mu);
+    atomic_store(&g_interrupt, 0); /* a stop request is for the run in progress */
     if (!rc && run.out.failed[0]) rc = 1, dt_errf(err, "%s", run.out.failed); /* the last bytes of a log */
     return rc;
 }
