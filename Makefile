@@ -166,7 +166,7 @@ RUN_ARGS ?=
 
 # The sample dataset (procedurally drawn shapes, see docs/data.md).
 DATA ?= data_sample
-all: lib $(PROGRAMS) $(LAB) $(BUILD)/test
+all: lib $(PROGRAMS) $(LAB) $(BUILD)/test $(BUILD)/model_io
 
 lab: $(LAB)
 
@@ -235,19 +235,27 @@ $(BUILD)/obj/bench/%.cu.o: NVCCFLAGS += -Ibench
 $(BUILD)/deform_lab: $(BUILD)/obj/bench/lab/deform_lab.cu.o $(BUILD)/obj/bench/bench_common.o $(BUILD)/libdeftc.a
 	$(CC) -o $@ $< $(BUILD)/obj/bench/bench_common.o $(BUILD)/libdeftc.a $(IMG_STATIC) $(LDLIBS)
 
+# build/model_io: one model's logits, loss and gradients for tests/api/test_torchvision_weights.py
+# (a test tool: its source is in tests/api/).
+$(BUILD)/model_io: $(BUILD)/obj/tests/api/model_io.o $(BUILD)/libdeftc.a
+	$(CC) -o $@ $< $(BUILD)/libdeftc.a $(IMG_STATIC) $(LDLIBS)
+
 # Tests link the objects directly so that every test file's constructor is kept; the program
 # code they test (build/train's command line, the chart's drawing) beside them.
 $(BUILD)/test: $(TEST_OBJ) $(BUILD)/obj/train/train_cli.o $(CHART_OBJ) $(BUILD)/libdeftc.a
 	$(CC) -o $@ $(TEST_OBJ) $(BUILD)/obj/train/train_cli.o $(CHART_OBJ) $(BUILD)/libdeftc.a $(IMG_STATIC) $(LDLIBS)
 
 # The C suite, then the Python side through build/test --then, so that the last line counts
-# both ("N passed, N failed, N skipped (116 C, 9 Python)"). Not under the sanitizers (python
-# cannot load an ASan-built library) nor without python3: that is said first.
+# all ("N passed, N failed, N skipped (116 C, 9 Python, 8 torchvision)"). Not under the
+# sanitizers (python cannot load an ASan-built library) nor without python3: that is said
+# first. The torchvision suite (deftc against torchvision with the same weights, through
+# build/model_io) skips each case, saying so, where PyTorch is not installed (CI).
 PY_SUITE = $(if $(filter 0,$(SAN)),$(if $(shell command -v python3),python3 tests/api/test_deftc_torch_cpu.py $(BUILD)/libdeftc.so))
-test: $(BUILD)/test $(BUILD)/libdeftc.so
+PY_WEIGHTS = $(if $(PY_SUITE),python3 tests/api/test_torchvision_weights.py $(BUILD))
+test: $(BUILD)/test $(BUILD)/libdeftc.so $(BUILD)/model_io
 	@if [ "$(SAN)" != 0 ]; then echo "SAN=$(SAN): the Python side is not tested (python cannot load an ASan-built library)"; \
 	elif [ -z "$(PY_SUITE)" ]; then echo "python3 not found: the Python side (python/, tests/api/) is not tested"; fi
-	$(BUILD)/test $(if $(PY_SUITE),--then Python "$(PY_SUITE)")
+	$(BUILD)/test $(if $(PY_SUITE),--then Python "$(PY_SUITE)" --then torchvision "$(PY_WEIGHTS)")
 
 test-gpu: $(BUILD)/test
 	$(BUILD)/test --gpu
@@ -277,7 +285,7 @@ bench-loader: $(BUILD)/mkdata $(BUILD)/loaderbench
 	$(BUILD)/loaderbench --data $(BUILD)/inet-bench
 
 # Fuzz targets for every parser of untrusted input (tests/fuzz/fuzz_*.c: config, .npy,
-# checkpoint, image, dataset tree), built with clang's libFuzzer + ASan + UBSan into
+# checkpoint, image, dataset tree, safetensors), built with clang's libFuzzer + ASan + UBSan into
 # build-fuzz/fuzz/ (or BUILD when given); `make fuzz-run` runs each for FUZZ_SECONDS from its
 # seed corpus (tests/fuzz/corpus/NAME, new inputs go to build-fuzz/corpus/NAME) and stops at
 # the first crash (saved in build-fuzz/).
@@ -315,9 +323,9 @@ HELP_test-gpu = the GPU parity suite (needs a visible CUDA GPU)
 HELP_data = the sample dataset into $(DATA)/ (build/mkdata --help)
 HELP_lab = the deformable kernel lab (build/deform_lab: variants validated, then timed; GPU)
 HELP_bench-loader = loader images/s on ImageNet-like JPEGs
-HELP_reproduce = plain / unfused / deft training-time table, ablation and precisions, CSV + chart in runs/ (GPU)
+HELP_reproduce = plain / unfused / deft training-time table, ablation and precisions, CSV + chart in runs/ (GPU; MODEL=resnet50: another model)
 HELP_scaling = data-parallel images/s on 1 and GPUS=2 GPUs, plain and deft (GPUs; bench/scaling.sh)
-HELP_fuzz = build the libFuzzer targets (config, .npy, checkpoint, image, dataset tree) into build-fuzz/fuzz/ (clang)
+HELP_fuzz = build the libFuzzer targets (config, .npy, checkpoint, image, dataset tree, safetensors) into build-fuzz/fuzz/ (clang)
 HELP_fuzz-run = run each libFuzzer target for FUZZ_SECONDS=$(FUZZ_SECONDS) (what CI runs)
 HELP_clean = remove $(BUILD)/ (BUILD=build-san etc. for the others)
 HELP_help = this list

@@ -81,7 +81,11 @@ int dt_bench_parse(dt_bench_opts *o, int argc, char **argv, dt_err *err) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             return dt_errf(err, "usage: build/bench [--what conv|deform|all] [--batch N] [--shapes l1,l2a,...] [--reps N] "
                                 "[--warmup N] [--budgets MB,MB,...] [--sigma PX] [--mask] [--modes m1,m2,...] [--precision fp32|tf32|bf16] "
-                                "[--torch FILE] [--csv FILE]");
+                                "[--torch FILE] [--csv FILE]\n"
+                                "Times single layers at ResNet-18's 3x3 conv shapes (224x224 input; a Bottleneck's 3x3 convs "
+                                "at the same planes have these shapes but l2a, l3a, l4a, whose input has as many channels as "
+                                "the output). Whole training steps of any model: build/train configs/synthetic_timing.cfg "
+                                "model=resnet50 ... (bench/reproduce.sh MODEL=, bench/gpu_run.sh resnet50).");
         }
         if (!has) return dt_errf(err, "option %s needs a value", a);
         i++;

@@ -10,7 +10,9 @@
  * shared/bench/torch_reference.py layers run in the same device call, so each row carries
  * its ratio to cuDNN's plain conv (and to torchvision's DCN). The GEMM floor is measured
  * here too: the three cuBLAS GEMMs of the main conv at full batch, nothing else.
- * Tables go to stdout; --csv writes every number. */
+ * Tables go to stdout; --csv writes every number. The layers stay ResNet-18's whatever the
+ * model (--help says how the other models' shapes relate); whole training steps of any model
+ * are build/train's (configs/synthetic_timing.cfg model=..., bench/reproduce.sh MODEL=). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -3,7 +3,7 @@
 # benchmarks beside the PyTorch yardstick, the reproduction and the main job. Run from the
 # repository root on the GPU machine:
 #   bash bench/gpu_run.sh [tests] [api] [conv] [deform] [deform2] [resnet] [resnet_mp] [repro] [run] [seeds]
-#                         [bf16] [yard_amp] [breakdown]
+#                         [bf16] [yard_amp] [breakdown] [resnet50]
 #                         [scaling] [scaling_sync] [scaling_bf16] [dp_equiv] [dp_equiv_syn] [dp_run] [dp_multiproc]
 #                         [dp_fail]   (the last eight: 2 GPUs)
 # Logs go to $OUT (default /tmp/deftc-out) and are packed into $OUT/all.tgz. Uses the
@@ -104,6 +104,29 @@ for s in $STEPS; do
             done
             python3 bench/kernel_breakdown.py "$W/ncu_${m}_2.csv" "$W/ncu_${m}_3.csv" > "$W/breakdown_$m.txt" 2>&1
             head -1 "$W/breakdown_$m.txt" | tee -a "$OUT/summary.txt"; sed -n '/by category/,$p' "$W/breakdown_$m.txt" | tee -a "$OUT/summary.txt"
+        done ;;
+    resnet50)
+        # The Bottleneck net (issue 25): deftc's bf16 channels-last ResNet-50 train step, synthetic
+        # 224x224, plain and with DCNv2's placement (deform=c3-c5 deform_version=2: the 3x3 conv2 of
+        # every block of layer2..layer4, 13 layers), beside PyTorch's bf16 autocast + channels_last
+        # step of torchvision's resnet50 (bench/torch_models.py: eager, one CUDA graph, and the same
+        # c3-c5 v2 placement on torchvision's deform_conv2d). R50_MODEL=resnet101 times that one.
+        net=${R50_MODEL:-resnet50}
+        log "$net step in bf16, batch ${R50_BATCHES:-256}: deftc plain and deform=c3-c5 v2, PyTorch amp + channels_last"
+        for b in ${R50_BATCHES:-256}; do
+            for m in plain c3c5; do
+                d=$([ $m = plain ] && echo "deform=none" || echo "deform=c3-c5 deform_version=2")
+                # shellcheck disable=SC2086
+                T 300 build/train configs/synthetic_timing.cfg model=$net $d precision=bf16 batch=$b steps=${BSTEPS:-40} \
+                    progress=0 log=$W/${net}_${m}_b$b > "$W/${net}_${m}_b$b.out" 2>&1
+                s=$W/${net}_${m}_b${b}_summary.txt
+                echo "deftc $net $m bf16 batch $b: $(awk '/^median_step_ms/{print $2}' $s) ms, peak $(awk '/^peak_mem_gib/{print $2}' $s) GiB $(grep -m1 error "$W/${net}_${m}_b$b.out")" | tee -a "$OUT/summary.txt"
+            done
+            for t in "" "--graphs" "--deform c3-c5 --mask"; do
+                # shellcheck disable=SC2086
+                T 300 python3 bench/torch_models.py --model $net --batch $b --amp --channels-last $t 2>&1 |
+                    tee "$W/torch_${net}_amp_b${b}$(echo "$t" | tr -d ' -').txt" | grep -E "ms/step|Error" | tee -a "$OUT/summary.txt"
+            done
         done ;;
     seeds)
         log "make run by precision and seed (the all-deformable sample job)"

@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # `make reproduce`: the normalized training-time table behind DefT's "46 % less training time".
-# ResNet-18 on synthetic data (random device tensors: pure compute, no loader), 224x224,
+# ResNet-18 (MODEL=resnet34|resnet50|resnet101: that model; the all-deformable nets deform every
+# 3x3 conv of the blocks) on synthetic data (random device tensors: pure compute, no loader), 224x224,
 # batch 64 and 256: plain, all-deformable `unfused`, all-deformable `deft`; then the ablation
 # at batch 64 (each deft knob against its default, DefT's fused + staged recipe, deterministic); then the precision
 # axis: plain and deft in tf32 and bf16 at each batch. Median step time after the warm-up steps.
-# Writes runs/reproduce.csv, runs/reproduce_chart.csv and a PNG chart (bars coloured by model:
+# Writes runs/reproduce.csv, runs/reproduce_chart.csv and a PNG chart (runs/reproduce_MODEL.* for
+# another MODEL; bars coloured by model:
 # plain, deformable unfused, deformable deft). It needs a CUDA GPU and says so at once without
 # one; FROM_CSV=an earlier reproduce.csv makes the table and the chart from it, no GPU needed
 # (docs/reproduce.png: FROM_CSV=docs/logs/2026-12-01/precision/final/reproduce.csv).
-#   STEPS=40 WARM=10 BATCHES="64 256" VERSION=1 PRECISIONS="tf32 bf16" bash bench/reproduce.sh
+#   STEPS=40 WARM=10 BATCHES="64 256" VERSION=1 PRECISIONS="tf32 bf16" MODEL=resnet18 bash bench/reproduce.sh
+# (make reproduce MODEL=resnet50 passes it on)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${BUILD:-build}
@@ -18,15 +21,17 @@ WARM=${WARM:-10}
 BATCHES=${BATCHES:-"64 256"}
 VERSION=${VERSION:-1}
 PRECISIONS=${PRECISIONS-"tf32 bf16"}
+MODEL=${MODEL:-resnet18}
 OUTDIR=${OUTDIR:-runs}
 mkdir -p "$OUTDIR"
-CSV=$OUTDIR/reproduce.csv
+SUFFIX=$([ "$MODEL" = resnet18 ] || echo "_$MODEL") # resnet18 keeps the names the docs cite
+CSV=$OUTDIR/reproduce$SUFFIX.csv
 
 run() { # label precision batch overrides...
     local label=$1 prec=$2 batch=$3
     shift 3
-    local log=$OUTDIR/repro_${label}_${prec}_b${batch}
-    "$B/train" configs/synthetic_timing.cfg batch="$batch" steps="$STEPS" timing_warmup="$WARM" \
+    local log=$OUTDIR/repro${SUFFIX}_${label}_${prec}_b${batch}
+    "$B/train" configs/synthetic_timing.cfg model="$MODEL" batch="$batch" steps="$STEPS" timing_warmup="$WARM" \
         deform_version="$VERSION" precision="$prec" progress=0 log="$log" "$@" > "$log.out" 2>&1 || {
         echo "reproduce: $label (batch $batch) failed:"; tail -5 "$log.out"; exit 1; }
     local s=$log\_summary.txt
@@ -41,7 +46,7 @@ if [ -n "$FROM_CSV" ]; then
 else
     if ! devices=$("$B/train" --devices); then
         echo "reproduce: make reproduce times training steps on a CUDA GPU, and this build sees none ($devices)."
-        echo "To redraw the table and chart of an earlier run: FROM_CSV=runs/reproduce.csv bash bench/reproduce.sh"
+        echo "To redraw the table and chart of an earlier run: FROM_CSV=runs/reproduce$SUFFIX.csv MODEL=$MODEL bash bench/reproduce.sh"
         exit 1
     fi
     echo "config,precision,batch,median_ms,p90_ms,fwd_ms,bwd_ms,opt_ms,img_per_s,peak_gib" > "$CSV"
@@ -70,16 +75,17 @@ else
 fi
 
 # The normalized table (plain = 1.00) and the reduction of deft over unfused.
-rm -f "$OUTDIR/reproduce_chart.csv" # never a chart of an earlier table
-python3 - "$CSV" "$OUTDIR" <<'PY' || awk -F, 'NR>1{print}' "$CSV"
+CHART=$OUTDIR/reproduce_chart$SUFFIX.csv
+rm -f "$CHART" # never a chart of an earlier table
+python3 - "$CSV" "$CHART" "$MODEL" <<'PY' || awk -F, 'NR>1{print}' "$CSV"
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
-out = sys.argv[2]
+net = {'resnet18': 'ResNet-18', 'resnet34': 'ResNet-34', 'resnet50': 'ResNet-50', 'resnet101': 'ResNet-101'}[sys.argv[3]]
 by = {(r['config'], r['precision'], r['batch']): float(r['median_ms']) for r in rows}
 print('\n| config | precision | batch | ms/step | normalized (plain fp32 = 1.00) | img/s | peak GiB |')
 print('| --- | --- | ---: | ---: | ---: | ---: | ---: |')
-chart = open(out + '/reproduce_chart.csv', 'w')
-MODELS = {'plain': 'plain ResNet-18', 'unfused': 'all-deformable unfused', 'deft': 'all-deformable deft'}
+chart = open(sys.argv[2], 'w')
+MODELS = {'plain': 'plain ' + net, 'unfused': 'all-deformable unfused', 'deft': 'all-deformable deft'}
 for r in rows:
     plain = by.get(('plain', 'fp32', r['batch']))
     norm = float(r['median_ms']) / plain if plain else float('nan')
@@ -92,7 +98,8 @@ for b in sorted({r['batch'] for r in rows}, key=int):
     if ('unfused', 'fp32', b) in by and ('deft', 'fp32', b) in by:
         print(f"batch {b}: deft takes {100 * (1 - by[('deft', 'fp32', b)] / by[('unfused', 'fp32', b)]):.1f} % less time than unfused")
 PY
-if [ -f "$OUTDIR/reproduce_chart.csv" ] && [ -x "$B/chart" ]; then
-    "$B/chart" "$OUTDIR/reproduce_chart.csv" "$OUTDIR/reproduce.png" "ResNet-18 step time, normalized to plain fp32 at the same batch (lower is better)"
-    echo "chart: $OUTDIR/reproduce.png"
+if [ -f "$CHART" ] && [ -x "$B/chart" ]; then
+    NET=$(echo "$MODEL" | sed 's/resnet/ResNet-/')
+    "$B/chart" "$CHART" "$OUTDIR/reproduce$SUFFIX.png" "$NET step time, normalized to plain fp32 at the same batch (lower is better)"
+    echo "chart: $OUTDIR/reproduce$SUFFIX.png"
 fi

@@ -3,7 +3,8 @@
 # synthetic 224x224 data (pure compute, as make reproduce) at batch 64 and 256 per GPU, on one
 # GPU and on GPUS (default 2) GPUs, and the ratio. Writes $OUTDIR/scaling.csv and prints a
 # table. Environment: BUILD (build), OUTDIR (runs), GPUS (2), BATCHES ("64 256"), STEPS (40),
-# PRECISION (fp32), ARGS (more key=value for every run, e.g. "sync_bn=1"; they name the CSV).
+# PRECISION (fp32), ARGS (more key=value for every run, e.g. "sync_bn=1", or "model=resnet50" for
+# another model than ResNet-18; they name the CSV).
 set -euo pipefail
 B=${BUILD:-build}
 OUTDIR=${OUTDIR:-runs}

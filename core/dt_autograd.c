@@ -72,7 +72,11 @@ dt_node *dt_record(const char *op, dt_backward_fn backward, dt_tensor *out, int 
     n->backward = backward;
     n->out = out;
     n->n_in = n_in;
-    for (int i = 0; i < n_in; i++) n->in[i] = in[i];
+    n->input_freed = 0;
+    for (int i = 0; i < n_in; i++) {
+        n->in[i] = in[i];
+        if (in[i]) in[i]->tape_uses++;
+    }
     if (ctx_bytes) n->ctx = arena_alloc(ctx_bytes);
     out->requires_grad = 1;
     out->node = n;
@@ -105,6 +109,12 @@ void *dt_grad_dst(dt_tensor *t, float *beta) {
     return t->grad->data;
 }
 
+/* Node n leaves the tape: its inputs are no longer read by it. */
+static void unlink_inputs(dt_node *n) {
+    for (int j = 0; j < n->n_in; j++)
+        if (n->in[j]) n->in[j]->tape_uses--;
+}
+
 static void release_node(dt_node *n) {
     if (n->out && !n->out->retain && !n->out->param) dt_tensor_release(n->out);
     for (int i = 0; i < n->n_saved; i++) {
@@ -121,6 +131,7 @@ void dt_tape_reset(void) {
         for (int j = 0; j < n->n_saved; j++)
             if (n->saved[j] && !n->saved[j]->scoped) dt_tensor_free(n->saved[j]);
         if (n->out && n->out->node == n) n->out->node = NULL;
+        unlink_inputs(n);
     }
     g_n = 0;
     g_cur = g_chunks;
@@ -170,11 +181,18 @@ static void run_tape(void) {
     if (g_ready_fn) count_param_uses();
     for (int i = g_n - 1; i >= 0; i--) {
         dt_node *n = g_tape[i];
-        if (n->out && n->out->grad && n->out->grad_valid) {
+        if (!n->out) { /* its output was freed (dt_tape_forget_tensor): it leaves the tape */
+            if (g_ready_fn) params_done(n);
+            unlink_inputs(n);
+        } else if (n->out->grad && n->out->grad_valid) {
+            if (n->input_freed)
+                dt_fatal("backward: %s reads an input that was freed before the backward (free tensors after "
+                         "dt_backward, or make them under dt_no_grad)", n->op);
             n->backward(n);
             if (g_ready_fn) params_done(n);
             release_node(n);
             if (n->out->node == n) n->out->node = NULL;
+            unlink_inputs(n);
         } else {
             if (g_ready_fn) params_done(n);
             g_tape[i] = NULL;
@@ -188,6 +206,27 @@ static void run_tape(void) {
         g_cur = g_chunks;
         for (arena_chunk *c = g_chunks; c; c = c->next) c->used = 0;
     }
+}
+
+void dt_tape_forget_tensor(dt_tensor *t) {
+    for (int i = 0; i < g_n; i++) {
+        dt_node *n = g_tape[i];
+        if (n->out == t) {
+            for (int j = 0; j < n->n_saved; j++)
+                if (n->saved[j] && !n->saved[j]->scoped) {
+                    dt_tensor_free(n->saved[j]);
+                    n->saved[j] = NULL;
+                }
+            n->out = NULL;
+        }
+        for (int j = 0; j < n->n_in; j++)
+            if (n->in[j] == t) {
+                n->in[j] = NULL;
+                n->input_freed = 1;
+            }
+    }
+    t->node = NULL;
+    t->tape_uses = 0;
 }
 
 void dt_backward_with(dt_tensor *out, const dt_tensor *grad_out) {

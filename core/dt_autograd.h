@@ -50,6 +50,7 @@ struct dt_node {
     dt_tensor *saved[DT_NODE_MAX_SAVED]; /* extra buffers the node owns; released after backward */
     int n_saved;
     void *ctx;                          /* op parameters, lives on the tape's arena */
+    int input_freed;                    /* an input was freed while the node was on the tape */
 };
 
 /* Gradient mode (on by default). dt_no_grad_begin/end nest. */
@@ -93,6 +94,13 @@ int dt_tape_size(void);
 
 /* Makes t a leaf that wants a gradient (test inputs, parameters). */
 void dt_requires_grad(dt_tensor *t);
+
+/* Called by dt_tensor.c when t is freed while nodes on the tape refer to it (t->node or
+ * t->tape_uses set; e.g. dt_tensor_free of an unscoped result, or an inner scope ending before
+ * the backward): the node that made t leaves the tape - no backward can reach it any more - and
+ * a node that reads t is marked, so that a backward reaching it stops with a message naming the
+ * op instead of reading freed memory. */
+void dt_tape_forget_tensor(dt_tensor *t);
 
 DT_PUBLIC_END
 #ifdef __cplusplus

@@ -55,7 +55,8 @@ typedef struct dt_tensor {
     int requires_grad;    /* a leaf that wants a gradient, or computed from one */
     struct dt_tensor *grad; /* same shape, dtype, layout and device; owned by this tensor */
     int grad_valid;       /* parameters: 0 after zero_grad, the first contribution overwrites */
-    struct dt_node *node; /* the op that produced it (NULL for leaves) */
+    struct dt_node *node; /* the op that produced it, while that node is on the tape (else NULL) */
+    int tape_uses;        /* how many nodes on the tape read it as an input */
     /* the parameter record (dt_param.h) of a parameter's fp32 master and of its bf16 working
      * copy - whose gradient is the master's - NULL for every other tensor */
     struct dt_param *param;

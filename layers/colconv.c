@@ -68,8 +68,10 @@ void dt_colconv_forward(const dt_colconv *cc, const void *w, const float *bias, 
 }
 
 void dt_colconv_backward(const dt_colconv *cc, const void *w, const void *dy, float *dw, float beta_w) {
-    if (!dw && !cc->adjoint) return;
+    if (!dw && !cc->adjoint && !cc->dcols_direct) return;
     check(cc);
+    if (cc->dcols_direct && (cc->layout != DT_COLS_NC || cc->adjoint))
+        dt_fatal("column conv: a direct column gradient is channels last, and replaces the adjoint");
     dt_dev dev = cc->dev;
     int64_t P = cc->P, R = cc->R, Cout = cc->Cout;
     size_t el = dt_colconv_elem(cc);
@@ -89,6 +91,8 @@ void dt_colconv_backward(const dt_colconv *cc, const void *w, const void *dy, fl
             }
             /* dW [Cout, R] += dYT^T col;  dcol [bP, R] = dYT w */
             if (dw) gemm(cc, 1, 0, Cout, R, bP, dyc, Cout, cols_of(cc, col, n0, b), R, bw, dw, DT_F32, R);
+            if (cc->dcols_direct)
+                gemm(cc, 0, 0, bP, R, Cout, dyc, Cout, w, R, cc->dcols_beta, cc->dcols_direct(cc->ctx, n0), cc->dtype, R);
             if (cc->adjoint) {
                 gemm(cc, 0, 0, bP, R, Cout, dyc, Cout, w, R, 0.0f, col, cc->dtype, R);
                 cc->adjoint(cc->ctx, n0, b, col);

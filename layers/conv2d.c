@@ -11,6 +11,8 @@
  *   col[nb*P, K]   = im2col_nhwc(x chunk)   (a 1x1 stride-1 unpadded conv reads x itself)
  *   y[nb*P, Cout]  = col . W^T              (the NHWC output: no relayout)
  *   dW += dy^T . col,  dx = col2im_nhwc(dy . W)
+ *   A 1x1 stride-1 unpadded conv is three GEMMs on the tensors themselves, the whole batch at
+ *   once and no column buffer: x [N*H*W, Cin] is its columns, and dx = beta dx + dy . W.
  * db = sum of dy over (N, P) either way. The chunk is sized so that the column buffer stays
  * within a budget: memory is bounded for any batch size. */
 #include "bias.h"
@@ -97,6 +99,12 @@ static const void *conv_direct(void *ctx, int64_t n0) {
     conv_cols *c = ctx;
     return (const char *)c->x + n0 * image_bytes(c);
 }
+/* ... and its column gradient is dx's rows: dX [nb*P, Cin] = dY [nb*P, Cout] . W [Cout, Cin],
+ * accumulated into dx by the GEMM's beta (no column buffer, no col2im). */
+static void *conv_ddirect(void *ctx, int64_t n0) {
+    conv_cols *c = ctx;
+    return (char *)c->dx + n0 * image_bytes(c);
+}
 
 static dt_colconv conv_skeleton(conv_cols *cols, const dt_tensor *x, const dt_tensor *w, dt_conv_geom g, dt_math math,
                                 int64_t Ho, int64_t Wo) {
@@ -125,7 +133,12 @@ static void conv_backward(dt_node *n) {
     conv_cols cols;
     dt_colconv cc = conv_skeleton(&cols, x, w, ctx->g, ctx->math, y->shape[2], y->shape[3]);
     cols.dx = dt_grad_dst(x, &cols.beta_x);
-    if (cols.dx) cc.adjoint = conv_adjoint;
+    if (cols.dx && cc.cols_direct) {
+        cc.dcols_direct = conv_ddirect;
+        cc.dcols_beta = cols.beta_x;
+    } else if (cols.dx) {
+        cc.adjoint = conv_adjoint;
+    }
     float *dw = dt_grad_dst(w, &beta_w); /* before beta_w is read: argument order is unspecified */
     dt_colconv_backward(&cc, w->data, dy->data, dw, beta_w);
 }

@@ -53,12 +53,17 @@ typedef struct {
     /* optional, NC only: the chunk's columns are already in memory (a 1x1 stride-1 conv's
      * columns are its NHWC input): returns them instead of filling the buffer */
     const void *(*cols_direct)(void *ctx, int64_t n0);
+    /* optional, NC only, instead of adjoint: the column gradient is the caller's memory too (a
+     * 1x1 stride-1 conv's is dx itself, [nb*P, R]): the GEMM writes dcols_beta * it + dYT w
+     * there, and no column buffer is needed */
+    void *(*dcols_direct)(void *ctx, int64_t n0);
+    float dcols_beta;
 } dt_colconv;
 
 /* y = conv (+ bias [Cout] or NULL), [N, Cout, P] (NCHW) or [N*P, Cout] (NHWC); w [Cout, R]. */
 void dt_colconv_forward(const dt_colconv *cc, const void *w, const float *bias, void *y);
-/* dy like y. dw (NULL: not wanted) = beta_w * dw + dW, [Cout, R], fp32; the adjoint runs when
- * set. */
+/* dy like y. dw (NULL: not wanted) = beta_w * dw + dW, [Cout, R], fp32; the column gradient
+ * goes to adjoint or dcols_direct when one is set. */
 void dt_colconv_backward(const dt_colconv *cc, const void *w, const void *dy, float *dw, float beta_w);
 /* Bytes of one column element. */
 static inline size_t dt_colconv_elem(const dt_colconv *cc) { return dt_dtype_size(cc->dtype); }

@@ -10,32 +10,38 @@ import os
 MODES = {'unfused': 0, 'deft': 1}
 DETERMINISTIC = 16  # flag or-ed into a mode
 TF32 = 32           # flag or-ed into a mode: f32 x, the GEMMs on TF32 tensor cores
-# dt_dtype / dt_layout values (core/dt_dtype.h) of the descriptor's format fields
-F32, BF16, F16 = 0, 1, 2
+# dt_dtype / dt_layout values (core/dt_dtype.h) of the descriptor's format fields, and the API's
+# own DT_DEFORM_API_F64 (every tensor of the call double)
+F32, BF16, F16, F64 = 0, 1, 2, 8
 NCHW, NHWC = 0, 1
+CUDA, CPU = 0, 1  # desc.device: where every buffer lives
 
 GEOMETRY = ('n', 'c', 'h', 'w', 'cout', 'kh', 'kw', 'stride_h', 'stride_w', 'pad_h', 'pad_w', 'dil_h', 'dil_w',
             'offset_groups', 'has_mask', 'has_bias')
 FORMATS = ('dtype', 'layout', 'weight_dtype', 'weight_layout', 'offset_dtype', 'offset_layout', 'mask_dtype',
            'mask_layout')
+PLACEMENT = ('weight_groups', 'device')  # the 108-byte version's fields
 
 
 class Desc(ctypes.Structure):
     """dt_deform_desc: Desc(n, c, h, w, cout, kh, kw, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w,
-    offset_groups, has_mask, has_bias, dtype=F32, layout=NCHW, weight_dtype=..., ...). .size is
-    set to this struct's size (the library refuses a size it does not know: a stale library or
-    module shows up as that message, not as misread fields)."""
-    _fields_ = [(n, ctypes.c_int) for n in GEOMETRY + ('size',) + FORMATS]
+    offset_groups, has_mask, has_bias, dtype=F32, layout=NCHW, weight_dtype=..., ...,
+    weight_groups=1, device=CUDA). .size is set to this struct's size, 108 bytes (the library
+    refuses a size it does not know: a stale library or module shows up as that message, not as
+    misread fields)."""
+    _fields_ = [(n, ctypes.c_int) for n in GEOMETRY + ('size',) + FORMATS + PLACEMENT]
 
     def __init__(self, *geometry, **fields):
         if len(geometry) > len(GEOMETRY):
             raise TypeError('Desc takes the %d geometry fields positionally, the formats by name' % len(GEOMETRY))
         fields.setdefault('size', ctypes.sizeof(Desc))
+        fields.setdefault('weight_groups', 1)
         super().__init__(*geometry, **fields)
 
 
-class DeftcError(ValueError):
-    """An argument or descriptor deftc refused; the message is deftc's."""
+class DeftcError(RuntimeError, ValueError):
+    """An argument or descriptor deftc refused; the message is deftc's. A RuntimeError, as
+    torchvision's own errors are (and a ValueError, as deftc's were before)."""
 
 
 _lib = None

@@ -1,42 +1,51 @@
 """deftc's deformable convolution for PyTorch: drop-ins for torchvision.ops.deform_conv2d and
 torchvision.ops.DeformConv2d that run deftc's kernels (libdeftc.so, through ctypes - no compiled
-extension) on the tensors' own CUDA device and PyTorch's current stream.
+extension) on the tensors' own device - a CUDA GPU (on PyTorch's current stream) or the CPU.
 
     import deftc_torch as dtt
     y = dtt.deform_conv2d(x, offset, weight, bias, stride=1, padding=1, mask=mask)  # torchvision's signature
-    conv = dtt.DeformConv2d(64, 64, 3, padding=1)        # torchvision's constructor and state_dict keys
+    conv = dtt.DeformConv2d(64, 64, 3, padding=1, groups=1)  # torchvision's constructor and state_dict keys
     dtt.swap_deform_convs(model)                          # replaces every torchvision DeformConv2d in place
+
+The op is a registered PyTorch operator, torch.ops.deftc.deform_conv2d (torch.library.custom_op,
+with a fake implementation and a second opaque op for its backward,
+torch.ops.deftc.deform_conv2d_backward), so torch.compile (fullgraph too), torch.export,
+torch.fx.symbolic_trace and torch.library.opcheck see one operator; a TorchScript function
+calls it as torch.ops.deftc.deform_conv2d(input, offset, weight, bias, stride, padding,
+dilation, mask, mode, deterministic, precision), and DeformConv2d is scriptable.
 
 Keyword-only extras: mode='deft' (channels-last kernels; 'unfused' = the float32 NCHW baseline),
 deterministic=False (True: bitwise-reproducible gradients; 'deft' is so anyway) and precision:
-  None    (default) the input's own dtype - float32 or bfloat16 (float64 computes in float32) -
-          or, under torch.autocast('cuda', dtype=torch.bfloat16), bfloat16 (below)
+  None    (default) the input's own dtype: float32 or bfloat16 as they are, float64 in double
+          (deftc's f64 kernels: exact, slow, for gradcheck), float16 through float32 (deftc has
+          no float16 kernels; the result is float16, as torchvision's)
   'bf16'  bf16 x and GEMM operands with fp32 accumulation: float32 tensors are converted to
           bf16 channels_last first and the result back to the input's dtype (those conversions
-          cost a pass over x and over y, forward and backward)
+          cost a pass over x and over y in the forward, and over x and grad_y in the backward)
   'fp32', 'tf32'  float32 (bf16 tensors are widened first); 'tf32': the GEMMs on TF32 tensor cores
 
 Tensors are passed to deftc as they are (no copy) when they are float32 or bfloat16 and dense in
 PyTorch's contiguous (NCHW) or channels_last (NHWC) memory format - the weight too (its
-channels_last is [cout, kh, kw, c]). x, y and their gradients share one format: x's (bf16 is
-always channels_last; 'unfused' is float32 NCHW). A weight, offset or mask in another format than
-deftc's kernels read is converted inside deftc through a small scratch buffer
-(docs/deform_api.md). Anything else - other strides, a view that is not 16-byte aligned,
-float64 - is copied into a dense tensor first. Gradients come back in each input's own dtype and
-layout. float16 tensors are refused outside autocast (deftc has no float16 kernels).
+channels_last is [cout, kh, kw, c/groups]). x, y and their gradients share one format: x's
+(bf16 is always channels_last; 'unfused' is float32 NCHW; float64 is NCHW). A weight, offset or
+mask in another format than deftc's kernels read is converted inside deftc through a small
+scratch buffer (docs/deform_api.md). Anything else - other strides, a view that is not 16-byte
+aligned, float16 - is copied into a dense tensor first. Gradients come back in each input's own
+dtype and layout.
 
-Autocast: torchvision's deform_conv2d has no bf16 kernel, so under autocast it runs in float32.
-This op, whose point is deftc's bf16 kernels, runs the way PyTorch's own convs do instead: under
-bf16 autocast (mode 'deft', precision None) x is cast to bf16 channels_last and the result is
-bf16 channels_last; the weight is passed as it is (an fp32 master weight is rounded to bf16
-inside deftc, as autocast's cast would, and its gradient comes back in fp32 without being
-rounded to bf16 first); offsets and mask are passed as they are. Under float16 autocast, with
-mode='unfused', or with precision='fp32'/'tf32' the op runs in float32 and returns float32, as
-torchvision's does.
+Autocast (CUDA or CPU) follows torchvision's autocast kernel - floating inputs cast to float32,
+the op run, the result cast back to the input's dtype - except where deftc has the kernels
+PyTorch's own convs would use: under bf16 autocast with mode='deft' and precision=None (or any
+autocast with precision='bf16') x is cast to bf16 channels_last and the result is bf16
+channels_last; the weight is passed as it is (an fp32 master weight is rounded to bf16 inside
+deftc, as autocast's cast would, and its gradient comes back in fp32 without being rounded to
+bf16 first); offsets and mask are passed as they are.
 
-Semantics are torchvision's (offset groups from offset.shape[1], DCNv2 with a mask); weight
-groups (torchvision's `groups`, weight.shape[1] < input channels) are not supported and raise.
-CPU tensors raise: deftc's C API runs on the GPU.
+Semantics are torchvision's: weight groups from weight.shape[1] (the main convolution of a
+grouped layer runs on a block-diagonal weight: groups times the dense GEMMs' work), offset groups
+from offset.shape[1], DCNv2 with a mask, a batch of 0 gives an empty result (and zero parameter
+gradients). Errors are RuntimeErrors (deftc_lib.DeftcError, also a ValueError) with torchvision's
+wording for wrong sizes, raised before any work.
 
 The library (deftc_lib.py) is $DEFTC_LIB when set, else libdeftc.so next to this module or in
 ../build/; build it with `make`."""
@@ -44,18 +53,25 @@ import ctypes
 import math
 import os
 import sys
+from typing import List, Optional, Sequence
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 __all__ = ['deform_conv2d', 'DeformConv2d', 'swap_deform_convs', 'library']
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from deftc_lib import BF16, DETERMINISTIC, F32, MODES, NCHW, NHWC, TF32, Desc, check as _check, library  # noqa: E402
+from deftc_lib import (BF16, CPU, CUDA, DETERMINISTIC, F32, F64, MODES, NCHW, NHWC, TF32, DeftcError,  # noqa: E402
+                       Desc, check as _check, library)
 
 PRECISIONS = (None, 'fp32', 'tf32', 'bf16')
-_CODE = {torch.float32: F32, torch.bfloat16: BF16}  # the dtypes deftc takes as they are
+_CODE = {torch.float32: F32, torch.bfloat16: BF16, torch.float64: F64}  # the dtypes deftc takes as they are
 _MEMORY_FORMAT = {NCHW: torch.contiguous_format, NHWC: torch.channels_last}
+_OP = 'deftc::deform_conv2d'
+
+
+def _fail(msg, *args):
+    raise DeftcError('%s: %s' % (_OP, msg % args))
 
 
 def _pair(v, name):
@@ -63,7 +79,7 @@ def _pair(v, name):
         return v, v
     t = tuple(v)
     if len(t) != 2 or not all(isinstance(e, int) for e in t):
-        raise ValueError('deftc_torch: %s must be an int or a pair of ints, got %r' % (name, v))
+        raise DeftcError('%s: %s must be an int or a pair of ints, got %r' % (_OP, name, v))
     return t
 
 
@@ -89,13 +105,13 @@ def _layout(t, prefer):
 
 
 def _fmt(t, prefer, copy_dtype=None):
-    """(dtype, layout) in which deftc gets t: t's own when it is float32 or bfloat16 and dense NCHW
-    or NHWC (`prefer` when both); else - _as then copies it - the kernels' layout `prefer` and
-    copy_dtype (default: t's dtype if float32 or bfloat16, else float32)."""
+    """(dtype, layout) in which deftc gets t in an f32 / bf16 call: t's own when it is float32 or
+    bfloat16 and dense NCHW or NHWC (`prefer` when both); else - _as then copies it - the kernels'
+    layout `prefer` and copy_dtype (default: t's dtype if float32 or bfloat16, else float32)."""
     layout = _layout(t, prefer)
-    if t.dtype in _CODE and layout is not None:
+    if t.dtype in (torch.float32, torch.bfloat16) and layout is not None:
         return t.dtype, layout
-    return copy_dtype or (t.dtype if t.dtype in _CODE else torch.float32), prefer
+    return copy_dtype or (t.dtype if t.dtype in (torch.float32, torch.bfloat16) else torch.float32), prefer
 
 
 def _as(t, dtype, layout):
@@ -107,171 +123,260 @@ def _as(t, dtype, layout):
 
 
 def _grad_as(g, own):
-    """A gradient g as autograd keeps it for an input like `own` (a meta tensor with the input's
-    dtype and strides): in its dtype, with its strides when it is dense (contiguous when it is not,
-    as empty_like makes it) - g itself when it is so already, else one copy."""
-    layout = _layout(own, NCHW)
-    if g.dtype == own.dtype and (g.stride() == own.stride() if layout is None else
-                                 g.is_contiguous(memory_format=_MEMORY_FORMAT[layout])):
+    """A gradient g as autograd keeps it for the input `own`: in own's dtype with the strides
+    torch.empty_like(own) has (own's when it is dense, contiguous when it is not) - g itself
+    when it is so already, else one copy. The fake backward returns torch.empty_like(own)."""
+    if g.dtype == own.dtype and g.stride() == torch.empty_like(own, device='meta').stride():
         return g
     return torch.empty_like(own, device=g.device).copy_(g)
 
 
-def _autocast():
-    """The autocast dtype in force for CUDA, or None."""
-    return torch.get_autocast_dtype('cuda') if torch.is_autocast_enabled('cuda') else None
-
-
-def _compute(x, mode, precision, autocast):
-    """(dtype, layout) x runs in, and the dtype of the result."""
+def _compute(x, mode, precision):
+    """(dtype, layout) x, y and their gradients are computed in, and the result's (dtype, layout),
+    from x's metadata and the options (autocast is decided before, by _autocast_kernel)."""
     if precision is None:
-        if autocast is not None:
-            dtype = torch.bfloat16 if autocast == torch.bfloat16 and mode == 'deft' else torch.float32
-        else:
-            dtype = x.dtype if x.dtype in _CODE else torch.float32
+        dtype = x.dtype if x.dtype in _CODE else torch.float32  # float16: through float32
     else:
         dtype = torch.bfloat16 if precision == 'bf16' else torch.float32
     if dtype == torch.bfloat16:
         if mode == 'unfused':
-            raise ValueError("deftc_torch: mode='unfused' is the float32 NCHW baseline; bf16 runs with mode='deft' "
-                             "(or pass precision='fp32' to compute in float32)")
+            _fail("mode='unfused' is the float32 NCHW baseline; bf16 runs with mode='deft' (or pass precision='fp32' "
+                  "to compute in float32)")
         layout = NHWC  # deftc's bf16 kernels are channels-last
+    elif dtype == torch.float64:
+        layout = NCHW  # deftc's f64 kernels are NCHW
     else:
         layout = NHWC if mode == 'deft' and _layout(x, NCHW) == NHWC else NCHW
-    return dtype, layout, (dtype if autocast is not None else x.dtype)
+    out = (dtype, layout) if x.dtype == dtype else (x.dtype, _layout(x, NCHW) or NCHW)
+    return dtype, layout, out
 
 
-class _DeformConv2dFn(torch.autograd.Function):
-    """The op on tensors in the formats of `desc` (copies made by _as only where deform_conv2d's
-    choice differs from a tensor's own); gradients returned in each input's own format."""
+class _Plan:
+    """One call as deftc gets it, decided from the tensors' metadata alone (sizes may be symbolic
+    under torch.compile): the descriptor's numbers, each tensor's (dtype, layout), the result's,
+    the mode flags. The real kernels and the fake one build it the same way."""
 
-    @staticmethod
-    def forward(ctx, x, offset, mask, weight, bias, desc, flags, fmts, out_dtype):
-        (xd, xl), (od, ol), (md, ml), (wd, wl) = fmts
-        xs, os_, ws = _as(x, xd, xl), _as(offset, od, ol), _as(weight, wd, wl)
-        ms = _as(mask, md, ml) if mask is not None else None
-        bs = _as(bias, torch.float32, NCHW) if bias is not None else None
-        y = torch.empty((desc.n, desc.cout) + tuple(offset.shape[2:]), dtype=xd, device=x.device,
-                        memory_format=_MEMORY_FORMAT[xl])  # [n, cout, ho, wo]: the offsets' positions
-        with torch.cuda.device(x.device):
-            _check(library().dt_deform_api_forward(ctypes.byref(desc), flags, _ptr(xs), _ptr(os_), _ptr(ms), _ptr(ws),
-                                                   _ptr(bs), _ptr(y), _stream(x.device)))
-        ctx.save_for_backward(xs, os_, ms, ws)
-        ctx.desc, ctx.flags, ctx.x_fmt = desc, flags, (xd, xl)
-        # each input's dtype and strides, without its memory, for its gradient
-        ctx.own = [torch.empty_like(t, device='meta') if t is not None else None for t in (x, offset, mask, weight, bias)]
-        if out_dtype == xd:
-            return y
-        return _as(y, out_dtype, _layout(x, NCHW) or NCHW)  # precision= against the input's dtype
+    def __init__(self, input, offset, weight, bias, stride, padding, dilation, mask, mode, deterministic, precision):
+        if mode not in MODES:
+            _fail("mode must be 'deft' or 'unfused', got %r", mode)
+        if precision not in PRECISIONS:
+            _fail("precision must be None, 'fp32', 'tf32' or 'bf16', got %r", precision)
+        for name, t in (('input', input), ('offset', offset), ('weight', weight), ('bias', bias), ('mask', mask)):
+            if t is None:
+                continue
+            if not t.is_floating_point():
+                _fail('%s must be a floating-point tensor, got %s', name, t.dtype)
+            if t.device != input.device:
+                _fail('%s is on %s, the input on %s', name, t.device, input.device)
+            if t.dim() != (1 if name == 'bias' else 4):
+                _fail('%s must be %d-D, got %d dimensions', name, 1 if name == 'bias' else 4, t.dim())
+        (self.stride, self.padding, self.dilation) = (_pair(stride, 'stride'), _pair(padding, 'padding'),
+                                                      _pair(dilation, 'dilation'))
+        n, c, h, w = input.shape
+        cout, cw, kh, kw = weight.shape
+        (sh, sw), (ph, pw), (dh, dw) = self.stride, self.padding, self.dilation
+        if min(c, h, w, cout, cw, kh, kw) < 1:
+            _fail('input %s and weight %s must have positive sizes (but the batch)', tuple(input.shape),
+                  tuple(weight.shape))
+        if sh < 1 or sw < 1 or ph < 0 or pw < 0 or dh < 1 or dw < 1:
+            _fail('stride (%d, %d) and dilation (%d, %d) must be positive, padding (%d, %d) not negative', sh, sw, dh, dw,
+                  ph, pw)
+        if c % cw or cout % (c // cw):
+            _fail('weight.shape[1] = %d does not divide the input channels %d into weight groups of which the %d '
+                  'output channels are a multiple', cw, c, cout)
+        groups = offset.shape[1] // (2 * kh * kw)
+        if groups == 0:
+            _fail('the shape of the offset tensor at dimension 1 is not valid. It should be a multiple of 2 * '
+                  'weight.size[2] * weight.size[3].\nGot offset.shape[1]=%d, while 2 * weight.size[2] * '
+                  'weight.size[3]=%d', offset.shape[1], 2 * kh * kw)
+        if offset.shape[1] != groups * 2 * kh * kw:
+            _fail('offset.shape[1] is not valid: got: %d expected: %d', offset.shape[1], groups * 2 * kh * kw)
+        if mask is not None and mask.shape[1] != groups * kh * kw:
+            _fail('mask.shape[1] is not valid: got: %d expected: %d', mask.shape[1], groups * kh * kw)
+        if c % groups:
+            _fail('%d input channels cannot be split into %d offset groups', c, groups)
+        ho = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+        wo = (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+        if ho < 1 or wo < 1:
+            _fail('Calculated output size too small - out_h: %d out_w: %d (input %dx%d is too small for the kernel)', ho,
+                  wo, h, w)
+        if offset.shape[0] != n:
+            _fail('invalid batch size of offset (%d, the input %d)', offset.shape[0], n)
+        if tuple(offset.shape[2:]) != (ho, wo):
+            _fail('offset output dims: (%d, %d) - computed output dims: (%d, %d)', offset.shape[2], offset.shape[3], ho,
+                  wo)
+        if mask is not None and mask.shape[0] != n:
+            _fail('invalid batch size of mask (%d, the input %d)', mask.shape[0], n)
+        if mask is not None and tuple(mask.shape[2:]) != (ho, wo):
+            _fail('mask output dims: (%d, %d) - computed output dims: (%d, %d)', mask.shape[2], mask.shape[3], ho, wo)
+        if bias is not None and bias.shape[0] != cout:
+            _fail('bias has %d elements, the weight %d output channels', bias.shape[0], cout)
+        xd, xl, self.out = _compute(input, mode, precision)
+        self.x = (xd, xl)
+        if xd == torch.float64:  # every tensor double NCHW
+            self.off = self.mask = self.w = (xd, NCHW)
+            self.bias_dtype = xd
+        else:  # offsets and mask that must be copied anyway are copied into what the kernels read, f32 NCHW
+            self.off = _fmt(offset, NCHW, torch.float32)
+            self.mask = _fmt(mask, NCHW, torch.float32) if mask is not None else (torch.float32, NCHW)
+            self.w = _fmt(weight, xl)
+            self.bias_dtype = torch.float32
+        self.geometry = (n, c, h, w, cout, kh, kw, sh, sw, ph, pw, dh, dw, groups, int(mask is not None),
+                         int(bias is not None))
+        self.weight_groups, self.shape = c // cw, (n, cout, ho, wo)
+        self.flags = MODES[mode] | (DETERMINISTIC if deterministic else 0) | (TF32 if precision == 'tf32' else 0)
 
-    @staticmethod
-    def backward(ctx, gy):
-        xs, os_, ms, ws = ctx.saved_tensors
-        need = ctx.needs_input_grad
-        gx = torch.empty_like(xs) if need[0] else None
-        goff = torch.empty_like(os_) if need[1] else None
-        gmask = torch.empty_like(ms) if ms is not None and need[2] else None
-        gw = torch.empty_like(ws) if need[3] else None
-        gb = xs.new_empty(ctx.desc.cout, dtype=torch.float32) if ctx.desc.has_bias and need[4] else None
-        grads = (gx, goff, gmask, gw, gb)
-        if any(g is not None for g in grads):
-            gy = _as(gy, *ctx.x_fmt)
-            with torch.cuda.device(xs.device):
-                _check(library().dt_deform_api_backward(ctypes.byref(ctx.desc), ctx.flags, _ptr(xs), _ptr(os_),
-                                                        _ptr(ms), _ptr(ws), _ptr(gy), _ptr(gx), _ptr(goff),
-                                                        _ptr(gmask), _ptr(gw), _ptr(gb), _stream(xs.device)))
-        back = tuple(_grad_as(g, own) if g is not None else None for g, own in zip(grads, ctx.own))
-        return back + (None, None, None, None)
+    def desc(self, device):
+        return Desc(*self.geometry, dtype=_CODE[self.x[0]], layout=self.x[1], offset_dtype=_CODE[self.off[0]],
+                    offset_layout=self.off[1], mask_dtype=_CODE[self.mask[0]], mask_layout=self.mask[1],
+                    weight_dtype=_CODE[self.w[0]], weight_layout=self.w[1], weight_groups=self.weight_groups,
+                    device=CPU if device.type == 'cpu' else CUDA)
+
+    def inputs(self, input, offset, weight, bias, mask):
+        """The tensors in the formats deftc gets (copies only where _as must): x, offset, mask, weight, bias."""
+        return (_as(input, *self.x), _as(offset, *self.off), _as(mask, *self.mask) if mask is not None else None,
+                _as(weight, *self.w), _as(bias, self.bias_dtype, NCHW) if bias is not None else None)
 
 
-def _check_tensor(name, t, autocast):
-    if not isinstance(t, torch.Tensor):
-        raise TypeError('deftc_torch: %s must be a tensor, got %s' % (name, type(t).__name__))
-    if not t.is_floating_point():
-        raise TypeError('deftc_torch: %s must be a floating-point tensor, got %s' % (name, t.dtype))
-    if t.dtype == torch.float16 and autocast is None:
-        raise TypeError('deftc_torch: %s is float16; deftc has no float16 kernels: pass float32 or bfloat16 (under '
-                        'torch.autocast(dtype=torch.float16) the op runs in float32)' % name)
+def _run(plan, entry, device, *tensors):
+    """One call of the C API on the tensors' device: checked first (before any work), then queued on
+    PyTorch's current CUDA stream, or run on the CPU."""
+    lib = library()
+    desc = plan.desc(device)
+    _check(lib.dt_deform_api_check(ctypes.byref(desc), plan.flags))  # deftc's own message
+    ptrs = [_ptr(t) for t in tensors]
+    if device.type == 'cuda':
+        with torch.cuda.device(device):
+            _check(getattr(lib, entry)(ctypes.byref(desc), plan.flags, *ptrs, _stream(device)))
+    else:
+        _check(getattr(lib, entry)(ctypes.byref(desc), plan.flags, *ptrs, None))
+
+
+# ---- the operator ----
+
+@torch.library.custom_op(_OP, mutates_args=(), device_types=('cpu', 'cuda'))
+def _deform_conv2d(input: Tensor, offset: Tensor, weight: Tensor, bias: Optional[Tensor], stride: Sequence[int],
+                   padding: Sequence[int], dilation: Sequence[int], mask: Optional[Tensor], mode: str = 'deft',
+                   deterministic: bool = False, precision: Optional[str] = None) -> Tensor:
+    plan = _Plan(input, offset, weight, bias, stride, padding, dilation, mask, mode, deterministic, precision)
+    xs, os_, ms, ws, bs = plan.inputs(input, offset, weight, bias, mask)
+    y = torch.empty(plan.shape, dtype=plan.x[0], device=input.device, memory_format=_MEMORY_FORMAT[plan.x[1]])
+    _run(plan, 'dt_deform_api_forward', input.device, xs, os_, ms, ws, bs, y)
+    return _as(y, *plan.out)  # y itself unless precision= (or float16) differs from the input's dtype
+
+
+@_deform_conv2d.register_fake
+def _deform_conv2d_fake(input, offset, weight, bias, stride, padding, dilation, mask, mode='deft', deterministic=False,
+                        precision=None):
+    plan = _Plan(input, offset, weight, bias, stride, padding, dilation, mask, mode, deterministic, precision)
+    return torch.empty(plan.shape, dtype=plan.out[0], device=input.device, memory_format=_MEMORY_FORMAT[plan.out[1]])
+
+
+@torch.library.custom_op('deftc::deform_conv2d_backward', mutates_args=(), device_types=('cpu', 'cuda'))
+def _deform_conv2d_backward(grad: Tensor, input: Tensor, offset: Tensor, weight: Tensor, bias: Optional[Tensor],
+                            stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int],
+                            mask: Optional[Tensor], mode: str, deterministic: bool, precision: Optional[str],
+                            wanted: Sequence[bool]) -> List[Tensor]:
+    """The gradients wanted of (input, offset, weight, bias, mask), in that order, each in its
+    input's dtype and strides (torch.empty_like's)."""
+    plan = _Plan(input, offset, weight, bias, stride, padding, dilation, mask, mode, deterministic, precision)
+    xs, os_, ms, ws, bs = plan.inputs(input, offset, weight, bias, mask)
+    gx = torch.empty_like(xs) if wanted[0] else None
+    goff = torch.empty_like(os_) if wanted[1] else None
+    gw = torch.empty_like(ws) if wanted[2] else None
+    gb = torch.empty(bias.shape, dtype=plan.bias_dtype, device=input.device) if wanted[3] else None
+    gm = torch.empty_like(ms) if wanted[4] else None
+    gy = _as(grad, *plan.x)
+    _run(plan, 'dt_deform_api_backward', input.device, xs, os_, ms, ws, gy, gx, goff, gm, gw, gb)
+    return [_grad_as(g, own) for g, own in zip((gx, goff, gw, gb, gm), (input, offset, weight, bias, mask))
+            if g is not None]
+
+
+@_deform_conv2d_backward.register_fake
+def _deform_conv2d_backward_fake(grad, input, offset, weight, bias, stride, padding, dilation, mask, mode,
+                                 deterministic, precision, wanted):
+    _Plan(input, offset, weight, bias, stride, padding, dilation, mask, mode, deterministic, precision)
+    return [torch.empty_like(t) for t, w in zip((input, offset, weight, bias, mask), wanted) if w]
+
+
+def _setup_context(ctx, inputs, output):
+    input, offset, weight, bias, stride, padding, dilation, mask, mode, deterministic, precision = inputs
+    ctx.save_for_backward(input, offset, weight, bias, mask)
+    ctx.options = (stride, padding, dilation, mode, deterministic, precision)
+
+
+def _backward(ctx, grad):
+    input, offset, weight, bias, mask = ctx.saved_tensors
+    need = ctx.needs_input_grad  # the op's 11 inputs: input, offset, weight, bias, ..., mask (7)
+    wanted = [need[0], need[1], need[2], bias is not None and need[3], mask is not None and need[7]]
+    stride, padding, dilation, mode, deterministic, precision = ctx.options
+    got = iter(torch.ops.deftc.deform_conv2d_backward(grad, input, offset, weight, bias, stride, padding, dilation,
+                                                      mask, mode, deterministic, precision, wanted))
+    gx, goff, gw, gb, gm = (next(got) if w else None for w in wanted)
+    return gx, goff, gw, gb, None, None, None, gm, None, None, None
+
+
+_deform_conv2d.register_autograd(_backward, setup_context=_setup_context)
+
+
+def _autocast_kernel(device_type):
+    """The op under autocast on `device_type`: torchvision's rule (floating inputs but float64 to
+    float32, the result back in the input's dtype), or deftc's bf16 path where it has one."""
+    def kernel(input, offset, weight, bias, stride, padding, dilation, mask, mode='deft', deterministic=False,
+               precision=None):
+        eligible = input.dtype in (torch.float16, torch.bfloat16, torch.float32)
+        bf16 = precision == 'bf16' or (precision is None and mode == 'deft' and
+                                       torch.get_autocast_dtype(device_type) == torch.bfloat16)
+        with torch.autocast(device_type, enabled=False):
+            if eligible and bf16:  # one cast of x, the one autocast makes for a conv; a bf16 channels_last result
+                x = input.to(torch.bfloat16, memory_format=torch.channels_last)
+                return torch.ops.deftc.deform_conv2d(x, offset, weight, bias, stride, padding, dilation, mask, mode,
+                                                     deterministic, precision)
+
+            def f32(t):
+                return t.float() if t is not None and t.dtype in (torch.float16, torch.bfloat16) else t
+            y = torch.ops.deftc.deform_conv2d(f32(input), f32(offset), f32(weight), f32(bias), stride, padding,
+                                              dilation, f32(mask), mode, deterministic, precision)
+            return y.to(input.dtype)
+    return kernel
+
+
+_autocast_lib = torch.library.Library('deftc', 'FRAGMENT')
+_autocast_lib.impl('deform_conv2d', _autocast_kernel('cpu'), 'AutocastCPU')
+_autocast_lib.impl('deform_conv2d', _autocast_kernel('cuda'), 'AutocastCUDA')
 
 
 def deform_conv2d(input, offset, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), mask=None, *,
                   mode='deft', deterministic=False, precision=None):
     """torchvision.ops.deform_conv2d on deftc's kernels (same arguments and result; the formats,
-    autocast and precision= as in the module's docstring)."""
-    autocast = _autocast()
-    tensors = {'input': input, 'offset': offset, 'weight': weight, 'bias': bias, 'mask': mask}
-    for name, t in tensors.items():
-        if t is not None:
-            _check_tensor(name, t, autocast)
-    if mode not in MODES:
-        raise ValueError("deftc_torch: mode must be 'deft' or 'unfused', got %r" % (mode,))
-    if precision not in PRECISIONS:
-        raise ValueError("deftc_torch: precision must be None, 'fp32', 'tf32' or 'bf16', got %r" % (precision,))
-    if input.dim() != 4 or weight.dim() != 4 or offset.dim() != 4:
-        raise ValueError('deftc_torch: input, offset and weight must be 4-D (got %d, %d, %d dims)'
-                         % (input.dim(), offset.dim(), weight.dim()))
-    n, c, h, w = input.shape
-    cout, cin_w, kh, kw = weight.shape
-    if cin_w != c:
-        raise ValueError('deftc_torch: weight %s has %d input channels, the input %d; grouped weights (torchvision\'s '
-                         '`groups`) are not supported' % (tuple(weight.shape), cin_w, c))
-    if offset.shape[1] % (2 * kh * kw):
-        raise ValueError('deftc_torch: offset has %d channels, not a multiple of 2*kh*kw = %d'
-                         % (offset.shape[1], 2 * kh * kw))
-    groups = offset.shape[1] // (2 * kh * kw)
-    if mask is not None and mask.shape[1] != groups * kh * kw:
-        raise ValueError('deftc_torch: mask has %d channels, expected offset groups * kh * kw = %d'
-                         % (mask.shape[1], groups * kh * kw))
-    if bias is not None and tuple(bias.shape) != (cout,):
-        raise ValueError('deftc_torch: bias %s must be (%d,)' % (tuple(bias.shape), cout))
-    xd, xl, out_dtype = _compute(input, mode, precision, autocast)
-    # offsets and mask that must be copied anyway are copied into what the kernels read, f32 NCHW
-    fmts = ((xd, xl), _fmt(offset, NCHW, torch.float32),
-            _fmt(mask, NCHW, torch.float32) if mask is not None else (torch.float32, NCHW), _fmt(weight, xl))
-    sh, sw = _pair(stride, 'stride')
-    ph, pw = _pair(padding, 'padding')
-    dh, dw = _pair(dilation, 'dilation')
-    desc = Desc(n, c, h, w, cout, kh, kw, sh, sw, ph, pw, dh, dw, groups, int(mask is not None), int(bias is not None),
-                dtype=_CODE[xd], layout=xl, offset_dtype=_CODE[fmts[1][0]], offset_layout=fmts[1][1],
-                mask_dtype=_CODE[fmts[2][0]], mask_layout=fmts[2][1], weight_dtype=_CODE[fmts[3][0]],
-                weight_layout=fmts[3][1])
-    flags = MODES[mode] | (DETERMINISTIC if deterministic else 0) | (TF32 if precision == 'tf32' else 0)
-    lib = library()
-    ho, wo = ctypes.c_int(), ctypes.c_int()
-    _check(lib.dt_deform_api_out_size(ctypes.byref(desc), ctypes.byref(ho), ctypes.byref(wo)))  # deftc's message
-    if offset.shape[0] != n or tuple(offset.shape[2:]) != (ho.value, wo.value):
-        raise ValueError('deftc_torch: offset %s must be (%d, %d, %d, %d)' % (tuple(offset.shape), n, offset.shape[1],
-                                                                              ho.value, wo.value))
-    if mask is not None and (mask.shape[0] != n or tuple(mask.shape[2:]) != (ho.value, wo.value)):
-        raise ValueError('deftc_torch: mask %s must be (%d, %d, %d, %d)' % (tuple(mask.shape), n, mask.shape[1],
-                                                                            ho.value, wo.value))
-    _check(lib.dt_deform_api_check(ctypes.byref(desc), flags))
-    for name, t in tensors.items():
-        if t is None:
-            continue
-        if t.device.type != 'cuda':
-            raise ValueError('deftc_torch: %s is on %s; deftc runs on CUDA tensors (move the model and inputs to a '
-                             'GPU, or use torchvision.ops.deform_conv2d on the CPU)' % (name, t.device))
-        if t.device != input.device:
-            raise ValueError('deftc_torch: %s is on %s, the input on %s' % (name, t.device, input.device))
-    return _DeformConv2dFn.apply(input, offset, mask, weight, bias, desc, flags, fmts, out_dtype)
+    autocast and precision= as in the module's docstring): torch.ops.deftc.deform_conv2d with
+    stride, padding and dilation made pairs. Traceable by torch.fx and torch.compile as it is."""
+    return torch.ops.deftc.deform_conv2d(input, offset, weight, bias, _pair(stride, 'stride'),
+                                         _pair(padding, 'padding'), _pair(dilation, 'dilation'), mask, mode,
+                                         deterministic, precision)
 
 
 class DeformConv2d(nn.Module):
-    """torchvision.ops.DeformConv2d on deftc's kernels: same constructor, parameters and
-    state_dict keys (weight, bias), forward(input, offset, mask=None)."""
+    """torchvision.ops.DeformConv2d on deftc's kernels: same constructor (groups too), parameters
+    and state_dict keys (weight [out, in/groups, kh, kw], bias), forward(input, offset, mask=None).
+    Scriptable (torch.jit.script): its forward calls the operator itself."""
 
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1, bias=True,
                  *, mode='deft', deterministic=False, precision=None):
         super().__init__()
-        if groups != 1:
-            raise ValueError('deftc_torch.DeformConv2d: groups=%d; grouped weights are not supported (groups=1)' % groups)
+        if in_channels % groups != 0:
+            raise ValueError('in_channels must be divisible by groups')
+        if out_channels % groups != 0:
+            raise ValueError('out_channels must be divisible by groups')
+        if mode not in MODES or precision not in PRECISIONS:
+            raise ValueError("deftc_torch.DeformConv2d: mode must be 'deft' or 'unfused', precision None, 'fp32', "
+                             "'tf32' or 'bf16' (got %r, %r)" % (mode, precision))
         self.in_channels, self.out_channels = in_channels, out_channels
         self.kernel_size = _pair(kernel_size, 'kernel_size')
         self.stride, self.padding, self.dilation = _pair(stride, 'stride'), _pair(padding, 'padding'), _pair(dilation, 'dilation')
         self.groups = groups
         self.mode, self.deterministic, self.precision = mode, deterministic, precision
-        self.weight = nn.Parameter(torch.empty(out_channels, in_channels, *self.kernel_size))
+        self.weight = nn.Parameter(torch.empty(out_channels, in_channels // groups, *self.kernel_size))
         self.bias = nn.Parameter(torch.empty(out_channels)) if bias else None
         self.reset_parameters()
 
@@ -282,14 +387,14 @@ class DeformConv2d(nn.Module):
             bound = 1 / math.sqrt(fan_in)
             nn.init.uniform_(self.bias, -bound, bound)
 
-    def forward(self, input, offset, mask=None):
-        return deform_conv2d(input, offset, self.weight, self.bias, stride=self.stride, padding=self.padding,
-                             dilation=self.dilation, mask=mask, mode=self.mode, deterministic=self.deterministic,
-                             precision=self.precision)
+    def forward(self, input: Tensor, offset: Tensor, mask: Optional[Tensor] = None) -> Tensor:
+        return torch.ops.deftc.deform_conv2d(input, offset, self.weight, self.bias, self.stride, self.padding,
+                                             self.dilation, mask, self.mode, self.deterministic, self.precision)
 
     def extra_repr(self):
         return ('{in_channels}, {out_channels}, kernel_size={kernel_size}, stride={stride}, padding={padding}, '
-                'dilation={dilation}, bias={has_bias}, mode={mode}, precision={precision}').format(has_bias=self.bias is not None, **self.__dict__)
+                'dilation={dilation}, groups={groups}, bias={has_bias}, mode={mode}, precision={precision}').format(
+                    has_bias=self.bias is not None, **self.__dict__)
 
 
 def swap_deform_convs(model, mode='deft', deterministic=False, precision=None):

@@ -1,10 +1,12 @@
 /* conv2d's op cases (dt_opcase.h): every geometry ResNet uses and the awkward ones, in f32
  * NCHW (im2col + SGEMM), f32 NHWC and bf16 NHWC (channels-last im2col + GEMM, and the 1x1
- * stride-1 conv that reads its input as the columns); and the batch split into chunks by the
- * column budget: one image a chunk (NCHW: the GEMM writes y itself) and uneven chunks (the
- * weight gradient accumulated over them). */
+ * stride-1 conv that is three GEMMs on the tensors themselves: x read as its columns, dx
+ * written by the GEMM, accumulated when x has another use); the Bottleneck's 1x1 shapes; and
+ * the batch split into chunks by the column budget: one image a chunk (NCHW: the GEMM writes y
+ * itself) and uneven chunks (the weight gradient accumulated over them). */
 #include "dt_layers.h"
 #include "dt_opcase.h"
+#include "dt_ops.h"
 #include "dt_test.h"
 
 typedef struct {
@@ -43,6 +45,12 @@ static dt_tensor *build(const dt_opcase *c, dt_tensor **in, void *state) {
     return dt_conv2d(in[0], in[1], c->in[2].grad ? in[2] : NULL, a->g, DT_MATH_FP32);
 }
 
+/* conv(x) + x (Cout = Cin): the add's backward runs first, so the conv's dx accumulates onto
+ * the add's (beta 1; a Bottleneck's input feeds its conv1 and its skip so). */
+static dt_tensor *build_residual(const dt_opcase *c, dt_tensor **in, void *state) {
+    return dt_add(build(c, in, state), in[0]);
+}
+
 /* gradcheck: 0 (finite differences on the CPU) or -1 (too large for them: parity only);
  * bf16: 0 (the bf16 mode) or -1 (parity only); chunk: images per chunk (0: one chunk); the
  * geometry {kh, kw, sh, sw, ph, pw, dh, dw} comes last */
@@ -62,6 +70,11 @@ static const dt_opcase conv_cases[] = {
     CONV("3x3 s2", 2, 16, 17, 17, 24, 3, 0, 0.1f, 0, 3, 3, 2, 2, 1, 1, 1, 1),
     CONV("1x1 s1 (columns = input)", 3, 32, 9, 7, 16, 1, 1, 0.1f, 0, 1, 1, 1, 1, 0, 0, 1, 1),
     CONV("1x1 s2 downsample", 5, 32, 14, 14, 64, 1, 0, 0.1f, 0, 1, 1, 2, 2, 0, 0, 1, 1),
+    {.name = "1x1 s1 + x (dx accumulated)", .types = DT_ALL_TYPES, .n_in = 3,
+     .in = {{4, {3, 24, 9, 7}, DT_IN_ACT, 1.0f, 1}, {4, {24, 24, 1, 1}, DT_IN_WEIGHT, 0.1f, 1}, {1, {24}, DT_IN_F32, 1.0f, 0}},
+     .build = build_residual, .arg = &(const conv_arg){{1, 1, 1, 1, 0, 0, 1, 1}, 0}, .state_new = chunked_new,
+     .state_free = chunked_free},
+    CONV("1x1 s1, C = 13 (no vector loads), bias", 2, 13, 5, 6, 7, 1, 1, 0.2f, 0, 1, 1, 1, 1, 0, 0, 1, 1),
     CONV("7x7 s2 stem (C = 3)", 2, 3, 45, 45, 16, 7, 0, 0.1f, 0, 7, 7, 2, 2, 3, 3, 1, 1),
     CONV("3x3 dilation 2, bias", 1, 8, 12, 15, 8, 3, 1, 0.2f, 0, 3, 3, 1, 1, 2, 2, 2, 2),
     CONV("3x3 stride 2x1 dilation 1x2", 5, 3, 6, 7, 4, 3, 0, 0.3f, 0, 3, 3, 2, 1, 1, 0, 1, 2),
@@ -74,5 +87,10 @@ static const dt_opcase conv_cases[] = {
     CONV_G("ResNet l2a shape, prime batch 7, one image a chunk", 7, 64, 56, 56, 128, 3, 3, 0, 0.05f, -1, -1, 1, 3, 3,
            2, 2, 1, 1, 1, 1),
     CONV("batch 1, C = 13 (no vector loads)", 1, 13, 10, 9, 6, 3, 1, 0.2f, 0, 3, 3, 1, 1, 1, 1, 1, 1),
+    CONV("ResNet-50 layer1 1x1 expand 64 -> 256, batch 2", 2, 64, 56, 56, 256, 1, 0, 0.1f, -1, 1, 1, 1, 1, 0, 0, 1, 1),
+    CONV("ResNet-50 layer3 1x1 reduce 1024 -> 256, prime batch 3", 3, 1024, 14, 14, 256, 1, 0, 0.03f, -1, 1, 1, 1, 1, 0,
+         0, 1, 1),
+    CONV("ResNet-50 layer3.0 downsample 1x1 s2 512 -> 1024, batch 2", 2, 512, 28, 28, 1024, 1, 0, 0.04f, -1, 1, 1, 2, 2,
+         0, 0, 1, 1),
 };
 DT_OPCASES(conv, conv_cases)

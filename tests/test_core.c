@@ -290,3 +290,37 @@ DT_TEST(autograd_backward_leaves_other_graphs_alone) {
         EXPECT_NEAR(dt_data_f32(b->grad)[i], 2 * dt_data_f32(b)[i], 1e-6);
     }
 }
+
+/* A node whose output is freed before any backward reaches it leaves the tape (a later backward
+ * of another graph does not touch freed memory: ASan in CI would say so); a node whose input is
+ * freed stops the backward that reaches it, naming the op. */
+DT_TEST(freed_tensors_leave_the_tape) {
+    dt_scope_begin();
+    dt_tensor *x = dt_tensor_new1(DT_CPU, 4);
+    dt_tensor_fill(x, 2.0f);
+    dt_requires_grad(x);
+    int before = dt_tape_size();
+    dt_tensor *unused = dt_relu(x); /* recorded, never reached */
+    dt_tensor_free(unused);
+    dt_tensor *y = dt_sum(dt_relu(x));
+    dt_backward(y);
+    EXPECT_EQ_INT(dt_tape_size(), before);
+    EXPECT_NEAR(dt_data_f32(x->grad)[3], 1.0f, 0.0f);
+    dt_scope_end();
+}
+
+static void backward_through_freed_input(void *arg) {
+    (void)arg;
+    dt_tensor *x = dt_tensor_new1(DT_CPU, 4);
+    dt_tensor_fill(x, 2.0f);
+    dt_requires_grad(x);
+    dt_tensor *h = dt_relu(x);
+    dt_tensor *y = dt_sum(h); /* reads h */
+    dt_tensor_keep(h);
+    dt_tensor_free(h);
+    dt_backward(y);
+}
+
+DT_TEST(backward_through_a_freed_input_is_a_clear_error) {
+    EXPECT_DEATH(backward_through_freed_input, NULL, "backward: sum reads an input that was freed before the backward");
+}

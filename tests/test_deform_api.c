@@ -1,33 +1,159 @@
-/* The C API's argument checking (CPU; the numeric path is tested on the GPU against
- * torchvision by tests/api/test_deform_api.py). */
+/* The C API's descriptor and argument checks, its two descriptor versions and the empty batch
+ * (CPU). Its numerics on the CPU: test_deform_api_numeric.c; on the GPU:
+ * test_deform_api_gpu.c and tests/api/test_deform_api.py (against torchvision). */
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "dt_deform_api.h"
 #include "dt_device.h"
 #include "dt_test.h"
 
+/* f32 NCHW everywhere (every dtype / layout field 0), no groups, CUDA. */
+static dt_deform_desc base(void) {
+    dt_deform_desc d = {.n = 2, .c = 6, .h = 9, .w = 9, .cout = 4, .kh = 3, .kw = 3, .stride_h = 1, .stride_w = 1,
+                        .pad_h = 1, .pad_w = 1, .dil_h = 1, .dil_w = 1, .offset_groups = 1, .size = (int)sizeof d};
+    return d;
+}
+
+/* Every dtype field DT_DEFORM_API_F64. */
+static dt_deform_desc f64(dt_deform_desc d) {
+    d.dtype = d.weight_dtype = d.offset_dtype = d.mask_dtype = DT_DEFORM_API_F64;
+    return d;
+}
+
+static int has(const char *needle) { return strstr(dt_deform_api_error(), needle) != NULL; }
+
 DT_TEST(deform_api_rejects_bad_descriptors) {
-    /* f32 NCHW everywhere (every dtype / layout field 0) */
-    dt_deform_desc d = {2, 6, 9, 9, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0, 0, (int)sizeof(dt_deform_desc), 0, 0, 0, 0, 0, 0, 0, 0};
+    dt_deform_desc d = base();
     int ho, wo;
     EXPECT_EQ_INT(dt_deform_api_out_size(&d, &ho, &wo), 0);
     EXPECT_EQ_INT(ho, 9);
     EXPECT_EQ_INT(wo, 9);
     d.offset_groups = 4;
     EXPECT_EQ_INT(dt_deform_api_out_size(&d, &ho, &wo), -1);
-    EXPECT_MSG(strstr(dt_deform_api_error(), "6 channels cannot be split into 4 offset groups"), "%s", dt_deform_api_error());
+    EXPECT_MSG(has("6 channels cannot be split into 4 offset groups"), "%s", dt_deform_api_error());
     d.offset_groups = 1;
     d.h = 1;
     d.pad_h = 0;
     EXPECT_EQ_INT(dt_deform_api_out_size(&d, &ho, &wo), -1);
-    EXPECT_MSG(strstr(dt_deform_api_error(), "too small"), "%s", dt_deform_api_error());
+    EXPECT_MSG(has("too small"), "%s", dt_deform_api_error());
     d.h = 9;
     d.pad_h = 1;
+    d.n = -1;
+    EXPECT_EQ_INT(dt_deform_api_out_size(&d, &ho, &wo), -1);
+    EXPECT_MSG(has("n >= 0"), "%s", dt_deform_api_error());
+    d.n = 2;
     EXPECT_EQ_INT(dt_deform_api_forward(&d, 7, NULL, NULL, NULL, NULL, NULL, NULL, NULL), -1);
-    if (dt_gpu_count() > 0) EXPECT_MSG(strstr(dt_deform_api_error(), "unknown mode 7"), "%s", dt_deform_api_error());
-    /* Without a GPU the call says so instead of crashing. */
+    EXPECT_MSG(has("unknown mode 7"), "%s", dt_deform_api_error());
+    /* Without a GPU a CUDA call says so instead of crashing. */
     if (dt_gpu_count() == 0) {
         EXPECT_EQ_INT(dt_deform_api_forward(&d, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL), -1);
-        EXPECT_MSG(strstr(dt_deform_api_error(), "CUDA"), "%s", dt_deform_api_error());
+        EXPECT_MSG(has("CUDA"), "%s", dt_deform_api_error());
     }
+    /* ... while a CPU call needs none: it gets as far as its buffers */
+    d.device = DT_DEFORM_API_CPU;
+    float w[4 * 6 * 9];
+    EXPECT_EQ_INT(dt_deform_api_forward(&d, 1, NULL, NULL, NULL, w, NULL, NULL, NULL), -1);
+    EXPECT_MSG(has("x, offset, weight and y must not be NULL"), "%s", dt_deform_api_error());
+}
+
+DT_TEST(deform_api_knows_both_descriptor_versions) {
+    dt_deform_desc d = base();
+    EXPECT_EQ_INT(sizeof d, 108);
+    EXPECT_EQ_INT(dt_deform_api_check(&d, 1), 0);
+    /* The 100-byte version, in a block of exactly its size (the sanitizers catch a read past
+     * it): no weight groups, CUDA. */
+    d.size = DT_DEFORM_DESC_SIZE_V1;
+    dt_deform_desc *v1 = malloc(DT_DEFORM_DESC_SIZE_V1);
+    memcpy(v1, &d, DT_DEFORM_DESC_SIZE_V1);
+    EXPECT_EQ_INT(dt_deform_api_check(v1, 1), 0);
+    free(v1);
+    d.size = 64;
+    EXPECT_EQ_INT(dt_deform_api_check(&d, 1), -1);
+    EXPECT_MSG(has("desc.size is 64") && has("108") && has("100"), "%s", dt_deform_api_error());
+    d = base();
+    d.weight_groups = 2; /* 6 and 4 channels split in two */
+    EXPECT_EQ_INT(dt_deform_api_check(&d, 1), 0);
+}
+
+DT_TEST(deform_api_refuses_groups_f64_mixes_and_devices) {
+    struct {
+        const char *what;
+        dt_deform_desc d;
+        int mode;
+        const char *needle;
+    } cases[] = {
+        {"4 weight groups of 6 channels", base(), 1, "cannot be split into 4 weight groups"},
+        {"3 weight groups of 4 outputs", base(), 1, "cannot be split into 3 weight groups"},
+        {"-1 weight groups", base(), 1, "cannot be split into -1 weight groups"},
+        {"f64 x, f32 weight", f64(base()), 1, "desc.weight_dtype is f32"},
+        {"f64 x, bf16 mask", f64(base()), 1, "desc.mask_dtype is bf16"},
+        {"f32 x, f64 offsets", base(), 1, "desc.offset_dtype (offset and grad_offset) is f64 but desc.dtype (x) is not"},
+        {"f64 channels last", f64(base()), 1, "NCHW in every tensor"},
+        {"f64 with TF32", f64(base()), 1 | DT_DEFORM_API_TF32, "DT_DEFORM_API_TF32 is for f32 x"},
+        {"device 2", base(), 1, "desc.device is 2"},
+    };
+    cases[0].d.weight_groups = 4;
+    cases[1].d.weight_groups = 3;
+    cases[2].d.weight_groups = -1;
+    cases[3].d.weight_dtype = DT_F32;
+    cases[4].d.mask_dtype = DT_BF16;
+    cases[5].d.offset_dtype = DT_DEFORM_API_F64;
+    cases[6].d.layout = DT_NHWC;
+    cases[8].d.device = 2;
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        EXPECT_MSG(dt_deform_api_check(&cases[i].d, cases[i].mode) == -1, "%s accepted", cases[i].what);
+        EXPECT_MSG(has(cases[i].needle), "%s: '%s' lacks '%s'", cases[i].what, dt_deform_api_error(), cases[i].needle);
+    }
+    /* what is accepted: f64 in every field (either mode, deterministic too), groups dividing both */
+    dt_deform_desc d = f64(base());
+    d.weight_groups = 2;
+    EXPECT_EQ_INT(dt_deform_api_check(&d, 0), 0);
+    EXPECT_EQ_INT(dt_deform_api_check(&d, 1 | DT_DEFORM_API_DETERMINISTIC), 0);
+}
+
+static int all_zero(const void *p, size_t bytes) {
+    for (size_t i = 0; i < bytes; i++)
+        if (((const unsigned char *)p)[i]) return 0;
+    return 1;
+}
+
+/* n = 0: valid; nothing computed; the parameter gradients asked for are zeros; the empty
+ * tensors' pointers may be NULL (PyTorch's are). */
+DT_TEST(deform_api_empty_batch) {
+    dt_deform_desc d = base();
+    d.n = 0;
+    d.has_bias = d.has_mask = 1;
+    d.weight_groups = 2;
+    d.device = DT_DEFORM_API_CPU;
+    int ho, wo;
+    EXPECT_EQ_INT(dt_deform_api_out_size(&d, &ho, &wo), 0);
+    EXPECT_EQ_INT(ho * wo, 81);
+    for (int pass = 0; pass < 3; pass++) { /* f32, a bf16 weight with bf16 NHWC x, f64 */
+        dt_deform_desc e = pass == 2 ? f64(d) : d;
+        if (pass == 1) {
+            e.dtype = e.weight_dtype = DT_BF16;
+            e.layout = DT_NHWC;
+        }
+        size_t es = pass == 2 ? 8 : pass == 1 ? 2 : 4, bs = pass == 2 ? 8 : 4;
+        size_t wbytes = (size_t)4 * 3 * 9 * es; /* [4, 6/2, 3, 3] */
+        unsigned char w[4 * 3 * 9 * 8], b[4 * 8], gw[sizeof w + 1], gb[sizeof b + 1]; /* + a byte past the end */
+        memset(w, 0, sizeof w);
+        memset(b, 0, sizeof b);
+        memset(gw, 0xFF, sizeof gw);
+        memset(gb, 0xFF, sizeof gb);
+        EXPECT_EQ_INT(dt_deform_api_forward(&e, 1, NULL, NULL, NULL, w, b, NULL, NULL), 0);
+        EXPECT_EQ_INT(dt_deform_api_backward(&e, 1, NULL, NULL, NULL, w, NULL, NULL, NULL, NULL, gw, gb, NULL), 0);
+        EXPECT_MSG(all_zero(gw, wbytes) && gw[wbytes] == 0xFF, "pass %d: grad_weight not exactly zeroed", pass);
+        EXPECT_MSG(all_zero(gb, 4 * bs) && gb[4 * bs] == 0xFF, "pass %d: grad_bias not exactly zeroed", pass);
+        EXPECT_EQ_INT(dt_deform_api_backward(&e, 1, NULL, NULL, NULL, w, NULL, NULL, NULL, NULL, NULL, NULL, NULL), 0);
+        EXPECT_EQ_INT(dt_deform_api_forward(&e, 1, NULL, NULL, NULL, NULL, b, NULL, NULL), -1);
+        EXPECT_MSG(has("weight must not be NULL"), "%s", dt_deform_api_error());
+    }
+    /* the bias rules stay: a bias gradient without a bias */
+    d.has_bias = 0;
+    float w[4 * 3 * 9], gb[4];
+    EXPECT_EQ_INT(dt_deform_api_backward(&d, 1, NULL, NULL, NULL, w, NULL, NULL, NULL, NULL, NULL, gb, NULL), -1);
+    EXPECT_MSG(has("grad_bias requested but has_bias is 0"), "%s", dt_deform_api_error());
 }

@@ -191,7 +191,7 @@ static void resume_with(const char *deform) {
     exit(cli(cfg, o, d));
 }
 static void corrupt_resume(void *a) { (void)a; resume_with("all"); }
-static void mismatched_resume(void *a) { (void)a; resume_with("none"); /* a plain model */ }
+static void mismatched_resume(void *a) { (void)a; resume_with("none"); /* a plain model: refused by its config */ }
 
 /* Trains the tiny config for 2 steps, writing the checkpoint g_ck = tmp/name. */
 static void tiny_checkpoint(const char *name) {
@@ -209,7 +209,7 @@ static void tiny_checkpoint(const char *name) {
 
 DT_TEST(train_bad_checkpoints_are_clear_errors) {
     tiny_checkpoint("good.ckpt");
-    EXPECT_DEATH(mismatched_resume, NULL, "does not match the model");
+    EXPECT_DEATH(mismatched_resume, NULL, "resume: deform = none now, all in the run that wrote");
     /* flip a byte in the middle: the checksum catches it */
     FILE *f = fopen(g_ck, "r+b");
     fseek(f, 5000, SEEK_SET);
@@ -354,10 +354,29 @@ static void resume_changed(void *arg) {
     if (dt_train_run(&c, &r, &err)) dt_fatal("%s", err.msg);
 }
 
+/* Resumes g_ck (a width-0.25 resnet18) with another model and width: an error, not a warning. */
+static int resume_other_model(dt_err *err) {
+    dt_train_cfg c;
+    tiny_cfg(&c);
+    c.steps = 4;
+    strcpy(c.model, "resnet34");
+    c.width = 0.5f;
+    snprintf(c.resume, sizeof c.resume, "%s", g_ck);
+    dt_train_result r;
+    int rc = dt_train_run(&c, &r, err);
+    dt_train_result_free(&r);
+    return rc;
+}
+
 DT_TEST(train_resume_names_changed_keys) {
     tiny_checkpoint("r.ckpt");
     EXPECT_OUTPUT(resume_changed, NULL, "resume: batch = 4 now, 8 in the run that wrote");
     EXPECT_OUTPUT(resume_changed, NULL, "resume: momentum = 0.8 now, 0.9 in the run that wrote");
+    /* the keys that make the model are not warned but refused, each named with both values */
+    dt_err err;
+    EXPECT(resume_other_model(&err) != 0);
+    EXPECT_MSG(strstr(err.msg, "resume: model = resnet34 now, resnet18; width = 0.5 now, 0.25 in the run that wrote") &&
+               strstr(err.msg, "a checkpoint resumes only the model that wrote it"), "%s", err.msg);
 }
 
 static void tiny_image_cap(void *arg) {

@@ -390,7 +390,7 @@ int dt_checkpoint_load_state(const dt_checkpoint *ck, dt_params *ps, dt_tensor *
     for (int i = 0; i < n_buffers; i++, used++)
         if (dt_checkpoint_copy_to(ck, buffers[i]->name, buffers[i], path, err)) return -1;
     if (used != ck->n)
-        return dt_errf(err, "checkpoint %s does not match the model: it holds %d tensors, the model %d (another deform "
-                       "setting or class count?)", path, ck->n, used);
+        return dt_errf(err, "checkpoint %s does not match the model: it holds %d tensors, the model %d (another model, "
+                       "deform setting or class count?)", path, ck->n, used);
     return 0;
 }

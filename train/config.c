@@ -13,6 +13,7 @@
 #include "dt_config.h"
 #include "dt_device.h" /* DT_MAX_GPUS */
 #include "dt_file.h"
+#include "dt_resnet.h" /* the deform= syntax */
 
 typedef enum { T_INT, T_I64, T_U64, T_FLOAT, T_STR, T_ENUM, T_BOOL } key_type;
 
@@ -65,13 +66,22 @@ static const key_spec KEYS[] = {
     {"warmup", T_I64, F(warmup), "0", NULL, 0, 1e12, 1, "linear warmup steps"},
     {"warmup_start", T_FLOAT, F(warmup_start), "0.1", NULL, 0, 1, 1, "warmup starts at lr * warmup_start"},
     {"label_smoothing", T_FLOAT, F(label_smoothing), "0", NULL, 0, 0.999, 1, "label smoothing of the cross-entropy"},
-    {"width", T_FLOAT, F(width), "1", NULL, 0.0625, 4, 1, "channel-width multiplier (1 = ResNet-18; 0.25 for quick CPU runs)"},
-    {"deform", T_STR, F(deform), "none", NULL, 0, 0, 1, "deformable 3x3 convs: none, all, or stages like 3,4"},
+    {"model", T_ENUM, F(model), "resnet18", "resnet18|resnet34|resnet50|resnet101", 0, 0, 1,
+     "the network, torchvision's: resnet18, resnet34 (BasicBlock), resnet50, resnet101 (Bottleneck)"},
+    {"width", T_FLOAT, F(width), "1", NULL, 0.0625, 4, 1, "channel-width multiplier (1 = torchvision's; 0.25 for quick CPU runs)"},
+    {"deform", T_STR, F(deform), "none", NULL, 0, 0, 1,
+     "deformable 3x3 convs (both of a BasicBlock, conv2 of a Bottleneck) in the stages: none, all, a list like 2,3,4 "
+     "(layer2..layer4), or c3-c5 (the DCNv2 paper's conv3_x..conv5_x = layer2..layer4; also c2-c5, c4-c5, c5)"},
     {"deform_version", T_INT, F(deform_version), "1", NULL, 1, 2, 1, "1 = DCNv1, 2 = DCNv2 (with mask)"},
     {"deform_mode", T_ENUM, F(deform_mode), "deft", "unfused|deft", 0, 0, 1, "implementation of the deformable convs"},
     {"offset_groups", T_INT, F(offset_groups), "1", NULL, 1, 64, 1, "offset groups of the deformable convs"},
     {"offset_init_std", T_FLOAT, F(offset_init_std), "0", NULL, 0, 10, 0, "std of the offset convs' initial weights (0 = zeros)"},
     {"offset_lr_mult", T_FLOAT, F(offset_lr_mult), "0.1", NULL, 0, 100, 1, "learning-rate multiplier of the offset convs"},
+    {"init_from", T_STR, F(init_from), "", NULL, 0, 0, 0,
+     "start from these weights: a torchvision state_dict as .safetensors (offset convs it lacks start at zero; "
+     "docs/weights.md)"},
+    {"init_from_partial", T_BOOL, F(init_from_partial), "0", NULL, 0, 1, 0,
+     "1: init_from may hold an fc of another class count (or none): fc then stays at its init (fine-tuning)"},
     {"tile", T_STR, F(tile), "auto", NULL, 0, 0, 0, "deft: output tile per block, auto or HxW (8x8, 4x8, 4x4, ...)"},
     {"halo", T_INT, F(halo), "-1", NULL, -1, 32, 0, "deft: staged halo in px (-1 = from the offset statistics)"},
     {"halo_refresh", T_INT, F(halo_refresh), "200", NULL, 0, 1 << 30, 0, "deft: steps between automatic halo updates"},
@@ -96,6 +106,8 @@ static const key_spec KEYS[] = {
     {"progress", T_BOOL, F(progress), "1", NULL, 0, 1, 0, "live progress line when stdout is a terminal"},
     {"max_image_pixels", T_I64, F(max_image_pixels), "89478485", NULL, 1, 1e10, 1, "images with more pixels are skipped with a warning, before decoding (PIL's limit)"},
     {"stop_at", T_I64, F(stop_at), "0", NULL, 0, 1e15, 0, "stop after this global step, writing the checkpoint (resume later)"},
+    {"export", T_STR, F(export_path), "", NULL, 0, 0, 0,
+     "write the weights here at the end of the run, as .safetensors under torchvision's names (docs/weights.md)"},
 };
 #define NKEYS ((int)(sizeof KEYS / sizeof *KEYS))
 /* The longest value as text: a string field of up to 512 bytes, quoted (quote_value: at most 4
@@ -486,15 +498,9 @@ int dt_config_check(const dt_train_cfg *c, dt_err *err) {
     int h, w;
     if (strcmp(c->tile, "auto") && (sscanf(c->tile, "%dx%d", &h, &w) != 2 || h < 1 || w < 1))
         return dt_errf(err, "bad value '%s' for 'tile': expected auto or HxW like 8x8", c->tile);
-    const char *d = c->deform;
-    if (strcmp(d, "none") && strcmp(d, "all")) {
-        int ok = 1, any = 0;
-        for (const char *p = d; *p; p++) {
-            if (*p >= '1' && *p <= '4') any = 1;
-            else if (*p != ',') ok = 0;
-        }
-        if (!ok || !any) return dt_errf(err, "bad value '%s' for 'deform': expected none, all, or stages like 3,4", d);
-    }
+    if (dt_resnet_parse_stages(c->deform) < 0)
+        return dt_errf(err, "bad value '%s' for 'deform': expected none, all, stages 1..4 like 2,3,4 (layer2..layer4), "
+                       "or c3-c5 (the DCNv2 paper's conv3_x..conv5_x = layer2..layer4; also c2-c5, c4-c5, c5)", c->deform);
     dt_err e;
     if (dt_config_gpus(c, NULL, &e) < 0) return dt_errf(err, "%s", e.msg);
     return 0;

@@ -48,10 +48,13 @@ typedef struct {
     char schedule[16];     /* const | step | cosine */
     int64_t warmup;        /* linear warmup steps */
     /* model */
-    char deform[32];       /* none | all | stages like 3,4 */
+    char model[16];        /* resnet18 | resnet34 | resnet50 | resnet101 (dt_resnet_model) */
+    char deform[32];       /* none | all | stages like 2,3,4 | c3-c5 (dt_resnet_parse_stages) */
     int deform_version, offset_groups;
     float width;
     float offset_init_std, offset_lr_mult;
+    char init_from[512];   /* a torchvision state_dict (.safetensors) loaded before training (dt_weights.h) */
+    int init_from_partial; /* 1: an fc of another shape (or none) in it stays at its init */
     char deform_mode[16];  /* unfused | deft */
     char tile[16];         /* auto | HxW */
     int halo, halo_refresh, swizzle, fuse_offset, stage, deterministic;
@@ -64,6 +67,7 @@ typedef struct {
     int64_t checkpoint_every; /* > 0: a checkpoint every this many steps (mid-epoch too) */
     float checkpoint_minutes; /* > 0: a checkpoint once this many minutes passed since the last */
     int64_t max_image_pixels; /* larger images are skipped before decoding */
+    char export_path[512];    /* key `export`: the weights as .safetensors at the end of the run */
 } dt_train_cfg;
 
 void dt_config_defaults(dt_train_cfg *c);

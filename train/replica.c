@@ -23,6 +23,7 @@
 #include "dt_ops.h"
 #include "dt_rng.h"
 #include "dt_timer.h"
+#include "dt_weights.h"
 #include "train_run.h"
 
 /* ---- step timing ---- */
@@ -113,6 +114,7 @@ static int aborted_error(replica *r) {
 
 void train_model_cfg(const dt_train_cfg *c, int classes, dt_resnet_cfg *mc) {
     *mc = dt_resnet_cfg_default(classes);
+    dt_resnet_model_parse(c->model, &mc->model, NULL); /* the config's choices are the models */
     mc->deform_stages = (unsigned)dt_resnet_parse_stages(c->deform);
     mc->width = c->width;
     mc->deform_version = c->deform_version;
@@ -162,6 +164,35 @@ static int make_loaders(replica *r) {
                 "same images every evaluation)", (long long)dt_loader_size(*l), (long long)run->val_ds.count,
                 dt_loader_classes(*l), c->max_val_batches, c->batch);
     }
+    return 0;
+}
+
+/* init_from: the state_dict's weights into this replica's model. Every replica loads the same
+ * file (the broadcast that follows would make them equal anyway); replica 0 says what it did. */
+static int load_init(replica *r) {
+    train_run *run = r->run;
+    dt_weights_report rep;
+    if (dt_weights_load_state(&run->init, &r->model.params, r->model.buffers, r->model.n_buffers,
+                              run->c->init_from_partial, run->c->init_from, &rep, &r->err))
+        return 1;
+    char line[700];
+    dt_weights_describe(&rep, run->c->init_from, r->model.cfg.deform_version, line, sizeof line);
+    SAY(r, "init_from: %s", line);
+    return 0;
+}
+
+/* export=: replica 0's weights at the end of the run (a run stopped before it does not export). */
+static int export_weights(replica *r) {
+    train_run *run = r->run;
+    const char *path = run->c->export_path;
+    if (r->step < run->total_steps) {
+        SAY(r, "export=%s is not written: the run stopped at step %lld of %lld (resume it to its end, or build/train "
+            "--export CHECKPOINT %s writes a checkpoint's weights)", path, (long long)r->step, (long long)run->total_steps,
+            path);
+        return 0;
+    }
+    if (dt_weights_export(&r->model, r->step, path, &r->err)) return 1;
+    SAY(r, "export: the weights at step %lld to %s", (long long)r->step, path);
     return 0;
 }
 
@@ -227,17 +258,19 @@ int replica_setup(replica *r) {
      * from the start of the seed's streams, so every replica makes the same model. */
     pthread_mutex_lock(&run->init_mu);
     dt_init_reseed();
-    dt_resnet18_init(&r->model, &mc, run->dev);
+    dt_resnet_init(&r->model, &mc, run->dev);
     r->have_model = 1;
     if (c->synthetic) make_synthetic(r);
     pthread_mutex_unlock(&run->init_mu);
-    SAY(r, "model: %lld parameters", (long long)dt_params_numel(&r->model.params));
+    SAY(r, "model %s: %lld parameters, %d deformable convs", dt_resnet_model_name(mc.model),
+        (long long)dt_params_numel(&r->model.params), r->model.n_deform);
     dt_sgd_opts so = {.momentum = c->momentum, .weight_decay = c->weight_decay, .nesterov = c->nesterov,
                       .decay_all = c->decay_bn_bias};
     dt_sgd_init(&r->opt, &r->model.params, &so);
     r->sched = (dt_schedule){.kind = (dt_sched_kind)dt_schedule_kind(c->schedule), .base_lr = c->lr, .min_lr = c->min_lr,
                              .gamma = c->lr_gamma, .warmup_start = c->warmup_start, .total_steps = run->total_steps,
                              .step_size = (int64_t)c->lr_step_epochs * run->steps_per_epoch, .warmup_steps = c->warmup};
+    if (run->have_init && load_init(r)) return 1;
     if (run->have_ck && load_state(r)) return 1;
     if (r->dist) {
         broadcast_state(r, 1);
@@ -270,7 +303,7 @@ void replica_teardown(replica *r) {
     if (r->dist) dt_grad_sync_free(&r->gs);
     if (r->have_model) {
         dt_sgd_free(&r->opt);
-        dt_resnet18_free(&r->model);
+        dt_resnet_free(&r->model);
     }
     if (r->train_ld) dt_loader_free(r->train_ld);
     if (r->val_ld) dt_loader_free(r->val_ld);
@@ -330,7 +363,7 @@ int replica_enqueue_step(replica *r, step_pending *p, int64_t epoch, int *epoch_
     p->active = 1;
     p->lr = dt_schedule_lr(&r->sched, r->step);
     dt_params_zero_grad(&r->model.params);
-    dt_tensor *logits = dt_resnet18_forward(&r->model, x, 1);
+    dt_tensor *logits = dt_resnet_forward(&r->model, x, 1);
     dt_tensor *loss = dt_softmax_cross_entropy(logits, y, c->label_smoothing);
     loss->retain = 1;
     mark(&p->m, 1);
@@ -469,7 +502,7 @@ static int evaluate_shard(replica *r, double m[4], int stats) {
         dt_tensor *x = dt_tensor_new(4, sx, r->run->dev), *y = dt_tensor_new_as(1, sy, r->run->dev, DT_I32, DT_NCHW);
         dt_tensor_upload(x, b.images);
         dt_tensor_upload(y, b.labels);
-        dt_tensor *logits = dt_resnet18_forward(&r->model, x, 0);
+        dt_tensor *logits = dt_resnet_forward(&r->model, x, 0);
         float cc[2];
         dt_topk_correct(logits, y, cc);
         m[2] += dt_item(dt_softmax_cross_entropy(logits, y, 0.0f)) * b.n;
@@ -693,5 +726,6 @@ int replica_main(replica *r) {
     else if (rc && run->group) dt_dist_abort(run->group, "replica %d: %s", r->rank, r->err.msg);
     if (r->rank == 0) run->res->global_step = r->step;
     if (!rc && r->rank == 0) summarize(r);
+    if (!rc && r->rank == 0 && run->c->export_path[0]) rc = export_weights(r);
     return rc;
 }

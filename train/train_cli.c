@@ -9,6 +9,7 @@
 #include "dt_config.h"
 #include "dt_device.h"
 #include "dt_trainer.h"
+#include "dt_weights.h"
 
 /* SIGINT (Ctrl-C) and SIGTERM (what a scheduler sends before it kills a job): the first asks
  * the run to stop after the step in flight and write its checkpoint; a second one quits at
@@ -68,12 +69,29 @@ static int list_devices(void) {
     return n ? 0 : 1;
 }
 
+/* build/train --export CHECKPOINT OUT.safetensors: a checkpoint's weights for PyTorch, without
+ * training and without the dataset (the model is rebuilt from the config it stores). */
+static int export_checkpoint(int argc, char **argv) {
+    if (argc != 4) {
+        fprintf(stderr, "usage: build/train --export CHECKPOINT OUT.safetensors\n");
+        return 2;
+    }
+    dt_err err;
+    if (dt_weights_export_checkpoint(argv[2], argv[3], &err)) {
+        fprintf(stderr, "train: error: %s\n", err.msg);
+        return 1;
+    }
+    printf("train: the weights of %s are in %s (docs/weights.md: loading them in PyTorch)\n", argv[2], argv[3]);
+    return 0;
+}
+
 int dt_train_cli(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         fprintf(argc < 2 ? stderr : stdout,
                 "usage: build/train CONFIG.cfg [key=value ...]\n"
                 "       build/train --keys      every key with its range, default and meaning\n"
-                "       build/train --devices   the CUDA GPUs this build sees (exit status 1 when none)\n");
+                "       build/train --devices   the CUDA GPUs this build sees (exit status 1 when none)\n"
+                "       build/train --export CHECKPOINT OUT.safetensors   a checkpoint's weights under torchvision's names\n");
         if (argc >= 2) dt_config_help(stdout);
         return argc < 2 ? 2 : 0;
     }
@@ -82,6 +100,7 @@ int dt_train_cli(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(argv[1], "--devices")) return list_devices();
+    if (!strcmp(argv[1], "--export")) return export_checkpoint(argc, argv);
     dt_train_cfg c;
     dt_config_defaults(&c);
     dt_err err;

@@ -33,6 +33,7 @@
 #include "dt_loader.h"
 #include "dt_optim.h"
 #include "dt_resnet.h"
+#include "dt_safetensors.h"
 #include "dt_schedule.h"
 #include "dt_trainer.h"
 #include "run_lock.h"
@@ -57,6 +58,8 @@ typedef struct {
     dt_checkpoint ck;         /* the checkpoint resumed from (have_ck) */
     int have_ck;
     dt_ckpt_resume resume;    /* what dt_checkpoint_plan_resume made of it */
+    dt_safetensors init;      /* init_from's state_dict, read once for all replicas (have_init) */
+    int have_init;
     char ckpt_path[1024];     /* where checkpoints go: checkpoint=, or derived (trainer.c) */
     train_lock log_lock, ckpt_lock;
     train_output out;         /* replica 0 writes (the process holding it) */

@@ -20,6 +20,7 @@
 #include "dt_layers.h"
 #include "atomic_file.h"
 #include "dt_file.h"
+#include "dt_weights.h"
 #include "train_run.h"
 
 /* The pending stop request: a signal number, 0 when none. A lock-free atomic, so that the
@@ -61,10 +62,27 @@ static void close_data(train_run *run) {
     run->have_data = 0;
 }
 
-static void warn_changed(const char *key, const char *was, const char *now, void *ctx) {
-    train_run *run = ctx;
-    train_warn(&run->out, "resume: %s = %s now, %s in the run that wrote %s: the resumed run differs from it", key, now,
-               was, run->c->resume);
+/* The keys that make the model (which parameters it has, and their shapes): a checkpoint's
+ * state fits only the model of the run that wrote it. */
+static const char *const MODEL_KEYS[] = {"model", "width", "deform", "deform_version", "offset_groups"};
+
+/* What a resume changes: a changed model key is refused (`model` collects them all), any other
+ * run key is warned. */
+typedef struct {
+    train_run *run;
+    char model[1024];
+} resume_changes;
+
+static void note_changed(const char *key, const char *was, const char *now, void *ctx) {
+    resume_changes *ch = ctx;
+    for (size_t i = 0; i < sizeof MODEL_KEYS / sizeof *MODEL_KEYS; i++)
+        if (!strcmp(key, MODEL_KEYS[i])) {
+            size_t o = strlen(ch->model);
+            snprintf(ch->model + o, sizeof ch->model - o, "%s%s = %s now, %s", o ? "; " : "", key, now, was);
+            return;
+        }
+    train_warn(&ch->run->out, "resume: %s = %s now, %s in the run that wrote %s: the resumed run differs from it", key,
+               now, was, ch->run->c->resume);
 }
 
 /* Reads the checkpoint (its tensors are copied into each replica's model by replica_setup),
@@ -79,8 +97,15 @@ static int read_resume(train_run *run, const dt_ckpt_run *now, dt_err *err) {
     int processes = run->world / run->local;
     if (dt_checkpoint_plan_resume(&run->ck, now, processes, run->have_data ? run->train_ds.count : 0, c->resume, rs, err))
         return -1;
-    if (!rs->have_config) train_warn(&run->out, "resume: cannot compare with the checkpoint's config (%s)", rs->config_error);
-    else dt_config_diff(&rs->config, c, warn_changed, run);
+    if (!rs->have_config) {
+        train_warn(&run->out, "resume: cannot compare with the checkpoint's config (%s)", rs->config_error);
+    } else {
+        resume_changes ch = {.run = run};
+        dt_config_diff(&rs->config, c, note_changed, &ch);
+        if (ch.model[0])
+            return dt_errf(err, "resume: %s in the run that wrote %s: a checkpoint resumes only the model that wrote it "
+                           "(the same model, width, deform, deform_version and offset_groups)", ch.model, c->resume);
+    }
     run->pos = rs->pos;
     if (rs->was.global_batch != now->global_batch)
         train_warn(&run->out, "resume: the global batch was %lld images, now %lld: batch %lld of epoch %lld becomes batch "
@@ -247,6 +272,8 @@ int dt_train_run(const dt_train_cfg *c, dt_train_result *res, dt_err *err) {
                        "NCCL_HOME) and rebuild, or use gpus=1", c->gpus), 2;
     dt_precision prec;
     if (dt_precision_parse(c->precision, &prec)) return dt_errf(err, "precision=%s: expected fp32, tf32 or bf16", c->precision), 2;
+    dt_resnet_model model;
+    if (dt_resnet_model_parse(c->model, &model, err)) return 2;
     dt_layout layout = dt_precision_layout(prec);
     if (strcmp(c->layout, "auto") && dt_layout_parse(c->layout, &layout))
         return dt_errf(err, "layout=%s: expected auto, nchw or nhwc", c->layout), 2;
@@ -279,6 +306,10 @@ int dt_train_run(const dt_train_cfg *c, dt_train_result *res, dt_err *err) {
     /* a derived path is written at an interrupt anyway; prepared when something asks for it */
     if (writer && !c->checkpoint[0] && (c->log[0] || c->stop_at || c->checkpoint_every || c->checkpoint_minutes) &&
         dt_checkpoint_prepare(run.ckpt_path, err)) {
+        rc = 1;
+        goto done;
+    }
+    if (writer && c->export_path[0] && dt_weights_export_prepare(c->export_path, err)) {
         rc = 1;
         goto done;
     }
@@ -317,9 +348,10 @@ int dt_train_run(const dt_train_cfg *c, dt_train_result *res, dt_err *err) {
                   run.world > run.local ? ", the rest in other processes" : "", dt_dist_backend(run.dev), (long long)global,
                   c->batch, run.world, c->sync_bn ? "synchronized (sync_bn=1)" : "per replica", c->bucket_mb);
     }
-    train_say(&run.out, "model resnet18: deform=%s (v%d, %s), precision %s, batch %d%s, %dx%d, %lld steps (%lld per epoch)",
-              c->deform, c->deform_version, c->deform_mode, c->precision, c->batch, run.world > 1 ? " per replica" : "",
-              c->image_size, c->image_size, (long long)run.total_steps, (long long)run.steps_per_epoch);
+    train_say(&run.out, "model %s: deform=%s (v%d, %s), precision %s, batch %d%s, %dx%d, %lld steps (%lld per epoch)",
+              c->model, c->deform, c->deform_version, c->deform_mode, c->precision, c->batch,
+              run.world > 1 ? " per replica" : "", c->image_size, c->image_size, (long long)run.total_steps,
+              (long long)run.steps_per_epoch);
     run.stop = c->stop_at > 0 && c->stop_at < run.total_steps ? c->stop_at : run.total_steps;
     if (c->resume[0]) {
         if (read_resume(&run, &now, err)) {
@@ -334,10 +366,30 @@ int dt_train_run(const dt_train_cfg *c, dt_train_result *res, dt_err *err) {
             else
                 train_say(&run.out, "nothing to do: %s is at step %lld, and stop_at = %lld; raise stop_at (or set it to 0) "
                           "to continue", c->resume, (long long)run.pos.step, (long long)c->stop_at);
+            /* export= of a finished run: its checkpoint holds the weights of its end */
+            if (writer && c->export_path[0] && run.pos.step == run.total_steps) {
+                if (dt_weights_export_checkpoint(c->resume, c->export_path, err)) rc = 1;
+                else train_say(&run.out, "export: the weights of %s (step %lld) to %s", c->resume, (long long)run.pos.step,
+                               c->export_path);
+            } else if (writer && c->export_path[0]) {
+                train_say(&run.out, "export=%s is not written: the run has not reached its end (build/train --export %s %s "
+                          "writes the checkpoint's weights as they are)", c->export_path, c->resume, c->export_path);
+            }
             goto done;
         }
         train_say(&run.out, "resumed from %s at epoch %lld, batch %lld, step %lld", c->resume, (long long)run.pos.epoch,
                   (long long)run.pos.batch, (long long)run.pos.step);
+    }
+    /* init_from: read once, checked against each replica's model as it loads it */
+    if (c->init_from[0] && c->resume[0]) {
+        train_say(&run.out, "init_from=%s is not loaded: the run resumes from %s, whose weights continue it", c->init_from,
+                  c->resume);
+    } else if (c->init_from[0]) {
+        if (dt_safetensors_read(c->init_from, &run.init, err)) {
+            rc = 1;
+            goto done;
+        }
+        run.have_init = 1;
     }
     if (writer && train_output_open_tables(&run.out, c, c->resume[0] ? &run.ck.pos : NULL, err)) {
         rc = 1;
@@ -369,6 +421,7 @@ int dt_train_run(const dt_train_cfg *c, dt_train_result *res, dt_err *err) {
     if (!rc && writer && c->log[0] && train_write_summary(c, res, err)) rc = 1; /* machine-readable, for bench/reproduce.sh */
 done:
     if (run.have_ck) dt_checkpoint_free(&run.ck);
+    if (run.have_init) dt_safetensors_free(&run.init);
     dt_dist_group_free(run.group);
     close_data(&run);
     train_output_close(&run.out);

@@ -158,6 +158,9 @@ def errors(lib):
     refuses(lib, 'f16 offsets', dl.Desc(*geo, offset_dtype=dl.F16), DEFT, 'desc.offset_dtype')
     refuses(lib, 'weight layout 2', dl.Desc(*geo, weight_layout=2), DEFT, 'desc.weight_layout')
     refuses(lib, 'the former bf16 flag (64)', dl.Desc(*geo), DEFT | 64, 'not a flag')
+    refuses(lib, 'f64 x with an f32 weight', dl.Desc(*geo, dtype=dl.F64, offset_dtype=dl.F64, mask_dtype=dl.F64), DEFT,
+            'desc.weight_dtype is f32')
+    refuses(lib, 'weight groups that do not divide', dl.Desc(*geo, weight_groups=3), DEFT, 'weight groups')
     # a 4-byte-aligned but not 16-byte-aligned x (a view with a storage offset)
     d = dl.Desc(*geo, **base)
     x = torch.zeros(2 * 16 * 9 * 9 + 4, dtype=torch.bfloat16, device='cuda')

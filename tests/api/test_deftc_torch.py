@@ -3,8 +3,11 @@ gradient on many shapes in both modes, deterministic=True bit for bit, the forma
 passes as they are (channels_last float32, bfloat16, mixed layouts, bf16 offsets) with checks
 that nothing was copied, autocast (bf16 and fp16), precision='bf16' / 'tf32' within the formats'
 bounds (tests/api/deform_bounds.py), a second GPU when present, a non-default stream,
-non-contiguous inputs, float64, the module drop-in (state_dict, channels_last training step),
-swap_deform_convs, and the errors. Needs a GPU, torch and torchvision.
+non-contiguous inputs, float64 (deftc's f64 kernels), float16, weight groups, CPU tensors (the
+same values as on the GPU), the module drop-in (state_dict, channels_last training step),
+swap_deform_convs, and the errors. Needs a GPU, torch and torchvision. (The operator's checks
+that also run on the CPU - torchvision's test families, compile, export, opcheck:
+tests/api/test_deftc_torch_ops.py.)
 
     python3 tests/api/test_deftc_torch.py [path/to/libdeftc.so]
 
@@ -304,12 +307,36 @@ compare('non-contiguous input and offset', ref, got)
 check('non-contiguous input: gradients in the strides autograd keeps', xb.grad.stride() == xb.stride() and
       offb.grad.is_contiguous(), '%s %s' % (xb.grad.stride(), offb.grad.stride()))
 
-# ---- float64 in, float64 out (computed in float32) ----
+# ---- float64 in, float64 out (deftc's f64 kernels, in double) ----
 x, off, m, wt, b, gy = inputs(*CASES[0], dev=dev, seed=7, dtype=torch.float64)
 ref = grads(tv_deform_conv2d, x, off, m, wt, b, gy, 1, 1, 1)
 got = grads(dtt.deform_conv2d, x, off, m, wt, b, gy, 1, 1, 1)
 check('float64: result and gradient dtypes', all(g.dtype == torch.float64 for g in got if g is not None))
-compare('float64 vs torchvision (float32 inside)', ref, got, tol=1e-5)
+compare('float64 vs torchvision (double inside)', ref, got, tol=1e-10)
+
+# ---- float16 without autocast: float16 out, as torchvision's (computed in float32 by deftc) ----
+x, off, m, wt, b, gy = inputs(*CASES[0], dev=dev, seed=8, dtype=torch.float16)
+got = grads(dtt.deform_conv2d, x, off, m, wt, b, gy, 1, 1, 1)
+check('float16: result and gradient dtypes', all(g.dtype == torch.float16 for g in got if g is not None))
+# torchvision's fp32 on the same float16 values: deftc rounds each result to float16 once
+compare('float16 vs torchvision in float32 on the same values', reference(x, off, m, wt, b, gy, 1, 1, 1), got, tol=2e-3)
+
+# ---- weight groups (torchvision's groups): against torchvision in both modes ----
+for wg in (2, 4):
+    x, off, m, wt, b, gy = inputs(*CASES[0], dev=dev, seed=11 + wg)
+    wg_w = wt.detach()[:, :16 // wg].contiguous().requires_grad_()
+    ref = grads(tv_deform_conv2d, x, off, m, wg_w, b, gy, 1, 1, 1)
+    for mode in ('deft', 'unfused'):
+        fn = lambda *a, **kw: dtt.deform_conv2d(*a, mode=mode, **kw)
+        compare('%d weight groups, %s vs torchvision' % (wg, mode), ref, grads(fn, x, off, m, wg_w, b, gy, 1, 1, 1))
+
+# ---- CPU tensors: deftc's CPU twins, the same values as on the GPU ----
+x, off, m, wt, b, gy = inputs(*CASES[4], dev=dev, seed=12)
+ref = grads(dtt.deform_conv2d, x, off, m, wt, b, gy, 1, 1, 1)
+cpu = [t.detach().cpu().requires_grad_() if t is not None else None for t in (x, off, m, wt, b)]
+got = grads(dtt.deform_conv2d, *cpu, gy.cpu(), 1, 1, 1)
+check('CPU tensors: results on the CPU', all(g.device.type == 'cpu' for g in got if g is not None))
+compare('CPU tensors vs the same op on the GPU', [t.cpu() if t is not None else None for t in ref], got)
 
 # ---- the module: torchvision's state_dict loads, same outputs; swap_deform_convs ----
 tv = torchvision.ops.DeformConv2d(16, 8, 3, padding=1).to(dev)
@@ -368,12 +395,14 @@ def raises(exc, needle, fn):
 
 
 x, off, m, wt, b, gy = inputs(*CASES[0], dev=dev, seed=10)
-xh = x.detach().half()
-check('error: CPU tensors', raises(ValueError, 'CUDA', lambda: dtt.deform_conv2d(x.cpu(), off.cpu(), wt.cpu(), padding=1)))
-check('error: grouped weights', raises(ValueError, 'grouped', lambda: dtt.deform_conv2d(x, off, wt[:, :8], padding=1)))
+check('error: tensors on two devices', raises(RuntimeError, 'is on cpu', lambda: dtt.deform_conv2d(x, off.cpu(), wt,
+                                                                                                 padding=1)))
+check('error: weight groups that do not divide', raises(RuntimeError, 'weight groups', lambda: dtt.deform_conv2d(
+    x, off, wt[:, :7], padding=1)))
 check('error: unknown precision', raises(ValueError, 'precision', lambda: dtt.deform_conv2d(x, off, wt, padding=1, precision='fp16')))
 check('error: bad mask channels', raises(ValueError, 'mask', lambda: dtt.deform_conv2d(x, off, wt, padding=1, mask=m[:, :5])))
-check('error: float16 outside autocast', raises(TypeError, 'float16', lambda: dtt.deform_conv2d(xh, off, wt, padding=1)))
+check('error: an integer offset', raises(RuntimeError, 'floating-point', lambda: dtt.deform_conv2d(x, off.int(), wt,
+                                                                                                  padding=1)))
 check("error: bf16 tensors with mode='unfused'", raises(ValueError, "mode='unfused'", lambda: dtt.deform_conv2d(
     x.detach().to(BF16), off, wt, padding=1, mode='unfused')))
 check("error: precision='bf16' with mode='unfused'", raises(ValueError, "mode='unfused'", lambda: dtt.deform_conv2d(

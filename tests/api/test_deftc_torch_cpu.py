@@ -1,9 +1,12 @@
 """The Python side that runs everywhere (make test, CI: no GPU, maybe no PyTorch): the library
 loads, descriptors are checked - sizes, the struct's version, every dtype / layout combination
-the kernels run or refuse (dt_deform_api_check needs no GPU) - every refusal is a Python
-exception carrying deftc's message, a missing library names what to build, and - when PyTorch is
-installed - deftc_torch refuses bad arguments clearly (CPU tensors, float16, bf16 with the
-unfused mode, ...) and decides which tensors it passes as they are and which it copies.
+the kernels run or refuse, weight groups, f64, the device field (dt_deform_api_check needs no
+GPU) - the C API runs on host buffers (.device CPU: f32 and f64, weight groups, an empty batch)
+against a pure-Python definition, every refusal is a Python exception carrying deftc's message,
+a missing library names what to build, and - when PyTorch is installed - deftc_torch refuses bad
+arguments clearly (RuntimeErrors), runs on CPU tensors (zero offsets: PyTorch's conv2d) and
+decides which tensors it passes as they are and which it copies (tests/api/test_deftc_torch_ops.py
+has the rest of the operator's checks).
 
     python3 tests/api/test_deftc_torch_cpu.py [path/to/libdeftc.so]"""
 import ctypes
@@ -15,6 +18,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, '..', '..', 'python'))
 if len(sys.argv) > 1:
     os.environ['DEFTC_LIB'] = os.path.abspath(sys.argv[1])
+# PyTorch, when there is one, is imported before libdeftc.so is loaded, as a user's program does
+# (import torch, then deftc_torch loads the library): a CUDA build of the library loaded first
+# can bind a system NCCL older than the one PyTorch needs, and PyTorch then fails to import.
+try:
+    import torch as _torch
+except ImportError:
+    _torch = None  # PyTorch is not installed here: its checks are skipped
 import deftc_lib  # noqa: E402
 
 results = []
@@ -80,6 +90,18 @@ def checked(mode, **fields):
     deftc_lib.check(lib.dt_deform_api_check(ctypes.byref(deftc_lib.Desc(*GEO, **fields)), mode))
 
 
+def refused(cases):
+    """Each (label, mode, fields, needle) refused by dt_deform_api_check with needle in the message."""
+    for label, mode, fields, needle in cases:
+        try:
+            checked(mode, **fields)
+        except deftc_lib.DeftcError as e:
+            if needle not in str(e):
+                raise AssertionError('%s: message %r does not contain %r' % (label, str(e), needle))
+            continue
+        raise AssertionError('%s was accepted' % label)
+
+
 def formats_accepted():
     """Every format combination the kernels run (or deftc converts) passes the checks."""
     checked(DEFT)
@@ -103,21 +125,106 @@ def formats_refused():
              ('x dtype 9', DEFT, dict(dtype=9), 'desc.dtype 9'),
              ('a struct of another size', DEFT, dict(size=64), 'desc.size is 64'),
              ('the former bf16 flag (64)', DEFT | 64, {}, 'not a flag')]
-    for label, mode, fields, needle in cases:
-        try:
-            checked(mode, **fields)
-        except deftc_lib.DeftcError as e:
-            if needle not in str(e):
-                raise AssertionError('%s: message %r does not contain %r' % (label, str(e), needle))
-            continue
-        raise AssertionError('%s was accepted' % label)
+    refused(cases)
 
 
 def desc_fields():
-    """The Python struct is the C one: .size set, formats by name, geometry alone positionally."""
+    """The Python struct is the C one: .size set, formats by name, geometry alone positionally,
+    no weight groups and CUDA by default."""
     d = deftc_lib.Desc(*GEO, dtype=BF16, layout=NHWC)
-    assert d.size == ctypes.sizeof(deftc_lib.Desc) == 100 and (d.dtype, d.layout, d.offset_dtype) == (BF16, NHWC, F32)
+    assert d.size == ctypes.sizeof(deftc_lib.Desc) == 108 and (d.dtype, d.layout, d.offset_dtype) == (BF16, NHWC, F32)
+    assert (d.weight_groups, d.device) == (1, deftc_lib.CUDA)
     expect_raises(TypeError, 'geometry', lambda: deftc_lib.Desc(*GEO, 1))
+    assert issubclass(deftc_lib.DeftcError, RuntimeError) and issubclass(deftc_lib.DeftcError, ValueError)
+
+
+def groups_f64_device():
+    """Weight groups, f64 and the device field: what is accepted, what is refused and named."""
+    F64 = deftc_lib.F64
+    every_f64 = dict(dtype=F64, weight_dtype=F64, offset_dtype=F64, mask_dtype=F64)
+    checked(DEFT, weight_groups=2)                                  # 16 -> 8 channels in 2 groups
+    checked(UNFUSED | 16, weight_groups=8, device=deftc_lib.CPU)
+    checked(DEFT, **every_f64)
+    checked(UNFUSED, weight_groups=4, device=deftc_lib.CPU, **every_f64)
+    cases = [('3 weight groups', DEFT, dict(weight_groups=3), 'cannot be split into 3 weight groups'),
+             ('f64 x, f32 weight', DEFT, dict(every_f64, weight_dtype=F32), 'desc.weight_dtype is f32'),
+             ('f32 x, f64 mask', DEFT, dict(mask_dtype=F64), 'desc.mask_dtype (mask and grad_mask) is f64'),
+             ('f64 channels last', DEFT, dict(every_f64, layout=NHWC), 'NCHW in every tensor'),
+             ('f64 with TF32', DEFT | TF32, every_f64, 'DT_DEFORM_API_TF32 is for f32 x'),
+             ('device 5', DEFT, dict(device=5), 'desc.device is 5')]
+    refused(cases)
+
+
+def direct(n, c, h, w, cout, k, pad, G, WG, x, off, mask, wt, b):
+    """The definition (stride 1, dilation 1), in Python floats: y[n][o][p] flattened NCHW."""
+    ho, wo = h + 2 * pad - k + 1, w + 2 * pad - k + 1
+    P, K, cw, ow = ho * wo, k * k, c // WG, cout // WG
+
+    def sample(plane, yy, xx):
+        if yy <= -1 or yy >= h or xx <= -1 or xx >= w:
+            return 0.0
+        y0, x0 = int(yy // 1), int(xx // 1)
+        v = 0.0
+        for a in (0, 1):
+            for bb in (0, 1):
+                if 0 <= y0 + a < h and 0 <= x0 + bb < w:
+                    v += ((yy - y0) if a else 1 - (yy - y0)) * ((xx - x0) if bb else 1 - (xx - x0)) * \
+                        plane[(y0 + a) * w + x0 + bb]
+        return v
+    y = []
+    for i in range(n):
+        for o in range(cout):
+            for p in range(P):
+                s = b[o]
+                for j in range(cw):
+                    ch = o // ow * cw + j
+                    tap0 = (i * G + ch // (c // G)) * K
+                    for kk in range(K):
+                        t = tap0 + kk
+                        yy = p // wo - pad + kk // k + off[2 * t * P + p]
+                        xx = p % wo - pad + kk % k + off[(2 * t + 1) * P + p]
+                        plane = x[(i * c + ch) * h * w:(i * c + ch + 1) * h * w]
+                        s += wt[(o * cw + j) * K + kk] * mask[t * P + p] * sample(plane, yy, xx)
+                y.append(s)
+    return y
+
+
+def cpu_device_runs():
+    """.device CPU: the C API on host buffers (ctypes arrays), f32 and f64 with 2 weight groups
+    and 2 offset groups, against the definition; the bias gradient (the sum of grad_y); an empty
+    batch zeroes the parameter gradients."""
+    import random
+    lib = deftc_lib.library()
+    rnd = random.Random(3)
+    n, c, h, w, cout, k, pad, G, WG = 2, 4, 5, 4, 4, 3, 1, 2, 2
+    P, K = h * w, k * k
+    x = [rnd.gauss(0, 1) for _ in range(n * c * h * w)]
+    off = [rnd.randint(-2, 1) + 0.15 + 0.7 * rnd.random() for _ in range(n * 2 * G * K * P)]
+    mask = [rnd.random() for _ in range(n * G * K * P)]
+    wt = [rnd.gauss(0, 0.3) for _ in range(cout * (c // WG) * K)]
+    b = [rnd.gauss(0, 1) for _ in range(cout)]
+    gy = [rnd.gauss(0, 1) for _ in range(n * cout * P)]
+    want = direct(n, c, h, w, cout, k, pad, G, WG, x, off, mask, wt, b)
+    for label, ctype, dt, tol in (('f32', ctypes.c_float, F32, 1e-5), ('f64', ctypes.c_double, deftc_lib.F64, 1e-12)):
+        arr = lambda v: (ctype * len(v))(*v)  # noqa: E731
+        bufs = [arr(v) for v in (x, off, mask, wt, b, gy)]
+        y, gb = (ctype * len(want))(), (ctype * cout)()
+        d = deftc_lib.Desc(n, c, h, w, cout, k, k, 1, 1, pad, pad, 1, 1, G, 1, 1, dtype=dt, weight_dtype=dt,
+                           offset_dtype=dt, mask_dtype=dt, weight_groups=WG, device=deftc_lib.CPU)
+        p = [ctypes.cast(t, ctypes.c_void_p) for t in bufs + [y, gb]]
+        deftc_lib.check(lib.dt_deform_api_forward(ctypes.byref(d), DEFT, p[0], p[1], p[2], p[3], p[4], p[6], None))
+        err = max(abs(a - e) for a, e in zip(y, want)) / max(abs(e) for e in want)
+        assert err <= tol, '%s: y max error %.3g of the largest |y|' % (label, err)
+        deftc_lib.check(lib.dt_deform_api_backward(ctypes.byref(d), DEFT, p[0], p[1], p[2], p[3], p[5], None, None,
+                                                   None, None, p[7], None))
+        for o in range(cout):
+            s = sum(gy[(i * cout + o) * P + q] for i in range(n) for q in range(P))
+            assert abs(gb[o] - s) <= 1e-4 * max(1.0, abs(s)), '%s: grad_bias[%d] %g, expected %g' % (label, o, gb[o], s)
+        d.n = 0
+        gw = arr([float('nan')] * len(wt))
+        deftc_lib.check(lib.dt_deform_api_backward(ctypes.byref(d), DEFT, None, None, None, p[3], None, None, None,
+                                                   None, ctypes.cast(gw, ctypes.c_void_p), p[7], None))
+        assert all(v == 0 for v in gw) and all(v == 0 for v in gb), '%s: an empty batch left gradients' % label
 
 
 def missing_library():
@@ -129,34 +236,54 @@ def missing_library():
 
 
 def torch_or_none():
-    try:
-        import torch
-    except ImportError:
-        return None  # PyTorch is not installed here: the module cannot be used
-    return torch
+    return _torch
 
 
 def torch_refuses_clearly():
-    """deftc_torch's argument errors, which come before it looks at the device: CPU tensors are
-    enough to reach each of them."""
+    """deftc_torch's argument errors: RuntimeErrors (deftc_lib.DeftcError) naming the argument,
+    with torchvision's words for the sizes."""
     torch = torch_or_none()
     if torch is None:
         return SKIPPED
     import deftc_torch as dtt
     x, off, w = torch.zeros(1, 4, 6, 6), torch.zeros(1, 18, 6, 6), torch.zeros(2, 4, 3, 3)
-    expect_raises(ValueError, 'CUDA', lambda: dtt.deform_conv2d(x, off, w, padding=1))
-    expect_raises(ValueError, 'CUDA', lambda: dtt.deform_conv2d(x.bfloat16().contiguous(memory_format=torch.channels_last),
-                                                                off.bfloat16(), w, padding=1))
-    expect_raises(TypeError, 'float16', lambda: dtt.deform_conv2d(x.half(), off, w, padding=1))
-    expect_raises(TypeError, 'floating-point', lambda: dtt.deform_conv2d(x, off.int(), w, padding=1))
-    expect_raises(ValueError, "mode='unfused'", lambda: dtt.deform_conv2d(x.bfloat16(), off, w, padding=1, mode='unfused'))
-    expect_raises(ValueError, "mode='unfused'", lambda: dtt.deform_conv2d(x, off, w, padding=1, mode='unfused',
-                                                                          precision='bf16'))
-    expect_raises(ValueError, 'precision', lambda: dtt.deform_conv2d(x, off, w, padding=1, precision='fp16'))
-    expect_raises(ValueError, 'grouped', lambda: dtt.deform_conv2d(x, off, w[:, :2], padding=1))
-    expect_raises(ValueError, 'mask', lambda: dtt.deform_conv2d(x, off, w, padding=1, mask=torch.zeros(1, 5, 6, 6)))
-    expect_raises(ValueError, 'bias', lambda: dtt.deform_conv2d(x, off, w, torch.zeros(3), padding=1))
-    expect_raises(ValueError, 'too small', lambda: dtt.deform_conv2d(x[:, :, :1, :1], off[:, :, :1, :1], w))
+    expect_raises(RuntimeError, 'floating-point', lambda: dtt.deform_conv2d(x, off.int(), w, padding=1))
+    expect_raises(RuntimeError, "mode='unfused'", lambda: dtt.deform_conv2d(x.bfloat16(), off, w, padding=1,
+                                                                            mode='unfused'))
+    expect_raises(RuntimeError, "mode='unfused'", lambda: dtt.deform_conv2d(x, off, w, padding=1, mode='unfused',
+                                                                            precision='bf16'))
+    expect_raises(RuntimeError, 'precision', lambda: dtt.deform_conv2d(x, off, w, padding=1, precision='fp16'))
+    expect_raises(RuntimeError, "mode must be 'deft' or 'unfused'", lambda: dtt.deform_conv2d(x, off, w, mode='fast'))
+    expect_raises(RuntimeError, 'weight groups', lambda: dtt.deform_conv2d(x, off, w[:, :3], padding=1))
+    expect_raises(RuntimeError, 'mask.shape[1] is not valid', lambda: dtt.deform_conv2d(
+        x, off, w, padding=1, mask=torch.zeros(1, 5, 6, 6)))
+    expect_raises(RuntimeError, 'the shape of the offset tensor', lambda: dtt.deform_conv2d(x, off[:, :2], w, padding=1))
+    expect_raises(RuntimeError, 'bias', lambda: dtt.deform_conv2d(x, off, w, torch.zeros(3), padding=1))
+    expect_raises(RuntimeError, 'too small', lambda: dtt.deform_conv2d(x[:, :, :1, :1], off[:, :, :1, :1], w))
+    expect_raises(RuntimeError, 'is on meta', lambda: dtt.deform_conv2d(x, off.to('meta'), w, padding=1))
+
+
+def torch_runs_on_cpu():
+    """CPU tensors run on deftc's CPU twins; with zero offsets (and no mask) a deformable
+    convolution is PyTorch's conv2d - weight groups, stride, padding and dilation too - in every
+    dtype the op takes."""
+    torch = torch_or_none()
+    if torch is None:
+        return SKIPPED
+    import deftc_torch as dtt
+    import torch.nn.functional as F
+    g = torch.Generator().manual_seed(1)
+    x, w, b = torch.randn(3, 6, 9, 8, generator=g), torch.randn(4, 3, 3, 3, generator=g), torch.randn(4, generator=g)
+    want = F.conv2d(x.double(), w.double(), b.double(), stride=(2, 1), padding=(1, 2), dilation=(1, 2), groups=2)
+    off = torch.zeros(3, 2 * 9, *want.shape[2:])
+    for dtype, tol in ((torch.float64, 1e-12), (torch.float32, 1e-5), (torch.bfloat16, 2e-2), (torch.float16, 2e-3)):
+        for mode in ('deft', 'unfused') if dtype in (torch.float32, torch.float64) else ('deft',):
+            y = dtt.deform_conv2d(x.to(dtype), off.to(dtype), w.to(dtype), b.to(dtype), stride=(2, 1), padding=(1, 2),
+                                  dilation=(1, 2), mode=mode)
+            err = float((y.double() - want).norm() / want.norm())
+            assert y.dtype == dtype and err <= tol, '%s %s: %s, rel err %.3g' % (dtype, mode, y.dtype, err)
+    empty = dtt.deform_conv2d(x[:0], off[:0], w, b, stride=(2, 1), padding=(1, 2), dilation=(1, 2))
+    assert tuple(empty.shape) == (0,) + tuple(want.shape[1:]), tuple(empty.shape)
 
 
 def torch_formats():
@@ -172,7 +299,7 @@ def torch_formats():
     assert dtt._fmt(x, NCHW) == (f32, NCHW)
     assert dtt._fmt(x.contiguous(memory_format=cl), NCHW) == (f32, NHWC)
     assert dtt._fmt(x.bfloat16().contiguous(memory_format=cl), NCHW) == (bf16, NHWC)
-    assert dtt._fmt(x.double(), NHWC) == (f32, NHWC)                     # float64: copied to float32
+    assert dtt._fmt(x.double(), NHWC) == (f32, NHWC)                     # in an f32 call float64 is copied
     odd = x.bfloat16().transpose(2, 3)                                   # neither layout: copied, in bf16
     assert dtt._fmt(odd, NHWC) == (bf16, NHWC)
     assert dtt._fmt(odd, NCHW, f32) == (f32, NCHW)                       # offsets: into what the kernels read
@@ -183,23 +310,43 @@ def torch_formats():
     flat = torch.zeros(2 * 8 * 5 * 7 + 1)[1:].view(2, 8, 5, 7)           # dense but 4 bytes off alignment: copied
     assert dtt._fmt(flat, NCHW) == (f32, NCHW) and dtt._as(flat, f32, NCHW) is not flat
     xcl = x.contiguous(memory_format=cl)
-    assert dtt._compute(xcl, 'deft', None, None) == (f32, NHWC, f32)
-    assert dtt._compute(xcl, 'unfused', None, None) == (f32, NCHW, f32)  # the baseline is NCHW: copied
-    assert dtt._compute(x.bfloat16(), 'deft', None, None) == (bf16, NHWC, bf16)
-    assert dtt._compute(x, 'deft', 'bf16', None) == (bf16, NHWC, f32)
-    assert dtt._compute(x.bfloat16(), 'deft', 'fp32', None) == (f32, NCHW, bf16)
-    assert dtt._compute(x.double(), 'deft', None, None) == (f32, NCHW, torch.float64)
-    assert dtt._compute(x, 'deft', None, bf16) == (bf16, NHWC, bf16)       # under bf16 autocast
-    assert dtt._compute(x, 'unfused', None, bf16) == (f32, NCHW, f32)       # ... as torchvision: float32
-    assert dtt._compute(x.half(), 'deft', None, torch.float16) == (f32, NCHW, f32)
-    assert dtt._compute(x, 'deft', 'tf32', bf16) == (f32, NCHW, f32)
+    f64, f16 = torch.float64, torch.float16
+    assert dtt._compute(xcl, 'deft', None) == (f32, NHWC, (f32, NHWC))
+    assert dtt._compute(xcl, 'unfused', None) == (f32, NCHW, (f32, NCHW))  # the baseline is NCHW: copied
+    assert dtt._compute(x.bfloat16(), 'deft', None) == (bf16, NHWC, (bf16, NHWC))
+    assert dtt._compute(x, 'deft', 'bf16') == (bf16, NHWC, (f32, NCHW))
+    assert dtt._compute(x.bfloat16(), 'deft', 'fp32') == (f32, NCHW, (bf16, NCHW))
+    assert dtt._compute(x.double(), 'deft', None) == (f64, NCHW, (f64, NCHW))   # deftc's f64 kernels
+    assert dtt._compute(x.half(), 'deft', None) == (f32, NCHW, (f16, NCHW))     # through float32, float16 out
+    assert dtt._compute(xcl.half(), 'deft', None) == (f32, NHWC, (f16, NHWC))
 
+
+def torch_autocast():
+    """Under CPU autocast: bf16 (mode 'deft') computes and returns bf16 channels_last; otherwise
+    torchvision's rule - float32 in, float32 out; float16 in, float16 out."""
+    torch = torch_or_none()
+    if torch is None:
+        return SKIPPED
+    import deftc_torch as dtt
+    x, off, w = torch.randn(2, 4, 6, 6), torch.randn(2, 18, 6, 6), torch.randn(4, 4, 3, 3)
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        y = dtt.deform_conv2d(x, off, w, padding=1)
+        yu = dtt.deform_conv2d(x, off, w, padding=1, mode='unfused')
+    assert y.dtype == torch.bfloat16 and y.is_contiguous(memory_format=torch.channels_last), (y.dtype, y.stride())
+    assert yu.dtype == torch.float32, yu.dtype
+    with torch.autocast('cpu', dtype=torch.float16):
+        y32, y16 = dtt.deform_conv2d(x, off, w, padding=1), dtt.deform_conv2d(x.half(), off, w, padding=1)
+    assert (y32.dtype, y16.dtype) == (torch.float32, torch.float16), (y32.dtype, y16.dtype)
 
 for name, fn in [('out_size', out_size), ('bad offset groups', bad_groups), ('host pointers refused', host_pointers),
                  ('descriptor: formats the kernels run accepted', formats_accepted),
                  ('descriptor: other formats refused, named', formats_refused), ('Desc fields', desc_fields),
+                 ('descriptor: weight groups, f64, device', groups_f64_device),
+                 ('CPU device: f32 and f64 with weight groups against the definition', cpu_device_runs),
                  ('missing library named', missing_library), ('torch: bad arguments refused clearly', torch_refuses_clearly),
-                 ('torch: formats passed as they are, others copied', torch_formats)]:
+                 ('torch: CPU tensors run (zero offsets: conv2d)', torch_runs_on_cpu),
+                 ('torch: formats passed as they are, others copied', torch_formats),
+                 ('torch: autocast on the CPU', torch_autocast)]:
     case(name, fn)
 failed = [r for r in results if r[1] not in (None, SKIPPED)]
 skipped = [r for r in results if r[1] == SKIPPED]

@@ -1,0 +1,259 @@
+/* A model's weights to and from safetensors under torchvision's names (dt_weights.h). */
+#include "dt_weights.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "atomic_file.h"
+#include "dt_checkpoint.h"
+#include "dt_file.h"
+#include "train_run.h" /* train_model_cfg */
+
+static int ends_with(const char *s, const char *tail) {
+    size_t n = strlen(s), m = strlen(tail);
+    return n >= m && !strcmp(s + n - m, tail);
+}
+
+static int is_offset_conv(const char *name) { return ends_with(name, ".offset.weight") || ends_with(name, ".offset.bias"); }
+static int is_fc(const char *name) { return !strcmp(name, "fc.weight") || !strcmp(name, "fc.bias"); }
+
+static void shape_text(int nd, const int64_t *s, char *b, size_t len) {
+    size_t o = (size_t)snprintf(b, len, "[");
+    for (int i = 0; i < nd && o < len; i++) o += (size_t)snprintf(b + o, len - o, i ? ", %lld" : "%lld", (long long)s[i]);
+    if (o < len) snprintf(b + o, len - o, "]");
+}
+
+/* A list of names for a message: "a, b, c and 4 more". */
+typedef struct {
+    char text[400];
+    int n;
+} name_list;
+
+static void list_add(name_list *l, const char *name) {
+    size_t o = strlen(l->text);
+    if (l->n++ < 4) snprintf(l->text + o, sizeof l->text - o, "%s'%.80s'", o ? ", " : "", name);
+}
+
+static const char *list_end(name_list *l) {
+    size_t o = strlen(l->text);
+    if (l->n > 4) snprintf(l->text + o, sizeof l->text - o, " and %d more", l->n - 4);
+    return l->text;
+}
+
+/* The model's tensors in one list: the parameters' masters, then the buffers. */
+static dt_tensor *model_tensor(dt_params *ps, dt_tensor *const *buffers, int i) {
+    return i < ps->n ? ps->items[i]->t : buffers[i - ps->n];
+}
+
+/* Whether `name` is the num_batches_tracked of a batch norm of the model (one whose
+ * running_mean it has). */
+static int is_bn_counter(const char *name, dt_tensor *const *buffers, int n_buffers) {
+    static const char tail[] = ".num_batches_tracked";
+    if (!ends_with(name, tail)) return 0;
+    size_t stem = strlen(name) - (sizeof tail - 1);
+    for (int i = 0; i < n_buffers; i++)
+        if (!strncmp(buffers[i]->name, name, stem) && !strcmp(buffers[i]->name + stem, ".running_mean")) return 1;
+    return 0;
+}
+
+/* The file's values of tensor f for the model's tensor t: converted, finite, a variance not
+ * negative. NULL with err set otherwise. */
+static float *values_of(const dt_st_tensor *f, const dt_tensor *t, const char *path, dt_err *err) {
+    float *v = dt_xmalloc((size_t)(f->numel ? f->numel : 1) * sizeof *v);
+    dt_st_tensor_to_f32(f, v);
+    int var = ends_with(t->name, ".running_var");
+    for (int64_t k = 0; k < f->numel; k++)
+        if (!isfinite(v[k]) || (var && v[k] < 0)) {
+            dt_errf(err, "%s: tensor '%s' holds %s at element %lld%s", path, t->name,
+                    isnan(v[k]) ? "a NaN" : isinf(v[k]) ? "an infinity" : "a negative variance", (long long)k,
+                    f->dtype == DT_ST_F64 && isinf(v[k]) ? " (an F64 infinity, or a value beyond the float range)" : "");
+            free(v);
+            return NULL;
+        }
+    return v;
+}
+
+int dt_weights_load_state(const dt_safetensors *st, dt_params *ps, dt_tensor *const *buffers, int n_buffers, int partial,
+                          const char *path, dt_weights_report *rep, dt_err *err) {
+    memset(rep, 0, sizeof *rep);
+    int nt = ps->n + n_buffers;
+    /* the file's tensor for each of the model's (NULL: absent or, partially, kept), and which
+     * of the file's were taken */
+    const dt_st_tensor **src = dt_xcalloc((size_t)(nt ? nt : 1), sizeof *src);
+    char *used = dt_xcalloc((size_t)(st->n ? st->n : 1), 1);
+    float **vals = dt_xcalloc((size_t)(nt ? nt : 1), sizeof *vals);
+    name_list missing = {{0}, 0}, extra = {{0}, 0};
+    int rc = 0;
+    for (int i = 0; i < nt && !rc; i++) {
+        dt_tensor *t = model_tensor(ps, buffers, i);
+        const dt_st_tensor *f = dt_safetensors_find(st, t->name);
+        if (f) used[f - st->t] = 1;
+        int same = f && f->ndim == t->ndim && !memcmp(f->shape, t->shape, (size_t)t->ndim * sizeof *t->shape);
+        if (!f) {
+            if (is_offset_conv(t->name)) rep->offset_zero += ends_with(t->name, ".weight");
+            else if (partial && is_fc(t->name)) rep->fc_kept++;
+            else list_add(&missing, t->name);
+        } else if (!same && partial && is_fc(t->name)) {
+            rep->fc_kept++;
+        } else if (!same) {
+            char a[200], b[200];
+            shape_text(f->ndim, f->shape, a, sizeof a);
+            shape_text(t->ndim, t->shape, b, sizeof b);
+            rc = dt_errf(err, "%s: tensor '%s' is %s in the file but %s in the model%s", path, t->name, a, b,
+                         is_fc(t->name) ? " (another class count? init_from_partial=1 leaves fc at its init)" : "");
+        } else if (!dt_st_dtype_is_float(f->dtype)) {
+            rc = dt_errf(err, "%s: tensor '%s' is %s: the model's weights need a float dtype (F32, BF16, F16 or F64)", path,
+                         t->name, dt_st_dtype_name(f->dtype));
+        } else {
+            src[i] = f;
+        }
+    }
+    for (int i = 0; i < st->n && !rc; i++) {
+        if (used[i]) continue;
+        if (is_bn_counter(st->t[i].name, buffers, n_buffers)) rep->ignored++;
+        else list_add(&extra, st->t[i].name);
+    }
+    if (!rc && missing.n)
+        rc = dt_errf(err, "%s lacks %d tensor%s of the model: %s (a state_dict of another model, depth or deform "
+                     "setting?)", path, missing.n, missing.n == 1 ? "" : "s", list_end(&missing));
+    if (!rc && extra.n)
+        rc = dt_errf(err, "%s has %d tensor%s the model does not: %s (a state_dict of another model, depth or deform "
+                     "setting?)", path, extra.n, extra.n == 1 ? "" : "s", list_end(&extra));
+    /* every value converted and checked before the first copy: a failure leaves the model as
+     * it was */
+    for (int i = 0; i < nt && !rc; i++)
+        if (src[i] && !(vals[i] = values_of(src[i], model_tensor(ps, buffers, i), path, err))) rc = -1;
+    for (int i = 0; i < nt && !rc; i++) {
+        dt_tensor *t = model_tensor(ps, buffers, i);
+        if (vals[i]) {
+            dt_tensor_set_values(t, vals[i]); /* logical order in, the model's layout out */
+            rep->loaded++;
+        } else if (is_offset_conv(t->name)) {
+            dt_tensor_fill(t, 0.0f);
+        }
+    }
+    for (int i = 0; i < nt; i++) free(vals[i]);
+    free(vals);
+    free(used);
+    free(src);
+    return rc;
+}
+
+void dt_weights_describe(const dt_weights_report *rep, const char *path, int deform_version, char *buf, size_t cap) {
+    size_t o = (size_t)snprintf(buf, cap, "%d tensors from %s", rep->loaded, path);
+    int one = rep->offset_zero == 1;
+    if (rep->offset_zero && o < cap)
+        o += (size_t)snprintf(buf + o, cap - o, "; %d offset conv%s start%s at zero offsets%s", rep->offset_zero,
+                              one ? "" : "s", one ? "s" : "",
+                              deform_version == 2 ? " and zero mask logits: a mask of 0.5, so each deformable layer starts "
+                                                    "out as its plain conv times 0.5 (before its batch norm)" : "");
+    if (rep->fc_kept && o < cap)
+        o += (size_t)snprintf(buf + o, cap - o, "; %s of another shape in the file or absent: left at %s initialization "
+                              "(init_from_partial=1)", rep->fc_kept == 1 ? "one of fc.weight and fc.bias is" :
+                              "fc.weight and fc.bias are", rep->fc_kept == 1 ? "its" : "their");
+    if (rep->ignored && o < cap) snprintf(buf + o, cap - o, "; %d num_batches_tracked ignored", rep->ignored);
+}
+
+int dt_weights_save_tensors(const char *path, const dt_st_item *items, int n, const dt_st_meta *meta, int n_meta,
+                            dt_err *err) {
+    void *file;
+    size_t size;
+    if (dt_safetensors_encode(items, n, meta, n_meta, &file, &size, err)) return -1;
+    int rc = dt_atomic_write(path, "safetensors file", file, size, NULL, 0, err);
+    free(file);
+    return rc;
+}
+
+/* The deform= text of a stage mask: none, all, or the stages like 2,3,4. */
+static void stages_text(unsigned mask, char *b, size_t cap) {
+    if (!mask || mask == 15) {
+        snprintf(b, cap, "%s", mask ? "all" : "none");
+        return;
+    }
+    size_t o = 0;
+    b[0] = 0;
+    for (int s = 0; s < 4; s++)
+        if (mask >> s & 1) o += (size_t)snprintf(b + o, cap - o, "%s%d", o ? "," : "", s + 1);
+}
+
+int dt_weights_export(const dt_resnet *m, int64_t steps, const char *path, dt_err *err) {
+    const dt_params *ps = &m->params;
+    int n = ps->n + m->n_buffers + m->n_bns;
+    dt_st_item *items = dt_xcalloc((size_t)n, sizeof *items);
+    float **host = dt_xcalloc((size_t)n, sizeof *host);
+    char(*names)[96] = dt_xcalloc((size_t)(m->n_bns ? m->n_bns : 1), sizeof *names);
+    int k = 0;
+    for (int i = 0; i < ps->n + m->n_buffers; i++) {
+        const dt_tensor *t = i < ps->n ? ps->items[i]->t : m->buffers[i - ps->n];
+        host[k] = dt_tensor_host_copy(t); /* logical (NCHW) order whatever the layout */
+        items[k] = (dt_st_item){t->name, DT_ST_F32, t->ndim, t->shape, host[k]};
+        k++;
+    }
+    /* PyTorch's per-BN step counter, next to each batch norm's running statistics */
+    for (int i = 0; i < m->n_bns; i++) {
+        const char *mean = m->bns[i]->running_mean->name;
+        snprintf(names[i], sizeof names[i], "%.*s.num_batches_tracked", (int)(strlen(mean) - strlen(".running_mean")), mean);
+        items[k++] = (dt_st_item){names[i], DT_ST_I64, 0, NULL, &steps};
+    }
+    char deform[16], width[32], version[16], groups[16], classes[32], nsteps[32];
+    stages_text(m->cfg.deform_stages, deform, sizeof deform);
+    snprintf(width, sizeof width, "%g", m->cfg.width);
+    snprintf(version, sizeof version, "%d", m->cfg.deform_version);
+    snprintf(groups, sizeof groups, "%d", m->cfg.offset_groups);
+    snprintf(classes, sizeof classes, "%d", m->cfg.num_classes);
+    snprintf(nsteps, sizeof nsteps, "%lld", (long long)steps);
+    dt_st_meta meta[] = {{"format", "pt"},           {"deftc_model", (char *)dt_resnet_model_name(m->cfg.model)},
+                         {"width", width},           {"deform", deform},
+                         {"deform_version", version}, {"offset_groups", groups},
+                         {"classes", classes},       {"steps", nsteps}};
+    int rc = dt_weights_save_tensors(path, items, k, meta, (int)(sizeof meta / sizeof *meta), err);
+    for (int i = 0; i < n; i++) free(host[i]);
+    free(host);
+    free(names);
+    free(items);
+    return rc;
+}
+
+int dt_weights_export_prepare(const char *path, dt_err *err) {
+    char target[PATH_MAX + 1];
+    dt_err e;
+    if (dt_make_parent_dirs(path, &e)) return dt_errf(err, "cannot write export %s: %s", path, e.msg);
+    return dt_atomic_target(path, "export", target, sizeof target, err);
+}
+
+int dt_weights_export_checkpoint(const char *ckpt_path, const char *out_path, dt_err *err) {
+    dt_checkpoint ck;
+    if (dt_weights_export_prepare(out_path, err) || dt_checkpoint_read(ckpt_path, &ck, err)) return -1;
+    dt_train_cfg c;
+    dt_config_defaults(&c);
+    dt_err e;
+    int rc = 0, fc = dt_checkpoint_find(&ck, "fc.bias");
+    if (dt_config_parse(&c, ck.config_text, strlen(ck.config_text), ckpt_path, &e))
+        rc = dt_errf(err, "cannot export %s: the config it stores does not parse (%s)", ckpt_path, e.msg);
+    else if (fc < 0 || ck.ndim[fc] != 1 || ck.shape[fc][0] < 2 || ck.shape[fc][0] > 100000)
+        rc = dt_errf(err, "cannot export %s: it has no fc.bias of 2..100000 classes (not a deftc ResNet's checkpoint)",
+                     ckpt_path);
+    if (rc) {
+        dt_checkpoint_free(&ck);
+        return rc;
+    }
+    /* the masters are fp32 in every precision and the checkpoint is in logical order: the CPU
+     * fp32 NCHW twin of the model holds the same state */
+    dt_resnet_cfg mc;
+    train_model_cfg(&c, (int)ck.shape[fc][0], &mc);
+    mc.precision = DT_PREC_FP32;
+    mc.layout = DT_NCHW;
+    dt_resnet m;
+    dt_resnet_init(&m, &mc, DT_CPU);
+    dt_tensor **momentum = dt_xcalloc((size_t)m.params.n, sizeof *momentum);
+    rc = dt_checkpoint_load_state(&ck, &m.params, momentum, m.buffers, m.n_buffers, ckpt_path, err);
+    if (!rc) rc = dt_weights_export(&m, ck.pos.step, out_path, err);
+    for (int i = 0; i < m.params.n; i++) dt_tensor_free(momentum[i]);
+    free(momentum);
+    dt_resnet_free(&m);
+    dt_checkpoint_free(&ck);
+    return rc;
+}
