@@ -137,7 +137,7 @@ $(shell mkdir -p $(BUILD) && echo 'CUDA=$(CUDA) ARCH=$(CUDA_ARCH) DEBUG=$(DEBUG)
 # libjpeg-turbo and libpng decoders when they are not built in.
 LIB_C := $(filter-out %_main.c train/train_cli.c $(if $(filter 1,$(JPEG)),,data/dt_jpeg.c) $(if $(filter 1,$(PNG)),,data/dt_png.c),\
            $(wildcard core/*.c kernels/*.c layers/*.c data/*.c train/*.c))
-LIB_CU := $(if $(filter 1,$(CUDA)),$(wildcard core/*.cu kernels/*.cu layers/*.cu),)
+LIB_CU := $(if $(filter 1,$(CUDA)),$(wildcard core/*.cu kernels/*.cu layers/*.cu data/*.cu),)
 LIB_OBJ := $(LIB_C:%.c=$(BUILD)/obj/%.o) $(LIB_CU:%.cu=$(BUILD)/obj/%.cu.o)
 TEST_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tests/*.c))
 PROGRAMS := $(patsubst %_main.c,$(BUILD)/%,$(notdir $(wildcard train/*_main.c data/*_main.c bench/*_main.c)))
@@ -148,7 +148,7 @@ CHART_OBJ := $(BUILD)/obj/bench/chart.o
 BENCH_OBJ := $(filter-out $(CHART_OBJ),$(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out %_main.c,$(wildcard bench/*.c))))
 # The kernel lab (bench/lab/, CUDA only): variants validated then timed; built with everything
 # so that it never rots.
-LAB := $(if $(filter 1,$(CUDA)),$(BUILD)/deform_lab,)
+LAB := $(if $(filter 1,$(CUDA)),$(BUILD)/deform_lab $(BUILD)/conv_lab,)
 
 # Every target that is not a file, in the order `make help` lists them; each has a HELP_ line
 # below (make stops when one is missing, so that no target is left out of make help). A line
@@ -233,6 +233,10 @@ $(BUILD)/obj/tests/test_chart.o: CFLAGS += -Ibench
 $(BUILD)/obj/bench/%.cu.o: NVCCFLAGS += -Ibench
 
 $(BUILD)/deform_lab: $(BUILD)/obj/bench/lab/deform_lab.cu.o $(BUILD)/obj/bench/bench_common.o $(BUILD)/libdeftc.a
+	$(CC) -o $@ $< $(BUILD)/obj/bench/bench_common.o $(BUILD)/libdeftc.a $(IMG_STATIC) $(LDLIBS)
+
+# build/conv_lab: the implicit-GEMM convolution lab (docs/conv.md), linked the same way.
+$(BUILD)/conv_lab: $(BUILD)/obj/bench/lab/conv_lab.cu.o $(BUILD)/obj/bench/bench_common.o $(BUILD)/libdeftc.a
 	$(CC) -o $@ $< $(BUILD)/obj/bench/bench_common.o $(BUILD)/libdeftc.a $(IMG_STATIC) $(LDLIBS)
 
 # build/model_io: one model's logits, loss and gradients for tests/api/test_torchvision_weights.py
@@ -321,7 +325,7 @@ HELP_all = (or plain make) library, programs and tests into $(BUILD)/ (now CUDA=
 HELP_lib = only the library, $(BUILD)/libdeftc.a and $(BUILD)/libdeftc.so
 HELP_test-gpu = the GPU parity suite (needs a visible CUDA GPU)
 HELP_data = the sample dataset into $(DATA)/ (build/mkdata --help)
-HELP_lab = the deformable kernel lab (build/deform_lab: variants validated, then timed; GPU)
+HELP_lab = the kernel labs (build/deform_lab, build/conv_lab: variants validated, then timed; GPU)
 HELP_bench-loader = loader images/s on ImageNet-like JPEGs
 HELP_reproduce = plain / unfused / deft training-time table, ablation and precisions, CSV + chart in runs/ (GPU; MODEL=resnet50: another model)
 HELP_scaling = data-parallel images/s on 1 and GPUS=2 GPUs, plain and deft (GPUs; bench/scaling.sh)

@@ -3,7 +3,7 @@
 # benchmarks beside the PyTorch yardstick, the reproduction and the main job. Run from the
 # repository root on the GPU machine:
 #   bash bench/gpu_run.sh [tests] [api] [conv] [deform] [deform2] [resnet] [resnet_mp] [repro] [run] [seeds]
-#                         [bf16] [yard_amp] [breakdown] [resnet50]
+#                         [bf16] [yard_amp] [breakdown] [resnet50] [dropin]
 #                         [scaling] [scaling_sync] [scaling_bf16] [dp_equiv] [dp_equiv_syn] [dp_run] [dp_multiproc]
 #                         [dp_fail]   (the last eight: 2 GPUs)
 # Logs go to $OUT (default /tmp/deftc-out) and are packed into $OUT/all.tgz. Uses the
@@ -35,6 +35,23 @@ for s in $STEPS; do
         log "C API vs torchvision (ctypes)"
         T 300 python3 tests/api/test_deform_api.py build/libdeftc.so > "$W/api.txt" 2>&1
         tail -1 "$W/api.txt" | tee -a "$OUT/summary.txt" ;;
+    dropin)
+        # The PyTorch side on the GPU (issues 23 and 25): the drop-in's GPU suite, the registered
+        # operator under torchvision's case families (CUDA and CPU-vs-CUDA gradients, f16
+        # autocast, compile, export, opcheck), deftc against torchvision with the same weights
+        # (CUDA cases), then the swapped all-deformable ResNet-18 step in fp32 and bf16 + CL.
+        log "PyTorch drop-in and torchvision weights on the GPU"
+        for t in test_deftc_torch test_deftc_torch_ops; do
+            T 600 python3 tests/api/$t.py build/libdeftc.so > "$W/$t.txt" 2>&1
+            echo "$t: $(tail -1 "$W/$t.txt")" | tee -a "$OUT/summary.txt"; grep -E '^FAIL' "$W/$t.txt" | head -20
+        done
+        T 600 python3 tests/api/test_torchvision_weights.py build > "$W/torchvision_weights.txt" 2>&1
+        grep -E 'cuda|passed' "$W/torchvision_weights.txt" | tee -a "$OUT/summary.txt"
+        for f in "" "--amp --channels-last"; do
+            # shellcheck disable=SC2086
+            T 600 python3 bench/torch_deftc.py "$YARD" --batches ${DBATCHES:-64 256} $f > "$W/torch_deftc$(echo "$f" | tr -d ' -').txt" 2>&1
+            tail -8 "$W/torch_deftc$(echo "$f" | tr -d ' -').txt" | tee -a "$OUT/summary.txt"
+        done ;;
     conv)
         [ -f "$W/torch_layers.txt" ] || T 200 python3 "$YARD" layers --batch 64 > "$W/torch_layers.txt" 2>&1
         log "bench conv"

@@ -1,12 +1,13 @@
 #include "dt_dtype.h"
 
-static const char *const g_dtype_names[DT_NUM_DTYPES] = {"f32", "bf16", "f16", "i32"};
-static const size_t g_dtype_sizes[DT_NUM_DTYPES] = {4, 2, 2, 4};
+static const char *const g_dtype_names[DT_NUM_DTYPES] = {"f32", "bf16", "f16", "i32", "u8"};
+static const size_t g_dtype_sizes[DT_NUM_DTYPES] = {4, 2, 2, 4, 1};
 static const char *const g_layout_names[DT_NUM_LAYOUTS] = {"nchw", "nhwc"};
 static const char *const g_precision_names[] = {"fp32", "tf32", "bf16"};
 
 size_t dt_dtype_size(dt_dtype t) { return (unsigned)t < DT_NUM_DTYPES ? g_dtype_sizes[t] : 0; }
 const char *dt_dtype_name(dt_dtype t) { return (unsigned)t < DT_NUM_DTYPES ? g_dtype_names[t] : "?"; }
+int dt_dtype_is_int(dt_dtype t) { return t == DT_I32 || t == DT_U8; }
 const char *dt_layout_name(dt_layout l) { return (unsigned)l < DT_NUM_LAYOUTS ? g_layout_names[l] : "?"; }
 const char *dt_precision_name(dt_precision p) { return (unsigned)p <= DT_PREC_BF16 ? g_precision_names[p] : "?"; }
 

@@ -9,6 +9,8 @@
  *   DT_F16   IEEE binary16, storage only (the C API and the PyTorch drop-in accept it as an
  *            element type; no op computes on it yet)
  *   DT_I32   32-bit signed integers: labels, indices
+ *   DT_U8    8-bit unsigned integers, storage only: the loader's image batches ([N, S, S, 3]
+ *            pixels), which dt_normalize_images turns into a model's input
  *
  * Layouts (dt_layout) of a 4-D tensor whose logical shape is always [N, C, H, W], as in
  * PyTorch:
@@ -34,6 +36,7 @@
 
 #include "dt_api.h"
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -43,8 +46,8 @@ extern "C" {
 #endif
 DT_PUBLIC_BEGIN
 
-typedef enum { DT_F32 = 0, DT_BF16 = 1, DT_F16 = 2, DT_I32 = 3 } dt_dtype;
-#define DT_NUM_DTYPES 4
+typedef enum { DT_F32 = 0, DT_BF16 = 1, DT_F16 = 2, DT_I32 = 3, DT_U8 = 4 } dt_dtype;
+#define DT_NUM_DTYPES 5
 
 typedef enum { DT_NCHW = 0, DT_NHWC = 1 } dt_layout;
 #define DT_NUM_LAYOUTS 2
@@ -54,8 +57,9 @@ typedef enum { DT_MATH_FP32 = 0, DT_MATH_TF32 = 1 } dt_math;
 typedef enum { DT_PREC_FP32 = 0, DT_PREC_TF32 = 1, DT_PREC_BF16 = 2 } dt_precision;
 
 size_t dt_dtype_size(dt_dtype t);         /* bytes per element */
-const char *dt_dtype_name(dt_dtype t);    /* "f32", "bf16", "f16", "i32" */
+const char *dt_dtype_name(dt_dtype t);    /* "f32", "bf16", "f16", "i32", "u8" */
 const char *dt_layout_name(dt_layout l);  /* "nchw", "nhwc" */
+int dt_dtype_is_int(dt_dtype t);          /* 1 for i32 and u8: no gradient, no arithmetic */
 /* 0 and *out set when s names one, -1 otherwise. */
 int dt_dtype_parse(const char *s, dt_dtype *out);
 int dt_layout_parse(const char *s, dt_layout *out);
@@ -130,17 +134,26 @@ static inline float dt_f16_to_float(uint16_t h) {
     return f;
 }
 
+/* fp32 -> u8: saturated to [0, 255], rounded to nearest, ties to even (rintf in the default
+ * rounding mode; the CUDA store uses __float2uint_rn); NaN -> 0. */
+static inline uint8_t dt_u8_from_float(float f) {
+    if (!(f > 0.0f)) return 0;
+    if (f >= 255.0f) return 255;
+    return (uint8_t)rintf(f);
+}
+
 DT_PUBLIC_END
 /* Element loads and stores by dtype on the host - what the CPU twins (and the tensor's host
  * copies) use where the CUDA kernels use dt_ld / dt_st (kernels/dt_dtype.cuh). A load widens to
- * fp32 (exact for f32, bf16, f16; i32 exact below 2^24), a store rounds once (nearest even;
- * i32 truncates), so a twin computing in fp32 between the two gets the GPU's bits whenever the
- * arithmetic is the same. */
+ * fp32 (exact for f32, bf16, f16, u8; i32 exact below 2^24), a store rounds once (nearest even;
+ * i32 truncates; u8 saturates to [0, 255], NaN -> 0), so a twin computing in fp32 between the
+ * two gets the GPU's bits whenever the arithmetic is the same. */
 static inline float dt_elem_ld(const void *p, dt_dtype t, int64_t i) {
     switch (t) {
     case DT_BF16: return dt_bf16_to_float(((const dt_bf16 *)p)[i]);
     case DT_F16: return dt_f16_to_float(((const uint16_t *)p)[i]);
     case DT_I32: return (float)((const int32_t *)p)[i];
+    case DT_U8: return (float)((const uint8_t *)p)[i];
     default: return ((const float *)p)[i];
     }
 }
@@ -150,6 +163,7 @@ static inline void dt_elem_st(void *p, dt_dtype t, int64_t i, float v) {
     case DT_BF16: ((dt_bf16 *)p)[i] = dt_bf16_from_float(v); break;
     case DT_F16: ((uint16_t *)p)[i] = dt_f16_from_float(v); break;
     case DT_I32: ((int32_t *)p)[i] = (int32_t)v; break;
+    case DT_U8: ((uint8_t *)p)[i] = dt_u8_from_float(v); break;
     default: ((float *)p)[i] = v; break;
     }
 }

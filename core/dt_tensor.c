@@ -354,6 +354,7 @@ static void *typed(const dt_tensor *t, dt_dtype want, const char *fn) {
 float *dt_data_f32(const dt_tensor *t) { return typed(t, DT_F32, "dt_data_f32"); }
 dt_bf16 *dt_data_bf16(const dt_tensor *t) { return typed(t, DT_BF16, "dt_data_bf16"); }
 int32_t *dt_data_i32(const dt_tensor *t) { return typed(t, DT_I32, "dt_data_i32"); }
+uint8_t *dt_data_u8(const dt_tensor *t) { return typed(t, DT_U8, "dt_data_u8"); }
 
 /* ---- shape checks ---- */
 

@@ -2,7 +2,7 @@
  * [N, C, H, W]), an element type, a memory layout (4-D tensors: NCHW or NHWC, dt_dtype.h), a
  * device, and a dense storage of numel elements. `data` is untyped: ops pick their kernel by
  * (device, dtype, layout) from their tables (dt_kernel.h); code that reads elements itself goes
- * through the checked accessors dt_data_f32 / dt_data_bf16 / dt_data_i32.
+ * through the checked accessors dt_data_f32 / dt_data_bf16 / dt_data_i32 / dt_data_u8.
  *
  * Ownership (arena style, no reference counting in user code):
  *  - a tensor made while a scope is open (dt_scope_begin .. dt_scope_end) belongs to the
@@ -129,6 +129,7 @@ void dt_tensor_set_values(dt_tensor *t, const float *values);
 float *dt_data_f32(const dt_tensor *t);
 dt_bf16 *dt_data_bf16(const dt_tensor *t);
 int32_t *dt_data_i32(const dt_tensor *t);
+uint8_t *dt_data_u8(const dt_tensor *t);
 
 /* Shapes. */
 /* Elements of a shape; -1 when a dimension is negative or the product overflows int64. */

@@ -218,14 +218,12 @@ static inline float tri(double x) {
     return x < 1.0 ? (float)(1.0 - x) : 0.0f;
 }
 
-static int axis_taps(const dt_axis_map *m) {
+int dt_axis_taps(const dt_axis_map *m) {
     double fs = m->scale > 1.0 ? m->scale : 1.0;
     return 2 * (int)ceil(fs) + 1;
 }
 
-/* Filter weights of one axis: output o reads source pixels start[o] .. start[o]+count[o]-1
- * with weights w[o * taps + k] (normalized to sum 1). */
-static void axis_weights(const dt_axis_map *m, int taps, int *start, int *count, float *w) {
+void dt_axis_weights(const dt_axis_map *m, int taps, int *start, int *count, float *w) {
     double fs = m->scale > 1.0 ? m->scale : 1.0; /* filter widens when shrinking */
     double support = fs;                          /* triangle: support 1 at unit scale */
     for (int o = 0; o < m->out; o++) {
@@ -257,7 +255,7 @@ void dt_image_resample(const dt_image *src, const dt_axis_map *mx, const dt_axis
                    my->lo >= 0 && my->hi <= src->h && my->lo < my->hi,
                "resample: bad window [%d,%d)x[%d,%d) for a %dx%d image", mx->lo, mx->hi, my->lo, my->hi, src->w,
                src->h);
-    int tx = axis_taps(mx), ty = axis_taps(my), ow = mx->out, oh = my->out;
+    int tx = dt_axis_taps(mx), ty = dt_axis_taps(my), ow = mx->out, oh = my->out;
     /* Scratch layout: x weights, y weights, spans, then the horizontally filtered rows. */
     size_t wx_n = (size_t)ow * tx, wy_n = (size_t)oh * ty;
     size_t spans = 2 * (size_t)(ow + oh);
@@ -270,8 +268,8 @@ void dt_image_resample(const dt_image *src, const dt_axis_map *mx, const dt_axis
     float *wx = (float *)base, *wy = wx + wx_n;
     int *sx = (int *)(wy + wy_n), *cx = sx + ow, *sy = cx + ow, *cy = sy + oh;
     float *tmp = (float *)(base + head);
-    axis_weights(mx, tx, sx, cx, wx);
-    axis_weights(my, ty, sy, cy, wy);
+    dt_axis_weights(mx, tx, sx, cx, wx);
+    dt_axis_weights(my, ty, sy, cy, wy);
     int y_begin = sy[0], y_end = sy[0] + cy[0];
     for (int o = 1; o < oh; o++) {
         if (sy[o] < y_begin) y_begin = sy[o];

@@ -93,7 +93,16 @@ typedef struct {
     int lo, hi;     /* source window for the taps */
 } dt_axis_map;
 
-/* dst: [my->out, mx->out, 3] uint8, rows packed. */
+/* The filter of one axis, as dt_image_resample uses it (and the device augmentation,
+ * data/dt_augment.h): at most dt_axis_taps(m) taps per output; output o reads source pixels
+ * start[o] .. start[o] + count[o] - 1 with weights w[o * taps + k] (normalized to sum 1).
+ * start, count: [m->out]; w: [m->out * taps]. */
+int dt_axis_taps(const dt_axis_map *m);
+void dt_axis_weights(const dt_axis_map *m, int taps, int *start, int *count, float *w);
+
+/* Separable: a horizontal pass over the rows the output needs into fp32 sums (taps in order
+ * k = 0, 1, ...), then a vertical pass over those (the same order), clamped to [0, 255] and
+ * rounded half up to uint8. dst: [my->out, mx->out, 3] uint8, rows packed. */
 void dt_image_resample(const dt_image *src, const dt_axis_map *mx, const dt_axis_map *my, uint8_t *dst,
                        dt_scratch *scratch);
 

@@ -21,8 +21,8 @@
 enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_HELD };
 
 typedef struct {
-    float *images;   /* [B, 3, S, S] */
-    int32_t *labels; /* [B] */
+    uint8_t *images; /* [B, S, S, 3] u8 HWC */
+    int32_t *labels; /* [B] i32 */
     int state;
     int64_t batch;
     int n, done;
@@ -86,7 +86,6 @@ struct dt_loader {
 typedef struct {
     dt_loader *l;
     dt_scratch file, resample;
-    uint8_t *u8; /* [S, S, 3] */
 } worker_ctx;
 
 dt_loader_opts dt_loader_default_opts(int train) {
@@ -197,7 +196,7 @@ static void make_plan(const dt_loader *l, int iw, int ih, dt_rng *r, dt_transfor
 /* Decodes and transforms one candidate; 0 on success. Without the cache the transform is
  * planned from the header's size first, so a JPEG is decoded only as large as the plan needs;
  * with it, planned on the cached image (so the first epoch equals the later ones). */
-static int load_sample(worker_ctx *w, int64_t idx, dt_rng *r, float *out) {
+static int load_sample(worker_ctx *w, int64_t idx, dt_rng *r, uint8_t *out) {
     dt_loader *l = w->l;
     dt_image tmp = {0};
     const dt_image *img = NULL;
@@ -222,14 +221,14 @@ static int load_sample(worker_ctx *w, int64_t idx, dt_rng *r, float *out) {
         mark_bad(l, idx, err.msg);
         return -1;
     }
-    dt_transform_apply(&plan, img, l->S, out, w->u8, &w->resample);
+    dt_transform_apply(&plan, img, l->S, out, &w->resample);
     if (owned) dt_image_free(&tmp);
     return 0;
 }
 
 /* Fills one batch row for epoch position p (of the whole epoch, not the shard). Returns 1 if perm[p] itself was skipped, -1 if
  * no image of the dataset decodes. */
-static int fill_sample(worker_ctx *w, const int64_t *perm, int epoch, int64_t p, float *out, int32_t *label) {
+static int fill_sample(worker_ctx *w, const int64_t *perm, int epoch, int64_t p, uint8_t *out, int32_t *label) {
     dt_loader *l = w->l;
     int skipped = 0;
     for (int64_t d = 0; d < l->m; d++) {
@@ -249,7 +248,7 @@ static int fill_sample(worker_ctx *w, const int64_t *perm, int epoch, int64_t p,
         }
         skipped |= d == 0;
     }
-    memset(out, 0, (size_t)3 * l->S * l->S * sizeof(float));
+    memset(out, 0, (size_t)l->S * l->S * 3);
     *label = -1;
     return -1;
 }
@@ -265,7 +264,7 @@ static void dead_class_error(const dt_loader *l, int c, char *buf, size_t cap) {
 static void *worker_main(void *arg) {
     worker_ctx *w = arg;
     dt_loader *l = w->l;
-    size_t per_image = (size_t)3 * l->S * l->S;
+    size_t per_image = (size_t)l->S * l->S * 3; /* bytes of one [S, S, 3] u8 row */
     pthread_mutex_lock(&l->mu);
     for (;;) {
         if (l->stop) break;
@@ -317,7 +316,6 @@ static void *worker_main(void *arg) {
     pthread_mutex_unlock(&l->mu);
     dt_scratch_free(&w->file);
     dt_scratch_free(&w->resample);
-    free(w->u8);
     free(w);
     return NULL;
 }
@@ -564,7 +562,7 @@ dt_loader *dt_loader_new(const dt_dataset *ds, const dt_loader_opts *opts, dt_er
     l->pinned = dt_gpu_ready();
     l->slots = dt_xcalloc((size_t)l->K, sizeof *l->slots);
     for (int k = 0; k < l->K; k++) {
-        l->slots[k].images = dt_host_alloc((size_t)l->B * 3 * l->S * l->S * sizeof(float), l->pinned);
+        l->slots[k].images = dt_host_alloc((size_t)l->B * l->S * l->S * 3, l->pinned); /* [B, S, S, 3] u8 */
         l->slots[k].labels = dt_host_alloc((size_t)l->B * sizeof(int32_t), l->pinned);
         l->slots[k].state = SLOT_FREE;
     }
@@ -586,10 +584,8 @@ dt_loader *dt_loader_new(const dt_dataset *ds, const dt_loader_opts *opts, dt_er
     for (int t = 0; t < l->nthreads; t++) {
         worker_ctx *w = dt_xcalloc(1, sizeof *w);
         w->l = l;
-        w->u8 = dt_xmalloc((size_t)l->S * l->S * 3);
         int rc = pthread_create(&l->threads[t], NULL, worker_main, w);
         if (rc != 0) {
-            free(w->u8);
             free(w);
             dt_errf(err, "loader: cannot start worker thread %d of %d: %s", t + 1, l->nthreads, strerror(rc));
             dt_loader_free(l);

@@ -4,14 +4,22 @@
  * batch slots in host memory (pinned when the GPU context is up: init the GPU before making
  * the loader, so the training loop's host->device copies can be asynchronous):
  *
- *   images [B, 3, S, S] float32, CHW, normalized      labels [B] int32
+ *   images [B, S, S, 3] uint8, HWC (RGB interleaved)   labels [B] int32
+ *
+ * The pixels are the transform's (crop, antialiased resize rounded to uint8 like PIL, flip),
+ * not yet normalized: the consumer uploads them (a quarter of the bytes of float32) and turns
+ * them into the model's input on its device in one pass, ToTensor + Normalize with
+ * dt_imagenet_mean / dt_imagenet_std:
+ *
+ *   x = dt_normalize_images(u8 [n, S, S, 3], dt_imagenet_mean, dt_imagenet_std, dtype, layout)
+ *       -> [n, 3, S, S] in the model's dtype and layout (f32 NCHW, f32 NHWC or bf16 NHWC)
  *
  * The training loop, per epoch:
  *
  *   dt_loader_start_epoch(l, epoch);
  *   dt_batch cur = {0}, prev = {0};
  *   while (dt_loader_next(l, &cur) == 1) {      // blocks only while the workers are behind
- *       copy cur.images / cur.labels to the device (async), launch the step ...
+ *       copy cur.images / cur.labels to the device (async), normalize, launch the step ...
  *       if (prev.images) dt_loader_release(l, &prev);   // after its copy has completed
  *       prev = cur;
  *   }
@@ -96,7 +104,7 @@ typedef struct {
 dt_loader_opts dt_loader_default_opts(int train);
 
 typedef struct {
-    float *images;    /* [B, 3, S, S] float32 CHW normalized (rows past n are stale) */
+    uint8_t *images;  /* [B, S, S, 3] uint8 HWC, not normalized (rows past n are stale) */
     int32_t *labels;  /* [B] int32 */
     int n;            /* samples in this batch (B except a short last batch) */
     int64_t index;    /* batch number in the epoch */

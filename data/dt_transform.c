@@ -1,7 +1,6 @@
 #include "dt_transform.h"
 
 #include <math.h>
-#include <pthread.h>
 
 const float dt_imagenet_mean[3] = {0.485f, 0.456f, 0.406f};
 const float dt_imagenet_std[3] = {0.229f, 0.224f, 0.225f};
@@ -60,27 +59,16 @@ void dt_resize_shorter_dims(int w, int h, int size, int *ow, int *oh) {
 
 int dt_val_resize_size(int S) { return (int)floor(S * 256.0 / 224.0 + 0.5); }
 
-/* (v / 255 - mean) / std for every uint8 value, per channel: one table lookup per element. */
-static float g_lut[3][256];
-static pthread_once_t g_lut_once = PTHREAD_ONCE_INIT;
-static void init_lut(void) {
-    for (int c = 0; c < 3; c++)
-        for (int v = 0; v < 256; v++) g_lut[c][v] = ((float)v / 255.0f - dt_imagenet_mean[c]) / dt_imagenet_std[c];
-}
-
-void dt_normalize_u8(const uint8_t *u8, int S, int flip, float *out) {
-    pthread_once(&g_lut_once, init_lut);
-    size_t plane = (size_t)S * S;
-    float *o0 = out, *o1 = out + plane, *o2 = out + 2 * plane;
+/* Mirrors the columns of u8 [S, S, 3] in place (RandomHorizontalFlip). */
+static void flip_columns(uint8_t *u8, int S) {
     for (int y = 0; y < S; y++) {
-        const uint8_t *row = u8 + (size_t)y * S * 3;
-        size_t base = (size_t)y * S;
-        for (int x = 0; x < S; x++) {
-            const uint8_t *p = row + (size_t)(flip ? S - 1 - x : x) * 3;
-            o0[base + x] = g_lut[0][p[0]];
-            o1[base + x] = g_lut[1][p[1]];
-            o2[base + x] = g_lut[2][p[2]];
-        }
+        uint8_t *row = u8 + (size_t)y * S * 3;
+        for (int a = 0, b = S - 1; a < b; a++, b--)
+            for (int c = 0; c < 3; c++) {
+                uint8_t t = row[a * 3 + c];
+                row[a * 3 + c] = row[b * 3 + c];
+                row[b * 3 + c] = t;
+            }
     }
 }
 
@@ -110,8 +98,9 @@ void dt_transform_plan_val(int w, int h, int S, dt_transform_plan *p) {
     p->min_scale = min_scale_for(w, h, dt_val_resize_size(S));
 }
 
-void dt_resize_center_crop(const dt_image *img, int full_w, int full_h, int resize, int S, uint8_t *u8,
-                           dt_scratch *scratch) {
+/* The axes of Resize(resize) + CenterCrop(S) of a full_w x full_h image decoded at img_w x img_h. */
+static void center_crop_axes(int img_w, int img_h, int full_w, int full_h, int resize, int S, dt_axis_map *mx,
+                             dt_axis_map *my) {
     int rw, rh;
     dt_resize_shorter_dims(full_w, full_h, resize, &rw, &rh);
     /* CenterCrop offsets inside the resized image (torchvision: int(round((H - S) / 2))). When
@@ -119,8 +108,14 @@ void dt_resize_center_crop(const dt_image *img, int full_w, int full_h, int resi
      * resampler clamps to the border instead of torchvision's zero padding. */
     int left = round_half_even((rw - S) / 2.0), top = round_half_even((rh - S) / 2.0);
     /* Same origin/scale as dt_image_resize(img, rw, rh): bit-identical to resize-then-crop. */
-    dt_axis_map mx = {S, 0.0, left, (double)img->w / rw, 0, img->w};
-    dt_axis_map my = {S, 0.0, top, (double)img->h / rh, 0, img->h};
+    *mx = (dt_axis_map){S, 0.0, left, (double)img_w / rw, 0, img_w};
+    *my = (dt_axis_map){S, 0.0, top, (double)img_h / rh, 0, img_h};
+}
+
+void dt_resize_center_crop(const dt_image *img, int full_w, int full_h, int resize, int S, uint8_t *u8,
+                           dt_scratch *scratch) {
+    dt_axis_map mx, my;
+    center_crop_axes(img->w, img->h, full_w, full_h, resize, S, &mx, &my);
     dt_image_resample(img, &mx, &my, u8, scratch);
 }
 
@@ -134,16 +129,20 @@ static dt_axis_map crop_axis(int x, int len, int full, int dec, int out) {
     return (dt_axis_map){out, x * s, 0, len * s / out, lo, hi};
 }
 
-void dt_transform_apply(const dt_transform_plan *p, const dt_image *img, int S, float *out, uint8_t *u8,
-                        dt_scratch *scratch) {
-    DT_REQUIRE(img->w <= p->w && img->h <= p->h, "transform: a %dx%d image for a plan made for %dx%d", img->w, img->h,
+void dt_transform_axes(const dt_transform_plan *p, int img_w, int img_h, int S, dt_axis_map *mx, dt_axis_map *my) {
+    DT_REQUIRE(img_w <= p->w && img_h <= p->h, "transform: a %dx%d image for a plan made for %dx%d", img_w, img_h,
                p->w, p->h);
     if (p->train) {
-        dt_axis_map mx = crop_axis(p->box.x, p->box.w, p->w, img->w, S);
-        dt_axis_map my = crop_axis(p->box.y, p->box.h, p->h, img->h, S);
-        dt_image_resample(img, &mx, &my, u8, scratch);
+        *mx = crop_axis(p->box.x, p->box.w, p->w, img_w, S);
+        *my = crop_axis(p->box.y, p->box.h, p->h, img_h, S);
     } else {
-        dt_resize_center_crop(img, p->w, p->h, dt_val_resize_size(S), S, u8, scratch);
+        center_crop_axes(img_w, img_h, p->w, p->h, dt_val_resize_size(S), S, mx, my);
     }
-    dt_normalize_u8(u8, S, p->flip, out);
+}
+
+void dt_transform_apply(const dt_transform_plan *p, const dt_image *img, int S, uint8_t *u8, dt_scratch *scratch) {
+    dt_axis_map mx, my;
+    dt_transform_axes(p, img->w, img->h, S, &mx, &my);
+    dt_image_resample(img, &mx, &my, u8, scratch);
+    if (p->flip) flip_columns(u8, S);
 }

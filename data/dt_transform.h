@@ -1,12 +1,13 @@
 /* dt_transform.h: the ImageNet train and val transforms, as torchvision's
  *
  *   train: RandomResizedCrop(S, scale=(scale_min, 1), ratio=(3/4, 4/3)) (scale_min 0.08 as torchvision
- *          unless configured), RandomHorizontalFlip(0.5),
- *          ToTensor, Normalize(mean, std)
- *   val:   Resize(round(S * 256 / 224)), CenterCrop(S), ToTensor, Normalize(mean, std)
+ *          unless configured), RandomHorizontalFlip(0.5)
+ *   val:   Resize(round(S * 256 / 224)), CenterCrop(S)
  *
- * Output of both: out [3, S, S] float32, CHW, (v / 255 - mean[c]) / std[c] with v the uint8
- * value after resampling (dt_image.h: antialiased bilinear, rounded to uint8 like PIL).
+ * Output of both: u8 [S, S, 3] HWC uint8, the values after resampling (dt_image.h:
+ * antialiased bilinear, rounded to uint8 like PIL), flipped. ToTensor + Normalize(mean, std)
+ * run on the device that trains, on the whole batch (dt_normalize_images, layers/dt_ops.h,
+ * with dt_imagenet_mean / dt_imagenet_std): (v / 255 - mean[c]) / std[c].
  * Randomness comes only from the dt_rng passed in; the loader derives it from
  * (seed, epoch, dataset index), so a sample's augmentation never depends on threads or order.
  */
@@ -22,6 +23,7 @@
 extern "C" {
 #endif
 
+/* Normalize's constants for the loader's batches (what dt_normalize_images is given). */
 extern const float dt_imagenet_mean[3]; /* 0.485, 0.456, 0.406 */
 extern const float dt_imagenet_std[3];  /* 0.229, 0.224, 0.225 */
 
@@ -43,9 +45,6 @@ void dt_resize_shorter_dims(int w, int h, int size, int *ow, int *oh);
 /* round(S * 256 / 224): the val resize for crop size S (256 for 224). */
 int dt_val_resize_size(int S);
 
-/* u8: [S, S, 3] HWC uint8 -> out: [3, S, S] float normalized; flip mirrors columns. */
-void dt_normalize_u8(const uint8_t *u8, int S, int flip, float *out);
-
 /* A transform decided from the image's full size (its header) before the pixels are decoded,
  * so that the decoder may shrink the image as far as the transform allows. */
 typedef struct {
@@ -64,10 +63,12 @@ void dt_transform_plan_train(int w, int h, int S, double scale_min, dt_rng *r, d
 void dt_transform_plan_val(int w, int h, int S, dt_transform_plan *p);
 /* Runs the plan on img: the image it was made for, or a reduced decode of it (img->w / p->w of
  * each side, from dt_image_decode with min_scale = p->min_scale); the geometry is scaled to
- * it. out: [3, S, S]; `u8` is scratch of S*S*3 bytes, `scratch` the resampler's. On the full
- * image the result is bit-identical to crop-then-resize (train) and resize-then-crop (val). */
-void dt_transform_apply(const dt_transform_plan *p, const dt_image *img, int S, float *out, uint8_t *u8,
-                        dt_scratch *scratch);
+ * it. u8: the output, [S, S, 3] HWC (flipped when p->flip); `scratch` is the resampler's. On the
+ * full image the result is bit-identical to crop-then-resize (train) and resize-then-crop (val). */
+void dt_transform_apply(const dt_transform_plan *p, const dt_image *img, int S, uint8_t *u8, dt_scratch *scratch);
+/* The resampling axes dt_transform_apply uses for an img_w x img_h decode (the device
+ * augmentation, data/dt_augment.h, builds its filter tables from them); the flip is p->flip. */
+void dt_transform_axes(const dt_transform_plan *p, int img_w, int img_h, int S, dt_axis_map *mx, dt_axis_map *my);
 /* The val geometry alone (also for tests): Resize(resize) then CenterCrop(S) of an image of
  * full size full_w x full_h, of which img is a decode at that or a reduced size, as one
  * resample into u8 [S, S, 3]. */

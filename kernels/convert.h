@@ -3,12 +3,13 @@
  *
  * fp32 -> bf16 rounds to nearest even (NaN stays NaN, quiet; values within half a bf16 ulp of
  * FLT_MAX round to infinity); bf16 -> fp32 is exact; f16 the same with IEEE binary16's rules;
- * i32 <-> floats truncates toward zero / is exact below 2^24.
+ * i32 <-> floats truncates toward zero / is exact below 2^24; floats -> u8 saturate to [0, 255]
+ * and round to nearest even (NaN -> 0), u8 -> floats is exact.
  *
  * convert: y = beta*y + x for an image batch of N x C x (H*W) elements, x in (tx, lx) and y in
- *   (ty, ly) - any of f32 / bf16 / f16 / i32 in NCHW or NHWC (non-4-D tensors: N = 1, C = 1,
+ *   (ty, ly) - any of f32 / bf16 / f16 / i32 / u8 in NCHW or NHWC (non-4-D tensors: N = 1, C = 1,
  *   P = numel, layout NCHW). beta is 0 (overwrite) or 1 (add: the sum is taken in fp32 and
- *   rounded once); i32 takes beta 0 only. Between layouts the CUDA version transposes through
+ *   rounded once); i32 and u8 take beta 0 only. Between layouts the CUDA version transposes through
  *   shared-memory tiles of [32 channels x 32 positions] so both sides stay coalesced.
  * chunks: dst[k] = bf16(src[k]) over a device table of (src, dst, n <= DT_CAST_CHUNK) chunks:
  *   every working copy of a model in one launch (dt_params_refresh_work). */

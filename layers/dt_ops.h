@@ -33,9 +33,16 @@ dt_tensor *dt_flatten2(dt_tensor *x);               /* [N, ...] -> [N, rest] */
 dt_tensor *dt_slice_channels(dt_tensor *x, int64_t c0, int64_t c1);
 
 /* x in another dtype and/or layout (x itself when it already is): values rounded as dt_dtype.h
- * says; the gradient converts back. The only cast a bf16 step makes besides the weights'
- * once-per-step working copies: the loader's f32 NCHW batch into the model's input. */
+ * says; the gradient converts back. */
 dt_tensor *dt_convert(dt_tensor *x, dt_dtype dtype, dt_layout layout);
+
+/* The loader's batch into a model's input, on x's device in one pass (ToTensor + Normalize):
+ * x [N, H, W, 3] u8 (row-major: RGB interleaved) -> [N, 3, H, W] in dtype and layout (f32 NCHW,
+ * f32 NHWC or bf16 NHWC), y(n, c, h, w) = (x(n, h, w, c) / 255 - mean[c]) / std[c] in fp32, bf16
+ * rounded once from it. No gradient (the input is integer). mean / std: host arrays (the loader
+ * uses dt_imagenet_mean / dt_imagenet_std, data/dt_transform.h). */
+dt_tensor *dt_normalize_images(const dt_tensor *x, const float mean[3], const float std[3], dt_dtype dtype,
+                               dt_layout layout);
 
 /* a [M, K] x b [K, N] -> [M, N]; both f32 (products strict or TF32 by math) or both bf16
  * (fp32 sums, result rounded to bf16). */

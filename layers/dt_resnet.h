@@ -113,8 +113,10 @@ typedef struct {
 /* Builds cfg->model on dev (torchvision's initialization: Kaiming normal fan-out convs, BN 1 / 0,
  * PyTorch's default Linear; offset convs zero or N(0, offset_init_std)). */
 void dt_resnet_init(dt_resnet *m, const dt_resnet_cfg *cfg, dt_dev dev);
-/* x [N, 3, S, S] f32 NCHW (the loader's batch) -> logits [N, classes] in the model's activation
- * dtype. The input goes to the model's dtype and layout in one kernel; a bf16 model first
+/* x [N, 3, S, S], normalized, in any dtype and layout -> logits [N, classes] in the model's
+ * activation dtype. Input already in the model's dtype (m->act) and layout (m->cfg.layout) - what
+ * the trainer makes of the loader's batch with dt_normalize_images - is used as it is; any other
+ * (f32 NCHW from tests and the C API) goes to them in one kernel (dt_convert). A bf16 model first
  * refreshes its weights' working copies (one launch). training: BN batch statistics + running
  * update. */
 dt_tensor *dt_resnet_forward(dt_resnet *m, dt_tensor *x, int training);

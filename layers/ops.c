@@ -13,6 +13,7 @@
 #include "dt_kernel.h"
 #include "dt_ops.h"
 #include "elementwise.h"
+#include "normalize_images.h"
 #include "reduce.h"
 
 #define EW_ENTRIES(t, fn)                                                  \
@@ -297,7 +298,7 @@ dt_tensor *dt_convert(dt_tensor *x, dt_dtype dtype, dt_layout layout) {
         dt_fatal("convert: %s cannot be channels last (4 dims needed)", dt_tensor_desc(x, d, sizeof d));
     }
     if (x->dtype == dtype && x->layout == layout) return x;
-    if (x->requires_grad && (dtype == DT_I32 || x->dtype == DT_I32))
+    if (x->requires_grad && (dt_dtype_is_int(dtype) || dt_dtype_is_int(x->dtype)))
         dt_fatal("convert: integer tensors carry no gradient (%s -> %s)", dt_dtype_name(x->dtype), dt_dtype_name(dtype));
     dt_tensor *y = dt_tensor_new_as(x->ndim, x->shape, x->dev, dtype, layout);
     int64_t N, C, P;
@@ -305,5 +306,30 @@ dt_tensor *dt_convert(dt_tensor *x, dt_dtype dtype, dt_layout layout) {
     DT_PICK(dt_convert_k, x->dev, x->dtype, DT_NCHW)(N, C, P, x->data, x->dtype, x->layout, 0.0f, y->data, dtype, layout);
     dt_node *n = dt_record("convert", convert_backward, y, 1, &x, sizeof(convert_ctx));
     if (n) *(convert_ctx *)n->ctx = (convert_ctx){dtype, layout};
+    return y;
+}
+
+/* ---- normalize_images: u8 [N, H, W, 3] -> a model's input ---- */
+
+typedef __typeof__(dt_normalize_images_cpu) normalize_images_fn;
+/* keyed by the output's (dtype, layout): the three a model's input can have */
+DT_OP_TABLE(normalize_images_k, "normalize_images", normalize_images_fn,
+            DT_TWINS(normalize_images_k, dt_normalize_images, DT_F32, DT_NCHW),
+            DT_TWINS(normalize_images_k, dt_normalize_images, DT_F32, DT_NHWC),
+            DT_TWINS(normalize_images_k, dt_normalize_images, DT_BF16, DT_NHWC))
+
+dt_tensor *dt_normalize_images(const dt_tensor *x, const float mean[3], const float std[3], dt_dtype dtype,
+                               dt_layout layout) {
+    dt_require_live("normalize_images", x);
+    dt_require_ndim("normalize_images", "images", x, 4);
+    dt_require_dtype("normalize_images", "images", x, DT_U8);
+    dt_require_layout("normalize_images", "images", x, DT_NCHW); /* row-major [N, H, W, 3] */
+    if (x->shape[3] != 3) {
+        char s[96];
+        dt_fatal("normalize_images: images %s must be [N, H, W, 3] (RGB last)", dt_shape_str(x, s, sizeof s));
+    }
+    dt_tensor *y = dt_tensor_new4_as(x->dev, dtype, layout, x->shape[0], 3, x->shape[1], x->shape[2]);
+    DT_PICK(normalize_images_k, x->dev, dtype, layout)(x->shape[0], x->shape[1] * x->shape[2], x->data, mean, std,
+                                                       y->data, dtype, layout);
     return y;
 }

@@ -235,7 +235,7 @@ dt_tensor *dt_resnet_forward(dt_resnet *m, dt_tensor *x, int training) {
         dt_fatal("%s: input %s is too small (at least 32x32: the network downsamples 32x)", name, dt_shape_str(x, s, sizeof s));
     }
     if (m->act == DT_BF16) dt_params_refresh_work(&m->params);
-    dt_tensor *h = dt_convert(x, m->act, m->cfg.layout);
+    dt_tensor *h = dt_convert(x, m->act, m->cfg.layout); /* x itself when it already is */
     h = dt_batchnorm2d(conv_forward(m, &m->stem, h), &m->stem.bn, training, 1);
     h = dt_maxpool2d(h, 3, 2, 1);
     for (int i = 0; i < m->n_blocks; i++) h = block_forward(m, &m->blocks[i], h, training);

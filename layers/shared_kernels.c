@@ -3,7 +3,7 @@
 
 #define EVERY_DTYPE(t, fn)                                                                                   \
     DT_TWINS(t, fn, DT_F32, DT_ANY_LAYOUT), DT_TWINS(t, fn, DT_BF16, DT_ANY_LAYOUT), DT_TWINS(t, fn, DT_F16, DT_ANY_LAYOUT), \
-        DT_TWINS(t, fn, DT_I32, DT_ANY_LAYOUT)
+        DT_TWINS(t, fn, DT_I32, DT_ANY_LAYOUT), DT_TWINS(t, fn, DT_U8, DT_ANY_LAYOUT)
 #define F32_ONLY(t, fn, layout) DT_TWINS(t, fn, DT_F32, layout)
 
 DT_OP_TABLE_SHARED(dt_convert_k, "convert", EVERY_DTYPE(dt_convert_k, dt_convert))

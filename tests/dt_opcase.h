@@ -43,7 +43,9 @@ typedef enum {
                         gets its bf16 working copy in bf16 combinations (its gradient is the f32
                         master's) */
     DT_IN_F32,       /* stays f32 row-major in every combination (biases, offsets, masks) */
-    DT_IN_LABELS     /* int32 class indices in [0, classes) (never differentiated) */
+    DT_IN_LABELS,    /* int32 class indices in [0, classes) (never differentiated) */
+    DT_IN_U8         /* uint8 values uniform in [0, 255], row-major in every combination (an image
+                        batch [N, H, W, 3]; never differentiated) */
 } dt_opcase_kind;
 
 typedef struct {
@@ -59,6 +61,9 @@ typedef struct dt_opcase dt_opcase;
 /* Applies the op to inputs in[0 .. n_in) (already in the combination's types); state: what
  * state_new made for this device (NULL when the case has none). */
 typedef dt_tensor *(*dt_opcase_build)(const dt_opcase *c, dt_tensor **in, void *state);
+/* The same for an op whose output types are the caller's choice rather than its inputs' (the
+ * image normalization from u8): it gets the combination's dtype and layout. */
+typedef dt_tensor *(*dt_opcase_build_as)(const dt_opcase *c, dt_tensor **in, dt_dtype dtype, dt_layout layout);
 
 #define DT_OPCASE_MAX_IN 8
 
@@ -68,6 +73,7 @@ struct dt_opcase {
     int n_in;
     dt_opcase_input in[DT_OPCASE_MAX_IN];
     dt_opcase_build build;
+    dt_opcase_build_as build_as; /* used instead of build when set */
     const void *arg;           /* the op's parameters, read by build */
     /* module state per device and combination (batch norm's running statistics); may be NULL */
     void *(*state_new)(const dt_opcase *c, dt_dev dev, dt_layout layout);

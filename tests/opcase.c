@@ -38,6 +38,8 @@ static values draw(const dt_opcase *c) {
         float std = in->std > 0 ? in->std : 1.0f;
         if (in->kind == DT_IN_LABELS)
             for (int64_t k = 0; k < n; k++) vs.v[i][k] = (float)dt_rng_below(dt_test_rng(), (uint32_t)std);
+        else if (in->kind == DT_IN_U8)
+            for (int64_t k = 0; k < n; k++) vs.v[i][k] = (float)dt_rng_below(dt_test_rng(), 256);
         else
             dt_rng_fill_normal(dt_test_rng(), vs.v[i], n, 0.0f, std);
     }
@@ -75,6 +77,7 @@ static void make(instance *t, const dt_opcase *c, const values *vs, dt_dev dev, 
         case DT_IN_ACT: x = dt_tensor_from_values(in->ndim, in->shape, dev, dtype, l, vs->v[i]); break;
         case DT_IN_F32: x = dt_tensor_from_values(in->ndim, in->shape, dev, DT_F32, DT_NCHW, vs->v[i]); break;
         case DT_IN_LABELS: x = dt_tensor_from_values(in->ndim, in->shape, dev, DT_I32, DT_NCHW, vs->v[i]); break;
+        case DT_IN_U8: x = dt_tensor_from_values(in->ndim, in->shape, dev, DT_U8, DT_NCHW, vs->v[i]); break;
         case DT_IN_WEIGHT: {
             char name[32];
             snprintf(name, sizeof name, "input%d", i);
@@ -105,10 +108,16 @@ static void unmake(instance *t) {
     dt_params_free(&t->ps);
 }
 
+/* The case's op on inputs in (of combination combo). */
+static dt_tensor *apply(const dt_opcase *c, dt_tensor **in, void *state, unsigned combo) {
+    if (c->build_as) return c->build_as(c, in, combo_dtype(combo), combo_layout(combo));
+    return c->build(c, in, state);
+}
+
 /* Forward, then backward from R (logical values, drawn by the caller) when anything needs a
  * gradient. */
 static void run(instance *t, const float *R) {
-    t->out = t->c->build(t->c, t->in, t->state);
+    t->out = apply(t->c, t->in, t->state, t->combo);
     t->out->retain = 1; /* compared after the backward, which would free it */
     if (R && t->out->requires_grad) {
         dt_tensor *r = dt_tensor_from_values(t->out->ndim, t->out->shape, t->dev, t->out->dtype, t->out->layout, R);
@@ -131,7 +140,7 @@ static float *draw_R(const dt_tensor *out) {
  * making the instance again). */
 static float *probe_R(const instance *t) {
     dt_set_grad_enabled(0);
-    dt_tensor *out = t->c->build(t->c, (dt_tensor **)t->in, t->state);
+    dt_tensor *out = apply(t->c, (dt_tensor **)t->in, t->state, t->combo);
     dt_set_grad_enabled(1);
     return draw_R(out);
 }
@@ -192,11 +201,12 @@ static int compare(const char *what, const instance *got, const instance *want, 
 typedef struct {
     const dt_opcase *c;
     void *state;
+    unsigned combo;
 } build_arg;
 
 static dt_tensor *build_for_gradcheck(dt_tensor **in, void *a) {
     build_arg *b = a;
-    return b->c->build(b->c, in, b->state);
+    return apply(b->c, in, b->state, b->combo);
 }
 
 int dt_opcase_run_gradcheck(const char *table, const dt_opcase *cases, int n) {
@@ -213,7 +223,7 @@ int dt_opcase_run_gradcheck(const char *table, const dt_opcase *cases, int n) {
             /* the gradcheck perturbs the tensors it is given: the masters of weights */
             dt_tensor *in[DT_OPCASE_MAX_IN];
             for (int i = 0; i < c->n_in; i++) in[i] = c->in[i].kind == DT_IN_WEIGHT ? t.grad_of[i] : t.in[i];
-            build_arg a = {c, t.state};
+            build_arg a = {c, t.state, COMBOS[j]};
             dt_gradcheck_opts o = {.h = c->h, .tol = c->grad_tol};
             char name[256];
             snprintf(name, sizeof name, "%s / %s (%s)", table, c->name, combo_name(COMBOS[j]));

@@ -14,6 +14,7 @@
 #include "dt_dataset.h"
 #include "dt_image.h"
 #include "dt_loader.h"
+#include "dt_ops.h"
 #include "dt_synth.h"
 #include "dt_test.h"
 #include "dt_timer.h"
@@ -86,9 +87,9 @@ static int make_shapes(const char *name, int classes, int ntrain, int nval, int 
     return rc;
 }
 
-/* All batches of one epoch, concatenated: images [n_total, 3, S, S], labels, batch sizes. */
+/* All batches of one epoch, concatenated: images [n_total, S, S, 3] u8, labels, batch sizes. */
 typedef struct {
-    float *images;
+    uint8_t *images;
     int32_t *labels;
     int *sizes;
     int64_t n, nb;
@@ -96,8 +97,8 @@ typedef struct {
 
 static epoch_dump run_epoch(dt_loader *l, int epoch, int S) {
     epoch_dump d = {0};
-    size_t per = (size_t)3 * S * S;
-    d.images = malloc(per * sizeof(float) * (size_t)dt_loader_size(l));
+    size_t per = (size_t)S * S * 3;
+    d.images = malloc(per * (size_t)dt_loader_size(l));
     d.labels = malloc(sizeof(int32_t) * (size_t)dt_loader_size(l));
     d.sizes = malloc(sizeof(int) * (size_t)dt_loader_batches(l));
     dt_loader_start_epoch(l, epoch);
@@ -105,7 +106,7 @@ static epoch_dump run_epoch(dt_loader *l, int epoch, int S) {
     int rc;
     while ((rc = dt_loader_next(l, &b)) == 1) {
         EXPECT_EQ_INT(b.index, d.nb);
-        memcpy(d.images + d.n * per, b.images, per * sizeof(float) * (size_t)b.n);
+        memcpy(d.images + d.n * per, b.images, per * (size_t)b.n);
         memcpy(d.labels + d.n, b.labels, sizeof(int32_t) * (size_t)b.n);
         d.sizes[d.nb++] = b.n;
         d.n += b.n;
@@ -128,7 +129,7 @@ static void free_dump(epoch_dump *d) {
 static int same_dump(const epoch_dump *a, const epoch_dump *b, int S) {
     return a->n == b->n && a->nb == b->nb && !memcmp(a->labels, b->labels, sizeof(int32_t) * (size_t)a->n) &&
            !memcmp(a->sizes, b->sizes, sizeof(int) * (size_t)a->nb) &&
-           !memcmp(a->images, b->images, sizeof(float) * 3 * S * S * (size_t)a->n);
+           !memcmp(a->images, b->images, (size_t)S * S * 3 * (size_t)a->n);
 }
 
 /* ---- scanning ---- */
@@ -461,16 +462,37 @@ DT_TEST(data_resize_shorter_side_matches_torchvision) {
     EXPECT_EQ_INT(dt_val_resize_size(80), 91);
 }
 
+/* The loader's former CPU normalization, from the u8 [n, S, S, 3] batch: out [n, 3, S, S] f32 CHW,
+ * element by element as its lookup table was filled. */
+static void old_normalize(const uint8_t *u8, int64_t n, int S, float *out) {
+    for (int64_t i = 0; i < n; i++)
+        for (int c = 0; c < 3; c++)
+            for (int64_t p = 0; p < (int64_t)S * S; p++)
+                out[(i * 3 + c) * S * S + p] =
+                    ((float)u8[(i * S * S + p) * 3 + c] / 255.0f - dt_imagenet_mean[c]) / dt_imagenet_std[c];
+}
+
+/* dt_normalize_images on the CPU of u8 [n, S, S, 3] in (dtype, layout), back as logical values. */
+static float *normalized(const uint8_t *u8, int64_t n, int S, dt_dtype dtype, dt_layout layout) {
+    int64_t s[4] = {n, S, S, 3};
+    dt_scope_begin();
+    dt_tensor *x = dt_tensor_new_as(4, s, DT_CPU, DT_U8, DT_NCHW);
+    memcpy(dt_data_u8(x), u8, (size_t)x->numel);
+    float *v = dt_tensor_host_copy(dt_normalize_images(x, dt_imagenet_mean, dt_imagenet_std, dtype, layout));
+    dt_scope_end();
+    return v;
+}
+
 DT_TEST(data_normalize_constant_image_exact) {
-    /* A constant colour survives any crop, resize and flip unchanged, so every output value
-     * must be exactly (v / 255 - mean) / std of its channel. */
+    /* A constant colour survives any crop, resize and flip unchanged: every u8 output is the
+     * colour, and every normalized value exactly (v / 255 - mean) / std of its channel. */
     int W = 53, H = 37, S = 24;
     uint8_t col[3] = {10, 128, 250};
     dt_image im = {W, H, malloc((size_t)W * H * 3)};
     for (int i = 0; i < W * H; i++) memcpy(im.pix + i * 3, col, 3);
-    float *out = malloc(sizeof(float) * 3 * S * S);
     uint8_t *u8 = malloc((size_t)S * S * 3);
     dt_scratch sc = {0};
+    float *out = NULL;
     for (int mode = 0; mode < 2; mode++) {
         dt_rng r;
         dt_rng_derive(&r, 1, 2, 3);
@@ -479,11 +501,16 @@ DT_TEST(data_normalize_constant_image_exact) {
             dt_transform_plan_train(W, H, S, 0.08, &r, &p);
         else
             dt_transform_plan_val(W, H, S, &p);
-        dt_transform_apply(&p, &im, S, out, u8, &sc);
+        dt_transform_apply(&p, &im, S, u8, &sc);
         int bad = 0;
+        for (int i = 0; i < S * S * 3; i++) bad += u8[i] != col[i % 3];
+        EXPECT_MSG(bad == 0, "%s transform: %d pixels differ from the colour", mode ? "val" : "train", bad);
+        free(out);
+        out = normalized(u8, 1, S, DT_F32, DT_NCHW);
+        bad = 0;
         for (int c = 0; c < 3; c++) {
             float want = ((float)col[c] / 255.0f - dt_imagenet_mean[c]) / dt_imagenet_std[c];
-            for (int i = 0; i < S * S; i++) bad += fabsf(out[c * S * S + i] - want) > 1e-6f;
+            for (int i = 0; i < S * S; i++) bad += out[c * S * S + i] != want;
         }
         EXPECT_MSG(bad == 0, "%s transform: %d values differ from (v/255 - mean)/std", mode ? "val" : "train", bad);
     }
@@ -495,6 +522,52 @@ DT_TEST(data_normalize_constant_image_exact) {
     free(out);
     free(u8);
     free(im.pix);
+}
+
+DT_TEST(data_loader_batch_normalizes_as_before) {
+    /* The loader hands out u8 HWC pixels; dt_normalize_images must give exactly what the
+     * loader's own CPU normalization gave (same fp32 arithmetic): bit for bit in f32 NCHW and
+     * f32 NHWC, and bf16 NHWC rounded once from those values. Train (flips) and val batches. */
+    if (make_shapes("shapes", 3, 10, 3, 40)) return;
+    dt_dataset ds;
+    dt_err err;
+    EXPECT_EQ_INT(dt_dataset_open(&ds, dt_test_path("shapes"), "train", NULL, &err), 0);
+    int S = 32;
+    for (int train = 1; train >= 0; train--) {
+        dt_loader_opts o = dt_loader_default_opts(train);
+        o.batch = 5;
+        o.image_size = S;
+        o.seed = 7;
+        o.workers = 2;
+        dt_loader *l = dt_loader_new(&ds, &o, &err);
+        EXPECT_MSG(l, "%s", err.msg);
+        if (!l) break;
+        epoch_dump d = run_epoch(l, 0, S);
+        int64_t n = d.n, per = 3 * (int64_t)S * S;
+        float *want = malloc(sizeof(float) * (size_t)(n * per));
+        old_normalize(d.images, n, S, want);
+        float *nchw = normalized(d.images, n, S, DT_F32, DT_NCHW), *nhwc = normalized(d.images, n, S, DT_F32, DT_NHWC);
+        float *bf = normalized(d.images, n, S, DT_BF16, DT_NHWC);
+        int64_t bad32 = 0, bad16 = 0, changed = 0;
+        for (int64_t i = 0; i < n * per; i++) {
+            bad32 += memcmp(&nchw[i], &want[i], 4) != 0 || memcmp(&nhwc[i], &want[i], 4) != 0;
+            bad16 += bf[i] != dt_bf16_round(want[i]);
+            changed += bf[i] != want[i];
+        }
+        EXPECT_MSG(bad32 == 0, "%s: %lld f32 values differ from the old normalization", train ? "train" : "val",
+                   (long long)bad32);
+        EXPECT_MSG(bad16 == 0, "%s: %lld bf16 values are not the old value rounded once", train ? "train" : "val",
+                   (long long)bad16);
+        EXPECT(changed > 0); /* bf16 did round */
+        /* and the pixels are a real batch: not all one value */
+        int64_t distinct = 0;
+        for (int64_t i = 1; i < n * S * S * 3; i++) distinct += d.images[i] != d.images[0];
+        EXPECT(distinct > 0);
+        free(want), free(nchw), free(nhwc), free(bf);
+        free_dump(&d);
+        dt_loader_free(l);
+    }
+    dt_dataset_close(&ds);
 }
 
 DT_TEST(data_resample_copy_antialias_and_crop_identity) {
@@ -577,14 +650,11 @@ DT_TEST(data_loader_deterministic_across_workers_and_epochs) {
     for (int i = 0; i < a0.nb; i++) EXPECT_EQ_INT(a0.sizes[i], 4);
     /* epochs differ in order (labels) and in augmentation (pixels) */
     EXPECT(memcmp(a0.labels, a1.labels, sizeof(int32_t) * 28) != 0);
-    EXPECT(memcmp(a0.images, a1.images, sizeof(float) * 3 * S * S * 28) != 0);
+    EXPECT(memcmp(a0.images, a1.images, (size_t)S * S * 3 * 28) != 0);
     /* a rerun of epoch 0 (after epoch 1) repeats it exactly */
     epoch_dump a0b = run_epoch(l3, 0, S);
     EXPECT_MSG(same_dump(&a0, &a0b, S), "epoch 0 run again differs");
-    /* values are normalized pixels, and every label is a class */
-    int bad = 0;
-    for (int64_t i = 0; i < a0.n * 3 * S * S; i++) bad += !(a0.images[i] >= -2.2f && a0.images[i] <= 2.7f);
-    EXPECT_EQ_INT(bad, 0);
+    /* every label is a class */
     for (int i = 0; i < a0.n; i++) EXPECT(a0.labels[i] >= 0 && a0.labels[i] < 3);
     /* the shuffle is a permutation: each class appears about 28/3 times */
     int counts[3] = {0};
@@ -747,13 +817,9 @@ static void write_id_png(const char *rel, int id) {
     EXPECT_EQ_INT(dt_image_write_png(dt_test_path(rel), 8, 8, 3, px, &err), 0);
 }
 
-/* The id of each image of an epoch dump (from its first red value, normalized), sorted. */
+/* The id of each image of an epoch dump (from its first red value), sorted. */
 static void dump_ids(const epoch_dump *d, int S, int *ids) {
-    for (int64_t i = 0; i < d->n; i++) {
-        float v = d->images[i * 3 * S * S];
-        int red = (int)lrintf((v * dt_imagenet_std[0] + dt_imagenet_mean[0]) * 255);
-        ids[i] = (red - 10) / 5;
-    }
+    for (int64_t i = 0; i < d->n; i++) ids[i] = (d->images[i * S * S * 3] - 10) / 5;
     for (int64_t i = 1; i < d->n; i++) /* insertion sort: a few dozen */
         for (int64_t k = i; k > 0 && ids[k - 1] > ids[k]; k--) {
             int t = ids[k];
@@ -840,7 +906,7 @@ DT_TEST(data_loader_subset_is_stratified_fixed_and_sharded) {
     o2.batch = 5;
     dt_loader *lt = dt_loader_new(&ds, &o2, &err);
     epoch_dump t0 = run_epoch(lt, 0, S), t1 = run_epoch(lt, 1, S);
-    EXPECT(memcmp(t0.labels, t1.labels, sizeof(int32_t) * 10) != 0 || memcmp(t0.images, t1.images, 4 * 3 * S * S * 10) != 0);
+    EXPECT(memcmp(t0.labels, t1.labels, sizeof(int32_t) * 10) != 0 || memcmp(t0.images, t1.images, (size_t)S * S * 3 * 10) != 0);
     int a[24], b[24];
     dump_ids(&t0, S, a);
     dump_ids(&t1, S, b);
@@ -927,7 +993,7 @@ DT_TEST(data_loader_restart_and_free_mid_epoch) {
     dt_loader_start_epoch(l, 0);
     dt_batch b = {0};
     EXPECT_EQ_INT(dt_loader_next(l, &b), 1);
-    float first[3 * 16 * 16];
+    uint8_t first[16 * 16 * 3];
     memcpy(first, b.images, sizeof first);
     dt_loader_start_epoch(l, 0);
     dt_loader_release(l, &b); /* stale: ignored */

@@ -69,7 +69,7 @@ static int epoch_keys(dt_loader *l, int epoch, double *keys, int max) {
     int n = 0;
     while (dt_loader_next(l, &b) == 1) {
         for (int i = 0; i < b.n && n < max; i++) {
-            const float *im = b.images + (size_t)i * 3 * 32 * 32;
+            const uint8_t *im = b.images + (size_t)i * 32 * 32 * 3; /* [32, 32, 3] u8 */
             double k = b.labels[i] * 1e6;
             for (int j = 0; j < 64; j++) k += im[j * 37] * (j + 1);
             keys[n++] = k;

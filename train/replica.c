@@ -23,6 +23,7 @@
 #include "dt_ops.h"
 #include "dt_rng.h"
 #include "dt_timer.h"
+#include "dt_transform.h"
 #include "dt_weights.h"
 #include "train_run.h"
 
@@ -317,6 +318,19 @@ void replica_teardown(replica *r) {
 
 /* ---- a step ---- */
 
+/* A loader batch's images (u8 [n, S, S, 3] in host memory) as the model's input: copied to the
+ * device (async on the GPU: the slot is released only after the copy has completed) and
+ * normalized there in one pass into the model's dtype and layout, so that the forward's own
+ * conversion of its input is a no-op. */
+static dt_tensor *batch_images(replica *r, const uint8_t *images, int n, int async) {
+    int S = r->run->c->image_size;
+    int64_t s[4] = {n, S, S, 3};
+    dt_tensor *u8 = dt_tensor_new_as(4, s, r->run->dev, DT_U8, DT_NCHW);
+    if (async && r->run->dev == DT_GPU) dt_copy_h2d_async(u8->data, images, dt_tensor_bytes(u8));
+    else dt_tensor_upload(u8, images);
+    return dt_normalize_images(u8, dt_imagenet_mean, dt_imagenet_std, r->model.act, r->model.cfg.layout);
+}
+
 /* Enqueues one step into p: its batch (this replica's shard) to the device, forward, loss,
  * backward with the gradient exchange, update. *epoch_over = 1 (and nothing enqueued) when
  * the loader has no batch left in this epoch. */
@@ -348,17 +362,12 @@ int replica_enqueue_step(replica *r, step_pending *p, int64_t epoch, int *epoch_
         p->wait_ms = dt_now_ms() - w0;
         mark(&p->m, 0);
         p->n = p->batch.n;
-        int64_t sx[4] = {p->n, 3, c->image_size, c->image_size}, sy[1] = {p->n};
-        x = dt_tensor_new(4, sx, run->dev);
+        int64_t sy[1] = {p->n};
+        x = batch_images(r, p->batch.images, p->n, 1);
         y = dt_tensor_new_as(1, sy, run->dev, DT_I32, DT_NCHW);
         /* from the loader's pinned slot, released only after the copy has completed */
-        if (run->dev == DT_GPU) {
-            dt_copy_h2d_async(x->data, p->batch.images, dt_tensor_bytes(x));
-            dt_copy_h2d_async(y->data, p->batch.labels, dt_tensor_bytes(y));
-        } else {
-            memcpy(x->data, p->batch.images, dt_tensor_bytes(x));
-            memcpy(y->data, p->batch.labels, dt_tensor_bytes(y));
-        }
+        if (run->dev == DT_GPU) dt_copy_h2d_async(y->data, p->batch.labels, dt_tensor_bytes(y));
+        else dt_tensor_upload(y, p->batch.labels);
     }
     p->active = 1;
     p->lr = dt_schedule_lr(&r->sched, r->step);
@@ -484,7 +493,6 @@ static int log_step(replica *r, const step_pending *p, float loss, const float t
  * and the image count, in m[0..3]. Collects the offset statistics of every deformable layer
  * on the first batch. 1 (with err set) when the val loader fails. */
 static int evaluate_shard(replica *r, double m[4], int stats) {
-    const dt_train_cfg *c = r->run->c;
     dt_set_grad_enabled(0);
     dt_loader_start_epoch(r->val_ld, 0);
     dt_batch b;
@@ -498,9 +506,8 @@ static int evaluate_shard(replica *r, double m[4], int stats) {
             dl->collect_stats = 1;
             dl->stats_halo = dl->cur_halo;
         }
-        int64_t sx[4] = {b.n, 3, c->image_size, c->image_size}, sy[1] = {b.n};
-        dt_tensor *x = dt_tensor_new(4, sx, r->run->dev), *y = dt_tensor_new_as(1, sy, r->run->dev, DT_I32, DT_NCHW);
-        dt_tensor_upload(x, b.images);
+        int64_t sy[1] = {b.n};
+        dt_tensor *x = batch_images(r, b.images, b.n, 0), *y = dt_tensor_new_as(1, sy, r->run->dev, DT_I32, DT_NCHW);
         dt_tensor_upload(y, b.labels);
         dt_tensor *logits = dt_resnet_forward(&r->model, x, 0);
         float cc[2];
