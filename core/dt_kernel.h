@@ -91,6 +91,12 @@ void dt_op_tables_print(FILE *f);
  * and layout l (a table of such pairs can take __typeof__(fn##_cpu) as its function type). */
 #define DT_TWINS(t, fn, d, l) DT_KERNEL(t, DT_CPU, d, l, fn##_cpu), DT_KERNEL_CUDA(t, DT_GPU, d, l, fn##_cuda)
 
+/* The three activation formats of a step (f32 NCHW, f32 NHWC, bf16 NHWC), twins each, for kernels
+ * named fn##_f32_nchw_cpu ... fn##_bf16_nhwc_cuda (batch norm, pooling). */
+#define DT_ACT_FORMATS(t, fn)                                                                        \
+    DT_TWINS(t, fn##_f32_nchw, DT_F32, DT_NCHW), DT_TWINS(t, fn##_f32_nhwc, DT_F32, DT_NHWC),         \
+        DT_TWINS(t, fn##_bf16_nhwc, DT_BF16, DT_NHWC)
+
 /* The kernel of table t for (dev, dtype, layout), as a pointer of the table's type. */
 #define DT_PICK(t, dev, dtype, layout) ((t##_fn_t)dt_kernel_lookup(&(t), (dev), (dtype), (layout)))
 

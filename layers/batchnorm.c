@@ -12,16 +12,9 @@
 #include "dt_layers.h"
 #include "dt_param.h"
 
-#define BN_ENTRIES(t, fn)                                                    \
-    DT_KERNEL(t, DT_CPU, DT_F32, DT_NCHW, fn##_f32_nchw_cpu),                \
-    DT_KERNEL_CUDA(t, DT_GPU, DT_F32, DT_NCHW, fn##_f32_nchw_cuda),          \
-    DT_KERNEL(t, DT_CPU, DT_F32, DT_NHWC, fn##_f32_nhwc_cpu),                \
-    DT_KERNEL_CUDA(t, DT_GPU, DT_F32, DT_NHWC, fn##_f32_nhwc_cuda),          \
-    DT_KERNEL(t, DT_CPU, DT_BF16, DT_NHWC, fn##_bf16_nhwc_cpu),              \
-    DT_KERNEL_CUDA(t, DT_GPU, DT_BF16, DT_NHWC, fn##_bf16_nhwc_cuda)
-DT_OP_TABLE(bn_stats_k, "batchnorm2d", dt_bn_stats_fn, BN_ENTRIES(bn_stats_k, dt_bn_stats))
-DT_OP_TABLE(bn_apply_k, "batchnorm2d (apply)", dt_bn_apply_fn, BN_ENTRIES(bn_apply_k, dt_bn_apply))
-DT_OP_TABLE(bn_backward_k, "batchnorm2d (backward)", dt_bn_backward_fn, BN_ENTRIES(bn_backward_k, dt_bn_backward))
+DT_OP_TABLE(bn_stats_k, "batchnorm2d", dt_bn_stats_fn, DT_ACT_FORMATS(bn_stats_k, dt_bn_stats))
+DT_OP_TABLE(bn_apply_k, "batchnorm2d (apply)", dt_bn_apply_fn, DT_ACT_FORMATS(bn_apply_k, dt_bn_apply))
+DT_OP_TABLE(bn_backward_k, "batchnorm2d (backward)", dt_bn_backward_fn, DT_ACT_FORMATS(bn_backward_k, dt_bn_backward))
 
 void dt_batchnorm_init(dt_batchnorm *bn, void *params, const char *name, int64_t C, dt_dev dev) {
     memset(bn, 0, sizeof *bn);

@@ -5,17 +5,10 @@
 #include "dt_layers.h"
 #include "pool.h"
 
-#define POOL_ENTRIES(t, fn)                                           \
-    DT_KERNEL(t, DT_CPU, DT_F32, DT_NCHW, fn##_f32_nchw_cpu),         \
-    DT_KERNEL_CUDA(t, DT_GPU, DT_F32, DT_NCHW, fn##_f32_nchw_cuda),   \
-    DT_KERNEL(t, DT_CPU, DT_F32, DT_NHWC, fn##_f32_nhwc_cpu),         \
-    DT_KERNEL_CUDA(t, DT_GPU, DT_F32, DT_NHWC, fn##_f32_nhwc_cuda),   \
-    DT_KERNEL(t, DT_CPU, DT_BF16, DT_NHWC, fn##_bf16_nhwc_cpu),       \
-    DT_KERNEL_CUDA(t, DT_GPU, DT_BF16, DT_NHWC, fn##_bf16_nhwc_cuda)
-DT_OP_TABLE(maxpool_k, "maxpool2d", dt_maxpool_fwd_fn, POOL_ENTRIES(maxpool_k, dt_maxpool_fwd))
-DT_OP_TABLE(maxpool_bwd_k, "maxpool2d (backward)", dt_maxpool_bwd_fn, POOL_ENTRIES(maxpool_bwd_k, dt_maxpool_bwd))
-DT_OP_TABLE(avgpool_k, "global_avgpool", dt_avgpool_fwd_fn, POOL_ENTRIES(avgpool_k, dt_avgpool_fwd))
-DT_OP_TABLE(avgpool_bwd_k, "global_avgpool (backward)", dt_avgpool_bwd_fn, POOL_ENTRIES(avgpool_bwd_k, dt_avgpool_bwd))
+DT_OP_TABLE(maxpool_k, "maxpool2d", dt_maxpool_fwd_fn, DT_ACT_FORMATS(maxpool_k, dt_maxpool_fwd))
+DT_OP_TABLE(maxpool_bwd_k, "maxpool2d (backward)", dt_maxpool_bwd_fn, DT_ACT_FORMATS(maxpool_bwd_k, dt_maxpool_bwd))
+DT_OP_TABLE(avgpool_k, "global_avgpool", dt_avgpool_fwd_fn, DT_ACT_FORMATS(avgpool_k, dt_avgpool_fwd))
+DT_OP_TABLE(avgpool_bwd_k, "global_avgpool (backward)", dt_avgpool_bwd_fn, DT_ACT_FORMATS(avgpool_bwd_k, dt_avgpool_bwd))
 
 typedef struct {
     int k, s, p;
