@@ -3,7 +3,7 @@
 # benchmarks beside the PyTorch yardstick, the reproduction and the main job. Run from the
 # repository root on the GPU machine:
 #   bash bench/gpu_run.sh [tests] [api] [conv] [deform] [deform2] [resnet] [resnet_mp] [repro] [run] [seeds]
-#                         [bf16] [yard_amp] [breakdown] [resnet50] [dropin]
+#                         [bf16] [graphs] [graph_idle] [yard_amp] [breakdown] [resnet50] [dropin]
 #                         [scaling] [scaling_sync] [scaling_bf16] [dp_equiv] [dp_equiv_syn] [dp_run] [dp_multiproc]
 #                         [dp_fail]   (the last eight: 2 GPUs)
 # Logs go to $OUT (default /tmp/deftc-out) and are packed into $OUT/all.tgz. Uses the
@@ -102,6 +102,46 @@ for s in $STEPS; do
                     echo "$m $p $l batch $b: $(awk '/^median_step_ms/{print $2}' $s) ms, peak $(awk '/^peak_mem_gib/{print $2}' $s) GiB $(grep -m1 error "$W/st_${m}_${p}_${l}_b$b.out")" | tee -a "$OUT/summary.txt"
                 done
             done
+        done ;;
+    graphs)
+        # The step as one CUDA graph (issue 21): the same build, graphs=0 (eager) vs graphs=1, for
+        # plain and all-deformable ResNet-18 in bf16, synthetic 224x224 at batch 64 and 256, and
+        # the make run job (64x64 images through the loader, batch 64, 2000 steps).
+        log "resnet18 step, eager vs one CUDA graph (median ms)"
+        for b in ${GBATCHES:-64 256}; do
+            for m in plain deft; do
+                d=$([ $m = plain ] && echo none || echo all)
+                for g in 0 1; do
+                    T 200 build/train configs/synthetic_timing.cfg deform=$d batch=$b precision=${GPREC:-bf16} graphs=$g \
+                        steps=${BSTEPS:-60} progress=0 log=$W/gr_${m}_b${b}_g$g > "$W/gr_${m}_b${b}_g$g.out" 2>&1
+                    s=$W/gr_${m}_b${b}_g${g}_summary.txt
+                    echo "$m bf16 224px batch $b graphs=$g: $(awk '/^median_step_ms/{print $2}' $s) ms $(grep -m1 -E 'CUDA graph:|cannot be captured|error' "$W/gr_${m}_b${b}_g$g.out" | cut -c1-160)" | tee -a "$OUT/summary.txt"
+                done
+            done
+        done
+        [ "${GRUN:-1}" = 1 ] && [ ! -d data_sample/train ] && build/mkdata --out data_sample --quiet
+        for cfg in $([ "${GRUN:-1}" = 1 ] && echo sample_plain sample_deft); do
+            for g in 0 1; do
+                T 300 build/train configs/$cfg.cfg progress=0 graphs=$g log=$W/grun_${cfg}_g$g checkpoint=$W/grun.ckpt > "$W/grun_${cfg}_g$g.out" 2>&1
+                echo "make run $cfg graphs=$g: $(grep -E '^summary' "$W/grun_${cfg}_g$g.out" | grep -oE 'step median [0-9.]+ ms') $(grep -E '^final' "$W/grun_${cfg}_g$g.out")" | tee -a "$OUT/summary.txt"
+            done
+        done
+        rm -f "$W"/*.ckpt ;;
+    graph_idle)
+        # GPU time inside a captured step: ncu's kernel durations of one replayed step (steps 5 and
+        # 6 differ by one replay; warm caches, --cache-control none) against the step's median.
+        log "GPU busy time of one replayed bf16 step, batch 64 (ncu, warm caches) vs its period"
+        for m in ${GI_MODELS:-plain deft}; do
+            d=$([ $m = plain ] && echo none || echo all)
+            for s in 5 6; do
+                T 250 ncu --clock-control none --cache-control none --csv --metrics gpu__time_duration.sum --print-units base \
+                    build/train configs/synthetic_timing.cfg deform=$d precision=bf16 batch=64 steps=$s timing_warmup=0 \
+                    log_every=1 progress=0 > "$W/ncug_${m}_$s.csv" 2> "$W/ncug_${m}_$s.err"
+            done
+            python3 bench/kernel_breakdown.py "$W/ncug_${m}_5.csv" "$W/ncug_${m}_6.csv" > "$W/graph_busy_$m.txt" 2>&1
+            T 200 build/train configs/synthetic_timing.cfg deform=$d precision=bf16 batch=64 steps=60 progress=0 \
+                log=$W/gi_$m > "$W/gi_$m.out" 2>&1
+            echo "$m: $(head -1 "$W/graph_busy_$m.txt"); graph step median $(awk '/^median_step_ms/{print $2}' "$W/gi_${m}_summary.txt") ms" | tee -a "$OUT/summary.txt"
         done ;;
     yard_amp)
         log "yardstick resnet18 --amp --channels-last (eager, and the whole step as one CUDA graph)"

@@ -48,23 +48,30 @@ void dt_host_free(void *ptr, int pinned) {
 
 #ifdef DT_CUDA
 
-/* One pool per device. Free blocks sorted by size (ascending); live blocks in an
- * open-addressing hash table keyed by pointer. Both stay small (hundreds of entries), so this
- * costs well under a microsecond per call. A block is freed into the pool it came from. */
+/* One pool per device, and the private pools of captured CUDA graphs (dt_gpu_pool_new). Free
+ * blocks sorted by size (ascending); live blocks in an open-addressing hash table keyed by
+ * pointer. Both stay small (hundreds of entries), so this costs well under a microsecond per
+ * call. A block is freed into the pool it came from; the statistics are the device's, over all
+ * of its pools. */
 typedef struct {
     void *ptr;
     size_t size;
 } block;
 
-typedef struct {
+typedef struct pool {
     block *free;
     int nfree, capfree;
     block *live; /* ptr == NULL: empty slot; ptr == TOMB: deleted */
     size_t livecap, nlive, ntomb;
-    dt_mem_stats stats;
+    int device;
+    int retired;       /* a private pool whose graph is gone: its blocks serve the device's pool */
+    struct pool *next; /* the device's private pools */
 } pool;
 
 static pool g_pools[DT_MAX_GPUS];
+static pool *g_private[DT_MAX_GPUS]; /* each device's private pools, a list */
+static dt_mem_stats g_stats[DT_MAX_GPUS];
+static __thread pool *t_pool; /* this thread's private pool while it captures a graph, else NULL */
 static int g_poison;
 static void *const TOMB = (void *)1;
 
@@ -138,25 +145,41 @@ static void free_insert(pool *o, void *p, size_t size) {
     o->nfree++;
 }
 
-static pool *cur_pool(void) { return &g_pools[dt_gpu_current()]; }
+static pool *device_pool(int d) {
+    g_pools[d].device = d;
+    return &g_pools[d];
+}
+static pool *cur_pool(void) { return t_pool ? t_pool : device_pool(dt_gpu_current()); }
 
 void dt_gpu_empty_cache(void) {
     if (!dt_gpu_ready()) return;
-    pool *o = cur_pool();
+    pool *o = device_pool(dt_gpu_current());
     if (!o->nfree) return;
     DT_CHECK(cudaStreamSynchronize(dt_stream()));
     for (int i = 0; i < o->nfree; i++) {
         DT_CHECK(cudaFree(o->free[i].ptr));
-        o->stats.reserved -= o->free[i].size;
+        g_stats[o->device].reserved -= o->free[i].size;
     }
     o->nfree = 0;
+}
+
+/* cudaMalloc is not a stream operation: during a capture it would invalidate the graph in the
+ * thread-local capture mode, so it runs in the relaxed mode (the block it returns is the
+ * private pool's, whose addresses the graph may bake in). */
+static cudaError_t device_malloc(void **p, size_t size) {
+    enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    DT_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+    cudaError_t e = cudaMalloc(p, size);
+    DT_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+    return e;
 }
 
 void *dt_gpu_malloc(size_t bytes) {
     size_t size = round_size(bytes);
     void *p = NULL;
     pool *o = cur_pool(); /* initializes the device on first use */
-    o->stats.allocs++;
+    dt_mem_stats *st = &g_stats[o->device];
+    st->allocs++;
     /* Reuse the smallest cached block that fits, unless it would waste more than a quarter. */
     int i = free_lower_bound(o, size);
     if (i < o->nfree && o->free[i].size <= size + size / 4) {
@@ -165,48 +188,98 @@ void *dt_gpu_malloc(size_t bytes) {
         memmove(o->free + i, o->free + i + 1, (o->nfree - i - 1) * sizeof(block));
         o->nfree--;
     } else {
-        cudaError_t e = cudaMalloc(&p, size);
+        cudaError_t e = device_malloc(&p, size);
         if (e != cudaSuccess) {
             cudaGetLastError();
             dt_gpu_empty_cache();
-            e = cudaMalloc(&p, size);
+            e = device_malloc(&p, size);
         }
         if (e != cudaSuccess)
             dt_fatal("out of GPU memory allocating %.1f MiB on device %d (in use %.1f MiB, reserved %.1f MiB): %s",
-                     size / 1048576.0, dt_gpu_current(), o->stats.in_use / 1048576.0, o->stats.reserved / 1048576.0,
+                     size / 1048576.0, o->device, st->in_use / 1048576.0, st->reserved / 1048576.0,
                      cudaGetErrorString(e));
-        o->stats.device_mallocs++;
-        o->stats.reserved += size;
-        if (o->stats.reserved > o->stats.peak_reserved) o->stats.peak_reserved = o->stats.reserved;
+        st->device_mallocs++;
+        st->reserved += size;
+        if (st->reserved > st->peak_reserved) st->peak_reserved = st->reserved;
     }
     live_insert(o, p, size);
-    o->stats.in_use += size;
-    if (o->stats.in_use > o->stats.peak_in_use) o->stats.peak_in_use = o->stats.in_use;
+    st->in_use += size;
+    if (st->in_use > st->peak_in_use) st->peak_in_use = st->in_use;
     if (g_poison) DT_CHECK(cudaMemsetAsync(p, 0xFF, size, dt_stream()));
     return p;
+}
+
+/* Unlinks a retired private pool that holds no live block any more. */
+static void drop_if_empty(pool *o) {
+    if (!o->retired || o->nlive) return;
+    for (pool **q = &g_private[o->device]; *q; q = &(*q)->next)
+        if (*q == o) {
+            *q = o->next;
+            break;
+        }
+    free(o->free);
+    free(o->live);
+    free(o);
 }
 
 void dt_gpu_free(void *ptr) {
     if (!ptr) return;
     pool *o = cur_pool();
     size_t size = live_remove(o, ptr);
-    for (int d = 0; !size && d < DT_MAX_GPUS; d++) /* a block of another device's pool */
+    for (int d = 0; !size && d < DT_MAX_GPUS; d++) { /* another pool: the device's, a private one, another device's */
         if (&g_pools[d] != o && (size = live_remove(&g_pools[d], ptr)) != 0) o = &g_pools[d];
+        for (pool *q = g_private[d]; !size && q; q = q->next)
+            if (q != o && (size = live_remove(q, ptr)) != 0) o = q;
+    }
     if (!size) dt_fatal("dt_gpu_free(%p): not a block from dt_gpu_malloc (double free?)", ptr);
-    o->stats.in_use -= size;
-    free_insert(o, ptr, size);
+    g_stats[o->device].in_use -= size;
+    if (o->retired) {
+        free_insert(device_pool(o->device), ptr, size);
+        drop_if_empty(o);
+    } else {
+        free_insert(o, ptr, size);
+    }
+}
+
+struct dt_gpu_pool {
+    pool o;
+};
+
+dt_gpu_pool *dt_gpu_pool_new(void) {
+    int d = dt_gpu_current();
+    pool *o = dt_xcalloc(1, sizeof(dt_gpu_pool));
+    o->device = d;
+    o->next = g_private[d];
+    g_private[d] = o;
+    return (dt_gpu_pool *)o;
+}
+
+dt_gpu_pool *dt_gpu_pool_use(dt_gpu_pool *p) {
+    pool *prev = t_pool;
+    t_pool = p ? &p->o : NULL;
+    return (dt_gpu_pool *)prev;
+}
+
+void dt_gpu_pool_retire(dt_gpu_pool *p) {
+    if (!p) return;
+    pool *o = &p->o, *dev = device_pool(o->device);
+    if (t_pool == o) t_pool = NULL;
+    for (int i = 0; i < o->nfree; i++) free_insert(dev, o->free[i].ptr, o->free[i].size);
+    o->nfree = 0;
+    o->retired = 1;
+    drop_if_empty(o);
 }
 
 dt_mem_stats dt_gpu_mem_stats(void) {
     dt_mem_stats none;
     memset(&none, 0, sizeof none);
-    return dt_gpu_ready() ? cur_pool()->stats : none; /* no device in use: nothing allocated */
+    return dt_gpu_ready() ? g_stats[dt_gpu_current()] : none; /* no device in use: nothing allocated */
 }
 void dt_gpu_reset_peak(void) {
     if (!dt_gpu_ready()) return;
-    pool *o = cur_pool();
-    o->stats.peak_in_use = o->stats.in_use;
-    o->stats.peak_reserved = o->stats.reserved;
+    dt_mem_stats *st = &g_stats[dt_gpu_current()];
+    st->peak_in_use = st->in_use;
+    st->peak_reserved = st->reserved;
 }
 void dt_gpu_set_poison(int on) { g_poison = on; }
 
@@ -239,6 +312,9 @@ void dt_gpu_empty_cache(void) {}
 dt_mem_stats dt_gpu_mem_stats(void) { dt_mem_stats s; memset(&s, 0, sizeof s); return s; }
 void dt_gpu_reset_peak(void) {}
 void dt_gpu_set_poison(int on) { (void)on; }
+dt_gpu_pool *dt_gpu_pool_new(void) { no_cuda("dt_gpu_pool_new"); }
+dt_gpu_pool *dt_gpu_pool_use(dt_gpu_pool *p) { (void)p; return NULL; }
+void dt_gpu_pool_retire(dt_gpu_pool *p) { (void)p; }
 void dt_copy_h2d(void *d, const void *s, size_t b) { (void)d; (void)s; (void)b; no_cuda("dt_copy_h2d"); }
 void dt_copy_d2h(void *d, const void *s, size_t b) { (void)d; (void)s; (void)b; no_cuda("dt_copy_d2h"); }
 void dt_copy_d2d(void *d, const void *s, size_t b) { (void)d; (void)s; (void)b; no_cuda("dt_copy_d2d"); }

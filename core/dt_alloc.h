@@ -9,7 +9,8 @@
  * All device work of a device runs on one stream, so a block freed on the host can be given to
  * the next request at once: the kernels that use it are queued behind the ones that used it
  * before. Each device has its own pool (allocations go to the calling thread's current device,
- * dt_gpu_use); the statistics are the current device's.
+ * dt_gpu_use), and a captured CUDA graph has a private one; the statistics are the current
+ * device's, over all of its pools.
  */
 #ifndef DT_ALLOC_H
 #define DT_ALLOC_H
@@ -38,6 +39,15 @@ void dt_gpu_free(void *ptr);       /* NULL is ignored */
 void dt_gpu_empty_cache(void);     /* returns every cached free block to the driver */
 dt_mem_stats dt_gpu_mem_stats(void);
 void dt_gpu_reset_peak(void);
+/* Private pools, for CUDA graphs (dt_graph.h): while p is this thread's pool (dt_gpu_pool_use),
+ * its allocations come from p, and a block freed into p serves only p's later allocations, so
+ * the addresses a captured graph bakes in are never handed to other work while the graph
+ * lives. dt_gpu_pool_use returns the previous pool (NULL: the device's own). Retiring p (its
+ * graph is gone) gives its free blocks to the device's pool, and its live blocks when freed. */
+typedef struct dt_gpu_pool dt_gpu_pool;
+dt_gpu_pool *dt_gpu_pool_new(void); /* on the current device */
+dt_gpu_pool *dt_gpu_pool_use(dt_gpu_pool *p);
+void dt_gpu_pool_retire(dt_gpu_pool *p);
 /* Poison mode (tests): every block handed out is filled with 0xFF bytes (a NaN in float32),
  * so an element a kernel forgot to write shows up as NaN in the comparison. */
 void dt_gpu_set_poison(int on);

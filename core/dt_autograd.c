@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "dt_common.h"
+#include "dt_graph.h"
 #include "dt_param.h"
 
 /* The tape: nodes and their ctx blocks are carved from a chunked arena that is rewound, not
@@ -65,6 +66,7 @@ int dt_any_requires_grad(int n, dt_tensor *const *in) {
 
 dt_node *dt_record(const char *op, dt_backward_fn backward, dt_tensor *out, int n_in,
                    dt_tensor *const *in, size_t ctx_bytes) {
+    dt_graph_note_op(op, 0); /* a graph capture names the op a failure happened in */
     if (!dt_any_requires_grad(n_in, in)) return NULL;
     if (n_in > DT_NODE_MAX_IN) dt_fatal("dt_record(%s): %d inputs (at most %d)", op, n_in, DT_NODE_MAX_IN);
     dt_node *n = arena_alloc(sizeof *n);
@@ -189,6 +191,7 @@ static void run_tape(void) {
                 dt_fatal("backward: %s reads an input that was freed before the backward (free tensors after "
                          "dt_backward, or make them under dt_no_grad)", n->op);
             n->backward(n);
+            dt_graph_note_op(n->op, 1);
             if (g_ready_fn) params_done(n);
             release_node(n);
             if (n->out->node == n) n->out->node = NULL;
@@ -251,5 +254,6 @@ void dt_backward(dt_tensor *loss) {
     float beta;
     dt_grad_dst(loss, &beta);
     dt_tensor_fill(loss->grad, 1.0f);
+    dt_graph_note_op("backward (the loss's seed gradient)", 1);
     run_tape();
 }

@@ -2,7 +2,8 @@
  * macros. Include it only from files compiled with CUDA on (DT_CUDA defined).
  *
  * DT_CHECK(call), DT_CUBLAS(call), DT_CURAND(call) print the failing call, its error string
- * and file:line, then exit non-zero. DT_CHECK_LAUNCH() goes after every kernel launch: it
+ * and file:line, then exit non-zero - except while the thread captures a CUDA graph: then the
+ * first error is the capture's failure (dt_graph.h) and the program goes on to dt_graph_end. DT_CHECK_LAUNCH() goes after every kernel launch: it
  * catches launch errors at once and, in debug mode, synchronizes so that an error inside the
  * kernel is reported at the launch that caused it.
  */
@@ -31,8 +32,8 @@ const struct cudaDeviceProp *dt_gpu_props(void);
 
 const char *dt_cublas_status_str(cublasStatus_t s);
 const char *dt_curand_status_str(curandStatus_t s);
-DT_NORETURN void dt_cuda_fail(const char *what, const char *call, const char *msg,
-                              const char *file, int line);
+/* Returns only while the thread captures a graph (the error then fails the capture). */
+void dt_cuda_fail(const char *what, const char *call, const char *msg, const char *file, int line);
 void dt_check_launch_at(const char *file, int line);
 
 #ifdef __cplusplus

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "dt_common.h"
+#include "dt_graph.h"
 
 static uint64_t g_seed = 0x5eed;
 static int g_debug_sync = -1; /* -1: not read from the environment yet */
@@ -60,6 +61,7 @@ int dt_gpu_count(void) {
 
 void dt_cuda_fail(const char *what, const char *call, const char *msg, const char *file,
                   int line) {
+    if (dt_graph_absorb_error(what, call, msg, file, line)) return;
     fflush(stdout);
     fprintf(stderr, "deftc: %s error at %s:%d: %s failed: %s\n", what, file, line, call, msg);
     fflush(stderr);

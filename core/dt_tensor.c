@@ -7,6 +7,7 @@
 #include "dt_autograd.h"
 #include "dt_common.h"
 #include "dt_param.h"
+#include "elementwise.h"
 
 /* ---- scopes ---- */
 
@@ -310,6 +311,12 @@ void dt_tensor_fill(dt_tensor *t, float v) {
         dt_memset_gpu(t->data, 0, bytes);
         return;
     }
+#ifdef DT_CUDA
+    if (t->dev == DT_GPU && t->dtype == DT_F32) { /* a kernel, queued: no wait, and a CUDA graph can hold it */
+        dt_fill_cuda(t->numel, v, t->data);
+        return;
+    }
+#endif
     void *h = t->dev == DT_CPU ? t->data : dt_xmalloc(bytes ? bytes : 4);
     for (int64_t i = 0; i < t->numel; i++) dt_elem_st(h, t->dtype, i, v);
     if (t->dev == DT_GPU) {

@@ -114,7 +114,7 @@ void dt_scope_release_thread(void);
 void dt_tensor_copy(dt_tensor *dst, const dt_tensor *src);
 void dt_tensor_upload(dt_tensor *t, const void *host);      /* host bytes, as stored -> t */
 void dt_tensor_download(const dt_tensor *t, void *host);    /* t -> host bytes (synchronous) */
-void dt_tensor_fill(dt_tensor *t, float v);                 /* v rounded to the dtype */
+void dt_tensor_fill(dt_tensor *t, float v); /* v rounded to the dtype; queued on the GPU for f32 (and 0) */
 /* Random fills (f32, or bf16 rounded from the same f32 draws). */
 void dt_tensor_fill_normal(dt_tensor *t, dt_rng *rng, float mean, float std);
 void dt_tensor_fill_uniform(dt_tensor *t, dt_rng *rng, float lo, float hi);

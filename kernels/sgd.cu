@@ -3,8 +3,9 @@
 
 namespace {
 
-__global__ void k_sgd(const dt_sgd_tensor *__restrict__ ts, const dt_sgd_chunk *__restrict__ chunks, float lr,
-                      float momentum, float dampening, int nesterov) {
+__global__ void k_sgd(const dt_sgd_tensor *__restrict__ ts, const dt_sgd_chunk *__restrict__ chunks,
+                      const float *__restrict__ lr_ptr, float momentum, float dampening, int nesterov) {
+    const float lr = *lr_ptr;
     dt_sgd_chunk c = chunks[blockIdx.x];
     dt_sgd_tensor s = ts[c.tensor];
     for (int64_t i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) {
@@ -20,7 +21,7 @@ __global__ void k_sgd(const dt_sgd_tensor *__restrict__ ts, const dt_sgd_chunk *
 
 }  // namespace
 
-extern "C" void dt_sgd_step_cuda(const dt_sgd_tensor *ts, int count, const dt_sgd_chunk *chunks, int nchunks, float lr,
+extern "C" void dt_sgd_step_cuda(const dt_sgd_tensor *ts, int count, const dt_sgd_chunk *chunks, int nchunks, const float *lr,
                                  float momentum, float dampening, int nesterov) {
     (void)count; /* the chunks name their tensors */
     if (nchunks <= 0) return;

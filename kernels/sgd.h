@@ -6,7 +6,9 @@
  *   p = p - lr * lr_mult * d
  * The CUDA version walks a table of fixed-size chunks, so one launch covers every parameter
  * whatever their sizes; the tables live on the device and change only when the set of
- * parameters with a gradient changes. */
+ * parameters with a gradient changes. lr is read from memory (one float on the device of the
+ * tables: the CUDA version's is a device pointer), so that a step captured in a CUDA graph
+ * takes each step's learning rate without being re-captured. */
 #ifndef DT_K_SGD_H
 #define DT_K_SGD_H
 
@@ -36,9 +38,9 @@ typedef struct {
 
 /* ts: count tensors; chunks: their nchunks chunk table (the CUDA version walks the chunks,
  * device copies of both; the CPU twin walks the tensors, host memory, and ignores chunks). */
-void dt_sgd_step_cpu(const dt_sgd_tensor *ts, int count, const dt_sgd_chunk *chunks, int nchunks, float lr,
+void dt_sgd_step_cpu(const dt_sgd_tensor *ts, int count, const dt_sgd_chunk *chunks, int nchunks, const float *lr,
                      float momentum, float dampening, int nesterov);
-void dt_sgd_step_cuda(const dt_sgd_tensor *ts, int count, const dt_sgd_chunk *chunks, int nchunks, float lr,
+void dt_sgd_step_cuda(const dt_sgd_tensor *ts, int count, const dt_sgd_chunk *chunks, int nchunks, const float *lr,
                       float momentum, float dampening, int nesterov);
 
 #ifdef __cplusplus

@@ -1,9 +1,10 @@
 #include "sgd.h"
 
-void dt_sgd_step_cpu(const dt_sgd_tensor *ts, int count, const dt_sgd_chunk *chunks, int nchunks, float lr,
+void dt_sgd_step_cpu(const dt_sgd_tensor *ts, int count, const dt_sgd_chunk *chunks, int nchunks, const float *lr,
                      float momentum, float dampening, int nesterov) {
     (void)chunks;
     (void)nchunks;
+    const float rate = *lr;
     for (int t = 0; t < count; t++) {
         const dt_sgd_tensor *s = &ts[t];
         for (int64_t i = 0; i < s->n; i++) {
@@ -13,7 +14,7 @@ void dt_sgd_step_cpu(const dt_sgd_tensor *ts, int count, const dt_sgd_chunk *chu
                 s->m[i] = m;
                 d = nesterov ? g + momentum * m : m;
             }
-            s->p[i] -= lr * s->lr_mult * d;
+            s->p[i] -= rate * s->lr_mult * d;
         }
     }
 }

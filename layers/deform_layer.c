@@ -67,6 +67,16 @@ static dt_tensor *forward_unfused(dt_deform_conv *l, dt_tensor *x) {
                                  l->math);
 }
 
+/* deft: the halo comes from the knob, or from the offset statistics, refreshed on the first
+ * call and every halo_refresh calls after (it only matters with stage = 1). */
+static int halo_refresh_due(const dt_deform_conv *l) {
+    int64_t call = l->calls + 1;
+    return l->mode != DT_DEFORM_UNFUSED && l->knobs.stage && l->knobs.halo < 0 &&
+           (call == 1 || (l->knobs.halo_refresh > 0 && call % l->knobs.halo_refresh == 0));
+}
+
+int dt_deform_conv_reads_back(const dt_deform_conv *l) { return l->collect_stats || halo_refresh_due(l); }
+
 dt_tensor *dt_deform_conv_forward(dt_deform_conv *l, dt_tensor *x) {
     dt_require_ndim(l->name, "input", x, 4);
     if (x->shape[1] != l->cin) {
@@ -74,12 +84,9 @@ dt_tensor *dt_deform_conv_forward(dt_deform_conv *l, dt_tensor *x) {
         dt_fatal("deform_conv %s: input %s has %lld channels, the layer expects %lld", l->name,
                  dt_shape_str(x, a, sizeof a), (long long)x->shape[1], (long long)l->cin);
     }
+    int refresh = halo_refresh_due(l);
     l->calls++;
     if (l->mode == DT_DEFORM_UNFUSED) return forward_unfused(l, x);
-    /* deft: the halo comes from the knob, or from the offset statistics (refreshed now and then;
-     * it only matters with stage = 1) */
-    int refresh = l->knobs.stage && l->knobs.halo < 0 &&
-                  (l->calls == 1 || (l->knobs.halo_refresh > 0 && l->calls % l->knobs.halo_refresh == 0));
     if (l->knobs.halo >= 0) l->cur_halo = l->knobs.halo;
     dt_tensor *om = NULL;
     /* a bf16 input multiplies with the weight's bf16 working copy (refreshed once a step) */

@@ -106,7 +106,7 @@ typedef struct {
     dt_offset_stats stats;
     int stats_valid;
     int cur_halo;      /* halo the deft staging uses now (auto or fixed) */
-    int64_t calls;
+    int64_t calls;     /* forwards so far (a replayed graph's count too: dt_resnet_replayed) */
 } dt_deform_conv;
 
 /* Weight: Kaiming normal (fan-out), stored in `layout` (the layout of the tensors the layer will
@@ -118,6 +118,11 @@ void dt_deform_conv_init(dt_deform_conv *l, dt_params *ps, const char *name, int
 dt_tensor *dt_deform_conv_forward(dt_deform_conv *l, dt_tensor *x);
 /* Number of offset-conv output channels: 2GK (v1) or 3GK (v2). */
 int64_t dt_deform_offset_channels(const dt_deform_conv *l);
+/* 1 when the layer's next forward reads device values on the host: it refreshes the deft
+ * halo from the offset statistics (stage = 1, halo = -1: the first call, then every
+ * halo_refresh calls) or collects statistics. Such a forward cannot be captured in a CUDA
+ * graph; the trainer runs that step eagerly. */
+int dt_deform_conv_reads_back(const dt_deform_conv *l);
 
 DT_PUBLIC_END
 #ifdef __cplusplus

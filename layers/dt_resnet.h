@@ -125,6 +125,16 @@ void dt_resnet_free(dt_resnet *m);
 /* The deformable layers, in order (NULL past the end; m->n_deform of them). */
 dt_deform_conv *dt_resnet_deform_layer(dt_resnet *m, int i);
 
+/* For a training step captured in a CUDA graph (train/replica.c): 1 when the next forward reads
+ * device values on the host (a deformable layer's halo refresh or statistics), so that step must
+ * run eagerly; a key of the host-side values the forward's launches depend on besides the
+ * shapes (the deformable layers' current halos), which a graph captured under another key does
+ * not match; and the host-side bookkeeping of a forward that a graph replay did on the device
+ * (the deformable layers' call counts, which schedule their halo refreshes). */
+int dt_resnet_forward_reads_back(const dt_resnet *m);
+uint64_t dt_resnet_launch_key(const dt_resnet *m);
+void dt_resnet_replayed(dt_resnet *m);
+
 /* The stages with deformable 3x3 convs -> bit mask (bit s-1: stage s, layer s); -1 when
  * malformed. "none" | "all" | a list of stages 1..4 like "2,3,4" | the DCNv2 paper's names of
  * the stages, conv2_x..conv5_x = layer1..layer4: "c3-c5" (its setting: layer2..layer4), "c5",

@@ -244,6 +244,22 @@ dt_tensor *dt_resnet_forward(dt_resnet *m, dt_tensor *x, int training) {
 
 dt_deform_conv *dt_resnet_deform_layer(dt_resnet *m, int i) { return i >= 0 && i < m->n_deform ? m->deform[i] : NULL; }
 
+int dt_resnet_forward_reads_back(const dt_resnet *m) {
+    for (int i = 0; i < m->n_deform; i++)
+        if (dt_deform_conv_reads_back(m->deform[i])) return 1;
+    return 0;
+}
+
+uint64_t dt_resnet_launch_key(const dt_resnet *m) {
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a over the halos, in layer order */
+    for (int i = 0; i < m->n_deform; i++) h = (h ^ (uint64_t)(uint32_t)m->deform[i]->cur_halo) * 1099511628211ULL;
+    return h;
+}
+
+void dt_resnet_replayed(dt_resnet *m) {
+    for (int i = 0; i < m->n_deform; i++) m->deform[i]->calls++;
+}
+
 void dt_resnet_free(dt_resnet *m) {
     for (int i = 0; i < m->n_bns; i++) dt_batchnorm_free(m->bns[i]);
     free(m->bns);

@@ -104,3 +104,36 @@ DT_GPU_TEST(allocator_steady_state_has_no_cudamalloc) {
     EXPECT(b.allocs > a.allocs);
     EXPECT(b.peak_in_use > 0);
 }
+
+/* A CUDA graph's private pool (dt_gpu_pool_use): a block freed into it is not handed to the
+ * device's own allocations while the graph lives (the graph would overwrite them when it
+ * replays), serves the pool's later allocations, and joins the device's pool when the pool is
+ * retired; the device's statistics count the pool's blocks. */
+DT_GPU_TEST(allocator_private_pool_keeps_its_blocks) {
+    const size_t bytes = 3 << 20;
+    dt_gpu_pool *p = dt_gpu_pool_new();
+    dt_mem_stats s0 = dt_gpu_mem_stats();
+    EXPECT(dt_gpu_pool_use(p) == NULL);
+    void *a = dt_gpu_malloc(bytes);
+    EXPECT(dt_gpu_mem_stats().in_use == s0.in_use + bytes);
+    dt_gpu_free(a);
+    void *again = dt_gpu_malloc(bytes); /* still the pool's: its own block back */
+    EXPECT(again == a);
+    dt_gpu_free(again);
+    EXPECT(dt_gpu_pool_use(NULL) == p);
+    void *outside = dt_gpu_malloc(bytes); /* the device's pool: never the graph's block */
+    EXPECT_MSG(outside != a, "the device's pool handed out a block of a live graph's pool");
+    dt_gpu_free(outside);
+    /* a block still live in the pool when it retires goes to the device's pool when freed */
+    dt_gpu_pool_use(p);
+    void *held = dt_gpu_malloc(bytes);
+    dt_gpu_pool_use(NULL);
+    dt_gpu_pool_retire(p);
+    EXPECT(dt_gpu_mem_stats().in_use == s0.in_use + bytes);
+    dt_gpu_free(held);
+    EXPECT(dt_gpu_mem_stats().in_use == s0.in_use);
+    void *x = dt_gpu_malloc(bytes), *y = dt_gpu_malloc(bytes); /* the device's cache: `outside` and `held` */
+    EXPECT_MSG(x == held || y == held, "a retired pool's block did not join the device's pool");
+    dt_gpu_free(x);
+    dt_gpu_free(y);
+}

@@ -280,3 +280,44 @@ DT_TEST(models_bad_names_are_clear_errors) {
     EXPECT_MSG(strstr(err.msg, "unknown model 'vgg16'"), "%s", err.msg);
     dt_train_result_free(&r);
 }
+
+/* What a trainer that replays the step as a CUDA graph asks of the model (dt_resnet.h): which
+ * forwards read device values back (the deft halo refreshes: the first call, then every
+ * halo_refresh calls; replayed forwards count as calls), and a launch key that changes with a
+ * deformable layer's halo. */
+DT_TEST(models_graph_replay_bookkeeping) {
+    dt_resnet_cfg c = cfg_of(DT_RESNET18, 0.125f, 2, "all");
+    c.deform_mode = DT_DEFORM_DEFT;
+    c.knobs.stage = 1;
+    c.knobs.halo = -1;
+    c.knobs.halo_refresh = 4;
+    dt_resnet m;
+    dt_resnet_init(&m, &c, DT_CPU);
+    int64_t s[4] = {2, 3, 64, 64};
+    /* forwards 1..10, with 3, 7 and 8 "replayed" (bookkept, not run): reads back at 1, 4, 8 */
+    const int replayed[10] = {0, 0, 1, 0, 0, 0, 1, 1, 0, 0}, want[10] = {1, 0, 0, 1, 0, 0, 0, 1, 0, 0};
+    int got[10];
+    dt_set_grad_enabled(0);
+    for (int i = 0; i < 10; i++) {
+        got[i] = dt_resnet_forward_reads_back(&m);
+        if (replayed[i] && !got[i]) {
+            dt_resnet_replayed(&m);
+            continue;
+        }
+        dt_scope_begin();
+        dt_tensor *x = dt_tensor_new_as(4, s, DT_CPU, DT_F32, DT_NCHW);
+        dt_tensor_fill(x, 0.5f);
+        dt_resnet_forward(&m, x, 1);
+        dt_scope_end();
+    }
+    dt_set_grad_enabled(1);
+    for (int i = 0; i < 10; i++) EXPECT_MSG(got[i] == want[i], "forward %d: reads back %d, expected %d", i + 1, got[i], want[i]);
+    uint64_t k = dt_resnet_launch_key(&m);
+    EXPECT(k == dt_resnet_launch_key(&m));
+    dt_deform_conv *l = dt_resnet_deform_layer(&m, 3);
+    l->cur_halo += 1;
+    EXPECT_MSG(dt_resnet_launch_key(&m) != k, "the launch key does not see a deformable layer's halo");
+    l->cur_halo -= 1;
+    EXPECT(dt_resnet_launch_key(&m) == k);
+    dt_resnet_free(&m);
+}

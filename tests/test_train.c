@@ -787,3 +787,99 @@ DT_TEST(train_second_signal_quits_at_once) {
         dt_checkpoint_free(&k);
     }
 }
+
+/* ---- the step as one CUDA graph (graphs=1) ---- */
+
+/* The file's bytes (malloc'd, *n its size), NULL when unreadable. */
+static unsigned char *read_all(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *b = malloc(len > 0 ? (size_t)len : 1);
+    *n = fread(b, 1, len > 0 ? (size_t)len : 0, f);
+    fclose(f);
+    return b;
+}
+
+/* 12 steps of the tiny job on the GPU with graphs=0 and graphs=1 (3 eager steps, then the
+ * captured step replayed 9 times): bit for bit the same losses and the same weights (export=).
+ * debug_sync: every launch followed by a synchronize (DT_DEBUG_SYNC), which no capture can
+ * take - the run must warn naming the op, train eagerly, and still give the same results. */
+static void graph_vs_eager(const char *name, const char *deform, const char *precision, int debug_sync,
+                           int halo_refresh) {
+    dt_train_result r[2];
+    char wpath[2][512];
+    for (int g = 0; g < 2; g++) {
+        dt_train_cfg c;
+        tiny_cfg(&c);
+        strcpy(c.device, "cuda");
+        strcpy(c.deform_mode, "deft");
+        snprintf(c.deform, sizeof c.deform, "%s", deform);
+        snprintf(c.precision, sizeof c.precision, "%s", precision);
+        c.deterministic = 1;
+        c.steps = 12;
+        c.graphs = g;
+        if (halo_refresh) c.stage = 1, c.halo = -1, c.halo_refresh = halo_refresh, c.eval_every = 0;
+        snprintf(c.log, sizeof c.log, "%s/%s_g%d", dt_test_tmpdir(), name, g);
+        snprintf(c.export_path, sizeof c.export_path, "%s/%s_g%d.safetensors", dt_test_tmpdir(), name, g);
+        snprintf(wpath[g], sizeof wpath[g], "%s", c.export_path);
+        dt_err err;
+        dt_set_quiet(1);
+        if (g && debug_sync) dt_set_debug_sync(1);
+        int rc = dt_train_run(&c, &r[g], &err);
+        dt_set_debug_sync(0);
+        EXPECT_MSG(rc == 0, "%s graphs=%d failed: %s", name, g, err.msg);
+        if (rc) {
+            if (g) dt_train_result_free(&r[0]);
+            return;
+        }
+    }
+    EXPECT_EQ_INT(r[0].graph_steps, 0);
+    if (debug_sync) {
+        char log[760];
+        snprintf(log, sizeof log, "%s/%s_g1.log", dt_test_tmpdir(), name);
+        EXPECT_EQ_INT(r[1].graph_captures, 0);
+        EXPECT_EQ_INT(r[1].graph_steps, 0);
+        EXPECT_MSG(file_has(log, "cannot be captured") && file_has(log, "in op "),
+                   "no warning naming the op that could not be captured in %s", log);
+    } else if (halo_refresh) {
+        /* refreshes (no evaluation before the end) at steps 1, 6 and 12, each eager: eager 1-4,
+         * captured 5, eager 6; then, if 6 left every halo as it was, replays 7-11; if it changed
+         * one, eager 7-9 (the graph dropped), captured again 10, replayed 11; eager 12 */
+        EXPECT_MSG((r[1].graph_captures == 1 && r[1].graph_steps == 6) ||
+                       (r[1].graph_captures == 2 && r[1].graph_steps == 3),
+                   "%lld captures, %lld replayed steps: the halo refreshes did not run eagerly",
+                   (long long)r[1].graph_captures, (long long)r[1].graph_steps);
+    } else {
+        EXPECT_EQ_INT(r[1].graph_captures, 1);
+        EXPECT_EQ_INT(r[1].graph_steps, 12 - 3);
+    }
+    int same = r[0].steps == r[1].steps;
+    for (int64_t i = 0; same && i < r[0].steps; i++) same = memcmp(&r[0].losses[i], &r[1].losses[i], sizeof(float)) == 0;
+    EXPECT_MSG(same, "%s: the losses of graphs=1 differ from the eager run's", name);
+    size_t n0 = 0, n1 = 0;
+    unsigned char *w0 = read_all(wpath[0], &n0), *w1 = read_all(wpath[1], &n1);
+    EXPECT_MSG(w0 && w1 && n0 == n1 && n0 > 0 && memcmp(w0, w1, n0) == 0,
+               "%s: the weights after 12 steps differ between graphs=1 and the eager run", name);
+    if (dt_test_verbose())
+        printf("    %s: %lld steps, %lld replayed, losses %.5f -> %.5f\n", name, (long long)r[1].steps,
+               (long long)r[1].graph_steps, r[1].first_loss, r[1].last_loss);
+    free(w0);
+    free(w1);
+    dt_train_result_free(&r[0]);
+    dt_train_result_free(&r[1]);
+}
+
+DT_GPU_TEST(gpu_train_graph_plain_bf16_matches_eager_bitwise) { graph_vs_eager("graph_plain_bf16", "none", "bf16", 0, 0); }
+DT_GPU_TEST(gpu_train_graph_deft_bf16_matches_eager_bitwise) { graph_vs_eager("graph_deft_bf16", "all", "bf16", 0, 0); }
+DT_GPU_TEST(gpu_train_graph_deft_fp32_matches_eager_bitwise) { graph_vs_eager("graph_deft_fp32", "all", "fp32", 0, 0); }
+DT_GPU_TEST(gpu_train_graph_uncapturable_step_runs_eagerly_with_a_warning) {
+    graph_vs_eager("graph_fallback", "all", "bf16", 1, 0);
+}
+/* stage = 1 with the automatic halo: a refresh step runs eagerly and drops the graph, which is
+ * captured again (the halo may have changed) */
+DT_GPU_TEST(gpu_train_graph_recaptures_after_a_halo_refresh) {
+    graph_vs_eager("graph_halo_refresh", "all", "bf16", 0, 6);
+}

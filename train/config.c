@@ -48,6 +48,8 @@ static const key_spec KEYS[] = {
      "activation layout: auto (nhwc for bf16, nchw for fp32/tf32), nchw, or nhwc (channels last)"},
     {"gpus", T_STR, F(gpus), "1", NULL, 0, 0, 1,
      "data parallel: N (GPUs 0..N-1) or a list like 0,2; global batch = batch x replicas (docs/training.md)"},
+    {"graphs", T_BOOL, F(graphs), "1", NULL, 0, 1, 0,
+     "GPU: capture the training step as one CUDA graph after 3 eager steps and replay it (docs/training.md)"},
     {"sync_bn", T_BOOL, F(sync_bn), "0", NULL, 0, 1, 1, "several GPUs: batch-norm statistics over all replicas' batches"},
     {"bucket_mb", T_INT, F(bucket_mb), "25", NULL, 1, 4096, 0, "several GPUs: gradient all-reduce bucket size (MiB)"},
     {"col_budget_mb", T_INT, F(col_budget_mb), "256", NULL, 1, 65536, 0, "column-buffer budget of conv/deform chunks (MiB)"},

@@ -40,6 +40,7 @@ typedef struct {
     int sync_bn;           /* batch-norm statistics over all replicas */
     int bucket_mb;         /* gradient all-reduce bucket size (MiB) */
     int col_budget_mb;
+    int graphs;            /* GPU: the step captured once as a CUDA graph and replayed */
     /* schedule */
     int epochs;
     int64_t steps;         /* > 0: stop after this many steps (governs over epochs) */

@@ -26,7 +26,8 @@ typedef struct {
     dt_sgd_opts o;
     dt_params *params;
     dt_tensor **bufs;   /* momentum buffer per parameter (NULL until its first step) */
-    int64_t steps;      /* optimizer steps taken */
+    int64_t steps;      /* optimizer steps begun (dt_sgd_begin_step) */
+    dt_tensor *lr;      /* [1] f32 on the parameters' device: the learning rate the update reads */
     /* device tables (GPU), rebuilt when the set of active parameters changes */
     void *dev_tensors, *dev_chunks;
     int nchunks, table_cap_t, table_cap_c;
@@ -35,6 +36,12 @@ typedef struct {
 } dt_sgd;
 
 void dt_sgd_init(dt_sgd *s, dt_params *params, const dt_sgd_opts *opts);
+/* A step in two halves, so that the device half can be captured in a CUDA graph and replayed:
+ * dt_sgd_begin_step writes lr into s->lr (a one-float fill, queued in stream order) and counts
+ * the step; dt_sgd_apply queues the update, which reads the rate from s->lr. dt_sgd_step does
+ * both. */
+void dt_sgd_begin_step(dt_sgd *s, float lr);
+void dt_sgd_apply(dt_sgd *s);
 void dt_sgd_step(dt_sgd *s, float lr);
 void dt_sgd_free(dt_sgd *s);
 

@@ -30,6 +30,8 @@ typedef struct {
     size_t peak_mem;          /* bytes (GPU allocator peak in use) */
     int interrupted;          /* the signal that stopped the run, 0 when none */
     char checkpoint[1024];    /* the last checkpoint written, "" when none */
+    int64_t graph_steps;      /* steps run as a replay of the captured CUDA graph (graphs=1) */
+    int64_t graph_captures;   /* captures of the step that succeeded */
 } dt_train_result;
 
 int dt_train_run(const dt_train_cfg *cfg, dt_train_result *res, dt_err *err);

@@ -7,7 +7,7 @@
 #include "dt_optim.h"
 #include "sgd.h"
 
-typedef void sgd_fn(const dt_sgd_tensor *ts, int count, const dt_sgd_chunk *chunks, int nchunks, float lr,
+typedef void sgd_fn(const dt_sgd_tensor *ts, int count, const dt_sgd_chunk *chunks, int nchunks, const float *lr,
                     float momentum, float dampening, int nesterov);
 DT_OP_TABLE(sgd_k, "sgd", sgd_fn, DT_KERNEL(sgd_k, DT_CPU, DT_F32, DT_ANY_LAYOUT, dt_sgd_step_cpu),
             DT_KERNEL_CUDA(sgd_k, DT_GPU, DT_F32, DT_ANY_LAYOUT, dt_sgd_step_cuda))
@@ -18,6 +18,9 @@ void dt_sgd_init(dt_sgd *s, dt_params *params, const dt_sgd_opts *opts) {
     s->params = params;
     s->bufs = dt_xcalloc(params->n ? params->n : 1, sizeof *s->bufs);
     s->active_prev = dt_xcalloc(params->n ? params->n : 1, 1);
+    int64_t one[1] = {1};
+    s->lr = dt_tensor_new_unscoped(1, one, params->n ? params->items[0]->t->dev : DT_CPU, DT_F32, DT_NCHW);
+    dt_tensor_fill(s->lr, 0.0f);
 }
 
 void dt_sgd_free(dt_sgd *s) {
@@ -26,6 +29,7 @@ void dt_sgd_free(dt_sgd *s) {
     free(s->active_prev);
     if (s->dev_tensors) dt_gpu_free(s->dev_tensors);
     if (s->dev_chunks) dt_gpu_free(s->dev_chunks);
+    dt_tensor_free(s->lr);
     memset(s, 0, sizeof *s);
 }
 
@@ -33,8 +37,19 @@ static float wd_of(const dt_sgd *s, const dt_param *r) {
     return (r->no_decay && !s->o.decay_all) ? 0.0f : s->o.weight_decay;
 }
 
+void dt_sgd_begin_step(dt_sgd *s, float lr) {
+    dt_tensor_fill(s->lr, lr);
+    s->steps++;
+}
+
 void dt_sgd_step(dt_sgd *s, float lr) {
+    dt_sgd_begin_step(s, lr);
+    dt_sgd_apply(s);
+}
+
+void dt_sgd_apply(dt_sgd *s) {
     dt_params *ps = s->params;
+    const float *lr = dt_data_f32(s->lr);
     int n = ps->n, changed = !s->dev_valid;
     dt_sgd_tensor *tab = dt_xmalloc((n ? n : 1) * sizeof *tab);
     int count = 0;
@@ -88,5 +103,4 @@ void dt_sgd_step(dt_sgd *s, float lr) {
         DT_PICK(sgd_k, DT_CPU, DT_F32, DT_NCHW)(tab, count, NULL, 0, lr, s->o.momentum, s->o.dampening, s->o.nesterov);
     }
     free(tab);
-    s->steps++;
 }

@@ -18,6 +18,7 @@
 
 #include "dt_alloc.h"
 #include "dt_device.h"
+#include "dt_graph.h"
 #include "dt_init.h"
 #include "dt_layers.h"
 #include "dt_ops.h"
@@ -69,20 +70,25 @@ static int wait_event(replica *r, step_marks *m, int i) {
 /* Waits for the step and returns its phase times t[0..2] and its period t[3]: from its start
  * to the start of the next step (`next`, already recorded), which includes any time the
  * device sat idle waiting for data; the last step of a run has no next and counts its own
- * phases. -1 when the run was aborted meanwhile. */
-static int marks_read(replica *r, step_marks *m, step_marks *next, float t[4]) {
+ * phases. A step replayed from a CUDA graph (graphed) has no events between its phases:
+ * t[0..2] are NaN. -1 when the run was aborted meanwhile. */
+static int marks_read(replica *r, step_marks *m, int graphed, step_marks *next, float t[4]) {
 #ifdef DT_CUDA
     if (m->gpu) {
         if (wait_event(r, m, 3)) return -1;
-        for (int i = 0; i < 3; i++) DT_CHECK(cudaEventElapsedTime(&t[i], m->ev[i], m->ev[i + 1]));
+        for (int i = 0; i < 3; i++) t[i] = NAN;
+        if (!graphed)
+            for (int i = 0; i < 3; i++) DT_CHECK(cudaEventElapsedTime(&t[i], m->ev[i], m->ev[i + 1]));
         if (next) {
             if (wait_event(r, next, 0)) return -1;
             DT_CHECK(cudaEventElapsedTime(&t[3], m->ev[0], next->ev[0]));
         } else {
-            t[3] = t[0] + t[1] + t[2];
+            DT_CHECK(cudaEventElapsedTime(&t[3], m->ev[0], m->ev[3]));
         }
         return 0;
     }
+#else
+    (void)graphed;
 #endif
     if (r->dist && dt_dist_aborted(dt_dist_group_of(r->dist))) return -1;
     for (int i = 0; i < 3; i++) t[i] = (float)(m->host[i + 1] - m->host[i]);
@@ -95,7 +101,13 @@ static int cmp_d(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* The q-quantile of the values that are not NaN (a graph-replayed step has no phase times),
+ * NaN when there are none; reorders v. */
 static double percentile(double *v, int64_t n, double q) {
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (!isnan(v[i])) v[k++] = v[i];
+    n = k;
     if (n <= 0) return NAN;
     qsort(v, n, sizeof *v, cmp_d);
     int64_t i = (int64_t)(q * (n - 1) + 0.5);
@@ -284,6 +296,11 @@ int replica_setup(replica *r) {
         r->stop_flag = dt_tensor_new_unscoped(1, one, run->dev, DT_F32, DT_NCHW);
         dt_tensor_fill(r->stop_flag, 0.0f);
     }
+    if (!c->synthetic) {
+        int64_t si[4] = {c->batch, c->image_size, c->image_size, 3}, sl[1] = {c->batch};
+        r->in_u8 = dt_tensor_new_unscoped(4, si, run->dev, DT_U8, DT_NCHW);
+        r->in_y = dt_tensor_new_unscoped(1, sl, run->dev, DT_I32, DT_NCHW);
+    }
     marks_init(&r->pq[0].m, run->dev == DT_GPU);
     marks_init(&r->pq[1].m, run->dev == DT_GPU);
     r->have_marks = 1;
@@ -302,6 +319,8 @@ void replica_teardown(replica *r) {
     double *arr[5] = {r->t_step, r->t_fwd, r->t_bwd, r->t_opt, r->t_wait};
     for (int i = 0; i < 5; i++) free(arr[i]);
     if (r->dist) dt_grad_sync_free(&r->gs);
+    dt_graph_free(r->graph);
+    r->graph = NULL;
     if (r->have_model) {
         dt_sgd_free(&r->opt);
         dt_resnet_free(&r->model);
@@ -310,6 +329,8 @@ void replica_teardown(replica *r) {
     if (r->val_ld) dt_loader_free(r->val_ld);
     dt_tensor_free(r->syn_x);
     dt_tensor_free(r->syn_y);
+    dt_tensor_free(r->in_u8);
+    dt_tensor_free(r->in_y);
     dt_tensor_free(r->stop_flag);
     if (run->dev == DT_GPU) dt_gpu_sync();
     dt_dist_leave(r->dist);
@@ -318,64 +339,56 @@ void replica_teardown(replica *r) {
 
 /* ---- a step ---- */
 
-/* A loader batch's images (u8 [n, S, S, 3] in host memory) as the model's input: copied to the
- * device (async on the GPU: the slot is released only after the copy has completed) and
- * normalized there in one pass into the model's dtype and layout, so that the forward's own
- * conversion of its input is a no-op. */
-static dt_tensor *batch_images(replica *r, const uint8_t *images, int n, int async) {
+/* A loader batch's images (u8 [n, S, S, 3] in host memory) as the model's input (evaluation):
+ * copied to the device and normalized there in one pass into the model's dtype and layout, so
+ * that the forward's own conversion of its input is a no-op. */
+static dt_tensor *batch_images(replica *r, const uint8_t *images, int n) {
     int S = r->run->c->image_size;
     int64_t s[4] = {n, S, S, 3};
     dt_tensor *u8 = dt_tensor_new_as(4, s, r->run->dev, DT_U8, DT_NCHW);
-    if (async && r->run->dev == DT_GPU) dt_copy_h2d_async(u8->data, images, dt_tensor_bytes(u8));
-    else dt_tensor_upload(u8, images);
+    dt_tensor_upload(u8, images);
     return dt_normalize_images(u8, dt_imagenet_mean, dt_imagenet_std, r->model.act, r->model.cfg.layout);
 }
 
-/* Enqueues one step into p: its batch (this replica's shard) to the device, forward, loss,
- * backward with the gradient exchange, update. *epoch_over = 1 (and nothing enqueued) when
- * the loader has no batch left in this epoch. */
-int replica_enqueue_step(replica *r, step_pending *p, int64_t epoch, int *epoch_over) {
+/* The training batch (always whole: the train loader drops the last partial batch and refills
+ * the slots of unreadable images) into the step's input buffers (in_u8, in_y): on the GPU
+ * asynchronously from the loader's pinned slot, which is released only after the step's last
+ * event (so after the copy). The buffers' earlier contents were read by the previous step,
+ * queued before. */
+static void copy_batch(replica *r, const dt_batch *b) {
+    size_t img = dt_tensor_bytes(r->in_u8), lab = dt_tensor_bytes(r->in_y);
+    if (r->run->dev == DT_GPU) {
+        dt_copy_h2d_async(r->in_u8->data, b->images, img);
+        dt_copy_h2d_async(r->in_y->data, b->labels, lab);
+    } else {
+        memcpy(r->in_u8->data, b->images, img);
+        memcpy(r->in_y->data, b->labels, lab);
+    }
+}
+
+/* The device work of one step, its inputs in place: the batch normalized, forward, loss,
+ * backward with the gradient exchange, the update (at the rate dt_sgd_begin_step wrote), the
+ * stop request's all-reduce. It is what a CUDA graph captures; the step's host work (the batch
+ * copy, the rate, the read-backs) stays outside. Returns where the loss is left (the replicas'
+ * average with peers). timed: records the phase events (an eager step; a graph has no events
+ * inside). */
+static const float *step_body(replica *r, step_pending *p, int timed) {
     train_run *run = r->run;
     const dt_train_cfg *c = run->c;
-    *epoch_over = 0;
-    if (r->dist && dt_dist_aborted(dt_dist_group_of(r->dist))) return aborted_error(r);
-    p->step = r->step;
-    p->epoch = epoch;
-    double w0 = dt_now_ms();
     dt_tensor *x, *y;
-    dt_scope_begin();
     if (c->synthetic) {
         x = r->syn_x;
         y = r->syn_y;
-        p->n = c->batch;
-        p->wait_ms = 0;
-        mark(&p->m, 0);
     } else {
-        int got = dt_loader_next(r->train_ld, &p->batch);
-        if (got != 1) {
-            dt_scope_end();
-            if (got < 0) return dt_errf(&r->err, "%s", dt_loader_error(r->train_ld)), 1;
-            *epoch_over = 1;
-            return 0;
-        }
-        p->has_batch = 1;
-        p->wait_ms = dt_now_ms() - w0;
-        mark(&p->m, 0);
-        p->n = p->batch.n;
-        int64_t sy[1] = {p->n};
-        x = batch_images(r, p->batch.images, p->n, 1);
-        y = dt_tensor_new_as(1, sy, run->dev, DT_I32, DT_NCHW);
-        /* from the loader's pinned slot, released only after the copy has completed */
-        if (run->dev == DT_GPU) dt_copy_h2d_async(y->data, p->batch.labels, dt_tensor_bytes(y));
-        else dt_tensor_upload(y, p->batch.labels);
+        x = dt_normalize_images(r->in_u8, dt_imagenet_mean, dt_imagenet_std, r->model.act, r->model.cfg.layout);
+        y = r->in_y;
+        dt_graph_note_op("normalize_images", 0);
     }
-    p->active = 1;
-    p->lr = dt_schedule_lr(&r->sched, r->step);
     dt_params_zero_grad(&r->model.params);
     dt_tensor *logits = dt_resnet_forward(&r->model, x, 1);
     dt_tensor *loss = dt_softmax_cross_entropy(logits, y, c->label_smoothing);
     loss->retain = 1;
-    mark(&p->m, 1);
+    if (timed) mark(&p->m, 1);
     /* With peers the loss rides in the first gradient bucket: read back averaged. */
     const float *loss_src = dt_data_f32(loss);
     if (r->dist) {
@@ -386,24 +399,55 @@ int replica_enqueue_step(replica *r, step_pending *p, int64_t epoch, int *epoch_
         dt_grad_sync_begin(&r->gs);
     }
     dt_backward(loss);
-    if (r->dist) dt_grad_sync_end(&r->gs);
-    mark(&p->m, 2);
-    dt_sgd_step(&r->opt, p->lr);
-    /* The stop request: this process's interrupt, averaged over the replicas in stream order
-     * like the gradients, so that every replica reads the same value for this step - a signal
-     * that reaches one process (or lands between two replicas' polls) stops all of them after
-     * the same step. One float; raised once, it stays raised. */
-    int want = train_interrupt_pending() != 0;
-    const float *stop_src = NULL;
+    if (r->dist) dt_grad_sync_end(&r->gs), dt_graph_note_op("gradient all-reduce", 1);
+    if (timed) mark(&p->m, 2);
+    dt_sgd_apply(&r->opt);
+    dt_graph_note_op("sgd", 0);
+    /* The stop request, averaged over the replicas in stream order like the gradients (raised
+     * before the step by replica_enqueue_step). */
     if (r->dist) {
-        if (want && !r->stop_sent) dt_tensor_fill(r->stop_flag, 1.0f), r->stop_sent = 1;
         dt_dist_allreduce_f32(r->dist, dt_data_f32(r->stop_flag), 1, 1);
-        stop_src = dt_data_f32(r->stop_flag);
+        dt_graph_note_op("stop request all-reduce", 0);
     }
-    /* The loss's and the stop request's copies are queued before the last event, so that a
-     * finished event means they have landed (a step with no next one is read after that event
-     * alone). */
-    if (run->dev == DT_GPU) {
+    return loss_src;
+}
+
+/* Captures the step body as a CUDA graph and launches it: 0 (r->graph_loss is where it leaves
+ * the loss), or -1 (the run goes on eagerly, with one warning naming what could not be
+ * captured; nothing of the capture ran). */
+static int capture_step(replica *r, step_pending *p) {
+    dt_graph *g = dt_graph_begin();
+    dt_scope_begin();
+    const float *src = step_body(r, p, 0);
+    dt_scope_end();
+    char why[900];
+    double ms = 0;
+    if (dt_graph_end(g, why, sizeof why, &ms)) {
+        r->graphs_off = 1;
+        if (r->rank == 0)
+            train_warn(&r->run->out, "graphs=1: the training step cannot be captured as a CUDA graph (%s); it runs eagerly "
+                       "from step %lld on (graphs=0 says so up front)", why, (long long)p->step + 1);
+        return -1;
+    }
+    r->graph = g;
+    r->graph_loss = src;
+    r->captures++;
+    r->capture_ms = ms;
+    if (r->captures == 1)
+        SAY(r, "CUDA graph: the step captured at step %lld (%zu nodes, %.1f ms to capture and instantiate); replayed "
+            "from there on", (long long)p->step + 1, dt_graph_nodes(g), ms);
+    /* The eager steps' blocks stay cached in the device's pool; the graph has its own. */
+    dt_gpu_empty_cache();
+    dt_graph_launch(g);
+    return 0;
+}
+
+/* The step's loss (at loss_src, the replicas' average with peers) and the stop request copied
+ * to the pending step's pinned slots: queued before the step's last event, so that a finished
+ * event means they have landed (a step with no next one is read after that event alone). */
+static void read_back(replica *r, step_pending *p, const float *loss_src) {
+    const float *stop_src = r->dist ? dt_data_f32(r->stop_flag) : NULL;
+    if (r->run->dev == DT_GPU) {
 #ifdef DT_CUDA
         DT_CHECK(cudaMemcpyAsync(p->m.loss_host, loss_src, sizeof(float), cudaMemcpyDeviceToHost, dt_stream()));
         if (stop_src)
@@ -413,9 +457,85 @@ int replica_enqueue_step(replica *r, step_pending *p, int64_t epoch, int *epoch_
         p->m.loss_host[0] = *loss_src;
         if (stop_src) p->m.loss_host[1] = *stop_src;
     }
-    if (!stop_src) p->m.loss_host[1] = (float)want;
-    mark(&p->m, 3);
+}
+
+/* The step's device work: replayed from the graph, captured now, or run eagerly. A step that
+ * reads device values on the host inside (a deformable layer's halo refresh) runs eagerly; once
+ * a halo changed (by such a step or in an evaluation) the graph's launches are stale: it is
+ * dropped and captured again GRAPH_WARMUP steps later. Every training step has the same shape
+ * (whole batches), so nothing else re-captures; evaluation runs eagerly between steps, outside
+ * the graph. */
+static void run_step(replica *r, step_pending *p) {
+    const dt_train_cfg *c = r->run->c;
+    uint64_t key = dt_resnet_launch_key(&r->model);
+    if (r->graph && key != r->graph_key) {
+        dt_graph_free(r->graph);
+        r->graph = NULL;
+        r->eager_run = 0;
+    }
+    int graphable = c->graphs && r->run->dev == DT_GPU && !r->graphs_off && !dt_resnet_forward_reads_back(&r->model);
+    p->graphed = 0;
+    if (graphable && r->graph) {
+        dt_graph_launch(r->graph);
+        dt_resnet_replayed(&r->model);
+        p->graphed = 1;
+        read_back(r, p, r->graph_loss); /* its blocks are the graph's: nothing else writes them */
+        return;
+    }
+    if (graphable && r->eager_run >= GRAPH_WARMUP && capture_step(r, p) == 0) {
+        r->graph_key = key;
+        p->graphed = 1;
+        read_back(r, p, r->graph_loss);
+        return;
+    }
+    r->eager_run++;
+    dt_scope_begin();
+    read_back(r, p, step_body(r, p, 1)); /* before the scope frees the loss */
     dt_scope_end();
+}
+
+/* Enqueues one step into p: its batch (this replica's shard) to the device, the learning rate,
+ * the stop request, then the device work and the read-backs (run_step). *epoch_over = 1 (and nothing enqueued) when the loader has no batch left in
+ * this epoch. */
+int replica_enqueue_step(replica *r, step_pending *p, int64_t epoch, int *epoch_over) {
+    train_run *run = r->run;
+    const dt_train_cfg *c = run->c;
+    *epoch_over = 0;
+    if (r->dist && dt_dist_aborted(dt_dist_group_of(r->dist))) return aborted_error(r);
+    p->step = r->step;
+    p->epoch = epoch;
+    double w0 = dt_now_ms();
+    if (c->synthetic) {
+        p->n = c->batch;
+        p->wait_ms = 0;
+        mark(&p->m, 0);
+    } else {
+        int got = dt_loader_next(r->train_ld, &p->batch);
+        if (got != 1) {
+            if (got < 0) return dt_errf(&r->err, "%s", dt_loader_error(r->train_ld)), 1;
+            *epoch_over = 1;
+            return 0;
+        }
+        p->has_batch = 1;
+        p->wait_ms = dt_now_ms() - w0;
+        mark(&p->m, 0);
+        p->n = p->batch.n;
+        if (p->n != c->batch)
+            return dt_errf(&r->err, "the train loader gave a batch of %d images, not %d", p->n, c->batch), 1;
+        copy_batch(r, &p->batch);
+    }
+    p->active = 1;
+    p->lr = dt_schedule_lr(&r->sched, r->step);
+    dt_sgd_begin_step(&r->opt, p->lr);
+    /* The stop request: this process's interrupt, raised in the flag the step all-reduces, so
+     * that every replica reads the same value for this step - a signal that reaches one process
+     * (or lands between two replicas' polls) stops all of them after the same step. Raised once,
+     * it stays raised. */
+    int want = train_interrupt_pending() != 0;
+    if (r->dist && want && !r->stop_sent) dt_tensor_fill(r->stop_flag, 1.0f), r->stop_sent = 1;
+    run_step(r, p);
+    if (!r->dist) p->m.loss_host[1] = (float)want;
+    mark(&p->m, 3);
     r->step++;
     return 0;
 }
@@ -427,7 +547,7 @@ int replica_finish_step(replica *r, step_pending *p, step_pending *next) {
     train_run *run = r->run;
     if (!p->active) return 0;
     float tt[4];
-    if (marks_read(r, &p->m, next && next->active ? &next->m : NULL, tt)) return aborted_error(r);
+    if (marks_read(r, &p->m, p->graphed, next && next->active ? &next->m : NULL, tt)) return aborted_error(r);
     p->active = 0;
     if (p->has_batch) dt_loader_release(r->train_ld, &p->batch);
     p->has_batch = 0;
@@ -442,6 +562,7 @@ int replica_finish_step(replica *r, step_pending *p, step_pending *next) {
         if (r->rank == 0) res->losses = dt_xrealloc(res->losses, (size_t)r->cap * sizeof(float));
     }
     if (r->rank == 0) {
+        res->graph_steps += p->graphed;
         res->losses[r->ntimed] = loss;
         if (res->steps == 0) res->first_loss = loss;
         res->last_loss = loss;
@@ -475,9 +596,11 @@ static int log_step(replica *r, const step_pending *p, float loss, const float t
                 (long long)p->epoch, loss, p->lr, tt[0], tt[1], tt[2], step_ms, p->wait_ms, global_n / step_ms * 1e3);
     if ((p->step + 1) % c->log_every == 0 || p->step + 1 == run->stop) {
         train_output_check(o, o->steps_csv, o->steps_path);
-        train_say(o, "step %6lld/%lld epoch %lld  loss %.4f  lr %.4g  fwd %.2f bwd %.2f opt %.2f ms  step %.2f ms  data %.2f ms  "
-                  "%.0f img/s", (long long)p->step + 1, (long long)run->total_steps, (long long)p->epoch, loss, p->lr,
-                  tt[0], tt[1], tt[2], step_ms, p->wait_ms, global_n / step_ms * 1e3);
+        char phases[96] = "CUDA graph";
+        if (!p->graphed) snprintf(phases, sizeof phases, "fwd %.2f bwd %.2f opt %.2f ms", tt[0], tt[1], tt[2]);
+        train_say(o, "step %6lld/%lld epoch %lld  loss %.4f  lr %.4g  %s  step %.2f ms  data %.2f ms  %.0f img/s",
+                  (long long)p->step + 1, (long long)run->total_steps, (long long)p->epoch, loss, p->lr, phases, step_ms,
+                  p->wait_ms, global_n / step_ms * 1e3);
     } else if (o->tty) {
         printf("\r\033[Kstep %lld/%lld loss %.4f %.2f ms/step", (long long)p->step + 1, (long long)run->total_steps, loss,
                step_ms);
@@ -507,7 +630,7 @@ static int evaluate_shard(replica *r, double m[4], int stats) {
             dl->stats_halo = dl->cur_halo;
         }
         int64_t sy[1] = {b.n};
-        dt_tensor *x = batch_images(r, b.images, b.n, 0), *y = dt_tensor_new_as(1, sy, r->run->dev, DT_I32, DT_NCHW);
+        dt_tensor *x = batch_images(r, b.images, b.n), *y = dt_tensor_new_as(1, sy, r->run->dev, DT_I32, DT_NCHW);
         dt_tensor_upload(y, b.labels);
         dt_tensor *logits = dt_resnet_forward(&r->model, x, 0);
         float cc[2];
@@ -652,6 +775,7 @@ static void summarize(replica *r) {
     if (!w && r->ntimed)
         SAY(r, "note: only %lld steps, fewer than timing_warmup=%d: times include the warm-up", (long long)r->ntimed,
             c->timing_warmup);
+    res->graph_captures = r->captures;
     res->median_step_ms = percentile(r->t_step + w, n, 0.5);
     res->p90_step_ms = percentile(r->t_step + w, n, 0.9);
     res->median_fwd_ms = percentile(r->t_fwd + w, n, 0.5);
@@ -661,11 +785,20 @@ static void summarize(replica *r) {
     double wsum = 0;
     for (int64_t i = w; i < r->ntimed; i++) wsum += r->t_wait[i];
     res->data_wait_ms = n ? wsum / n : 0;
-    SAY(r, "summary: %lld steps in %.1f s; after %d warm-up steps: step median %.2f ms (p90 %.2f) = fwd %.2f + bwd %.2f + "
-        "opt %.2f; %.0f img/s%s; data wait %.2f ms/step; peak GPU memory %s", (long long)res->steps,
-        (dt_now_ms() - r->run_t0) / 1e3, (int)w, res->median_step_ms, res->p90_step_ms, res->median_fwd_ms,
-        res->median_bwd_ms, res->median_opt_ms, res->img_per_s, run->world > 1 ? " (all replicas)" : "",
-        res->data_wait_ms, peak);
+    char split[160];
+    if (isnan(res->median_fwd_ms)) /* every timed step replayed from the graph */
+        snprintf(split, sizeof split, " (one CUDA graph: no phase split)");
+    else
+        snprintf(split, sizeof split, " = fwd %.2f + bwd %.2f + opt %.2f%s", res->median_fwd_ms, res->median_bwd_ms,
+                 res->median_opt_ms, r->captures ? " (the eager steps' phases)" : "");
+    char graph[160] = "";
+    if (r->captures)
+        snprintf(graph, sizeof graph, "; CUDA graph: %lld capture%s, the last %.1f ms", (long long)r->captures,
+                 r->captures == 1 ? "" : "s", r->capture_ms);
+    SAY(r, "summary: %lld steps in %.1f s; after %d warm-up steps: step median %.2f ms (p90 %.2f)%s; %.0f img/s%s; data "
+        "wait %.2f ms/step; peak GPU memory %s%s", (long long)res->steps, (dt_now_ms() - r->run_t0) / 1e3, (int)w,
+        res->median_step_ms, res->p90_step_ms, split, res->img_per_s, run->world > 1 ? " (all replicas)" : "",
+        res->data_wait_ms, peak, graph);
     /* a run stopped before its end (an interrupt, stop_at) has no final evaluation */
     const char *stopped = interrupted(r)                                    ? "interrupted"
                           : r->step == run->stop && run->stop < run->total_steps ? "stopped by stop_at"

@@ -91,6 +91,7 @@ typedef struct {
     dt_batch batch;
     int has_batch;
     double wait_ms;
+    int graphed;      /* replayed from the step's CUDA graph: no phase events inside */
     step_marks m;
 } step_pending;
 
@@ -104,6 +105,16 @@ typedef struct {
     dt_schedule sched;
     dt_loader *train_ld, *val_ld;
     dt_tensor *syn_x, *syn_y; /* synthetic mode: this replica's part of the global batch */
+    dt_tensor *in_u8, *in_y;  /* loader mode: the step's input at fixed addresses, u8 [batch, S, S, 3]
+                               * NHWC (the loader's layout) and i32 labels [batch] */
+    /* graphs=1 (GPU): the step captured as one CUDA graph after GRAPH_WARMUP eager steps */
+    struct dt_graph *graph;   /* NULL: none captured (yet, or dropped for a re-capture) */
+    const float *graph_loss;  /* [1] f32: where the replayed step leaves its loss */
+    uint64_t graph_key;       /* dt_resnet_launch_key when it was captured */
+    int64_t eager_run;        /* eager steps in a row: a capture waits for GRAPH_WARMUP of them */
+    int graphs_off;           /* a capture failed: the run goes on eagerly */
+    int64_t captures;
+    double capture_ms;        /* the last capture's host time */
     dt_grad_sync gs;          /* with several replicas */
     dt_bn_sync bn_sync;       /* sync_bn=1 */
     dt_tensor *stop_flag;     /* with several replicas: the stop request, averaged every step */
@@ -121,6 +132,12 @@ typedef struct {
     double run_t0, epoch_t0;  /* host ms */
     dt_err err;               /* the first failure of this replica */
 } replica;
+
+/* Eager steps before the step is captured: the first steps allocate what lives across steps
+ * (gradients, momentum buffers and the optimizer's tables, the working copies' table, the
+ * libraries' workspaces) and change the optimizer's tables twice (its first-step flags set, then
+ * cleared); from the third on a step is the same work at the same addresses every time. */
+#define GRAPH_WARMUP 3
 
 /* The model the configuration describes (its deformable layers' knobs included). */
 void train_model_cfg(const dt_train_cfg *c, int classes, dt_resnet_cfg *mc);
