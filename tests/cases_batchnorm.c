@@ -150,9 +150,15 @@ static dt_tensor *build(const dt_opcase *c, dt_tensor **in, void *state) {
      .state_free = state_free}
 #define RELU_STD 0.05f
 
-/* A ResNet-18 shape at batch 64: GPU parity (and perf) only. gs: the op has a skip input. */
-#define BN_BIG(label, n_, c_, h_, w_, gs, ...)                                                                           \
-    {.name = label, .types = DT_ALL_TYPES, .n_in = 4, .grad_tol = -1, .bf16_bound = -1,                                 \
+/* A ResNet-18 shape at batch 64: GPU parity (and perf) only. gs: the op has a skip input.
+ * With a ReLU the f32 parity tolerance is 1e-3, not 1e-5: over millions of N(0, 1) inputs a few
+ * pre-activations lie within a rounding of 0, where the two devices' last bits can put them on
+ * either side of the kink, and each such element moves the gradients by its whole upstream
+ * value (seed 881787352: one flip, relative error 5e-4 on dweight, 9e-5 on dx). The small cases
+ * keep 1e-5: their inputs stay away from the kink. */
+#define BN_RELU_BIG_TOL 1e-3f
+#define BN_BIG(label, n_, c_, h_, w_, gs, tol, ...)                                                                      \
+    {.name = label, .types = DT_ALL_TYPES, .n_in = 4, .grad_tol = -1, .bf16_bound = -1, .f32_tol = tol,                 \
      .in = {{4, {n_, c_, h_, w_}, DT_IN_ACT, 1.0f, 1},                                                               \
             {1, {c_}, DT_IN_F32, 1.0f, 1},                                                                           \
             {1, {c_}, DT_IN_F32, 1.0f, 1},                                                                           \
@@ -181,14 +187,14 @@ static const dt_opcase bn_cases[] = {
              .relu = 1, .twice = 1),
     BN_SMALL("train+add+relu, only the skip's gradient", 3, 8, 4, 4, RELU_STD, 0, 0, 1, .training = 1, .relu = 1,
              .skip = 1),
-    BN_BIG("ResNet stem 64x64x112x112, train+relu", 64, 64, 112, 112, 0, .training = 1, .relu = 1),
-    BN_BIG("ResNet l1 64x64x56x56, train+relu", 64, 64, 56, 56, 0, .training = 1, .relu = 1),
-    BN_BIG("ResNet l1 join 64x64x56x56, train+add+relu", 64, 64, 56, 56, 1, .training = 1, .relu = 1, .skip = 1),
-    BN_BIG("ResNet l2 join 64x128x28x28, train+add+relu", 64, 128, 28, 28, 1, .training = 1, .relu = 1, .skip = 1),
-    BN_BIG("ResNet l3 64x256x14x14, train+relu", 64, 256, 14, 14, 0, .training = 1, .relu = 1),
-    BN_BIG("ResNet l4 join 64x512x7x7, train+add+relu", 64, 512, 7, 7, 1, .training = 1, .relu = 1, .skip = 1),
-    BN_BIG("ResNet l4 64x512x7x7, eval+relu", 64, 512, 7, 7, 0, .relu = 1),
-    BN_BIG("32x64x28x28 train+add+relu, sync", 32, 64, 28, 28, 1, .training = 1, .relu = 1, .skip = 1, .sync = 1),
+    BN_BIG("ResNet stem 64x64x112x112, train+relu", 64, 64, 112, 112, 0, BN_RELU_BIG_TOL, .training = 1, .relu = 1),
+    BN_BIG("ResNet l1 64x64x56x56, train+relu", 64, 64, 56, 56, 0, BN_RELU_BIG_TOL, .training = 1, .relu = 1),
+    BN_BIG("ResNet l1 join 64x64x56x56, train+add+relu", 64, 64, 56, 56, 1, BN_RELU_BIG_TOL, .training = 1, .relu = 1, .skip = 1),
+    BN_BIG("ResNet l2 join 64x128x28x28, train+add+relu", 64, 128, 28, 28, 1, BN_RELU_BIG_TOL, .training = 1, .relu = 1, .skip = 1),
+    BN_BIG("ResNet l3 64x256x14x14, train+relu", 64, 256, 14, 14, 0, BN_RELU_BIG_TOL, .training = 1, .relu = 1),
+    BN_BIG("ResNet l4 join 64x512x7x7, train+add+relu", 64, 512, 7, 7, 1, BN_RELU_BIG_TOL, .training = 1, .relu = 1, .skip = 1),
+    BN_BIG("ResNet l4 64x512x7x7, eval+relu", 64, 512, 7, 7, 0, BN_RELU_BIG_TOL, .relu = 1),
+    BN_BIG("32x64x28x28 train+add+relu, sync", 32, 64, 28, 28, 1, BN_RELU_BIG_TOL, .training = 1, .relu = 1, .skip = 1, .sync = 1),
 };
 DT_OPCASES(batchnorm, bn_cases)
 

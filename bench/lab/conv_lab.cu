@@ -2,7 +2,7 @@
  * (fprop) in bf16 channels last, next to the library's im2col + cuBLAS path. Same habit as
  * deform_lab.cu: every variant is validated on fresh random inputs against a CPU reference
  * (double, from the same bf16 values) and against the library's path, then timed; only
- * winners move into kernels/. Compiled for sm_90, NOT yet run on a GPU (docs/conv.md).
+ * winners move into kernels/. First run on the H200: docs/conv.md and docs/PERF.md section 13.
  *
  * The problem (fprop), shapes on every buffer:
  *   x [N, H, W, C]        bf16 NHWC            (C % 8 == 0: the stem's C = 3 is padded to 8
