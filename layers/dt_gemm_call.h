@@ -10,8 +10,15 @@
 #include "dt_device.h"
 #include "dt_dtype.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 void dt_gemm_call(dt_dev dev, dt_dtype dtype, dt_math math, int ta, int tb, int64_t M, int64_t N, int64_t K,
                   float alpha, const void *A, int64_t lda, const void *B, int64_t ldb, float beta, void *C,
                   dt_dtype c_dtype, int64_t ldc);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -6,6 +6,11 @@
  * queued while the host reads the previous one, and no step waits for a log line. The batch
  * of step i-1 is released to the loader at that point, once its copy has landed.
  *
+ * CUDA graph (graphs=1, GPU): after GRAPH_WARMUP eager steps the device half of the step
+ * (step_body) is captured once and replayed every step; the host half (the batch into fixed
+ * input buffers, the learning rate into device memory, the loss read-back) is queued around
+ * the replay, so the pipelining above is unchanged (docs/training.md).
+ *
  * Data parallel (several replicas): every replica takes its shard of each epoch (the loader's
  * DistributedSampler semantics), averages its gradients with the others' during the backward
  * (dt_grad_sync.h), and applies the same update to the same weights, so the replicas stay
@@ -414,7 +419,8 @@ static const float *step_body(replica *r, step_pending *p, int timed) {
 
 /* Captures the step body as a CUDA graph and launches it: 0 (r->graph_loss is where it leaves
  * the loss), or -1 (the run goes on eagerly, with one warning naming what could not be
- * captured; nothing of the capture ran). */
+ * captured). Nothing of a failed capture ran on the device; its host bookkeeping did - the
+ * deformable layers counted one call more, which moves a halo-refresh schedule by one call. */
 static int capture_step(replica *r, step_pending *p) {
     dt_graph *g = dt_graph_begin();
     dt_scope_begin();
@@ -495,8 +501,8 @@ static void run_step(replica *r, step_pending *p) {
 }
 
 /* Enqueues one step into p: its batch (this replica's shard) to the device, the learning rate,
- * the stop request, then the device work and the read-backs (run_step). *epoch_over = 1 (and nothing enqueued) when the loader has no batch left in
- * this epoch. */
+ * the stop request, then the device work and the read-backs (run_step). *epoch_over = 1 (and
+ * nothing enqueued) when the loader has no batch left in this epoch. */
 int replica_enqueue_step(replica *r, step_pending *p, int64_t epoch, int *epoch_over) {
     train_run *run = r->run;
     const dt_train_cfg *c = run->c;

@@ -1,16 +1,21 @@
-/* The convolution lab (issue 20, step 1): an implicit-GEMM tensor-core convolution forward
- * (fprop) in bf16 channels last, next to the library's im2col + cuBLAS path. Same habit as
- * deform_lab.cu: every variant is validated on fresh random inputs against a CPU reference
- * (double, from the same bf16 values) and against the library's path, then timed; only
- * winners move into kernels/. First run on the H200: docs/conv.md and docs/PERF.md section 13.
+/* The convolution lab (issue 20): implicit-GEMM tensor-core convolutions in bf16 channels last,
+ * forward (fprop) and input gradient (dgrad), next to the library's im2col + cuBLAS path. Same
+ * habit as deform_lab.cu: every variant is validated on fresh random inputs against a CPU
+ * reference (double, from the same bf16 values) and against the library's path, then timed;
+ * only winners move into kernels/. First run on the H200 (fprop): docs/conv.md and
+ * docs/PERF.md section 13.
  *
- * The problem (fprop), shapes on every buffer:
+ * The problem, shapes on every buffer:
  *   x [N, H, W, C]        bf16 NHWC            (C % 8 == 0: the stem's C = 3 is padded to 8
  *   w [Cout, kh, kw, C]   bf16 (NHWC weight)    with zero channels in x and w, see PadC below)
  *   y [N, Ho, Wo, Cout]   bf16 NHWC (or fp32), fp32 accumulation, one rounding at the end
- * GEMM view: M = N*Ho*Wo, Ngemm = Cout, K = kh*kw*C (k in the order (r, t, c), w's storage),
+ *   dy [N, Ho, Wo, Cout], dx [N, H, W, C]   bf16 (dgrad)
+ * fprop's GEMM: M = N*Ho*Wo, Ngemm = Cout, K = kh*kw*C (k in the order (r, t, c), w's storage),
  *   A[m][k] = x[n][ho*sh - ph + r*dh][wo*sw - pw + t*dw][c] (0 outside), B[k][co] = w[co][r][t][c],
  *   y[m][co] = sum_k A[m][k] B[k][co]   (y [M, Cout] row-major IS the NHWC output).
+ * dgrad's GEMM: M = N*H*W, Ngemm = C, K = kh*kw*Cout, A = dy gathered through the mirrored taps,
+ *   B^T = w with its channel axes swapped (gemm_view below). Both run one kernel, k_igemm, whose
+ *   loaders differ only in the address of a tap. wgrad (a long reduction over N*Ho*Wo) is next.
  *
  * Variants (VARIANTS[] below):
  *   ref_cublas         deftc's own dt_conv2d on GPU tensors (bf16 NHWC: im2col + cublasGemmEx);
@@ -22,25 +27,22 @@
  *   igemm_1x1_128x128  the 128 tile specialized for 1x1 stride-1 unpadded convs (A = x itself:
  *                      no tap arithmetic, one pointer per row)
  *   igemm_128x128_f32  the 128 tile writing fp32 y (no rounding; the accumulators as they are)
- *
- * Adding dgrad / wgrad later: a variant names its pass (PASS_FPROP today). A new pass adds its
- * operands to `problem` (dy [M, Cout], dx [N, H, W, C], dw [Cout, kh, kw, C] fp32), its CPU
- * reference next to ref_fprop (a sampled dot product in double, the same tolerance form), its
- * ref_cublas-style library variant (dt_backward_with on the conv), and its kernels; main()
- * loops over the variants of the passes asked for (a --pass option), and the table and the CSV
- * already carry the pass column. dgrad is the same implicit GEMM with the roles of x and y
- * swapped (M = N*H*W, K = kh*kw*Cout, the taps mirrored), wgrad a GEMM over M with the
- * im2col'd A on the B side; the tile loaders below are written so that only the address
- * generation changes.
+ *   igemm_128x128_splitk  the 128 tile with split-K for the shapes with too few tiles to fill
+ *                      the GPU: fp32 partials per split, summed in split order, rounded once
+ *   ref_cublas_dgrad   the library's dgrad: dcol = dy . w (cuBLAS, bf16), then col2im_nhwc
+ *   igemm_128x128_dgrad, igemm_64x64_dgrad   dgrad on the implicit GEMM (stride 2: the taps
+ *                      that no output reads are zero-filled, not skipped - a first version)
+ * The split-K and dgrad variants were written after the first run and have not run yet.
  *
  *   build/conv_lab [--batch 64] [--reps 20] [--shapes l1,l4,r50,odd,...] [--csv FILE] [--quick]
- *                  [--seed S] [--skip-time]                      (make lab; GPU only)
+ *                  [--seed S] [--skip-time] [--pass fprop,dgrad]      (make lab; GPU only)
  *   --shapes: names, or the groups r18, r50, odd, all (default all); --quick: 5 reps after 1
  *   warm-up, 1024 samples a shape, and (without --shapes) r18,odd only; --seed: the inputs of
- *   an earlier run (the default seed is the time; it is printed); exit status 1 on any FAIL.
- * Validation lines first, then one table: per shape and variant PASS/FAIL, ms (median of reps
- * after warm-up, CUDA events), TFLOP/s (2*M*Cout*K with the real, unpadded K) and the time
- * relative to ref_cublas. A variant that fails a shape is not timed on it. */
+ *   an earlier run (the default seed is the time; it is printed); --pass: the passes to run
+ *   (default both); exit status 1 on any FAIL.
+ * Validation lines first, then one table: per shape, pass and variant PASS/FAIL, ms (median of
+ * reps after warm-up, CUDA events), TFLOP/s (the conv's 2*N*Ho*Wo*Cout*kh*kw*C, the real C) and
+ * the time relative to the pass's library path. A variant that fails a shape is not timed on it. */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <limits.h>
@@ -57,9 +59,11 @@
 #include "dt_common.h"
 #include "dt_cuda.h"
 #include "dt_device.h"
+#include "dt_gemm_call.h"
 #include "dt_layers.h"
 #include "dt_rng.h"
 #include "dt_tensor.h"
+#include "im2col.h"
 
 typedef __nv_bfloat16 bf16;
 
@@ -73,6 +77,23 @@ struct conv_params {
     void *y;       /* [N, Ho, Wo, Cout] = [M, Cout], bf16 or fp32 */
     int N, H, W, C, Cout, KH, KW, SH, SW, PH, PW, DH, DW, Ho, Wo;
     int M, K; /* M = N*Ho*Wo, K = KH*KW*C */
+};
+
+/* The GEMM a kernel runs, for either pass (fprop_view / dgrad_view build it from a problem):
+ *   y [M, NO] = A [M, K] . B [K, NO],   B^T = b [NO, K] row-major (K contiguous),
+ *   row m = (n, oh, ow) of an [N, OH, OW] output image; k = (r, t, ac): tap (r, t) of the KH x KW
+ *   window and channel ac of A's source a [N, AH, AW, AC] (AC % 8 == 0, NO % 8 == 0).
+ * fprop: a = x, (AH, AW, AC) = (H, W, C), (OH, OW) = (Ho, Wo), NO = Cout, b = w [Cout, KH, KW, C];
+ *   A[m][k] = x at (oh*SH - PH + r*DH, ow*SW - PW + t*DW).
+ * dgrad: a = dy, (AH, AW, AC) = (Ho, Wo, Cout), (OH, OW) = (H, W), NO = C, b = wT [C, KH, KW, Cout]
+ *   (w with its channel axes swapped, made once); A[m][k] = dy at ((h + PH - r*DH) / SH,
+ *   (w + PW - t*DW) / SW) where both divide exactly and land inside, else 0 - the adjoint of
+ *   fprop's gather, so dx = A . B is exact, and for stride 2 three taps in four are zeros. */
+struct gemm_view {
+    const bf16 *a, *b;
+    void *y; /* bf16, or fp32 (F32OUT; split-K's [splits, M, NO] workspace) */
+    int N, AH, AW, AC, OH, OW, NO, KH, KW, SH, SW, PH, PW, DH, DW;
+    int M, K;
 };
 
 /* ---- PTX wrappers. Sources of the operand layouts: the PTX ISA ("Matrix fragments for
@@ -145,7 +166,7 @@ template <int BM, int BN, int WM, int WN, int STAGES> struct tile_cfg {
     static_assert(NI % 2 == 0, "B fragments come in pairs of n-tiles (one ldmatrix.x4)");
 };
 
-/* The implicit-GEMM fprop. One CTA computes y[m0 .. m0+BM) x [n0 .. n0+BN); grid = one CTA per
+/* The implicit GEMM (gemm_view: fprop or dgrad). One CTA computes y[m0 .. m0+BM) x [n0 .. n0+BN); grid.x = one CTA per
  * tile, the n-tile fastest (the CTAs that share an A tile - the big operand - run together, so
  * it is read from DRAM once and from L2 after; all of w fits in L2).
  *
@@ -153,39 +174,45 @@ template <int BM, int BN, int WM, int WN, int STAGES> struct tile_cfg {
  * rows tid/4 + i*THREADS/4 of A (and of B). Row decoding (n, ho, wo) happens once per CTA; per
  * k slice each thread decodes its k = kt*BK + 8kc into (r, t, c) once (C % 8 == 0, so the
  * 8 channels of a chunk never straddle two taps, and K % 8 == 0, so a chunk is wholly in or
- * out of K). ONE: 1x1, stride 1, no padding - A is x [M, C] itself. */
-template <int BM, int BN, int WM, int WN, int STAGES, bool ONE, bool F32OUT>
-__global__ void __launch_bounds__(tile_cfg<BM, BN, WM, WN, STAGES>::THREADS) k_igemm_fprop(conv_params p) {
+ * out of K). ONE: 1x1, stride 1, no padding - A is x [M, C] itself. SPLITK: grid.y splits the k
+ * tiles into gridDim.y contiguous ranges; split z writes its fp32 partial tile to y + z*M*Cout
+ * (a workspace [splits, M, Cout]) and k_splitk_sum adds the splits in order: for the shapes
+ * whose tiles are too few to fill the GPU (layer3-4: M = N*Ho*Wo is small, K long). */
+template <int BM, int BN, int WM, int WN, int STAGES, bool ONE, bool F32OUT, bool SPLITK, bool DGRAD>
+__global__ void __launch_bounds__(tile_cfg<BM, BN, WM, WN, STAGES>::THREADS) k_igemm(gemm_view p) {
     typedef tile_cfg<BM, BN, WM, WN, STAGES> T;
+    static_assert(!SPLITK || F32OUT, "split-K writes fp32 partial sums");
+    static_assert(!(ONE && DGRAD), "the 1x1 path is fprop's");
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16 *sA = reinterpret_cast<bf16 *>(smem_raw); /* [STAGES][BM][PITCH] */
     bf16 *sB = sA + STAGES * BM * PITCH;          /* [STAGES][BN][PITCH] */
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int warp_m = warp / T::WARPS_N, warp_n = warp % T::WARPS_N;
-    const int ntn = (p.Cout + BN - 1) / BN;
+    const int ntn = (p.NO + BN - 1) / BN;
     const int m0 = (int)(blockIdx.x / ntn) * BM, n0 = (int)(blockIdx.x % ntn) * BN;
     const int kc = tid & 3;
 
-    /* per A row: the image's base, and the top-left input position of its window (a row past
-     * M gets h0 = -2^30: every tap then falls outside and is zero-filled) */
+    /* per A row: the image's base, and its window's origin: fprop the top-left source position
+     * (tap (r, t) reads h0 + r*DH), dgrad the output position plus the padding (tap (r, t)
+     * reads (h0 - r*DH) / SH). A row past M gets h0 = -2^30: every tap falls outside, zero-filled */
     const bf16 *a_base[T::A_IT];
     int a_h0[T::A_IT], a_w0[T::A_IT];
 #pragma unroll
     for (int i = 0; i < T::A_IT; i++) {
         const int m = m0 + (tid >> 2) + i * T::ROWS_PER_PASS;
-        a_base[i] = p.x;
+        a_base[i] = p.a;
         a_h0[i] = -(1 << 30);
         a_w0[i] = 0;
         if (m < p.M) {
             if (ONE) {
-                a_base[i] = p.x + (int64_t)m * p.C;
+                a_base[i] = p.a + (int64_t)m * p.AC;
                 a_h0[i] = 0;
             } else {
-                const int hw = p.Ho * p.Wo, n = m / hw, rem = m - n * hw, ho = rem / p.Wo, wo = rem - ho * p.Wo;
-                a_base[i] = p.x + (int64_t)n * p.H * p.W * p.C;
-                a_h0[i] = ho * p.SH - p.PH;
-                a_w0[i] = wo * p.SW - p.PW;
+                const int hw = p.OH * p.OW, n = m / hw, rem = m - n * hw, ho = rem / p.OW, wo = rem - ho * p.OW;
+                a_base[i] = p.a + (int64_t)n * p.AH * p.AW * p.AC;
+                a_h0[i] = DGRAD ? ho + p.PH : ho * p.SH - p.PH;
+                a_w0[i] = DGRAD ? wo + p.PW : wo * p.SW - p.PW;
             }
         }
     }
@@ -194,7 +221,7 @@ __global__ void __launch_bounds__(tile_cfg<BM, BN, WM, WN, STAGES>::THREADS) k_i
 #pragma unroll
     for (int i = 0; i < T::B_IT; i++) {
         const int co = n0 + (tid >> 2) + i * T::ROWS_PER_PASS;
-        b_row[i] = co < p.Cout ? p.w + (int64_t)co * p.K : nullptr;
+        b_row[i] = co < p.NO ? p.b + (int64_t)co * p.K : nullptr;
     }
 
     /* issue the cp.asyncs of k tile kt into pipeline stage st */
@@ -203,22 +230,28 @@ __global__ void __launch_bounds__(tile_cfg<BM, BN, WM, WN, STAGES>::THREADS) k_i
         const bool kin = k < p.K;
         int r = 0, t = 0, c = k;
         if (!ONE) {
-            const int tap = k / p.C;
-            c = k - tap * p.C;
+            const int tap = k / p.AC;
+            c = k - tap * p.AC;
             r = tap / p.KW;
             t = tap - r * p.KW;
         }
         bf16 *da = sA + (st * BM + (tid >> 2)) * PITCH + kc * 8;
 #pragma unroll
         for (int i = 0; i < T::A_IT; i++) {
-            const bf16 *src = p.x;
+            const bf16 *src = p.a;
             int bytes = 0;
             if (ONE) {
                 if (kin && a_h0[i] == 0) src = a_base[i] + k, bytes = 16;
+            } else if (DGRAD) {
+                const int hh = a_h0[i] - r * p.DH, ww = a_w0[i] - t * p.DW;
+                if (kin && hh >= 0 && ww >= 0 && hh % p.SH == 0 && ww % p.SW == 0) {
+                    const int hi = hh / p.SH, wi = ww / p.SW;
+                    if (hi < p.AH && wi < p.AW) src = a_base[i] + ((int64_t)hi * p.AW + wi) * p.AC + c, bytes = 16;
+                }
             } else {
                 const int hi = a_h0[i] + r * p.DH, wi = a_w0[i] + t * p.DW;
-                if (kin && (unsigned)hi < (unsigned)p.H && (unsigned)wi < (unsigned)p.W)
-                    src = a_base[i] + ((int64_t)hi * p.W + wi) * p.C + c, bytes = 16;
+                if (kin && (unsigned)hi < (unsigned)p.AH && (unsigned)wi < (unsigned)p.AW)
+                    src = a_base[i] + ((int64_t)hi * p.AW + wi) * p.AC + c, bytes = 16;
             }
             cp_async16(da + i * T::ROWS_PER_PASS * PITCH, src, bytes);
         }
@@ -226,7 +259,7 @@ __global__ void __launch_bounds__(tile_cfg<BM, BN, WM, WN, STAGES>::THREADS) k_i
 #pragma unroll
         for (int i = 0; i < T::B_IT; i++) {
             const bool ok = kin && b_row[i] != nullptr;
-            cp_async16(db + i * T::ROWS_PER_PASS * PITCH, ok ? b_row[i] + k : p.w, ok ? 16 : 0);
+            cp_async16(db + i * T::ROWS_PER_PASS * PITCH, ok ? b_row[i] + k : p.b, ok ? 16 : 0);
         }
     };
 
@@ -239,11 +272,18 @@ __global__ void __launch_bounds__(tile_cfg<BM, BN, WM, WN, STAGES>::THREADS) k_i
             for (int e = 0; e < 4; e++) acc[i][j][e] = 0.0f;
 
     /* the pipeline: STAGES-1 tiles in flight before the first mma; one commit group per k
-     * tile (empty groups past the end keep the counting uniform) */
-    const int KT = (p.K + BK - 1) / BK;
+     * tile (empty groups past the end keep the counting uniform). This CTA's k tiles: kt0 ..
+     * kt0 + KT - 1 (all of them without split-K; a split past the end has none and writes 0) */
+    const int KT_ALL = (p.K + BK - 1) / BK;
+    int kt0 = 0, KT = KT_ALL;
+    if (SPLITK) {
+        const int per = (KT_ALL + (int)gridDim.y - 1) / (int)gridDim.y;
+        kt0 = min(KT_ALL, (int)blockIdx.y * per);
+        KT = min(KT_ALL - kt0, per);
+    }
 #pragma unroll
     for (int s = 0; s < STAGES - 1; s++) {
-        if (s < KT) load_tile(s, s);
+        if (s < KT) load_tile(s, kt0 + s);
         cp_async_commit();
     }
     for (int kt = 0; kt < KT; kt++) {
@@ -254,7 +294,7 @@ __global__ void __launch_bounds__(tile_cfg<BM, BN, WM, WN, STAGES>::THREADS) k_i
         __syncthreads();
         {
             const int nk = kt + STAGES - 1;
-            if (nk < KT) load_tile(nk % STAGES, nk);
+            if (nk < KT) load_tile(nk % STAGES, kt0 + nk);
             cp_async_commit();
         }
         const int st = kt % STAGES;
@@ -289,7 +329,7 @@ __global__ void __launch_bounds__(tile_cfg<BM, BN, WM, WN, STAGES>::THREADS) k_i
     if (F32OUT) {
         /* fp32 y: each lane stores its (row, 2 columns) pairs as float2 (Cout % 8 == 0, so a pair
          * is wholly in or out) - 32 bytes per 4 lanes, full sectors */
-        float *y = static_cast<float *>(p.y);
+        float *y = static_cast<float *>(p.y) + (SPLITK ? (int64_t)blockIdx.y * p.M * p.NO : 0);
 #pragma unroll
         for (int i = 0; i < T::MI; i++)
 #pragma unroll
@@ -299,8 +339,8 @@ __global__ void __launch_bounds__(tile_cfg<BM, BN, WM, WN, STAGES>::THREADS) k_i
 #pragma unroll
                 for (int j = 0; j < T::NI; j++) {
                     const int co = n0 + warp_n * WN + j * 8 + 2 * q;
-                    if (co < p.Cout)
-                        *reinterpret_cast<float2 *>(y + (int64_t)m * p.Cout + co) =
+                    if (co < p.NO)
+                        *reinterpret_cast<float2 *>(y + (int64_t)m * p.NO + co) =
                             make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
                 }
             }
@@ -324,23 +364,44 @@ __global__ void __launch_bounds__(tile_cfg<BM, BN, WM, WN, STAGES>::THREADS) k_i
     constexpr int CH = BN / 8; /* 16-byte chunks per tile row */
     for (int idx = tid; idx < BM * CH; idx += T::THREADS) {
         const int row = idx / CH, ch = idx % CH, m = m0 + row, co = n0 + ch * 8;
-        if (m < p.M && co < p.Cout)
-            *reinterpret_cast<uint4 *>(y + (int64_t)m * p.Cout + co) = *reinterpret_cast<const uint4 *>(sC + row * T::CPITCH + ch * 8);
+        if (m < p.M && co < p.NO)
+            *reinterpret_cast<uint4 *>(y + (int64_t)m * p.NO + co) = *reinterpret_cast<const uint4 *>(sC + row * T::CPITCH + ch * 8);
     }
 }
 
-/* The launcher of one tile configuration (raises the dynamic smem limit once per kernel). */
-template <int BM, int BN, int WM, int WN, int STAGES, bool ONE, bool F32OUT> static void launch_igemm(const conv_params &p) {
+/* split-K's second pass: y[i] = bf16(ws[0][i] + ws[1][i] + ... + ws[splits-1][i]), the splits
+ * added in order (deterministic) and rounded once. ws [splits, n] fp32, y [n] bf16, n % 4 == 0
+ * (Cout % 8 == 0): four elements a thread, float4 loads, one 8-byte store. */
+__global__ void k_splitk_sum(const float *__restrict__ ws, int splits, int64_t n, bf16 *__restrict__ y) {
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x * 4;
+    for (int64_t i = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * 4; i < n; i += stride) {
+        float4 a = *reinterpret_cast<const float4 *>(ws + i);
+        for (int z = 1; z < splits; z++) {
+            const float4 b = *reinterpret_cast<const float4 *>(ws + (int64_t)z * n + i);
+            a.x += b.x, a.y += b.y, a.z += b.z, a.w += b.w;
+        }
+        __nv_bfloat162 lo = __floats2bfloat162_rn(a.x, a.y), hi = __floats2bfloat162_rn(a.z, a.w);
+        uint2 out;
+        out.x = *reinterpret_cast<uint32_t *>(&lo);
+        out.y = *reinterpret_cast<uint32_t *>(&hi);
+        *reinterpret_cast<uint2 *>(y + i) = out;
+    }
+}
+
+/* The launcher of one tile configuration (raises the dynamic smem limit once per kernel);
+ * splits > 1: split-K (F32OUT, p.y the [splits, M, Cout] workspace). */
+template <int BM, int BN, int WM, int WN, int STAGES, bool ONE, bool F32OUT, bool SPLITK = false, bool DGRAD = false>
+static void launch_igemm(const gemm_view &p, int splits = 1) {
     typedef tile_cfg<BM, BN, WM, WN, STAGES> T;
-    auto kern = k_igemm_fprop<BM, BN, WM, WN, STAGES, ONE, F32OUT>;
+    auto kern = k_igemm<BM, BN, WM, WN, STAGES, ONE, F32OUT, SPLITK, DGRAD>;
     static int attr_set = 0;
     if (!attr_set) {
         DT_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)T::SMEM));
         attr_set = 1;
     }
-    const int64_t tiles = (int64_t)((p.M + BM - 1) / BM) * ((p.Cout + BN - 1) / BN);
+    const int64_t tiles = (int64_t)((p.M + BM - 1) / BM) * ((p.NO + BN - 1) / BN);
     if (tiles > INT_MAX) dt_fatal("conv_lab: %lld tiles", (long long)tiles);
-    kern<<<(unsigned)tiles, T::THREADS, T::SMEM, dt_stream()>>>(p);
+    kern<<<dim3((unsigned)tiles, (unsigned)splits), T::THREADS, T::SMEM, dt_stream()>>>(p);
     DT_CHECK_LAUNCH();
 }
 
@@ -408,6 +469,11 @@ typedef struct {
     void *dy;         /* device y [M, Cout], room for fp32 */
     dt_tensor *tx, *tw; /* the library's tensors for ref_cublas: real C, bf16 NHWC */
     dt_conv_geom g;
+    /* dgrad: dy random, dx = the output */
+    dt_bf16 *hdy;     /* host dy [N, Ho, Wo, Cout] */
+    bf16 *ddy, *dwT;  /* device dy, and w with its channel axes swapped: wT [C, KH, KW, Cout] */
+    void *ddx;        /* device dx [N, H, W, C], room for fp32 */
+    gemm_view vf, vd; /* the GEMMs of the two passes (gemm_view) */
 } problem;
 
 /* fills `n` bf16 with U(-a, a) (never all zero; bf16(0) only where a draw rounds to it) */
@@ -448,6 +514,32 @@ static void problem_make(problem *pr, const conv_shape *sh, int batch, uint64_t 
     dt_copy_h2d(pr->dx, pr->hx, sizeof(bf16) * (size_t)nx);
     dt_copy_h2d(pr->dw, pr->hw, sizeof(bf16) * (size_t)nw);
     p->x = pr->dx, p->w = pr->dw, p->y = pr->dy;
+    /* dgrad's operands: dy U(-1, 1), wT[c][r][t][co] = w[co][r][t][c] */
+    const int64_t ndy = (int64_t)p->M * p->Cout, ndx = (int64_t)p->N * p->H * p->W * C;
+    pr->hdy = (dt_bf16 *)dt_xmalloc(sizeof(dt_bf16) * (size_t)ndy);
+    fill_uniform_bf16(pr->hdy, ndy, 1.0f, &r);
+    dt_bf16 *hwT = (dt_bf16 *)dt_xmalloc(sizeof(dt_bf16) * (size_t)nw);
+    const int taps = p->KH * p->KW;
+    for (int co = 0; co < p->Cout; co++)
+        for (int tp = 0; tp < taps; tp++)
+            for (int c = 0; c < C; c++)
+                hwT[((int64_t)c * taps + tp) * p->Cout + co] = pr->hw[((int64_t)co * taps + tp) * C + c];
+    pr->ddy = (bf16 *)dt_gpu_malloc(sizeof(bf16) * (size_t)ndy);
+    pr->dwT = (bf16 *)dt_gpu_malloc(sizeof(bf16) * (size_t)nw);
+    pr->ddx = dt_gpu_malloc(sizeof(float) * (size_t)ndx);
+    dt_copy_h2d(pr->ddy, pr->hdy, sizeof(bf16) * (size_t)ndy);
+    dt_copy_h2d(pr->dwT, hwT, sizeof(bf16) * (size_t)nw);
+    free(hwT);
+    gemm_view v = {};
+    v.N = p->N, v.KH = p->KH, v.KW = p->KW, v.SH = p->SH, v.SW = p->SW, v.PH = p->PH, v.PW = p->PW, v.DH = p->DH,
+    v.DW = p->DW;
+    pr->vf = v, pr->vd = v;
+    pr->vf.a = pr->dx, pr->vf.b = pr->dw, pr->vf.y = pr->dy;
+    pr->vf.AH = p->H, pr->vf.AW = p->W, pr->vf.AC = C, pr->vf.OH = p->Ho, pr->vf.OW = p->Wo, pr->vf.NO = p->Cout;
+    pr->vf.M = p->M, pr->vf.K = p->K;
+    pr->vd.a = pr->ddy, pr->vd.b = pr->dwT, pr->vd.y = pr->ddx;
+    pr->vd.AH = p->Ho, pr->vd.AW = p->Wo, pr->vd.AC = p->Cout, pr->vd.OH = p->H, pr->vd.OW = p->W, pr->vd.NO = C;
+    pr->vd.M = p->N * p->H * p->W, pr->vd.K = taps * p->Cout;
     /* the library's tensors hold the real C (the stem runs as the library runs it today) */
     pr->tx = dt_tensor_new4_as(DT_GPU, DT_BF16, DT_NHWC, p->N, sh->c, p->H, p->W);
     pr->tw = dt_tensor_new4_as(DT_GPU, DT_BF16, DT_NHWC, p->Cout, sh->c, p->KH, p->KW);
@@ -471,13 +563,15 @@ static void problem_make(problem *pr, const conv_shape *sh, int batch, uint64_t 
 static void problem_free(problem *pr) {
     free(pr->hx), free(pr->hw);
     dt_gpu_free(pr->dx), dt_gpu_free(pr->dw), dt_gpu_free(pr->dy);
+    free(pr->hdy);
+    dt_gpu_free(pr->ddy), dt_gpu_free(pr->dwT), dt_gpu_free(pr->ddx);
     dt_tensor_free(pr->tx), dt_tensor_free(pr->tw);
 }
 
 /* ================================================================== the variants */
 
-enum { PASS_FPROP = 0 };
-static const char *PASS_NAME[] = {"fprop"};
+enum { PASS_FPROP = 0, PASS_DGRAD = 1, NPASSES = 2 };
+static const char *PASS_NAME[] = {"fprop", "dgrad"};
 
 typedef struct {
     const char *name;
@@ -485,7 +579,10 @@ typedef struct {
     int f32out; /* writes fp32 y */
     int (*supports)(const problem *);
     void (*run)(problem *);
+    int ref;    /* the library's own path for this pass: the others are compared with it */
 } variant;
+
+static const gemm_view *view_of(const problem *pr, int pass) { return pass == PASS_DGRAD ? &pr->vd : &pr->vf; }
 
 static int any_shape(const problem *pr) { (void)pr; return 1; }
 static int one_by_one(const problem *pr) {
@@ -501,28 +598,80 @@ static void run_ref(problem *pr) {
     ref_last = dt_conv2d(pr->tx, pr->tw, NULL, pr->g, DT_MATH_FP32);
     dt_set_grad_enabled(1);
 }
-static void run_128(problem *pr) { launch_igemm<128, 128, 64, 32, 4, false, false>(pr->p); }
-static void run_64(problem *pr) { launch_igemm<64, 64, 32, 32, 4, false, false>(pr->p); }
-static void run_1x1(problem *pr) { launch_igemm<128, 128, 64, 32, 4, true, false>(pr->p); }
-static void run_128_f32(problem *pr) { launch_igemm<128, 128, 64, 32, 4, false, true>(pr->p); }
+static void run_128(problem *pr) { launch_igemm<128, 128, 64, 32, 4, false, false>(pr->vf); }
+static void run_64(problem *pr) { launch_igemm<64, 64, 32, 32, 4, false, false>(pr->vf); }
+static void run_1x1(problem *pr) { launch_igemm<128, 128, 64, 32, 4, true, false>(pr->vf); }
+static void run_128_f32(problem *pr) { launch_igemm<128, 128, 64, 32, 4, false, true>(pr->vf); }
+
+/* Split-K for the 128x128 tile: as many splits as fill two waves (two 80 KiB CTAs an SM), each
+ * at least 8 k tiles (256 of K); a shape that already fills the GPU, or whose K is too short,
+ * is not this variant's (splits < 2). */
+static int splitk_splits(const problem *pr) {
+    const gemm_view *p = &pr->vf;
+    const int64_t tiles = (int64_t)((p->M + 127) / 128) * ((p->NO + 127) / 128);
+    const int64_t want = (2 * (int64_t)dt_gpu_sm_count() + tiles - 1) / tiles, most = ((p->K + BK - 1) / BK) / 8;
+    return (int)(want < most ? want : most);
+}
+static int splitk_fits(const problem *pr) { return splitk_splits(pr) >= 2; }
+static void run_128_splitk(problem *pr) {
+    const int splits = splitk_splits(pr);
+    const int64_t n = (int64_t)pr->vf.M * pr->vf.NO;
+    float *ws = (float *)dt_gpu_malloc(sizeof(float) * (size_t)(splits * n)); /* cached after the first call */
+    gemm_view q = pr->vf;
+    q.y = ws;
+    launch_igemm<128, 128, 64, 32, 4, false, true, true>(q, splits);
+    const int64_t groups = n / 4, blocks = (groups + 255) / 256;
+    k_splitk_sum<<<(unsigned)(blocks < 4096 ? blocks : 4096), 256, 0, dt_stream()>>>(ws, splits, n, (bf16 *)pr->vf.y);
+    DT_CHECK_LAUNCH();
+    dt_gpu_free(ws);
+}
+
+/* dgrad. The library's path (what conv2d's backward runs for a bf16 NHWC conv whose columns fit
+ * the budget, as these do): dcol [N*Ho*Wo, KH*KW*C] = dy . w in bf16 (cuBLAS), then col2im_nhwc
+ * sums each dx element's column entries (fp32, one rounding; dcol itself was rounded: two
+ * roundings in all); a 1x1 stride-1 unpadded conv's dx is the GEMM itself. The stem has no
+ * dgrad (the images need no gradient), and a padded C would not match the library's: shapes
+ * whose C is padded are skipped. */
+static int dgrad_shape(const problem *pr) { return pr->creal == pr->p.C; }
+static void run_ref_dgrad(problem *pr) {
+    const conv_params *p = &pr->p;
+    const int64_t Mo = (int64_t)p->M, R = (int64_t)p->K;
+    if (one_by_one(pr)) {
+        dt_gemm_call(DT_GPU, DT_BF16, DT_MATH_FP32, 0, 0, Mo, R, p->Cout, 1.0f, pr->ddy, p->Cout, pr->dw, R, 0.0f,
+                     pr->ddx, DT_BF16, R);
+        return;
+    }
+    void *dcol = dt_gpu_malloc(sizeof(bf16) * (size_t)(Mo * R)); /* cached after the first call */
+    dt_gemm_call(DT_GPU, DT_BF16, DT_MATH_FP32, 0, 0, Mo, R, p->Cout, 1.0f, pr->ddy, p->Cout, pr->dw, R, 0.0f, dcol,
+                 DT_BF16, R);
+    dt_col2im_nhwc_bf16_cuda(dcol, p->N, p->C, p->H, p->W, pr->g, p->Ho, p->Wo, 0.0f, pr->ddx);
+    dt_gpu_free(dcol);
+}
+static void run_128_dgrad(problem *pr) { launch_igemm<128, 128, 64, 32, 4, false, false, false, true>(pr->vd); }
+static void run_64_dgrad(problem *pr) { launch_igemm<64, 64, 32, 32, 4, false, false, false, true>(pr->vd); }
 
 static const variant VARIANTS[] = {
-    {"ref_cublas", PASS_FPROP, 0, any_shape, run_ref},
-    {"igemm_128x128", PASS_FPROP, 0, any_shape, run_128},
-    {"igemm_64x64", PASS_FPROP, 0, any_shape, run_64},
-    {"igemm_1x1_128x128", PASS_FPROP, 0, one_by_one, run_1x1},
-    {"igemm_128x128_f32", PASS_FPROP, 1, any_shape, run_128_f32},
+    {"ref_cublas", PASS_FPROP, 0, any_shape, run_ref, 1},
+    {"igemm_128x128", PASS_FPROP, 0, any_shape, run_128, 0},
+    {"igemm_64x64", PASS_FPROP, 0, any_shape, run_64, 0},
+    {"igemm_1x1_128x128", PASS_FPROP, 0, one_by_one, run_1x1, 0},
+    {"igemm_128x128_f32", PASS_FPROP, 1, any_shape, run_128_f32, 0},
+    {"igemm_128x128_splitk", PASS_FPROP, 0, splitk_fits, run_128_splitk, 0},
+    {"ref_cublas_dgrad", PASS_DGRAD, 0, dgrad_shape, run_ref_dgrad, 1},
+    {"igemm_128x128_dgrad", PASS_DGRAD, 0, dgrad_shape, run_128_dgrad, 0},
+    {"igemm_64x64_dgrad", PASS_DGRAD, 0, dgrad_shape, run_64_dgrad, 0},
 };
 enum { NVARIANTS = sizeof VARIANTS / sizeof *VARIANTS };
 
-/* Runs variant v once, its output in pr->dy poisoned first (0xFF bytes: bf16 0xFFFF and fp32
+/* Runs variant v once, its output (its pass's y: pr->dy or pr->ddx) poisoned first (0xFF bytes: bf16 0xFFFF and fp32
  * 0xFFFFFFFF are NaN, so an element left unwritten fails). ref_cublas writes its own tensor: a
  * block of the same size is poisoned and released first, so that the caching allocator most
  * likely hands that block out (best effort; the library's kernels are also checked on poisoned
  * memory by make test-gpu). */
 static void run_once(const variant *v, problem *pr) {
+    const gemm_view *vw = view_of(pr, v->pass);
     const size_t ybytes = (size_t)pr->p.M * pr->p.Cout * (v->f32out ? 4 : 2);
-    dt_memset_gpu(pr->dy, 0xff, sizeof(float) * (size_t)pr->p.M * pr->p.Cout);
+    dt_memset_gpu(vw->y, 0xff, sizeof(float) * (size_t)vw->M * vw->NO);
     if (v->run == run_ref) {
         dt_scope_begin();
         dt_tensor *pz = dt_tensor_new4_as(DT_GPU, DT_BF16, DT_NHWC, pr->p.N, pr->p.Cout, pr->p.Ho, pr->p.Wo);
@@ -579,6 +728,34 @@ static double ref_fprop(const problem *pr, int m, int co, double *abs_sum) {
     return s;
 }
 
+/* dgrad's reference: dx[n][h][w][c] = sum over the taps (r, t) that some output position
+ * (ho, wo) reads it through, and over co, of dy[n][ho][wo][co] * w[co][r][t][c]. */
+static double ref_dgrad(const problem *pr, int m, int c, double *abs_sum) {
+    const conv_params *p = &pr->p;
+    const int hw = p->H * p->W, n = m / hw, rem = m - n * hw, h = rem / p->W, w = rem - h * p->W;
+    double s = 0, sa = 0;
+    for (int r = 0; r < p->KH; r++) {
+        const int hh = h + p->PH - r * p->DH;
+        if (hh < 0 || hh % p->SH || hh / p->SH >= p->Ho) continue;
+        for (int t = 0; t < p->KW; t++) {
+            const int ww = w + p->PW - t * p->DW;
+            if (ww < 0 || ww % p->SW || ww / p->SW >= p->Wo) continue;
+            const dt_bf16 *dya = pr->hdy + (((int64_t)n * p->Ho + hh / p->SH) * p->Wo + ww / p->SW) * p->Cout;
+            for (int co = 0; co < p->Cout; co++) {
+                const double prod = (double)dt_bf16_to_float(dya[co]) *
+                                    (double)dt_bf16_to_float(pr->hw[(int64_t)co * p->K + (int64_t)(r * p->KW + t) * p->C + c]);
+                s += prod, sa += fabs(prod);
+            }
+        }
+    }
+    *abs_sum = sa;
+    return s;
+}
+
+static double ref_at(const problem *pr, int pass, int m, int col, double *abs_sum) {
+    return pass == PASS_DGRAD ? ref_dgrad(pr, m, col, abs_sum) : ref_fprop(pr, m, col, abs_sum);
+}
+
 static float y_at(const void *h, int f32, int64_t i) {
     return f32 ? ((const float *)h)[i] : dt_bf16_to_float(((const dt_bf16 *)h)[i]);
 }
@@ -593,32 +770,33 @@ typedef struct {
 
 /* The samples: every (m, co) of an odd shape, else `samples` random ones plus the corners
  * (first and last row and column: the edge tiles). */
-static int64_t make_samples(const problem *pr, int samples, dt_rng *r, int **ms, int **cs) {
-    const conv_params *p = &pr->p;
-    const int64_t all = (int64_t)p->M * p->Cout;
+static int64_t make_samples(const problem *pr, const gemm_view *p, int samples, dt_rng *r, int **ms, int **cs) {
+    const int64_t all = (int64_t)p->M * p->NO;
     const int64_t ns = pr->sh->odd ? all : samples + 4;
     *ms = (int *)dt_xmalloc(sizeof(int) * (size_t)ns);
     *cs = (int *)dt_xmalloc(sizeof(int) * (size_t)ns);
     for (int64_t i = 0; i < ns; i++) {
-        if (pr->sh->odd) (*ms)[i] = (int)(i / p->Cout), (*cs)[i] = (int)(i % p->Cout);
-        else if (i < 4) (*ms)[i] = i & 1 ? p->M - 1 : 0, (*cs)[i] = i & 2 ? p->Cout - 1 : 0;
-        else (*ms)[i] = (int)dt_rng_below(r, (uint32_t)p->M), (*cs)[i] = (int)dt_rng_below(r, (uint32_t)p->Cout);
+        if (pr->sh->odd) (*ms)[i] = (int)(i / p->NO), (*cs)[i] = (int)(i % p->NO);
+        else if (i < 4) (*ms)[i] = i & 1 ? p->M - 1 : 0, (*cs)[i] = i & 2 ? p->NO - 1 : 0;
+        else (*ms)[i] = (int)dt_rng_below(r, (uint32_t)p->M), (*cs)[i] = (int)dt_rng_below(r, (uint32_t)p->NO);
     }
     return ns;
 }
 
-/* hy: the variant's y [M, Cout] on the host; ref, sabs: the CPU reference at the samples;
- * hc: ref_cublas's y (bf16) or NULL */
-static check check_output(const problem *pr, const void *hy, int f32, int64_t ns, const int *ms, const int *cs,
-                          const double *ref, const double *sabs, const dt_bf16 *hc) {
+/* hy: the variant's y [M, NO] (its pass's view p) on the host; ref, sabs: the CPU reference at
+ * the samples; hc: the pass's library output (bf16) or NULL. dgrad's library output rounds
+ * twice (dcol, then dx), so there the comparison with it is reported, not required: the double
+ * reference is the judge. */
+static check check_output(const gemm_view *p, int pass, const void *hy, int f32, int64_t ns, const int *ms,
+                          const int *cs, const double *ref, const double *sabs, const dt_bf16 *hc) {
     check k;
     memset(&k, 0, sizeof k);
-    const int64_t all = (int64_t)pr->p.M * pr->p.Cout;
+    const int64_t all = (int64_t)p->M * p->NO;
     double smean = 0;
     for (int64_t i = 0; i < all; i++)
         if (isnan(y_at(hy, f32, i))) k.nan++;
     for (int64_t i = 0; i < ns; i++) {
-        const double y = y_at(hy, f32, (int64_t)ms[i] * pr->p.Cout + cs[i]);
+        const double y = y_at(hy, f32, (int64_t)ms[i] * p->NO + cs[i]);
         const double tol = ldexp(sabs[i], -7) + 1e-3, e = fabs(y - ref[i]);
         smean += sabs[i] / (double)ns;
         if (!(e <= tol)) k.bad++;
@@ -641,7 +819,7 @@ static check check_output(const problem *pr, const void *hy, int f32, int64_t ns
             if (d > k.vs_max || isnan(d)) k.vs_max = isnan(d) ? INFINITY : d;
         }
     }
-    k.ok = k.bad == 0 && k.nan == 0 && k.vs_bad == 0;
+    k.ok = k.bad == 0 && k.nan == 0 && (k.vs_bad == 0 || pass == PASS_DGRAD);
     return k;
 }
 
@@ -669,13 +847,13 @@ static int shape_picked(const conv_shape *sh, const char *list) {
 
 static void usage(void) {
     fprintf(stderr, "usage: conv_lab [--batch N] [--reps N] [--shapes NAME,...|r18|r50|odd|all] [--csv FILE] [--quick] "
-                    "[--seed S] [--skip-time]\nshapes:");
+                    "[--seed S] [--skip-time] [--pass fprop,dgrad]\nshapes:");
     for (int i = 0; i < NSHAPES; i++) fprintf(stderr, " %s", SHAPES[i].name);
     fprintf(stderr, "\n");
 }
 
 int main(int argc, char **argv) {
-    int batch = 64, reps = 20, warmup = 3, samples = 4096, do_time = 1, quick = 0;
+    int batch = 64, reps = 20, warmup = 3, samples = 4096, do_time = 1, quick = 0, passes = 0;
     const char *shapes = NULL, *csv_path = NULL;
     uint64_t seed = (uint64_t)time(NULL);
     for (int i = 1; i < argc; i++) {
@@ -686,12 +864,26 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--quick")) quick = 1, reps = 5, warmup = 1, samples = 1024;
         else if (!strcmp(argv[i], "--skip-time")) do_time = 0;
+        else if (!strcmp(argv[i], "--pass") && i + 1 < argc) {
+            char buf[64];
+            snprintf(buf, sizeof buf, "%s", argv[++i]);
+            for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+                int found = 0;
+                for (int q = 0; q < NPASSES; q++)
+                    if (!strcmp(tok, PASS_NAME[q])) passes |= 1 << q, found = 1;
+                if (!found) {
+                    usage();
+                    return 2;
+                }
+            }
+        }
         else {
             usage();
             return 2;
         }
     }
     if (quick && !shapes) shapes = "r18,odd"; /* --quick: ResNet-18's convs and the odd shapes */
+    if (!passes) passes = (1 << NPASSES) - 1;  /* default: every pass */
     if (batch < 1 || reps < 1) {
         usage();
         return 2;
@@ -707,85 +899,97 @@ int main(int argc, char **argv) {
     printf("conv_lab: batch %d, seed %llu (--seed to repeat), %d reps after %d warm-up, %s\n", batch,
            (unsigned long long)seed, reps, warmup, "stem C = 3 padded to 8 for the igemm variants");
 
-    row *rows = (row *)dt_xmalloc(sizeof(row) * NSHAPES * NVARIANTS);
+    row *rows = (row *)dt_xmalloc(sizeof(row) * NSHAPES * NVARIANTS); /* a variant runs one pass */
     int nrows = 0, fails = 0;
     for (int si = 0; si < NSHAPES; si++) {
         const conv_shape *sh = &SHAPES[si];
         if (!shape_picked(sh, shapes)) continue;
         problem pr;
         problem_make(&pr, sh, batch, dt_hash64(seed ^ (uint64_t)(si + 1)));
-        const conv_params *p = &pr.p;
-        const int64_t all = (int64_t)p->M * p->Cout;
-        /* the CPU reference at the samples */
-        dt_rng r;
-        dt_rng_seed(&r, dt_hash64(seed + 1000 + (uint64_t)si));
-        int *ms, *cs;
-        const int64_t ns = make_samples(&pr, samples, &r, &ms, &cs);
-        double *ref = (double *)dt_xmalloc(sizeof(double) * (size_t)ns), *sabs = (double *)dt_xmalloc(sizeof(double) * (size_t)ns);
-        for (int64_t i = 0; i < ns; i++) ref[i] = ref_fprop(&pr, ms[i], cs[i], &sabs[i]);
-        void *hy = dt_xmalloc(sizeof(float) * (size_t)all);
-        dt_bf16 *hc = (dt_bf16 *)dt_xmalloc(sizeof(dt_bf16) * (size_t)all);
-        const double kreal = (double)p->KH * p->KW * pr.creal, flop = 2.0 * p->M * p->Cout * kreal;
-        double ref_ms = NAN;
-        int have_ref = 0;
-        for (int vi = 0; vi < NVARIANTS; vi++) {
-            const variant *v = &VARIANTS[vi];
-            row *rw = &rows[nrows];
-            memset(rw, 0, sizeof *rw);
-            rw->shape = sh->name, rw->variant = v->name, rw->pass = PASS_NAME[v->pass], rw->r18 = sh->r18, rw->r50 = sh->r50;
-            rw->ms = rw->tflops = rw->vs_ref = NAN;
-            if (!v->supports(&pr)) continue;
-            nrows++;
-            run_once(v, &pr);
-            dt_copy_d2h(hy, pr.dy, (size_t)all * (v->f32out ? 4 : 2));
-            const int is_ref = v->run == run_ref;
-            check k = check_output(&pr, hy, v->f32out, ns, ms, cs, ref, sabs, is_ref || !have_ref ? NULL : hc);
-            if (is_ref && k.ok) memcpy(hc, hy, sizeof(dt_bf16) * (size_t)all), have_ref = 1;
-            printf("validate %-10s %-18s M %7d N %5d K %5d: %s  cpu %lld/%lld bad (worst %.2f of tol), %lld NaN",
-                   sh->name, v->name, p->M, p->Cout, p->K, k.ok ? "PASS" : "FAIL", (long long)k.bad, (long long)k.checked,
-                   k.worst, (long long)k.nan);
-            if (k.vs_n)
-                printf(", vs ref_cublas %.1f%% bitwise, %lld beyond tol, max |diff| %.2e", 100.0 * k.vs_same / k.vs_n,
-                       (long long)k.vs_bad, k.vs_max);
-            printf("\n");
-            rw->status = k.ok ? "PASS" : "FAIL";
-            if (!k.ok) fails++;
-            if (k.ok && do_time) {
-                timed_arg a = {v, &pr};
-                rw->ms = dt_bench_time(timed, &a, warmup, reps);
-                rw->tflops = flop / (rw->ms * 1e-3) / 1e12;
-                if (is_ref) ref_ms = rw->ms;
-                rw->vs_ref = rw->ms / ref_ms;
+        /* the conv's FLOPs, the same for both passes: 2 N Ho Wo Cout KH KW C (the real C) */
+        const double flop = 2.0 * pr.p.M * pr.p.Cout * ((double)pr.p.KH * pr.p.KW * pr.creal);
+        for (int pass = 0; pass < NPASSES; pass++) {
+            if (!(passes & (1 << pass))) continue;
+            const gemm_view *p = view_of(&pr, pass);
+            const int64_t all = (int64_t)p->M * p->NO;
+            /* the CPU reference at the samples */
+            dt_rng r;
+            dt_rng_seed(&r, dt_hash64(seed + 1000 + (uint64_t)si + 7919 * (uint64_t)pass));
+            int *ms, *cs;
+            const int64_t ns = make_samples(&pr, p, samples, &r, &ms, &cs);
+            double *ref = (double *)dt_xmalloc(sizeof(double) * (size_t)ns);
+            double *sabs = (double *)dt_xmalloc(sizeof(double) * (size_t)ns);
+            for (int64_t i = 0; i < ns; i++) ref[i] = ref_at(&pr, pass, ms[i], cs[i], &sabs[i]);
+            void *hy = dt_xmalloc(sizeof(float) * (size_t)all);
+            dt_bf16 *hc = (dt_bf16 *)dt_xmalloc(sizeof(dt_bf16) * (size_t)all);
+            double ref_ms = NAN;
+            int have_ref = 0;
+            for (int vi = 0; vi < NVARIANTS; vi++) {
+                const variant *v = &VARIANTS[vi];
+                if (v->pass != pass || !v->supports(&pr)) continue;
+                row *rw = &rows[nrows++];
+                memset(rw, 0, sizeof *rw);
+                rw->shape = sh->name, rw->variant = v->name, rw->pass = PASS_NAME[pass], rw->r18 = sh->r18, rw->r50 = sh->r50;
+                rw->ms = rw->tflops = rw->vs_ref = NAN;
+                run_once(v, &pr);
+                dt_copy_d2h(hy, p->y, (size_t)all * (v->f32out ? 4 : 2));
+                check k = check_output(p, pass, hy, v->f32out, ns, ms, cs, ref, sabs, v->ref || !have_ref ? NULL : hc);
+                if (v->ref && k.ok) memcpy(hc, hy, sizeof(dt_bf16) * (size_t)all), have_ref = 1;
+                printf("validate %-10s %-20s %s M %7d N %5d K %5d: %s  cpu %lld/%lld bad (worst %.2f of tol), %lld NaN",
+                       sh->name, v->name, PASS_NAME[pass], p->M, p->NO, p->K, k.ok ? "PASS" : "FAIL", (long long)k.bad,
+                       (long long)k.checked, k.worst, (long long)k.nan);
+                if (k.vs_n)
+                    printf(", vs the library %.1f%% bitwise, %lld beyond tol%s, max |diff| %.2e", 100.0 * k.vs_same / k.vs_n,
+                           (long long)k.vs_bad, pass == PASS_DGRAD ? " (reported only)" : "", k.vs_max);
+                printf("\n");
+                rw->status = k.ok ? "PASS" : "FAIL";
+                if (!k.ok) fails++;
+                if (k.ok && do_time) {
+                    timed_arg ta = {v, &pr};
+                    rw->ms = dt_bench_time(timed, &ta, warmup, reps);
+                    rw->tflops = flop / (rw->ms * 1e-3) / 1e12;
+                    if (v->ref) ref_ms = rw->ms;
+                    rw->vs_ref = rw->ms / ref_ms;
+                }
+                if (csv)
+                    fprintf(csv, "%s,%s,%s,%s,%d,%d,%d,%.5f,%.2f,%.4f,%.3f,%.2f\n", sh->name, rw->pass, v->name, rw->status,
+                            p->M, p->NO, p->K, rw->ms, rw->tflops, rw->vs_ref, k.worst,
+                            k.vs_n ? 100.0 * k.vs_same / k.vs_n : NAN);
             }
-            if (csv)
-                fprintf(csv, "%s,%s,%s,%s,%d,%d,%d,%.5f,%.2f,%.4f,%.3f,%.2f\n", sh->name, rw->pass, v->name, rw->status, p->M,
-                        p->Cout, p->K, rw->ms, rw->tflops, rw->vs_ref, k.worst,
-                        k.vs_n ? 100.0 * k.vs_same / k.vs_n : NAN);
+            free(ms), free(cs), free(ref), free(sabs), free(hy), free(hc);
         }
-        free(ms), free(cs), free(ref), free(sabs), free(hy), free(hc);
         problem_free(&pr);
     }
 
     if (do_time) {
-        printf("\n## conv_lab fprop, bf16 NHWC, batch %d (ms: median of %d; TFLOP/s on the real K; x ref = ms / "
-               "ref_cublas ms, < 1 is faster)\n",
+        printf("\n## conv_lab, bf16 NHWC, batch %d (ms: median of %d; TFLOP/s: the conv's FLOPs on the real C; x ref = "
+               "ms / the pass's library ms, < 1 is faster)\n",
                batch, reps);
-        printf("%-10s %-18s %-5s %9s %8s %7s\n", "shape", "variant", "", "ms", "TFLOP/s", "x ref");
+        printf("%-10s %-5s %-20s %-5s %9s %8s %7s\n", "shape", "pass", "variant", "", "ms", "TFLOP/s", "x ref");
         for (int i = 0; i < nrows; i++)
-            printf("%-10s %-18s %-5s %9.4f %8.1f %7.3f\n", rows[i].shape, rows[i].variant, rows[i].status, rows[i].ms,
-                   rows[i].tflops, rows[i].vs_ref);
+            printf("%-10s %-5s %-20s %-5s %9.4f %8.1f %7.3f\n", rows[i].shape, rows[i].pass, rows[i].variant, rows[i].status,
+                   rows[i].ms, rows[i].tflops, rows[i].vs_ref);
         /* per network: each variant's time summed over the convs it ran, weighted by how many
-         * the net has (a variant that skipped or failed a shape is marked incomplete) */
-        printf("\n%-18s %14s %14s\n", "variant", "ResNet-18 ms", "ResNet-50 ms");
+         * the net has (a variant that skipped or failed a shape is marked incomplete); a shape
+         * whose pass the library does not run (the stem's dgrad) is not the net's */
+        printf("\n%-20s %-5s %14s %14s\n", "variant", "pass", "ResNet-18 ms", "ResNet-50 ms");
         for (int vi = 0; vi < NVARIANTS; vi++) {
+            const char *refname = NULL;
+            for (int vj = 0; vj < NVARIANTS; vj++)
+                if (VARIANTS[vj].pass == VARIANTS[vi].pass && VARIANTS[vj].ref) refname = VARIANTS[vj].name;
             double s18 = 0, s50 = 0;
             int miss18 = 0, miss50 = 0, any = 0;
             for (int si = 0; si < NSHAPES; si++) {
                 const conv_shape *sh = &SHAPES[si];
                 if (!shape_picked(sh, shapes) || sh->odd) continue;
                 double ms = NAN;
-                for (int i = 0; i < nrows; i++)
-                    if (!strcmp(rows[i].shape, sh->name) && !strcmp(rows[i].variant, VARIANTS[vi].name)) ms = rows[i].ms;
+                int applies = 0;
+                for (int i = 0; i < nrows; i++) {
+                    if (strcmp(rows[i].shape, sh->name)) continue;
+                    if (refname && !strcmp(rows[i].variant, refname)) applies = 1;
+                    if (!strcmp(rows[i].variant, VARIANTS[vi].name)) ms = rows[i].ms;
+                }
+                if (!applies) continue;
                 if (!isnan(ms)) any = 1;
                 if (sh->r18) {
                     if (isnan(ms)) miss18++;
@@ -797,7 +1001,8 @@ int main(int argc, char **argv) {
                 }
             }
             if (!any) continue;
-            printf("%-18s %11.3f%-3s %11.3f%-3s\n", VARIANTS[vi].name, s18, miss18 ? " (i)" : "", s50, miss50 ? " (i)" : "");
+            printf("%-20s %-5s %11.3f%-3s %11.3f%-3s\n", VARIANTS[vi].name, PASS_NAME[VARIANTS[vi].pass], s18,
+                   miss18 ? " (i)" : "", s50, miss50 ? " (i)" : "");
         }
         printf("(i): incomplete - some of the net's convs not run (shape not picked, not supported, or FAIL)\n");
     }
