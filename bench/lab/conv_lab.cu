@@ -1,5 +1,6 @@
 /* The convolution lab (issue 20): implicit-GEMM tensor-core convolutions in bf16 channels last,
- * forward (fprop) and input gradient (dgrad), next to the library's im2col + cuBLAS path. Same
+ * in all three directions - forward (fprop), input gradient (dgrad), weight gradient (wgrad) -
+ * next to the library's im2col + cuBLAS path. Same
  * habit as deform_lab.cu: every variant is validated on fresh random inputs against a CPU
  * reference (double, from the same bf16 values) and against the library's path, then timed;
  * only winners move into kernels/. First run on the H200 (fprop): docs/conv.md and
@@ -9,13 +10,16 @@
  *   x [N, H, W, C]        bf16 NHWC            (C % 8 == 0: the stem's C = 3 is padded to 8
  *   w [Cout, kh, kw, C]   bf16 (NHWC weight)    with zero channels in x and w, see PadC below)
  *   y [N, Ho, Wo, Cout]   bf16 NHWC (or fp32), fp32 accumulation, one rounding at the end
- *   dy [N, Ho, Wo, Cout], dx [N, H, W, C]   bf16 (dgrad)
+ *   dy [N, Ho, Wo, Cout], dx [N, H, W, C]   bf16 (dgrad);   dw [Cout, kh, kw, C] fp32 (wgrad)
  * fprop's GEMM: M = N*Ho*Wo, Ngemm = Cout, K = kh*kw*C (k in the order (r, t, c), w's storage),
  *   A[m][k] = x[n][ho*sh - ph + r*dh][wo*sw - pw + t*dw][c] (0 outside), B[k][co] = w[co][r][t][c],
  *   y[m][co] = sum_k A[m][k] B[k][co]   (y [M, Cout] row-major IS the NHWC output).
  * dgrad's GEMM: M = N*H*W, Ngemm = C, K = kh*kw*Cout, A = dy gathered through the mirrored taps,
  *   B^T = w with its channel axes swapped (gemm_view below). Both run one kernel, k_igemm, whose
- *   loaders differ only in the address of a tap. wgrad (a long reduction over N*Ho*Wo) is next.
+ *   loaders differ only in the address of a tap.
+ * wgrad's GEMM: dw [Cout, K] = dy^T . A, the reduction over M = N*Ho*Wo split into fp32 partials
+ *   summed in split order (deterministic); k_igemm_wgrad reads both operands m-major and
+ *   transposes them into the mma fragments with ldmatrix.trans.
  *
  * Variants (VARIANTS[] below):
  *   ref_cublas         deftc's own dt_conv2d on GPU tensors (bf16 NHWC: im2col + cublasGemmEx);
@@ -32,14 +36,17 @@
  *   ref_cublas_dgrad   the library's dgrad: dcol = dy . w (cuBLAS, bf16), then col2im_nhwc
  *   igemm_128x128_dgrad, igemm_64x64_dgrad   dgrad on the implicit GEMM (stride 2: the taps
  *                      that no output reads are zero-filled, not skipped - a first version)
- * The split-K and dgrad variants were written after the first run and have not run yet.
+ *   ref_cublas_wgrad   the library's wgrad: im2col_nhwc, then dw = dy^T . col (cuBLAS, fp32 out)
+ *   igemm_128x128_wgrad, igemm_64x128_wgrad   wgrad tiles of 128 (64: the 64-channel layers)
+ *                      output channels x 128 k, split over M to fill two waves
+ * The split-K, dgrad and wgrad variants were written after the first run and have not run yet.
  *
  *   build/conv_lab [--batch 64] [--reps 20] [--shapes l1,l4,r50,odd,...] [--csv FILE] [--quick]
- *                  [--seed S] [--skip-time] [--pass fprop,dgrad]      (make lab; GPU only)
+ *                  [--seed S] [--skip-time] [--pass fprop,dgrad,wgrad]   (make lab; GPU only)
  *   --shapes: names, or the groups r18, r50, odd, all (default all); --quick: 5 reps after 1
  *   warm-up, 1024 samples a shape, and (without --shapes) r18,odd only; --seed: the inputs of
  *   an earlier run (the default seed is the time; it is printed); --pass: the passes to run
- *   (default both); exit status 1 on any FAIL.
+ *   (default all three); exit status 1 on any FAIL.
  * Validation lines first, then one table: per shape, pass and variant PASS/FAIL, ms (median of
  * reps after warm-up, CUDA events), TFLOP/s (the conv's 2*N*Ho*Wo*Cout*kh*kw*C, the real C) and
  * the time relative to the pass's library path. A variant that fails a shape is not timed on it. */
@@ -117,6 +124,15 @@ template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile(
 __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void *smem_row) {
     const unsigned s = (unsigned)__cvta_generic_to_shared(smem_row);
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(s));
+}
+
+/* The same with .trans: register j of lane l holds matrix j's column l/4, rows 2*(l%4) and
+ * 2*(l%4)+1 - the fragments of the transposed matrix, for operands stored reduction-major. */
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const void *smem_row) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem_row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(s));
 }
@@ -369,10 +385,18 @@ __global__ void __launch_bounds__(tile_cfg<BM, BN, WM, WN, STAGES>::THREADS) k_i
     }
 }
 
-/* split-K's second pass: y[i] = bf16(ws[0][i] + ws[1][i] + ... + ws[splits-1][i]), the splits
- * added in order (deterministic) and rounded once. ws [splits, n] fp32, y [n] bf16, n % 4 == 0
- * (Cout % 8 == 0): four elements a thread, float4 loads, one 8-byte store. */
-__global__ void k_splitk_sum(const float *__restrict__ ws, int splits, int64_t n, bf16 *__restrict__ y) {
+/* split-K's second pass: y[i] = ws[0][i] + ws[1][i] + ... + ws[splits-1][i], the splits added
+ * in order (deterministic), rounded once to OUT (bf16: fprop's y; float: wgrad's dw, as it is).
+ * ws [splits, n] fp32, y [n], n % 4 == 0 (Cout % 8 == 0): four elements a thread, float4 loads. */
+__device__ __forceinline__ void store4(bf16 *y, float4 a) {
+    __nv_bfloat162 lo = __floats2bfloat162_rn(a.x, a.y), hi = __floats2bfloat162_rn(a.z, a.w);
+    uint2 out;
+    out.x = *reinterpret_cast<uint32_t *>(&lo);
+    out.y = *reinterpret_cast<uint32_t *>(&hi);
+    *reinterpret_cast<uint2 *>(y) = out;
+}
+__device__ __forceinline__ void store4(float *y, float4 a) { *reinterpret_cast<float4 *>(y) = a; }
+template <typename OUT> __global__ void k_splitk_sum(const float *__restrict__ ws, int splits, int64_t n, OUT *__restrict__ y) {
     const int64_t stride = (int64_t)gridDim.x * blockDim.x * 4;
     for (int64_t i = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * 4; i < n; i += stride) {
         float4 a = *reinterpret_cast<const float4 *>(ws + i);
@@ -380,12 +404,183 @@ __global__ void k_splitk_sum(const float *__restrict__ ws, int splits, int64_t n
             const float4 b = *reinterpret_cast<const float4 *>(ws + (int64_t)z * n + i);
             a.x += b.x, a.y += b.y, a.z += b.z, a.w += b.w;
         }
-        __nv_bfloat162 lo = __floats2bfloat162_rn(a.x, a.y), hi = __floats2bfloat162_rn(a.z, a.w);
-        uint2 out;
-        out.x = *reinterpret_cast<uint32_t *>(&lo);
-        out.y = *reinterpret_cast<uint32_t *>(&hi);
-        *reinterpret_cast<uint2 *>(y + i) = out;
+        store4(y + i, a);
     }
+}
+template <typename OUT> static void launch_splitk_sum(const float *ws, int splits, int64_t n, OUT *y) {
+    const int64_t blocks = (n / 4 + 255) / 256;
+    k_splitk_sum<OUT><<<(unsigned)(blocks < 4096 ? blocks : 4096), 256, 0, dt_stream()>>>(ws, splits, n, y);
+    DT_CHECK_LAUNCH();
+}
+
+/* wgrad: dw [Cout, K] fp32 = dy^T [Cout, M] . A [M, K], A = fprop's implicit im2col of x, the
+ * reduction over M = N*Ho*Wo (long: 200704 for layer1 at batch 64), so it is split over
+ * gridDim.y into contiguous m ranges whose fp32 partial tiles go to ws [splits, Cout, K] and are
+ * summed in split order (k_splitk_sum<float>: deterministic). One CTA computes dw[i0 .. i0+BM)
+ * x [j0 .. j0+BN) (i = co, j = k = (r, t, c)) over its m range, BKW = 32 m a stage.
+ * Both operands are stored m-major in shared memory, as they come from global memory - dy's
+ * rows [m][co] and A's rows [m][k] (8 consecutive k are 8 channels of one tap: 16 bytes of x) -
+ * and reach the mma through ldmatrix.trans: A-fragments from the [m][co] tile, B-fragments
+ * (k pairs along m) from the [m][k] tile. Rows padded to BM + 8 (BN + 8) elements, 16 bytes
+ * past a multiple of 128: the 8 rows of an 8x8 matrix fall on distinct bank groups. */
+constexpr int BKW = 32;
+template <int BM, int BN, int WM, int WN, int STAGES> struct wgrad_cfg {
+    static constexpr int WARPS_M = BM / WM, WARPS_N = BN / WN, THREADS = 32 * WARPS_M * WARPS_N;
+    static constexpr int MI = WM / 16, NI = WN / 8;
+    static constexpr int APITCH = BM + 8, BPITCH = BN + 8;
+    static constexpr int A_CH = BM / 8, B_CH = BN / 8; /* 16-byte chunks of a tile row */
+    static constexpr int A_IT = BKW * A_CH / THREADS, B_IT = BKW * B_CH / THREADS;
+    static constexpr size_t SMEM = (size_t)STAGES * BKW * (APITCH + BPITCH) * sizeof(bf16);
+    static_assert(A_IT * THREADS == BKW * A_CH && B_IT * THREADS == BKW * B_CH, "loader: whole chunks a thread");
+    static_assert(THREADS % A_CH == 0 && THREADS % B_CH == 0, "a thread keeps its chunk column");
+    static_assert(NI % 2 == 0 && WM % 16 == 0 && BM % WM == 0 && BN % WN == 0, "warp tile");
+};
+
+template <int BM, int BN, int WM, int WN, int STAGES>
+__global__ void __launch_bounds__(wgrad_cfg<BM, BN, WM, WN, STAGES>::THREADS)
+    k_igemm_wgrad(conv_params p, const bf16 *__restrict__ dy, float *__restrict__ ws) {
+    typedef wgrad_cfg<BM, BN, WM, WN, STAGES> T;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    bf16 *sA = reinterpret_cast<bf16 *>(smem_raw); /* [STAGES][BKW][APITCH]: dy rows, co */
+    bf16 *sB = sA + STAGES * BKW * T::APITCH;     /* [STAGES][BKW][BPITCH]: A rows, k */
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int warp_m = warp / T::WARPS_N, warp_n = warp % T::WARPS_N;
+    const int ntn = (p.K + BN - 1) / BN;
+    const int i0 = (int)(blockIdx.x / ntn) * BM, j0 = (int)(blockIdx.x % ntn) * BN;
+    /* this CTA's m tiles: mt0 .. mt0 + MT - 1 */
+    const int MT_ALL = (p.M + BKW - 1) / BKW, per = (MT_ALL + (int)gridDim.y - 1) / (int)gridDim.y;
+    const int mt0 = min(MT_ALL, (int)blockIdx.y * per), MT = min(MT_ALL - mt0, per);
+
+    /* a thread's chunk columns are fixed: dy's co = i0 + 8*ac, A's k = j0 + 8*bc, decoded once */
+    const int ac = tid % T::A_CH, bc = tid % T::B_CH;
+    const int co = i0 + 8 * ac;
+    const int kb = j0 + 8 * bc, tap = kb / p.C, cb = kb - tap * p.C, rr = tap / p.KW, tt = tap - rr * p.KW;
+    const bool a_col_in = co < p.Cout, b_col_in = kb < p.K;
+
+    auto load_tile = [&](int st, int mt) {
+        const int mbase = mt * BKW;
+#pragma unroll
+        for (int i = 0; i < T::A_IT; i++) {
+            const int row = tid / T::A_CH + i * (T::THREADS / T::A_CH), m = mbase + row;
+            const bool ok = a_col_in && m < p.M;
+            cp_async16(sA + (st * BKW + row) * T::APITCH + 8 * ac, ok ? dy + (int64_t)m * p.Cout + co : dy, ok ? 16 : 0);
+        }
+#pragma unroll
+        for (int i = 0; i < T::B_IT; i++) {
+            const int row = tid / T::B_CH + i * (T::THREADS / T::B_CH), m = mbase + row;
+            const bf16 *src = p.x;
+            int bytes = 0;
+            if (b_col_in && m < p.M) {
+                const int hw = p.Ho * p.Wo, n = m / hw, rem = m - n * hw, ho = rem / p.Wo, wo = rem - ho * p.Wo;
+                const int hi = ho * p.SH - p.PH + rr * p.DH, wi = wo * p.SW - p.PW + tt * p.DW;
+                if ((unsigned)hi < (unsigned)p.H && (unsigned)wi < (unsigned)p.W)
+                    src = p.x + (((int64_t)n * p.H + hi) * p.W + wi) * p.C + cb, bytes = 16;
+            }
+            cp_async16(sB + (st * BKW + row) * T::BPITCH + 8 * bc, src, bytes);
+        }
+    };
+
+    float acc[T::MI][T::NI][4];
+#pragma unroll
+    for (int i = 0; i < T::MI; i++)
+#pragma unroll
+        for (int j = 0; j < T::NI; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[i][j][e] = 0.0f;
+
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; s++) {
+        if (s < MT) load_tile(s, mt0 + s);
+        cp_async_commit();
+    }
+    for (int mt = 0; mt < MT; mt++) {
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        {
+            const int nm = mt + STAGES - 1;
+            if (nm < MT) load_tile(nm % STAGES, mt0 + nm);
+            cp_async_commit();
+        }
+        const int st = mt % STAGES;
+        const bf16 *a_s = sA + st * BKW * T::APITCH, *b_s = sB + st * BKW * T::BPITCH;
+#pragma unroll
+        for (int kk = 0; kk < BKW; kk += 16) {
+            uint32_t af[T::MI][4], bfr[T::NI][2];
+            /* A (rows i = co, reduction m): matrix j of the x4 = stored rows m kk + 8*(j/2) ..,
+             * columns co + 8*(j%2): lane l addresses stored row kk + 8*(l/16) + l%8, column
+             * 8*((l/8)%2) of its 16-wide block */
+#pragma unroll
+            for (int i = 0; i < T::MI; i++) {
+                const int col = warp_m * WM + i * 16 + ((lane >> 3) & 1) * 8, row = kk + (lane >> 4) * 8 + (lane & 7);
+                ldmatrix_x4_trans(af[i], a_s + row * T::APITCH + col);
+            }
+            /* B (reduction m, columns j = k): matrices (rows m kk.., cols j..), (m kk+8.., j..),
+             * (m kk.., j+8..), (m kk+8.., j+8..) = b[0], b[1] of n-tile 2j, then of 2j+1 */
+#pragma unroll
+            for (int j = 0; j < T::NI / 2; j++) {
+                const int col = warp_n * WN + j * 16 + (lane >> 4) * 8, row = kk + ((lane >> 3) & 1) * 8 + (lane & 7);
+                uint32_t r4[4];
+                ldmatrix_x4_trans(r4, b_s + row * T::BPITCH + col);
+                bfr[2 * j][0] = r4[0], bfr[2 * j][1] = r4[1];
+                bfr[2 * j + 1][0] = r4[2], bfr[2 * j + 1][1] = r4[3];
+            }
+#pragma unroll
+            for (int i = 0; i < T::MI; i++)
+#pragma unroll
+                for (int j = 0; j < T::NI; j++) mma_bf16_16816(acc[i][j], af[i], bfr[j]);
+        }
+    }
+    cp_async_wait<0>();
+
+    /* this split's fp32 partial tile: dw rows i (co), columns j (k); pairs of columns whole
+     * (K % 8 == 0) */
+    float *out = ws + (int64_t)blockIdx.y * p.Cout * p.K;
+    const int g = lane >> 2, q = lane & 3;
+#pragma unroll
+    for (int i = 0; i < T::MI; i++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int row = i0 + warp_m * WM + i * 16 + g + 8 * h;
+            if (row >= p.Cout) continue;
+#pragma unroll
+            for (int j = 0; j < T::NI; j++) {
+                const int col = j0 + warp_n * WN + j * 8 + 2 * q;
+                if (col < p.K)
+                    *reinterpret_cast<float2 *>(out + (int64_t)row * p.K + col) =
+                        make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+            }
+        }
+}
+
+/* wgrad's launcher: splits fill two waves of the GPU, each at least 8 m tiles (256 rows). */
+template <int BM, int BN, int WM, int WN, int STAGES> static int wgrad_splits(const conv_params &p) {
+    typedef wgrad_cfg<BM, BN, WM, WN, STAGES> T;
+    const int64_t tiles = (int64_t)((p.Cout + BM - 1) / BM) * ((p.K + BN - 1) / BN);
+    int per_sm = 0;
+    DT_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_igemm_wgrad<BM, BN, WM, WN, STAGES>, T::THREADS,
+                                                           T::SMEM));
+    const int64_t want = ((int64_t)(per_sm > 0 ? per_sm : 1) * dt_gpu_sm_count() * 2 + tiles - 1) / tiles;
+    const int64_t most = ((p.M + BKW - 1) / BKW) / 8;
+    const int64_t s = want < most ? want : most;
+    return (int)(s < 1 ? 1 : s > 65535 ? 65535 : s);
+}
+template <int BM, int BN, int WM, int WN, int STAGES>
+static void launch_wgrad(const conv_params &p, const bf16 *dy, float *dw) {
+    typedef wgrad_cfg<BM, BN, WM, WN, STAGES> T;
+    auto kern = k_igemm_wgrad<BM, BN, WM, WN, STAGES>;
+    static int attr_set = 0;
+    if (!attr_set) {
+        DT_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)T::SMEM));
+        attr_set = 1;
+    }
+    const int splits = wgrad_splits<BM, BN, WM, WN, STAGES>(p);
+    const int64_t n = (int64_t)p.Cout * p.K, tiles = (int64_t)((p.Cout + BM - 1) / BM) * ((p.K + BN - 1) / BN);
+    float *ws = (float *)dt_gpu_malloc(sizeof(float) * (size_t)(splits * n)); /* cached after the first call */
+    kern<<<dim3((unsigned)tiles, (unsigned)splits), T::THREADS, T::SMEM, dt_stream()>>>(p, dy, ws);
+    DT_CHECK_LAUNCH();
+    launch_splitk_sum<float>(ws, splits, n, dw);
+    dt_gpu_free(ws);
 }
 
 /* The launcher of one tile configuration (raises the dynamic smem limit once per kernel);
@@ -473,7 +668,9 @@ typedef struct {
     dt_bf16 *hdy;     /* host dy [N, Ho, Wo, Cout] */
     bf16 *ddy, *dwT;  /* device dy, and w with its channel axes swapped: wT [C, KH, KW, Cout] */
     void *ddx;        /* device dx [N, H, W, C], room for fp32 */
-    gemm_view vf, vd; /* the GEMMs of the two passes (gemm_view) */
+    float *ddw;       /* wgrad: device dw [Cout, KH, KW, C] fp32 */
+    gemm_view vf, vd; /* the GEMMs of fprop and dgrad (gemm_view) */
+    gemm_view vw;     /* wgrad's output only: M = Cout rows of NO = K columns, y = ddw */
 } problem;
 
 /* fills `n` bf16 with U(-a, a) (never all zero; bf16(0) only where a draw rounds to it) */
@@ -540,6 +737,9 @@ static void problem_make(problem *pr, const conv_shape *sh, int batch, uint64_t 
     pr->vd.a = pr->ddy, pr->vd.b = pr->dwT, pr->vd.y = pr->ddx;
     pr->vd.AH = p->Ho, pr->vd.AW = p->Wo, pr->vd.AC = p->Cout, pr->vd.OH = p->H, pr->vd.OW = p->W, pr->vd.NO = C;
     pr->vd.M = p->N * p->H * p->W, pr->vd.K = taps * p->Cout;
+    pr->ddw = (float *)dt_gpu_malloc(sizeof(float) * (size_t)nw);
+    pr->vw = v;
+    pr->vw.M = p->Cout, pr->vw.NO = p->K, pr->vw.K = p->M, pr->vw.y = pr->ddw;
     /* the library's tensors hold the real C (the stem runs as the library runs it today) */
     pr->tx = dt_tensor_new4_as(DT_GPU, DT_BF16, DT_NHWC, p->N, sh->c, p->H, p->W);
     pr->tw = dt_tensor_new4_as(DT_GPU, DT_BF16, DT_NHWC, p->Cout, sh->c, p->KH, p->KW);
@@ -564,14 +764,14 @@ static void problem_free(problem *pr) {
     free(pr->hx), free(pr->hw);
     dt_gpu_free(pr->dx), dt_gpu_free(pr->dw), dt_gpu_free(pr->dy);
     free(pr->hdy);
-    dt_gpu_free(pr->ddy), dt_gpu_free(pr->dwT), dt_gpu_free(pr->ddx);
+    dt_gpu_free(pr->ddy), dt_gpu_free(pr->dwT), dt_gpu_free(pr->ddx), dt_gpu_free(pr->ddw);
     dt_tensor_free(pr->tx), dt_tensor_free(pr->tw);
 }
 
 /* ================================================================== the variants */
 
-enum { PASS_FPROP = 0, PASS_DGRAD = 1, NPASSES = 2 };
-static const char *PASS_NAME[] = {"fprop", "dgrad"};
+enum { PASS_FPROP = 0, PASS_DGRAD = 1, PASS_WGRAD = 2, NPASSES = 3 };
+static const char *PASS_NAME[] = {"fprop", "dgrad", "wgrad"};
 
 typedef struct {
     const char *name;
@@ -582,7 +782,9 @@ typedef struct {
     int ref;    /* the library's own path for this pass: the others are compared with it */
 } variant;
 
-static const gemm_view *view_of(const problem *pr, int pass) { return pass == PASS_DGRAD ? &pr->vd : &pr->vf; }
+static const gemm_view *view_of(const problem *pr, int pass) {
+    return pass == PASS_DGRAD ? &pr->vd : pass == PASS_WGRAD ? &pr->vw : &pr->vf;
+}
 
 static int any_shape(const problem *pr) { (void)pr; return 1; }
 static int one_by_one(const problem *pr) {
@@ -620,9 +822,7 @@ static void run_128_splitk(problem *pr) {
     gemm_view q = pr->vf;
     q.y = ws;
     launch_igemm<128, 128, 64, 32, 4, false, true, true>(q, splits);
-    const int64_t groups = n / 4, blocks = (groups + 255) / 256;
-    k_splitk_sum<<<(unsigned)(blocks < 4096 ? blocks : 4096), 256, 0, dt_stream()>>>(ws, splits, n, (bf16 *)pr->vf.y);
-    DT_CHECK_LAUNCH();
+    launch_splitk_sum<bf16>(ws, splits, n, (bf16 *)pr->vf.y);
     dt_gpu_free(ws);
 }
 
@@ -650,6 +850,25 @@ static void run_ref_dgrad(problem *pr) {
 static void run_128_dgrad(problem *pr) { launch_igemm<128, 128, 64, 32, 4, false, false, false, true>(pr->vd); }
 static void run_64_dgrad(problem *pr) { launch_igemm<64, 64, 32, 32, 4, false, false, false, true>(pr->vd); }
 
+/* wgrad. The library's path: col [N*Ho*Wo, K] = im2col_nhwc(x) (a 1x1 stride-1 unpadded conv:
+ * x itself), dw = dy^T . col in fp32 (cuBLAS, bf16 operands). It runs the padded problem here
+ * (the stem with C = 8: the igemm variants' K), so on the stem it is not the library's own time. */
+static void run_ref_wgrad(problem *pr) {
+    const conv_params *p = &pr->p;
+    const void *col = pr->dx;
+    void *buf = NULL;
+    if (!one_by_one(pr)) {
+        buf = dt_gpu_malloc(sizeof(bf16) * (size_t)((int64_t)p->M * p->K)); /* cached after the first call */
+        dt_im2col_nhwc_bf16_cuda(pr->dx, p->N, p->C, p->H, p->W, pr->g, p->Ho, p->Wo, buf);
+        col = buf;
+    }
+    dt_gemm_call(DT_GPU, DT_BF16, DT_MATH_FP32, 1, 0, p->Cout, p->K, p->M, 1.0f, pr->ddy, p->Cout, col, p->K, 0.0f,
+                 pr->ddw, DT_F32, p->K);
+    dt_gpu_free(buf);
+}
+static void run_128_wgrad(problem *pr) { launch_wgrad<128, 128, 64, 32, 4>(pr->p, pr->ddy, pr->ddw); }
+static void run_64_wgrad(problem *pr) { launch_wgrad<64, 128, 32, 32, 4>(pr->p, pr->ddy, pr->ddw); }
+
 static const variant VARIANTS[] = {
     {"ref_cublas", PASS_FPROP, 0, any_shape, run_ref, 1},
     {"igemm_128x128", PASS_FPROP, 0, any_shape, run_128, 0},
@@ -660,6 +879,9 @@ static const variant VARIANTS[] = {
     {"ref_cublas_dgrad", PASS_DGRAD, 0, dgrad_shape, run_ref_dgrad, 1},
     {"igemm_128x128_dgrad", PASS_DGRAD, 0, dgrad_shape, run_128_dgrad, 0},
     {"igemm_64x64_dgrad", PASS_DGRAD, 0, dgrad_shape, run_64_dgrad, 0},
+    {"ref_cublas_wgrad", PASS_WGRAD, 1, any_shape, run_ref_wgrad, 1},
+    {"igemm_128x128_wgrad", PASS_WGRAD, 1, any_shape, run_128_wgrad, 0},
+    {"igemm_64x128_wgrad", PASS_WGRAD, 1, any_shape, run_64_wgrad, 0},
 };
 enum { NVARIANTS = sizeof VARIANTS / sizeof *VARIANTS };
 
@@ -752,8 +974,33 @@ static double ref_dgrad(const problem *pr, int m, int c, double *abs_sum) {
     return s;
 }
 
+/* wgrad's reference: dw[co][k] = sum over m = (n, ho, wo) of dy[n][ho][wo][co] times x at
+ * output m's tap (r, t) of k = (r, t, c), channel c (0 outside). */
+static double ref_wgrad(const problem *pr, int co, int k, double *abs_sum) {
+    const conv_params *p = &pr->p;
+    const int tap = k / p->C, c = k - tap * p->C, r = tap / p->KW, t = tap - r * p->KW;
+    double s = 0, sa = 0;
+    for (int n = 0; n < p->N; n++)
+        for (int ho = 0; ho < p->Ho; ho++) {
+            const int hi = ho * p->SH - p->PH + r * p->DH;
+            if (hi < 0 || hi >= p->H) continue;
+            for (int wo = 0; wo < p->Wo; wo++) {
+                const int wi = wo * p->SW - p->PW + t * p->DW;
+                if (wi < 0 || wi >= p->W) continue;
+                const double prod =
+                    (double)dt_bf16_to_float(pr->hdy[(((int64_t)n * p->Ho + ho) * p->Wo + wo) * p->Cout + co]) *
+                    (double)dt_bf16_to_float(pr->hx[(((int64_t)n * p->H + hi) * p->W + wi) * p->C + c]);
+                s += prod, sa += fabs(prod);
+            }
+        }
+    *abs_sum = sa;
+    return s;
+}
+
 static double ref_at(const problem *pr, int pass, int m, int col, double *abs_sum) {
-    return pass == PASS_DGRAD ? ref_dgrad(pr, m, col, abs_sum) : ref_fprop(pr, m, col, abs_sum);
+    return pass == PASS_DGRAD   ? ref_dgrad(pr, m, col, abs_sum)
+           : pass == PASS_WGRAD ? ref_wgrad(pr, m, col, abs_sum)
+                                : ref_fprop(pr, m, col, abs_sum);
 }
 
 static float y_at(const void *h, int f32, int64_t i) {
@@ -784,11 +1031,11 @@ static int64_t make_samples(const problem *pr, const gemm_view *p, int samples, 
 }
 
 /* hy: the variant's y [M, NO] (its pass's view p) on the host; ref, sabs: the CPU reference at
- * the samples; hc: the pass's library output (bf16) or NULL. dgrad's library output rounds
- * twice (dcol, then dx), so there the comparison with it is reported, not required: the double
- * reference is the judge. */
+ * the samples; hc: the pass's library output (fp32 when hc_f32, else bf16) or NULL. dgrad's
+ * library output rounds twice (dcol, then dx), so there the comparison with it is reported, not
+ * required: the double reference is the judge. */
 static check check_output(const gemm_view *p, int pass, const void *hy, int f32, int64_t ns, const int *ms,
-                          const int *cs, const double *ref, const double *sabs, const dt_bf16 *hc) {
+                          const int *cs, const double *ref, const double *sabs, const void *hc, int hc_f32) {
     check k;
     memset(&k, 0, sizeof k);
     const int64_t all = (int64_t)p->M * p->NO;
@@ -808,9 +1055,9 @@ static check check_output(const gemm_view *p, int pass, const void *hy, int f32,
     if (hc) {
         const double abs_tol = 1e-3 + ldexp(smean, -16);
         for (int64_t i = 0; i < all; i++) {
-            const float a = y_at(hy, f32, i), b = dt_bf16_to_float(hc[i]);
+            const float a = y_at(hy, f32, i), b = y_at(hc, hc_f32, i);
             k.vs_n++;
-            if (!f32 && ((const dt_bf16 *)hy)[i] == hc[i]) {
+            if (f32 == hc_f32 && !memcmp((const char *)hy + i * (f32 ? 4 : 2), (const char *)hc + i * (f32 ? 4 : 2), f32 ? 4 : 2)) {
                 k.vs_same++;
                 continue;
             }
@@ -847,7 +1094,7 @@ static int shape_picked(const conv_shape *sh, const char *list) {
 
 static void usage(void) {
     fprintf(stderr, "usage: conv_lab [--batch N] [--reps N] [--shapes NAME,...|r18|r50|odd|all] [--csv FILE] [--quick] "
-                    "[--seed S] [--skip-time] [--pass fprop,dgrad]\nshapes:");
+                    "[--seed S] [--skip-time] [--pass fprop,dgrad,wgrad]\nshapes:");
     for (int i = 0; i < NSHAPES; i++) fprintf(stderr, " %s", SHAPES[i].name);
     fprintf(stderr, "\n");
 }
@@ -916,14 +1163,15 @@ int main(int argc, char **argv) {
             dt_rng r;
             dt_rng_seed(&r, dt_hash64(seed + 1000 + (uint64_t)si + 7919 * (uint64_t)pass));
             int *ms, *cs;
-            const int64_t ns = make_samples(&pr, p, samples, &r, &ms, &cs);
+            /* wgrad's reference sums over all N*Ho*Wo positions: an eighth of the samples */
+            const int64_t ns = make_samples(&pr, p, pass == PASS_WGRAD ? samples / 8 : samples, &r, &ms, &cs);
             double *ref = (double *)dt_xmalloc(sizeof(double) * (size_t)ns);
             double *sabs = (double *)dt_xmalloc(sizeof(double) * (size_t)ns);
             for (int64_t i = 0; i < ns; i++) ref[i] = ref_at(&pr, pass, ms[i], cs[i], &sabs[i]);
             void *hy = dt_xmalloc(sizeof(float) * (size_t)all);
-            dt_bf16 *hc = (dt_bf16 *)dt_xmalloc(sizeof(dt_bf16) * (size_t)all);
+            void *hc = dt_xmalloc(sizeof(float) * (size_t)all); /* the library's output, as it is stored */
             double ref_ms = NAN;
-            int have_ref = 0;
+            int have_ref = 0, hc_f32 = 0;
             for (int vi = 0; vi < NVARIANTS; vi++) {
                 const variant *v = &VARIANTS[vi];
                 if (v->pass != pass || !v->supports(&pr)) continue;
@@ -933,8 +1181,9 @@ int main(int argc, char **argv) {
                 rw->ms = rw->tflops = rw->vs_ref = NAN;
                 run_once(v, &pr);
                 dt_copy_d2h(hy, p->y, (size_t)all * (v->f32out ? 4 : 2));
-                check k = check_output(p, pass, hy, v->f32out, ns, ms, cs, ref, sabs, v->ref || !have_ref ? NULL : hc);
-                if (v->ref && k.ok) memcpy(hc, hy, sizeof(dt_bf16) * (size_t)all), have_ref = 1;
+                check k = check_output(p, pass, hy, v->f32out, ns, ms, cs, ref, sabs, v->ref || !have_ref ? NULL : hc,
+                                       hc_f32);
+                if (v->ref && k.ok) memcpy(hc, hy, (size_t)all * (v->f32out ? 4 : 2)), have_ref = 1, hc_f32 = v->f32out;
                 printf("validate %-10s %-20s %s M %7d N %5d K %5d: %s  cpu %lld/%lld bad (worst %.2f of tol), %lld NaN",
                        sh->name, v->name, PASS_NAME[pass], p->M, p->NO, p->K, k.ok ? "PASS" : "FAIL", (long long)k.bad,
                        (long long)k.checked, k.worst, (long long)k.nan);
