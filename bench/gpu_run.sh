@@ -3,7 +3,7 @@
 # benchmarks beside the PyTorch yardstick, the reproduction and the main job. Run from the
 # repository root on the GPU machine:
 #   bash bench/gpu_run.sh [tests] [api] [conv] [deform] [deform2] [resnet] [resnet_mp] [repro] [run] [seeds]
-#                         [bf16] [graphs] [graph_idle] [yard_amp] [breakdown] [resnet50] [dropin]
+#                         [bf16] [graphs] [graph_idle] [conv_lab] [yard_amp] [breakdown] [resnet50] [dropin]
 #                         [scaling] [scaling_sync] [scaling_bf16] [dp_equiv] [dp_equiv_syn] [dp_run] [dp_multiproc]
 #                         [dp_fail]   (the last eight: 2 GPUs)
 # Logs go to $OUT (default /tmp/deftc-out) and are packed into $OUT/all.tgz. Uses the
@@ -127,6 +127,14 @@ for s in $STEPS; do
             done
         done
         rm -f "$W"/*.ckpt ;;
+    conv_lab)
+        # The implicit-GEMM conv lab (issue 20, docs/conv.md): every variant of fprop, dgrad and
+        # wgrad validated against the double CPU reference and the library's path, then timed.
+        log "conv lab (build/conv_lab ${LAB_ARGS:-})"
+        # shellcheck disable=SC2086
+        T 500 build/conv_lab --csv "$W/conv_lab.csv" ${LAB_ARGS:-} > "$W/conv_lab.txt" 2>&1
+        echo "conv_lab rc=$?: $(tail -1 "$W/conv_lab.txt")" | tee -a "$OUT/summary.txt"
+        sed -n '/^variant /,/^(i)/p' "$W/conv_lab.txt" | tee -a "$OUT/summary.txt" ;;
     graph_idle)
         # GPU time inside a captured step: ncu's kernel durations of one replayed step (steps 5 and
         # 6 differ by one replay; warm caches, --cache-control none) against the step's median.
