@@ -19,8 +19,6 @@ typedef struct {
 
 static __thread capture_state t_cap;
 
-int dt_graph_capturing(void) { return t_cap.on; }
-
 int dt_graph_absorb_error(const char *what, const char *call, const char *msg, const char *file, int line) {
     if (!t_cap.on) return 0;
     if (!t_cap.failed) {

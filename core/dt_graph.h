@@ -42,7 +42,6 @@ size_t dt_graph_nodes(const dt_graph *g); /* kernels, copies, memsets, event and
 void dt_graph_free(dt_graph *g);
 
 /* For the engine and the error macros: */
-int dt_graph_capturing(void);           /* this thread is inside dt_graph_begin/end */
 void dt_graph_note_op(const char *op, int backward); /* after op's work was queued */
 /* dt_cuda_fail's question: 1 when the error is recorded as the capture's failure (the thread
  * is capturing), 0 when the program should stop on it. */
