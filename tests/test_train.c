@@ -19,6 +19,7 @@
 #include "data_testutil.h"
 #include "dt_checkpoint.h"
 #include "dt_config.h"
+#include "dt_file.h"
 #include "dt_test.h"
 #include "dt_timer.h"
 #include "dt_trainer.h"
@@ -790,19 +791,6 @@ DT_TEST(train_second_signal_quits_at_once) {
 
 /* ---- the step as one CUDA graph (graphs=1) ---- */
 
-/* The file's bytes (malloc'd, *n its size), NULL when unreadable. */
-static unsigned char *read_all(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *b = malloc(len > 0 ? (size_t)len : 1);
-    *n = fread(b, 1, len > 0 ? (size_t)len : 0, f);
-    fclose(f);
-    return b;
-}
-
 /* 12 steps of the tiny job on the GPU with graphs=0 and graphs=1 (3 eager steps, then the
  * captured step replayed 9 times): bit for bit the same losses and the same weights (export=).
  * debug_sync: every launch followed by a synchronize (DT_DEBUG_SYNC), which no capture can
@@ -860,14 +848,18 @@ static void graph_vs_eager(const char *name, const char *deform, const char *pre
     for (int64_t i = 0; same && i < r[0].steps; i++) same = memcmp(&r[0].losses[i], &r[1].losses[i], sizeof(float)) == 0;
     EXPECT_MSG(same, "%s: the losses of graphs=1 differ from the eager run's", name);
     size_t n0 = 0, n1 = 0;
-    unsigned char *w0 = read_all(wpath[0], &n0), *w1 = read_all(wpath[1], &n1);
-    EXPECT_MSG(w0 && w1 && n0 == n1 && n0 > 0 && memcmp(w0, w1, n0) == 0,
+    dt_scratch w0 = {0}, w1 = {0};
+    dt_err ferr;
+    int read = !dt_file_read(wpath[0], "weights", (size_t)1 << 30, &w0, &n0, &ferr) &&
+               !dt_file_read(wpath[1], "weights", (size_t)1 << 30, &w1, &n1, &ferr);
+    EXPECT_MSG(read, "%s: %s", name, ferr.msg);
+    EXPECT_MSG(read && n0 == n1 && n0 > 0 && memcmp(w0.p, w1.p, n0) == 0,
                "%s: the weights after 12 steps differ between graphs=1 and the eager run", name);
     if (dt_test_verbose())
         printf("    %s: %lld steps, %lld replayed, losses %.5f -> %.5f\n", name, (long long)r[1].steps,
                (long long)r[1].graph_steps, r[1].first_loss, r[1].last_loss);
-    free(w0);
-    free(w1);
+    dt_scratch_free(&w0);
+    dt_scratch_free(&w1);
     dt_train_result_free(&r[0]);
     dt_train_result_free(&r[1]);
 }

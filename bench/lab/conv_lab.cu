@@ -162,6 +162,70 @@ __device__ __forceinline__ void mma_bf16_16816(float d[4], const uint32_t a[4], 
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+/* ---- the mainloop every kernel here runs: a STAGES-deep cp.async pipeline over n tiles of
+ * the reduction, STAGES-1 tiles in flight before the first mma, one commit group per tile
+ * (empty groups past the end keep the counting uniform). load(st, t) issues tile t's copies
+ * into stage st; mma(st) consumes stage st. On return every copy has landed. */
+template <int STAGES, typename Load, typename Mma> __device__ __forceinline__ void cp_async_mainloop(int n, Load load, Mma mma) {
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; s++) {
+        if (s < n) load(s, s);
+        cp_async_commit();
+    }
+    for (int t = 0; t < n; t++) {
+        /* groups committed: STAGES-1+t; at most STAGES-2 pending -> tile t has landed (this
+         * thread's part); the barrier makes everyone's visible and also says that every warp
+         * is done with stage (t-1) % STAGES, which the prefetch below overwrites */
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        const int nt = t + STAGES - 1;
+        if (nt < n) load(nt % STAGES, nt);
+        cp_async_commit();
+        mma(t % STAGES);
+    }
+    cp_async_wait<0>();
+}
+
+template <int MI, int NI> __device__ __forceinline__ void zero_acc(float (&acc)[MI][NI][4]) {
+#pragma unroll
+    for (int i = 0; i < MI; i++)
+#pragma unroll
+        for (int j = 0; j < NI; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[i][j][e] = 0.0f;
+}
+
+/* acc[i][j] += af[i] . bfr[j] over a warp's MI x NI mma tiles */
+template <int MI, int NI>
+__device__ __forceinline__ void mma_tiles(float (&acc)[MI][NI][4], const uint32_t (&af)[MI][4], const uint32_t (&bfr)[NI][2]) {
+#pragma unroll
+    for (int i = 0; i < MI; i++)
+#pragma unroll
+        for (int j = 0; j < NI; j++) mma_bf16_16816(acc[i][j], af[i], bfr[j]);
+}
+
+/* A warp's fp32 accumulators to out [rows, cols] (row-major, leading dimension cols), the warp's
+ * tile at (row0, col0): each lane stores its (row, 2 columns) pairs as float2 (cols % 8 == 0, so
+ * a pair is wholly in or out) - 32 bytes per 4 lanes, full sectors. */
+template <int MI, int NI>
+__device__ __forceinline__ void store_acc_f32(const float (&acc)[MI][NI][4], float *out, int rows, int cols, int row0, int col0,
+                                              int lane) {
+    const int g = lane >> 2, q = lane & 3;
+#pragma unroll
+    for (int i = 0; i < MI; i++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int row = row0 + i * 16 + g + 8 * h;
+            if (row >= rows) continue;
+#pragma unroll
+            for (int j = 0; j < NI; j++) {
+                const int col = col0 + j * 8 + 2 * q;
+                if (col < cols)
+                    *reinterpret_cast<float2 *>(out + (int64_t)row * cols + col) = make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+            }
+        }
+}
+
 /* ---- the tile configuration. BK = 32 bf16 = four 16-byte chunks per smem row; a row is padded
  * to 40 elements (80 bytes) so that the 8 row addresses of one ldmatrix matrix (80 bytes apart)
  * fall on 8 distinct 16-byte bank groups of the 128-byte bank line (80*i mod 128 = 0, 80, 32,
@@ -280,16 +344,9 @@ __global__ void __launch_bounds__(tile_cfg<BM, BN, WM, WN, STAGES>::THREADS) k_i
     };
 
     float acc[T::MI][T::NI][4];
-#pragma unroll
-    for (int i = 0; i < T::MI; i++)
-#pragma unroll
-        for (int j = 0; j < T::NI; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) acc[i][j][e] = 0.0f;
-
-    /* the pipeline: STAGES-1 tiles in flight before the first mma; one commit group per k
-     * tile (empty groups past the end keep the counting uniform). This CTA's k tiles: kt0 ..
-     * kt0 + KT - 1 (all of them without split-K; a split past the end has none and writes 0) */
+    zero_acc(acc);
+    /* this CTA's k tiles: kt0 .. kt0 + KT - 1 (all of them without split-K; a split past the
+     * end has none and writes 0) */
     const int KT_ALL = (p.K + BK - 1) / BK;
     int kt0 = 0, KT = KT_ALL;
     if (SPLITK) {
@@ -297,71 +354,38 @@ __global__ void __launch_bounds__(tile_cfg<BM, BN, WM, WN, STAGES>::THREADS) k_i
         kt0 = min(KT_ALL, (int)blockIdx.y * per);
         KT = min(KT_ALL - kt0, per);
     }
+    cp_async_mainloop<STAGES>(
+        KT, [&](int st, int t) { load_tile(st, kt0 + t); },
+        [&](int st) {
+            const bf16 *a_s = sA + st * BM * PITCH, *b_s = sB + st * BN * PITCH;
 #pragma unroll
-    for (int s = 0; s < STAGES - 1; s++) {
-        if (s < KT) load_tile(s, kt0 + s);
-        cp_async_commit();
-    }
-    for (int kt = 0; kt < KT; kt++) {
-        /* groups committed: STAGES-1+kt; at most STAGES-2 pending -> tile kt has landed (this
-         * thread's part); the barrier makes everyone's visible and also says that every warp
-         * is done with stage (kt-1) % STAGES, which the prefetch below overwrites */
-        cp_async_wait<STAGES - 2>();
-        __syncthreads();
-        {
-            const int nk = kt + STAGES - 1;
-            if (nk < KT) load_tile(nk % STAGES, kt0 + nk);
-            cp_async_commit();
-        }
-        const int st = kt % STAGES;
-        const bf16 *a_s = sA + st * BM * PITCH, *b_s = sB + st * BN * PITCH;
+            for (int kk = 0; kk < BK; kk += 16) {
+                uint32_t af[T::MI][4], bfr[T::NI][2];
 #pragma unroll
-        for (int kk = 0; kk < BK; kk += 16) {
-            uint32_t af[T::MI][4], bfr[T::NI][2];
+                for (int i = 0; i < T::MI; i++) {
+                    const int row = warp_m * WM + i * 16 + (lane & 15), col = kk + (lane >> 4) * 8;
+                    ldmatrix_x4(af[i], a_s + row * PITCH + col);
+                }
 #pragma unroll
-            for (int i = 0; i < T::MI; i++) {
-                const int row = warp_m * WM + i * 16 + (lane & 15), col = kk + (lane >> 4) * 8;
-                ldmatrix_x4(af[i], a_s + row * PITCH + col);
+                for (int j = 0; j < T::NI / 2; j++) {
+                    const int row = warp_n * WN + j * 16 + (lane & 7) + ((lane >> 4) << 3);
+                    const int col = kk + ((lane >> 3) & 1) * 8;
+                    uint32_t r4[4];
+                    ldmatrix_x4(r4, b_s + row * PITCH + col);
+                    bfr[2 * j][0] = r4[0], bfr[2 * j][1] = r4[1];
+                    bfr[2 * j + 1][0] = r4[2], bfr[2 * j + 1][1] = r4[3];
+                }
+                mma_tiles(acc, af, bfr);
             }
-#pragma unroll
-            for (int j = 0; j < T::NI / 2; j++) {
-                const int row = warp_n * WN + j * 16 + (lane & 7) + ((lane >> 4) << 3);
-                const int col = kk + ((lane >> 3) & 1) * 8;
-                uint32_t r4[4];
-                ldmatrix_x4(r4, b_s + row * PITCH + col);
-                bfr[2 * j][0] = r4[0], bfr[2 * j][1] = r4[1];
-                bfr[2 * j + 1][0] = r4[2], bfr[2 * j + 1][1] = r4[3];
-            }
-#pragma unroll
-            for (int i = 0; i < T::MI; i++)
-#pragma unroll
-                for (int j = 0; j < T::NI; j++) mma_bf16_16816(acc[i][j], af[i], bfr[j]);
-        }
-    }
-    cp_async_wait<0>();
+        });
     __syncthreads(); /* the pipeline's smem is reused by the epilogue */
 
-    const int g = lane >> 2, q = lane & 3;
-    if (F32OUT) {
-        /* fp32 y: each lane stores its (row, 2 columns) pairs as float2 (Cout % 8 == 0, so a pair
-         * is wholly in or out) - 32 bytes per 4 lanes, full sectors */
+    if (F32OUT) { /* fp32 y (split-K: this split's slice of the workspace) */
         float *y = static_cast<float *>(p.y) + (SPLITK ? (int64_t)blockIdx.y * p.M * p.NO : 0);
-#pragma unroll
-        for (int i = 0; i < T::MI; i++)
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int m = m0 + warp_m * WM + i * 16 + g + 8 * h;
-                if (m >= p.M) continue;
-#pragma unroll
-                for (int j = 0; j < T::NI; j++) {
-                    const int co = n0 + warp_n * WN + j * 8 + 2 * q;
-                    if (co < p.NO)
-                        *reinterpret_cast<float2 *>(y + (int64_t)m * p.NO + co) =
-                            make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
-                }
-            }
+        store_acc_f32(acc, y, p.M, p.NO, m0 + warp_m * WM, n0 + warp_n * WN, lane);
         return;
     }
+    const int g = lane >> 2, q = lane & 3;
     /* bf16 y: round once (nearest even) into a [BM][BN+8] smem tile, then 16-byte coalesced
      * stores of whole rows. Writes: lane (g, q) at word 68g + q of its rows (mod 32: 4g + q, all
      * distinct) - no conflicts. */
@@ -482,75 +506,39 @@ __global__ void __launch_bounds__(wgrad_cfg<BM, BN, WM, WN, STAGES>::THREADS)
     };
 
     float acc[T::MI][T::NI][4];
+    zero_acc(acc);
+    cp_async_mainloop<STAGES>(
+        MT, [&](int st, int t) { load_tile(st, mt0 + t); },
+        [&](int st) {
+            const bf16 *a_s = sA + st * BKW * T::APITCH, *b_s = sB + st * BKW * T::BPITCH;
 #pragma unroll
-    for (int i = 0; i < T::MI; i++)
+            for (int kk = 0; kk < BKW; kk += 16) {
+                uint32_t af[T::MI][4], bfr[T::NI][2];
+                /* A (rows i = co, reduction m): matrix j of the x4 = stored rows m kk + 8*(j/2) ..,
+                 * columns co + 8*(j%2): lane l addresses stored row kk + 8*(l/16) + l%8, column
+                 * 8*((l/8)%2) of its 16-wide block */
 #pragma unroll
-        for (int j = 0; j < T::NI; j++)
+                for (int i = 0; i < T::MI; i++) {
+                    const int col = warp_m * WM + i * 16 + ((lane >> 3) & 1) * 8, row = kk + (lane >> 4) * 8 + (lane & 7);
+                    ldmatrix_x4_trans(af[i], a_s + row * T::APITCH + col);
+                }
+                /* B (reduction m, columns j = k): matrices (rows m kk.., cols j..), (m kk+8.., j..),
+                 * (m kk.., j+8..), (m kk+8.., j+8..) = b[0], b[1] of n-tile 2j, then of 2j+1 */
 #pragma unroll
-            for (int e = 0; e < 4; e++) acc[i][j][e] = 0.0f;
-
-#pragma unroll
-    for (int s = 0; s < STAGES - 1; s++) {
-        if (s < MT) load_tile(s, mt0 + s);
-        cp_async_commit();
-    }
-    for (int mt = 0; mt < MT; mt++) {
-        cp_async_wait<STAGES - 2>();
-        __syncthreads();
-        {
-            const int nm = mt + STAGES - 1;
-            if (nm < MT) load_tile(nm % STAGES, mt0 + nm);
-            cp_async_commit();
-        }
-        const int st = mt % STAGES;
-        const bf16 *a_s = sA + st * BKW * T::APITCH, *b_s = sB + st * BKW * T::BPITCH;
-#pragma unroll
-        for (int kk = 0; kk < BKW; kk += 16) {
-            uint32_t af[T::MI][4], bfr[T::NI][2];
-            /* A (rows i = co, reduction m): matrix j of the x4 = stored rows m kk + 8*(j/2) ..,
-             * columns co + 8*(j%2): lane l addresses stored row kk + 8*(l/16) + l%8, column
-             * 8*((l/8)%2) of its 16-wide block */
-#pragma unroll
-            for (int i = 0; i < T::MI; i++) {
-                const int col = warp_m * WM + i * 16 + ((lane >> 3) & 1) * 8, row = kk + (lane >> 4) * 8 + (lane & 7);
-                ldmatrix_x4_trans(af[i], a_s + row * T::APITCH + col);
+                for (int j = 0; j < T::NI / 2; j++) {
+                    const int col = warp_n * WN + j * 16 + (lane >> 4) * 8, row = kk + ((lane >> 3) & 1) * 8 + (lane & 7);
+                    uint32_t r4[4];
+                    ldmatrix_x4_trans(r4, b_s + row * T::BPITCH + col);
+                    bfr[2 * j][0] = r4[0], bfr[2 * j][1] = r4[1];
+                    bfr[2 * j + 1][0] = r4[2], bfr[2 * j + 1][1] = r4[3];
+                }
+                mma_tiles(acc, af, bfr);
             }
-            /* B (reduction m, columns j = k): matrices (rows m kk.., cols j..), (m kk+8.., j..),
-             * (m kk.., j+8..), (m kk+8.., j+8..) = b[0], b[1] of n-tile 2j, then of 2j+1 */
-#pragma unroll
-            for (int j = 0; j < T::NI / 2; j++) {
-                const int col = warp_n * WN + j * 16 + (lane >> 4) * 8, row = kk + ((lane >> 3) & 1) * 8 + (lane & 7);
-                uint32_t r4[4];
-                ldmatrix_x4_trans(r4, b_s + row * T::BPITCH + col);
-                bfr[2 * j][0] = r4[0], bfr[2 * j][1] = r4[1];
-                bfr[2 * j + 1][0] = r4[2], bfr[2 * j + 1][1] = r4[3];
-            }
-#pragma unroll
-            for (int i = 0; i < T::MI; i++)
-#pragma unroll
-                for (int j = 0; j < T::NI; j++) mma_bf16_16816(acc[i][j], af[i], bfr[j]);
-        }
-    }
-    cp_async_wait<0>();
+        });
 
     /* this split's fp32 partial tile: dw rows i (co), columns j (k); pairs of columns whole
      * (K % 8 == 0) */
-    float *out = ws + (int64_t)blockIdx.y * p.Cout * p.K;
-    const int g = lane >> 2, q = lane & 3;
-#pragma unroll
-    for (int i = 0; i < T::MI; i++)
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int row = i0 + warp_m * WM + i * 16 + g + 8 * h;
-            if (row >= p.Cout) continue;
-#pragma unroll
-            for (int j = 0; j < T::NI; j++) {
-                const int col = j0 + warp_n * WN + j * 8 + 2 * q;
-                if (col < p.K)
-                    *reinterpret_cast<float2 *>(out + (int64_t)row * p.K + col) =
-                        make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
-            }
-        }
+    store_acc_f32(acc, ws + (int64_t)blockIdx.y * p.Cout * p.K, p.Cout, p.K, i0 + warp_m * WM, j0 + warp_n * WN, lane);
 }
 
 /* wgrad's launcher: splits fill two waves of the GPU, each at least 8 m tiles (256 rows). */
