@@ -3,7 +3,7 @@
 # benchmarks beside the PyTorch yardstick, the reproduction and the main job. Run from the
 # repository root on the GPU machine:
 #   bash bench/gpu_run.sh [tests] [api] [conv] [deform] [deform2] [resnet] [resnet_mp] [repro] [run] [seeds]
-#                         [bf16] [graphs] [graph_idle] [conv_lab] [yard_amp] [breakdown] [resnet50] [dropin]
+#                         [bf16] [graphs] [graph_idle] [conv_lab] [conv_algo] [yard_amp] [breakdown] [resnet50] [dropin]
 #                         [scaling] [scaling_sync] [scaling_bf16] [dp_equiv] [dp_equiv_syn] [dp_run] [dp_multiproc]
 #                         [dp_fail]   (the last eight: 2 GPUs)
 # Logs go to $OUT (default /tmp/deftc-out) and are packed into $OUT/all.tgz. Uses the
@@ -135,6 +135,36 @@ for s in $STEPS; do
         T 500 build/conv_lab --csv "$W/conv_lab.csv" ${LAB_ARGS:-} > "$W/conv_lab.txt" 2>&1
         echo "conv_lab rc=$?: $(tail -1 "$W/conv_lab.txt")" | tee -a "$OUT/summary.txt"
         sed -n '/^variant /,/^(i)/p' "$W/conv_lab.txt" | tee -a "$OUT/summary.txt" ;;
+    conv_algo)
+        # The implicit-GEMM conv in the step (issue 20): the same build with conv_algo=gemm (im2col +
+        # cuBLAS) and conv_algo=auto (the plan: docs/conv.md), bf16 ResNet-18 plain and
+        # all-deformable at batch 64 and 256 (graphs=1, the default), the conv layers beside
+        # cuDNN with the plan in place, and the make run job's accuracy and step with each.
+        log "resnet18 bf16 step, conv_algo=gemm vs auto (median ms, peak GiB)"
+        for b in ${CBATCHES:-64 256}; do
+            for m in plain deft; do
+                d=$([ $m = plain ] && echo none || echo all)
+                for a in gemm auto; do
+                    T 200 build/train configs/synthetic_timing.cfg deform=$d batch=$b precision=bf16 conv_algo=$a \
+                        steps=${BSTEPS:-60} progress=0 log=$W/ca_${m}_b${b}_$a > "$W/ca_${m}_b${b}_$a.out" 2>&1
+                    s=$W/ca_${m}_b${b}_${a}_summary.txt
+                    echo "$m bf16 224px batch $b conv_algo=$a: $(awk '/^median_step_ms/{print $2}' $s) ms, peak $(awk '/^peak_mem_gib/{print $2}' $s) GiB $(grep -m1 error "$W/ca_${m}_b${b}_$a.out")" | tee -a "$OUT/summary.txt"
+                done
+            done
+        done
+        [ -f "$W/torch_layers_amp.txt" ] || T 200 python3 "$YARD" layers --batch 64 --amp --channels-last > "$W/torch_layers_amp.txt" 2>&1
+        for a in gemm auto; do
+            DT_CONV_ALGO=$a T 200 build/bench --what conv --precision bf16 --torch "$W/torch_layers_amp.txt" > "$W/bench_conv_$a.txt" 2>&1
+            echo "bench conv bf16 conv_algo=$a:" | tee -a "$OUT/summary.txt"; tail -12 "$W/bench_conv_$a.txt" | tee -a "$OUT/summary.txt"
+        done
+        [ "${GRUN:-1}" = 1 ] && [ ! -d data_sample/train ] && build/mkdata --out data_sample --quiet
+        for cfg in $([ "${GRUN:-1}" = 1 ] && echo sample_plain sample_deft); do
+            for a in gemm auto; do
+                T 300 build/train configs/$cfg.cfg progress=0 precision=bf16 conv_algo=$a log=$W/carun_${cfg}_$a checkpoint=$W/carun.ckpt > "$W/carun_${cfg}_$a.out" 2>&1
+                echo "make run $cfg bf16 conv_algo=$a: $(grep -E '^summary' "$W/carun_${cfg}_$a.out" | grep -oE 'step median [0-9.]+ ms') $(grep -E '^final' "$W/carun_${cfg}_$a.out")" | tee -a "$OUT/summary.txt"
+            done
+        done
+        rm -f "$W"/*.ckpt ;;
     graph_idle)
         # GPU time inside a captured step: ncu's kernel durations of one replayed step (steps 5 and
         # 6 differ by one replay; warm caches, --cache-control none) against the step's median.

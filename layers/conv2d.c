@@ -14,8 +14,12 @@
  *   A 1x1 stride-1 unpadded conv is three GEMMs on the tensors themselves, the whole batch at
  *   once and no column buffer: x [N*H*W, Cin] is its columns, and dx = beta dx + dy . W.
  * db = sum of dy over (N, P) either way. The chunk is sized so that the column buffer stays
- * within a budget: memory is bounded for any batch size. */
+ * within a budget: memory is bounded for any batch size.
+ * bf16 NHWC on the GPU: each pass may run on the implicit GEMM instead (conv_igemm.h: no
+ * column matrix at all), as the conv's plan says - a pure function of the shape and the
+ * process's algorithm setting (dt_conv_set_algo), made in the forward and kept for the backward. */
 #include "bias.h"
+#include "conv_igemm.h"
 #include "dt_colconv.h"
 #include "dt_common.h"
 #include "dt_shared_kernels.h"
@@ -23,7 +27,21 @@
 #include "dt_layers.h"
 #include "im2col.h"
 
+#include <stdlib.h>
+
 static size_t g_col_budget;
+static int g_conv_algo = -1; /* dt_conv_algo; -1: not read from the environment yet */
+
+void dt_conv_set_algo(dt_conv_algo a) { g_conv_algo = a; }
+dt_conv_algo dt_conv_get_algo(void) {
+    if (g_conv_algo < 0) {
+        const char *e = getenv("DT_CONV_ALGO");
+        int a = e && *e ? dt_conv_algo_parse(e) : DT_CONV_ALGO_DEFAULT;
+        if (a < 0) dt_fatal("DT_CONV_ALGO=%s: expected auto, gemm, igemm128 or igemm64", e);
+        g_conv_algo = a;
+    }
+    return (dt_conv_algo)g_conv_algo;
+}
 
 void dt_conv_set_col_budget(size_t bytes) { g_col_budget = bytes; }
 size_t dt_conv_col_budget(void) {
@@ -57,10 +75,35 @@ DT_OP_TABLE(im2col_k, "conv2d (im2col, nhwc)", __typeof__(dt_im2col_nhwc_f32_cpu
 DT_OP_TABLE(col2im_k, "conv2d (col2im, nhwc)", __typeof__(dt_col2im_nhwc_f32_cpu), DT_TWINS(col2im_k, dt_col2im_nhwc_f32, DT_F32, DT_NHWC),
             DT_TWINS(col2im_k, dt_col2im_nhwc_bf16, DT_BF16, DT_NHWC))
 
+DT_OP_TABLE(igemm_fprop_k, "conv2d (implicit GEMM, fprop)", __typeof__(dt_conv_igemm_fprop_bf16_cpu),
+            DT_TWINS(igemm_fprop_k, dt_conv_igemm_fprop_bf16, DT_BF16, DT_NHWC))
+DT_OP_TABLE(igemm_dgrad_k, "conv2d (implicit GEMM, dgrad)", __typeof__(dt_conv_igemm_dgrad_bf16_cpu),
+            DT_TWINS(igemm_dgrad_k, dt_conv_igemm_dgrad_bf16, DT_BF16, DT_NHWC))
+DT_OP_TABLE(igemm_wgrad_k, "conv2d (implicit GEMM, wgrad)", __typeof__(dt_conv_igemm_wgrad_bf16_cpu),
+            DT_TWINS(igemm_wgrad_k, dt_conv_igemm_wgrad_bf16, DT_BF16, DT_NHWC))
+
 typedef struct {
     dt_conv_geom g;
     dt_math math;
+    dt_conv_plan plan;
+    dt_igemm_conv ip; /* the problem, for the passes the plan puts on the implicit GEMM */
 } conv_ctx;
+
+/* The conv's plan: bf16 NHWC only; on the CPU only when an implicit-GEMM algorithm is forced
+ * (its twins are direct loops, for tests - "auto" keeps the CPU on im2col + GEMM). */
+static dt_conv_plan plan_of(const dt_tensor *x, const dt_igemm_conv *ip) {
+    const dt_conv_plan none = {-1, -1, -1};
+    const dt_conv_algo a = dt_conv_get_algo();
+    if (x->dtype != DT_BF16 || x->layout != DT_NHWC) return none;
+    if (x->dev != DT_GPU && (a == DT_CONV_ALGO_AUTO || a == DT_CONV_ALGO_GEMM)) return none;
+    return dt_conv_plan_bf16(ip, a);
+}
+
+static dt_igemm_conv igemm_problem(const dt_tensor *x, const dt_tensor *w, dt_conv_geom g, int64_t Ho, int64_t Wo) {
+    dt_igemm_conv ip = {.N = x->shape[0], .C = x->shape[1], .H = x->shape[2], .W = x->shape[3], .Cout = w->shape[0],
+                        .Ho = Ho, .Wo = Wo, .g = g, .tile = DT_IGEMM_TILE_128};
+    return ip;
+}
 
 /* The column source of a plain conv: im2col of the input, col2im of the gradient. */
 typedef struct {
@@ -133,13 +176,22 @@ static void conv_backward(dt_node *n) {
     conv_cols cols;
     dt_colconv cc = conv_skeleton(&cols, x, w, ctx->g, ctx->math, y->shape[2], y->shape[3]);
     cols.dx = dt_grad_dst(x, &cols.beta_x);
-    if (cols.dx && cc.cols_direct) {
+    dt_igemm_conv ip = ctx->ip;
+    if (cols.dx && ctx->plan.dgrad >= 0) { /* dx on the implicit GEMM: no column gradient */
+        ip.tile = (dt_igemm_tile)ctx->plan.dgrad;
+        DT_PICK(igemm_dgrad_k, x->dev, DT_BF16, DT_NHWC)(&ip, dy->data, w->data, cols.beta_x, cols.dx);
+    } else if (cols.dx && cc.cols_direct) {
         cc.dcols_direct = conv_ddirect;
         cc.dcols_beta = cols.beta_x;
     } else if (cols.dx) {
         cc.adjoint = conv_adjoint;
     }
     float *dw = dt_grad_dst(w, &beta_w); /* before beta_w is read: argument order is unspecified */
+    if (dw && ctx->plan.wgrad >= 0) {
+        ip.tile = (dt_igemm_tile)ctx->plan.wgrad;
+        DT_PICK(igemm_wgrad_k, x->dev, DT_BF16, DT_NHWC)(&ip, x->data, dy->data, beta_w, dw);
+        dw = NULL; /* done: the column path below runs only what is left (dx), or nothing */
+    }
     dt_colconv_backward(&cc, w->data, dy->data, dw, beta_w);
 }
 
@@ -171,11 +223,18 @@ dt_tensor *dt_conv2d(dt_tensor *x, dt_tensor *w, dt_tensor *bias, dt_conv_geom g
     int64_t Ho, Wo;
     dt_conv_out_hw("conv2d", x, g, &Ho, &Wo);
     dt_tensor *y = dt_tensor_new4_as(x->dev, x->dtype, x->layout, x->shape[0], w->shape[0], Ho, Wo);
-    conv_cols cols;
-    dt_colconv cc = conv_skeleton(&cols, x, w, g, math, Ho, Wo);
-    dt_colconv_forward(&cc, w->data, bias ? bias->data : NULL, y->data);
+    dt_igemm_conv ip = igemm_problem(x, w, g, Ho, Wo);
+    const dt_conv_plan plan = plan_of(x, &ip);
+    if (plan.fprop >= 0) {
+        ip.tile = (dt_igemm_tile)plan.fprop;
+        DT_PICK(igemm_fprop_k, x->dev, DT_BF16, DT_NHWC)(&ip, x->data, w->data, bias ? bias->data : NULL, y->data);
+    } else {
+        conv_cols cols;
+        dt_colconv cc = conv_skeleton(&cols, x, w, g, math, Ho, Wo);
+        dt_colconv_forward(&cc, w->data, bias ? bias->data : NULL, y->data);
+    }
     dt_tensor *in[3] = {x, w, bias};
     dt_node *n = dt_record("conv2d", conv_backward, y, 3, in, sizeof(conv_ctx));
-    if (n) *(conv_ctx *)n->ctx = (conv_ctx){g, math};
+    if (n) *(conv_ctx *)n->ctx = (conv_ctx){g, math, plan, ip};
     return y;
 }

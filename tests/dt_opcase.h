@@ -98,4 +98,12 @@ int dt_opcase_run_parity(const char *table, const dt_opcase *cases, int n);
         dt_opcase_run_parity(#name, cases, (int)(sizeof cases / sizeof cases[0]));                      \
     }
 
+/* The same without the gradcheck test, for a table whose f32 combinations only serve as the bf16
+ * mode's reference (their finite differences belong to another table). */
+#define DT_OPCASES_NO_GRADCHECK(name, cases)                                                            \
+    DT_TEST(cases_##name##_bf16) { dt_opcase_run_bf16(#name, cases, (int)(sizeof cases / sizeof cases[0])); } \
+    DT_GPU_TEST(gpu_cases_##name##_parity) {                                                            \
+        dt_opcase_run_parity(#name, cases, (int)(sizeof cases / sizeof cases[0]));                      \
+    }
+
 #endif

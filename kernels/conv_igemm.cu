@@ -1,0 +1,80 @@
+/* The CUDA launchers of the implicit-GEMM convolution (conv_igemm.h): each pass builds the GEMM
+ * its kernel runs (conv_igemm.cuh's gemm_view / conv_params) and launches the tile the plan
+ * chose. These are the lab's kernels (bench/lab/conv_lab.cu validates and times them beside
+ * the other tile configurations); only the measured winners are instantiated here. */
+#include "conv_igemm.cuh"
+#include "conv_igemm.h"
+
+#include "dt_kernel_util.cuh"
+
+using namespace dt_igemm;
+
+namespace {
+
+/* the shipped tiles (docs/conv.md): fprop and dgrad 128x128 (8 warps of 64x32) and 64x64 (4 warps
+ * of 32x32), wgrad 128x128 and 64x128, all 4 stages */
+template <bool DGRAD> void launch_tile(const gemm_view &v, dt_igemm_tile tile) {
+    if (tile == DT_IGEMM_TILE_64) launch_igemm<64, 64, 32, 32, 4, false, false, false, DGRAD>(v);
+    else launch_igemm<128, 128, 64, 32, 4, false, false, false, DGRAD>(v);
+}
+
+gemm_view base_view(const dt_igemm_conv *p) {
+    gemm_view v = {};
+    v.N = (int)p->N, v.KH = p->g.kh, v.KW = p->g.kw, v.SH = p->g.sh, v.SW = p->g.sw, v.PH = p->g.ph, v.PW = p->g.pw;
+    v.DH = p->g.dh, v.DW = p->g.dw;
+    return v;
+}
+
+/* wT [C, kh, kw, Cout] = w [Cout, kh, kw, C] with the channel axes swapped: dgrad's B^T. One
+ * thread an element, reading w in order (the weight is small: at most a few MB). */
+__global__ void k_swap_channels(const bf16 *__restrict__ w, int Cout, int taps, int C, bf16 *__restrict__ wT) {
+    const int64_t n = (int64_t)Cout * taps * C;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const int c = (int)(i % C), tap = (int)(i / C % taps), co = (int)(i / ((int64_t)C * taps));
+        wT[((int64_t)c * taps + tap) * Cout + co] = w[i];
+    }
+}
+
+} // namespace
+
+extern "C" void dt_conv_igemm_fprop_bf16_cuda(const dt_igemm_conv *p, const void *x, const void *w, const float *bias,
+                                              void *y) {
+    if (p->N * p->Ho * p->Wo == 0) return;
+    gemm_view v = base_view(p);
+    v.a = (const bf16 *)x, v.b = (const bf16 *)w, v.y = y, v.bias = bias, v.beta = 0.0f;
+    v.AH = (int)p->H, v.AW = (int)p->W, v.AC = (int)p->C, v.OH = (int)p->Ho, v.OW = (int)p->Wo, v.NO = (int)p->Cout;
+    v.M = (int)(p->N * p->Ho * p->Wo), v.K = p->g.kh * p->g.kw * (int)p->C;
+    launch_tile<false>(v, p->tile);
+}
+
+extern "C" void dt_conv_igemm_dgrad_bf16_cuda(const dt_igemm_conv *p, const void *dy, const void *w, float beta,
+                                              void *dx) {
+    if (p->N * p->H * p->W == 0) return;
+    const int taps = p->g.kh * p->g.kw;
+    const int64_t nw = p->Cout * taps * p->C;
+    bf16 *wT = (bf16 *)dt_gpu_malloc(sizeof(bf16) * (size_t)nw); /* [C, kh, kw, Cout] */
+    k_swap_channels<<<dt_grid_for(nw, 256), 256, 0, dt_stream()>>>((const bf16 *)w, (int)p->Cout, taps, (int)p->C, wT);
+    DT_CHECK_LAUNCH();
+    gemm_view v = base_view(p);
+    v.a = (const bf16 *)dy, v.b = wT, v.y = dx, v.bias = NULL, v.beta = beta;
+    v.AH = (int)p->Ho, v.AW = (int)p->Wo, v.AC = (int)p->Cout, v.OH = (int)p->H, v.OW = (int)p->W, v.NO = (int)p->C;
+    v.M = (int)(p->N * p->H * p->W), v.K = taps * (int)p->Cout;
+    launch_tile<true>(v, p->tile);
+    dt_gpu_free(wT); /* stream-ordered: the block is reused only by later work on this stream */
+}
+
+extern "C" void dt_conv_igemm_wgrad_bf16_cuda(const dt_igemm_conv *p, const void *x, const void *dy, float beta,
+                                              float *dw) {
+    const int64_t K = (int64_t)p->g.kh * p->g.kw * p->C;
+    if (p->N * p->Ho * p->Wo == 0) { /* no positions: dw = beta * dw */
+        if (beta == 0.0f) dt_memset_gpu(dw, 0, sizeof(float) * (size_t)(p->Cout * K));
+        return;
+    }
+    conv_params c = {};
+    c.x = (const bf16 *)x, c.w = NULL, c.y = NULL;
+    c.N = (int)p->N, c.H = (int)p->H, c.W = (int)p->W, c.C = (int)p->C, c.Cout = (int)p->Cout;
+    c.KH = p->g.kh, c.KW = p->g.kw, c.SH = p->g.sh, c.SW = p->g.sw, c.PH = p->g.ph, c.PW = p->g.pw, c.DH = p->g.dh;
+    c.DW = p->g.dw, c.Ho = (int)p->Ho, c.Wo = (int)p->Wo, c.M = (int)(p->N * p->Ho * p->Wo), c.K = (int)K;
+    if (p->tile == DT_IGEMM_TILE_64) launch_wgrad<64, 128, 32, 32, 4>(c, (const bf16 *)dy, beta, dw);
+    else launch_wgrad<128, 128, 64, 32, 4>(c, (const bf16 *)dy, beta, dw);
+}

@@ -1,0 +1,81 @@
+/* The implicit-GEMM convolution's op cases (dt_opcase.h; kernels/conv_igemm.h): conv2d with the
+ * algorithm forced to igemm128 or igemm64, so that every pass of each bf16 NHWC case runs on the
+ * implicit GEMM - its CPU twins in the bf16 mode (against the f32 NCHW im2col + GEMM path on the
+ * same values), its CUDA kernels in the parity mode (against those twins). The shapes are the
+ * edges of the tiles: M, Cout and K = kh*kw*C not multiples of them, batch 1 and a prime batch,
+ * stride 2 on odd inputs, dilation, a non-square kernel, the 1x1s, a layer1-sized problem (many
+ * CTAs, wgrad's split reduction), and dx accumulated onto another use of x (beta 1) with and
+ * without a bias. C and Cout are multiples of 8 (the kernels' 16-byte chunks): a conv that is
+ * not keeps to im2col + GEMM (conv_plan_* in test_layers.c). The f32 combination runs for the
+ * reference and is the plain path (no gradcheck here: its finite differences are the conv table's). */
+#include "dt_layers.h"
+#include "dt_opcase.h"
+#include "dt_ops.h"
+#include "dt_test.h"
+
+typedef struct {
+    dt_conv_geom g;
+    dt_conv_algo algo;
+} igemm_arg;
+
+/* The algorithm holds from build to the backward (which reads the plan the forward kept, but
+ * the op must be built under it): set when the first live instance is made, restored when the
+ * last goes. */
+static int algo_live;
+static dt_conv_algo saved_algo;
+
+static void *algo_new(const dt_opcase *c, dt_dev dev, dt_layout layout) {
+    (void)dev, (void)layout;
+    if (!algo_live++) saved_algo = dt_conv_get_algo();
+    dt_conv_set_algo(((const igemm_arg *)c->arg)->algo);
+    return &algo_live;
+}
+
+static void algo_free(void *state) {
+    (void)state;
+    if (!--algo_live) dt_conv_set_algo(saved_algo);
+}
+
+static dt_tensor *build(const dt_opcase *c, dt_tensor **in, void *state) {
+    (void)state;
+    const igemm_arg *a = c->arg;
+    return dt_conv2d(in[0], in[1], c->in[2].grad ? in[2] : NULL, a->g, DT_MATH_FP32);
+}
+
+/* conv(x) + x (Cout = Cin, stride 1, same size): the add's backward runs first, so the conv's
+ * dgrad accumulates onto it (beta 1) */
+static dt_tensor *build_residual(const dt_opcase *c, dt_tensor **in, void *state) {
+    return dt_add(build(c, in, state), in[0]);
+}
+
+#define IG_CASE(label, algo_, fn, n, cin, h, w, cout, kh, kw, with_bias, wstd, ...)                               \
+    {.name = label, .types = DT_F32_NCHW | DT_BF16_NHWC, .n_in = 3, .grad_tol = -1,                               \
+     .in = {{4, {n, cin, h, w}, DT_IN_ACT, 1.0f, 1},                                                               \
+            {4, {cout, cin, kh, kw}, DT_IN_WEIGHT, wstd, 1},                                                       \
+            {1, {cout}, DT_IN_F32, 1.0f, with_bias}},                                                             \
+     .build = fn, .arg = &(const igemm_arg){{__VA_ARGS__}, algo_}, .state_new = algo_new, .state_free = algo_free}
+
+/* every shape once per shipped tile; the geometry {kh, kw, sh, sw, ph, pw, dh, dw} comes last */
+#define IG_SHAPES(t, A)                                                                                            \
+    IG_CASE(t " 3x3 s1 odd 13x11, C 8 -> 24, bias", A, build, 3, 8, 13, 11, 24, 3, 3, 1, 0.2f, 3, 3, 1, 1, 1, 1, 1, 1), \
+    IG_CASE(t " 3x3 s2 odd 17x15, C 16 -> 40", A, build, 2, 16, 17, 15, 40, 3, 3, 0, 0.1f, 3, 3, 2, 2, 1, 1, 1, 1), \
+    IG_CASE(t " 3x3 s1 batch 1, C 24 -> 8", A, build, 1, 24, 9, 10, 8, 3, 3, 0, 0.1f, 3, 3, 1, 1, 1, 1, 1, 1),   \
+    IG_CASE(t " 3x3 s2 prime batch 7, 28x28, 64 -> 128", A, build, 7, 64, 28, 28, 128, 3, 3, 0, 0.05f, 3, 3, 2, 2, \
+            1, 1, 1, 1),                                                                                           \
+    IG_CASE(t " 1x1 s2 odd 15x15, 32 -> 64", A, build, 5, 32, 15, 15, 64, 1, 1, 0, 0.1f, 1, 1, 2, 2, 0, 0, 1, 1), \
+    IG_CASE(t " 1x1 s1 + x (dx accumulated)", A, build_residual, 3, 24, 9, 7, 24, 1, 1, 0, 0.1f, 1, 1, 1, 1, 0, 0, \
+            1, 1),                                                                                                 \
+    IG_CASE(t " 3x3 s1 + x (dx accumulated), bias", A, build_residual, 2, 16, 8, 9, 16, 3, 3, 1, 0.1f, 3, 3, 1, 1, \
+            1, 1, 1, 1),                                                                                           \
+    IG_CASE(t " 3x3 dilation 2, 12x15", A, build, 1, 8, 12, 15, 16, 3, 3, 0, 0.2f, 3, 3, 1, 1, 2, 2, 2, 2),       \
+    IG_CASE(t " 5x5 s1 pad 2, C 8 -> 8", A, build, 2, 8, 11, 11, 8, 5, 5, 0, 0.1f, 5, 5, 1, 1, 2, 2, 1, 1),       \
+    IG_CASE(t " 2x3 kernel, stride 2x1, padding 0x1, bias", A, build, 3, 8, 7, 5, 8, 2, 3, 1, 0.3f, 2, 3, 2, 1, 0, \
+            1, 1, 1),                                                                                              \
+    IG_CASE(t " ResNet l1 shape 56x56 64 -> 64, batch 1", A, build, 1, 64, 56, 56, 64, 3, 3, 0, 0.05f, 3, 3, 1, 1, \
+            1, 1, 1, 1)
+
+static const dt_opcase conv_igemm_cases[] = {
+    IG_SHAPES("igemm128", DT_CONV_ALGO_IGEMM128),
+    IG_SHAPES("igemm64", DT_CONV_ALGO_IGEMM64),
+};
+DT_OPCASES_NO_GRADCHECK(conv_igemm, conv_igemm_cases)

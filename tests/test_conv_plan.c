@@ -1,0 +1,85 @@
+/* The bf16 conv's plan (kernels/conv_igemm.h): the choices docs/conv.md's plan table states for
+ * every ResNet-18 / -50 conv at batch 64 (each one the conv lab's measured winner), the shapes
+ * the implicit GEMM cannot run, the forced algorithms, and the algorithms' names. */
+#include <stddef.h>
+
+#include "conv_igemm.h"
+#include "dt_test.h"
+
+typedef struct {
+    const char *name;
+    int c, h, w, cout, k, s, pad; /* batch 64 */
+    int fprop, dgrad, wgrad;      /* -1 gemm, else the tile */
+} plan_row;
+
+enum { G = -1, T128 = DT_IGEMM_TILE_128, T64 = DT_IGEMM_TILE_64 };
+
+static const plan_row PLAN[] = {
+    {"stem (C = 3)", 3, 224, 224, 64, 7, 2, 3, G, G, G},
+    {"l1", 64, 56, 56, 64, 3, 1, 1, T64, T64, T64},
+    {"l2a", 64, 56, 56, 128, 3, 2, 1, T128, G, G},
+    {"l2ds", 64, 56, 56, 128, 1, 2, 0, T128, T64, G},
+    {"l2", 128, 28, 28, 128, 3, 1, 1, T128, G, G},
+    {"l3a", 128, 28, 28, 256, 3, 2, 1, G, G, G},
+    {"l3ds", 128, 28, 28, 256, 1, 2, 0, T128, T128, G},
+    {"l3", 256, 14, 14, 256, 3, 1, 1, G, G, G},
+    {"l4a", 256, 14, 14, 512, 3, 2, 1, G, G, G},
+    {"l4ds", 256, 14, 14, 512, 1, 2, 0, T128, G, G},
+    {"l4", 512, 7, 7, 512, 3, 1, 1, G, G, G},
+    {"b1.c1 (pointwise)", 64, 56, 56, 64, 1, 1, 0, G, G, G},
+    {"b1.c3 (pointwise)", 64, 56, 56, 256, 1, 1, 0, G, G, G},
+    {"b2.c2a", 128, 56, 56, 128, 3, 2, 1, T128, G, G},
+    {"b2.ds (wide 1x1 s2)", 256, 56, 56, 512, 1, 2, 0, G, G, G},
+    {"b3.c2a", 256, 28, 28, 256, 3, 2, 1, G, G, G},
+    {"b3.ds", 512, 28, 28, 1024, 1, 2, 0, G, G, G},
+    {"b4.ds", 1024, 14, 14, 2048, 1, 2, 0, G, G, G},
+};
+
+static dt_igemm_conv problem(int n, const plan_row *r) {
+    dt_igemm_conv p = {.N = n, .C = r->c, .H = r->h, .W = r->w, .Cout = r->cout, .g = dt_geom(r->k, r->s, r->pad, 1)};
+    p.Ho = dt_conv_out_size(r->h, r->k, r->s, r->pad, 1);
+    p.Wo = dt_conv_out_size(r->w, r->k, r->s, r->pad, 1);
+    return p;
+}
+
+DT_TEST(conv_plan_follows_the_measured_table) {
+    for (size_t i = 0; i < sizeof PLAN / sizeof *PLAN; i++) {
+        const plan_row *r = &PLAN[i];
+        const dt_igemm_conv p = problem(64, r);
+        const dt_conv_plan a = dt_conv_plan_bf16(&p, DT_CONV_ALGO_AUTO);
+        EXPECT_MSG(a.fprop == r->fprop && a.dgrad == r->dgrad && a.wgrad == r->wgrad,
+                   "%s: plan fprop %d dgrad %d wgrad %d, the table says %d %d %d", r->name, a.fprop, a.dgrad, a.wgrad,
+                   r->fprop, r->dgrad, r->wgrad);
+        const dt_conv_plan g = dt_conv_plan_bf16(&p, DT_CONV_ALGO_GEMM);
+        EXPECT_MSG(g.fprop < 0 && g.dgrad < 0 && g.wgrad < 0, "%s: gemm put a pass on the implicit GEMM", r->name);
+        /* forced: every pass on the tile, where the kernels run (C, Cout multiples of 8) */
+        const dt_conv_plan f = dt_conv_plan_bf16(&p, DT_CONV_ALGO_IGEMM64);
+        const int want = r->c % 8 == 0 ? T64 : G;
+        EXPECT_MSG(f.fprop == want && f.dgrad == want && f.wgrad == want, "%s: igemm64 gave %d %d %d", r->name,
+                   f.fprop, f.dgrad, f.wgrad);
+    }
+}
+
+DT_TEST(conv_plan_keeps_unsupported_shapes_on_gemm) {
+    const plan_row odd[] = {{"C = 13", 13, 9, 9, 16, 3, 1, 1, G, G, G}, {"Cout = 12", 16, 9, 9, 12, 3, 1, 1, G, G, G}};
+    for (int i = 0; i < 2; i++) {
+        const dt_igemm_conv p = problem(64, &odd[i]);
+        EXPECT_MSG(!dt_igemm_supported(&p), "%s: reported supported", odd[i].name);
+        for (int a = DT_CONV_ALGO_AUTO; a <= DT_CONV_ALGO_IGEMM64; a++) {
+            const dt_conv_plan pl = dt_conv_plan_bf16(&p, (dt_conv_algo)a);
+            EXPECT_MSG(pl.fprop < 0 && pl.dgrad < 0 && pl.wgrad < 0, "%s under %s: a pass on the implicit GEMM",
+                       odd[i].name, dt_conv_algo_name((dt_conv_algo)a));
+        }
+    }
+    /* 32-bit row indices: an input of 2^31 positions or more stays on gemm */
+    const dt_igemm_conv big = {.N = 1 << 16, .C = 64, .H = 200, .W = 200, .Cout = 64, .Ho = 200, .Wo = 200,
+                               .g = dt_geom(3, 1, 1, 1)};
+    EXPECT_MSG(!dt_igemm_supported(&big), "a %lld-row problem reported supported", (long long)(big.N * big.H * big.W));
+}
+
+DT_TEST(conv_algo_names_round_trip) {
+    for (int a = DT_CONV_ALGO_AUTO; a <= DT_CONV_ALGO_IGEMM64; a++)
+        EXPECT_EQ_INT(dt_conv_algo_parse(dt_conv_algo_name((dt_conv_algo)a)), a);
+    EXPECT_EQ_INT(dt_conv_algo_parse("cudnn"), -1);
+    EXPECT_EQ_INT(dt_conv_algo_parse(""), -1);
+}
