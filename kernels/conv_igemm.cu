@@ -13,9 +13,9 @@ namespace {
 
 /* the shipped tiles (docs/conv.md): fprop and dgrad 128x128 (8 warps of 64x32) and 64x64 (4 warps
  * of 32x32), wgrad 128x128 and 64x128, all 4 stages */
-template <bool DGRAD> void launch_tile(const gemm_view &v, dt_igemm_tile tile) {
-    if (tile == DT_IGEMM_TILE_64) launch_igemm<64, 64, 32, 32, 4, false, false, false, DGRAD>(v);
-    else launch_igemm<128, 128, 64, 32, 4, false, false, false, DGRAD>(v);
+template <int LOADER> void launch_tile(const gemm_view &v, dt_igemm_tile tile) {
+    if (tile == DT_IGEMM_TILE_64) launch_igemm<64, 64, 32, 32, 4, LOADER>(v);
+    else launch_igemm<128, 128, 64, 32, 4, LOADER>(v);
 }
 
 gemm_view base_view(const dt_igemm_conv *p) {
@@ -44,7 +44,7 @@ extern "C" void dt_conv_igemm_fprop_bf16_cuda(const dt_igemm_conv *p, const void
     v.a = (const bf16 *)x, v.b = (const bf16 *)w, v.y = y, v.bias = bias, v.beta = 0.0f;
     v.AH = (int)p->H, v.AW = (int)p->W, v.AC = (int)p->C, v.OH = (int)p->Ho, v.OW = (int)p->Wo, v.NO = (int)p->Cout;
     v.M = (int)(p->N * p->Ho * p->Wo), v.K = p->g.kh * p->g.kw * (int)p->C;
-    launch_tile<false>(v, p->tile);
+    launch_tile<A_IM2COL>(v, p->tile);
 }
 
 extern "C" void dt_conv_igemm_dgrad_bf16_cuda(const dt_igemm_conv *p, const void *dy, const void *w, float beta,
@@ -59,7 +59,7 @@ extern "C" void dt_conv_igemm_dgrad_bf16_cuda(const dt_igemm_conv *p, const void
     v.a = (const bf16 *)dy, v.b = wT, v.y = dx, v.bias = NULL, v.beta = beta;
     v.AH = (int)p->Ho, v.AW = (int)p->Wo, v.AC = (int)p->Cout, v.OH = (int)p->H, v.OW = (int)p->W, v.NO = (int)p->C;
     v.M = (int)(p->N * p->H * p->W), v.K = taps * (int)p->Cout;
-    launch_tile<true>(v, p->tile);
+    launch_tile<A_DGRAD>(v, p->tile);
     dt_gpu_free(wT); /* stream-ordered: the block is reused only by later work on this stream */
 }
 

@@ -29,6 +29,7 @@
 #include "dt_alloc.h"
 #include "dt_common.h"
 #include "dt_cuda.h"
+#include "deform_bilinear.h"
 #include "dt_device.h"
 
 namespace dt_igemm {
@@ -62,7 +63,25 @@ struct gemm_view {
     float beta;        /* bf16 y = round(beta * y + acc (+ bias)): 0 writes, 1 accumulates (dx) */
     int N, AH, AW, AC, OH, OW, NO, KH, KW, SH, SW, PH, PW, DH, DW;
     int M, K;
+    /* the deformable loader (A_DEFORM) only: om [M, ocs] fp32, the offset conv's output per
+     * output position - (dy, dx) of tap t of offset group g at columns 2*(g*KH*KW + t) and +1, the
+     * mask (after its sigmoid) at 2*gk + g*KH*KW + t when has_mask; gk = G*KH*KW; cg = AC / G */
+    const float *om;
+    int ocs, cg, gk, has_mask;
 };
+
+/* The A-operand loaders: what A[m][k] is, the one part of the kernel that differs between
+ * the convolutions it runs (CUTLASS's "iterators"). B is always b [NO, K] as stored.
+ *   A_IM2COL     fprop: x at tap (r, t) of output position m's window, 0 outside (cp.async)
+ *   A_POINTWISE  fprop of a 1x1 stride-1 unpadded conv: A is x [M, C] itself (cp.async)
+ *   A_DGRAD      dgrad: dy through the mirrored taps, 0 where no output reads the pixel
+ *   A_DEFORM     the deformable conv's main GEMM: A[m][(t, c)] = mask * bilinear(x, channel c,
+ *                at tap t's position plus its offsets) - the sampled column matrix (deft's
+ *                colT), made in registers from the four corner 16-byte chunks and stored to
+ *                shared memory, never to global memory; the same fp32 arithmetic as deft's
+ *                sampling kernel (w0 v0, then fma w1 v1, w2 v2, w3 v3, times the mask, one
+ *                rounding), so the tile holds exactly the values colT would */
+enum a_loader { A_IM2COL = 0, A_POINTWISE = 1, A_DGRAD = 2, A_DEFORM = 3 };
 
 /* ---- PTX wrappers. Sources of the operand layouts: the PTX ISA ("Matrix fragments for
  * mma.m16n8k16 with floating point type", "ldmatrix", "cp.async"); checked against the
@@ -126,11 +145,18 @@ __device__ __forceinline__ void mma_bf16_16816(float d[4], const uint32_t a[4], 
 /* ---- the mainloop every kernel here runs: a STAGES-deep cp.async pipeline over n tiles of
  * the reduction, STAGES-1 tiles in flight before the first mma, one commit group per tile
  * (empty groups past the end keep the counting uniform). load(st, t) issues tile t's copies
- * into stage st; mma(st) consumes stage st. On return every copy has landed. */
-template <int STAGES, typename Load, typename Mma> __device__ __forceinline__ void cp_async_mainloop(int n, Load load, Mma mma) {
+ * into stage st; mma(st) consumes stage st; fill(st), after the mma, finishes stage st's tile
+ * where its loads went to registers (the deformable loader: the blend and the shared-memory
+ * store happen while the next tiles' copies are in flight; a no-op for the others). On return
+ * every copy has landed. */
+struct no_fill {
+    __device__ __forceinline__ void operator()(int) const {}
+};
+template <int STAGES, typename Load, typename Mma, typename Fill = no_fill>
+__device__ __forceinline__ void cp_async_mainloop(int n, Load load, Mma mma, Fill fill = Fill()) {
 #pragma unroll
     for (int s = 0; s < STAGES - 1; s++) {
-        if (s < n) load(s, s);
+        if (s < n) load(s, s), fill(s);
         cp_async_commit();
     }
     for (int t = 0; t < n; t++) {
@@ -143,6 +169,7 @@ template <int STAGES, typename Load, typename Mma> __device__ __forceinline__ vo
         if (nt < n) load(nt % STAGES, nt);
         cp_async_commit();
         mma(t % STAGES);
+        if (nt < n) fill(nt % STAGES); /* stage nt % STAGES is read from iteration nt on, after its barrier */
     }
     cp_async_wait<0>();
 }
@@ -216,16 +243,16 @@ template <int BM, int BN, int WM, int WN, int STAGES, int BK_ = 32> struct tile_
  * rows tid/CPR + i*THREADS/CPR of A (and of B). Row decoding (n, ho, wo) happens once per CTA; per
  * k slice each thread decodes its k = kt*BK + 8kc into (r, t, c) once (C % 8 == 0, so the
  * 8 channels of a chunk never straddle two taps, and K % 8 == 0, so a chunk is wholly in or
- * out of K). ONE: 1x1, stride 1, no padding - A is x [M, C] itself. SPLITK: grid.y splits the k
+ * out of K). LOADER: what A is (a_loader above). SPLITK: grid.y splits the k
  * tiles into gridDim.y contiguous ranges; split z writes its fp32 partial tile to y + z*M*Cout
  * (a workspace [splits, M, Cout]) and k_splitk_sum adds the splits in order: for the shapes
  * whose tiles are too few to fill the GPU (layer3-4: M = N*Ho*Wo is small, K long). */
-template <int BM, int BN, int WM, int WN, int STAGES, bool ONE, bool F32OUT, bool SPLITK, bool DGRAD, int BK_>
+template <int BM, int BN, int WM, int WN, int STAGES, int LOADER, bool F32OUT, bool SPLITK, int BK_>
 __global__ void __launch_bounds__(tile_cfg<BM, BN, WM, WN, STAGES, BK_>::THREADS) k_igemm(gemm_view p) {
     typedef tile_cfg<BM, BN, WM, WN, STAGES, BK_> T;
     constexpr int BK = T::BK, PITCH = T::PITCH;
+    constexpr bool ONE = LOADER == A_POINTWISE, DGRAD = LOADER == A_DGRAD, DEFORM = LOADER == A_DEFORM;
     static_assert(!SPLITK || F32OUT, "split-K writes fp32 partial sums");
-    static_assert(!(ONE && DGRAD), "the 1x1 path is fprop's");
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16 *sA = reinterpret_cast<bf16 *>(smem_raw); /* [STAGES][BM][PITCH] */
     bf16 *sB = sA + STAGES * BM * PITCH;          /* [STAGES][BN][PITCH] */
@@ -240,13 +267,14 @@ __global__ void __launch_bounds__(tile_cfg<BM, BN, WM, WN, STAGES, BK_>::THREADS
      * (tap (r, t) reads h0 + r*DH), dgrad the output position plus the padding (tap (r, t)
      * reads (h0 - r*DH) / SH). A row past M gets h0 = -2^30: every tap falls outside, zero-filled */
     const bf16 *a_base[T::A_IT];
-    int a_h0[T::A_IT], a_w0[T::A_IT];
+    int a_h0[T::A_IT], a_w0[T::A_IT], a_m[T::A_IT]; /* a_m: the row (om's), -1 past M */
 #pragma unroll
     for (int i = 0; i < T::A_IT; i++) {
         const int m = m0 + krow + i * T::ROWS_PER_PASS;
         a_base[i] = p.a;
         a_h0[i] = -(1 << 30);
         a_w0[i] = 0;
+        a_m[i] = m < p.M ? m : -1;
         if (m < p.M) {
             if (ONE) {
                 a_base[i] = p.a + (int64_t)m * p.AC;
@@ -267,13 +295,18 @@ __global__ void __launch_bounds__(tile_cfg<BM, BN, WM, WN, STAGES, BK_>::THREADS
         b_row[i] = co < p.NO ? p.b + (int64_t)co * p.K : nullptr;
     }
 
-    /* issue the cp.asyncs of k tile kt into pipeline stage st */
+    /* the deformable loader's registers between load_tile and fill_tile: the four corner
+     * chunks of each of this thread's A rows, their bilinear weights and the mask */
+    uint4 dv[DEFORM ? T::A_IT : 1][4];
+    float dwt[DEFORM ? T::A_IT : 1][4], dmask[DEFORM ? T::A_IT : 1];
+
+    /* issue the cp.asyncs of k tile kt into pipeline stage st (the deformable A: its loads) */
     auto load_tile = [&](int st, int kt) {
         const int k = kt * BK + kc * 8;
         const bool kin = k < p.K;
-        int r = 0, t = 0, c = k;
+        int r = 0, t = 0, c = k, tap = 0;
         if (!ONE) {
-            const int tap = k / p.AC;
+            tap = k / p.AC;
             c = k - tap * p.AC;
             r = tap / p.KW;
             t = tap - r * p.KW;
@@ -281,6 +314,25 @@ __global__ void __launch_bounds__(tile_cfg<BM, BN, WM, WN, STAGES, BK_>::THREADS
         bf16 *da = sA + (st * BM + krow) * PITCH + kc * 8;
 #pragma unroll
         for (int i = 0; i < T::A_IT; i++) {
+            if (DEFORM) {
+                const int ii = DEFORM ? i : 0; /* (the arrays have one row unless DEFORM) */
+                dmask[ii] = 0.0f;
+#pragma unroll
+                for (int q = 0; q < 4; q++) dv[ii][q] = make_uint4(0, 0, 0, 0), dwt[ii][q] = 0.0f;
+                if (!kin || a_m[i] < 0) continue;
+                const int j = (c / p.cg) * (p.KH * p.KW) + tap; /* offset group g = c / cg */
+                const float *row = p.om + (int64_t)a_m[i] * p.ocs;
+                dmask[ii] = p.has_mask ? row[p.gk * 2 + j] : 1.0f;
+                const dt_bilin b = dt_bilin_make((float)(a_h0[i] + r * p.DH) + row[2 * j],
+                                                 (float)(a_w0[i] + t * p.DW) + row[2 * j + 1], p.AH, p.AW);
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    dwt[ii][q] = b.w[q];
+                    if (b.ok[q])
+                        dv[ii][q] = __ldg(reinterpret_cast<const uint4 *>(a_base[i] + dt_bilin_index(&b, q, p.AW) * p.AC + c));
+                }
+                continue;
+            }
             const bf16 *src = p.a;
             int bytes = 0;
             if (ONE) {
@@ -303,6 +355,36 @@ __global__ void __launch_bounds__(tile_cfg<BM, BN, WM, WN, STAGES, BK_>::THREADS
         for (int i = 0; i < T::B_IT; i++) {
             const bool ok = kin && b_row[i] != nullptr;
             cp_async16(db + i * T::ROWS_PER_PASS * PITCH, ok ? b_row[i] + k : p.b, ok ? 16 : 0);
+        }
+    };
+    /* the deformable A of the tile load_tile fetched: mask * (w0 v0 + w1 v1 + w2 v2 + w3 v3) per
+     * channel in fp32 (deft's order), rounded once, 16 bytes to stage st */
+    auto fill_tile = [&](int st) {
+        if (!DEFORM) return;
+        bf16 *da = sA + (st * BM + krow) * PITCH + kc * 8;
+#pragma unroll
+        for (int i = 0; i < T::A_IT; i++) {
+            const int ii = DEFORM ? i : 0;
+            const bf16 *v[4];
+#pragma unroll
+            for (int q = 0; q < 4; q++) v[q] = reinterpret_cast<const bf16 *>(&dv[ii][q]);
+            uint4 out;
+            __nv_bfloat162 *h = reinterpret_cast<__nv_bfloat162 *>(&out);
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float s2[2];
+#pragma unroll
+                for (int u = 0; u < 2; u++) {
+                    const int ch = 2 * e + u;
+                    float s = dwt[ii][0] * __bfloat162float(v[0][ch]);
+                    s = fmaf(dwt[ii][1], __bfloat162float(v[1][ch]), s);
+                    s = fmaf(dwt[ii][2], __bfloat162float(v[2][ch]), s);
+                    s = fmaf(dwt[ii][3], __bfloat162float(v[3][ch]), s);
+                    s2[u] = dmask[ii] * s;
+                }
+                h[e] = __floats2bfloat162_rn(s2[0], s2[1]);
+            }
+            *reinterpret_cast<uint4 *>(da + i * T::ROWS_PER_PASS * PITCH) = out;
         }
     };
 
@@ -340,7 +422,8 @@ __global__ void __launch_bounds__(tile_cfg<BM, BN, WM, WN, STAGES, BK_>::THREADS
                 }
                 mma_tiles(acc, af, bfr);
             }
-        });
+        },
+        fill_tile);
     __syncthreads(); /* the pipeline's smem is reused by the epilogue */
 
     if (F32OUT) { /* fp32 y (split-K: this split's slice of the workspace) */
@@ -579,11 +662,10 @@ static void launch_wgrad(const conv_params &p, const bf16 *dy, float beta, float
 
 /* The launcher of one tile configuration (raises the dynamic smem limit on the device once);
  * splits > 1: split-K (F32OUT, p.y the [splits, M, Cout] workspace). */
-template <int BM, int BN, int WM, int WN, int STAGES, bool ONE, bool F32OUT, bool SPLITK = false, bool DGRAD = false,
-          int BK_ = 32>
+template <int BM, int BN, int WM, int WN, int STAGES, int LOADER, bool F32OUT = false, bool SPLITK = false, int BK_ = 32>
 static void launch_igemm(const gemm_view &p, int splits = 1) {
     typedef tile_cfg<BM, BN, WM, WN, STAGES, BK_> T;
-    auto kern = k_igemm<BM, BN, WM, WN, STAGES, ONE, F32OUT, SPLITK, DGRAD, BK_>;
+    auto kern = k_igemm<BM, BN, WM, WN, STAGES, LOADER, F32OUT, SPLITK, BK_>;
     static unsigned long long smem_raised;
     raise_smem_once(&smem_raised, (const void *)kern, (int)T::SMEM);
     const int64_t tiles = (int64_t)((p.M + BM - 1) / BM) * ((p.NO + BN - 1) / BN);

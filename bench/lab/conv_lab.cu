@@ -27,17 +27,22 @@
  *   ref_cublas_wgrad   the library's wgrad: im2col_nhwc, then dw = dy^T . col (cuBLAS, fp32 out)
  *   igemm_128x128_wgrad, igemm_64x128_wgrad   wgrad tiles of 128 (64: the 64-channel layers)
  *                      output channels x 128 k, split over M to fill two waves
+ *   ref_deft_deform    the deformable conv's forward main GEMM as the library runs it (deft, bf16):
+ *                      the sampling kernel writes colT [M, K*C], cuBLAS multiplies it by w
+ *   igemm_128x128_deform, igemm_64x64_deform   the same GEMM with the A_DEFORM loader: the
+ *                      bilinear samples made in registers from the four corner chunks and
+ *                      stored to shared memory only (issue 20's third part; not yet run)
  *   igemm_128x128_w64, _k64, _w64_k64, igemm_128x256_w64, igemm_256x128_w64, igemm_1x1_w64_k64,
  *   igemm_128x128_w64_dgrad, _w64_k64_dgrad, igemm_128x128_w64_wgrad   the tile sweep: 64x64 warp
  *                      tiles (half the ldmatrix per mma), BK = 64 (half the barriers), 8-warp
  *                      128x256 / 256x128 CTAs - written after the second run, not yet run
  *
  *   build/conv_lab [--batch 64] [--reps 20] [--shapes l1,l4,r50,odd,...] [--csv FILE] [--quick]
- *                  [--seed S] [--skip-time] [--pass fprop,dgrad,wgrad]   (make lab; GPU only)
+ *                  [--seed S] [--skip-time] [--pass fprop,dgrad,wgrad,deform]   (make lab; GPU only)
  *   --shapes: names, or the groups r18, r50, odd, all (default all); --quick: 5 reps after 1
  *   warm-up, 1024 samples a shape, and (without --shapes) r18,odd only; --seed: the inputs of
  *   an earlier run (the default seed is the time; it is printed); --pass: the passes to run
- *   (default all three); exit status 1 on any FAIL.
+ *   (default all four); exit status 1 on any FAIL.
  * Validation lines first, then one table: per shape, pass and variant PASS/FAIL, ms (median of
  * reps after warm-up, CUDA events), TFLOP/s (the conv's 2*N*Ho*Wo*Cout*kh*kw*C, the real C) and
  * the time relative to the pass's library path. A variant that fails a shape is not timed on it. */
@@ -62,6 +67,8 @@
 #include "dt_rng.h"
 #include "dt_tensor.h"
 #include "conv_igemm.cuh"
+#include "deform_nhwc.h"
+#include "deform_plan.h"
 #include "im2col.h"
 
 /* ================================================================== the kernels: kernels/conv_igemm.cuh */
@@ -139,6 +146,13 @@ typedef struct {
     float *ddw;       /* wgrad: device dw [Cout, KH, KW, C] fp32 */
     gemm_view vf, vd; /* the GEMMs of fprop and dgrad (gemm_view) */
     gemm_view vw;     /* wgrad's output only: M = Cout rows of NO = K columns, y = ddw */
+    /* deform (the 3x3 shapes whose C is not padded): the deformable conv's main GEMM on x and w
+     * with offsets om [M, OCS] fp32 ~ N(0, 1) px, G offset groups and a mask on the odd shapes
+     * (G = 2 where C / 2 is a multiple of 8); y = dy. dp: deft's bf16 NHWC plan, one chunk */
+    int G, has_mask;
+    float *hom, *dom; /* host and device om */
+    dt_deform_plan dp;
+    gemm_view vdef; /* vdef.om == NULL: not a deform shape */
 } problem;
 
 /* fills `n` bf16 with U(-a, a) (never all zero; bf16(0) only where a draw rounds to it) */
@@ -208,6 +222,26 @@ static void problem_make(problem *pr, const conv_shape *sh, int batch, uint64_t 
     pr->ddw = (float *)dt_gpu_malloc(sizeof(float) * (size_t)nw);
     pr->vw = v;
     pr->vw.M = p->Cout, pr->vw.NO = p->K, pr->vw.K = p->M, pr->vw.y = pr->ddw;
+    if (sh->k == 3 && C == sh->c) { /* the deformable pass's offsets */
+        pr->G = sh->odd && C % 16 == 0 ? 2 : 1;
+        pr->has_mask = sh->odd;
+        const dt_deform_knobs kn = dt_deform_knobs_default();
+        const size_t budget = (size_t)1 << 40; /* one chunk */
+        const char *e = dt_deform_plan_init(&pr->dp, p->N, C, p->H, p->W, p->Cout, pr->g, pr->G, pr->has_mask, DT_DEFORM_DEFT,
+                                            &kn, budget);
+        if (!e) e = dt_deform_plan_types(&pr->dp, DT_BF16, DT_NHWC, DT_MATH_FP32, budget);
+        if (e) dt_fatal("conv_lab: %s: deform plan: %s", sh->name, e);
+        const int64_t OCS = pr->dp.OCS, GK = pr->dp.GK, nom = (int64_t)p->M * OCS;
+        pr->hom = (float *)dt_xmalloc(sizeof(float) * (size_t)nom);
+        for (int64_t m = 0; m < p->M; m++)
+            for (int64_t j = 0; j < OCS; j++)
+                pr->hom[m * OCS + j] = j < 2 * GK ? dt_rng_normal(&r) : j < pr->dp.OC ? dt_rng_uniform(&r) : 0.0f;
+        pr->dom = (float *)dt_gpu_malloc(sizeof(float) * (size_t)nom);
+        dt_copy_h2d(pr->dom, pr->hom, sizeof(float) * (size_t)nom);
+        pr->vdef = pr->vf;
+        pr->vdef.om = pr->dom, pr->vdef.ocs = (int)OCS, pr->vdef.cg = (int)pr->dp.Cg, pr->vdef.gk = (int)GK;
+        pr->vdef.has_mask = pr->has_mask;
+    }
     /* the library's tensors hold the real C (the stem runs as the library runs it today) */
     pr->tx = dt_tensor_new4_as(DT_GPU, DT_BF16, DT_NHWC, p->N, sh->c, p->H, p->W);
     pr->tw = dt_tensor_new4_as(DT_GPU, DT_BF16, DT_NHWC, p->Cout, sh->c, p->KH, p->KW);
@@ -233,13 +267,14 @@ static void problem_free(problem *pr) {
     dt_gpu_free(pr->dx), dt_gpu_free(pr->dw), dt_gpu_free(pr->dy);
     free(pr->hdy);
     dt_gpu_free(pr->ddy), dt_gpu_free(pr->dwT), dt_gpu_free(pr->ddx), dt_gpu_free(pr->ddw);
+    free(pr->hom), dt_gpu_free(pr->dom);
     dt_tensor_free(pr->tx), dt_tensor_free(pr->tw);
 }
 
 /* ================================================================== the variants */
 
-enum { PASS_FPROP = 0, PASS_DGRAD = 1, PASS_WGRAD = 2, NPASSES = 3 };
-static const char *PASS_NAME[] = {"fprop", "dgrad", "wgrad"};
+enum { PASS_FPROP = 0, PASS_DGRAD = 1, PASS_WGRAD = 2, PASS_DEFORM = 3, NPASSES = 4 };
+static const char *PASS_NAME[] = {"fprop", "dgrad", "wgrad", "deform"};
 
 typedef struct {
     const char *name;
@@ -251,7 +286,7 @@ typedef struct {
 } variant;
 
 static const gemm_view *view_of(const problem *pr, int pass) {
-    return pass == PASS_DGRAD ? &pr->vd : pass == PASS_WGRAD ? &pr->vw : &pr->vf;
+    return pass == PASS_DGRAD ? &pr->vd : pass == PASS_WGRAD ? &pr->vw : pass == PASS_DEFORM ? &pr->vdef : &pr->vf;
 }
 
 static int any_shape(const problem *pr) { (void)pr; return 1; }
@@ -268,18 +303,18 @@ static void run_ref(problem *pr) {
     ref_last = dt_conv2d(pr->tx, pr->tw, NULL, pr->g, DT_MATH_FP32);
     dt_set_grad_enabled(1);
 }
-static void run_128(problem *pr) { launch_igemm<128, 128, 64, 32, 4, false, false>(pr->vf); }
-static void run_64(problem *pr) { launch_igemm<64, 64, 32, 32, 4, false, false>(pr->vf); }
-static void run_1x1(problem *pr) { launch_igemm<128, 128, 64, 32, 4, true, false>(pr->vf); }
-static void run_128_f32(problem *pr) { launch_igemm<128, 128, 64, 32, 4, false, true>(pr->vf); }
+static void run_128(problem *pr) { launch_igemm<128, 128, 64, 32, 4, A_IM2COL>(pr->vf); }
+static void run_64(problem *pr) { launch_igemm<64, 64, 32, 32, 4, A_IM2COL>(pr->vf); }
+static void run_1x1(problem *pr) { launch_igemm<128, 128, 64, 32, 4, A_POINTWISE>(pr->vf); }
+static void run_128_f32(problem *pr) { launch_igemm<128, 128, 64, 32, 4, A_IM2COL, true>(pr->vf); }
 /* the tile-shape sweep: 64x64 warp tiles (4 warps a 128x128 CTA: half the ldmatrix per mma of
  * 64x32), BK = 64 (half the barriers per mma), and the 8-warp 128x256 / 256x128 CTAs */
-static void run_128_w64(problem *pr) { launch_igemm<128, 128, 64, 64, 4, false, false>(pr->vf); }
-static void run_128_k64(problem *pr) { launch_igemm<128, 128, 64, 32, 3, false, false, false, false, 64>(pr->vf); }
-static void run_128_w64_k64(problem *pr) { launch_igemm<128, 128, 64, 64, 3, false, false, false, false, 64>(pr->vf); }
-static void run_128x256(problem *pr) { launch_igemm<128, 256, 64, 64, 3, false, false>(pr->vf); }
-static void run_256x128(problem *pr) { launch_igemm<256, 128, 64, 64, 3, false, false>(pr->vf); }
-static void run_1x1_w64_k64(problem *pr) { launch_igemm<128, 128, 64, 64, 3, true, false, false, false, 64>(pr->vf); }
+static void run_128_w64(problem *pr) { launch_igemm<128, 128, 64, 64, 4, A_IM2COL>(pr->vf); }
+static void run_128_k64(problem *pr) { launch_igemm<128, 128, 64, 32, 3, A_IM2COL, false, false, 64>(pr->vf); }
+static void run_128_w64_k64(problem *pr) { launch_igemm<128, 128, 64, 64, 3, A_IM2COL, false, false, 64>(pr->vf); }
+static void run_128x256(problem *pr) { launch_igemm<128, 256, 64, 64, 3, A_IM2COL>(pr->vf); }
+static void run_256x128(problem *pr) { launch_igemm<256, 128, 64, 64, 3, A_IM2COL>(pr->vf); }
+static void run_1x1_w64_k64(problem *pr) { launch_igemm<128, 128, 64, 64, 3, A_POINTWISE, false, false, 64>(pr->vf); }
 static int cout_ge_256(const problem *pr) { return pr->p.Cout >= 256; }
 
 /* Split-K for the 128x128 tile: as many splits as fill two waves (two 80 KiB CTAs an SM), each
@@ -298,7 +333,7 @@ static void run_128_splitk(problem *pr) {
     float *ws = (float *)dt_gpu_malloc(sizeof(float) * (size_t)(splits * n)); /* cached after the first call */
     gemm_view q = pr->vf;
     q.y = ws;
-    launch_igemm<128, 128, 64, 32, 4, false, true, true>(q, splits);
+    launch_igemm<128, 128, 64, 32, 4, A_IM2COL, true, true>(q, splits);
     launch_splitk_sum<bf16>(ws, splits, n, 0.0f, (bf16 *)pr->vf.y);
     dt_gpu_free(ws);
 }
@@ -324,10 +359,10 @@ static void run_ref_dgrad(problem *pr) {
     dt_col2im_nhwc_bf16_cuda(dcol, p->N, p->C, p->H, p->W, pr->g, p->Ho, p->Wo, 0.0f, pr->ddx);
     dt_gpu_free(dcol);
 }
-static void run_128_dgrad(problem *pr) { launch_igemm<128, 128, 64, 32, 4, false, false, false, true>(pr->vd); }
-static void run_64_dgrad(problem *pr) { launch_igemm<64, 64, 32, 32, 4, false, false, false, true>(pr->vd); }
-static void run_128_w64_dgrad(problem *pr) { launch_igemm<128, 128, 64, 64, 4, false, false, false, true>(pr->vd); }
-static void run_128_w64_k64_dgrad(problem *pr) { launch_igemm<128, 128, 64, 64, 3, false, false, false, true, 64>(pr->vd); }
+static void run_128_dgrad(problem *pr) { launch_igemm<128, 128, 64, 32, 4, A_DGRAD>(pr->vd); }
+static void run_64_dgrad(problem *pr) { launch_igemm<64, 64, 32, 32, 4, A_DGRAD>(pr->vd); }
+static void run_128_w64_dgrad(problem *pr) { launch_igemm<128, 128, 64, 64, 4, A_DGRAD>(pr->vd); }
+static void run_128_w64_k64_dgrad(problem *pr) { launch_igemm<128, 128, 64, 64, 3, A_DGRAD, false, false, 64>(pr->vd); }
 
 /* wgrad. The library's path: col [N*Ho*Wo, K] = im2col_nhwc(x) (a 1x1 stride-1 unpadded conv:
  * x itself), dw = dy^T . col in fp32 (cuBLAS, bf16 operands). It runs the padded problem here
@@ -348,6 +383,22 @@ static void run_ref_wgrad(problem *pr) {
 static void run_128_wgrad(problem *pr) { launch_wgrad<128, 128, 64, 32, 4>(pr->p, pr->ddy, 0.0f, pr->ddw); }
 static void run_64_wgrad(problem *pr) { launch_wgrad<64, 128, 32, 32, 4>(pr->p, pr->ddy, 0.0f, pr->ddw); }
 static void run_128_w64_wgrad(problem *pr) { launch_wgrad<128, 128, 64, 64, 4>(pr->p, pr->ddy, 0.0f, pr->ddw); }
+
+/* deform: the deformable conv's forward main GEMM. The library's deft path: colT [M, K*C] bf16 =
+ * the sampling kernel (deform_nhwc.h), then y = colT . w^T (cuBLAS, bf16) - the column matrix
+ * written and read back; the igemm variants sample into shared memory (A_DEFORM) instead. */
+static int deform_shape(const problem *pr) { return pr->vdef.om != NULL; }
+static void run_ref_deform(problem *pr) {
+    const dt_deform_plan *dp = &pr->dp;
+    const int64_t Q = pr->p.M, KC = dp->KC;
+    void *colT = dt_gpu_malloc(sizeof(bf16) * (size_t)(Q * KC)); /* cached after the first call */
+    dt_deform_sample_nhwc_cuda(dp, dp->N, pr->dx, pr->dom, colT);
+    dt_gemm_call(DT_GPU, DT_BF16, DT_MATH_FP32, 0, 1, Q, pr->p.Cout, KC, 1.0f, colT, KC, pr->dw, KC, 0.0f, pr->dy, DT_BF16,
+                 pr->p.Cout);
+    dt_gpu_free(colT);
+}
+static void run_128_deform(problem *pr) { launch_igemm<128, 128, 64, 32, 4, A_DEFORM>(pr->vdef); }
+static void run_64_deform(problem *pr) { launch_igemm<64, 64, 32, 32, 4, A_DEFORM>(pr->vdef); }
 
 static const variant VARIANTS[] = {
     {"ref_cublas", PASS_FPROP, 0, any_shape, run_ref, 1},
@@ -371,6 +422,9 @@ static const variant VARIANTS[] = {
     {"igemm_128x128_wgrad", PASS_WGRAD, 1, any_shape, run_128_wgrad, 0},
     {"igemm_64x128_wgrad", PASS_WGRAD, 1, any_shape, run_64_wgrad, 0},
     {"igemm_128x128_w64_wgrad", PASS_WGRAD, 1, any_shape, run_128_w64_wgrad, 0},
+    {"ref_deft_deform", PASS_DEFORM, 0, deform_shape, run_ref_deform, 1},
+    {"igemm_128x128_deform", PASS_DEFORM, 0, deform_shape, run_128_deform, 0},
+    {"igemm_64x64_deform", PASS_DEFORM, 0, deform_shape, run_64_deform, 0},
 };
 enum { NVARIANTS = sizeof VARIANTS / sizeof *VARIANTS };
 
@@ -486,10 +540,41 @@ static double ref_wgrad(const problem *pr, int co, int k, double *abs_sum) {
     return s;
 }
 
+/* deform's reference: y[m][co] = sum over taps t and channels c of w[co][t][c] times
+ * mask * bilinear(x, channel c, at tap t's position + its offsets) - deform_bilinear.h's
+ * function, the corner values and the blend in double. */
+static double ref_deform(const problem *pr, int m, int co, double *abs_sum) {
+    const conv_params *p = &pr->p;
+    const int hw = p->Ho * p->Wo, n = m / hw, rem = m - n * hw, ho = rem / p->Wo, wo = rem - ho * p->Wo;
+    const int K = p->KH * p->KW, cg = p->C / pr->G;
+    const float *row = pr->hom + (int64_t)m * pr->dp.OCS;
+    const dt_bf16 *xn = pr->hx + (int64_t)n * p->H * p->W * p->C;
+    double s = 0, sa = 0;
+    for (int tap = 0; tap < K; tap++) {
+        const int r = tap / p->KW, t = tap % p->KW;
+        for (int g = 0; g < pr->G; g++) {
+            const int j = g * K + tap;
+            const double mk = pr->has_mask ? row[2 * pr->G * K + j] : 1.0;
+            const dt_bilin b = dt_bilin_make((float)(ho * p->SH - p->PH + r * p->DH) + row[2 * j],
+                                             (float)(wo * p->SW - p->PW + t * p->DW) + row[2 * j + 1], p->H, p->W);
+            for (int c = g * cg; c < (g + 1) * cg; c++) {
+                double v = 0;
+                for (int q = 0; q < 4; q++)
+                    if (b.ok[q]) v += (double)b.w[q] * dt_bf16_to_float(xn[dt_bilin_index(&b, q, p->W) * p->C + c]);
+                const double prod = mk * v * dt_bf16_to_float(pr->hw[(int64_t)co * p->K + (int64_t)tap * p->C + c]);
+                s += prod, sa += fabs(prod);
+            }
+        }
+    }
+    *abs_sum = sa;
+    return s;
+}
+
 static double ref_at(const problem *pr, int pass, int m, int col, double *abs_sum) {
-    return pass == PASS_DGRAD   ? ref_dgrad(pr, m, col, abs_sum)
-           : pass == PASS_WGRAD ? ref_wgrad(pr, m, col, abs_sum)
-                                : ref_fprop(pr, m, col, abs_sum);
+    return pass == PASS_DGRAD    ? ref_dgrad(pr, m, col, abs_sum)
+           : pass == PASS_WGRAD  ? ref_wgrad(pr, m, col, abs_sum)
+           : pass == PASS_DEFORM ? ref_deform(pr, m, col, abs_sum)
+                                 : ref_fprop(pr, m, col, abs_sum);
 }
 
 static float y_at(const void *h, int f32, int64_t i) {
@@ -583,7 +668,7 @@ static int shape_picked(const conv_shape *sh, const char *list) {
 
 static void usage(void) {
     fprintf(stderr, "usage: conv_lab [--batch N] [--reps N] [--shapes NAME,...|r18|r50|odd|all] [--csv FILE] [--quick] "
-                    "[--seed S] [--skip-time] [--pass fprop,dgrad,wgrad]\nshapes:");
+                    "[--seed S] [--skip-time] [--pass fprop,dgrad,wgrad,deform]\nshapes:");
     for (int i = 0; i < NSHAPES; i++) fprintf(stderr, " %s", SHAPES[i].name);
     fprintf(stderr, "\n");
 }
