@@ -35,16 +35,40 @@ __global__ void k_swap_channels(const bf16 *__restrict__ w, int Cout, int taps, 
     }
 }
 
+/* dst [rows, C8] = src [rows, C] with zero channels C .. C8-1: a C that is not a multiple of 8
+ * (the stem's 3) made loadable in 16-byte chunks; zeros add nothing to the sums. */
+__global__ void k_pad_channels(const bf16 *__restrict__ src, int64_t rows, int C, int C8, bf16 *__restrict__ dst) {
+    const int64_t n = rows * C8;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const int c = (int)(i % C8);
+        dst[i] = c < C ? src[i / C8 * C + c] : __float2bfloat16_rn(0.0f);
+    }
+}
+
+bf16 *padded(const void *src, int64_t rows, int C, int C8) {
+    bf16 *dst = (bf16 *)dt_gpu_malloc(sizeof(bf16) * (size_t)(rows * C8));
+    k_pad_channels<<<dt_grid_for(rows * C8, 256), 256, 0, dt_stream()>>>((const bf16 *)src, rows, C, C8, dst);
+    DT_CHECK_LAUNCH();
+    return dst;
+}
+
 } // namespace
 
 extern "C" void dt_conv_igemm_fprop_bf16_cuda(const dt_igemm_conv *p, const void *x, const void *w, const float *bias,
                                               void *y) {
     if (p->N * p->Ho * p->Wo == 0) return;
+    const int taps = p->g.kh * p->g.kw, C = (int)p->C, C8 = (C + 7) / 8 * 8;
+    bf16 *xp = NULL, *wp = NULL; /* C % 8 != 0: x and w with zero channels up to C8 */
+    if (C8 != C) {
+        xp = padded(x, p->N * p->H * p->W, C, C8);
+        wp = padded(w, p->Cout * taps, C, C8);
+    }
     gemm_view v = base_view(p);
-    v.a = (const bf16 *)x, v.b = (const bf16 *)w, v.y = y, v.bias = bias, v.beta = 0.0f;
-    v.AH = (int)p->H, v.AW = (int)p->W, v.AC = (int)p->C, v.OH = (int)p->Ho, v.OW = (int)p->Wo, v.NO = (int)p->Cout;
-    v.M = (int)(p->N * p->Ho * p->Wo), v.K = p->g.kh * p->g.kw * (int)p->C;
+    v.a = xp ? xp : (const bf16 *)x, v.b = wp ? wp : (const bf16 *)w, v.y = y, v.bias = bias, v.beta = 0.0f;
+    v.AH = (int)p->H, v.AW = (int)p->W, v.AC = C8, v.OH = (int)p->Ho, v.OW = (int)p->Wo, v.NO = (int)p->Cout;
+    v.M = (int)(p->N * p->Ho * p->Wo), v.K = taps * C8;
     launch_tile<A_IM2COL>(v, p->tile);
+    dt_gpu_free(xp), dt_gpu_free(wp); /* stream-ordered, as wT below */
 }
 
 extern "C" void dt_conv_igemm_dgrad_bf16_cuda(const dt_igemm_conv *p, const void *dy, const void *w, float beta,

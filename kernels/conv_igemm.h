@@ -10,7 +10,9 @@
  *   dgrad: dx = round(beta * dx + conv^T(dy, w))            (beta 0: dx is not read)
  *   wgrad: dw = beta * dw + sum over (n, ho, wo) of dy (x) the window of x   (fp32, not rounded)
  * Each output element is summed in fp32 in a fixed order and rounded once: bitwise
- * reproducible. The CUDA kernels need C % 8 == 0 and Cout % 8 == 0 (dt_igemm_supported). */
+ * reproducible. The CUDA kernels move 16-byte chunks of 8 channels: Cout % 8 == 0 always, and
+ * C % 8 == 0 for dgrad and wgrad; fprop copies x and w with zero channels up to a multiple of 8
+ * when C is not one (the stem's C = 3: 3 -> 8). dt_igemm_supported says which passes run. */
 #ifndef DT_K_CONV_IGEMM_H
 #define DT_K_CONV_IGEMM_H
 
@@ -35,7 +37,9 @@ typedef struct {
     dt_igemm_tile tile;
 } dt_igemm_conv;
 
-/* 1 when the CUDA kernels run this problem: 8-channel chunks on both sides, 32-bit row indices. */
+/* Which passes the CUDA kernels run for this problem: DT_IGEMM_FPROP (Cout % 8 == 0; any C, padded),
+ * | DT_IGEMM_BACKWARD (dgrad and wgrad: C % 8 == 0 too); 0 when none (or past 32-bit row indices). */
+enum { DT_IGEMM_FPROP = 1, DT_IGEMM_BACKWARD = 2 };
 int dt_igemm_supported(const dt_igemm_conv *p);
 
 #define DT_DECL_CONV_IGEMM(sfx)                                                                                   \

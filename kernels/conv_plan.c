@@ -22,9 +22,11 @@ int dt_conv_algo_parse(const char *s) {
 }
 
 int dt_igemm_supported(const dt_igemm_conv *p) {
-    const int64_t lim = (int64_t)1 << 31;
-    return p->C % 8 == 0 && p->Cout % 8 == 0 && p->C > 0 && p->Cout > 0 && p->N * p->Ho * p->Wo < lim &&
-           p->N * p->H * p->W < lim && p->g.kh * p->g.kw * (p->C > p->Cout ? p->C : p->Cout) < lim;
+    const int64_t lim = (int64_t)1 << 31, C8 = (p->C + 7) / 8 * 8;
+    if (p->Cout % 8 || p->C < 1 || p->Cout < 1 || p->N * p->Ho * p->Wo >= lim || p->N * p->H * p->W * C8 >= lim * 8 ||
+        p->g.kh * p->g.kw * (C8 > p->Cout ? C8 : p->Cout) >= lim)
+        return 0;
+    return DT_IGEMM_FPROP | (p->C % 8 == 0 ? DT_IGEMM_BACKWARD : 0);
 }
 
 static int pointwise(const dt_conv_geom g) {
@@ -36,14 +38,21 @@ static int tile_for(int64_t cols) { return cols <= 64 ? DT_IGEMM_TILE_64 : DT_IG
 
 dt_conv_plan dt_conv_plan_bf16(const dt_igemm_conv *p, dt_conv_algo algo) {
     dt_conv_plan plan = {-1, -1, -1};
-    if (algo == DT_CONV_ALGO_GEMM || !dt_igemm_supported(p)) return plan;
+    const int sup = dt_igemm_supported(p);
+    if (algo == DT_CONV_ALGO_GEMM || !sup) return plan;
+    const int back = (sup & DT_IGEMM_BACKWARD) != 0;
     if (algo == DT_CONV_ALGO_IGEMM128 || algo == DT_CONV_ALGO_IGEMM64) {
         const int t = algo == DT_CONV_ALGO_IGEMM64 ? DT_IGEMM_TILE_64 : DT_IGEMM_TILE_128;
-        plan.fprop = plan.dgrad = plan.wgrad = t;
+        plan.fprop = t;
+        if (back) plan.dgrad = plan.wgrad = t;
         return plan;
     }
     const dt_conv_geom g = p->g;
     if (pointwise(g)) return plan;
+    if (!back) { /* a padded C (the stem's 3 -> 8): fprop only, 0.75x with the 128x128 tile (64x64: 0.85x) */
+        if (p->N * p->Ho * p->Wo >= 50176 && (int64_t)g.kh * g.kw * ((p->C + 7) / 8 * 8) <= 1152) plan.fprop = DT_IGEMM_TILE_128;
+        return plan;
+    }
     const int64_t M = p->N * p->Ho * p->Wo, Mx = p->N * p->H * p->W, K = (int64_t)g.kh * g.kw * p->C;
     const int64_t macs = M * K * p->Cout;
     const int big = M >= 50176;                                 /* >= 392 row tiles of 128: 3 waves */

@@ -5,8 +5,9 @@
  * edges of the tiles: M, Cout and K = kh*kw*C not multiples of them, batch 1 and a prime batch,
  * stride 2 on odd inputs, dilation, a non-square kernel, the 1x1s, a layer1-sized problem (many
  * CTAs, wgrad's split reduction), and dx accumulated onto another use of x (beta 1) with and
- * without a bias. C and Cout are multiples of 8 (the kernels' 16-byte chunks): a conv that is
- * not keeps to im2col + GEMM (conv_plan_* in test_layers.c). The f32 combination runs for the
+ * without a bias; and C = 3 and 13, whose fprop runs on x and w padded with zero channels to a
+ * multiple of 8 while the backward passes keep to im2col + GEMM (the kernels move 16-byte chunks
+ * of 8 channels; conv_plan_* in test_conv_plan.c). The f32 combination runs for the
  * reference and is the plain path (no gradcheck here: its finite differences are the conv table's). */
 #include "dt_layers.h"
 #include "dt_opcase.h"
@@ -72,7 +73,11 @@ static dt_tensor *build_residual(const dt_opcase *c, dt_tensor **in, void *state
     IG_CASE(t " 2x3 kernel, stride 2x1, padding 0x1, bias", A, build, 3, 8, 7, 5, 8, 2, 3, 1, 0.3f, 2, 3, 2, 1, 0, \
             1, 1, 1),                                                                                              \
     IG_CASE(t " ResNet l1 shape 56x56 64 -> 64, batch 1", A, build, 1, 64, 56, 56, 64, 3, 3, 0, 0.05f, 3, 3, 1, 1, \
-            1, 1, 1, 1)
+            1, 1, 1, 1),                                                                                           \
+    IG_CASE(t " 7x7 s2 stem, C = 3 (fprop padded to 8)", A, build, 2, 3, 45, 45, 16, 7, 7, 0, 0.1f, 7, 7, 2, 2, 3, 3, \
+            1, 1),                                                                                                 \
+    IG_CASE(t " 3x3 s1, C = 13 (fprop padded to 16), bias", A, build, 3, 13, 10, 9, 8, 3, 3, 1, 0.2f, 3, 3, 1, 1, 1, \
+            1, 1, 1)
 
 static const dt_opcase conv_igemm_cases[] = {
     IG_SHAPES("igemm128", DT_CONV_ALGO_IGEMM128),

@@ -15,7 +15,7 @@ typedef struct {
 enum { G = -1, T128 = DT_IGEMM_TILE_128, T64 = DT_IGEMM_TILE_64 };
 
 static const plan_row PLAN[] = {
-    {"stem (C = 3)", 3, 224, 224, 64, 7, 2, 3, G, G, G},
+    {"stem (C = 3, padded to 8)", 3, 224, 224, 64, 7, 2, 3, T128, G, G},
     {"l1", 64, 56, 56, 64, 3, 1, 1, T64, T64, T64},
     {"l2a", 64, 56, 56, 128, 3, 2, 1, T128, G, G},
     {"l2ds", 64, 56, 56, 128, 1, 2, 0, T128, T64, G},
@@ -52,23 +52,29 @@ DT_TEST(conv_plan_follows_the_measured_table) {
                    r->fprop, r->dgrad, r->wgrad);
         const dt_conv_plan g = dt_conv_plan_bf16(&p, DT_CONV_ALGO_GEMM);
         EXPECT_MSG(g.fprop < 0 && g.dgrad < 0 && g.wgrad < 0, "%s: gemm put a pass on the implicit GEMM", r->name);
-        /* forced: every pass on the tile, where the kernels run (C, Cout multiples of 8) */
+        /* forced: every pass on the tile where the kernels run it (fprop: any C, padded; the
+         * backward passes: C a multiple of 8) */
         const dt_conv_plan f = dt_conv_plan_bf16(&p, DT_CONV_ALGO_IGEMM64);
-        const int want = r->c % 8 == 0 ? T64 : G;
-        EXPECT_MSG(f.fprop == want && f.dgrad == want && f.wgrad == want, "%s: igemm64 gave %d %d %d", r->name,
-                   f.fprop, f.dgrad, f.wgrad);
+        const int back = r->c % 8 == 0 ? T64 : G;
+        EXPECT_MSG(f.fprop == T64 && f.dgrad == back && f.wgrad == back, "%s: igemm64 gave %d %d %d", r->name, f.fprop,
+                   f.dgrad, f.wgrad);
     }
 }
 
 DT_TEST(conv_plan_keeps_unsupported_shapes_on_gemm) {
-    const plan_row odd[] = {{"C = 13", 13, 9, 9, 16, 3, 1, 1, G, G, G}, {"Cout = 12", 16, 9, 9, 12, 3, 1, 1, G, G, G}};
+    /* C = 13: fprop runs padded to 16, the backward passes cannot; Cout = 12: nothing runs (the
+     * rows' pass fields: the forced igemm128 plan) */
+    const plan_row odd[] = {{"C = 13", 13, 9, 9, 16, 3, 1, 1, T128, G, G}, {"Cout = 12", 16, 9, 9, 12, 3, 1, 1, G, G, G}};
+    const int sup[] = {DT_IGEMM_FPROP, 0};
     for (int i = 0; i < 2; i++) {
         const dt_igemm_conv p = problem(64, &odd[i]);
-        EXPECT_MSG(!dt_igemm_supported(&p), "%s: reported supported", odd[i].name);
+        EXPECT_MSG(dt_igemm_supported(&p) == sup[i], "%s: supported %d, not %d", odd[i].name, dt_igemm_supported(&p), sup[i]);
         for (int a = DT_CONV_ALGO_AUTO; a <= DT_CONV_ALGO_IGEMM64; a++) {
             const dt_conv_plan pl = dt_conv_plan_bf16(&p, (dt_conv_algo)a);
-            EXPECT_MSG(pl.fprop < 0 && pl.dgrad < 0 && pl.wgrad < 0, "%s under %s: a pass on the implicit GEMM",
-                       odd[i].name, dt_conv_algo_name((dt_conv_algo)a));
+            const int forced = a == DT_CONV_ALGO_IGEMM128 || a == DT_CONV_ALGO_IGEMM64;
+            const int fprop = forced ? (a == DT_CONV_ALGO_IGEMM64 ? T64 : T128) : G; /* auto: 9x9 is too small */
+            EXPECT_MSG(pl.fprop == (sup[i] ? fprop : G) && pl.dgrad < 0 && pl.wgrad < 0, "%s under %s: %d %d %d",
+                       odd[i].name, dt_conv_algo_name((dt_conv_algo)a), pl.fprop, pl.dgrad, pl.wgrad);
         }
     }
     /* 32-bit row indices: an input of 2^31 positions or more stays on gemm */
