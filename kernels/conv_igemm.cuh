@@ -80,8 +80,15 @@ struct gemm_view {
  *                colT), made in registers from the four corner 16-byte chunks and stored to
  *                shared memory, never to global memory; the same fp32 arithmetic as deft's
  *                sampling kernel (w0 v0, then fma w1 v1, w2 v2, w3 v3, times the mask, one
- *                rounding), so the tile holds exactly the values colT would */
-enum a_loader { A_IM2COL = 0, A_POINTWISE = 1, A_DGRAD = 2, A_DEFORM = 3 };
+ *                rounding), so the tile holds exactly the values colT would
+ *   A_DGRAD_SPLIT  dgrad of a strided conv as SH*SW sub-GEMMs, one per output parity class
+ *                (h % SH, w % SW) = blockIdx.z: a class's pixels are read through the same taps
+ *                (those with (ph + PH - r*DH) % SH == 0, likewise for t), so its GEMM runs those
+ *                taps only - K = taps * Cout, about a quarter of A_DGRAD's for stride 2, whose
+ *                other taps are zero-filled. Rows m are the class's pixels (n, hq, wq) at
+ *                (hq*SH + ph, wq*SW + pw); the epilogue writes them to their dx rows. B's k maps
+ *                through the class's tap list. (CUTLASS's strided dgrad does the same split.) */
+enum a_loader { A_IM2COL = 0, A_POINTWISE = 1, A_DGRAD = 2, A_DEFORM = 3, A_DGRAD_SPLIT = 4 };
 
 /* ---- PTX wrappers. Sources of the operand layouts: the PTX ISA ("Matrix fragments for
  * mma.m16n8k16 with floating point type", "ldmatrix", "cp.async"); checked against the
@@ -251,8 +258,10 @@ template <int BM, int BN, int WM, int WN, int STAGES, int LOADER, bool F32OUT, b
 __global__ void __launch_bounds__(tile_cfg<BM, BN, WM, WN, STAGES, BK_>::THREADS) k_igemm(gemm_view p) {
     typedef tile_cfg<BM, BN, WM, WN, STAGES, BK_> T;
     constexpr int BK = T::BK, PITCH = T::PITCH;
-    constexpr bool ONE = LOADER == A_POINTWISE, DGRAD = LOADER == A_DGRAD, DEFORM = LOADER == A_DEFORM;
+    constexpr bool ONE = LOADER == A_POINTWISE, DEFORM = LOADER == A_DEFORM, SPLIT = LOADER == A_DGRAD_SPLIT;
+    constexpr bool DGRAD = LOADER == A_DGRAD || SPLIT;
     static_assert(!SPLITK || F32OUT, "split-K writes fp32 partial sums");
+    static_assert(!(SPLIT && F32OUT), "the parity classes' rows are scattered: bf16 epilogue only");
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16 *sA = reinterpret_cast<bf16 *>(smem_raw); /* [STAGES][BM][PITCH] */
     bf16 *sB = sA + STAGES * BM * PITCH;          /* [STAGES][BN][PITCH] */
@@ -262,6 +271,28 @@ __global__ void __launch_bounds__(tile_cfg<BM, BN, WM, WN, STAGES, BK_>::THREADS
     const int ntn = (p.NO + BN - 1) / BN;
     const int m0 = (int)(blockIdx.x / ntn) * BM, n0 = (int)(blockIdx.x % ntn) * BN;
     const int kc = tid % T::CPR, krow = tid / T::CPR; /* this thread's chunk column and first row */
+
+    /* A_DGRAD_SPLIT: this CTA's parity class (ph, pw), its rows (n, hq, wq) over OHc x OWc pixels
+     * an image, and its taps - rows s_r[0 .. nr) x columns s_t[0 .. nt) of the window */
+    __shared__ int s_r[SPLIT ? 8 : 1], s_t[SPLIT ? 8 : 1], s_n[2];
+    int ph = 0, pw = 0, OHc = p.OH, OWc = p.OW, Mrows = p.M, Krun = p.K, nt_taps = 1;
+    if (SPLIT) {
+        ph = (int)blockIdx.z / p.SW, pw = (int)blockIdx.z % p.SW;
+        OHc = (p.OH - ph + p.SH - 1) / p.SH, OWc = (p.OW - pw + p.SW - 1) / p.SW;
+        Mrows = p.N * OHc * OWc;
+        if (m0 >= Mrows) return; /* the grid is sized for class 0, the largest */
+        if (tid == 0) {
+            int nr = 0, nt = 0;
+            for (int r = 0; r < p.KH && nr < 8; r++)
+                if (((ph + p.PH - r * p.DH) % p.SH + p.SH) % p.SH == 0) s_r[nr++] = r;
+            for (int t = 0; t < p.KW && nt < 8; t++)
+                if (((pw + p.PW - t * p.DW) % p.SW + p.SW) % p.SW == 0) s_t[nt++] = t;
+            s_n[0] = nr, s_n[1] = nt;
+        }
+        __syncthreads();
+        nt_taps = s_n[1];
+        Krun = s_n[0] * s_n[1] * p.AC;
+    }
 
     /* per A row: the image's base, and its window's origin: fprop the top-left source position
      * (tap (r, t) reads h0 + r*DH), dgrad the output position plus the padding (tap (r, t)
@@ -274,13 +305,15 @@ __global__ void __launch_bounds__(tile_cfg<BM, BN, WM, WN, STAGES, BK_>::THREADS
         a_base[i] = p.a;
         a_h0[i] = -(1 << 30);
         a_w0[i] = 0;
-        a_m[i] = m < p.M ? m : -1;
-        if (m < p.M) {
+        a_m[i] = m < Mrows ? m : -1;
+        if (m < Mrows) {
             if (ONE) {
                 a_base[i] = p.a + (int64_t)m * p.AC;
                 a_h0[i] = 0;
             } else {
-                const int hw = p.OH * p.OW, n = m / hw, rem = m - n * hw, ho = rem / p.OW, wo = rem - ho * p.OW;
+                const int hw = OHc * OWc, n = m / hw, rem = m - n * hw;
+                int ho = rem / OWc, wo = rem - ho * OWc;
+                if (SPLIT) ho = ho * p.SH + ph, wo = wo * p.SW + pw; /* the class's pixel */
                 a_base[i] = p.a + (int64_t)n * p.AH * p.AW * p.AC;
                 a_h0[i] = DGRAD ? ho + p.PH : ho * p.SH - p.PH;
                 a_w0[i] = DGRAD ? wo + p.PW : wo * p.SW - p.PW;
@@ -303,14 +336,20 @@ __global__ void __launch_bounds__(tile_cfg<BM, BN, WM, WN, STAGES, BK_>::THREADS
     /* issue the cp.asyncs of k tile kt into pipeline stage st (the deformable A: its loads) */
     auto load_tile = [&](int st, int kt) {
         const int k = kt * BK + kc * 8;
-        const bool kin = k < p.K;
+        const bool kin = k < Krun;
         int r = 0, t = 0, c = k, tap = 0;
         if (!ONE) {
             tap = k / p.AC;
             c = k - tap * p.AC;
-            r = tap / p.KW;
-            t = tap - r * p.KW;
+            if (SPLIT) { /* the class's tap i = tap: row i / nt, column i % nt of its list (a class
+                          * without taps has Krun = 0: nothing is in range) */
+                if (kin) r = s_r[tap / nt_taps], t = s_t[tap % nt_taps];
+            } else {
+                r = tap / p.KW;
+                t = tap - r * p.KW;
+            }
         }
+        const int kb = SPLIT ? (r * p.KW + t) * p.AC + c : k; /* B's column: the full-window k */
         bf16 *da = sA + (st * BM + krow) * PITCH + kc * 8;
 #pragma unroll
         for (int i = 0; i < T::A_IT; i++) {
@@ -354,7 +393,7 @@ __global__ void __launch_bounds__(tile_cfg<BM, BN, WM, WN, STAGES, BK_>::THREADS
 #pragma unroll
         for (int i = 0; i < T::B_IT; i++) {
             const bool ok = kin && b_row[i] != nullptr;
-            cp_async16(db + i * T::ROWS_PER_PASS * PITCH, ok ? b_row[i] + k : p.b, ok ? 16 : 0);
+            cp_async16(db + i * T::ROWS_PER_PASS * PITCH, ok ? b_row[i] + kb : p.b, ok ? 16 : 0);
         }
     };
     /* the deformable A of the tile load_tile fetched: mask * (w0 v0 + w1 v1 + w2 v2 + w3 v3) per
@@ -392,7 +431,7 @@ __global__ void __launch_bounds__(tile_cfg<BM, BN, WM, WN, STAGES, BK_>::THREADS
     zero_acc(acc);
     /* this CTA's k tiles: kt0 .. kt0 + KT - 1 (all of them without split-K; a split past the
      * end has none and writes 0) */
-    const int KT_ALL = (p.K + BK - 1) / BK;
+    const int KT_ALL = (Krun + BK - 1) / BK;
     int kt0 = 0, KT = KT_ALL;
     if (SPLITK) {
         const int per = (KT_ALL + (int)gridDim.y - 1) / (int)gridDim.y;
@@ -450,7 +489,12 @@ __global__ void __launch_bounds__(tile_cfg<BM, BN, WM, WN, STAGES, BK_>::THREADS
     constexpr int CH = BN / 8; /* 16-byte chunks per tile row */
     for (int idx = tid; idx < BM * CH; idx += T::THREADS) {
         const int row = idx / CH, ch = idx % CH, m = m0 + row, co = n0 + ch * 8;
-        if (m >= p.M || co >= p.NO) continue;
+        if (m >= Mrows || co >= p.NO) continue;
+        int64_t orow = m; /* the output row: A_DGRAD_SPLIT's class pixel -> its dx row */
+        if (SPLIT) {
+            const int hw = OHc * OWc, n = m / hw, rem = m - n * hw, hq = rem / OWc, wq = rem - hq * OWc;
+            orow = ((int64_t)n * p.OH + hq * p.SH + ph) * p.OW + wq * p.SW + pw;
+        }
         const float4 lo = *reinterpret_cast<const float4 *>(sC + row * T::CPITCH + ch * 8);
         const float4 hi = *reinterpret_cast<const float4 *>(sC + row * T::CPITCH + ch * 8 + 4);
         float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
@@ -458,7 +502,7 @@ __global__ void __launch_bounds__(tile_cfg<BM, BN, WM, WN, STAGES, BK_>::THREADS
 #pragma unroll
             for (int e = 0; e < 8; e++) v[e] += p.bias[co + e];
         }
-        uint4 *dst = reinterpret_cast<uint4 *>(y + (int64_t)m * p.NO + co);
+        uint4 *dst = reinterpret_cast<uint4 *>(y + orow * p.NO + co);
         if (p.beta != 0.0f) {
             const uint4 old = *dst;
             const bf16 *o = reinterpret_cast<const bf16 *>(&old);
@@ -668,9 +712,15 @@ static void launch_igemm(const gemm_view &p, int splits = 1) {
     auto kern = k_igemm<BM, BN, WM, WN, STAGES, LOADER, F32OUT, SPLITK, BK_>;
     static unsigned long long smem_raised;
     raise_smem_once(&smem_raised, (const void *)kern, (int)T::SMEM);
-    const int64_t tiles = (int64_t)((p.M + BM - 1) / BM) * ((p.NO + BN - 1) / BN);
+    /* A_DGRAD_SPLIT: one grid z per parity class, x sized for class 0 (the largest) */
+    const int classes = LOADER == A_DGRAD_SPLIT ? p.SH * p.SW : 1;
+    const int64_t rows0 = LOADER == A_DGRAD_SPLIT ? (int64_t)p.N * ((p.OH + p.SH - 1) / p.SH) * ((p.OW + p.SW - 1) / p.SW) : p.M;
+    const int64_t tiles = (rows0 + BM - 1) / BM * ((p.NO + BN - 1) / BN);
     if (tiles > INT_MAX) dt_fatal("conv2d (implicit GEMM): %lld tiles is more than a grid holds", (long long)tiles);
-    kern<<<dim3((unsigned)tiles, (unsigned)splits), T::THREADS, T::SMEM, dt_stream()>>>(p);
+    if (classes > 65535 || (LOADER == A_DGRAD_SPLIT && (p.KH > 8 || p.KW > 8)))
+        dt_fatal("conv2d (implicit GEMM): the split dgrad takes kernels up to 8x8 and up to 65535 parity classes "
+                 "(kernel %dx%d, stride %dx%d)", p.KH, p.KW, p.SH, p.SW);
+    kern<<<dim3((unsigned)tiles, (unsigned)splits, (unsigned)classes), T::THREADS, T::SMEM, dt_stream()>>>(p);
     DT_CHECK_LAUNCH();
 }
 

@@ -27,6 +27,8 @@
  *   ref_cublas_wgrad   the library's wgrad: im2col_nhwc, then dw = dy^T . col (cuBLAS, fp32 out)
  *   igemm_128x128_wgrad, igemm_64x128_wgrad   wgrad tiles of 128 (64: the 64-channel layers)
  *                      output channels x 128 k, split over M to fill two waves
+ *   igemm_128x128_dgrad_split, igemm_64x64_dgrad_split   strided dgrad as one sub-GEMM per
+ *                      output parity class over its taps only (A_DGRAD_SPLIT; not yet run)
  *   ref_deft_deform    the deformable conv's forward main GEMM as the library runs it (deft, bf16):
  *                      the sampling kernel writes colT [M, K*C], cuBLAS multiplies it by w
  *   igemm_128x128_deform, igemm_64x64_deform   the same GEMM with the A_DEFORM loader: the
@@ -361,6 +363,12 @@ static void run_ref_dgrad(problem *pr) {
 }
 static void run_128_dgrad(problem *pr) { launch_igemm<128, 128, 64, 32, 4, A_DGRAD>(pr->vd); }
 static void run_64_dgrad(problem *pr) { launch_igemm<64, 64, 32, 32, 4, A_DGRAD>(pr->vd); }
+/* the strided dgrad split by output parity (A_DGRAD_SPLIT): strided shapes, kernels up to 8x8 */
+static int strided_dgrad_shape(const problem *pr) {
+    return dgrad_shape(pr) && (pr->p.SH > 1 || pr->p.SW > 1) && pr->p.KH <= 8 && pr->p.KW <= 8;
+}
+static void run_128_dgrad_split(problem *pr) { launch_igemm<128, 128, 64, 32, 4, A_DGRAD_SPLIT>(pr->vd); }
+static void run_64_dgrad_split(problem *pr) { launch_igemm<64, 64, 32, 32, 4, A_DGRAD_SPLIT>(pr->vd); }
 static void run_128_w64_dgrad(problem *pr) { launch_igemm<128, 128, 64, 64, 4, A_DGRAD>(pr->vd); }
 static void run_128_w64_k64_dgrad(problem *pr) { launch_igemm<128, 128, 64, 64, 3, A_DGRAD, false, false, 64>(pr->vd); }
 
@@ -416,6 +424,8 @@ static const variant VARIANTS[] = {
     {"ref_cublas_dgrad", PASS_DGRAD, 0, dgrad_shape, run_ref_dgrad, 1},
     {"igemm_128x128_dgrad", PASS_DGRAD, 0, dgrad_shape, run_128_dgrad, 0},
     {"igemm_64x64_dgrad", PASS_DGRAD, 0, dgrad_shape, run_64_dgrad, 0},
+    {"igemm_128x128_dgrad_split", PASS_DGRAD, 0, strided_dgrad_shape, run_128_dgrad_split, 0},
+    {"igemm_64x64_dgrad_split", PASS_DGRAD, 0, strided_dgrad_shape, run_64_dgrad_split, 0},
     {"igemm_128x128_w64_dgrad", PASS_DGRAD, 0, dgrad_shape, run_128_w64_dgrad, 0},
     {"igemm_128x128_w64_k64_dgrad", PASS_DGRAD, 0, dgrad_shape, run_128_w64_k64_dgrad, 0},
     {"ref_cublas_wgrad", PASS_WGRAD, 1, any_shape, run_ref_wgrad, 1},
