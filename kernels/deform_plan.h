@@ -61,6 +61,8 @@ typedef struct {
     int halo;           /* px staged around the footprint; -1: from the offset statistics */
     int halo_refresh;   /* calls between automatic halo updates */
     int deterministic;  /* bitwise-reproducible backward: deft uses the gather; unfused fixed point */
+    int main_igemm;     /* bf16 NHWC on the GPU: the forward's main GEMM samples its A operand itself
+                           (deform_igemm.h: no column matrix); not with fuse_offset or stage */
 } dt_deform_knobs;
 
 const char *dt_deform_mode_name(dt_deform_mode m);
