@@ -38,12 +38,22 @@ typedef __nv_bfloat16 bf16;
 
 /* One convolution as the kernels see it. x, w, y device pointers (from the caching allocator:
  * 256-byte aligned, so every 8-channel chunk is 16-byte aligned when C % 8 == 0 and Cout % 8 == 0). */
+/* The deformable loaders' source (A_DEFORM, the deformable wgrad): om [M, ocs] fp32, the offset
+ * conv's output per output position - (dy, dx) of tap t of offset group g at columns
+ * 2*(g*KH*KW + t) and +1, the mask (after its sigmoid) at 2*gk + g*KH*KW + t when has_mask;
+ * gk = G*KH*KW; cg = C / G (a multiple of 8: a chunk is in one group). om == NULL: not deformable. */
+struct deform_src {
+    const float *om;
+    int ocs, cg, gk, has_mask;
+};
+
 struct conv_params {
     const bf16 *x; /* [N, H, W, C] */
     const bf16 *w; /* [Cout, KH, KW, C] = B^T [Cout, K] */
     void *y;       /* [N, Ho, Wo, Cout] = [M, Cout], bf16 or fp32 */
     int N, H, W, C, Cout, KH, KW, SH, SW, PH, PW, DH, DW, Ho, Wo;
     int M, K; /* M = N*Ho*Wo, K = KH*KW*C */
+    deform_src d; /* the deformable wgrad's offsets (k_igemm_wgrad<..., DEFORM>) */
 };
 
 /* The GEMM a kernel runs, for either pass (fprop_view / dgrad_view build it from a problem):
@@ -63,11 +73,7 @@ struct gemm_view {
     float beta;        /* bf16 y = round(beta * y + acc (+ bias)): 0 writes, 1 accumulates (dx) */
     int N, AH, AW, AC, OH, OW, NO, KH, KW, SH, SW, PH, PW, DH, DW;
     int M, K;
-    /* the deformable loader (A_DEFORM) only: om [M, ocs] fp32, the offset conv's output per
-     * output position - (dy, dx) of tap t of offset group g at columns 2*(g*KH*KW + t) and +1, the
-     * mask (after its sigmoid) at 2*gk + g*KH*KW + t when has_mask; gk = G*KH*KW; cg = AC / G */
-    const float *om;
-    int ocs, cg, gk, has_mask;
+    deform_src d; /* the deformable loader (A_DEFORM) only */
 };
 
 /* The A-operand loaders: what A[m][k] is, the one part of the kernel that differs between
@@ -89,6 +95,59 @@ struct gemm_view {
  *                (hq*SH + ph, wq*SW + pw); the epilogue writes them to their dx rows. B's k maps
  *                through the class's tap list. (CUTLASS's strided dgrad does the same split.) */
 enum a_loader { A_IM2COL = 0, A_POINTWISE = 1, A_DGRAD = 2, A_DEFORM = 3, A_DGRAD_SPLIT = 4 };
+
+/* One 16-byte chunk of the sampled column matrix in flight: its four corner chunks (zero where
+ * the corner is outside, or the chunk is not in range), their bilinear weights and the mask. */
+struct deform_chunk {
+    uint4 v[4];
+    float w[4], mask;
+};
+
+/* Fetches the chunk of output position m (row m of om), tap (r, t) = tap, channels c .. c+7 of
+ * the image at img [AH, AW, C]; (h0, w0): the position's window origin (ho*SH - PH, wo*SW - PW).
+ * ok == false (past M or K) leaves zeros. The loads are issued here; deform_blend uses them. */
+__device__ __forceinline__ void deform_fetch(const deform_src &d, bool ok, int m, const bf16 *img, int h0, int w0, int r,
+                                             int t, int tap, int c, int KHW, int DH, int DW, int AH, int AW, int C,
+                                             deform_chunk &out) {
+    out.mask = 0.0f;
+#pragma unroll
+    for (int q = 0; q < 4; q++) out.v[q] = make_uint4(0, 0, 0, 0), out.w[q] = 0.0f;
+    if (!ok) return;
+    const int j = (c / d.cg) * KHW + tap; /* offset group g = c / cg */
+    const float *row = d.om + (int64_t)m * d.ocs;
+    out.mask = d.has_mask ? row[d.gk * 2 + j] : 1.0f;
+    const dt_bilin b = dt_bilin_make((float)(h0 + r * DH) + row[2 * j], (float)(w0 + t * DW) + row[2 * j + 1], AH, AW);
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        out.w[q] = b.w[q];
+        if (b.ok[q]) out.v[q] = __ldg(reinterpret_cast<const uint4 *>(img + dt_bilin_index(&b, q, AW) * C + c));
+    }
+}
+
+/* The chunk's 8 samples: mask * (w0 v0 + w1 v1 + w2 v2 + w3 v3) per channel in fp32 (deft's
+ * sampling order: a product, then three fmas, then the mask), each rounded once to bf16. */
+__device__ __forceinline__ uint4 deform_blend(const deform_chunk &d) {
+    const bf16 *v[4];
+#pragma unroll
+    for (int q = 0; q < 4; q++) v[q] = reinterpret_cast<const bf16 *>(&d.v[q]);
+    uint4 out;
+    __nv_bfloat162 *h = reinterpret_cast<__nv_bfloat162 *>(&out);
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        float s2[2];
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            const int ch = 2 * e + u;
+            float s = d.w[0] * __bfloat162float(v[0][ch]);
+            s = fmaf(d.w[1], __bfloat162float(v[1][ch]), s);
+            s = fmaf(d.w[2], __bfloat162float(v[2][ch]), s);
+            s = fmaf(d.w[3], __bfloat162float(v[3][ch]), s);
+            s2[u] = d.mask * s;
+        }
+        h[e] = __floats2bfloat162_rn(s2[0], s2[1]);
+    }
+    return out;
+}
 
 /* ---- PTX wrappers. Sources of the operand layouts: the PTX ISA ("Matrix fragments for
  * mma.m16n8k16 with floating point type", "ldmatrix", "cp.async"); checked against the
@@ -328,10 +387,8 @@ __global__ void __launch_bounds__(tile_cfg<BM, BN, WM, WN, STAGES, BK_>::THREADS
         b_row[i] = co < p.NO ? p.b + (int64_t)co * p.K : nullptr;
     }
 
-    /* the deformable loader's registers between load_tile and fill_tile: the four corner
-     * chunks of each of this thread's A rows, their bilinear weights and the mask */
-    uint4 dv[DEFORM ? T::A_IT : 1][4];
-    float dwt[DEFORM ? T::A_IT : 1][4], dmask[DEFORM ? T::A_IT : 1];
+    /* the deformable loader's chunks between load_tile and fill_tile, one per A row of this thread */
+    deform_chunk dch[DEFORM ? T::A_IT : 1];
 
     /* issue the cp.asyncs of k tile kt into pipeline stage st (the deformable A: its loads) */
     auto load_tile = [&](int st, int kt) {
@@ -354,22 +411,8 @@ __global__ void __launch_bounds__(tile_cfg<BM, BN, WM, WN, STAGES, BK_>::THREADS
 #pragma unroll
         for (int i = 0; i < T::A_IT; i++) {
             if (DEFORM) {
-                const int ii = DEFORM ? i : 0; /* (the arrays have one row unless DEFORM) */
-                dmask[ii] = 0.0f;
-#pragma unroll
-                for (int q = 0; q < 4; q++) dv[ii][q] = make_uint4(0, 0, 0, 0), dwt[ii][q] = 0.0f;
-                if (!kin || a_m[i] < 0) continue;
-                const int j = (c / p.cg) * (p.KH * p.KW) + tap; /* offset group g = c / cg */
-                const float *row = p.om + (int64_t)a_m[i] * p.ocs;
-                dmask[ii] = p.has_mask ? row[p.gk * 2 + j] : 1.0f;
-                const dt_bilin b = dt_bilin_make((float)(a_h0[i] + r * p.DH) + row[2 * j],
-                                                 (float)(a_w0[i] + t * p.DW) + row[2 * j + 1], p.AH, p.AW);
-#pragma unroll
-                for (int q = 0; q < 4; q++) {
-                    dwt[ii][q] = b.w[q];
-                    if (b.ok[q])
-                        dv[ii][q] = __ldg(reinterpret_cast<const uint4 *>(a_base[i] + dt_bilin_index(&b, q, p.AW) * p.AC + c));
-                }
+                deform_fetch(p.d, kin && a_m[i] >= 0, a_m[i], a_base[i], a_h0[i], a_w0[i], r, t, tap, c, p.KH * p.KW, p.DH,
+                             p.DW, p.AH, p.AW, p.AC, dch[DEFORM ? i : 0]);
                 continue;
             }
             const bf16 *src = p.a;
@@ -399,32 +442,10 @@ __global__ void __launch_bounds__(tile_cfg<BM, BN, WM, WN, STAGES, BK_>::THREADS
     /* the deformable A of the tile load_tile fetched: mask * (w0 v0 + w1 v1 + w2 v2 + w3 v3) per
      * channel in fp32 (deft's order), rounded once, 16 bytes to stage st */
     auto fill_tile = [&](int st) {
-        if (!DEFORM) return;
         bf16 *da = sA + (st * BM + krow) * PITCH + kc * 8;
 #pragma unroll
-        for (int i = 0; i < T::A_IT; i++) {
-            const int ii = DEFORM ? i : 0;
-            const bf16 *v[4];
-#pragma unroll
-            for (int q = 0; q < 4; q++) v[q] = reinterpret_cast<const bf16 *>(&dv[ii][q]);
-            uint4 out;
-            __nv_bfloat162 *h = reinterpret_cast<__nv_bfloat162 *>(&out);
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                float s2[2];
-#pragma unroll
-                for (int u = 0; u < 2; u++) {
-                    const int ch = 2 * e + u;
-                    float s = dwt[ii][0] * __bfloat162float(v[0][ch]);
-                    s = fmaf(dwt[ii][1], __bfloat162float(v[1][ch]), s);
-                    s = fmaf(dwt[ii][2], __bfloat162float(v[2][ch]), s);
-                    s = fmaf(dwt[ii][3], __bfloat162float(v[3][ch]), s);
-                    s2[u] = dmask[ii] * s;
-                }
-                h[e] = __floats2bfloat162_rn(s2[0], s2[1]);
-            }
-            *reinterpret_cast<uint4 *>(da + i * T::ROWS_PER_PASS * PITCH) = out;
-        }
+        for (int i = 0; i < (DEFORM ? T::A_IT : 0); i++)
+            *reinterpret_cast<uint4 *>(da + i * T::ROWS_PER_PASS * PITCH) = deform_blend(dch[DEFORM ? i : 0]);
     };
 
     float acc[T::MI][T::NI][4];
@@ -580,7 +601,7 @@ template <int BM, int BN, int WM, int WN, int STAGES> struct wgrad_cfg {
     static_assert(NI % 2 == 0 && WM % 16 == 0 && BM % WM == 0 && BN % WN == 0, "warp tile");
 };
 
-template <int BM, int BN, int WM, int WN, int STAGES>
+template <int BM, int BN, int WM, int WN, int STAGES, bool DEFORM = false>
 __global__ void __launch_bounds__(wgrad_cfg<BM, BN, WM, WN, STAGES>::THREADS)
     k_igemm_wgrad(conv_params p, const bf16 *__restrict__ dy, float *__restrict__ ws) {
     typedef wgrad_cfg<BM, BN, WM, WN, STAGES> T;
@@ -601,6 +622,8 @@ __global__ void __launch_bounds__(wgrad_cfg<BM, BN, WM, WN, STAGES>::THREADS)
     const int co = i0 + 8 * ac;
     const int kb = j0 + 8 * bc, tap = kb / p.C, cb = kb - tap * p.C, rr = tap / p.KW, tt = tap - rr * p.KW;
     const bool a_col_in = co < p.Cout, b_col_in = kb < p.K;
+    /* DEFORM: the B operand is the sampled column matrix (deft's colT), fetched like A_DEFORM's A */
+    deform_chunk dch[DEFORM ? T::B_IT : 1];
 
     auto load_tile = [&](int st, int mt) {
         const int mbase = mt * BKW;
@@ -613,6 +636,16 @@ __global__ void __launch_bounds__(wgrad_cfg<BM, BN, WM, WN, STAGES>::THREADS)
 #pragma unroll
         for (int i = 0; i < T::B_IT; i++) {
             const int row = tid / T::B_CH + i * (T::THREADS / T::B_CH), m = mbase + row;
+            if (DEFORM) {
+                int n = 0, ho = 0, wo = 0;
+                if (m < p.M) {
+                    const int hw = p.Ho * p.Wo;
+                    n = m / hw, ho = (m - n * hw) / p.Wo, wo = m - n * hw - ho * p.Wo;
+                }
+                deform_fetch(p.d, b_col_in && m < p.M, m, p.x + (int64_t)n * p.H * p.W * p.C, ho * p.SH - p.PH,
+                             wo * p.SW - p.PW, rr, tt, tap, cb, p.KH * p.KW, p.DH, p.DW, p.H, p.W, p.C, dch[DEFORM ? i : 0]);
+                continue;
+            }
             const bf16 *src = p.x;
             int bytes = 0;
             if (b_col_in && m < p.M) {
@@ -622,6 +655,14 @@ __global__ void __launch_bounds__(wgrad_cfg<BM, BN, WM, WN, STAGES>::THREADS)
                     src = p.x + (((int64_t)n * p.H + hi) * p.W + wi) * p.C + cb, bytes = 16;
             }
             cp_async16(sB + (st * BKW + row) * T::BPITCH + 8 * bc, src, bytes);
+        }
+    };
+
+    auto fill_tile = [&](int st) {
+#pragma unroll
+        for (int i = 0; i < (DEFORM ? T::B_IT : 0); i++) {
+            const int row = tid / T::B_CH + i * (T::THREADS / T::B_CH);
+            *reinterpret_cast<uint4 *>(sB + (st * BKW + row) * T::BPITCH + 8 * bc) = deform_blend(dch[DEFORM ? i : 0]);
         }
     };
 
@@ -654,7 +695,8 @@ __global__ void __launch_bounds__(wgrad_cfg<BM, BN, WM, WN, STAGES>::THREADS)
                 }
                 mma_tiles(acc, af, bfr);
             }
-        });
+        },
+        fill_tile);
 
     /* this split's fp32 partial tile: dw rows i (co), columns j (k); pairs of columns whole
      * (K % 8 == 0) */
@@ -675,13 +717,14 @@ static inline void raise_smem_once(unsigned long long *done, const void *kern, i
 }
 
 /* wgrad's launcher: splits fill two waves of the GPU, each at least 8 m tiles (256 rows). */
-template <int BM, int BN, int WM, int WN, int STAGES> static int wgrad_splits(const conv_params &p) {
+template <int BM, int BN, int WM, int WN, int STAGES, bool DEFORM = false> static int wgrad_splits(const conv_params &p) {
     typedef wgrad_cfg<BM, BN, WM, WN, STAGES> T;
     const int64_t tiles = (int64_t)((p.Cout + BM - 1) / BM) * ((p.K + BN - 1) / BN);
     static int per_sm = -1; /* CTAs an SM holds: one answer for the kernel (one GPU model a process) */
     if (__atomic_load_n(&per_sm, __ATOMIC_ACQUIRE) < 0) {
         int n = 0;
-        DT_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k_igemm_wgrad<BM, BN, WM, WN, STAGES>, T::THREADS, T::SMEM));
+        DT_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k_igemm_wgrad<BM, BN, WM, WN, STAGES, DEFORM>, T::THREADS,
+                                                               T::SMEM));
         __atomic_store_n(&per_sm, n, __ATOMIC_RELEASE);
     }
     const int64_t want = ((int64_t)(per_sm > 0 ? per_sm : 1) * dt_gpu_sm_count() * 2 + tiles - 1) / tiles;
@@ -689,13 +732,13 @@ template <int BM, int BN, int WM, int WN, int STAGES> static int wgrad_splits(co
     const int64_t s = want < most ? want : most;
     return (int)(s < 1 ? 1 : s > 65535 ? 65535 : s);
 }
-template <int BM, int BN, int WM, int WN, int STAGES>
+template <int BM, int BN, int WM, int WN, int STAGES, bool DEFORM = false>
 static void launch_wgrad(const conv_params &p, const bf16 *dy, float beta, float *dw) {
     typedef wgrad_cfg<BM, BN, WM, WN, STAGES> T;
-    auto kern = k_igemm_wgrad<BM, BN, WM, WN, STAGES>;
+    auto kern = k_igemm_wgrad<BM, BN, WM, WN, STAGES, DEFORM>;
     static unsigned long long smem_raised;
     raise_smem_once(&smem_raised, (const void *)kern, (int)T::SMEM);
-    const int splits = wgrad_splits<BM, BN, WM, WN, STAGES>(p);
+    const int splits = wgrad_splits<BM, BN, WM, WN, STAGES, DEFORM>(p);
     const int64_t n = (int64_t)p.Cout * p.K, tiles = (int64_t)((p.Cout + BM - 1) / BM) * ((p.K + BN - 1) / BN);
     float *ws = (float *)dt_gpu_malloc(sizeof(float) * (size_t)(splits * n)); /* cached after the first call */
     kern<<<dim3((unsigned)tiles, (unsigned)splits), T::THREADS, T::SMEM, dt_stream()>>>(p, dy, ws);

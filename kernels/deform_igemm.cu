@@ -14,7 +14,7 @@ extern "C" void dt_deform_igemm_fprop_cuda(const dt_deform_plan *p, int64_t nb, 
     v.N = (int)nb, v.AH = (int)p->H, v.AW = (int)p->W, v.AC = (int)p->C, v.OH = (int)p->Ho, v.OW = (int)p->Wo;
     v.NO = (int)p->Cout, v.KH = p->g.kh, v.KW = p->g.kw, v.SH = p->g.sh, v.SW = p->g.sw, v.PH = p->g.ph, v.PW = p->g.pw;
     v.DH = p->g.dh, v.DW = p->g.dw, v.M = (int)(nb * p->P), v.K = (int)p->KC;
-    v.om = om, v.ocs = (int)p->OCS, v.cg = (int)p->Cg, v.gk = (int)p->GK, v.has_mask = p->has_mask;
+    v.d.om = om, v.d.ocs = (int)p->OCS, v.d.cg = (int)p->Cg, v.d.gk = (int)p->GK, v.d.has_mask = p->has_mask;
     if (p->Cout <= 64) launch_igemm<64, 64, 32, 32, 4, A_DEFORM>(v);
     else launch_igemm<128, 128, 64, 32, 4, A_DEFORM>(v);
 }

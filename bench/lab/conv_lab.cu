@@ -31,6 +31,9 @@
  *                      output parity class over its taps only (A_DGRAD_SPLIT; not yet run)
  *   ref_deft_deform    the deformable conv's forward main GEMM as the library runs it (deft, bf16):
  *                      the sampling kernel writes colT [M, K*C], cuBLAS multiplies it by w
+ *   ref_deft_dwgrad, igemm_128x128_dwgrad, igemm_64x128_dwgrad   the deformable conv's weight
+ *                      gradient dW = dy^T . colT: deft re-samples colT and runs cuBLAS; the igemm
+ *                      variants sample the B operand in the wgrad kernel's loader (not yet run)
  *   igemm_128x128_deform, igemm_64x64_deform   the same GEMM with the A_DEFORM loader: the
  *                      bilinear samples made in registers from the four corner chunks and
  *                      stored to shared memory only (issue 20's third part; not yet run)
@@ -40,11 +43,11 @@
  *                      128x256 / 256x128 CTAs - written after the second run, not yet run
  *
  *   build/conv_lab [--batch 64] [--reps 20] [--shapes l1,l4,r50,odd,...] [--csv FILE] [--quick]
- *                  [--seed S] [--skip-time] [--pass fprop,dgrad,wgrad,deform]   (make lab; GPU only)
+ *                  [--seed S] [--skip-time] [--pass fprop,dgrad,wgrad,deform,dwgrad]   (make lab; GPU only)
  *   --shapes: names, or the groups r18, r50, odd, all (default all); --quick: 5 reps after 1
  *   warm-up, 1024 samples a shape, and (without --shapes) r18,odd only; --seed: the inputs of
  *   an earlier run (the default seed is the time; it is printed); --pass: the passes to run
- *   (default all four); exit status 1 on any FAIL.
+ *   (default all five); exit status 1 on any FAIL.
  * Validation lines first, then one table: per shape, pass and variant PASS/FAIL, ms (median of
  * reps after warm-up, CUDA events), TFLOP/s (the conv's 2*N*Ho*Wo*Cout*kh*kw*C, the real C) and
  * the time relative to the pass's library path. A variant that fails a shape is not timed on it. */
@@ -154,7 +157,8 @@ typedef struct {
     int G, has_mask;
     float *hom, *dom; /* host and device om */
     dt_deform_plan dp;
-    gemm_view vdef; /* vdef.om == NULL: not a deform shape */
+    gemm_view vdef;   /* vdef.d.om == NULL: not a deform shape */
+    conv_params pdef; /* deform_wgrad: p with the offsets (output: ddw, as wgrad's) */
 } problem;
 
 /* fills `n` bf16 with U(-a, a) (never all zero; bf16(0) only where a draw rounds to it) */
@@ -241,8 +245,10 @@ static void problem_make(problem *pr, const conv_shape *sh, int batch, uint64_t 
         pr->dom = (float *)dt_gpu_malloc(sizeof(float) * (size_t)nom);
         dt_copy_h2d(pr->dom, pr->hom, sizeof(float) * (size_t)nom);
         pr->vdef = pr->vf;
-        pr->vdef.om = pr->dom, pr->vdef.ocs = (int)OCS, pr->vdef.cg = (int)pr->dp.Cg, pr->vdef.gk = (int)GK;
-        pr->vdef.has_mask = pr->has_mask;
+        const deform_src d = {pr->dom, (int)OCS, (int)pr->dp.Cg, (int)GK, pr->has_mask};
+        pr->vdef.d = d;
+        pr->pdef = *p;
+        pr->pdef.d = d;
     }
     /* the library's tensors hold the real C (the stem runs as the library runs it today) */
     pr->tx = dt_tensor_new4_as(DT_GPU, DT_BF16, DT_NHWC, p->N, sh->c, p->H, p->W);
@@ -275,8 +281,8 @@ static void problem_free(problem *pr) {
 
 /* ================================================================== the variants */
 
-enum { PASS_FPROP = 0, PASS_DGRAD = 1, PASS_WGRAD = 2, PASS_DEFORM = 3, NPASSES = 4 };
-static const char *PASS_NAME[] = {"fprop", "dgrad", "wgrad", "deform"};
+enum { PASS_FPROP = 0, PASS_DGRAD = 1, PASS_WGRAD = 2, PASS_DEFORM = 3, PASS_DEFORM_WGRAD = 4, NPASSES = 5 };
+static const char *PASS_NAME[] = {"fprop", "dgrad", "wgrad", "deform", "dwgrad"};
 
 typedef struct {
     const char *name;
@@ -288,7 +294,10 @@ typedef struct {
 } variant;
 
 static const gemm_view *view_of(const problem *pr, int pass) {
-    return pass == PASS_DGRAD ? &pr->vd : pass == PASS_WGRAD ? &pr->vw : pass == PASS_DEFORM ? &pr->vdef : &pr->vf;
+    return pass == PASS_DGRAD                                 ? &pr->vd
+           : pass == PASS_WGRAD || pass == PASS_DEFORM_WGRAD ? &pr->vw
+           : pass == PASS_DEFORM                             ? &pr->vdef
+                                                             : &pr->vf;
 }
 
 static int any_shape(const problem *pr) { (void)pr; return 1; }
@@ -395,7 +404,7 @@ static void run_128_w64_wgrad(problem *pr) { launch_wgrad<128, 128, 64, 64, 4>(p
 /* deform: the deformable conv's forward main GEMM. The library's deft path: colT [M, K*C] bf16 =
  * the sampling kernel (deform_nhwc.h), then y = colT . w^T (cuBLAS, bf16) - the column matrix
  * written and read back; the igemm variants sample into shared memory (A_DEFORM) instead. */
-static int deform_shape(const problem *pr) { return pr->vdef.om != NULL; }
+static int deform_shape(const problem *pr) { return pr->vdef.d.om != NULL; }
 static void run_ref_deform(problem *pr) {
     const dt_deform_plan *dp = &pr->dp;
     const int64_t Q = pr->p.M, KC = dp->KC;
@@ -407,6 +416,20 @@ static void run_ref_deform(problem *pr) {
 }
 static void run_128_deform(problem *pr) { launch_igemm<128, 128, 64, 32, 4, A_DEFORM>(pr->vdef); }
 static void run_64_deform(problem *pr) { launch_igemm<64, 64, 32, 32, 4, A_DEFORM>(pr->vdef); }
+/* dwgrad: the deformable conv's weight gradient dW [Cout, K*C] fp32 = dy^T . colT. The library:
+ * the sampling re-made for the backward (deft's colconv backward re-fills colT), then cuBLAS;
+ * the igemm variants sample the B operand in the wgrad kernel's loader instead. */
+static void run_ref_deform_wgrad(problem *pr) {
+    const dt_deform_plan *dp = &pr->dp;
+    const int64_t Q = pr->p.M, KC = dp->KC;
+    void *colT = dt_gpu_malloc(sizeof(bf16) * (size_t)(Q * KC)); /* cached after the first call */
+    dt_deform_sample_nhwc_cuda(dp, dp->N, pr->dx, pr->dom, colT);
+    dt_gemm_call(DT_GPU, DT_BF16, DT_MATH_FP32, 1, 0, pr->p.Cout, KC, Q, 1.0f, pr->ddy, pr->p.Cout, colT, KC, 0.0f, pr->ddw,
+                 DT_F32, KC);
+    dt_gpu_free(colT);
+}
+static void run_128_deform_wgrad(problem *pr) { launch_wgrad<128, 128, 64, 32, 4, true>(pr->pdef, pr->ddy, 0.0f, pr->ddw); }
+static void run_64_deform_wgrad(problem *pr) { launch_wgrad<64, 128, 32, 32, 4, true>(pr->pdef, pr->ddy, 0.0f, pr->ddw); }
 
 static const variant VARIANTS[] = {
     {"ref_cublas", PASS_FPROP, 0, any_shape, run_ref, 1},
@@ -435,6 +458,9 @@ static const variant VARIANTS[] = {
     {"ref_deft_deform", PASS_DEFORM, 0, deform_shape, run_ref_deform, 1},
     {"igemm_128x128_deform", PASS_DEFORM, 0, deform_shape, run_128_deform, 0},
     {"igemm_64x64_deform", PASS_DEFORM, 0, deform_shape, run_64_deform, 0},
+    {"ref_deft_dwgrad", PASS_DEFORM_WGRAD, 1, deform_shape, run_ref_deform_wgrad, 1},
+    {"igemm_128x128_dwgrad", PASS_DEFORM_WGRAD, 1, deform_shape, run_128_deform_wgrad, 0},
+    {"igemm_64x128_dwgrad", PASS_DEFORM_WGRAD, 1, deform_shape, run_64_deform_wgrad, 0},
 };
 enum { NVARIANTS = sizeof VARIANTS / sizeof *VARIANTS };
 
@@ -580,11 +606,41 @@ static double ref_deform(const problem *pr, int m, int co, double *abs_sum) {
     return s;
 }
 
+/* The sampled column value colT[m][k] of deform_src's offsets, in double (0 outside). */
+static double sample_at(const problem *pr, int m, int k) {
+    const conv_params *p = &pr->p;
+    const int hw = p->Ho * p->Wo, n = m / hw, rem = m - n * hw, ho = rem / p->Wo, wo = rem - ho * p->Wo;
+    const int K = p->KH * p->KW, tap = k / p->C, c = k - tap * p->C, g = c / (p->C / pr->G), r = tap / p->KW, t = tap % p->KW;
+    const float *row = pr->hom + (int64_t)m * pr->dp.OCS;
+    const int j = g * K + tap;
+    const double mk = pr->has_mask ? row[2 * pr->G * K + j] : 1.0;
+    const dt_bilin b = dt_bilin_make((float)(ho * p->SH - p->PH + r * p->DH) + row[2 * j],
+                                     (float)(wo * p->SW - p->PW + t * p->DW) + row[2 * j + 1], p->H, p->W);
+    const dt_bf16 *xn = pr->hx + (int64_t)n * p->H * p->W * p->C;
+    double v = 0;
+    for (int q = 0; q < 4; q++)
+        if (b.ok[q]) v += (double)b.w[q] * dt_bf16_to_float(xn[dt_bilin_index(&b, q, p->W) * p->C + c]);
+    return mk * v;
+}
+
+/* dwgrad's reference: dW[co][k] = sum over m of dy[m][co] * colT[m][k]. */
+static double ref_deform_wgrad(const problem *pr, int co, int k, double *abs_sum) {
+    const conv_params *p = &pr->p;
+    double s = 0, sa = 0;
+    for (int m = 0; m < p->M; m++) {
+        const double prod = (double)dt_bf16_to_float(pr->hdy[(int64_t)m * p->Cout + co]) * sample_at(pr, m, k);
+        s += prod, sa += fabs(prod);
+    }
+    *abs_sum = sa;
+    return s;
+}
+
 static double ref_at(const problem *pr, int pass, int m, int col, double *abs_sum) {
-    return pass == PASS_DGRAD    ? ref_dgrad(pr, m, col, abs_sum)
-           : pass == PASS_WGRAD  ? ref_wgrad(pr, m, col, abs_sum)
-           : pass == PASS_DEFORM ? ref_deform(pr, m, col, abs_sum)
-                                 : ref_fprop(pr, m, col, abs_sum);
+    return pass == PASS_DGRAD           ? ref_dgrad(pr, m, col, abs_sum)
+           : pass == PASS_WGRAD         ? ref_wgrad(pr, m, col, abs_sum)
+           : pass == PASS_DEFORM        ? ref_deform(pr, m, col, abs_sum)
+           : pass == PASS_DEFORM_WGRAD  ? ref_deform_wgrad(pr, m, col, abs_sum)
+                                        : ref_fprop(pr, m, col, abs_sum);
 }
 
 static float y_at(const void *h, int f32, int64_t i) {
@@ -678,7 +734,7 @@ static int shape_picked(const conv_shape *sh, const char *list) {
 
 static void usage(void) {
     fprintf(stderr, "usage: conv_lab [--batch N] [--reps N] [--shapes NAME,...|r18|r50|odd|all] [--csv FILE] [--quick] "
-                    "[--seed S] [--skip-time] [--pass fprop,dgrad,wgrad,deform]\nshapes:");
+                    "[--seed S] [--skip-time] [--pass fprop,dgrad,wgrad,deform,dwgrad]\nshapes:");
     for (int i = 0; i < NSHAPES; i++) fprintf(stderr, " %s", SHAPES[i].name);
     fprintf(stderr, "\n");
 }
@@ -748,7 +804,8 @@ int main(int argc, char **argv) {
             dt_rng_seed(&r, dt_hash64(seed + 1000 + (uint64_t)si + 7919 * (uint64_t)pass));
             int *ms, *cs;
             /* wgrad's reference sums over all N*Ho*Wo positions: an eighth of the samples */
-            const int64_t ns = make_samples(&pr, p, pass == PASS_WGRAD ? samples / 8 : samples, &r, &ms, &cs);
+            const int wg = pass == PASS_WGRAD || pass == PASS_DEFORM_WGRAD;
+            const int64_t ns = make_samples(&pr, p, wg ? (pass == PASS_WGRAD ? samples / 8 : samples / 32) : samples, &r, &ms, &cs);
             double *ref = (double *)dt_xmalloc(sizeof(double) * (size_t)ns);
             double *sabs = (double *)dt_xmalloc(sizeof(double) * (size_t)ns);
             for (int64_t i = 0; i < ns; i++) ref[i] = ref_at(&pr, pass, ms[i], cs[i], &sabs[i]);
