@@ -12,7 +12,8 @@ using namespace dt_igemm;
 namespace {
 
 /* the shipped tiles (docs/conv.md): fprop and dgrad 128x128 (8 warps of 64x32) and 64x64 (4 warps
- * of 32x32), wgrad 128x128 and 64x128, all 4 stages */
+ * of 32x32), wgrad 128x128 and 64x128, all 4 stages; dgrad of a strided conv split by output
+ * parity (A_DGRAD_SPLIT) */
 template <int LOADER> void launch_tile(const gemm_view &v, dt_igemm_tile tile) {
     if (tile == DT_IGEMM_TILE_64) launch_igemm<64, 64, 32, 32, 4, LOADER>(v);
     else launch_igemm<128, 128, 64, 32, 4, LOADER>(v);
@@ -83,7 +84,11 @@ extern "C" void dt_conv_igemm_dgrad_bf16_cuda(const dt_igemm_conv *p, const void
     v.a = (const bf16 *)dy, v.b = wT, v.y = dx, v.bias = NULL, v.beta = beta;
     v.AH = (int)p->Ho, v.AW = (int)p->Wo, v.AC = (int)p->Cout, v.OH = (int)p->H, v.OW = (int)p->W, v.NO = (int)p->C;
     v.M = (int)(p->N * p->H * p->W), v.K = taps * (int)p->Cout;
-    launch_tile<A_DGRAD>(v, p->tile);
+    /* a strided conv's dgrad as one sub-GEMM per output parity class over the taps that reach it
+     * (a quarter of the work for stride 2); the zero-filled form for stride 1 */
+    const int strided = (p->g.sh > 1 || p->g.sw > 1) && p->g.kh <= 8 && p->g.kw <= 8;
+    if (strided) launch_tile<A_DGRAD_SPLIT>(v, p->tile);
+    else launch_tile<A_DGRAD>(v, p->tile);
     dt_gpu_free(wT); /* stream-ordered: the block is reused only by later work on this stream */
 }
 

@@ -25,7 +25,8 @@ extern "C" {
 #endif
 
 /* The CTA tile a pass runs (the CPU twins compute the same function for either):
- *   fprop, dgrad: 128 = 128x128x32, 8 warps of 64x32;  64 = 64x64x32, 4 warps of 32x32
+ *   fprop, dgrad: 128 = 128x128x32, 8 warps of 64x32;  64 = 64x64x32, 4 warps of 32x32 (a strided
+ *                 conv's dgrad runs one sub-GEMM per output parity class over its taps)
  *   wgrad:        128 = 128 output channels x 128 k;   64 = 64 x 128 (the 64-channel layers)
  * all with a 4-stage cp.async pipeline, ldmatrix and mma.sync m16n8k16. */
 typedef enum { DT_IGEMM_TILE_128 = 0, DT_IGEMM_TILE_64 = 1 } dt_igemm_tile;
