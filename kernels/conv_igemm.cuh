@@ -17,6 +17,9 @@
  * wgrad's GEMM: dw [Cout, K] = dy^T . A, the reduction over M = N*Ho*Wo split into fp32 partials
  *   summed in split order (deterministic); k_igemm_wgrad reads both operands m-major and
  *   transposes them into the mma fragments with ldmatrix.trans.
+ * What varies is the operand loader (a_loader below: im2col, pointwise, dgrad zero-filled or
+ * split by output parity, the deformable sampler) and the epilogue (bf16 with bias and beta, fp32,
+ * split partials); the mainloop (cp_async_mainloop) is one.
  * Every sum has a fixed order (no atomics): the results are bitwise reproducible. */
 #ifndef DT_K_CONV_IGEMM_CUH
 #define DT_K_CONV_IGEMM_CUH
