@@ -17,6 +17,24 @@ YARD=${YARD:-.yardstick/torch_reference.py}
 STEPS="${*:-tests api conv deform resnet repro run}"
 log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
 T() { timeout "$@"; }
+# step NAME LABEL KEY=VALUE...: the synthetic 224x224 ResNet-18 step with the keys; one summary line
+# (median ms, peak GiB, the first error / graph message of the run)
+step() {
+    local name=$1 label=$2
+    shift 2
+    T 200 build/train configs/synthetic_timing.cfg steps=${BSTEPS:-60} progress=0 log=$W/$name "$@" > "$W/$name.out" 2>&1
+    local s=$W/${name}_summary.txt
+    echo "$label: $(awk '/^median_step_ms/{print $2}' $s) ms, peak $(awk '/^peak_mem_gib/{print $2}' $s) GiB $(grep -m1 -E 'CUDA graph:|cannot be captured|error' "$W/$name.out" | cut -c1-160)" | tee -a "$OUT/summary.txt"
+}
+# sample_job NAME LABEL CFG KEY=VALUE...: make run's job (configs/CFG.cfg); its step median and final accuracy
+sample_job() {
+    local name=$1 label=$2 cfg=$3
+    shift 3
+    [ -d data_sample/train ] || build/mkdata --out data_sample --quiet
+    T 300 build/train configs/$cfg.cfg progress=0 log=$W/$name checkpoint=$W/$name.ckpt "$@" > "$W/$name.out" 2>&1
+    echo "$label: $(grep -E '^summary' "$W/$name.out" | grep -oE 'step median [0-9.]+ ms') $(grep -E '^final' "$W/$name.out")" | tee -a "$OUT/summary.txt"
+    rm -f "$W/$name.ckpt"
+}
 
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,driver_version --format=csv | tee "$OUT/summary.txt"
 git log --oneline -1 2>/dev/null | tee -a "$OUT/summary.txt"
@@ -96,10 +114,7 @@ for s in $STEPS; do
                 d=$([ $m = plain ] && echo none || echo all)
                 for pl in fp32:auto bf16:auto ${EXTRA_PL:-}; do
                     p=${pl%%:*}; l=${pl##*:}
-                    T 200 build/train configs/synthetic_timing.cfg deform=$d batch=$b precision=$p layout=$l steps=${BSTEPS:-40} \
-                        progress=0 log=$W/st_${m}_${p}_${l}_b$b > "$W/st_${m}_${p}_${l}_b$b.out" 2>&1
-                    s=$W/st_${m}_${p}_${l}_b${b}_summary.txt
-                    echo "$m $p $l batch $b: $(awk '/^median_step_ms/{print $2}' $s) ms, peak $(awk '/^peak_mem_gib/{print $2}' $s) GiB $(grep -m1 error "$W/st_${m}_${p}_${l}_b$b.out")" | tee -a "$OUT/summary.txt"
+                    BSTEPS=${BSTEPS:-40} step st_${m}_${p}_${l}_b$b "$m $p $l batch $b" deform=$d batch=$b precision=$p layout=$l
                 done
             done
         done ;;
@@ -112,21 +127,13 @@ for s in $STEPS; do
             for m in plain deft; do
                 d=$([ $m = plain ] && echo none || echo all)
                 for g in 0 1; do
-                    T 200 build/train configs/synthetic_timing.cfg deform=$d batch=$b precision=${GPREC:-bf16} graphs=$g \
-                        steps=${BSTEPS:-60} progress=0 log=$W/gr_${m}_b${b}_g$g > "$W/gr_${m}_b${b}_g$g.out" 2>&1
-                    s=$W/gr_${m}_b${b}_g${g}_summary.txt
-                    echo "$m bf16 224px batch $b graphs=$g: $(awk '/^median_step_ms/{print $2}' $s) ms $(grep -m1 -E 'CUDA graph:|cannot be captured|error' "$W/gr_${m}_b${b}_g$g.out" | cut -c1-160)" | tee -a "$OUT/summary.txt"
+                    step gr_${m}_b${b}_g$g "$m ${GPREC:-bf16} 224px batch $b graphs=$g" deform=$d batch=$b precision=${GPREC:-bf16} graphs=$g
                 done
             done
         done
-        [ "${GRUN:-1}" = 1 ] && [ ! -d data_sample/train ] && build/mkdata --out data_sample --quiet
         for cfg in $([ "${GRUN:-1}" = 1 ] && echo sample_plain sample_deft); do
-            for g in 0 1; do
-                T 300 build/train configs/$cfg.cfg progress=0 graphs=$g log=$W/grun_${cfg}_g$g checkpoint=$W/grun.ckpt > "$W/grun_${cfg}_g$g.out" 2>&1
-                echo "make run $cfg graphs=$g: $(grep -E '^summary' "$W/grun_${cfg}_g$g.out" | grep -oE 'step median [0-9.]+ ms') $(grep -E '^final' "$W/grun_${cfg}_g$g.out")" | tee -a "$OUT/summary.txt"
-            done
-        done
-        rm -f "$W"/*.ckpt ;;
+            for g in 0 1; do sample_job grun_${cfg}_g$g "make run $cfg graphs=$g" $cfg graphs=$g; done
+        done ;;
     conv_lab)
         # The implicit-GEMM conv lab (issue 20, docs/conv.md): every variant of fprop, dgrad and
         # wgrad validated against the double CPU reference and the library's path, then timed.
@@ -145,10 +152,7 @@ for s in $STEPS; do
             for m in plain deft; do
                 d=$([ $m = plain ] && echo none || echo all)
                 for a in gemm auto; do
-                    T 200 build/train configs/synthetic_timing.cfg deform=$d batch=$b precision=bf16 conv_algo=$a \
-                        steps=${BSTEPS:-60} progress=0 log=$W/ca_${m}_b${b}_$a > "$W/ca_${m}_b${b}_$a.out" 2>&1
-                    s=$W/ca_${m}_b${b}_${a}_summary.txt
-                    echo "$m bf16 224px batch $b conv_algo=$a: $(awk '/^median_step_ms/{print $2}' $s) ms, peak $(awk '/^peak_mem_gib/{print $2}' $s) GiB $(grep -m1 error "$W/ca_${m}_b${b}_$a.out")" | tee -a "$OUT/summary.txt"
+                    step ca_${m}_b${b}_$a "$m bf16 224px batch $b conv_algo=$a" deform=$d batch=$b precision=bf16 conv_algo=$a
                 done
             done
         done
@@ -157,14 +161,11 @@ for s in $STEPS; do
             DT_CONV_ALGO=$a T 200 build/bench --what conv --precision bf16 --torch "$W/torch_layers_amp.txt" > "$W/bench_conv_$a.txt" 2>&1
             echo "bench conv bf16 conv_algo=$a:" | tee -a "$OUT/summary.txt"; tail -12 "$W/bench_conv_$a.txt" | tee -a "$OUT/summary.txt"
         done
-        [ "${GRUN:-1}" = 1 ] && [ ! -d data_sample/train ] && build/mkdata --out data_sample --quiet
         for cfg in $([ "${GRUN:-1}" = 1 ] && echo sample_plain sample_deft); do
             for a in gemm auto; do
-                T 300 build/train configs/$cfg.cfg progress=0 precision=bf16 conv_algo=$a log=$W/carun_${cfg}_$a checkpoint=$W/carun.ckpt > "$W/carun_${cfg}_$a.out" 2>&1
-                echo "make run $cfg bf16 conv_algo=$a: $(grep -E '^summary' "$W/carun_${cfg}_$a.out" | grep -oE 'step median [0-9.]+ ms') $(grep -E '^final' "$W/carun_${cfg}_$a.out")" | tee -a "$OUT/summary.txt"
+                sample_job carun_${cfg}_$a "make run $cfg bf16 conv_algo=$a" $cfg precision=bf16 conv_algo=$a
             done
-        done
-        rm -f "$W"/*.ckpt ;;
+        done ;;
     graph_idle)
         # GPU time inside a captured step: ncu's kernel durations of one replayed step (steps 5 and
         # 6 differ by one replay; warm caches, --cache-control none) against the step's median.

@@ -706,30 +706,19 @@ __global__ void __launch_bounds__(wgrad_cfg<BM, BN, WM, WN, STAGES>::THREADS)
     store_acc_f32(acc, ws + (int64_t)blockIdx.y * p.Cout * p.K, p.Cout, p.K, i0 + warp_m * WM, j0 + warp_n * WN, lane);
 }
 
-/* The dynamic shared-memory limit is an attribute of a kernel on each device: raised once per
- * device, at the kernel's first launch there - an eager step, before any capture - and
- * remembered in `done` (one bit per device, set atomically: replicas launch from their own
- * threads). */
-static inline void raise_smem_once(unsigned long long *done, const void *kern, int bytes) {
-    int dev = 0;
-    DT_CHECK(cudaGetDevice(&dev));
-    const unsigned long long bit = 1ull << (dev & 63);
-    if (__atomic_load_n(done, __ATOMIC_ACQUIRE) & bit) return;
-    DT_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    __atomic_fetch_or(done, bit, __ATOMIC_RELEASE);
+/* The dynamic shared-memory limit is an attribute of a kernel on each device: raised before every
+ * launch (a host call, allowed while a stream is captured), as the library's other kernels do. */
+template <typename K> static void allow_smem(K kernel, size_t bytes) {
+    DT_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
 }
 
 /* wgrad's launcher: splits fill two waves of the GPU, each at least 8 m tiles (256 rows). */
 template <int BM, int BN, int WM, int WN, int STAGES, bool DEFORM = false> static int wgrad_splits(const conv_params &p) {
     typedef wgrad_cfg<BM, BN, WM, WN, STAGES> T;
     const int64_t tiles = (int64_t)((p.Cout + BM - 1) / BM) * ((p.K + BN - 1) / BN);
-    static int per_sm = -1; /* CTAs an SM holds: one answer for the kernel (one GPU model a process) */
-    if (__atomic_load_n(&per_sm, __ATOMIC_ACQUIRE) < 0) {
-        int n = 0;
-        DT_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k_igemm_wgrad<BM, BN, WM, WN, STAGES, DEFORM>, T::THREADS,
-                                                               T::SMEM));
-        __atomic_store_n(&per_sm, n, __ATOMIC_RELEASE);
-    }
+    int per_sm = 0; /* CTAs an SM holds */
+    DT_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_igemm_wgrad<BM, BN, WM, WN, STAGES, DEFORM>, T::THREADS,
+                                                           T::SMEM));
     const int64_t want = ((int64_t)(per_sm > 0 ? per_sm : 1) * dt_gpu_sm_count() * 2 + tiles - 1) / tiles;
     const int64_t most = ((p.M + BKW - 1) / BKW) / 8;
     const int64_t s = want < most ? want : most;
@@ -739,8 +728,7 @@ template <int BM, int BN, int WM, int WN, int STAGES, bool DEFORM = false>
 static void launch_wgrad(const conv_params &p, const bf16 *dy, float beta, float *dw) {
     typedef wgrad_cfg<BM, BN, WM, WN, STAGES> T;
     auto kern = k_igemm_wgrad<BM, BN, WM, WN, STAGES, DEFORM>;
-    static unsigned long long smem_raised;
-    raise_smem_once(&smem_raised, (const void *)kern, (int)T::SMEM);
+    allow_smem(kern, T::SMEM);
     const int splits = wgrad_splits<BM, BN, WM, WN, STAGES, DEFORM>(p);
     const int64_t n = (int64_t)p.Cout * p.K, tiles = (int64_t)((p.Cout + BM - 1) / BM) * ((p.K + BN - 1) / BN);
     float *ws = (float *)dt_gpu_malloc(sizeof(float) * (size_t)(splits * n)); /* cached after the first call */
@@ -750,14 +738,13 @@ static void launch_wgrad(const conv_params &p, const bf16 *dy, float beta, float
     dt_gpu_free(ws);
 }
 
-/* The launcher of one tile configuration (raises the dynamic smem limit on the device once);
+/* The launcher of one tile configuration (raises the dynamic smem limit first);
  * splits > 1: split-K (F32OUT, p.y the [splits, M, Cout] workspace). */
 template <int BM, int BN, int WM, int WN, int STAGES, int LOADER, bool F32OUT = false, bool SPLITK = false, int BK_ = 32>
 static void launch_igemm(const gemm_view &p, int splits = 1) {
     typedef tile_cfg<BM, BN, WM, WN, STAGES, BK_> T;
     auto kern = k_igemm<BM, BN, WM, WN, STAGES, LOADER, F32OUT, SPLITK, BK_>;
-    static unsigned long long smem_raised;
-    raise_smem_once(&smem_raised, (const void *)kern, (int)T::SMEM);
+    allow_smem(kern, T::SMEM);
     /* A_DGRAD_SPLIT: one grid z per parity class, x sized for class 0 (the largest) */
     const int classes = LOADER == A_DGRAD_SPLIT ? p.SH * p.SW : 1;
     const int64_t rows0 = LOADER == A_DGRAD_SPLIT ? (int64_t)p.N * ((p.OH + p.SH - 1) / p.SH) * ((p.OW + p.SW - 1) / p.SW) : p.M;

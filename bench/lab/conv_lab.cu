@@ -576,36 +576,6 @@ static double ref_wgrad(const problem *pr, int co, int k, double *abs_sum) {
     return s;
 }
 
-/* deform's reference: y[m][co] = sum over taps t and channels c of w[co][t][c] times
- * mask * bilinear(x, channel c, at tap t's position + its offsets) - deform_bilinear.h's
- * function, the corner values and the blend in double. */
-static double ref_deform(const problem *pr, int m, int co, double *abs_sum) {
-    const conv_params *p = &pr->p;
-    const int hw = p->Ho * p->Wo, n = m / hw, rem = m - n * hw, ho = rem / p->Wo, wo = rem - ho * p->Wo;
-    const int K = p->KH * p->KW, cg = p->C / pr->G;
-    const float *row = pr->hom + (int64_t)m * pr->dp.OCS;
-    const dt_bf16 *xn = pr->hx + (int64_t)n * p->H * p->W * p->C;
-    double s = 0, sa = 0;
-    for (int tap = 0; tap < K; tap++) {
-        const int r = tap / p->KW, t = tap % p->KW;
-        for (int g = 0; g < pr->G; g++) {
-            const int j = g * K + tap;
-            const double mk = pr->has_mask ? row[2 * pr->G * K + j] : 1.0;
-            const dt_bilin b = dt_bilin_make((float)(ho * p->SH - p->PH + r * p->DH) + row[2 * j],
-                                             (float)(wo * p->SW - p->PW + t * p->DW) + row[2 * j + 1], p->H, p->W);
-            for (int c = g * cg; c < (g + 1) * cg; c++) {
-                double v = 0;
-                for (int q = 0; q < 4; q++)
-                    if (b.ok[q]) v += (double)b.w[q] * dt_bf16_to_float(xn[dt_bilin_index(&b, q, p->W) * p->C + c]);
-                const double prod = mk * v * dt_bf16_to_float(pr->hw[(int64_t)co * p->K + (int64_t)tap * p->C + c]);
-                s += prod, sa += fabs(prod);
-            }
-        }
-    }
-    *abs_sum = sa;
-    return s;
-}
-
 /* The sampled column value colT[m][k] of deform_src's offsets, in double (0 outside). */
 static double sample_at(const problem *pr, int m, int k) {
     const conv_params *p = &pr->p;
@@ -621,6 +591,19 @@ static double sample_at(const problem *pr, int m, int k) {
     for (int q = 0; q < 4; q++)
         if (b.ok[q]) v += (double)b.w[q] * dt_bf16_to_float(xn[dt_bilin_index(&b, q, p->W) * p->C + c]);
     return mk * v;
+}
+
+/* deform's reference: y[m][co] = sum over k = (tap, c) of w[co][k] times colT[m][k], the sample
+ * of sample_at. */
+static double ref_deform(const problem *pr, int m, int co, double *abs_sum) {
+    const conv_params *p = &pr->p;
+    double s = 0, sa = 0;
+    for (int k = 0; k < p->K; k++) {
+        const double prod = sample_at(pr, m, k) * dt_bf16_to_float(pr->hw[(int64_t)co * p->K + k]);
+        s += prod, sa += fabs(prod);
+    }
+    *abs_sum = sa;
+    return s;
 }
 
 /* dwgrad's reference: dW[co][k] = sum over m of dy[m][co] * colT[m][k]. */
