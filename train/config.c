@@ -53,7 +53,7 @@ static const key_spec KEYS[] = {
     {"sync_bn", T_BOOL, F(sync_bn), "0", NULL, 0, 1, 1, "several GPUs: batch-norm statistics over all replicas' batches"},
     {"bucket_mb", T_INT, F(bucket_mb), "25", NULL, 1, 4096, 0, "several GPUs: gradient all-reduce bucket size (MiB)"},
     {"col_budget_mb", T_INT, F(col_budget_mb), "256", NULL, 1, 65536, 0, "column-buffer budget of conv/deform chunks (MiB)"},
-    {"conv_algo", T_ENUM, F(conv_algo), "gemm", "auto|gemm|igemm128|igemm64", 0, 0, 0,
+    {"conv_algo", T_ENUM, F(conv_algo), "auto", "auto|gemm|igemm128|igemm64", 0, 0, 0,
      "bf16 convs: gemm (im2col + cuBLAS), auto (the implicit GEMM where the conv lab measured it faster), igemm128 / "
      "igemm64 (the implicit GEMM with that tile wherever it runs; docs/conv.md)"},
     {"epochs", T_INT, F(epochs), "1", NULL, 1, 100000, 1, "epochs to train"},
