@@ -4,8 +4,8 @@
 # 3x3 conv of the blocks) on synthetic data (random device tensors: pure compute, no loader), 224x224,
 # batch 64 and 256: plain, all-deformable `unfused`, all-deformable `deft`; then the ablation
 # at batch 64 (each deft knob against its default, DefT's fused + staged recipe, deterministic); then the precision
-# axis: plain and deft in tf32 and bf16 at each batch; then, with bf16, the implicit-GEMM conv at
-# the first batch (conv_algo=auto, main_igemm=1, both). Median step time after the warm-up steps.
+# axis: plain and deft in tf32 and bf16 at each batch; then, with bf16, the convs on im2col + cuBLAS
+# everywhere at the first batch (conv_algo=gemm: the default auto runs the implicit GEMM where it wins). Median step time after the warm-up steps.
 # Writes runs/reproduce.csv, runs/reproduce_chart.csv and a PNG chart (runs/reproduce_MODEL.* for
 # another MODEL; bars coloured by model:
 # plain, deformable unfused, deformable deft). It needs a CUDA GPU and says so at once without
@@ -73,14 +73,11 @@ else
             run deft "$p" "$b" deform=all deform_mode=deft
         done
     done
-    # the implicit-GEMM conv (bf16 only, docs/conv.md): the per-shape plan for the plain convs,
-    # and the deformable main GEMM sampling its own operand
+    # bf16 convs without the implicit GEMM (docs/conv.md): what the per-shape plan saves
     if echo " $PRECISIONS " | grep -q " bf16 "; then
         b=$(echo $BATCHES | awk '{print $1}')
-        run plain_conv_auto bf16 "$b" deform=none conv_algo=auto
-        run deft_conv_auto bf16 "$b" deform=all deform_mode=deft conv_algo=auto
-        run deft_main_igemm bf16 "$b" deform=all deform_mode=deft main_igemm=1
-        run deft_conv_auto_main_igemm bf16 "$b" deform=all deform_mode=deft conv_algo=auto main_igemm=1
+        run plain_conv_gemm bf16 "$b" deform=none conv_algo=gemm
+        run deft_conv_gemm bf16 "$b" deform=all deform_mode=deft conv_algo=gemm
     fi
 fi
 

@@ -23,7 +23,7 @@ int dt_deform_dx_parse(const char *s) {
 /* The measured-fastest settings (docs/deft.md, docs/PERF.md). */
 dt_deform_knobs dt_deform_knobs_default(void) {
     dt_deform_knobs k = {.dx = DT_DX_GATHER, .fuse_offset = 0, .stage = 0, .swizzle = 1, .tile_h = 0, .tile_w = 0,
-                         .halo = -1, .halo_refresh = 200, .deterministic = 0, .main_igemm = 0};
+                         .halo = -1, .halo_refresh = 200, .deterministic = 0};
     return k;
 }
 
@@ -38,9 +38,6 @@ int dt_deform_knobs_validate(const dt_deform_knobs *k, char *err, int errlen) {
     }
     if (k->halo < -1 || k->halo > 32) return snprintf(err, errlen, "halo %d: must be -1 (automatic) or 0..32", k->halo), -1;
     if (k->halo_refresh < 0) return snprintf(err, errlen, "halo_refresh %d: must be >= 0", k->halo_refresh), -1;
-    if (k->main_igemm && (k->fuse_offset || k->stage))
-        return snprintf(err, errlen, "main_igemm samples inside the main GEMM; fuse_offset and stage sample in their own "
-                        "tiled kernel: use one or the other"), -1;
     return 0;
 }
 

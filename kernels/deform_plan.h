@@ -61,8 +61,6 @@ typedef struct {
     int halo;           /* px staged around the footprint; -1: from the offset statistics */
     int halo_refresh;   /* calls between automatic halo updates */
     int deterministic;  /* bitwise-reproducible backward: deft uses the gather; unfused fixed point */
-    int main_igemm;     /* bf16 NHWC on the GPU: the forward's main GEMM samples its A operand itself
-                           (deform_igemm.h: no column matrix); not with fuse_offset or stage */
 } dt_deform_knobs;
 
 const char *dt_deform_mode_name(dt_deform_mode m);
@@ -105,11 +103,6 @@ const char *dt_deform_plan_init(dt_deform_plan *p, int64_t N, int64_t C, int64_t
  * re-sizes its chunks; NULL, or a message naming a combination the mode does not run. */
 const char *dt_deform_plan_types(dt_deform_plan *p, dt_dtype dtype, dt_layout layout, dt_math math,
                                  size_t col_budget_bytes);
-
-/* Images in the chunk starting at n0. */
-static inline int64_t dt_deform_chunk_len(const dt_deform_plan *p, int64_t n0) {
-    return p->N - n0 < p->nb ? p->N - n0 : p->nb;
-}
 
 DT_PUBLIC_END
 #ifdef __cplusplus

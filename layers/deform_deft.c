@@ -33,7 +33,6 @@
  *   dx=atomic         the atomics sum in fp32: dxT_buf (or an f32 dx being overwritten),
  *                     finished by the offset conv (layer) or by one conversion pass into dx
  *                     (the op on bf16 or accumulated f32 NHWC tensors: the knob's extra pass). */
-#include "deform_igemm.h"
 #include "deform_nhwc.h"
 #include "deform_run.h"
 #include "dt_alloc.h"
@@ -229,20 +228,4 @@ static void deft_close(dt_deform_run *r) {
         if (bufs[i]) dt_dev_free(dev, bufs[i]);
 }
 
-/* main_igemm: the forward's main GEMM samples its own A operand (deform_igemm.h) - bf16 NHWC
- * plans the kernel runs (C, Cg, Cout multiples of 8); the others keep fill + GEMM. The CPU runs
- * the twin (sampling + GEMM), so the knob is tested on both devices. */
-DT_OP_TABLE(main_igemm_k, "deft (main GEMM sampling its operand)", __typeof__(dt_deform_igemm_fprop_cpu),
-            DT_TWINS(main_igemm_k, dt_deform_igemm_fprop, DT_BF16, DT_NHWC))
-
-static int deft_fused_forward(const dt_deform_run *r) {
-    return r->p->knobs.main_igemm && !tiled(r, 0) && dt_deform_igemm_supported(r->p);
-}
-
-static void deft_forward_chunk(dt_deform_run *r, int64_t n0, int64_t nb, const float *bias, void *y) {
-    const dt_deform_plan *p = r->p;
-    DT_PICK(main_igemm_k, r->dev, DT_BF16, DT_NHWC)(p, nb, r->xT, r->om + n0 * p->P * p->OCS, r->gemm_w, bias, y);
-}
-
-const dt_deform_impl dt_deform_deft_impl = {DT_COLS_NC, deft_open,  deft_begin,         deft_fill,
-                                            deft_adjoint, deft_close, deft_fused_forward, deft_forward_chunk};
+const dt_deform_impl dt_deform_deft_impl = {DT_COLS_NC, deft_open, deft_begin, deft_fill, deft_adjoint, deft_close};

@@ -25,16 +25,8 @@ void dt_deform_forward_raw(const dt_deform_plan *p, dt_dev dev, const dt_deform_
     const dt_deform_impl *im = impl_of(p);
     dt_deform_run r = {.p = p, .dev = dev, .a = a};
     im->open(&r);
-    if (im->fused_forward && im->fused_forward(&r)) { /* deft's main_igemm: the chunks whole */
-        for (int64_t n0 = 0; n0 < p->N; n0 += p->nb) {
-            const int64_t nb = dt_deform_chunk_len(p, n0);
-            if (im->begin) im->begin(&r, n0, nb, 0);
-            im->forward_chunk(&r, n0, nb, a->bias, (char *)y + (size_t)(n0 * p->P * p->Cout) * dt_dtype_size(p->dtype));
-        }
-    } else {
-        dt_colconv cc = skeleton(im, &r);
-        dt_colconv_forward(&cc, r.gemm_w, a->bias, y);
-    }
+    dt_colconv cc = skeleton(im, &r);
+    dt_colconv_forward(&cc, r.gemm_w, a->bias, y);
     im->close(&r);
 }
 

@@ -46,11 +46,6 @@ typedef struct {
     void (*fill)(void *r, int64_t n0, int64_t nb, void *col);
     void (*adjoint)(void *r, int64_t n0, int64_t nb, void *dcol);
     void (*close)(dt_deform_run *r);
-    /* optional: whether this call's forward computes each chunk whole (fused_forward), and that
-     * chunk computation - the main GEMM fused with the sampling, no columns - into y's rows of
-     * images [n0, n0 + nb), with the bias, after begin; otherwise the skeleton's fill + GEMM */
-    int (*fused_forward)(const dt_deform_run *r);
-    void (*forward_chunk)(dt_deform_run *r, int64_t n0, int64_t nb, const float *bias, void *y);
 } dt_deform_impl;
 
 /* The column budget (bytes) a plan is made with. */

@@ -42,14 +42,13 @@
 
 /* The knobs a case sets (deform_plan.h); halo: the staged margin (stage only). */
 typedef struct {
-    int dx, fuse, stage, det, halo, main_igemm;
+    int dx, fuse, stage, det, halo;
 } knob_set;
-static const knob_set K_GATHER = {DT_DX_GATHER, 0, 0, 0, -1, 0}, K_ATOMIC = {DT_DX_ATOMIC, 0, 0, 0, -1, 0},
-                      K_DET = {DT_DX_GATHER, 0, 0, 1, -1, 0}, K_DET_ATOMIC = {DT_DX_ATOMIC, 0, 0, 1, -1, 0},
-                      K_STAGE1 = {DT_DX_GATHER, 0, 1, 0, 1, 0}, K_STAGE2 = {DT_DX_GATHER, 0, 1, 0, 2, 0},
-                      K_FUSE = {DT_DX_GATHER, 1, 0, 0, -1, 0}, K_FUSE_STAGE1 = {DT_DX_GATHER, 1, 1, 0, 1, 0},
-                      K_DEFT_RECIPE = {DT_DX_ATOMIC, 1, 1, 0, 2, 0}, /* fuse + stage + atomics */
-                      K_MAIN = {DT_DX_GATHER, 0, 0, 0, -1, 1};      /* the main GEMM samples its operand */
+static const knob_set K_GATHER = {DT_DX_GATHER, 0, 0, 0, -1}, K_ATOMIC = {DT_DX_ATOMIC, 0, 0, 0, -1},
+                      K_DET = {DT_DX_GATHER, 0, 0, 1, -1}, K_DET_ATOMIC = {DT_DX_ATOMIC, 0, 0, 1, -1},
+                      K_STAGE1 = {DT_DX_GATHER, 0, 1, 0, 1}, K_STAGE2 = {DT_DX_GATHER, 0, 1, 0, 2},
+                      K_FUSE = {DT_DX_GATHER, 1, 0, 0, -1}, K_FUSE_STAGE1 = {DT_DX_GATHER, 1, 1, 0, 1},
+                      K_DEFT_RECIPE = {DT_DX_ATOMIC, 1, 1, 0, 2}; /* fuse + stage + atomics */
 
 typedef struct {
     dt_conv_geom g;
@@ -89,7 +88,6 @@ static dt_deform_knobs knobs_of(const deform_arg *a) {
     k.stage = a->k->stage;
     k.deterministic = a->k->det;
     k.halo = a->k->halo;
-    k.main_igemm = a->k->main_igemm;
     return k;
 }
 
@@ -172,8 +170,6 @@ static const dt_opcase deform_cases[] = {
     OP("deft v2 residual (dx accumulated)", DT_ALL_TYPES, DT_DEFORM_DEFT, 2, 8, 8, 9, 8, 3, 1, 1, 1, 1, 1, 1, K_GATHER,
        0, 1, 0, 0),
     OP("deft v2 dx=atomic", DT_ALL_TYPES, DT_DEFORM_DEFT, 2, 8, 8, 9, 4, 3, 1, 1, 1, 1, 1, 1, K_ATOMIC, 0, 0, 0, 0),
-    OP("deft v2 G2 C 16 main_igemm, prime batch 3 in chunks of 2, bias", DT_ALL_TYPES, DT_DEFORM_DEFT, 3, 16, 7, 8, 8, 3,
-       1, 1, 1, 2, 1, 1, K_MAIN, 2, 0, 0, 0),
     OP("deft v1 G2 dx=atomic, s2, chunks of 1", DT_ALL_TYPES, DT_DEFORM_DEFT, 3, 8, 9, 9, 4, 3, 2, 1, 1, 2, 0, 0,
        K_ATOMIC, 1, 0, 0, 0),
     OP("deft v2 dx=atomic, residual", DT_ALL_TYPES, DT_DEFORM_DEFT, 2, 8, 7, 8, 8, 3, 1, 1, 1, 1, 1, 0, K_ATOMIC, 0, 1,
@@ -251,20 +247,5 @@ static const dt_opcase deft_cases[] = {
           OFFW(1.0f, 48.00f), -1, -1),
     LAYER("ResNet l4 shape, batch 2, fuse_offset + stage", 2, 512, 7, 7, 512, 3, 1, 1, 1, 1, 0, 0, K_FUSE_STAGE1, 0, 0,
           OFFW(1.0f, 67.88f), -1, -1),
-    /* main_igemm (bf16 plans whose C, C / G, Cout are multiples of 8; the f32 combinations and
-     * the others keep sampling + GEMM): the CPU twin in the bf16 mode, the kernel in parity */
-    LAYER("main_igemm v1 C 32, bias", 2, 32, 7, 6, 8, 3, 1, 1, 1, 1, 0, 1, K_MAIN, 0, 0, OFFW(0.03f, 16.97f), 0, 0),
-    LAYER("main_igemm v2 G2 C 16 s2 odd 11x9", 3, 16, 11, 9, 8, 3, 2, 1, 1, 2, 1, 0, K_MAIN, 0, 0, OFFW(0.03f, 12.00f),
-          0, 0),
-    LAYER("main_igemm v2 C 32 residual, prime batch 5 in chunks of 2, bias", 5, 32, 6, 6, 32, 3, 1, 1, 1, 1, 1, 1, K_MAIN,
-          2, 1, OFFW(0.03f, 16.97f), 0, 0),
-    LAYER("main_igemm v2 dilation 2, C 24 -> 136", 1, 24, 12, 13, 136, 3, 1, 2, 2, 1, 1, 0, K_MAIN, 0, 0,
-          OFFW(0.03f, 14.70f), 0, 0),
-    LAYER("main_igemm C 12 (C % 8 != 0: sampling + GEMM)", 2, 12, 7, 7, 8, 3, 1, 1, 1, 1, 0, 0, K_MAIN, 0, 0,
-          OFFW(0.03f, 10.39f), 0, 0),
-    LAYER("main_igemm ResNet l1 shape, batch 2", 2, 64, 56, 56, 64, 3, 1, 1, 1, 1, 0, 0, K_MAIN, 0, 0, OFFW(1.0f, 24.00f),
-          -1, -1),
-    LAYER("main_igemm ResNet l3 shape, v2, prime batch 3", 3, 256, 14, 14, 256, 3, 1, 1, 1, 1, 1, 0, K_MAIN, 0, 0,
-          OFFW(1.0f, 48.00f), -1, -1),
 };
 DT_OPCASES(deform_deft, deft_cases)

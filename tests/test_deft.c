@@ -331,11 +331,4 @@ DT_TEST(deform_plan_chunks_and_errors) {
     k.deterministic = 1;
     EXPECT(!dt_deform_plan_init(&p, 1, 4, 8, 8, 4, dt_geom(3, 1, 1, 1), 1, 0, DT_DEFORM_DEFT, &k, 1 << 20));
     EXPECT_EQ_INT(p.dx, DT_DX_GATHER);
-    /* main_igemm samples inside the main GEMM: not with DefT's tiled sampling */
-    k = dt_deform_knobs_default();
-    k.main_igemm = 1;
-    EXPECT(!dt_deform_plan_init(&p, 1, 8, 8, 8, 8, dt_geom(3, 1, 1, 1), 1, 0, DT_DEFORM_DEFT, &k, 1 << 20));
-    k.stage = 1;
-    bad = dt_deform_plan_init(&p, 1, 8, 8, 8, 8, dt_geom(3, 1, 1, 1), 1, 0, DT_DEFORM_DEFT, &k, 1 << 20);
-    EXPECT_MSG(bad && strstr(bad, "main_igemm") && strstr(bad, "stage"), "%s", bad ? bad : "(none)");
 }

@@ -437,10 +437,10 @@ static double curve_distance(const dt_train_result *a, const dt_train_result *b)
 }
 
 /* 32 steps of the tiny job (deft deformable layers where deform says) on device in precision with
- * conv_algo and main_igemm, its seed + seed_add, into *r; on failure: the expectation fails, the
- * results made before it (done[0 .. r - done)) are freed, and 1 is returned */
+ * conv_algo, its seed + seed_add, into *r; on failure: the expectation fails, the results made
+ * before it (done[0 .. r - done)) are freed, and 1 is returned */
 static int run_32_steps(dt_train_result *r, dt_train_result *done, const char *device, const char *deform,
-                        const char *precision, const char *conv_algo, int main_igemm, int seed_add) {
+                        const char *precision, const char *conv_algo, int seed_add) {
     dt_train_cfg c;
     tiny_cfg(&c);
     snprintf(c.device, sizeof c.device, "%s", device);
@@ -448,7 +448,6 @@ static int run_32_steps(dt_train_result *r, dt_train_result *done, const char *d
     snprintf(c.deform, sizeof c.deform, "%s", deform);
     snprintf(c.precision, sizeof c.precision, "%s", precision);
     snprintf(c.conv_algo, sizeof c.conv_algo, "%s", conv_algo);
-    c.main_igemm = main_igemm;
     c.seed += (uint64_t)seed_add;
     c.steps = 32;
     dt_err err;
@@ -463,7 +462,7 @@ static int run_32_steps(dt_train_result *r, dt_train_result *done, const char *d
 static void bf16_follows_fp32(const char *device) {
     dt_train_result r[4]; /* fp32 seed s, bf16 seed s, fp32 s+1, fp32 s+2 */
     for (int p = 0; p < 4; p++)
-        if (run_32_steps(&r[p], r, device, "all", p == 1 ? "bf16" : "fp32", "gemm", 0, p >= 2 ? p - 1 : 0)) return;
+        if (run_32_steps(&r[p], r, device, "all", p == 1 ? "bf16" : "fp32", "gemm", p >= 2 ? p - 1 : 0)) return;
     double d0 = fabs(r[1].losses[0] - r[0].losses[0]) / r[0].losses[0];
     EXPECT_MSG(d0 <= 0.02, "first-step loss: bf16 %.5f vs fp32 %.5f", r[1].losses[0], r[0].losses[0]);
     int same = 1;
@@ -493,32 +492,25 @@ DT_GPU_TEST(gpu_train_bf16_loss_follows_fp32) { bf16_follows_fp32("cuda"); }
 
 /* ---- the implicit-GEMM convolution inside a run (conv_algo=) ---- */
 
-/* The bf16 tiny job (32 steps) with the implicit GEMM switched on - algo: the plain convs' every
- * pass forced onto it (igemm128 or igemm64; every conv but the C = 3 stem's backward runs it),
- * main_igemm: the deformable main GEMM sampling its operand - against the same job on the im2col
- * / column GEMMs (the CPU runs the kernels' twins, the GPU the kernels, captured in the step's
- * graph): bit for bit the same when run twice, its first loss within 2 % of the default's, its
- * loss curve no further from the default's than default runs of other seeds are apart (the
- * criterion of bf16_follows_fp32: a tiny net's curve is chaotic after a few steps), and, with
- * must_differ, not the default's to the bit (so it ran; the deformable forward may well be
- * bitwise the same: its GEMM can sum in cuBLAS's order). */
-static void igemm_follows_default(const char *device, const char *deform, const char *algo, int main_igemm,
-                                  int must_differ) {
-    dt_train_result r[5]; /* default seed s, switched s, switched s again, default s+1, default s+2 */
-    for (int p = 0; p < 5; p++) {
-        const int on = p == 1 || p == 2;
-        if (run_32_steps(&r[p], r, device, deform, "bf16", on ? algo : "gemm", on ? main_igemm : 0, p >= 3 ? p - 2 : 0))
-            return;
-    }
-    int again = 1, same = 1;
+/* The plain bf16 tiny job (32 steps; every conv but the C = 3 stem has C, Cout multiples of 8)
+ * with every pass of its convs forced onto the implicit GEMM (algo: igemm128 or igemm64; the
+ * CPU runs the kernels' twins, the GPU the kernels, captured in the step's graph): bit for bit
+ * the same when run twice, not the same as conv_algo=gemm (so it ran), its first loss within 2 %
+ * of gemm's, and its loss curve no further from gemm's than gemm runs of other seeds are apart
+ * (the criterion of bf16_follows_fp32: a tiny net's curve is chaotic after a few steps). */
+static void conv_algo_follows_gemm(const char *device, const char *algo) {
+    dt_train_result r[5]; /* gemm seed s, algo s, algo s again, gemm s+1, gemm s+2 */
+    for (int p = 0; p < 5; p++)
+        if (run_32_steps(&r[p], r, device, "none", "bf16", p == 1 || p == 2 ? algo : "gemm", p >= 3 ? p - 2 : 0)) return;
+    int again = 1, same_as_gemm = 1;
     for (int i = 0; i < 32; i++) {
         again &= memcmp(&r[1].losses[i], &r[2].losses[i], sizeof(float)) == 0;
-        same &= r[1].losses[i] == r[0].losses[i];
+        same_as_gemm &= r[1].losses[i] == r[0].losses[i];
     }
-    EXPECT_MSG(again, "conv_algo=%s main_igemm=%d: two runs of one seed differ", algo, main_igemm);
-    EXPECT_MSG(!must_differ || !same, "conv_algo=%s gives gemm's losses to the bit: the implicit GEMM did not run", algo);
+    EXPECT_MSG(again, "conv_algo=%s: two runs of one seed differ", algo);
+    EXPECT_MSG(!same_as_gemm, "conv_algo=%s gives gemm's losses to the bit: the implicit GEMM did not run", algo);
     const double d0 = fabs(r[1].losses[0] - r[0].losses[0]) / r[0].losses[0];
-    EXPECT_MSG(d0 <= 0.02, "first-step loss: %.5f vs the default's %.5f", r[1].losses[0], r[0].losses[0]);
+    EXPECT_MSG(d0 <= 0.02, "first-step loss: %s %.5f vs gemm %.5f", algo, r[1].losses[0], r[0].losses[0]);
     const double d = curve_distance(&r[1], &r[0]);
     double spread = 0;
     const int pairs[3][2] = {{3, 0}, {4, 0}, {4, 3}};
@@ -526,22 +518,17 @@ static void igemm_follows_default(const char *device, const char *deform, const 
         const double e = curve_distance(&r[pairs[i][0]], &r[pairs[i][1]]);
         if (e > spread) spread = e;
     }
-    if (dt_test_verbose())
-        printf("    %s main_igemm=%d: distance to the default %.4f, largest between its seeds %.4f\n", algo, main_igemm, d,
-               spread);
-    EXPECT_MSG(d <= spread, "conv_algo=%s main_igemm=%d: loss curve %.4f from the default's, further than other seeds' (%.4f)",
-               algo, main_igemm, d, spread);
-    EXPECT_MSG(window_mean(&r[1], 3) < 0.5 * window_mean(&r[1], 0), "loss fell only from %.4f to %.4f",
-               window_mean(&r[1], 0), window_mean(&r[1], 3));
+    if (dt_test_verbose()) printf("    %s: distance to gemm %.4f, largest between gemm seeds %.4f\n", algo, d, spread);
+    EXPECT_MSG(d <= spread, "conv_algo=%s: loss curve %.4f from gemm's, further than gemm runs of other seeds (%.4f)",
+               algo, d, spread);
+    EXPECT_MSG(window_mean(&r[1], 3) < 0.5 * window_mean(&r[1], 0), "conv_algo=%s: loss fell only from %.4f to %.4f",
+               algo, window_mean(&r[1], 0), window_mean(&r[1], 3));
     for (int p = 0; p < 5; p++) dt_train_result_free(&r[p]);
 }
 
-DT_TEST(train_conv_igemm64_cpu_twins_follow_gemm) { igemm_follows_default("cpu", "none", "igemm64", 0, 1); }
-DT_GPU_TEST(gpu_train_conv_igemm128_follows_gemm) { igemm_follows_default("cuda", "none", "igemm128", 0, 1); }
-DT_GPU_TEST(gpu_train_conv_igemm64_follows_gemm) { igemm_follows_default("cuda", "none", "igemm64", 0, 1); }
-/* all-deformable, main_igemm (and, on top, the plain convs' plan) */
-DT_GPU_TEST(gpu_train_deft_main_igemm_follows_default) { igemm_follows_default("cuda", "all", "gemm", 1, 0); }
-DT_GPU_TEST(gpu_train_deft_main_igemm_conv_auto_follows_default) { igemm_follows_default("cuda", "all", "auto", 1, 0); }
+DT_TEST(train_conv_igemm64_cpu_twins_follow_gemm) { conv_algo_follows_gemm("cpu", "igemm64"); }
+DT_GPU_TEST(gpu_train_conv_igemm128_follows_gemm) { conv_algo_follows_gemm("cuda", "igemm128"); }
+DT_GPU_TEST(gpu_train_conv_igemm64_follows_gemm) { conv_algo_follows_gemm("cuda", "igemm64"); }
 
 /* ---- values read from a checkpoint are checked against the run before use ---- */
 

@@ -92,9 +92,6 @@ static const key_spec KEYS[] = {
     {"halo_refresh", T_INT, F(halo_refresh), "200", NULL, 0, 1 << 30, 0, "deft: steps between automatic halo updates"},
     {"swizzle", T_BOOL, F(swizzle), "1", NULL, 0, 1, 0, "deft: block-ID swizzle for L2 reuse (with fuse_offset or stage)"},
     {"fuse_offset", T_BOOL, F(fuse_offset), "0", NULL, 0, 1, 0, "deft: offset conv and sampling in one kernel per tile (DefT)"},
-    {"main_igemm", T_BOOL, F(main_igemm), "0", NULL, 0, 1, 0,
-     "deft, bf16: the forward's main GEMM samples its operand itself, no column matrix (not with fuse_offset or stage; "
-     "docs/conv.md)"},
     {"stage", T_BOOL, F(stage), "0", NULL, 0, 1, 0, "deft: sampling reads the tile's input + halo from shared memory (DefT)"},
     {"dx", T_ENUM, F(dx), "gather", "gather|atomic", 0, 0, 0, "deft: input gradient by inverse index + gather, or float4 atomics"},
     {"deterministic", T_BOOL, F(deterministic), "0", NULL, 0, 1, 0, "bitwise-reproducible deformable backward (deft: dx=gather)"},

@@ -151,7 +151,6 @@ void train_model_cfg(const dt_train_cfg *c, int classes, dt_resnet_cfg *mc) {
     k.stage = c->stage;
     k.dx = dt_deform_dx_parse(c->dx);
     k.deterministic = c->deterministic;
-    k.main_igemm = c->main_igemm;
     mc->knobs = k;
 }
 
