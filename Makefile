@@ -285,8 +285,12 @@ data: $(BUILD)/mkdata
 
 # Loader throughput on ImageNet-like JPEGs (500x375, ~110 KB), generated once.
 bench-loader: $(BUILD)/mkdata $(BUILD)/loaderbench
-	test -d $(BUILD)/inet-bench || $(BUILD)/mkdata --out $(BUILD)/inet-bench --train 200 --val 0 --width 500 --height 375
+	test -d $(BUILD)/inet-bench || $(BUILD)/mkdata --out $(BUILD)/inet-bench --train 500 --val 0 --width 500 --height 375
 	$(BUILD)/loaderbench --data $(BUILD)/inet-bench
+	@if $(BUILD)/loaderbench --data $(BUILD)/inet-bench --decode-only --batch 256 >/dev/null 2>&1; then \
+	    $(BUILD)/loaderbench --data $(BUILD)/inet-bench --decode gpu --workers 4 --batch 256 --epochs 3 && \
+	    $(BUILD)/loaderbench --data $(BUILD)/inet-bench --decode-only --batch 256; \
+	else echo "bench-loader: the GPU decode rows need a CUDA GPU and nvJPEG: $$($(BUILD)/loaderbench --data $(BUILD)/inet-bench --decode-only 2>&1 | tail -1)"; fi
 
 # Fuzz targets for every parser of untrusted input (tests/fuzz/fuzz_*.c: config, .npy,
 # checkpoint, image, dataset tree, safetensors), built with clang's libFuzzer + ASan + UBSan into
@@ -326,7 +330,7 @@ HELP_lib = only the library, $(BUILD)/libdeftc.a and $(BUILD)/libdeftc.so
 HELP_test-gpu = the GPU parity suite (needs a visible CUDA GPU)
 HELP_data = the sample dataset into $(DATA)/ (build/mkdata --help)
 HELP_lab = the kernel labs (build/deform_lab, build/conv_lab: variants validated, then timed; GPU)
-HELP_bench-loader = loader images/s on ImageNet-like JPEGs
+HELP_bench-loader = loader images/s on ImageNet-like JPEGs: the CPU workers, and with a GPU the nvJPEG decode
 HELP_reproduce = plain / unfused / deft training-time table, ablation and precisions, CSV + chart in runs/ (GPU; MODEL=resnet50: another model)
 HELP_scaling = data-parallel images/s on 1 and GPUS=2 GPUs, plain and deft (GPUs; bench/scaling.sh)
 HELP_fuzz = build the libFuzzer targets (config, .npy, checkpoint, image, dataset tree, safetensors) into build-fuzz/fuzz/ (clang)

@@ -3,7 +3,7 @@
 # benchmarks beside the PyTorch yardstick, the reproduction and the main job. Run from the
 # repository root on the GPU machine:
 #   bash bench/gpu_run.sh [tests] [api] [conv] [deform] [deform2] [resnet] [resnet_mp] [repro] [run] [seeds]
-#                         [bf16] [graphs] [graph_idle] [conv_lab] [conv_algo] [yard_amp] [breakdown] [resnet50] [dropin]
+#                         [bf16] [graphs] [graph_idle] [conv_lab] [conv_algo] [loader_gpu] [yard_amp] [breakdown] [resnet50] [dropin]
 #                         [scaling] [scaling_sync] [scaling_bf16] [dp_equiv] [dp_equiv_syn] [dp_run] [dp_multiproc]
 #                         [dp_fail]   (the last eight: 2 GPUs)
 # Logs go to $OUT (default /tmp/deftc-out) and are packed into $OUT/all.tgz. Uses the
@@ -142,6 +142,24 @@ for s in $STEPS; do
         T 500 build/conv_lab --csv "$W/conv_lab.csv" ${LAB_ARGS:-} > "$W/conv_lab.txt" 2>&1
         echo "conv_lab rc=$?: $(tail -1 "$W/conv_lab.txt")" | tee -a "$OUT/summary.txt"
         sed -n '/^variant /,/^(i)/p' "$W/conv_lab.txt" | tee -a "$OUT/summary.txt" ;;
+    loader_gpu)
+        # The loader's GPU decode (issue 24, docs/data.md): ImageNet-like 500x375 q90 JPEGs; the
+        # CPU workers (16) against nvJPEG + the GPU augmentation (4 workers read and probe), the
+        # decoder alone beside torchvision's decode_jpeg(device=cuda) on the same files, and a
+        # real-data bf16 training run at batch 256 with each decoder (its data wait).
+        INET=$W/inet
+        [ -d "$INET" ] || T 300 build/mkdata --out "$INET" --train ${INET_TRAIN:-600} --val 20 --width 500 --height 375 --quiet
+        log "loader: CPU workers vs GPU decode (build/loaderbench, train transform at 224)"
+        T 200 build/loaderbench --data "$INET" --workers 16 --batch 256 --epochs 2 > "$W/lb_cpu.txt" 2>&1
+        T 200 build/loaderbench --data "$INET" --decode gpu --workers 4 --batch 256 --epochs 3 > "$W/lb_gpu.txt" 2>&1
+        T 200 build/loaderbench --data "$INET" --decode-only --batch 256 > "$W/lb_decode_only.txt" 2>&1
+        T 200 python3 bench/torch_decode.py "$INET" --batch 256 > "$W/torch_decode.txt" 2>&1
+        for f in lb_cpu lb_gpu lb_decode_only torch_decode; do echo "-- $f"; grep -vE '^ +$' "$W/$f.txt" | tail -6; done | tee -a "$OUT/summary.txt"
+        for d in cpu gpu; do
+            T 250 build/train configs/synthetic_timing.cfg synthetic=0 data="$INET" batch=256 precision=bf16 \
+                decode=$d steps=${LSTEPS:-60} max_val_batches=1 progress=0 log=$W/lt_$d > "$W/lt_$d.out" 2>&1
+            echo "real-data bf16 step, batch 256, decode=$d: $(grep -E '^summary' "$W/lt_$d.out" | cut -c1-220) $(grep -m1 'decode' "$W/lt_$d.out" | cut -c1-160)" | tee -a "$OUT/summary.txt"
+        done ;;
     conv_algo)
         # The implicit-GEMM conv in the step (issue 20): the same build with conv_algo=gemm (im2col +
         # cuBLAS) and conv_algo=auto (the plan: docs/conv.md), bf16 ResNet-18 plain and

@@ -1,7 +1,6 @@
 /* dt_augment.h: the loader's augmentation (dt_transform.h: crop, antialiased resize rounded to
  * uint8 like PIL, flip) as an op on a batch of decoded images, on the CPU or the GPU - the op
- * the GPU-decode path (nvJPEG, issue 24; not built yet) will feed with the images it decoded
- * in device memory.
+ * the loader's GPU decode (dt_gpu_decode.h) runs on the images nvJPEG decoded in device memory.
  *
  *   src      u8 [bytes] packed decoded images: sample i's [h_i, w_i, 3] HWC pixels at offset_i
  *   samples  per sample: offset, decoded size, and the plan the loader draws (dt_transform_plan:
@@ -46,6 +45,20 @@ DT_PUBLIC_END
 /* The twins (samples: host memory; src, out: the device's). */
 void dt_augment_images_cpu(int n, int S, const uint8_t *src, const dt_augment_sample *samples, uint8_t *out);
 void dt_augment_images_cuda(int n, int S, const uint8_t *src, const dt_augment_sample *samples, uint8_t *out);
+
+/* For the loader's GPU decode thread (dt_gpu_decode.c), which works on a stream of its own and
+ * outside deftc's caching allocator (that one orders reuse by the context's stream): the same
+ * kernel on `stream` (a cudaStream_t), sample i written to output row rows[i] (NULL: row i),
+ * its tables staged through `scratch` (pinned host + device, grown as needed; the call waits
+ * for the stream's earlier work before reusing them). 0, or -1 when a CUDA call fails. CUDA
+ * builds only. */
+typedef struct {
+    void *host, *dev;
+    size_t bytes;
+} dt_augment_scratch;
+int dt_augment_images_on_stream(int n, int S, const uint8_t *src, const dt_augment_sample *samples, const int *rows,
+                                uint8_t *out, dt_augment_scratch *scratch, void *stream);
+void dt_augment_scratch_free(dt_augment_scratch *scratch);
 
 #ifdef __cplusplus
 }

@@ -8,17 +8,23 @@
 #include "dt_alloc.h"
 #include "dt_device.h"
 #include "dt_file.h"
+#include "dt_gpu_decode.h"
 #include "dt_image.h"
+#include "dt_image_header.h"
 #include "dt_rng.h"
 #include "dt_timer.h"
 #include "dt_transform.h"
 
 /* Slot life cycle: FREE -> FILLING (a worker claimed its first sample) -> READY (all samples
- * written) -> HELD (handed to the training loop) -> FREE (released). Batch b lives in slot
- * b % K. All state changes happen under the loader mutex; the pixel writes of a sample happen
- * outside it, and the mutex hand-over (done++ under the lock, READY seen under the lock)
- * orders them before the consumer's reads. */
-enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_HELD };
+ * written) -> HELD (handed to the training loop) -> FREE (released). With GPU decode, READY ->
+ * DECODING (the decode thread took it) -> DECODED -> HELD. Batch b lives in slot b % K. All
+ * state changes happen under the loader mutex; the pixel writes of a sample happen outside
+ * it, and the mutex hand-over (done++ under the lock, READY seen under the lock) orders them
+ * before the consumer's (or the decode thread's) reads. */
+enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_DECODING, SLOT_DECODED, SLOT_HELD };
+
+/* GPU decode: where a row's pixels come from (the epoch's counts in dt_loader_stats). */
+enum { ROUTE_GPU, ROUTE_NOT_JPEG, ROUTE_JPEG_LAYOUT, ROUTE_REFUSED };
 
 typedef struct {
     uint8_t *images; /* [B, S, S, 3] u8 HWC */
@@ -26,6 +32,12 @@ typedef struct {
     int state;
     int64_t batch;
     int n, done;
+    /* GPU decode only, [B] each: the row's file (kept encoded for nvJPEG), its job, route,
+     * dataset index and epoch position (for a replacement found by the decode thread) */
+    dt_scratch *files;
+    dt_gpu_decode_job *jobs;
+    int *route;
+    int64_t *idx, *pos;
 } slot;
 
 /* A cached image: immutable once published (release store), read by any worker. */
@@ -73,6 +85,18 @@ struct dt_loader {
     atomic_int dead_class;
     int64_t max_pixels; /* images with more pixels are skipped before decoding */
 
+    /* GPU decode: the decoder, its thread, the next batch it decodes, its arrays [B] (the
+     * chosen jobs, their rows, why nvJPEG refused one, the rows copied up from the host) */
+    dt_gpu_decoder *gpu;
+    pthread_t dec_thread;
+    int dec_started;
+    int64_t dec_next;
+    dt_gpu_decode_job *dec_jobs;
+    int *dec_rows, *dec_refused, *dec_host;
+    int64_t n_gpu, n_not_jpeg, n_layout, n_refused; /* this epoch, under mu */
+    double gpu_ms;
+    char decoder[1024]; /* dt_loader_decoder */
+
     /* Cache: one pointer per dataset index, published with compare-and-swap. */
     _Atomic(cached *) *cache;
     int cache_size;
@@ -86,6 +110,7 @@ struct dt_loader {
 typedef struct {
     dt_loader *l;
     dt_scratch file, resample;
+    dt_gpu_parse *parse; /* GPU decode: this worker's nvJPEG header parser */
 } worker_ctx;
 
 dt_loader_opts dt_loader_default_opts(int train) {
@@ -126,11 +151,11 @@ static void mark_bad(dt_loader *l, int64_t i, const char *why) {
     }
 }
 
-/* Reads file idx and the size in its header, checked against the pixel cap. */
-static int read_and_probe(worker_ctx *w, int64_t idx, size_t *n, int *iw, int *ih, dt_err *err) {
-    const char *path = w->l->ds->paths[idx];
-    if (dt_file_read(path, "", DT_IMAGE_MAX_FILE_BYTES, &w->file, n, err)) return -1;
-    return dt_image_probe(w->file.p, *n, path, w->l->max_pixels, iw, ih, err);
+/* Reads file idx into `file` and the size in its header, checked against the pixel cap. */
+static int read_and_probe(dt_loader *l, dt_scratch *file, int64_t idx, size_t *n, int *iw, int *ih, dt_err *err) {
+    const char *path = l->ds->paths[idx];
+    if (dt_file_read(path, "", DT_IMAGE_MAX_FILE_BYTES, file, n, err)) return -1;
+    return dt_image_probe(file->p, *n, path, l->max_pixels, iw, ih, err);
 }
 
 /* The cached form of image idx: its shorter side reduced to cache_size (never enlarged),
@@ -143,7 +168,7 @@ static const dt_image *cached_image(worker_ctx *w, int64_t idx, dt_image *tmp, i
     if (c) return &c->img;
     size_t n;
     int iw, ih, rw, rh;
-    if (read_and_probe(w, idx, &n, &iw, &ih, err)) return NULL;
+    if (read_and_probe(l, &w->file, idx, &n, &iw, &ih, err)) return NULL;
     int sh = iw < ih ? iw : ih;
     if (sh > l->cache_size)
         dt_resize_shorter_dims(iw, ih, l->cache_size, &rw, &rh);
@@ -193,10 +218,33 @@ static void make_plan(const dt_loader *l, int iw, int ih, dt_rng *r, dt_transfor
         dt_transform_plan_val(iw, ih, l->S, p);
 }
 
+/* GPU decode: whether the file in `data` goes to nvJPEG (ROUTE_GPU) or, with the route's
+ * reason, to the CPU decoder. nvJPEG gets only the JPEGs it decodes as libjpeg-turbo does,
+ * checked by deftc's own walk of the markers - a truncated file (no EOI), which the CPU path
+ * refuses, among the files that stay on the CPU - and whose size the walk and the CPU probe
+ * agree on. */
+static int gpu_route(worker_ctx *w, const uint8_t *data, size_t n, int iw, int ih) {
+    const dt_loader *l = w->l;
+    if (dt_image_format_of(data, n) != DT_FMT_JPEG) return ROUTE_NOT_JPEG;
+    dt_jpeg_layout lay;
+    const char *why;
+    if (dt_jpeg_read_layout(data, n, &lay, &why) || !dt_jpeg_gpu_decodable(&lay, &why) || lay.w != iw || lay.h != ih)
+        return ROUTE_JPEG_LAYOUT;
+    if (dt_gpu_decoder_hardware(l->gpu) && lay.sof != 0xC0) return ROUTE_JPEG_LAYOUT; /* the engines: baseline only */
+    return dt_gpu_decoder_supported(l->gpu, data, n, &w->parse) ? ROUTE_GPU : ROUTE_REFUSED;
+}
+
+/* A GPU-decode batch row a worker fills (NULL: decode on the CPU). */
+typedef struct {
+    slot *s;
+    int j;
+} gpu_row;
+
 /* Decodes and transforms one candidate; 0 on success. Without the cache the transform is
  * planned from the header's size first, so a JPEG is decoded only as large as the plan needs;
- * with it, planned on the cached image (so the first epoch equals the later ones). */
-static int load_sample(worker_ctx *w, int64_t idx, dt_rng *r, uint8_t *out) {
+ * with it, planned on the cached image (so the first epoch equals the later ones). With GPU
+ * decode (g), a JPEG nvJPEG takes is only read, probed and planned: its row's job is set. */
+static int load_sample(worker_ctx *w, int64_t idx, dt_rng *r, uint8_t *out, const gpu_row *g) {
     dt_loader *l = w->l;
     dt_image tmp = {0};
     const dt_image *img = NULL;
@@ -209,9 +257,18 @@ static int load_sample(worker_ctx *w, int64_t idx, dt_rng *r, uint8_t *out) {
     } else {
         size_t n;
         int iw, ih;
-        if (read_and_probe(w, idx, &n, &iw, &ih, &err) == 0) {
+        dt_scratch *file = g ? &g->s->files[g->j] : &w->file; /* a GPU row keeps its file for nvJPEG */
+        if (read_and_probe(l, file, idx, &n, &iw, &ih, &err) == 0) {
             make_plan(l, iw, ih, r, &plan);
-            if (dt_image_decode(w->file.p, n, l->ds->paths[idx], l->max_pixels, plan.min_scale, &tmp, &err) == 0) {
+            if (g) {
+                int route = gpu_route(w, file->p, n, iw, ih);
+                g->s->route[g->j] = route;
+                if (route == ROUTE_GPU) {
+                    g->s->jobs[g->j] = (dt_gpu_decode_job){file->p, n, iw, ih, plan};
+                    return 0;
+                }
+            }
+            if (dt_image_decode(file->p, n, l->ds->paths[idx], l->max_pixels, plan.min_scale, &tmp, &err) == 0) {
                 img = &tmp;
                 owned = 1;
             }
@@ -228,7 +285,8 @@ static int load_sample(worker_ctx *w, int64_t idx, dt_rng *r, uint8_t *out) {
 
 /* Fills one batch row for epoch position p (of the whole epoch, not the shard). Returns 1 if perm[p] itself was skipped, -1 if
  * no image of the dataset decodes. */
-static int fill_sample(worker_ctx *w, const int64_t *perm, int epoch, int64_t p, uint8_t *out, int32_t *label) {
+static int fill_sample(worker_ctx *w, const int64_t *perm, int epoch, int64_t p, uint8_t *out, int32_t *label,
+                       const gpu_row *g) {
     dt_loader *l = w->l;
     int skipped = 0;
     for (int64_t d = 0; d < l->m; d++) {
@@ -242,8 +300,9 @@ static int fill_sample(worker_ctx *w, const int64_t *perm, int epoch, int64_t p,
          * image appearing twice in an epoch is augmented differently. */
         dt_rng r;
         dt_rng_derive(&r, d ? l->o.seed ^ dt_hash64((uint64_t)d) : l->o.seed, (uint64_t)epoch, (uint64_t)idx);
-        if (load_sample(w, idx, &r, out) == 0) {
+        if (load_sample(w, idx, &r, out, g) == 0) {
             *label = l->ds->labels[idx];
+            if (g) g->s->idx[g->j] = idx;
             return skipped;
         }
         skipped |= d == 0;
@@ -286,13 +345,23 @@ static void *worker_main(void *arg) {
                 pthread_mutex_unlock(&l->mu);
 
                 double t0 = dt_now_ms();
-                int rc = fill_sample(w, perm, epoch, l->o.shard + p * l->o.shards, s->images + (size_t)j * per_image, &s->labels[j]);
+                const int64_t pos = l->o.shard + p * l->o.shards;
+                const gpu_row g = {s, j};
+                if (l->gpu) s->pos[j] = pos;
+                int rc = fill_sample(w, perm, epoch, pos, s->images + (size_t)j * per_image, &s->labels[j],
+                                     l->gpu ? &g : NULL);
                 double dt = dt_now_ms() - t0;
 
                 pthread_mutex_lock(&l->mu);
                 l->inflight--;
                 l->decode_ms += dt;
                 if (rc > 0) l->skipped++;
+                if (l->gpu && rc >= 0) {
+                    const int route = s->route[j];
+                    l->n_not_jpeg += route == ROUTE_NOT_JPEG;
+                    l->n_layout += route == ROUTE_JPEG_LAYOUT;
+                    l->n_refused += route == ROUTE_REFUSED;
+                }
                 int dead = atomic_load(&l->dead_class);
                 if ((rc < 0 || dead) && !l->failed) {
                     l->failed = 1;
@@ -316,7 +385,95 @@ static void *worker_main(void *arg) {
     pthread_mutex_unlock(&l->mu);
     dt_scratch_free(&w->file);
     dt_scratch_free(&w->resample);
+    if (w->parse) dt_gpu_decoder_parse_free(l->gpu, w->parse);
     free(w);
+    return NULL;
+}
+
+/* GPU decode, one batch (slot k, taken by the decode thread): its JPEG rows through nvJPEG
+ * and the augmentation kernel; the rows nvJPEG refuses decoded on the CPU here, and one that
+ * does not decode there either replaced by the next image of the epoch order, as a worker
+ * would have (fill_sample from the same epoch position: the bad file is skipped, the next one
+ * gets the stream it gets on the CPU path); then the host rows copied up. *skipped: rows whose
+ * own image turned out bad; *refused_n: rows nvJPEG refused. 0, or -1 with err. */
+static int decode_batch(worker_ctx *w, slot *s, int k, const int64_t *perm, int epoch, int64_t *skipped,
+                        int64_t *refused_n, dt_err *err) {
+    dt_loader *l = w->l;
+    const size_t per = (size_t)l->S * l->S * 3;
+    int m = 0, nh = 0;
+    for (int j = 0; j < s->n; j++)
+        if (s->route[j] == ROUTE_GPU) l->dec_jobs[m] = s->jobs[j], l->dec_rows[m++] = j;
+        else l->dec_host[nh++] = j;
+    if (dt_gpu_decoder_decode(l->gpu, k, l->dec_jobs, l->dec_rows, m, l->dec_refused, err)) return -1;
+    for (int i = 0; i < m; i++) {
+        if (!l->dec_refused[i]) continue;
+        const int j = l->dec_rows[i];
+        const dt_gpu_decode_job *jb = &s->jobs[j];
+        const int64_t idx = s->idx[j];
+        uint8_t *out = s->images + (size_t)j * per;
+        dt_image img;
+        dt_err e;
+        s->route[j] = ROUTE_REFUSED;
+        (*refused_n)++;
+        l->dec_host[nh++] = j;
+        if (dt_image_decode(jb->jpeg, jb->bytes, l->ds->paths[idx], l->max_pixels, jb->plan.min_scale, &img, &e) == 0) {
+            dt_transform_apply(&jb->plan, &img, l->S, out, &w->resample);
+            dt_image_free(&img);
+            continue;
+        }
+        mark_bad(l, idx, e.msg);
+        int rc = fill_sample(w, perm, epoch, s->pos[j], out, &s->labels[j], NULL);
+        if (rc < 0) return dt_errf(err, "none of the %lld images of %s decodes", (long long)l->m, l->ds->dir);
+        *skipped += rc > 0;
+    }
+    return dt_gpu_decoder_finish(l->gpu, k, s->images, l->dec_host, nh, err);
+}
+
+/* The decode thread: takes the batches in order as the workers finish them. */
+static void *decode_main(void *arg) {
+    dt_loader *l = arg;
+    worker_ctx w = {.l = l};
+    dt_gpu_decoder_bind_thread(l->gpu);
+    pthread_mutex_lock(&l->mu);
+    for (;;) {
+        if (l->stop) break;
+        slot *s = &l->slots[l->dec_next % l->K];
+        if (l->active && !l->failed && l->dec_next < l->nb && s->state == SLOT_READY && s->batch == l->dec_next) {
+            s->state = SLOT_DECODING;
+            const int k = (int)(l->dec_next % l->K), epoch = l->epoch;
+            const int64_t *perm = l->perm;
+            l->inflight++;
+            pthread_mutex_unlock(&l->mu);
+
+            double t0 = dt_now_ms();
+            int64_t skipped = 0, refused = 0;
+            dt_err err;
+            int rc = decode_batch(&w, s, k, perm, epoch, &skipped, &refused, &err);
+            double dt = dt_now_ms() - t0;
+
+            pthread_mutex_lock(&l->mu);
+            l->inflight--;
+            l->gpu_ms += dt;
+            l->skipped += skipped;
+            l->n_refused += refused;
+            for (int j = 0; j < s->n; j++) l->n_gpu += s->route[j] == ROUTE_GPU;
+            int dead = atomic_load(&l->dead_class);
+            if ((rc || dead) && !l->failed) {
+                l->failed = 1;
+                if (rc) snprintf(l->errmsg, sizeof l->errmsg, "%s", err.msg);
+                else dead_class_error(l, dead - 1, l->errmsg, sizeof l->errmsg);
+            }
+            if (!rc) s->state = SLOT_DECODED;
+            l->dec_next++;
+            pthread_cond_broadcast(&l->ready_cv);
+            if (l->inflight == 0) pthread_cond_broadcast(&l->idle_cv);
+            continue;
+        }
+        pthread_cond_wait(&l->ready_cv, &l->mu);
+    }
+    pthread_mutex_unlock(&l->mu);
+    dt_scratch_free(&w.file);
+    dt_scratch_free(&w.resample);
     return NULL;
 }
 
@@ -414,7 +571,7 @@ static void *probe_worker(void *arg) {
             int iw, ih;
             dt_image img;
             dt_err e;
-            if (read_and_probe(&w, idx, &n, &iw, &ih, &e) == 0 &&
+            if (read_and_probe(l, &w.file, idx, &n, &iw, &ih, &e) == 0 &&
                 dt_image_decode(w.file.p, n, l->ds->paths[idx], l->max_pixels, 1.0 / 8, &img, &e) == 0) {
                 dt_image_free(&img);
                 ok = 1;
@@ -510,6 +667,14 @@ dt_loader *dt_loader_new(const dt_dataset *ds, const dt_loader_opts *opts, dt_er
         dt_errf(err, "loader: subset %lld is negative", (long long)o.subset);
         return NULL;
     }
+    if (o.decode < DT_DECODE_CPU || o.decode > DT_DECODE_AUTO) {
+        dt_errf(err, "loader: decode %d is not one of cpu, gpu, auto", o.decode);
+        return NULL;
+    }
+    if (o.decode == DT_DECODE_GPU && o.cache) {
+        dt_errf(err, "loader: decode=gpu with cache=1: the cache keeps images decoded on the CPU; use one of them");
+        return NULL;
+    }
     /* One class: the softmax of one logit is 1, the loss 0 from the first step, nothing is
      * learnt, and the run would look fine. */
     if (o.train && ds->num_classes < 2) {
@@ -560,11 +725,48 @@ dt_loader *dt_loader_new(const dt_dataset *ds, const dt_loader_opts *opts, dt_er
     pthread_cond_init(&l->idle_cv, NULL);
     /* Pinned only when the GPU context exists now; remembered so that free matches. */
     l->pinned = dt_gpu_ready();
+    /* The decoder: the GPU's when asked for (or auto and there), else the CPU workers'. */
+#ifdef DT_LIBJPEG
+    const char *cpu_name = "libjpeg-turbo, libpng, stb_image for BMP";
+#else
+    const char *cpu_name = "stb_image";
+#endif
+    snprintf(l->decoder, sizeof l->decoder, "cpu (%s)", cpu_name);
+    if (o.decode != DT_DECODE_CPU) {
+        dt_err e;
+        const char *why = NULL;
+        if (o.cache) why = "cache=1 keeps CPU-decoded images";
+        else if (!dt_built_with_cuda()) why = "deftc was built without CUDA";
+        else if (!dt_gpu_ready()) why = "no GPU context (dt_gpu_init comes before the loader)";
+        else if (!(l->gpu = dt_gpu_decoder_new(dt_gpu_current(), l->B, l->S, l->K, &e))) why = e.msg;
+        if (why && o.decode == DT_DECODE_GPU) {
+            dt_errf(err, "loader: decode=gpu: %s", why);
+            dt_loader_free(l);
+            return NULL;
+        }
+        if (why) snprintf(l->decoder, sizeof l->decoder, "cpu (%s; decode=auto: %.600s)", cpu_name, why);
+        else snprintf(l->decoder, sizeof l->decoder, "gpu: %s (PNG, BMP and the JPEGs it does not take: %s)",
+                      dt_gpu_decoder_describe(l->gpu), cpu_name);
+    }
     l->slots = dt_xcalloc((size_t)l->K, sizeof *l->slots);
     for (int k = 0; k < l->K; k++) {
         l->slots[k].images = dt_host_alloc((size_t)l->B * l->S * l->S * 3, l->pinned); /* [B, S, S, 3] u8 */
         l->slots[k].labels = dt_host_alloc((size_t)l->B * sizeof(int32_t), l->pinned);
         l->slots[k].state = SLOT_FREE;
+        if (l->gpu) {
+            slot *sk = &l->slots[k];
+            sk->files = dt_xcalloc((size_t)l->B, sizeof *sk->files);
+            sk->jobs = dt_xcalloc((size_t)l->B, sizeof *sk->jobs);
+            sk->route = dt_xcalloc((size_t)l->B, sizeof *sk->route);
+            sk->idx = dt_xcalloc((size_t)l->B, sizeof *sk->idx);
+            sk->pos = dt_xcalloc((size_t)l->B, sizeof *sk->pos);
+        }
+    }
+    if (l->gpu) {
+        l->dec_jobs = dt_xcalloc((size_t)l->B, sizeof *l->dec_jobs);
+        l->dec_rows = dt_xcalloc((size_t)l->B, sizeof *l->dec_rows);
+        l->dec_refused = dt_xcalloc((size_t)l->B, sizeof *l->dec_refused);
+        l->dec_host = dt_xcalloc((size_t)l->B, sizeof *l->dec_host);
     }
     l->bad = dt_xcalloc((size_t)dt_ceil_div(l->n, 64), sizeof *l->bad);
     l->class_bad = dt_xcalloc((size_t)ds->num_classes, sizeof *l->class_bad);
@@ -593,6 +795,15 @@ dt_loader *dt_loader_new(const dt_dataset *ds, const dt_loader_opts *opts, dt_er
         }
         l->nstarted++;
     }
+    if (l->gpu) {
+        int rc = pthread_create(&l->dec_thread, NULL, decode_main, l);
+        if (rc != 0) {
+            dt_errf(err, "loader: cannot start the GPU decode thread: %s", strerror(rc));
+            dt_loader_free(l);
+            return NULL;
+        }
+        l->dec_started = 1;
+    }
     return l;
 }
 
@@ -601,7 +812,11 @@ void dt_loader_start_epoch(dt_loader *l, int epoch) {
     l->active = 0; /* no new claims; let the samples in flight finish */
     while (l->inflight > 0) pthread_cond_wait(&l->idle_cv, &l->mu);
     l->gen++;
-    for (int k = 0; k < l->K; k++) l->slots[k].state = SLOT_FREE;
+    for (int k = 0; k < l->K; k++) {
+        /* a batch still held is abandoned: its device buffer is reused after the reads queued so far */
+        if (l->gpu && l->slots[k].state == SLOT_HELD) dt_gpu_decoder_released(l->gpu, k);
+        l->slots[k].state = SLOT_FREE;
+    }
     memcpy(l->perm, l->base, (size_t)l->m * sizeof *l->perm);
     if (l->o.train) {
         /* Fisher-Yates from the stream (seed, epoch, tag): a function of the epoch only. */
@@ -617,6 +832,9 @@ void dt_loader_start_epoch(dt_loader *l, int epoch) {
     l->epoch = epoch;
     l->next_item = 0;
     l->next_batch = 0;
+    l->dec_next = 0;
+    l->n_gpu = l->n_not_jpeg = l->n_layout = l->n_refused = 0;
+    l->gpu_ms = 0;
     l->skipped = 0;
     l->images_out = 0;
     l->decode_ms = 0;
@@ -626,6 +844,7 @@ void dt_loader_start_epoch(dt_loader *l, int epoch) {
     l->started = 1;
     l->active = 1;
     pthread_cond_broadcast(&l->work_cv);
+    pthread_cond_broadcast(&l->ready_cv); /* the decode thread */
     pthread_mutex_unlock(&l->mu);
 }
 
@@ -651,8 +870,8 @@ int dt_loader_next(dt_loader *l, dt_batch *b) {
                  l->K, (long long)s->batch, l->K);
     }
     double t0 = dt_now_ms();
-    while (!(s->state == SLOT_READY && s->batch == l->next_batch) && !l->failed)
-        pthread_cond_wait(&l->ready_cv, &l->mu);
+    const int done = l->gpu ? SLOT_DECODED : SLOT_READY;
+    while (!(s->state == done && s->batch == l->next_batch) && !l->failed) pthread_cond_wait(&l->ready_cv, &l->mu);
     double waited = dt_now_ms() - t0;
     l->wait_ms += waited;
     l->total_wait_ms += waited;
@@ -661,7 +880,8 @@ int dt_loader_next(dt_loader *l, dt_batch *b) {
         return -1;
     }
     s->state = SLOT_HELD;
-    b->images = s->images;
+    b->images = l->gpu ? NULL : s->images;
+    b->dev_images = l->gpu ? dt_gpu_decoder_images(l->gpu, (int)(l->next_batch % l->K)) : NULL;
     b->labels = s->labels;
     b->n = s->n;
     b->index = l->next_batch;
@@ -681,16 +901,18 @@ int dt_loader_next(dt_loader *l, dt_batch *b) {
 }
 
 void dt_loader_release(dt_loader *l, dt_batch *b) {
-    if (!b->images) return;
+    if (!b->images && !b->dev_images) return;
     pthread_mutex_lock(&l->mu);
     slot *s = &l->slots[b->slot_];
     /* A batch of an abandoned epoch (start_epoch came between) is no longer ours to free. */
     if (b->gen_ == l->gen && s->state == SLOT_HELD && s->batch == b->index) {
+        if (l->gpu) dt_gpu_decoder_released(l->gpu, b->slot_); /* before a worker can refill it */
         s->state = SLOT_FREE;
         pthread_cond_broadcast(&l->work_cv);
     }
     pthread_mutex_unlock(&l->mu);
     b->images = NULL;
+    b->dev_images = NULL;
     b->labels = NULL;
 }
 
@@ -710,6 +932,12 @@ dt_loader_stats dt_loader_epoch_stats(dt_loader *l) {
     st.wait_ms = l->wait_ms;
     st.total_wait_ms = l->total_wait_ms;
     st.epoch_ms = l->started ? (l->t_end ? l->t_end : dt_now_ms()) - l->t_start : 0;
+    st.gpu_decode = l->gpu != NULL;
+    st.gpu_images = l->n_gpu;
+    st.cpu_not_jpeg = l->n_not_jpeg;
+    st.cpu_jpeg_layout = l->n_layout;
+    st.cpu_refused = l->n_refused;
+    st.gpu_ms = l->gpu_ms;
     pthread_mutex_unlock(&l->mu);
     st.bad_files = atomic_load(&l->bad_count);
     st.cache_images = l->cache ? atomic_load(&l->cache_images) : 0;
@@ -724,9 +952,17 @@ void dt_loader_stats_str(const dt_loader_stats *s, char *buf, size_t cap) {
                        s->epoch, (long long)s->batches, (long long)s->images, s->epoch_ms / 1e3,
                        (long long)s->skipped, (long long)s->bad_files, s->decode_ms / 1e3, s->wait_ms / 1e3);
     if (s->cache_images && len > 0 && (size_t)len < cap)
-        snprintf(buf + len, cap - (size_t)len, ", cache %lld images %.1f MB", (long long)s->cache_images,
-                 s->cache_bytes / 1048576.0);
+        len += snprintf(buf + len, cap - (size_t)len, ", cache %lld images %.1f MB", (long long)s->cache_images,
+                        s->cache_bytes / 1048576.0);
+    if (s->gpu_decode && len > 0 && (size_t)len < cap)
+        snprintf(buf + len, cap - (size_t)len,
+                 "; GPU decode: %lld images, on the CPU %lld (%lld not JPEG, %lld JPEG layout, %lld refused by nvJPEG), "
+                 "decode thread %.1f s",
+                 (long long)s->gpu_images, (long long)(s->cpu_not_jpeg + s->cpu_jpeg_layout + s->cpu_refused),
+                 (long long)s->cpu_not_jpeg, (long long)s->cpu_jpeg_layout, (long long)s->cpu_refused, s->gpu_ms / 1e3);
 }
+
+const char *dt_loader_decoder(const dt_loader *l) { return l->decoder; }
 
 const char *dt_loader_error(dt_loader *l) {
     pthread_mutex_lock(&l->mu);
@@ -740,13 +976,20 @@ void dt_loader_free(dt_loader *l) {
     pthread_mutex_lock(&l->mu);
     l->stop = 1;
     pthread_cond_broadcast(&l->work_cv);
+    pthread_cond_broadcast(&l->ready_cv);
     pthread_mutex_unlock(&l->mu);
     for (int t = 0; t < l->nstarted; t++) pthread_join(l->threads[t], NULL);
+    if (l->dec_started) pthread_join(l->dec_thread, NULL);
+    dt_gpu_decoder_free(l->gpu);
     free(l->threads);
-    for (int k = 0; k < l->K; k++) {
-        dt_host_free(l->slots[k].images, l->pinned);
-        dt_host_free(l->slots[k].labels, l->pinned);
+    for (int k = 0; l->slots && k < l->K; k++) {
+        slot *sk = &l->slots[k];
+        dt_host_free(sk->images, l->pinned);
+        dt_host_free(sk->labels, l->pinned);
+        for (int j = 0; sk->files && j < l->B; j++) dt_scratch_free(&sk->files[j]);
+        free(sk->files), free(sk->jobs), free(sk->route), free(sk->idx), free(sk->pos);
     }
+    free(l->dec_jobs), free(l->dec_rows), free(l->dec_refused), free(l->dec_host);
     free(l->slots);
     free(l->perm);
     free(l->base);

@@ -19,11 +19,11 @@
  *   dt_loader_start_epoch(l, epoch);
  *   dt_batch cur = {0}, prev = {0};
  *   while (dt_loader_next(l, &cur) == 1) {      // blocks only while the workers are behind
- *       copy cur.images / cur.labels to the device (async), normalize, launch the step ...
- *       if (prev.images) dt_loader_release(l, &prev);   // after its copy has completed
+ *       copy cur.images (or cur.dev_images) / cur.labels to the device (async), normalize, step ...
+ *       dt_loader_release(l, &prev);            // after its copy has completed (dev_images: queued)
  *       prev = cur;
  *   }
- *   if (prev.images) dt_loader_release(l, &prev);
+ *   dt_loader_release(l, &prev);
  *
  * Determinism: the order of an epoch is a Fisher-Yates shuffle from (seed, epoch) when
  * training, the dataset order otherwise; sample i's augmentation draws from the stream
@@ -58,6 +58,21 @@
  * Decoding: the header's size is read first and the transform planned from it, so that a JPEG
  * is decoded only as large as the transform needs (dt_image_decode's min_scale).
  *
+ * GPU decode (opts.decode = DT_DECODE_GPU, or AUTO where nvJPEG and the GPU context are there;
+ * not with the cache, which keeps CPU-decoded images): the workers read each file, probe its
+ * header and plan its transform as before, and check the JPEG's markers (dt_jpeg_read_layout);
+ * a baseline JPEG that nvJPEG decodes as the CPU would stays encoded in the slot, everything else
+ * (PNG, BMP, progressive, CMYK, 12-bit, truncated) is decoded and transformed on the CPU into
+ * the slot's host row as before. A decode thread then decodes the slot's JPEGs with nvJPEG's
+ * batched decoder on a stream of its own, augments them on the GPU (dt_augment.h's kernel:
+ * the CPU path's filter), copies the CPU rows up, and hands the batch out complete in device
+ * memory: dt_batch.dev_images = u8 [B, S, S, 3] (images is NULL). A file nvJPEG refuses is
+ * decoded on the CPU by that thread; one that does not decode there either is skipped and
+ * replaced exactly as on the CPU path (same labels, same order, same streams). The consumer
+ * reads dev_images on deftc's stream; dt_loader_release records an event there that the
+ * decode thread waits for before it reuses the buffer. The epoch's counts per route are in
+ * dt_loader_stats.
+ *
  * Cache (opts.cache): every decoded image is kept in memory as uint8 with its shorter side
  * reduced to cache_size (default round(S * 256 / 224), the val resize, so val batches are
  * bit-identical with and without the cache); train crops are then taken from the cached
@@ -82,6 +97,10 @@ DT_PUBLIC_BEGIN
 
 typedef struct dt_loader dt_loader;
 
+/* Where JPEGs are decoded: on the CPU workers, on the GPU (nvJPEG; an error when it cannot
+ * be), or on the GPU when it can be (the reason otherwise in dt_loader_decoder). */
+typedef enum { DT_DECODE_CPU = 0, DT_DECODE_GPU = 1, DT_DECODE_AUTO = 2 } dt_decode;
+
 typedef struct {
     int batch;        /* B (default 64) */
     int image_size;   /* S (default 224) */
@@ -98,13 +117,15 @@ typedef struct {
                               warning before decoding (default DT_IMAGE_MAX_PIXELS, PIL's) */
     int shard, shards;     /* data parallel: this replica's share of each epoch (default 0 of 1) */
     int64_t subset;        /* 0: every image; N: a fixed sample of N, stratified by class (see above) */
+    int decode;            /* dt_decode (default DT_DECODE_CPU: batches in host memory) */
 } dt_loader_opts;
 
 /* The defaults above; train selects the train defaults. */
 dt_loader_opts dt_loader_default_opts(int train);
 
 typedef struct {
-    uint8_t *images;  /* [B, S, S, 3] uint8 HWC, not normalized (rows past n are stale) */
+    uint8_t *images;  /* [B, S, S, 3] uint8 HWC, not normalized (rows past n are stale); NULL with GPU decode */
+    const uint8_t *dev_images; /* GPU decode: the same, in device memory (written, synchronized) */
     int32_t *labels;  /* [B] int32 */
     int n;            /* samples in this batch (B except a short last batch) */
     int64_t index;    /* batch number in the epoch */
@@ -124,6 +145,13 @@ typedef struct {
     double epoch_ms;      /* since dt_loader_start_epoch */
     int64_t cache_images; /* images held in the cache */
     size_t cache_bytes;
+    /* GPU decode, this epoch: images decoded by nvJPEG; decoded on the CPU instead because the
+     * file is not a JPEG, because its layout is not one nvJPEG decodes as the CPU does
+     * (progressive, CMYK, 12-bit, truncated, ...), or because nvJPEG refused it; the decode
+     * thread's time */
+    int gpu_decode;
+    int64_t gpu_images, cpu_not_jpeg, cpu_jpeg_layout, cpu_refused;
+    double gpu_ms;
 } dt_loader_stats;
 
 /* ds must outlive the loader. One consumer thread calls start_epoch / next / release. Errors
@@ -145,6 +173,9 @@ dt_loader_stats dt_loader_epoch_stats(dt_loader *l);
 /* One line: "epoch 3: 1251 batches, 0 skipped, decode 812.3 s (worker), wait 1.2 s, ..." */
 void dt_loader_stats_str(const dt_loader_stats *s, char *buf, size_t cap);
 const char *dt_loader_error(dt_loader *l);
+/* Which decoder runs: "gpu: nvJPEG 13.0.1 (...), hardware backend" or "cpu (libjpeg-turbo)",
+ * with decode=auto's reason when it fell back to the CPU. */
+const char *dt_loader_decoder(const dt_loader *l);
 void dt_loader_free(dt_loader *l); /* joins the workers, also mid-epoch */
 
 DT_PUBLIC_END

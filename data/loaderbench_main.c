@@ -1,7 +1,8 @@
 /* build/loaderbench: how fast the data pipeline decodes and augments, without a GPU.
  *
  *   build/loaderbench --data DIR [--split train] [--workers N] [--batch 64] [--size 224]
- *                     [--epochs 1] [--cache 0|1] [--val] [--max-batches N]
+ *                     [--epochs 1] [--cache 0|1] [--val] [--max-batches N] [--decode cpu|gpu|auto]
+ *   build/loaderbench --data DIR --decode-only [--batch 256] [--max-batches N]   (nvJPEG alone)
  *   build/loaderbench --scan-test N [--scan-classes C] [--tmp DIR]
  *                                                    time dt_dataset_open on N empty files
  *
@@ -17,13 +18,21 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "dt_alloc.h"
 #include "dt_dataset.h"
+#include "dt_device.h"
+#include "dt_file.h"
+#include "dt_gpu_decode.h"
+#include "dt_image.h"
+#include "dt_image_header.h"
 #include "dt_loader.h"
 #include "dt_timer.h"
+#include "dt_transform.h"
 
 static void usage(void) {
     puts("usage: loaderbench --data DIR [--split train] [--workers N] [--batch 64] [--size 224]\n"
-         "                   [--epochs 1] [--cache 0|1] [--val] [--max-batches N]\n"
+         "                   [--epochs 1] [--cache 0|1] [--val] [--max-batches N] [--decode cpu|gpu|auto]\n"
+         "       loaderbench --data DIR --decode-only [--batch 256] [--max-batches N]\n"
          "       loaderbench --scan-test N [--scan-classes C] [--tmp DIR]\n"
          "  --data DIR       dataset root (DIR/train/<class>/<image>)\n"
          "  --split NAME     split to read (default train)\n"
@@ -34,6 +43,10 @@ static void usage(void) {
          "  --cache 0|1      keep decoded images in memory (default 0)\n"
          "  --val            val transform (resize + center crop, no shuffle) instead of train\n"
          "  --max-batches N  stop each epoch after N batches\n"
+         "  --decode WHERE   cpu (the workers, default), gpu (nvJPEG + the GPU augmentation: batches in device\n"
+         "                   memory), auto\n"
+         "  --decode-only    the GPU decoder alone on files read into memory first: nvJPEG + the augmentation of\n"
+         "                   a val transform, batches of --batch, every JPEG nvJPEG takes (--max-batches of them)\n"
          "  --scan-test N    create N empty *.JPEG files in C class folders (--scan-classes, default 100)\n"
          "                   under --tmp (default /tmp), time the dataset scan, remove them");
 }
@@ -94,10 +107,66 @@ static int scan_test(int n, int classes, const char *tmpbase) {
     return system(cmd) == 0 ? 0 : 1;
 }
 
+/* --decode-only: the files read into memory first (as many as max_batches batches take, or
+ * all), then the GPU decoder alone - nvJPEG's batched decode and the augmentation kernel with
+ * a val transform, each batch synchronized - timed over every batch after a warm-up one. */
+static int decode_only_bench(const dt_dataset *ds, int batch, int size, int max_batches) {
+    int64_t n = ds->count;
+    if (max_batches && (int64_t)(max_batches + 1) * batch < n) n = (int64_t)(max_batches + 1) * batch;
+    dt_err err;
+    dt_gpu_decoder *d = dt_gpu_decoder_new(dt_gpu_current(), batch, size, 1, &err);
+    if (!d) {
+        fprintf(stderr, "loaderbench: %s\n", err.msg);
+        return 1;
+    }
+    printf("decode-only: %s, batch %d, val transform to %d\n", dt_gpu_decoder_describe(d), batch, size);
+    dt_gpu_decode_job *jobs = dt_xcalloc((size_t)n, sizeof *jobs);
+    dt_scratch *files = dt_xcalloc((size_t)n, sizeof *files);
+    int64_t m = 0;
+    double bytes = 0;
+    for (int64_t i = 0; i < n; i++) {
+        size_t len;
+        int w, h;
+        if (dt_file_read(ds->paths[i], "", DT_IMAGE_MAX_FILE_BYTES, &files[m], &len, &err) ||
+            dt_image_probe(files[m].p, len, ds->paths[i], DT_IMAGE_MAX_PIXELS, &w, &h, &err) ||
+            dt_image_format_of(files[m].p, len) != DT_FMT_JPEG)
+            continue;
+        jobs[m].jpeg = files[m].p, jobs[m].bytes = len, jobs[m].w = w, jobs[m].h = h;
+        dt_transform_plan_val(w, h, size, &jobs[m].plan);
+        bytes += (double)len;
+        m++;
+    }
+    int *rows = dt_xcalloc((size_t)batch, sizeof *rows), *refused = dt_xcalloc((size_t)batch, sizeof *refused);
+    for (int i = 0; i < batch; i++) rows[i] = i;
+    int64_t nb = m / batch, images = 0, refusals = 0;
+    if (nb < 2) {
+        fprintf(stderr, "loaderbench: --decode-only needs at least 2 batches of JPEGs (%lld found)\n", (long long)m);
+        return 1;
+    }
+    double t0 = 0;
+    for (int64_t b = 0; b < nb; b++) {
+        if (b == 1) t0 = dt_now_ms(); /* batch 0 warms up (allocations, the engines) */
+        if (dt_gpu_decoder_decode(d, 0, jobs + b * batch, rows, batch, refused, &err) ||
+            dt_gpu_decoder_finish(d, 0, NULL, rows, 0, &err)) {
+            fprintf(stderr, "loaderbench: %s\n", err.msg);
+            return 1;
+        }
+        for (int i = 0; b > 0 && i < batch; i++) refusals += refused[i] != 0;
+        if (b > 0) images += batch;
+    }
+    double s = (dt_now_ms() - t0) / 1e3;
+    printf("decode-only: %lld images in %.3f s = %.0f images/s (%lld refused by nvJPEG; %.0f KB a file)\n",
+           (long long)images, s, images / s, (long long)refusals, bytes / (double)m / 1024);
+    for (int64_t i = 0; i < n; i++) dt_scratch_free(&files[i]);
+    free(files), free(jobs), free(rows), free(refused);
+    dt_gpu_decoder_free(d);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *data = NULL, *split = "train", *tmpbase = "/tmp";
     int workers = -1, batch = 64, size = 224, epochs = 1, cache = 0, val = 0, max_batches = 0, scan_n = 0;
-    int scan_classes = 100;
+    int scan_classes = 100, decode = DT_DECODE_CPU, decode_only = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int has = i + 1 < argc;
@@ -106,6 +175,8 @@ int main(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "--val")) {
             val = 1;
+        } else if (!strcmp(a, "--decode-only")) {
+            decode_only = 1;
         } else if (!has) {
             fprintf(stderr, "loaderbench: %s needs a value (or is unknown); --help lists the flags\n", a);
             return 2;
@@ -125,6 +196,13 @@ int main(int argc, char **argv) {
             epochs = arg_int(a, argv[++i], 1, 1000);
         } else if (!strcmp(a, "--cache")) {
             cache = arg_int(a, argv[++i], 0, 1);
+        } else if (!strcmp(a, "--decode")) {
+            const char *v = argv[++i];
+            decode = !strcmp(v, "cpu") ? DT_DECODE_CPU : !strcmp(v, "gpu") ? DT_DECODE_GPU : !strcmp(v, "auto") ? DT_DECODE_AUTO : -1;
+            if (decode < 0) {
+                fprintf(stderr, "loaderbench: --decode '%s': expected cpu, gpu or auto\n", v);
+                return 2;
+            }
         } else if (!strcmp(a, "--max-batches")) {
             max_batches = arg_int(a, argv[++i], 1, 1 << 30);
         } else if (!strcmp(a, "--scan-classes")) {
@@ -133,7 +211,7 @@ int main(int argc, char **argv) {
             scan_n = arg_int(a, argv[++i], 1, 100000000);
         } else {
             fprintf(stderr, "loaderbench: unknown flag %s; valid: --data --split --workers --batch --size --epochs "
-                            "--cache --val --max-batches --scan-test --scan-classes --tmp\n", a);
+                            "--cache --val --max-batches --decode --decode-only --scan-test --scan-classes --tmp\n", a);
             return 2;
         }
     }
@@ -151,6 +229,14 @@ int main(int argc, char **argv) {
     }
     printf("dataset %s: %lld images, %d classes, scanned in %.1f ms\n", ds.dir, (long long)ds.count, ds.num_classes,
            dt_now_ms() - t0);
+    if (decode != DT_DECODE_CPU || decode_only) {
+        if (dt_gpu_count() == 0) {
+            fprintf(stderr, "loaderbench: --decode %s needs a CUDA GPU (none is visible)\n", decode_only ? "-only" : "gpu");
+            return 1;
+        }
+        dt_gpu_init(0); /* before the loader: pinned slots, and the decoder's device */
+    }
+    if (decode_only) return decode_only_bench(&ds, batch, size, max_batches);
     int cores = dt_num_cores();
     int runs[2] = {1, cores}, nruns = workers > 0 ? 1 : (cores > 1 ? 2 : 1);
     if (workers > 0) runs[0] = workers;
@@ -164,12 +250,14 @@ int main(int argc, char **argv) {
         o.image_size = size;
         o.workers = runs[r];
         o.cache = cache;
+        o.decode = decode;
         o.seed = 1;
         dt_loader *l = dt_loader_new(&ds, &o, &err);
         if (!l) {
             fprintf(stderr, "loaderbench: %s\n", err.msg);
             return 1;
         }
+        if (r == 0) printf("decode: %s\n", dt_loader_decoder(l));
         for (int e = 0; e < epochs; e++) {
             double te = dt_now_ms();
             dt_loader_start_epoch(l, e);
@@ -189,8 +277,8 @@ int main(int argc, char **argv) {
             dt_loader_stats st = dt_loader_epoch_stats(l);
             printf("%8d %6d %9lld %9.2f %10.1f %12.1f %12.2f %10.1f\n", runs[r], e, (long long)images, s, images / s,
                    images / s / runs[r], st.decode_ms / (double)(images ? images : 1), 100.0 * st.wait_ms / (s * 1e3));
-            if (st.skipped || (cache && e == epochs - 1)) {
-                char line[512];
+            if (st.skipped || st.gpu_decode || (cache && e == epochs - 1)) {
+                char line[1024];
                 dt_loader_stats_str(&st, line, sizeof line);
                 printf("         %s\n", line);
             }

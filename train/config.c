@@ -38,6 +38,9 @@ static const key_spec KEYS[] = {
     {"batch", T_INT, F(batch), "64", NULL, 1, 65536, 1, "images per step"},
     {"workers", T_INT, F(workers), "0", NULL, 0, 1024, 0, "loader threads (0 = number of cores)"},
     {"crop_scale_min", T_FLOAT, F(crop_scale_min), "0.08", NULL, 0.01, 1, 1, "RandomResizedCrop's smallest area fraction"},
+    {"decode", T_ENUM, F(decode), "auto", "auto|cpu|gpu", 0, 0, 1,
+     "where JPEGs are decoded: gpu (nvJPEG, then the augmentation on the GPU), cpu (the loader's workers), auto (gpu "
+     "where nvJPEG and a GPU are there and cache=0; docs/data.md)"},
     {"cache", T_BOOL, F(cache), "0", NULL, 0, 1, 1, "keep decoded, downsized images in memory (small datasets)"},
     {"max_val_batches", T_INT, F(max_val_batches), "0", NULL, 0, 1 << 30, 0, "evaluate on a fixed class-stratified sample of this many val batches (0 = all)"},
     {"device", T_ENUM, F(device), "cuda", "cuda|cpu", 0, 0, 1, "where to train"},
@@ -506,6 +509,10 @@ int dt_config_check(const dt_train_cfg *c, dt_err *err) {
     if (dt_resnet_parse_stages(c->deform) < 0)
         return dt_errf(err, "bad value '%s' for 'deform': expected none, all, stages 1..4 like 2,3,4 (layer2..layer4), "
                        "or c3-c5 (the DCNv2 paper's conv3_x..conv5_x = layer2..layer4; also c2-c5, c4-c5, c5)", c->deform);
+    if (!strcmp(c->decode, "gpu") && !strcmp(c->device, "cpu"))
+        return dt_errf(err, "decode=gpu decodes on the GPU, and device=cpu trains without one: use decode=cpu or auto");
+    if (!strcmp(c->decode, "gpu") && c->cache)
+        return dt_errf(err, "decode=gpu with cache=1: the cache keeps images decoded on the CPU; use one of them");
     dt_err e;
     if (dt_config_gpus(c, NULL, &e) < 0) return dt_errf(err, "%s", e.msg);
     return 0;

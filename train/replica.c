@@ -166,6 +166,10 @@ static int make_loaders(replica *r) {
         o.workers = c->workers ? c->workers : (dt_num_cores() + run->local - 1) / run->local;
         o.seed = c->seed;
         o.cache = c->cache;
+        o.decode = run->dev != DT_GPU ? DT_DECODE_CPU
+                   : !strcmp(c->decode, "gpu") ? DT_DECODE_GPU
+                   : !strcmp(c->decode, "cpu") ? DT_DECODE_CPU
+                                               : DT_DECODE_AUTO;
         o.crop_scale_min = c->crop_scale_min;
         o.max_pixels = c->max_image_pixels;
         o.shard = r->rank;
@@ -177,6 +181,7 @@ static int make_loaders(replica *r) {
         dt_loader **l = train ? &r->train_ld : &r->val_ld;
         *l = dt_loader_new(train ? &run->train_ds : &run->val_ds, &o, &r->err);
         if (!*l) return 1;
+        if (train) SAY(r, "loader: %d workers, decode %s", o.workers, dt_loader_decoder(*l));
         if (!train && dt_loader_size(*l) < run->val_ds.count)
             SAY(r, "evaluating on %lld of %lld images, stratified over %d classes (max_val_batches = %d x batch %d; the "
                 "same images every evaluation)", (long long)dt_loader_size(*l), (long long)run->val_ds.count,
@@ -344,26 +349,29 @@ void replica_teardown(replica *r) {
 
 /* ---- a step ---- */
 
-/* A loader batch's images (u8 [n, S, S, 3] in host memory) as the model's input (evaluation):
- * copied to the device and normalized there in one pass into the model's dtype and layout, so
- * that the forward's own conversion of its input is a no-op. */
-static dt_tensor *batch_images(replica *r, const uint8_t *images, int n) {
+/* A loader batch's images (u8 [n, S, S, 3] in host memory, or in device memory with GPU
+ * decode) as the model's input (evaluation): on the device and normalized there in one pass
+ * into the model's dtype and layout, so that the forward's own conversion of its input is a
+ * no-op. */
+static dt_tensor *batch_images(replica *r, const dt_batch *b) {
     int S = r->run->c->image_size;
-    int64_t s[4] = {n, S, S, 3};
+    int64_t s[4] = {b->n, S, S, 3};
     dt_tensor *u8 = dt_tensor_new_as(4, s, r->run->dev, DT_U8, DT_NCHW);
-    dt_tensor_upload(u8, images);
+    if (b->dev_images) dt_copy_d2d(u8->data, b->dev_images, dt_tensor_bytes(u8));
+    else dt_tensor_upload(u8, b->images);
     return dt_normalize_images(u8, dt_imagenet_mean, dt_imagenet_std, r->model.act, r->model.cfg.layout);
 }
 
 /* The training batch (always whole: the train loader drops the last partial batch and refills
  * the slots of unreadable images) into the step's input buffers (in_u8, in_y): on the GPU
- * asynchronously from the loader's pinned slot, which is released only after the step's last
- * event (so after the copy). The buffers' earlier contents were read by the previous step,
+ * asynchronously from the loader's pinned slot (with GPU decode: from its device buffer), which
+ * is released only after the step's last event (so after the copy). The buffers' earlier contents were read by the previous step,
  * queued before. */
 static void copy_batch(replica *r, const dt_batch *b) {
     size_t img = dt_tensor_bytes(r->in_u8), lab = dt_tensor_bytes(r->in_y);
     if (r->run->dev == DT_GPU) {
-        dt_copy_h2d_async(r->in_u8->data, b->images, img);
+        if (b->dev_images) dt_copy_d2d(r->in_u8->data, b->dev_images, img); /* GPU decode: already there */
+        else dt_copy_h2d_async(r->in_u8->data, b->images, img);
         dt_copy_h2d_async(r->in_y->data, b->labels, lab);
     } else {
         memcpy(r->in_u8->data, b->images, img);
@@ -636,7 +644,7 @@ static int evaluate_shard(replica *r, double m[4], int stats) {
             dl->stats_halo = dl->cur_halo;
         }
         int64_t sy[1] = {b.n};
-        dt_tensor *x = batch_images(r, b.images, b.n), *y = dt_tensor_new_as(1, sy, r->run->dev, DT_I32, DT_NCHW);
+        dt_tensor *x = batch_images(r, &b), *y = dt_tensor_new_as(1, sy, r->run->dev, DT_I32, DT_NCHW);
         dt_tensor_upload(y, b.labels);
         dt_tensor *logits = dt_resnet_forward(&r->model, x, 0);
         float cc[2];
@@ -743,7 +751,7 @@ int replica_end_epoch(replica *r, int64_t epoch, int epoch_done, int64_t batches
         log_offset_stats(r, epoch);
         if (r->train_ld && r->rank == 0) {
             dt_loader_stats ls = dt_loader_epoch_stats(r->train_ld);
-            char lb[512];
+            char lb[1024];
             dt_loader_stats_str(&ls, lb, sizeof lb);
             SAY(r, "loader%s: %s", run->world > 1 ? " (replica 0)" : "", lb);
         }
