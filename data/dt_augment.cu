@@ -127,8 +127,7 @@ int dt_augment_images_on_stream(int n, int S, const uint8_t *src, const dt_augme
     aug_tables t;
     build_tables(n, S, samples, rows, &t);
     cudaStream_t st = (cudaStream_t)stream;
-    if (scratch->bytes < t.bytes) { /* grow both buffers; the stream's earlier use of them is done first */
-        if (cudaStreamSynchronize(st) != cudaSuccess) return -1;
+    if (scratch->bytes < t.bytes) { /* grow both buffers (the caller's earlier use of them is done) */
         cudaFreeHost(scratch->host);
         cudaFree(scratch->dev);
         scratch->host = scratch->dev = NULL;
@@ -137,8 +136,6 @@ int dt_augment_images_on_stream(int n, int S, const uint8_t *src, const dt_augme
         if (cudaMallocHost(&scratch->host, want) != cudaSuccess || cudaMalloc(&scratch->dev, want) != cudaSuccess)
             return -1;
         scratch->bytes = want;
-    } else if (cudaStreamSynchronize(st) != cudaSuccess) { /* the host staging may still be read by the last copy */
-        return -1;
     }
     pack_tables(&t, (char *)scratch->host);
     if (cudaMemcpyAsync(scratch->dev, scratch->host, t.bytes, cudaMemcpyHostToDevice, st) != cudaSuccess) return -1;

@@ -49,9 +49,9 @@ void dt_augment_images_cuda(int n, int S, const uint8_t *src, const dt_augment_s
 /* For the loader's GPU decode thread (dt_gpu_decode.c), which works on a stream of its own and
  * outside deftc's caching allocator (that one orders reuse by the context's stream): the same
  * kernel on `stream` (a cudaStream_t), sample i written to output row rows[i] (NULL: row i),
- * its tables staged through `scratch` (pinned host + device, grown as needed; the call waits
- * for the stream's earlier work before reusing them). 0, or -1 when a CUDA call fails. CUDA
- * builds only. */
+ * its tables staged through `scratch` (pinned host + device, grown as needed: the caller makes
+ * sure the stream's earlier use of the scratch is done, dt_gpu_decode keeps one per buffer).
+ * 0, or -1 when a CUDA call fails. CUDA builds only. */
 typedef struct {
     void *host, *dev;
     size_t bytes;

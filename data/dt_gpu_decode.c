@@ -23,9 +23,11 @@ struct dt_gpu_decoder {
     uint8_t *out;             /* K buffers u8 [B, S, S, 3], one allocation */
     cudaEvent_t *released;    /* [K] recorded by the consumer on its stream */
     int *has_release;         /* [K] */
+    cudaEvent_t *done;        /* [K] recorded on the decoder's stream after out_k's last write */
+    int *has_done;            /* [K] */
     uint8_t *pix;             /* the batch's decoded images, packed: [h_i, w_i, 3] at 256-byte offsets */
     size_t pix_cap;
-    dt_augment_scratch aug;
+    dt_augment_scratch *aug;  /* [K] the augmentation's table staging, one per buffer (reused after done[k]) */
     /* per batch, [B] each: the selected jobs' inputs to nvJPEG and to the augmentation */
     const unsigned char **data;
     size_t *len;
@@ -96,8 +98,12 @@ dt_gpu_decoder *dt_gpu_decoder_new(int device, int B, int S, int K, dt_err *err)
     }
     d->released = dt_xcalloc((size_t)K, sizeof *d->released);
     d->has_release = dt_xcalloc((size_t)K, sizeof *d->has_release);
+    d->done = dt_xcalloc((size_t)K, sizeof *d->done);
+    d->has_done = dt_xcalloc((size_t)K, sizeof *d->has_done);
+    d->aug = dt_xcalloc((size_t)K, sizeof *d->aug);
     for (int k = 0; k < K; k++)
-        if ((ce = cudaEventCreateWithFlags(&d->released[k], cudaEventDisableTiming)) != cudaSuccess) {
+        if ((ce = cudaEventCreateWithFlags(&d->released[k], cudaEventDisableTiming)) != cudaSuccess ||
+            (ce = cudaEventCreateWithFlags(&d->done[k], cudaEventDisableTiming)) != cudaSuccess) {
             cuda_err(err, "cudaEventCreate", ce);
             goto fail;
         }
@@ -136,6 +142,10 @@ int dt_gpu_decoder_decode(dt_gpu_decoder *d, int k, const dt_gpu_decode_job *job
                           int *refused, dt_err *err) {
     const dt_nvjpeg_api *nj = d->nj;
     cudaError_t ce;
+    /* The host side of out_k's last batch (its table staging, the host rows it copied up) is
+     * free once that batch's work is done: long ago, when the consumer has released it. */
+    if (d->has_done[k] && (ce = cudaEventSynchronize(d->done[k])) != cudaSuccess)
+        return cuda_err(err, "the decode stream", ce);
     if (d->has_release[k]) { /* the consumer's reads of out_k come before this batch's writes */
         if ((ce = cudaStreamWaitEvent(d->stream, d->released[k], 0)) != cudaSuccess)
             return cuda_err(err, "cudaStreamWaitEvent", ce);
@@ -197,7 +207,7 @@ int dt_gpu_decoder_decode(dt_gpu_decoder *d, int k, const dt_gpu_decode_job *job
         d->arow[na] = rows[i];
         na++;
     }
-    if (dt_augment_images_on_stream(na, d->S, d->pix, d->as, d->arow, (uint8_t *)dt_gpu_decoder_images(d, k), &d->aug,
+    if (dt_augment_images_on_stream(na, d->S, d->pix, d->as, d->arow, (uint8_t *)dt_gpu_decoder_images(d, k), &d->aug[k],
                                     d->stream))
         return cuda_err(err, "the augmentation kernel", cudaGetLastError());
     return 0;
@@ -211,8 +221,18 @@ int dt_gpu_decoder_finish(dt_gpu_decoder *d, int k, const uint8_t *host_images, 
         if ((ce = cudaMemcpyAsync(out + (size_t)rows[i] * per, host_images + (size_t)rows[i] * per, per,
                                   cudaMemcpyHostToDevice, d->stream)) != cudaSuccess)
             return cuda_err(err, "cudaMemcpyAsync of a CPU-decoded row", ce);
-    if ((ce = cudaStreamSynchronize(d->stream)) != cudaSuccess) return cuda_err(err, "the decode stream", ce);
+    /* No host wait: the consumer's stream waits for this event (dt_gpu_decoder_acquire), and the
+     * decode thread goes on to the next batch while the engines and the kernel work on this one. */
+    if ((ce = cudaEventRecord(d->done[k], d->stream)) != cudaSuccess) return cuda_err(err, "cudaEventRecord", ce);
+    d->has_done[k] = 1;
     return 0;
+}
+
+void dt_gpu_decoder_acquire(const dt_gpu_decoder *d, int k) { DT_CHECK(cudaStreamWaitEvent(dt_stream(), d->done[k], 0)); }
+
+int dt_gpu_decoder_sync(dt_gpu_decoder *d, dt_err *err) {
+    cudaError_t ce = cudaStreamSynchronize(d->stream);
+    return ce == cudaSuccess ? 0 : cuda_err(err, "the decode stream", ce);
 }
 
 int dt_gpu_decoder_supported(const dt_gpu_decoder *d, const uint8_t *jpeg, size_t bytes, dt_gpu_parse **parse) {
@@ -235,6 +255,8 @@ void dt_gpu_decoder_parse_free(const dt_gpu_decoder *d, dt_gpu_parse *parse) {
 void dt_gpu_decoder_released(dt_gpu_decoder *d, int k) {
     DT_CHECK(cudaEventRecord(d->released[k], dt_stream()));
     d->has_release[k] = 1;
+    /* a worker refills the slot's pinned host rows next: the copies up from them are done first */
+    if (d->has_done[k]) DT_CHECK(cudaEventSynchronize(d->done[k]));
 }
 
 void dt_gpu_decoder_free(dt_gpu_decoder *d) {
@@ -245,13 +267,15 @@ void dt_gpu_decoder_free(dt_gpu_decoder *d) {
     if (d->stream) cudaStreamSynchronize(d->stream);
     if (d->st) d->nj->JpegStateDestroy(d->st);
     if (d->h) d->nj->Destroy(d->h);
-    dt_augment_scratch_free(&d->aug);
+    for (int k = 0; d->aug && k < d->K; k++) dt_augment_scratch_free(&d->aug[k]);
     cudaFree(d->pix);
     cudaFree(d->out);
-    for (int k = 0; d->released && k < d->K; k++)
+    for (int k = 0; d->released && k < d->K; k++) {
         if (d->released[k]) cudaEventDestroy(d->released[k]);
+        if (d->done[k]) cudaEventDestroy(d->done[k]);
+    }
     if (d->stream) cudaStreamDestroy(d->stream);
-    free(d->released), free(d->has_release);
+    free(d->released), free(d->has_release), free(d->done), free(d->has_done), free(d->aug);
     free(d->data), free(d->len), free(d->img), free(d->as), free(d->sel), free(d->arow);
     free(d);
     cudaSetDevice(prev);
@@ -283,6 +307,11 @@ int dt_gpu_decoder_supported(const dt_gpu_decoder *d, const uint8_t *jpeg, size_
 void dt_gpu_decoder_parse_free(const dt_gpu_decoder *d, dt_gpu_parse *parse) { (void)d, (void)parse; }
 const uint8_t *dt_gpu_decoder_images(const dt_gpu_decoder *d, int k) { (void)d, (void)k; return NULL; }
 void dt_gpu_decoder_released(dt_gpu_decoder *d, int k) { (void)d, (void)k; }
+void dt_gpu_decoder_acquire(const dt_gpu_decoder *d, int k) { (void)d, (void)k; }
+int dt_gpu_decoder_sync(dt_gpu_decoder *d, dt_err *err) {
+    (void)d;
+    return dt_errf(err, "GPU decode: deftc was built without CUDA");
+}
 void dt_gpu_decoder_free(dt_gpu_decoder *d) { (void)d; }
 
 #endif

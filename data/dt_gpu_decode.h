@@ -11,8 +11,11 @@
  * hardware JPEG engines where the GPU has them (A100, H100/H200: baseline files of one scan),
  * else the hybrid backend (Huffman decoding on the calling CPU thread, the rest on the GPU).
  *
- * The consumer reads out_k on its own stream; dt_gpu_decoder_released(k) records an event
- * there that the decoder waits for before it writes out_k again. */
+ * Nothing waits on the host in the steady state: a batch's work ends in an event that the
+ * consumer's stream waits for (dt_gpu_decoder_acquire) before it reads out_k, and
+ * dt_gpu_decoder_released(k) records an event on the consumer's stream that the decoder's
+ * stream waits for before it writes out_k again; so the decode thread prepares batch k + 1
+ * while the engines and the kernel still work on batch k. */
 #ifndef DT_GPU_DECODE_H
 #define DT_GPU_DECODE_H
 
@@ -70,14 +73,20 @@ void dt_gpu_decoder_parse_free(const dt_gpu_decoder *d, dt_gpu_parse *parse);
  * 0, or -1 with err on a CUDA error. */
 int dt_gpu_decoder_decode(dt_gpu_decoder *d, int k, const dt_gpu_decode_job *jobs, const int *rows, int n,
                           int *refused, dt_err *err);
-/* Copies host rows (u8 [S, S, 3] each, row r at host_images + r * S * S * 3, pinned memory)
- * into the same rows of out_k, then waits for all of out_k's work: when it returns 0, out_k
- * holds the whole batch. -1 with err on a CUDA error. */
+/* Copies host rows (u8 [S, S, 3] each, row r at host_images + r * S * S * 3, pinned memory,
+ * untouched until out_k is released) into the same rows of out_k, and records the batch's end:
+ * work queued on deftc's stream after dt_gpu_decoder_acquire(k) sees the whole batch. -1 with
+ * err on a CUDA error. */
 int dt_gpu_decoder_finish(dt_gpu_decoder *d, int k, const uint8_t *host_images, const int *rows, int n, dt_err *err);
+/* The consumer (deftc's stream of the calling thread) waits for out_k's batch. */
+void dt_gpu_decoder_acquire(const dt_gpu_decoder *d, int k);
+/* Waits on the host for every batch queued (benchmarks). */
+int dt_gpu_decoder_sync(dt_gpu_decoder *d, dt_err *err);
 /* out_k: u8 [B, S, S, 3] in device memory */
 const uint8_t *dt_gpu_decoder_images(const dt_gpu_decoder *d, int k);
 /* The consumer is done queueing reads of out_k on its stream (deftc's stream of the calling
- * thread; not while that stream captures a graph). */
+ * thread; not while that stream captures a graph); returns when out_k's host rows may be
+ * refilled (its batch's copies from them are done). */
 void dt_gpu_decoder_released(dt_gpu_decoder *d, int k);
 void dt_gpu_decoder_free(dt_gpu_decoder *d);
 

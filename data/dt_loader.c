@@ -882,6 +882,7 @@ int dt_loader_next(dt_loader *l, dt_batch *b) {
     s->state = SLOT_HELD;
     b->images = l->gpu ? NULL : s->images;
     b->dev_images = l->gpu ? dt_gpu_decoder_images(l->gpu, (int)(l->next_batch % l->K)) : NULL;
+    if (l->gpu) dt_gpu_decoder_acquire(l->gpu, (int)(l->next_batch % l->K)); /* deftc's stream waits for it */
     b->labels = s->labels;
     b->n = s->n;
     b->index = l->next_batch;

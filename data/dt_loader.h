@@ -66,11 +66,12 @@
  * the slot's host row as before. A decode thread then decodes the slot's JPEGs with nvJPEG's
  * batched decoder on a stream of its own, augments them on the GPU (dt_augment.h's kernel:
  * the CPU path's filter), copies the CPU rows up, and hands the batch out complete in device
- * memory: dt_batch.dev_images = u8 [B, S, S, 3] (images is NULL). A file nvJPEG refuses is
+ * memory: dt_batch.dev_images = u8 [B, S, S, 3] (images is NULL; deftc's stream waits for its
+ * writes, so work queued there after dt_loader_next reads the whole batch). A file nvJPEG refuses is
  * decoded on the CPU by that thread; one that does not decode there either is skipped and
  * replaced exactly as on the CPU path (same labels, same order, same streams). The consumer
  * reads dev_images on deftc's stream; dt_loader_release records an event there that the
- * decode thread waits for before it reuses the buffer. The epoch's counts per route are in
+ * decode thread's stream waits for before it reuses the buffer. The epoch's counts per route are in
  * dt_loader_stats.
  *
  * Cache (opts.cache): every decoded image is kept in memory as uint8 with its shorter side
@@ -125,7 +126,8 @@ dt_loader_opts dt_loader_default_opts(int train);
 
 typedef struct {
     uint8_t *images;  /* [B, S, S, 3] uint8 HWC, not normalized (rows past n are stale); NULL with GPU decode */
-    const uint8_t *dev_images; /* GPU decode: the same, in device memory (written, synchronized) */
+    const uint8_t *dev_images; /* GPU decode: the same, in device memory; deftc's stream (of the thread
+                                  that called dt_loader_next) waits for it to be written */
     int32_t *labels;  /* [B] int32 */
     int n;            /* samples in this batch (B except a short last batch) */
     int64_t index;    /* batch number in the epoch */
