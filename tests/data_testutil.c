@@ -9,6 +9,10 @@
 #include "dt_synth.h"
 #include "dt_test.h"
 
+#ifdef DT_LIBJPEG
+#include <jpeglib.h>
+#endif
+
 const char *dt_test_path(const char *rel) {
     static char buf[8][1024];
     static int k;
@@ -167,3 +171,42 @@ void dt_test_png_idat_zeros(dt_test_buf *b, size_t n) {
 }
 
 void dt_test_png_end(dt_test_buf *b) { dt_test_png_chunk(b, "IEND", NULL, 0); }
+
+#ifdef DT_LIBJPEG
+unsigned char *dt_test_libjpeg(int w, int h, const uint8_t *in, int comps, int in_cs, int jpeg_cs, const void *scans,
+                               int nscans, size_t *n) {
+    struct jpeg_compress_struct c;
+    struct jpeg_error_mgr e;
+    c.err = jpeg_std_error(&e);
+    jpeg_create_compress(&c);
+    unsigned char *out = NULL;
+    unsigned long size = 0;
+    jpeg_mem_dest(&c, &out, &size);
+    c.image_width = (JDIMENSION)w;
+    c.image_height = (JDIMENSION)h;
+    c.input_components = comps;
+    c.in_color_space = (J_COLOR_SPACE)in_cs;
+    jpeg_set_defaults(&c);
+    jpeg_set_colorspace(&c, (J_COLOR_SPACE)jpeg_cs);
+    jpeg_set_quality(&c, 95, TRUE);
+    if (scans) {
+        c.scan_info = (const jpeg_scan_info *)scans;
+        c.num_scans = nscans;
+    } else if (nscans < 0) {
+        jpeg_simple_progression(&c);
+    }
+    jpeg_start_compress(&c, TRUE);
+    while (c.next_scanline < c.image_height) {
+        JSAMPROW row = (JSAMPROW)(in + (size_t)c.next_scanline * w * comps);
+        jpeg_write_scanlines(&c, &row, 1);
+    }
+    jpeg_finish_compress(&c);
+    jpeg_destroy_compress(&c);
+    /* out is libjpeg's (malloc'ed by jpeg_mem_dest); a copy keeps who frees what plain */
+    unsigned char *q = malloc(size);
+    memcpy(q, out, size);
+    free(out);
+    *n = size;
+    return q;
+}
+#endif

@@ -35,3 +35,12 @@ void dt_test_png_chunk(dt_test_buf *b, const char *type, const void *data, size_
 void dt_test_png_idat(dt_test_buf *b, const unsigned char *raw, size_t n);
 void dt_test_png_idat_zeros(dt_test_buf *b, size_t n);
 void dt_test_png_end(dt_test_buf *b);
+
+#ifdef DT_LIBJPEG
+/* A JPEG written by libjpeg into memory (malloc'ed; *n its size), quality 95: `in` has `comps`
+ * components of colour space `in_cs` (a J_COLOR_SPACE), stored as `jpeg_cs`; `scans` (a
+ * jpeg_scan_info array of nscans) a progressive scan script, or NULL: baseline, or libjpeg's
+ * standard progression when nscans < 0. */
+unsigned char *dt_test_libjpeg(int w, int h, const uint8_t *in, int comps, int in_cs, int jpeg_cs, const void *scans,
+                               int nscans, size_t *n);
+#endif

@@ -265,33 +265,10 @@ static void put16be(unsigned char *p, unsigned v) { p[0] = (unsigned char)(v >> 
  * progression when nscans < 0). */
 static void write_libjpeg(const char *rel, int w, int h, const uint8_t *in, int comps, J_COLOR_SPACE in_cs,
                           J_COLOR_SPACE jpeg_cs, const jpeg_scan_info *scans, int nscans) {
-    struct jpeg_compress_struct c;
-    struct jpeg_error_mgr e;
-    c.err = jpeg_std_error(&e);
-    jpeg_create_compress(&c);
-    FILE *f = fopen(dt_test_path(rel), "wb");
-    jpeg_stdio_dest(&c, f);
-    c.image_width = (JDIMENSION)w;
-    c.image_height = (JDIMENSION)h;
-    c.input_components = comps;
-    c.in_color_space = in_cs;
-    jpeg_set_defaults(&c);
-    jpeg_set_colorspace(&c, jpeg_cs);
-    jpeg_set_quality(&c, 95, TRUE);
-    if (scans) {
-        c.scan_info = scans;
-        c.num_scans = nscans;
-    } else if (nscans < 0) {
-        jpeg_simple_progression(&c);
-    }
-    jpeg_start_compress(&c, TRUE);
-    while (c.next_scanline < c.image_height) {
-        JSAMPROW row = (JSAMPROW)(in + (size_t)c.next_scanline * w * comps);
-        jpeg_write_scanlines(&c, &row, 1);
-    }
-    jpeg_finish_compress(&c);
-    jpeg_destroy_compress(&c);
-    fclose(f);
+    size_t n;
+    unsigned char *j = dt_test_libjpeg(w, h, in, comps, in_cs, jpeg_cs, scans, nscans, &n);
+    dt_test_write_file(rel, j, n);
+    free(j);
 }
 #endif
 

@@ -142,38 +142,13 @@ static void put_adobe(dt_test_buf *b, int transform) {
 static const unsigned char ids123[4] = {1, 2, 3, 4};
 
 #ifdef DT_LIBJPEG
-/* A JPEG written by libjpeg into memory (jpeg_mem_dest): `progressive` with libjpeg's standard
- * script (10 scans for YCbCr), 4:2:0. The bytes are malloc'ed. */
+/* A JPEG written by libjpeg (dt_test_libjpeg): `progressive` with libjpeg's standard script (10
+ * scans for YCbCr), 4:2:0. The bytes are malloc'ed. */
 static unsigned char *libjpeg_jpeg(int w, int h, int progressive, size_t *n) {
     uint8_t *rgb = malloc((size_t)w * h * 3);
     dt_synth_render(2, w, h, 1, 0, 4, rgb);
-    struct jpeg_compress_struct c;
-    struct jpeg_error_mgr e;
-    c.err = jpeg_std_error(&e);
-    jpeg_create_compress(&c);
-    unsigned char *out = NULL;
-    unsigned long size = 0;
-    jpeg_mem_dest(&c, &out, &size);
-    c.image_width = (JDIMENSION)w;
-    c.image_height = (JDIMENSION)h;
-    c.input_components = 3;
-    c.in_color_space = JCS_RGB;
-    jpeg_set_defaults(&c);
-    jpeg_set_quality(&c, 90, TRUE);
-    if (progressive) jpeg_simple_progression(&c);
-    jpeg_start_compress(&c, TRUE);
-    while (c.next_scanline < c.image_height) {
-        JSAMPROW row = (JSAMPROW)(rgb + (size_t)c.next_scanline * w * 3);
-        jpeg_write_scanlines(&c, &row, 1);
-    }
-    jpeg_finish_compress(&c);
-    jpeg_destroy_compress(&c);
+    unsigned char *q = dt_test_libjpeg(w, h, rgb, 3, JCS_RGB, JCS_YCbCr, NULL, progressive ? -1 : 0, n);
     free(rgb);
-    /* out is libjpeg's (malloc'ed by jpeg_mem_dest); a copy keeps who frees what plain */
-    unsigned char *q = malloc(size);
-    memcpy(q, out, size);
-    free(out);
-    *n = size;
     return q;
 }
 
