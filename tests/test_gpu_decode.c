@@ -100,15 +100,20 @@ static void compare_epoch(const dt_dataset *ds, int train, int S, int B, dt_load
         EXPECT_EQ_INT(dt_loader_next(lg, &bg), 0);
     }
     *stats = dt_loader_epoch_stats(lg);
-    /* The bound: nvJPEG's IDCT and chroma upsampling against libjpeg-turbo's (accurate integer
-     * IDCT, smooth upsampling) - small everywhere, up to tens of levels at single pixels on
-     * sharp colour edges; the same antialiased resize after both. */
+    /* The bound: the same crop, antialiased resize and flip after two decoders - nvJPEG's
+     * hardware decoder against libjpeg-turbo's accurate integer IDCT and smooth ("fancy")
+     * chroma upsampling. These files are 4:2:0 (stb_image_write below quality 91), so the
+     * chroma planes are upsampled differently: small everywhere, tens of levels at single
+     * pixels on the saturated colour edges of the drawn shapes. Measured on the H200 (PERF
+     * section 16): mean 1.53 (train) / 1.48 (val) levels, 1.34 % / 1.35 % of bytes off by more
+     * than 16, worst 85 - the bound has ~30 % / ~50 % headroom over that; a channel swap or a
+     * misplaced row gives tens of levels on average. */
     const double mean = sum / bytes, frac16 = over16 / bytes;
     if (dt_test_verbose())
         printf("    %s S %d: mean |gpu - cpu| %.3f levels, %.4f %% of bytes off by more than 16, worst %d\n",
                train ? "train" : "val", S, mean, 100 * frac16, worst);
-    EXPECT_MSG(mean <= 1.5, "mean difference %.3f levels", mean);
-    EXPECT_MSG(frac16 <= 0.005, "%.4f %% of bytes differ by more than 16 levels (worst %d)", 100 * frac16, worst);
+    EXPECT_MSG(mean <= 2.0, "mean difference %.3f levels", mean);
+    EXPECT_MSG(frac16 <= 0.02, "%.4f %% of bytes differ by more than 16 levels (worst %d)", 100 * frac16, worst);
     free(host);
     dt_loader_free(lc);
     dt_loader_free(lg);
