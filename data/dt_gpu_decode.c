@@ -52,6 +52,10 @@ dt_gpu_decoder *dt_gpu_decoder_new(int device, int B, int S, int K, dt_err *err)
         dt_errf(err, "GPU decode: %s", why);
         return NULL;
     }
+    if (B > 65535) { /* the augmentation kernel's grid holds a batch in y */
+        dt_errf(err, "GPU decode: a batch of %d images is more than the augmentation kernel's 65535", B);
+        return NULL;
+    }
     int ndev = dt_gpu_count();
     if (device < 0 || device >= ndev) {
         dt_errf(err, "GPU decode: no CUDA device %d (%d visible)", device, ndev);
