@@ -74,6 +74,10 @@ struct gemm_view {
     void *y; /* bf16, or fp32 (F32OUT; split-K's [splits, M, NO] workspace) */
     const float *bias; /* [NO] fp32 added before the rounding, or NULL (bf16 y only) */
     float beta;        /* bf16 y = round(beta * y + acc (+ bias)): 0 writes, 1 accumulates (dx) */
+    /* bf16 y, not A_DGRAD_SPLIT: the batch norm's statistics in the epilogue - per row tile of
+     * BM rows, the sums of the stored (rounded) y and of y^2 over its rows in row order, fp32,
+     * into stats [2][ceil(M / BM)][NO]; NULL: none (the conv lab's bn_stats_final reduces them) */
+    float *stats;
     int N, AH, AW, AC, OH, OW, NO, KH, KW, SH, SW, PH, PW, DH, DW;
     int M, K;
     deform_src d; /* the deformable loader (A_DEFORM) only */
@@ -538,6 +542,28 @@ __global__ void __launch_bounds__(tile_cfg<BM, BN, WM, WN, STAGES, BK_>::THREADS
 #pragma unroll
         for (int e = 0; e < 4; e++) h[e] = __floats2bfloat162_rn(v[2 * e], v[2 * e + 1]);
         *dst = out;
+        if (!SPLIT && p.stats) { /* the stored values, back into the tile for the column sums */
+            float *c = sC + row * T::CPITCH + ch * 8;
+#pragma unroll
+            for (int e = 0; e < 4; e++) c[2 * e] = __low2float(h[e]), c[2 * e + 1] = __high2float(h[e]);
+        }
+    }
+    if (SPLIT || !p.stats) return;
+    /* the batch norm's statistics: a thread a column, its rows in order (deterministic); the
+     * tile's rows past M are not summed */
+    __syncthreads();
+    const int tile = m0 / BM, tiles = (p.M + BM - 1) / BM, rows = Mrows - m0 < BM ? Mrows - m0 : BM;
+    for (int c = tid; c < BN; c += T::THREADS) {
+        const int co = n0 + c;
+        if (co >= p.NO) continue;
+        float s = 0.0f, s2 = 0.0f;
+        for (int r = 0; r < rows; r++) {
+            const float v = sC[r * T::CPITCH + c];
+            s += v;
+            s2 = fmaf(v, v, s2);
+        }
+        p.stats[(int64_t)tile * p.NO + co] = s;
+        p.stats[((int64_t)tiles + tile) * p.NO + co] = s2;
     }
 }
 

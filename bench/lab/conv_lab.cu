@@ -37,6 +37,10 @@
  *   igemm_128x128_deform, igemm_64x64_deform   the same GEMM with the A_DEFORM loader: the
  *                      bilinear samples made in registers from the four corner chunks and
  *                      stored to shared memory only (issue 20's third part; not yet run)
+ *   igemm_128x128_bnstats  the 128 tile with the batch norm's statistics of y in its epilogue
+ *                      (per row tile and channel, then a final kernel: mean, invstd), against
+ *   igemm_128x128+bn_stats_pass  the same tile followed by the library's statistics pass over y
+ *                      (both validated against double sums of their own y; written, not yet run)
  *   igemm_128x128_w64, _k64, _w64_k64, igemm_128x256_w64, igemm_256x128_w64, igemm_1x1_w64_k64,
  *   igemm_128x128_w64_dgrad, _w64_k64_dgrad, igemm_128x128_w64_wgrad   the tile sweep: 64x64 warp
  *                      tiles (half the ldmatrix per mma), BK = 64 (half the barriers), 8-warp
@@ -74,6 +78,7 @@
 #include "conv_igemm.cuh"
 #include "deform_nhwc.h"
 #include "deform_plan.h"
+#include "batchnorm.h"
 #include "im2col.h"
 
 /* ================================================================== the kernels: kernels/conv_igemm.cuh */
@@ -291,6 +296,8 @@ typedef struct {
     int (*supports)(const problem *);
     void (*run)(problem *);
     int ref;    /* the library's own path for this pass: the others are compared with it */
+    /* an output besides y to validate (the batch norm's statistics), or NULL; 1 when it passes */
+    int (*extra)(const problem *, const void *hy);
 } variant;
 
 static const gemm_view *view_of(const problem *pr, int pass) {
@@ -347,6 +354,83 @@ static void run_128_splitk(problem *pr) {
     launch_igemm<128, 128, 64, 32, 4, A_IM2COL, true, true>(q, splits);
     launch_splitk_sum<bf16>(ws, splits, n, 0.0f, (bf16 *)pr->vf.y);
     dt_gpu_free(ws);
+}
+
+/* fprop + the batch norm's statistics of y (issue 20's fused epilogue): the 128 tile with the
+ * per-(row tile, channel) sums in its epilogue and a small final kernel (bn_stats_final), against
+ * the same tile followed by the library's own statistics pass over y (dt_bn_stats_bf16_nhwc_cuda,
+ * what batchnorm's forward runs: y read once more). Both give mean and invstd [Cout] fp32. */
+/* The batch norm's statistics from the epilogue's partials stats [2][tiles][C]: per channel
+ * the tiles' sums added in tile order in double, mean = sum / M, var = sum(y^2) / M - mean^2
+ * (biased, as training's normalization uses), invstd = 1 / sqrt(var + eps). A thread a channel. */
+static __global__ void k_bn_stats_final(const float *__restrict__ stats, int tiles, int C, int64_t M, float eps,
+                                 float *__restrict__ mean, float *__restrict__ invstd) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    double s = 0, s2 = 0;
+    for (int t = 0; t < tiles; t++) {
+        s += stats[(int64_t)t * C + c];
+        s2 += stats[((int64_t)tiles + t) * C + c];
+    }
+    const double mu = s / (double)M, var = s2 / (double)M - mu * mu;
+    mean[c] = (float)mu;
+    invstd[c] = (float)(1.0 / sqrt((var > 0 ? var : 0) + (double)eps));
+}
+static void bn_stats_final(const float *stats, int tiles, int C, int64_t M, float eps, float *mean, float *invstd) {
+    k_bn_stats_final<<<(C + 127) / 128, 128, 0, dt_stream()>>>(stats, tiles, C, M, eps, mean, invstd);
+    DT_CHECK_LAUNCH();
+}
+static float *g_mean, *g_invstd; /* [Cout] fp32: the last stats variant's output */
+static void stats_out(const problem *pr) {
+    dt_gpu_free(g_mean), dt_gpu_free(g_invstd); /* the caching allocator hands the blocks back */
+    g_mean = (float *)dt_gpu_malloc(sizeof(float) * (size_t)pr->p.Cout);
+    g_invstd = (float *)dt_gpu_malloc(sizeof(float) * (size_t)pr->p.Cout);
+}
+static const float BN_EPS = 1e-5f;
+static void run_128_bnstats(problem *pr) {
+    stats_out(pr);
+    const int tiles = (pr->vf.M + 127) / 128;
+    float *ws = (float *)dt_gpu_malloc(sizeof(float) * 2 * (size_t)tiles * pr->vf.NO); /* cached after the first call */
+    gemm_view q = pr->vf;
+    q.stats = ws;
+    launch_igemm<128, 128, 64, 32, 4, A_IM2COL>(q);
+    bn_stats_final(ws, tiles, q.NO, q.M, BN_EPS, g_mean, g_invstd);
+    dt_gpu_free(ws);
+}
+static void run_128_then_bn_stats(problem *pr) {
+    stats_out(pr);
+    launch_igemm<128, 128, 64, 32, 4, A_IM2COL>(pr->vf);
+    void *ws = dt_gpu_malloc(dt_bn_ws_bytes(pr->p.Cout));
+    dt_bn_stats_bf16_nhwc_cuda(pr->p.N, pr->p.Cout, (int64_t)pr->p.Ho * pr->p.Wo, pr->vf.y, 1, BN_EPS, 0.1f, NULL, NULL,
+                               g_mean, g_invstd, ws, NULL);
+    dt_gpu_free(ws);
+}
+/* mean and invstd against double sums of the variant's own y (bf16 [M, Cout] in hy): |d mean|
+ * <= 1e-5 (1 + |mean|), invstd within 1e-4 relative - fp32 sums of at most 128 values, then
+ * double */
+static int check_bn_stats(const problem *pr, const void *hy) {
+    const int M = pr->vf.M, C = pr->vf.NO;
+    const dt_bf16 *y = (const dt_bf16 *)hy;
+    float *hm = (float *)dt_xmalloc(sizeof(float) * (size_t)C), *hi = (float *)dt_xmalloc(sizeof(float) * (size_t)C);
+    dt_copy_d2h(hm, g_mean, sizeof(float) * (size_t)C);
+    dt_copy_d2h(hi, g_invstd, sizeof(float) * (size_t)C);
+    double worst_m = 0, worst_i = 0;
+    int ok = 1;
+    for (int c = 0; c < C; c++) {
+        double s = 0, s2 = 0;
+        for (int64_t m = 0; m < M; m++) {
+            const double v = dt_bf16_to_float(y[m * C + c]);
+            s += v, s2 += v * v;
+        }
+        const double mu = s / M, var = s2 / M - mu * mu, is = 1.0 / sqrt((var > 0 ? var : 0) + BN_EPS);
+        const double em = fabs(hm[c] - mu) / (1e-5 * (1 + fabs(mu))), ei = fabs(hi[c] - is) / (1e-4 * is);
+        worst_m = em > worst_m ? em : worst_m, worst_i = ei > worst_i ? ei : worst_i;
+        ok &= em <= 1 && ei <= 1 && isfinite(hm[c]) && isfinite(hi[c]);
+    }
+    printf("           batch-norm statistics of y (%d channels): %s, worst mean %.2f and invstd %.2f of tol\n", C,
+           ok ? "PASS" : "FAIL", worst_m, worst_i);
+    free(hm), free(hi);
+    return ok;
 }
 
 /* dgrad. The library's path (what conv2d's backward runs for a bf16 NHWC conv whose columns fit
@@ -432,35 +516,37 @@ static void run_128_deform_wgrad(problem *pr) { launch_wgrad<128, 128, 64, 32, 4
 static void run_64_deform_wgrad(problem *pr) { launch_wgrad<64, 128, 32, 32, 4, true>(pr->pdef, pr->ddy, 0.0f, pr->ddw); }
 
 static const variant VARIANTS[] = {
-    {"ref_cublas", PASS_FPROP, 0, any_shape, run_ref, 1},
-    {"igemm_128x128", PASS_FPROP, 0, any_shape, run_128, 0},
-    {"igemm_64x64", PASS_FPROP, 0, any_shape, run_64, 0},
-    {"igemm_1x1_128x128", PASS_FPROP, 0, one_by_one, run_1x1, 0},
-    {"igemm_128x128_f32", PASS_FPROP, 1, any_shape, run_128_f32, 0},
-    {"igemm_128x128_splitk", PASS_FPROP, 0, splitk_fits, run_128_splitk, 0},
-    {"igemm_128x128_w64", PASS_FPROP, 0, any_shape, run_128_w64, 0},
-    {"igemm_128x128_k64", PASS_FPROP, 0, any_shape, run_128_k64, 0},
-    {"igemm_128x128_w64_k64", PASS_FPROP, 0, any_shape, run_128_w64_k64, 0},
-    {"igemm_128x256_w64", PASS_FPROP, 0, cout_ge_256, run_128x256, 0},
-    {"igemm_256x128_w64", PASS_FPROP, 0, any_shape, run_256x128, 0},
-    {"igemm_1x1_w64_k64", PASS_FPROP, 0, one_by_one, run_1x1_w64_k64, 0},
-    {"ref_cublas_dgrad", PASS_DGRAD, 0, dgrad_shape, run_ref_dgrad, 1},
-    {"igemm_128x128_dgrad", PASS_DGRAD, 0, dgrad_shape, run_128_dgrad, 0},
-    {"igemm_64x64_dgrad", PASS_DGRAD, 0, dgrad_shape, run_64_dgrad, 0},
-    {"igemm_128x128_dgrad_split", PASS_DGRAD, 0, strided_dgrad_shape, run_128_dgrad_split, 0},
-    {"igemm_64x64_dgrad_split", PASS_DGRAD, 0, strided_dgrad_shape, run_64_dgrad_split, 0},
-    {"igemm_128x128_w64_dgrad", PASS_DGRAD, 0, dgrad_shape, run_128_w64_dgrad, 0},
-    {"igemm_128x128_w64_k64_dgrad", PASS_DGRAD, 0, dgrad_shape, run_128_w64_k64_dgrad, 0},
-    {"ref_cublas_wgrad", PASS_WGRAD, 1, any_shape, run_ref_wgrad, 1},
-    {"igemm_128x128_wgrad", PASS_WGRAD, 1, any_shape, run_128_wgrad, 0},
-    {"igemm_64x128_wgrad", PASS_WGRAD, 1, any_shape, run_64_wgrad, 0},
-    {"igemm_128x128_w64_wgrad", PASS_WGRAD, 1, any_shape, run_128_w64_wgrad, 0},
-    {"ref_deft_deform", PASS_DEFORM, 0, deform_shape, run_ref_deform, 1},
-    {"igemm_128x128_deform", PASS_DEFORM, 0, deform_shape, run_128_deform, 0},
-    {"igemm_64x64_deform", PASS_DEFORM, 0, deform_shape, run_64_deform, 0},
-    {"ref_deft_dwgrad", PASS_DEFORM_WGRAD, 1, deform_shape, run_ref_deform_wgrad, 1},
-    {"igemm_128x128_dwgrad", PASS_DEFORM_WGRAD, 1, deform_shape, run_128_deform_wgrad, 0},
-    {"igemm_64x128_dwgrad", PASS_DEFORM_WGRAD, 1, deform_shape, run_64_deform_wgrad, 0},
+    {"ref_cublas", PASS_FPROP, 0, any_shape, run_ref, 1, NULL},
+    {"igemm_128x128", PASS_FPROP, 0, any_shape, run_128, 0, NULL},
+    {"igemm_64x64", PASS_FPROP, 0, any_shape, run_64, 0, NULL},
+    {"igemm_1x1_128x128", PASS_FPROP, 0, one_by_one, run_1x1, 0, NULL},
+    {"igemm_128x128_f32", PASS_FPROP, 1, any_shape, run_128_f32, 0, NULL},
+    {"igemm_128x128_splitk", PASS_FPROP, 0, splitk_fits, run_128_splitk, 0, NULL},
+    {"igemm_128x128_w64", PASS_FPROP, 0, any_shape, run_128_w64, 0, NULL},
+    {"igemm_128x128_k64", PASS_FPROP, 0, any_shape, run_128_k64, 0, NULL},
+    {"igemm_128x128_w64_k64", PASS_FPROP, 0, any_shape, run_128_w64_k64, 0, NULL},
+    {"igemm_128x256_w64", PASS_FPROP, 0, cout_ge_256, run_128x256, 0, NULL},
+    {"igemm_256x128_w64", PASS_FPROP, 0, any_shape, run_256x128, 0, NULL},
+    {"igemm_1x1_w64_k64", PASS_FPROP, 0, one_by_one, run_1x1_w64_k64, 0, NULL},
+    {"igemm_128x128_bnstats", PASS_FPROP, 0, any_shape, run_128_bnstats, 0, check_bn_stats},
+    {"igemm_128x128+bn_stats_pass", PASS_FPROP, 0, any_shape, run_128_then_bn_stats, 0, check_bn_stats},
+    {"ref_cublas_dgrad", PASS_DGRAD, 0, dgrad_shape, run_ref_dgrad, 1, NULL},
+    {"igemm_128x128_dgrad", PASS_DGRAD, 0, dgrad_shape, run_128_dgrad, 0, NULL},
+    {"igemm_64x64_dgrad", PASS_DGRAD, 0, dgrad_shape, run_64_dgrad, 0, NULL},
+    {"igemm_128x128_dgrad_split", PASS_DGRAD, 0, strided_dgrad_shape, run_128_dgrad_split, 0, NULL},
+    {"igemm_64x64_dgrad_split", PASS_DGRAD, 0, strided_dgrad_shape, run_64_dgrad_split, 0, NULL},
+    {"igemm_128x128_w64_dgrad", PASS_DGRAD, 0, dgrad_shape, run_128_w64_dgrad, 0, NULL},
+    {"igemm_128x128_w64_k64_dgrad", PASS_DGRAD, 0, dgrad_shape, run_128_w64_k64_dgrad, 0, NULL},
+    {"ref_cublas_wgrad", PASS_WGRAD, 1, any_shape, run_ref_wgrad, 1, NULL},
+    {"igemm_128x128_wgrad", PASS_WGRAD, 1, any_shape, run_128_wgrad, 0, NULL},
+    {"igemm_64x128_wgrad", PASS_WGRAD, 1, any_shape, run_64_wgrad, 0, NULL},
+    {"igemm_128x128_w64_wgrad", PASS_WGRAD, 1, any_shape, run_128_w64_wgrad, 0, NULL},
+    {"ref_deft_deform", PASS_DEFORM, 0, deform_shape, run_ref_deform, 1, NULL},
+    {"igemm_128x128_deform", PASS_DEFORM, 0, deform_shape, run_128_deform, 0, NULL},
+    {"igemm_64x64_deform", PASS_DEFORM, 0, deform_shape, run_64_deform, 0, NULL},
+    {"ref_deft_dwgrad", PASS_DEFORM_WGRAD, 1, deform_shape, run_ref_deform_wgrad, 1, NULL},
+    {"igemm_128x128_dwgrad", PASS_DEFORM_WGRAD, 1, deform_shape, run_128_deform_wgrad, 0, NULL},
+    {"igemm_64x128_dwgrad", PASS_DEFORM_WGRAD, 1, deform_shape, run_64_deform_wgrad, 0, NULL},
 };
 enum { NVARIANTS = sizeof VARIANTS / sizeof *VARIANTS };
 
@@ -811,6 +897,7 @@ int main(int argc, char **argv) {
                 dt_copy_d2h(hy, p->y, (size_t)all * (v->f32out ? 4 : 2));
                 check k = check_output(p, pass, hy, v->f32out, ns, ms, cs, ref, sabs, v->ref || !have_ref ? NULL : hc,
                                        hc_f32);
+                if (v->extra && !v->extra(&pr, hy)) k.ok = 0;
                 if (v->ref && k.ok) memcpy(hc, hy, (size_t)all * (v->f32out ? 4 : 2)), have_ref = 1, hc_f32 = v->f32out;
                 printf("validate %-10s %-27s %s M %7d N %5d K %5d: %s  cpu %lld/%lld bad (worst %.2f of tol), %lld NaN",
                        sh->name, v->name, PASS_NAME[pass], p->M, p->NO, p->K, k.ok ? "PASS" : "FAIL", (long long)k.bad,
