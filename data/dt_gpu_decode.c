@@ -9,6 +9,7 @@
 #include "dt_augment.h"
 #include "dt_device.h"
 #include "dt_nvjpeg.h"
+#include "dt_timer.h"
 
 #ifdef DT_CUDA
 #include "dt_cuda.h"
@@ -143,9 +144,12 @@ static dt_nvjpeg_status init_batch(dt_gpu_decoder *d, int n) {
 }
 
 int dt_gpu_decoder_decode(dt_gpu_decoder *d, int k, const dt_gpu_decode_job *jobs, const int *rows, int n,
-                          int *refused, dt_err *err) {
+                          int *refused, dt_gpu_decode_times *times, dt_err *err) {
     const dt_nvjpeg_api *nj = d->nj;
     cudaError_t ce;
+    dt_gpu_decode_times none;
+    if (!times) times = &none;
+    double t0 = dt_now_ms();
     /* The host side of out_k's last batch (its table staging, the host rows it copied up) is
      * free once that batch's work is done: long ago, when the consumer has released it. */
     if (d->has_done[k] && (ce = cudaEventSynchronize(d->done[k])) != cudaSuccess)
@@ -155,6 +159,7 @@ int dt_gpu_decoder_decode(dt_gpu_decoder *d, int k, const dt_gpu_decode_job *job
             return cuda_err(err, "cudaStreamWaitEvent", ce);
         d->has_release[k] = 0;
     }
+    times->wait_ms += dt_now_ms() - t0;
     /* Choose the jobs within the budget (the workers asked dt_gpu_decoder_supported first). */
     int m = 0;
     size_t total = 0;
@@ -189,6 +194,7 @@ int dt_gpu_decoder_decode(dt_gpu_decoder *d, int k, const dt_gpu_decode_job *job
         d->img[j].channel[0] = d->pix + d->as[j].offset;
         d->img[j].pitch[0] = (size_t)jb->w * 3;
     }
+    t0 = dt_now_ms();
     dt_nvjpeg_status s = init_batch(d, m);
     if (!s) s = nj->DecodeBatched(d->h, d->st, d->data, d->len, d->img, d->stream);
     if (s) {
@@ -200,6 +206,8 @@ int dt_gpu_decoder_decode(dt_gpu_decoder *d, int k, const dt_gpu_decode_job *job
             if (s1) refused[d->sel[j]] = DT_GPU_DECODE_FAILED;
         }
     }
+    times->nvjpeg_ms += dt_now_ms() - t0;
+    t0 = dt_now_ms();
     int na = 0;
     for (int j = 0; j < m; j++) {
         int i = d->sel[j];
@@ -214,6 +222,7 @@ int dt_gpu_decoder_decode(dt_gpu_decoder *d, int k, const dt_gpu_decode_job *job
     if (dt_augment_images_on_stream(na, d->S, d->pix, d->as, d->arow, (uint8_t *)dt_gpu_decoder_images(d, k), &d->aug[k],
                                     d->stream))
         return cuda_err(err, "the augmentation kernel", cudaGetLastError());
+    times->augment_ms += dt_now_ms() - t0;
     return 0;
 }
 
@@ -296,8 +305,8 @@ const char *dt_gpu_decoder_describe(const dt_gpu_decoder *d) { (void)d; return "
 int dt_gpu_decoder_hardware(const dt_gpu_decoder *d) { (void)d; return 0; }
 void dt_gpu_decoder_bind_thread(const dt_gpu_decoder *d) { (void)d; }
 int dt_gpu_decoder_decode(dt_gpu_decoder *d, int k, const dt_gpu_decode_job *jobs, const int *rows, int n,
-                          int *refused, dt_err *err) {
-    (void)d, (void)k, (void)jobs, (void)rows, (void)n, (void)refused;
+                          int *refused, dt_gpu_decode_times *times, dt_err *err) {
+    (void)d, (void)k, (void)jobs, (void)rows, (void)n, (void)refused, (void)times;
     return dt_errf(err, "GPU decode: deftc was built without CUDA");
 }
 int dt_gpu_decoder_finish(dt_gpu_decoder *d, int k, const uint8_t *host_images, const int *rows, int n, dt_err *err) {

@@ -68,11 +68,18 @@ typedef struct dt_gpu_parse dt_gpu_parse;
 int dt_gpu_decoder_supported(const dt_gpu_decoder *d, const uint8_t *jpeg, size_t bytes, dt_gpu_parse **parse);
 void dt_gpu_decoder_parse_free(const dt_gpu_decoder *d, dt_gpu_parse *parse);
 
+/* Where the decode thread's time goes, ms, added to by dt_gpu_decoder_decode: waiting on the
+ * host for out_k's previous batch, inside nvJPEG's calls, building and launching the
+ * augmentation. */
+typedef struct {
+    double wait_ms, nvjpeg_ms, augment_ms;
+} dt_gpu_decode_times;
+
 /* Decodes jobs [n] into rows rows[i] of out_k (waiting first for out_k's release), on the
- * decoder's stream; refused[i] = 0, or why the job was not decoded (its row is not written).
- * 0, or -1 with err on a CUDA error. */
+ * decoder's stream; refused[i] = 0, or why the job was not decoded (its row is not written);
+ * *times (or NULL) gets this call's time added. 0, or -1 with err on a CUDA error. */
 int dt_gpu_decoder_decode(dt_gpu_decoder *d, int k, const dt_gpu_decode_job *jobs, const int *rows, int n,
-                          int *refused, dt_err *err);
+                          int *refused, dt_gpu_decode_times *times, dt_err *err);
 /* Copies host rows (u8 [S, S, 3] each, row r at host_images + r * S * S * 3, pinned memory,
  * untouched until out_k is released) into the same rows of out_k, and records the batch's end:
  * work queued on deftc's stream after dt_gpu_decoder_acquire(k) sees the whole batch. -1 with

@@ -95,6 +95,7 @@ struct dt_loader {
     int *dec_rows, *dec_refused, *dec_host;
     int64_t n_gpu, n_not_jpeg, n_layout, n_refused; /* this epoch, under mu */
     double gpu_ms;
+    dt_gpu_decode_times gpu_times; /* this epoch, under mu */
     char decoder[1024]; /* dt_loader_decoder */
 
     /* Cache: one pointer per dataset index, published with compare-and-swap. */
@@ -397,14 +398,14 @@ static void *worker_main(void *arg) {
  * gets the stream it gets on the CPU path); then the host rows copied up. *skipped: rows whose
  * own image turned out bad; *refused_n: rows nvJPEG refused. 0, or -1 with err. */
 static int decode_batch(worker_ctx *w, slot *s, int k, const int64_t *perm, int epoch, int64_t *skipped,
-                        int64_t *refused_n, dt_err *err) {
+                        int64_t *refused_n, dt_gpu_decode_times *times, dt_err *err) {
     dt_loader *l = w->l;
     const size_t per = (size_t)l->S * l->S * 3;
     int m = 0, nh = 0;
     for (int j = 0; j < s->n; j++)
         if (s->route[j] == ROUTE_GPU) l->dec_jobs[m] = s->jobs[j], l->dec_rows[m++] = j;
         else l->dec_host[nh++] = j;
-    if (dt_gpu_decoder_decode(l->gpu, k, l->dec_jobs, l->dec_rows, m, l->dec_refused, err)) return -1;
+    if (dt_gpu_decoder_decode(l->gpu, k, l->dec_jobs, l->dec_rows, m, l->dec_refused, times, err)) return -1;
     for (int i = 0; i < m; i++) {
         if (!l->dec_refused[i]) continue;
         const int j = l->dec_rows[i];
@@ -447,13 +448,17 @@ static void *decode_main(void *arg) {
 
             double t0 = dt_now_ms();
             int64_t skipped = 0, refused = 0;
+            dt_gpu_decode_times times = {0, 0, 0};
             dt_err err;
-            int rc = decode_batch(&w, s, k, perm, epoch, &skipped, &refused, &err);
+            int rc = decode_batch(&w, s, k, perm, epoch, &skipped, &refused, &times, &err);
             double dt = dt_now_ms() - t0;
 
             pthread_mutex_lock(&l->mu);
             l->inflight--;
             l->gpu_ms += dt;
+            l->gpu_times.wait_ms += times.wait_ms;
+            l->gpu_times.nvjpeg_ms += times.nvjpeg_ms;
+            l->gpu_times.augment_ms += times.augment_ms;
             l->skipped += skipped;
             l->n_refused += refused;
             for (int j = 0; j < s->n; j++) l->n_gpu += s->route[j] == ROUTE_GPU;
@@ -835,6 +840,7 @@ void dt_loader_start_epoch(dt_loader *l, int epoch) {
     l->dec_next = 0;
     l->n_gpu = l->n_not_jpeg = l->n_layout = l->n_refused = 0;
     l->gpu_ms = 0;
+    l->gpu_times = (dt_gpu_decode_times){0, 0, 0};
     l->skipped = 0;
     l->images_out = 0;
     l->decode_ms = 0;
@@ -939,6 +945,9 @@ dt_loader_stats dt_loader_epoch_stats(dt_loader *l) {
     st.cpu_jpeg_layout = l->n_layout;
     st.cpu_refused = l->n_refused;
     st.gpu_ms = l->gpu_ms;
+    st.gpu_wait_ms = l->gpu_times.wait_ms;
+    st.gpu_nvjpeg_ms = l->gpu_times.nvjpeg_ms;
+    st.gpu_augment_ms = l->gpu_times.augment_ms;
     pthread_mutex_unlock(&l->mu);
     st.bad_files = atomic_load(&l->bad_count);
     st.cache_images = l->cache ? atomic_load(&l->cache_images) : 0;
@@ -958,9 +967,10 @@ void dt_loader_stats_str(const dt_loader_stats *s, char *buf, size_t cap) {
     if (s->gpu_decode && len > 0 && (size_t)len < cap)
         snprintf(buf + len, cap - (size_t)len,
                  "; GPU decode: %lld images, on the CPU %lld (%lld not JPEG, %lld JPEG layout, %lld refused by nvJPEG), "
-                 "decode thread %.1f s",
+                 "decode thread %.2f s (in nvJPEG's calls %.2f, the augmentation %.2f, waiting for a buffer %.2f)",
                  (long long)s->gpu_images, (long long)(s->cpu_not_jpeg + s->cpu_jpeg_layout + s->cpu_refused),
-                 (long long)s->cpu_not_jpeg, (long long)s->cpu_jpeg_layout, (long long)s->cpu_refused, s->gpu_ms / 1e3);
+                 (long long)s->cpu_not_jpeg, (long long)s->cpu_jpeg_layout, (long long)s->cpu_refused, s->gpu_ms / 1e3,
+                 s->gpu_nvjpeg_ms / 1e3, s->gpu_augment_ms / 1e3, s->gpu_wait_ms / 1e3);
 }
 
 const char *dt_loader_decoder(const dt_loader *l) { return l->decoder; }

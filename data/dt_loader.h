@@ -150,10 +150,11 @@ typedef struct {
     /* GPU decode, this epoch: images decoded by nvJPEG; decoded on the CPU instead because the
      * file is not a JPEG, because its layout is not one nvJPEG decodes as the CPU does
      * (progressive, CMYK, 12-bit, truncated, ...), or because nvJPEG refused it; the decode
-     * thread's time */
+     * thread's time, and of it: inside nvJPEG's calls, building and launching the augmentation,
+     * waiting on the host for a buffer's previous batch */
     int gpu_decode;
     int64_t gpu_images, cpu_not_jpeg, cpu_jpeg_layout, cpu_refused;
-    double gpu_ms;
+    double gpu_ms, gpu_nvjpeg_ms, gpu_augment_ms, gpu_wait_ms;
 } dt_loader_stats;
 
 /* ds must outlive the loader. One consumer thread calls start_epoch / next / release. Errors

@@ -148,7 +148,7 @@ static int decode_only_bench(const dt_dataset *ds, int batch, int size, int max_
     for (int64_t b = 0; b < nb; b++) {
         if (b == 1 && dt_gpu_decoder_sync(d, &err)) break;
         if (b == 1) t0 = dt_now_ms(); /* batch 0 warms up (allocations, the engines) */
-        if (dt_gpu_decoder_decode(d, (int)(b & 1), jobs + b * batch, rows, batch, refused, &err) ||
+        if (dt_gpu_decoder_decode(d, (int)(b & 1), jobs + b * batch, rows, batch, refused, NULL, &err) ||
             dt_gpu_decoder_finish(d, (int)(b & 1), NULL, rows, 0, &err)) {
             fprintf(stderr, "loaderbench: %s\n", err.msg);
             return 1;
