@@ -159,6 +159,7 @@ for s in $STEPS; do
             T 250 build/train configs/synthetic_timing.cfg synthetic=0 data="$INET" batch=256 precision=bf16 \
                 decode=$d steps=${LSTEPS:-60} max_val_batches=1 progress=0 log=$W/lt_$d > "$W/lt_$d.out" 2>&1
             echo "real-data bf16 step, batch 256, decode=$d: $(grep -E '^summary' "$W/lt_$d.out" | cut -c1-220) $(grep -m1 'decode' "$W/lt_$d.out" | cut -c1-160)" | tee -a "$OUT/summary.txt"
+            grep -m1 '^loader: epoch 1' "$W/lt_$d.out" | tee -a "$OUT/summary.txt" # the decode thread's time split
         done ;;
     conv_algo)
         # The implicit-GEMM conv in the step (issue 20): the same build with conv_algo=gemm (im2col +
