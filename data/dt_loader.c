@@ -313,12 +313,28 @@ static int fill_sample(worker_ctx *w, const int64_t *perm, int epoch, int64_t p,
     return -1;
 }
 
+/* The error of a dataset none of whose images decodes. */
+static void no_image_decodes(const dt_loader *l, char *buf, size_t cap) {
+    snprintf(buf, cap, "none of the %lld images of %s decodes", (long long)l->m, l->ds->dir);
+}
+
 /* The error of a class none of whose images decodes. */
 static void dead_class_error(const dt_loader *l, int c, char *buf, size_t cap) {
     snprintf(buf, cap,
              "none of the %lld images of class '%s' (%s/%s) decodes (each file was named in a warning): the class would "
              "vanish from training; fix or remove its files",
              (long long)l->class_n[c], l->ds->classes[c], l->ds->dir, l->ds->classes[c]);
+}
+
+/* Under mu, after a sample or a batch: the loader fails with `why` (NULL: only when a class
+ * died - training on would drop it without a word), the first failure's message kept. */
+static void fail_locked(dt_loader *l, const char *why) {
+    int dead = atomic_load(&l->dead_class);
+    if (l->failed || (!why && !dead)) return;
+    l->failed = 1;
+    if (why) snprintf(l->errmsg, sizeof l->errmsg, "%s", why);
+    else dead_class_error(l, dead - 1, l->errmsg, sizeof l->errmsg);
+    pthread_cond_broadcast(&l->ready_cv);
 }
 
 static void *worker_main(void *arg) {
@@ -363,15 +379,12 @@ static void *worker_main(void *arg) {
                     l->n_layout += route == ROUTE_JPEG_LAYOUT;
                     l->n_refused += route == ROUTE_REFUSED;
                 }
-                int dead = atomic_load(&l->dead_class);
-                if ((rc < 0 || dead) && !l->failed) {
-                    l->failed = 1;
-                    if (rc < 0)
-                        snprintf(l->errmsg, sizeof l->errmsg, "none of the %lld images of %s decodes", (long long)l->m,
-                                 l->ds->dir);
-                    else /* training on would drop the class without a word: an error */
-                        dead_class_error(l, dead - 1, l->errmsg, sizeof l->errmsg);
-                    pthread_cond_broadcast(&l->ready_cv);
+                if (rc < 0) {
+                    char msg[512];
+                    no_image_decodes(l, msg, sizeof msg);
+                    fail_locked(l, msg);
+                } else {
+                    fail_locked(l, NULL);
                 }
                 if (++s->done == s->n) {
                     s->state = SLOT_READY;
@@ -424,7 +437,10 @@ static int decode_batch(worker_ctx *w, slot *s, int k, const int64_t *perm, int 
         }
         mark_bad(l, idx, e.msg);
         int rc = fill_sample(w, perm, epoch, s->pos[j], out, &s->labels[j], NULL);
-        if (rc < 0) return dt_errf(err, "none of the %lld images of %s decodes", (long long)l->m, l->ds->dir);
+        if (rc < 0) {
+            no_image_decodes(l, err->msg, sizeof err->msg);
+            return -1;
+        }
         *skipped += rc > 0;
     }
     return dt_gpu_decoder_finish(l->gpu, k, s->images, l->dec_host, nh, err);
@@ -462,12 +478,7 @@ static void *decode_main(void *arg) {
             l->skipped += skipped;
             l->n_refused += refused;
             for (int j = 0; j < s->n; j++) l->n_gpu += s->route[j] == ROUTE_GPU;
-            int dead = atomic_load(&l->dead_class);
-            if ((rc || dead) && !l->failed) {
-                l->failed = 1;
-                if (rc) snprintf(l->errmsg, sizeof l->errmsg, "%s", err.msg);
-                else dead_class_error(l, dead - 1, l->errmsg, sizeof l->errmsg);
-            }
+            fail_locked(l, rc ? err.msg : NULL);
             if (!rc) s->state = SLOT_DECODED;
             l->dec_next++;
             pthread_cond_broadcast(&l->ready_cv);

@@ -13,11 +13,9 @@
 #include <unistd.h>
 
 #include "data_testutil.h"
-#include "dt_alloc.h"
 #include "dt_dataset.h"
 #include "dt_image.h"
 #include "dt_loader.h"
-#include "dt_nvjpeg.h"
 #include "dt_synth.h"
 #include "dt_test.h"
 #include "dt_timer.h"
@@ -904,97 +902,3 @@ DT_TEST(data_loader_epoch_summary_and_dead_classes) {
     dt_loader_free(l);
     dt_dataset_close(&ds);
 }
-
-#ifdef DT_LIBJPEG
-/* GPU decode (docs/data.md "GPU decode"): the files nvJPEG does not take go to the CPU path
- * per file - a PNG, a progressive and a CMYK JPEG decoded by the CPU decoder, bit for bit the
- * CPU loader's rows; a truncated JPEG (no EOI: the marker walk keeps it on the CPU, which
- * refuses it) and a corrupt file skipped and replaced exactly as there (same labels, same
- * order, the same skip counts) - and each is counted in the epoch's stats. */
-DT_GPU_TEST(gpu_loader_gpu_decode_falls_back_per_file) {
-    const char *why;
-    if (!dt_nvjpeg(&why)) {
-        printf("    skipped: %s\n", why);
-        return;
-    }
-    dt_err err;
-    dt_test_mkdirs("mix/train/a");
-    dt_test_mkdirs("mix/train/b");
-    const int W = 40, H = 30;
-    uint8_t *px = picture(W, H, 1);
-    EXPECT_EQ_INT(dt_image_write_jpg(dt_test_path("mix/train/a/a01.jpg"), W, H, 3, px, 90, &err), 0);
-    size_t n;
-    unsigned char *j = dt_test_read_file("mix/train/a/a01.jpg", &n);
-    dt_test_write_file("mix/train/a/a00_truncated.jpg", j, n / 2);
-    free(j);
-    write_libjpeg("mix/train/a/a02_progressive.jpg", W, H, px, 3, JCS_RGB, JCS_YCbCr, NULL, -1);
-    uint8_t *cmyk = malloc((size_t)W * H * 4);
-    for (int i = 0; i < W * H; i++)
-        for (int c = 0; c < 4; c++) cmyk[i * 4 + c] = c < 3 ? px[i * 3 + c] : 200;
-    write_libjpeg("mix/train/a/a03_cmyk.jpg", W, H, cmyk, 4, JCS_CMYK, JCS_CMYK, NULL, 0);
-    free(cmyk);
-    EXPECT_EQ_INT(dt_image_write_png(dt_test_path("mix/train/a/a04.png"), W, H, 3, px, &err), 0);
-    write_junk("mix/train/a/a05_corrupt.jpg");
-    EXPECT_EQ_INT(dt_image_write_jpg(dt_test_path("mix/train/a/a06.jpg"), W, H, 3, px, 75, &err), 0);
-    free(px);
-    px = picture(W, H, 2);
-    EXPECT_EQ_INT(dt_image_write_jpg(dt_test_path("mix/train/b/b00.jpg"), W, H, 3, px, 90, &err), 0);
-    EXPECT_EQ_INT(dt_image_write_png(dt_test_path("mix/train/b/b01.png"), W, H, 3, px, &err), 0);
-    EXPECT_EQ_INT(dt_image_write_jpg(dt_test_path("mix/train/b/b02.jpg"), H, W, 3, px, 95, &err), 0);
-    EXPECT_EQ_INT(dt_image_write_jpg(dt_test_path("mix/train/b/b03.jpg"), W, H, 3, px, 60, &err), 0);
-    free(px);
-    dt_dataset ds;
-    EXPECT_EQ_INT(dt_dataset_open(&ds, dt_test_path("mix"), "train", NULL, &err), 0);
-    const int S = 24, B = 4;
-    const size_t per = (size_t)S * S * 3;
-    for (int train = 0; train <= 1; train++) {
-        dt_loader_opts o = dt_loader_default_opts(train);
-        o.batch = B, o.image_size = S, o.workers = 2, o.seed = 3;
-        dt_set_quiet(1); /* the bad files' warnings */
-        dt_loader *lc = dt_loader_new(&ds, &o, &err);
-        o.decode = DT_DECODE_GPU;
-        dt_loader *lg = dt_loader_new(&ds, &o, &err);
-        dt_set_quiet(0);
-        EXPECT_MSG(lc && lg, "%s", err.msg);
-        if (!lc || !lg) break;
-        uint8_t *host = malloc(per * B);
-        for (int epoch = 0; epoch < 2; epoch++) {
-            dt_loader_start_epoch(lc, epoch);
-            dt_loader_start_epoch(lg, epoch);
-            dt_batch bc = {0}, bg = {0};
-            int same_rows = 0, rows = 0;
-            dt_set_quiet(1);
-            while (dt_loader_next(lc, &bc) == 1) {
-                EXPECT_EQ_INT(dt_loader_next(lg, &bg), 1);
-                EXPECT_EQ_INT(bg.n, bc.n);
-                EXPECT_MSG(!memcmp(bg.labels, bc.labels, sizeof(int32_t) * (size_t)bc.n), "%s batch %lld: labels differ",
-                           train ? "train" : "val", (long long)bc.index);
-                dt_copy_d2h(host, bg.dev_images, per * (size_t)bc.n);
-                for (int r = 0; r < bc.n; r++) same_rows += !memcmp(host + r * per, bc.images + r * per, per);
-                rows += bc.n;
-                dt_loader_release(lc, &bc);
-                dt_loader_release(lg, &bg);
-            }
-            dt_set_quiet(0);
-            dt_loader_stats sc = dt_loader_epoch_stats(lc), sg = dt_loader_epoch_stats(lg);
-            EXPECT_EQ_INT(sg.skipped, sc.skipped);
-            EXPECT_EQ_INT(sg.bad_files, sc.bad_files);
-            EXPECT_EQ_INT(sg.gpu_images + sg.cpu_not_jpeg + sg.cpu_jpeg_layout + sg.cpu_refused, rows);
-            if (!train) { /* every file once, in order: the bad ones replaced by the baseline JPEG after them */
-                EXPECT_EQ_INT(rows, 11);
-                EXPECT_EQ_INT(sc.skipped, 2);
-                EXPECT_EQ_INT(sg.bad_files, 2); /* the truncated and the corrupt file */
-                EXPECT_EQ_INT(sg.cpu_not_jpeg, 2);    /* a04.png, b01.png */
-                EXPECT_EQ_INT(sg.cpu_jpeg_layout, 2); /* a02 progressive, a03 CMYK */
-                EXPECT_EQ_INT(sg.gpu_images, 7);
-                EXPECT_MSG(same_rows >= 4, "only %d rows bit-identical to the CPU loader's (the 4 CPU-decoded ones at "
-                           "least)", same_rows);
-            }
-        }
-        free(host);
-        dt_loader_free(lc);
-        dt_loader_free(lg);
-    }
-    dt_dataset_close(&ds);
-}
-#endif

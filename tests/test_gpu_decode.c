@@ -1,8 +1,7 @@
 /* The loader's GPU decode (data/dt_gpu_decode.h, decode= in dt_loader_opts): the choice of
  * decoder and its errors (CPU), and on the GPU the batches against the CPU path's - same
  * labels in the same order, pixels within the bound of nvJPEG's decoder against
- * libjpeg-turbo's. The fallbacks (PNG, progressive, CMYK, truncated, corrupt files) are in
- * test_data_untrusted.c, which writes such files. */
+ * libjpeg-turbo's, and the fallbacks per file (PNG, progressive, CMYK, truncated, corrupt). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,9 +10,16 @@
 #include "dt_alloc.h"
 #include "dt_dataset.h"
 #include "dt_device.h"
+#include "dt_image.h"
 #include "dt_loader.h"
 #include "dt_nvjpeg.h"
+#include "dt_synth.h"
 #include "dt_test.h"
+
+#ifdef DT_LIBJPEG
+#include <stdio.h>
+#include <jpeglib.h>
+#endif
 
 DT_TEST(data_loader_decode_option_errors) {
     dt_dataset ds;
@@ -58,47 +64,89 @@ DT_TEST(data_loader_decode_option_errors) {
     dt_dataset_close(&ds);
 }
 
-/* Every batch of one epoch of `ds` (train or val transform) from loaders with decode=cpu and
+/* 1 when nvJPEG loads here; else says why the test is skipped. */
+static int have_nvjpeg(void) {
+    const char *why;
+    if (dt_nvjpeg(&why)) return 1;
+    printf("    skipped: %s\n", why);
+    return 0;
+}
+
+/* The two loaders over ds with options o: decode=cpu into *lc, decode=gpu into *lg; 0, or 1
+ * (the expectation failed, nothing left open). */
+static int loader_pair(const dt_dataset *ds, dt_loader_opts o, dt_loader **lc, dt_loader **lg) {
+    dt_err err;
+    o.decode = DT_DECODE_CPU;
+    *lc = dt_loader_new(ds, &o, &err);
+    o.decode = DT_DECODE_GPU;
+    *lg = *lc ? dt_loader_new(ds, &o, &err) : NULL;
+    EXPECT_MSG(*lc && *lg, "%s", err.msg);
+    if (*lc && *lg) return 0;
+    dt_loader_free(*lc);
+    return 1;
+}
+
+/* What a test looks at in each pair of batches: the CPU loader's rows and the GPU loader's,
+ * downloaded (u8 [n, S, S, 3] each, per = S * S * 3 bytes a row). */
+typedef void pair_visit(const uint8_t *cpu, const uint8_t *gpu, int n, size_t per, void *ctx);
+
+/* One epoch of both loaders, batch by batch: the same count and sizes, the same labels in the
+ * same order, the GPU batch in device memory (downloaded into host [B * per]) for `visit`.
+ * Returns the rows seen. */
+static int64_t pair_epoch(dt_loader *lc, dt_loader *lg, int epoch, const char *what, size_t per, uint8_t *host,
+                          pair_visit *visit, void *ctx) {
+    dt_loader_start_epoch(lc, epoch);
+    dt_loader_start_epoch(lg, epoch);
+    dt_batch bc = {0}, bg = {0};
+    int64_t rows = 0;
+    int rc;
+    while ((rc = dt_loader_next(lc, &bc)) == 1) {
+        EXPECT_EQ_INT(dt_loader_next(lg, &bg), 1);
+        EXPECT(bg.images == NULL && bg.dev_images != NULL);
+        EXPECT_EQ_INT(bg.n, bc.n);
+        EXPECT_MSG(!memcmp(bg.labels, bc.labels, sizeof(int32_t) * (size_t)bc.n), "%s batch %lld: labels differ", what,
+                   (long long)bc.index);
+        if (bg.dev_images) {
+            dt_copy_d2h(host, bg.dev_images, per * (size_t)bc.n);
+            visit(bc.images, host, bc.n, per, ctx);
+        }
+        rows += bc.n;
+        dt_loader_release(lc, &bc);
+        dt_loader_release(lg, &bg);
+    }
+    EXPECT_EQ_INT(rc, 0);
+    EXPECT_EQ_INT(dt_loader_next(lg, &bg), 0);
+    return rows;
+}
+
+typedef struct {
+    double sum, bytes, over16;
+    int worst;
+} pixel_diff;
+
+static void add_diff(const uint8_t *cpu, const uint8_t *gpu, int n, size_t per, void *ctx) {
+    pixel_diff *d = ctx;
+    for (size_t i = 0; i < per * (size_t)n; i++) {
+        int e = abs((int)gpu[i] - (int)cpu[i]);
+        d->sum += e;
+        d->over16 += e > 16;
+        if (e > d->worst) d->worst = e;
+    }
+    d->bytes += (double)(per * (size_t)n);
+}
+
+/* Every batch of two epochs of `ds` (train or val transform) from loaders with decode=cpu and
  * decode=gpu: the labels equal, the pixels within the bound; *stats of the GPU loader. */
 static void compare_epoch(const dt_dataset *ds, int train, int S, int B, dt_loader_stats *stats) {
     dt_loader_opts o = dt_loader_default_opts(train);
     o.batch = B, o.image_size = S, o.workers = 3, o.seed = 11;
-    dt_err err;
-    dt_loader *lc = dt_loader_new(ds, &o, &err);
-    o.decode = DT_DECODE_GPU;
-    dt_loader *lg = dt_loader_new(ds, &o, &err);
-    EXPECT_MSG(lc && lg, "%s", err.msg);
-    if (!lc || !lg) return;
+    dt_loader *lc, *lg;
+    if (loader_pair(ds, o, &lc, &lg)) return;
     if (dt_test_verbose()) printf("    %s\n", dt_loader_decoder(lg));
     const size_t per = (size_t)S * S * 3;
     uint8_t *host = malloc(per * (size_t)B);
-    double sum = 0, bytes = 0, over16 = 0;
-    int worst = 0;
-    for (int epoch = 0; epoch < 2; epoch++) {
-        dt_loader_start_epoch(lc, epoch);
-        dt_loader_start_epoch(lg, epoch);
-        dt_batch bc = {0}, bg = {0};
-        int rc;
-        while ((rc = dt_loader_next(lc, &bc)) == 1) {
-            EXPECT_EQ_INT(dt_loader_next(lg, &bg), 1);
-            EXPECT(bg.images == NULL && bg.dev_images != NULL);
-            EXPECT_EQ_INT(bg.n, bc.n);
-            EXPECT_MSG(!memcmp(bg.labels, bc.labels, sizeof(int32_t) * (size_t)bc.n), "batch %lld: labels differ",
-                       (long long)bc.index);
-            dt_copy_d2h(host, bg.dev_images, per * (size_t)bc.n);
-            for (size_t i = 0; i < per * (size_t)bc.n; i++) {
-                int d = abs((int)host[i] - (int)bc.images[i]);
-                sum += d;
-                over16 += d > 16;
-                if (d > worst) worst = d;
-            }
-            bytes += (double)(per * (size_t)bc.n);
-            dt_loader_release(lc, &bc);
-            dt_loader_release(lg, &bg);
-        }
-        EXPECT_EQ_INT(rc, 0);
-        EXPECT_EQ_INT(dt_loader_next(lg, &bg), 0);
-    }
+    pixel_diff d = {0, 0, 0, 0};
+    for (int epoch = 0; epoch < 2; epoch++) pair_epoch(lc, lg, epoch, train ? "train" : "val", per, host, add_diff, &d);
     *stats = dt_loader_epoch_stats(lg);
     /* The bound: the same crop, antialiased resize and flip after two decoders - nvJPEG's
      * hardware decoder against libjpeg-turbo's accurate integer IDCT and smooth ("fancy")
@@ -108,7 +156,8 @@ static void compare_epoch(const dt_dataset *ds, int train, int S, int B, dt_load
      * section 16): mean 1.53 (train) / 1.48 (val) levels, 1.34 % / 1.35 % of bytes off by more
      * than 16, worst 85 - the bound has ~30 % / ~50 % headroom over that; a channel swap or a
      * misplaced row gives tens of levels on average. */
-    const double mean = sum / bytes, frac16 = over16 / bytes;
+    const double mean = d.sum / d.bytes, frac16 = d.over16 / d.bytes;
+    const int worst = d.worst;
     if (dt_test_verbose())
         printf("    %s S %d: mean |gpu - cpu| %.3f levels, %.4f %% of bytes off by more than 16, worst %d\n",
                train ? "train" : "val", S, mean, 100 * frac16, worst);
@@ -120,11 +169,7 @@ static void compare_epoch(const dt_dataset *ds, int train, int S, int B, dt_load
 }
 
 DT_GPU_TEST(gpu_loader_gpu_decode_matches_cpu) {
-    const char *why;
-    if (!dt_nvjpeg(&why)) {
-        printf("    skipped: %s\n", why);
-        return;
-    }
+    if (!have_nvjpeg()) return;
     dt_dataset ds;
     dt_err err;
     /* the sample dataset's generator: 4 classes of 96 x 96 JPEGs (stb_image_write, baseline) */
@@ -137,3 +182,98 @@ DT_GPU_TEST(gpu_loader_gpu_decode_matches_cpu) {
     EXPECT_EQ_INT(st.gpu_images, st.images);
     dt_dataset_close(&ds);
 }
+
+#ifdef DT_LIBJPEG
+/* A drawn picture (the sample dataset's renderer), RGB [h, w, 3], malloc'ed. */
+static uint8_t *picture(int w, int h, int cls) {
+    uint8_t *p = malloc((size_t)w * h * 3);
+    dt_synth_render(cls, w, h, 3, 0, 5, p);
+    return p;
+}
+
+static void write_libjpeg(const char *rel, int w, int h, const uint8_t *in, int comps, J_COLOR_SPACE in_cs,
+                          J_COLOR_SPACE jpeg_cs, int nscans) {
+    size_t n;
+    unsigned char *j = dt_test_libjpeg(w, h, in, comps, in_cs, jpeg_cs, NULL, nscans, &n);
+    dt_test_write_file(rel, j, n);
+    free(j);
+}
+
+static void count_same_rows(const uint8_t *cpu, const uint8_t *gpu, int n, size_t per, void *ctx) {
+    for (int r = 0; r < n; r++) *(int *)ctx += !memcmp(gpu + r * per, cpu + r * per, per);
+}
+
+/* The files nvJPEG does not take go to the CPU path per file - a PNG, a progressive and a
+ * CMYK JPEG decoded by the CPU decoder, bit for bit the CPU loader's rows; a truncated JPEG (no
+ * EOI: the marker walk keeps it on the CPU, which refuses it) and a corrupt file skipped and
+ * replaced exactly as there (same labels, same order, the same skip counts) - and each is
+ * counted in the epoch's stats. */
+DT_GPU_TEST(gpu_loader_gpu_decode_falls_back_per_file) {
+    if (!have_nvjpeg()) return;
+    dt_err err;
+    dt_test_mkdirs("mix/train/a");
+    dt_test_mkdirs("mix/train/b");
+    const int W = 40, H = 30;
+    uint8_t *px = picture(W, H, 1);
+    EXPECT_EQ_INT(dt_image_write_jpg(dt_test_path("mix/train/a/a01.jpg"), W, H, 3, px, 90, &err), 0);
+    size_t n;
+    unsigned char *j = dt_test_read_file("mix/train/a/a01.jpg", &n);
+    dt_test_write_file("mix/train/a/a00_truncated.jpg", j, n / 2);
+    free(j);
+    write_libjpeg("mix/train/a/a02_progressive.jpg", W, H, px, 3, JCS_RGB, JCS_YCbCr, -1);
+    uint8_t *cmyk = malloc((size_t)W * H * 4);
+    for (int i = 0; i < W * H; i++)
+        for (int c = 0; c < 4; c++) cmyk[i * 4 + c] = c < 3 ? px[i * 3 + c] : 200;
+    write_libjpeg("mix/train/a/a03_cmyk.jpg", W, H, cmyk, 4, JCS_CMYK, JCS_CMYK, 0);
+    free(cmyk);
+    EXPECT_EQ_INT(dt_image_write_png(dt_test_path("mix/train/a/a04.png"), W, H, 3, px, &err), 0);
+    const char *junk = "not an image at all";
+    dt_test_write_file("mix/train/a/a05_corrupt.jpg", junk, strlen(junk));
+    EXPECT_EQ_INT(dt_image_write_jpg(dt_test_path("mix/train/a/a06.jpg"), W, H, 3, px, 75, &err), 0);
+    free(px);
+    px = picture(W, H, 2);
+    EXPECT_EQ_INT(dt_image_write_jpg(dt_test_path("mix/train/b/b00.jpg"), W, H, 3, px, 90, &err), 0);
+    EXPECT_EQ_INT(dt_image_write_png(dt_test_path("mix/train/b/b01.png"), W, H, 3, px, &err), 0);
+    EXPECT_EQ_INT(dt_image_write_jpg(dt_test_path("mix/train/b/b02.jpg"), H, W, 3, px, 95, &err), 0);
+    EXPECT_EQ_INT(dt_image_write_jpg(dt_test_path("mix/train/b/b03.jpg"), W, H, 3, px, 60, &err), 0);
+    free(px);
+    dt_dataset ds;
+    EXPECT_EQ_INT(dt_dataset_open(&ds, dt_test_path("mix"), "train", NULL, &err), 0);
+    const int S = 24, B = 4;
+    const size_t per = (size_t)S * S * 3;
+    for (int train = 0; train <= 1; train++) {
+        dt_loader_opts o = dt_loader_default_opts(train);
+        o.batch = B, o.image_size = S, o.workers = 2, o.seed = 3;
+        dt_loader *lc, *lg;
+        dt_set_quiet(1); /* the bad files' warnings */
+        int bad = loader_pair(&ds, o, &lc, &lg);
+        dt_set_quiet(0);
+        if (bad) break;
+        uint8_t *host = malloc(per * B);
+        for (int epoch = 0; epoch < 2; epoch++) {
+            int same_rows = 0;
+            dt_set_quiet(1);
+            const int64_t rows = pair_epoch(lc, lg, epoch, train ? "train" : "val", per, host, count_same_rows, &same_rows);
+            dt_set_quiet(0);
+            dt_loader_stats sc = dt_loader_epoch_stats(lc), sg = dt_loader_epoch_stats(lg);
+            EXPECT_EQ_INT(sg.skipped, sc.skipped);
+            EXPECT_EQ_INT(sg.bad_files, sc.bad_files);
+            EXPECT_EQ_INT(sg.gpu_images + sg.cpu_not_jpeg + sg.cpu_jpeg_layout + sg.cpu_refused, rows);
+            if (!train) { /* every file once, in order: the bad ones replaced by the baseline JPEG after them */
+                EXPECT_EQ_INT(rows, 11);
+                EXPECT_EQ_INT(sc.skipped, 2);
+                EXPECT_EQ_INT(sg.bad_files, 2); /* the truncated and the corrupt file */
+                EXPECT_EQ_INT(sg.cpu_not_jpeg, 2);    /* a04.png, b01.png */
+                EXPECT_EQ_INT(sg.cpu_jpeg_layout, 2); /* a02 progressive, a03 CMYK */
+                EXPECT_EQ_INT(sg.gpu_images, 7);
+                EXPECT_MSG(same_rows >= 4, "only %d rows bit-identical to the CPU loader's (the 4 CPU-decoded ones at "
+                           "least)", same_rows);
+            }
+        }
+        free(host);
+        dt_loader_free(lc);
+        dt_loader_free(lg);
+    }
+    dt_dataset_close(&ds);
+}
+#endif

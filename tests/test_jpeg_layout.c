@@ -130,6 +130,13 @@ static void put_sos(dt_test_buf *b, int nc, const unsigned char *ids) {
     put_seg(b, 0xDA, d, 4 + 2 * (size_t)nc);
 }
 
+/* An 8-bit frame of nc components and its one scan's header: SOF m, then SOS (the entropy data
+ * and EOI come after). */
+static void put_frame(dt_test_buf *b, int m, int w, int h, int nc, const unsigned char *ids, const unsigned char *hv) {
+    put_sof(b, m, 8, w, h, nc, ids, hv);
+    put_sos(b, nc, ids);
+}
+
 /* APP14 "Adobe" with the given transform: "Adobe", version 100, flags0, flags1, transform. */
 static const unsigned char adobe0[16] = {0xFF, 0xEE, 0, 14, 'A', 'd', 'o', 'b', 'e', 0, 100, 0, 0, 0, 0, 0};
 static void put_adobe(dt_test_buf *b, int transform) {
@@ -270,8 +277,7 @@ DT_TEST(jpeg_layout_four_components_are_not_gpu_decodable) {
         PUT(&b, 0xFF, 0xD8);
         if (adobe) put_adobe(&b, 2);
         static const unsigned char hv[4] = {0x22, 0x11, 0x11, 0x22};
-        put_sof(&b, 0xC0, 8, 16, 16, 4, ids123, hv);
-        put_sos(&b, 4, ids123);
+        put_frame(&b, 0xC0, 16, 16, 4, ids123, hv);
         PUT(&b, 0x12, 0x34, 0x56, 0xFF, 0xD9);
         dt_jpeg_layout l;
         const char *why;
@@ -288,8 +294,7 @@ DT_TEST(jpeg_layout_four_components_are_not_gpu_decodable) {
     dt_test_buf b = {0};
     PUT(&b, 0xFF, 0xD8);
     static const unsigned char hv2[2] = {0x11, 0x11};
-    put_sof(&b, 0xC0, 8, 8, 8, 2, ids123, hv2);
-    put_sos(&b, 2, ids123);
+    put_frame(&b, 0xC0, 8, 8, 2, ids123, hv2);
     PUT(&b, 0x00, 0xFF, 0xD9);
     expect_gpu("2 components", b.p, b.n, 0, "2 components");
     free(b.p);
@@ -336,8 +341,7 @@ DT_TEST(jpeg_layout_rgb_without_ycbcr_is_not_gpu_decodable) {
         dt_test_buf b = {0};
         PUT(&b, 0xFF, 0xD8);
         if (adobe) put_adobe(&b, 1);
-        put_sof(&b, 0xC0, 8, 16, 16, 3, rgb_ids, hv);
-        put_sos(&b, 3, rgb_ids);
+        put_frame(&b, 0xC0, 16, 16, 3, rgb_ids, hv);
         PUT(&b, 0x12, 0x34, 0xFF, 0xD9);
         expect_gpu(adobe ? "R G B ids, Adobe 1" : "R G B ids", b.p, b.n, adobe, "RGB (components named R, G, B)");
         free(b.p);
@@ -387,8 +391,7 @@ DT_TEST(jpeg_layout_sampling_factors_nvjpeg_takes) {
     dt_test_buf b = {0};
     PUT(&b, 0xFF, 0xD8);
     static const unsigned char hv[1] = {0x41};
-    put_sof(&b, 0xC1, 8, 16, 16, 1, ids123, hv);
-    put_sos(&b, 1, ids123);
+    put_frame(&b, 0xC1, 16, 16, 1, ids123, hv);
     PUT(&b, 0x12, 0xFF, 0xD9);
     expect_gpu("gray 4 x 1", b.p, b.n, 1, "");
     free(b.p);
@@ -459,8 +462,7 @@ DT_TEST(jpeg_layout_entropy_data_stuffing_restarts_and_fill) {
     dt_test_buf b = {0};
     PUT(&b, 0xFF, 0xD8);
     PUT(&b, 0xFF, 0xDD, 0x00, 0x04, 0x00, 0x01); /* DRI: a restart every MCU */
-    put_sof(&b, 0xC0, 8, 32, 16, 3, ids123, hv);
-    put_sos(&b, 3, ids123);
+    put_frame(&b, 0xC0, 32, 16, 3, ids123, hv);
     PUT(&b, 0x12, 0xFF, 0x00, 0xD9, 0xFF, 0xD0, 0x34, 0xFF, 0x00, 0xDA, 0xFF, 0xD7, 0xFF, 0xFF, 0xD1, 0x56, 0xFF, 0x00,
         0xFF, 0x00);
     put_sos(&b, 3, ids123);
