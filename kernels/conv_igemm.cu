@@ -11,11 +11,14 @@ using namespace dt_igemm;
 
 namespace {
 
-/* the shipped tiles (docs/conv.md): fprop and dgrad 128x128 (8 warps of 64x32) and 64x64 (4 warps
- * of 32x32), wgrad 128x128 and 64x128, all 4 stages; dgrad of a strided conv split by output
- * parity (A_DGRAD_SPLIT) */
+/* the shipped tiles (docs/conv.md): fprop 128x128 with BK = 64 and 3 stages (the lab's
+ * igemm_128x128_k64: half the barriers per k of BK = 32, faster on every ResNet-18 shape) and
+ * 64x64; dgrad 128x128 and 64x64 with BK = 32 and 4 stages (8 warps of 64x32, 4 of 32x32);
+ * wgrad 128x128 and 64x128, 4 stages; dgrad of a strided conv split by output parity
+ * (A_DGRAD_SPLIT) */
 template <int LOADER> void launch_tile(const gemm_view &v, dt_igemm_tile tile) {
     if (tile == DT_IGEMM_TILE_64) launch_igemm<64, 64, 32, 32, 4, LOADER>(v);
+    else if (LOADER == A_IM2COL) launch_igemm<128, 128, 64, 32, 3, LOADER, false, false, 64>(v);
     else launch_igemm<128, 128, 64, 32, 4, LOADER>(v);
 }
 

@@ -75,8 +75,10 @@ struct gemm_view {
     const float *bias; /* [NO] fp32 added before the rounding, or NULL (bf16 y only) */
     float beta;        /* bf16 y = round(beta * y + acc (+ bias)): 0 writes, 1 accumulates (dx) */
     /* bf16 y, not A_DGRAD_SPLIT: the batch norm's statistics in the epilogue - per row tile of
-     * BM rows, the sums of the stored (rounded) y and of y^2 over its rows in row order, fp32,
-     * into stats [2][ceil(M / BM)][NO]; NULL: none (the conv lab's bn_stats_final reduces them) */
+     * BM rows, cut into STATS_GROUPS slabs of consecutive rows (one per group of BN threads),
+     * the sums of the stored (rounded) y and of y^2 over a slab's rows in row order, fp32, into
+     * stats [2][ceil(M / BM) * STATS_GROUPS][NO]; NULL: none (the conv lab's bn_stats_final
+     * reduces them in a fixed order) */
     float *stats;
     int N, AH, AW, AC, OH, OW, NO, KH, KW, SH, SW, PH, PW, DH, DW;
     int M, K;
@@ -286,6 +288,10 @@ __device__ __forceinline__ void store_acc_f32(const float (&acc)[MI][NI][4], flo
             }
         }
 }
+
+/* The statistics epilogue's slabs per row tile: one group of BN threads a slab, as many groups as
+ * the CTA's threads hold (1 when BN >= THREADS). */
+template <int THREADS, int BN> __host__ __device__ constexpr int stats_groups() { return THREADS / BN > 0 ? THREADS / BN : 1; }
 
 /* ---- the tile configuration. BK bf16 of k a stage (32 or 64) = BK/8 16-byte chunks per smem
  * row; a row is padded to BK + 8 elements (80 or 144 bytes) so that the 8 row addresses of one
@@ -549,21 +555,27 @@ __global__ void __launch_bounds__(tile_cfg<BM, BN, WM, WN, STAGES, BK_>::THREADS
         }
     }
     if (SPLIT || !p.stats) return;
-    /* the batch norm's statistics: a thread a column, its rows in order (deterministic); the
-     * tile's rows past M are not summed */
+    /* the batch norm's statistics: thread (group, column) sums its slab's rows of one column in
+     * order (deterministic), every thread busy; the tile's rows past M are not summed */
     __syncthreads();
-    const int tile = m0 / BM, tiles = (p.M + BM - 1) / BM, rows = Mrows - m0 < BM ? Mrows - m0 : BM;
-    for (int c = tid; c < BN; c += T::THREADS) {
-        const int co = n0 + c;
+    constexpr int G = stats_groups<T::THREADS, BN>();
+    constexpr int SLAB = BM / G;
+    const int tiles = (p.M + BM - 1) / BM, rows = Mrows - m0 < BM ? Mrows - m0 : BM;
+    static_assert(BM % G == 0, "whole slabs");
+    const int64_t slabs = (int64_t)tiles * G;
+    for (int idx = tid; idx < G * BN; idx += T::THREADS) {
+        const int grp = idx / BN, c = idx % BN, co = n0 + c;
         if (co >= p.NO) continue;
+        const int r0 = grp * SLAB, r1 = r0 + SLAB < rows ? r0 + SLAB : rows;
         float s = 0.0f, s2 = 0.0f;
-        for (int r = 0; r < rows; r++) {
+        for (int r = r0; r < r1; r++) {
             const float v = sC[r * T::CPITCH + c];
             s += v;
             s2 = fmaf(v, v, s2);
         }
-        p.stats[(int64_t)tile * p.NO + co] = s;
-        p.stats[((int64_t)tiles + tile) * p.NO + co] = s2;
+        const int64_t slab = (int64_t)(m0 / BM) * G + grp;
+        p.stats[slab * p.NO + co] = s;
+        p.stats[(slabs + slab) * p.NO + co] = s2;
     }
 }
 

@@ -25,10 +25,11 @@ extern "C" {
 #endif
 
 /* The CTA tile a pass runs (the CPU twins compute the same function for either):
- *   fprop, dgrad: 128 = 128x128x32, 8 warps of 64x32;  64 = 64x64x32, 4 warps of 32x32 (a strided
- *                 conv's dgrad runs one sub-GEMM per output parity class over its taps)
- *   wgrad:        128 = 128 output channels x 128 k;   64 = 64 x 128 (the 64-channel layers)
- * all with a 4-stage cp.async pipeline, ldmatrix and mma.sync m16n8k16. */
+ *   fprop:  128 = 128x128x64, 8 warps of 64x32, 3 stages;  64 = 64x64x32, 4 warps of 32x32, 4 stages
+ *   dgrad:  128 = 128x128x32, 8 warps of 64x32;            64 = 64x64x32, 4 warps of 32x32 (a strided
+ *           conv's dgrad runs one sub-GEMM per output parity class over its taps); 4 stages
+ *   wgrad:  128 = 128 output channels x 128 k;             64 = 64 x 128 (the 64-channel layers); 4 stages
+ * all with a cp.async pipeline, ldmatrix and mma.sync m16n8k16. */
 typedef enum { DT_IGEMM_TILE_128 = 0, DT_IGEMM_TILE_64 = 1 } dt_igemm_tile;
 
 typedef struct {

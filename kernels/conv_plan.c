@@ -33,7 +33,7 @@ static int pointwise(const dt_conv_geom g) {
     return g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0;
 }
 
-/* the measured tile: 64x64 for 64 output columns, 128x128 above */
+/* the measured backward tile: 64x64 for 64 output columns, 128x128 above */
 static int tile_for(int64_t cols) { return cols <= 64 ? DT_IGEMM_TILE_64 : DT_IGEMM_TILE_128; }
 
 dt_conv_plan dt_conv_plan_bf16(const dt_igemm_conv *p, dt_conv_algo algo) {
@@ -57,9 +57,10 @@ dt_conv_plan dt_conv_plan_bf16(const dt_igemm_conv *p, dt_conv_algo algo) {
     const int64_t macs = M * K * p->Cout;
     const int big = M >= 50176;                                 /* >= 392 row tiles of 128: 3 waves */
     const int small_1x1s = g.kh == 1 && g.kw == 1 && macs <= ((int64_t)1 << 30); /* strided (pointwise is out) */
-    /* fprop: layer1-2's 3x3s (0.70-0.91x of im2col + cuBLAS), the small strided 1x1s (0.63-0.73x;
-     * ResNet-50's wide ones, 16x the MACs, lose: 1.4-2.2x) */
-    if ((big && K <= 1152 && g.kh * g.kw > 1) || small_1x1s) plan.fprop = tile_for(p->Cout);
+    /* fprop, on the 128 tile for every Cout (its BK = 64 form beats the 64x64 tile on layer1 too:
+     * 0.130 against 0.175 ms): layer1-2's 3x3s (0.73-0.91x of im2col + cuBLAS), the small strided
+     * 1x1s (0.84-1.0x; ResNet-50's wide ones, 16x the MACs, lose: 1.4-2.2x) */
+    if ((big && K <= 1152 && g.kh * g.kw > 1) || small_1x1s) plan.fprop = DT_IGEMM_TILE_128;
     /* dgrad (K = kh*kw*Cout): layer1's 3x3 (64x64: 0.82x) and the strided 1x1s with >= 50176 input
      * rows (0.90x); every strided 3x3 loses (the zero-filled taps: 2.3-9.8x) */
     const int stride1 = g.sh == 1 && g.sw == 1;

@@ -28,23 +28,24 @@
  *   igemm_128x128_wgrad, igemm_64x128_wgrad   wgrad tiles of 128 (64: the 64-channel layers)
  *                      output channels x 128 k, split over M to fill two waves
  *   igemm_128x128_dgrad_split, igemm_64x64_dgrad_split   strided dgrad as one sub-GEMM per
- *                      output parity class over its taps only (A_DGRAD_SPLIT; not yet run)
+ *                      output parity class over its taps only (A_DGRAD_SPLIT; ships for strided convs)
  *   ref_deft_deform    the deformable conv's forward main GEMM as the library runs it (deft, bf16):
  *                      the sampling kernel writes colT [M, K*C], cuBLAS multiplies it by w
  *   ref_deft_dwgrad, igemm_128x128_dwgrad, igemm_64x128_dwgrad   the deformable conv's weight
  *                      gradient dW = dy^T . colT: deft re-samples colT and runs cuBLAS; the igemm
- *                      variants sample the B operand in the wgrad kernel's loader (not yet run)
+ *                      variants sample the B operand in the wgrad kernel's loader (lose 1.6-6.3x)
  *   igemm_128x128_deform, igemm_64x64_deform   the same GEMM with the A_DEFORM loader: the
  *                      bilinear samples made in registers from the four corner chunks and
- *                      stored to shared memory only (issue 20's third part; not yet run)
+ *                      stored to shared memory only (issue 20's third part; lose 1.2-5.7x)
  *   igemm_128x128_bnstats  the 128 tile with the batch norm's statistics of y in its epilogue
- *                      (per row tile and channel, then a final kernel: mean, invstd), against
+ *                      (per row slab and channel, then two ordered passes: mean, invstd), against
  *   igemm_128x128+bn_stats_pass  the same tile followed by the library's statistics pass over y
- *                      (both validated against double sums of their own y; written, not yet run)
+ *                      (both validated against double sums of their own y; even: 2.499 vs 2.487 ms)
  *   igemm_128x128_w64, _k64, _w64_k64, igemm_128x256_w64, igemm_256x128_w64, igemm_1x1_w64_k64,
  *   igemm_128x128_w64_dgrad, _w64_k64_dgrad, igemm_128x128_w64_wgrad   the tile sweep: 64x64 warp
  *                      tiles (half the ldmatrix per mma), BK = 64 (half the barriers), 8-warp
- *                      128x256 / 256x128 CTAs - written after the second run, not yet run
+ *                      128x256 / 256x128 CTAs; _k64 (128x128x64, 3 stages) wins every fprop shape
+ *                      and is the library's fprop 128 tile (docs/conv.md)
  *
  *   build/conv_lab [--batch 64] [--reps 20] [--shapes l1,l4,r50,odd,...] [--csv FILE] [--quick]
  *                  [--seed S] [--skip-time] [--pass fprop,dgrad,wgrad,deform,dwgrad]   (make lab; GPU only)
@@ -360,24 +361,49 @@ static void run_128_splitk(problem *pr) {
  * per-(row tile, channel) sums in its epilogue and a small final kernel (bn_stats_final), against
  * the same tile followed by the library's own statistics pass over y (dt_bn_stats_bf16_nhwc_cuda,
  * what batchnorm's forward runs: y read once more). Both give mean and invstd [Cout] fp32. */
-/* The batch norm's statistics from the epilogue's partials stats [2][tiles][C]: per channel
- * the tiles' sums added in tile order in double, mean = sum / M, var = sum(y^2) / M - mean^2
- * (biased, as training's normalization uses), invstd = 1 / sqrt(var + eps). A thread a channel. */
-static __global__ void k_bn_stats_final(const float *__restrict__ stats, int tiles, int C, int64_t M, float eps,
-                                 float *__restrict__ mean, float *__restrict__ invstd) {
+/* The batch norm's statistics from the epilogue's partials stats [2][slabs][C] (fp32), in two
+ * fixed-order passes (deterministic) wide enough to fill the GPU - the stem has 12544 slabs of
+ * 64 channels, which one thread a channel would walk serially:
+ *   1. block (chunk, 32 channels), 32 x 8 threads: lane y adds slabs y, y+8, ... of its chunk in
+ *      double, then the 8 lanes are added in order -> part [2][chunks][C] (double);
+ *   2. a thread a channel adds the chunks in order: mean = sum / M, var = sum(y^2) / M - mean^2
+ *      (biased, as training's normalization uses), invstd = 1 / sqrt(var + eps). */
+static const int BN_CHUNKS = 128, BN_LANES = 8;
+static __global__ void k_bn_stats_chunks(const float *__restrict__ stats, int64_t slabs, int C,
+                                         double *__restrict__ part) {
+    __shared__ double red[2][BN_LANES][32];
+    const int c = blockIdx.y * 32 + threadIdx.x, y = threadIdx.y;
+    const int64_t per = (slabs + BN_CHUNKS - 1) / BN_CHUNKS, t0 = blockIdx.x * per;
+    const int64_t t1 = t0 + per < slabs ? t0 + per : slabs;
+    double s = 0, s2 = 0;
+    if (c < C)
+        for (int64_t t = t0 + y; t < t1; t += BN_LANES) {
+            s += stats[t * C + c];
+            s2 += stats[(slabs + t) * C + c];
+        }
+    red[0][y][threadIdx.x] = s, red[1][y][threadIdx.x] = s2;
+    __syncthreads();
+    if (y || c >= C) return;
+    for (int l = 1; l < BN_LANES; l++) s += red[0][l][threadIdx.x], s2 += red[1][l][threadIdx.x];
+    part[(int64_t)blockIdx.x * C + c] = s;
+    part[((int64_t)BN_CHUNKS + blockIdx.x) * C + c] = s2;
+}
+static __global__ void k_bn_stats_final(const double *__restrict__ part, int C, int64_t M, float eps,
+                                        float *__restrict__ mean, float *__restrict__ invstd) {
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     double s = 0, s2 = 0;
-    for (int t = 0; t < tiles; t++) {
-        s += stats[(int64_t)t * C + c];
-        s2 += stats[((int64_t)tiles + t) * C + c];
-    }
+    for (int k = 0; k < BN_CHUNKS; k++) s += part[(int64_t)k * C + c], s2 += part[((int64_t)BN_CHUNKS + k) * C + c];
     const double mu = s / (double)M, var = s2 / (double)M - mu * mu;
     mean[c] = (float)mu;
     invstd[c] = (float)(1.0 / sqrt((var > 0 ? var : 0) + (double)eps));
 }
-static void bn_stats_final(const float *stats, int tiles, int C, int64_t M, float eps, float *mean, float *invstd) {
-    k_bn_stats_final<<<(C + 127) / 128, 128, 0, dt_stream()>>>(stats, tiles, C, M, eps, mean, invstd);
+/* part: [2][BN_CHUNKS][C] double scratch */
+static void bn_stats_final(const float *stats, int64_t slabs, int C, int64_t M, float eps, double *part, float *mean,
+                           float *invstd) {
+    k_bn_stats_chunks<<<dim3(BN_CHUNKS, (C + 31) / 32), dim3(32, BN_LANES), 0, dt_stream()>>>(stats, slabs, C, part);
+    DT_CHECK_LAUNCH();
+    k_bn_stats_final<<<(C + 127) / 128, 128, 0, dt_stream()>>>(part, C, M, eps, mean, invstd);
     DT_CHECK_LAUNCH();
 }
 static float *g_mean, *g_invstd; /* [Cout] fp32: the last stats variant's output */
@@ -389,13 +415,17 @@ static void stats_out(const problem *pr) {
 static const float BN_EPS = 1e-5f;
 static void run_128_bnstats(problem *pr) {
     stats_out(pr);
-    const int tiles = (pr->vf.M + 127) / 128;
-    float *ws = (float *)dt_gpu_malloc(sizeof(float) * 2 * (size_t)tiles * pr->vf.NO); /* cached after the first call */
+    typedef tile_cfg<128, 128, 64, 32, 4> cfg;
+    const int64_t slabs = (int64_t)((pr->vf.M + 127) / 128) * stats_groups<cfg::THREADS, 128>();
+    /* (2, slabs, Cout) fp32 and (2, BN_CHUNKS, Cout) double; cached by the allocator after the first call */
+    float *ws = (float *)dt_gpu_malloc(sizeof(float) * 2 * (size_t)slabs * pr->vf.NO);
+    double *part = (double *)dt_gpu_malloc(sizeof(double) * 2 * BN_CHUNKS * (size_t)pr->vf.NO);
     gemm_view q = pr->vf;
     q.stats = ws;
     launch_igemm<128, 128, 64, 32, 4, A_IM2COL>(q);
-    bn_stats_final(ws, tiles, q.NO, q.M, BN_EPS, g_mean, g_invstd);
+    bn_stats_final(ws, slabs, q.NO, q.M, BN_EPS, part, g_mean, g_invstd);
     dt_gpu_free(ws);
+    dt_gpu_free(part);
 }
 static void run_128_then_bn_stats(problem *pr) {
     stats_out(pr);
