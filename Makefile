@@ -273,7 +273,8 @@ run: all
 reproduce: all
 	BUILD=$(BUILD) bash bench/reproduce.sh
 
-# Data-parallel scaling: images/s on 1 and GPUS (default 2) GPUs, plain and deft (bench/scaling.sh);
+# Data-parallel scaling: images/s on 1 GPU and on each count of GPUS (a list, default 2: GPUS="2 4 8"),
+# plain and deft, BUCKET_MB the bucket sizes to sweep (bench/scaling.sh);
 # without a GPU it says so at once (build/train --devices) instead of failing in its first run.
 scaling: all
 	@$(BUILD)/train --devices >/dev/null || { echo "make scaling times training steps on CUDA GPUs: $$($(BUILD)/train --devices)"; exit 1; }
@@ -332,7 +333,7 @@ HELP_data = the sample dataset into $(DATA)/ (build/mkdata --help)
 HELP_lab = the kernel labs (build/deform_lab, build/conv_lab: variants validated, then timed; GPU)
 HELP_bench-loader = loader images/s on ImageNet-like JPEGs: the CPU workers, and with a GPU the nvJPEG decode
 HELP_reproduce = plain / unfused / deft training-time table, ablation and precisions, CSV + chart in runs/ (GPU; MODEL=resnet50: another model)
-HELP_scaling = data-parallel images/s on 1 and GPUS=2 GPUs, plain and deft (GPUs; bench/scaling.sh)
+HELP_scaling = data-parallel images/s on 1 GPU and on GPUS="2 4 8" GPUs (default 2), plain and deft (GPUs; bench/scaling.sh)
 HELP_fuzz = build the libFuzzer targets (config, .npy, checkpoint, image, dataset tree, safetensors) into build-fuzz/fuzz/ (clang)
 HELP_fuzz-run = run each libFuzzer target for FUZZ_SECONDS=$(FUZZ_SECONDS) (what CI runs)
 HELP_clean = remove $(BUILD)/ (BUILD=build-san etc. for the others)

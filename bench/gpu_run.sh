@@ -4,11 +4,15 @@
 # repository root on the GPU machine:
 #   bash bench/gpu_run.sh [tests] [api] [conv] [deform] [deform2] [resnet] [resnet_mp] [repro] [run] [seeds]
 #                         [bf16] [graphs] [graph_idle] [conv_lab] [conv_algo] [loader_gpu] [yard_amp] [breakdown] [resnet50] [dropin]
-#                         [scaling] [scaling_sync] [scaling_bf16] [dp_equiv] [dp_equiv_syn] [dp_run] [dp_multiproc]
-#                         [dp_fail]   (the last eight: 2 GPUs)
+#                         [scaling] [scaling_sync] [scaling_bf16] [scaling_buckets] [dp_equiv] [dp_equiv_syn] [dp_run]
+#                         [dp_multiproc] [dp_fail] [dp_resume]   (the last ten: 2 GPUs or more; GPUS="2 4 8" the
+#                         counts the scaling steps time, DP_N the count of dp_equiv / dp_fail / dp_resume, default 2)
 # Logs go to $OUT (default /tmp/deftc-out) and are packed into $OUT/all.tgz. Uses the
 # binaries in build/ when they run there, else rebuilds with the local nvcc.
 set -uo pipefail
+# NCCL's NVLink multicast stays off on the lent machines (their KINDS.md: it can put the host's
+# shared GPUs out of service), also if this script is started with a clean environment
+export NCCL_NVLS_ENABLE=0
 OUT=${OUT:-/tmp/deftc-out}
 W=$OUT/work
 mkdir -p "$W"
@@ -34,6 +38,14 @@ sample_job() {
     T 300 build/train configs/$cfg.cfg progress=0 log=$W/$name checkpoint=$W/$name.ckpt "$@" > "$W/$name.out" 2>&1
     echo "$label: $(grep -E '^summary' "$W/$name.out" | grep -oE 'step median [0-9.]+ ms') $(grep -E '^final' "$W/$name.out")" | tee -a "$OUT/summary.txt"
     rm -f "$W/$name.ckpt"
+}
+
+# resumed_vs_full FULL_STEPS.csv RESUMED_STEPS.csv: the resumed run's losses against the same
+# steps of the uninterrupted run (column 1 step, column 3 loss)
+resumed_vs_full() {
+    awk -F, 'FNR == 1 { next } NR == FNR { full[$1] = $3; next }
+        { d = ($3 - full[$1]) / full[$1]; if (d < 0) d = -d; if (d > w) w = d; if (!n) f = d; n++ }
+        END { printf "%d steps against the 1-GPU run: first %.3g, largest %.3g relative", n, f, w }' "$1" "$2"
 }
 
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,driver_version --format=csv | tee "$OUT/summary.txt"
@@ -253,36 +265,46 @@ for s in $STEPS; do
             done
         done ;;
     scaling)
-        log "data-parallel scaling (bench/scaling.sh, 1 vs 2 GPUs, synthetic 224x224)"
+        log "data-parallel scaling (bench/scaling.sh, 1 vs ${GPUS:-2} GPUs, synthetic 224x224, fp32)"
         OUTDIR=$W/scaling T 580 bash bench/scaling.sh 2>&1 | tee "$W/scaling.txt" | tee -a "$OUT/summary.txt" ;;
     scaling_sync)
         log "data-parallel scaling with sync_bn=1"
         OUTDIR=$W/scaling ARGS="sync_bn=1" T 580 bash bench/scaling.sh 2>&1 | tee "$W/scaling_sync.txt" | tee -a "$OUT/summary.txt" ;;
     scaling_bf16)
         log "data-parallel scaling in bf16"
-        OUTDIR=$W/scaling ARGS="precision=bf16" T 580 bash bench/scaling.sh 2>&1 | tee "$W/scaling_bf16.txt" | tee -a "$OUT/summary.txt" ;;
+        OUTDIR=$W/scaling PRECISION=bf16 T 580 bash bench/scaling.sh 2>&1 | tee "$W/scaling_bf16.txt" | tee -a "$OUT/summary.txt" ;;
+    scaling_buckets)
+        # the gradient bucket size on the largest GPU count (batch 64 per GPU: the step with the
+        # least compute to hide the all-reduce behind), fp32 and bf16
+        N=${GPUS:-2}; N=${N##* }
+        log "data-parallel bucket sizes (bucket_mb ${SWEEP_MB:-5 25 100}) on $N GPUs, batch 64 per GPU"
+        for p in fp32 bf16; do
+            OUTDIR=$W/scaling GPUS=$N BATCHES=64 PRECISION=$p BUCKET_MB="${SWEEP_MB:-5 25 100}" T 290 bash bench/scaling.sh 2>&1 |
+                tee "$W/scaling_buckets_$p.txt" | tee -a "$OUT/summary.txt"
+        done ;;
     dp_equiv)
         # N=2 (sync_bn) against N=1 with the same global batch on the sample dataset, 50 steps;
         # the yardstick of "float rounding": N=1 against N=1 with label_smoothing=1e-6.
-        log "data parallel: loss curves, 2 GPUs x 64 (sync_bn=1) vs 1 GPU x 128, 50 steps"
+        N=${DP_N:-2}
+        log "data parallel: loss curves, $N GPUs x $((128 / N)) (sync_bn=1) vs 1 GPU x 128, 50 steps"
         [ -d data_sample/train ] || build/mkdata --out data_sample --quiet
         for m in plain deft; do
             d=$([ $m = plain ] && echo none || echo all)
             A="configs/sample_deft.cfg deform=$d steps=50 progress=0 checkpoint= log_every=10 eval_every=0 max_val_batches=1"
             T 200 build/train $A gpus=1 batch=128 log=$W/eq_${m}_1 > "$W/eq_${m}_1.out" 2>&1
-            T 200 build/train $A gpus=2 batch=64 sync_bn=1 log=$W/eq_${m}_2 > "$W/eq_${m}_2.out" 2>&1
+            T 200 build/train $A gpus=$N batch=$((128 / N)) sync_bn=1 log=$W/eq_${m}_2 > "$W/eq_${m}_2.out" 2>&1
             T 200 build/train $A gpus=1 batch=128 label_smoothing=1e-6 log=$W/eq_${m}_p > "$W/eq_${m}_p.out" 2>&1
             T 200 build/train $A gpus=1 batch=128 col_budget_mb=8 log=$W/eq_${m}_s > "$W/eq_${m}_s.out" 2>&1
             for o in 2 p s; do
                 paste -d, <(tail -n +2 "$W/eq_${m}_1_steps.csv" | cut -d, -f3) <(tail -n +2 "$W/eq_${m}_${o}_steps.csv" | cut -d, -f3) |
-                awk -F, -v m=$m -v o=$o '{ d = ($1 - $2) / $1; if (d < 0) d = -d; if (d > w) { w = d; s = NR }; if (NR <= 10 && d > w10) w10 = d; n = NR }
+                awk -F, -v m=$m -v o=$o -v N=$N '{ d = ($1 - $2) / $1; if (d < 0) d = -d; if (d > w) { w = d; s = NR }; if (NR <= 10 && d > w10) w10 = d; n = NR }
                     END { printf "%s: 1 GPU vs %s: %d steps, largest relative loss difference %.3g (step %d), first 10 steps %.3g\n", m,
-                          (o == 2 ? "2 GPUs sync_bn" : o == "p" ? "1 GPU label_smoothing=1e-6" : "1 GPU col_budget_mb=8 (summation order)"), n, w, s, w10 }' | tee -a "$OUT/summary.txt"
+                          (o == 2 ? N " GPUs sync_bn" : o == "p" ? "1 GPU label_smoothing=1e-6" : "1 GPU col_budget_mb=8 (summation order)"), n, w, s, w10 }' | tee -a "$OUT/summary.txt"
             done
         done
-        log "data parallel: bitwise run-to-run on 2 GPUs (deft, deterministic=1, 30 steps)"
+        log "data parallel: bitwise run-to-run on $N GPUs (deft, deterministic=1, 30 steps)"
         for k in 1 2; do
-            T 200 build/train configs/synthetic_timing.cfg deform=all deterministic=1 gpus=2 steps=30 progress=0 log=$W/det_$k > "$W/det_$k.out" 2>&1
+            T 200 build/train configs/synthetic_timing.cfg deform=all deterministic=1 gpus=$N steps=30 progress=0 log=$W/det_$k > "$W/det_$k.out" 2>&1
         done
         if cmp -s <(cut -d, -f3 "$W/det_1_steps.csv") <(cut -d, -f3 "$W/det_2_steps.csv"); then echo "identical losses" ; else echo "LOSSES DIFFER"; fi | tee -a "$OUT/summary.txt" ;;
     dp_equiv_syn)
@@ -328,17 +350,41 @@ for s in $STEPS; do
         grep -E "summary|error" "$W/mt_0.out" "$W/mt_1.out" | cut -c1-200
         if cmp -s <(cut -d, -f3 "$W/mp_0_steps.csv") <(cut -d, -f3 "$W/mt_0_steps.csv"); then echo "TCP rendezvous: losses identical to the file rendezvous run"; else echo "TCP rendezvous: losses DIFFER from the file rendezvous run"; fi | tee -a "$OUT/summary.txt" ;;
     dp_fail)
-        log "failures: a killed process, a diverging run"
+        # DP_N processes of one GPU each (file rendezvous); the last rank is killed with -9 after
+        # 25 s; every survivor must end with a message within DT_DIST_TIMEOUT (30 s) + the
+        # watchdog's margin, none may hang (timeout 120 s)
+        N=${DP_N:-2}
+        log "failures: a killed process among $N, a diverging run on $N GPUs"
         rm -f "$W/rdv2"
         A="configs/synthetic_timing.cfg deform=all gpus=1 steps=100000 progress=0"
-        DT_DIST_WORLD=2 DT_DIST_RANK=1 DT_DIST_FILE=$W/rdv2 CUDA_VISIBLE_DEVICES=1 build/train $A > "$W/kill_1.out" 2>&1 &
+        DT_DIST_WORLD=$N DT_DIST_RANK=$((N - 1)) DT_DIST_FILE=$W/rdv2 CUDA_VISIBLE_DEVICES=$((N - 1)) build/train $A > "$W/kill_$((N - 1)).out" 2>&1 &
         victim=$!
-        t0=$(date +%s.%N)
-        (DT_DIST_TIMEOUT=${DP_TIMEOUT:-30} DT_DIST_WORLD=2 DT_DIST_RANK=0 DT_DIST_FILE=$W/rdv2 CUDA_VISIBLE_DEVICES=0 timeout 120 build/train $A > "$W/kill_0.out" 2>&1; echo "rc=$?" > "$W/kill_0.rc") &
+        for r in $(seq 0 $((N - 2))); do
+            (DT_DIST_TIMEOUT=${DP_TIMEOUT:-30} DT_DIST_WORLD=$N DT_DIST_RANK=$r DT_DIST_FILE=$W/rdv2 CUDA_VISIBLE_DEVICES=$r timeout 120 \
+                build/train $A > "$W/kill_$r.out" 2>&1; echo "rc=$? $(date +%s.%N)" > "$W/kill_$r.rc") &
+        done
         sleep 25; kill -9 $victim; t1=$(date +%s.%N); wait
-        echo "survivor: $(cat "$W/kill_0.rc"), $(awk -v a=$t1 -v b=$(date +%s.%N) 'BEGIN{printf "%.1f", b-a}') s after the kill: $(tail -2 "$W/kill_0.out" | tr '\n' ' ' | cut -c1-300)" | tee -a "$OUT/summary.txt"
-        T 120 build/train configs/synthetic_timing.cfg gpus=2 steps=40 lr=1e6 weight_decay=1 momentum=0 progress=0 > "$W/nan.out" 2>&1
-        echo "diverging on 2 GPUs: rc=$? $(tail -1 "$W/nan.out")" | tee -a "$OUT/summary.txt" ;;
+        for r in $(seq 0 $((N - 2))); do
+            read -r rc t < "$W/kill_$r.rc"
+            echo "survivor rank $r: $rc, $(awk -v a=$t1 -v b=$t 'BEGIN{printf "%.1f", b-a}') s after the kill: $(tail -2 "$W/kill_$r.out" | tr '\n' ' ' | cut -c1-240)" | tee -a "$OUT/summary.txt"
+        done
+        T 120 build/train configs/synthetic_timing.cfg gpus=$N steps=40 lr=1e6 weight_decay=1 momentum=0 progress=0 > "$W/nan.out" 2>&1
+        echo "diverging on $N GPUs: rc=$? $(tail -1 "$W/nan.out")" | tee -a "$OUT/summary.txt" ;;
+    dp_resume)
+        # A checkpoint written by DP_N GPUs (global batch 128, sync_bn=1, stopped at step 10 of 20)
+        # resumed on 1 GPU and on DP_N / 2, against the uninterrupted 1-GPU run (synthetic data:
+        # one fixed global batch, a smooth job): the resumed losses follow it to float rounding.
+        N=${DP_N:-2}; H=$((N / 2 > 1 ? N / 2 : 1))
+        log "checkpoint of $N GPUs resumed on 1 and on $H (global batch 128, sync_bn=1)"
+        A="configs/synthetic_timing.cfg deform=all steps=20 progress=0 lr=0.05 sync_bn=1"
+        T 200 build/train $A gpus=1 batch=128 log=$W/rs_full > "$W/rs_full.out" 2>&1
+        T 200 build/train $A gpus=$N batch=$((128 / N)) stop_at=10 checkpoint=$W/rs.ckpt log=$W/rs_part > "$W/rs_part.out" 2>&1
+        for m in 1 $H; do
+            T 200 build/train $A gpus=$m batch=$((128 / m)) resume=$W/rs.ckpt log=$W/rs_on$m > "$W/rs_on$m.out" 2>&1
+            echo "resumed on $m: $(grep -m1 '^resumed' "$W/rs_on$m.out") $(resumed_vs_full "$W/rs_full_steps.csv" "$W/rs_on${m}_steps.csv")" |
+                tee -a "$OUT/summary.txt"
+        done
+        rm -f "$W/rs.ckpt" ;;
     esac
 done
 tar czf "$OUT/all.tgz" -C "$W" . && ls -la "$OUT"

@@ -75,9 +75,12 @@ static void check_input(const char *op, const dt_tensor *x, const dt_tensor *ski
         dt_fatal("%s: input %s has %lld channels, the layer %s has %lld", op, dt_tensor_desc(x, s, sizeof s),
                  (long long)x->shape[1], bn->weight->name, (long long)bn->C);
     }
-    if (training && x->shape[0] * x->shape[2] * x->shape[3] < 2)
-        dt_fatal("%s: training needs more than one value per channel (input has N*H*W = %lld)", op,
-                 (long long)(x->shape[0] * x->shape[2] * x->shape[3]));
+    /* the statistics are over every replica's batch when they are synchronized (as PyTorch's
+     * SyncBatchNorm: one value a replica is enough with two replicas or more) */
+    const int64_t ranks = bn->sync ? bn->sync->ranks : 1, values = x->shape[0] * x->shape[2] * x->shape[3];
+    if (training && values * ranks < 2)
+        dt_fatal("%s: training needs more than one value per channel (input has N*H*W = %lld%s)", op, (long long)values,
+                 ranks > 1 ? ", over the replicas too" : "");
     if (!skip) return;
     dt_require_live(op, skip);
     dt_require_same_shape(op, x, skip);

@@ -18,6 +18,7 @@
 #include "dt_device.h"
 #include "dt_dist.h"
 #include "dt_grad_sync.h"
+#include "dt_layers.h"
 #include "dt_loader.h"
 #include "dt_test.h"
 #include "dt_trainer.h"
@@ -202,9 +203,28 @@ DT_TEST(dist_sync_bn_kernels_equal_bn_over_all_replicas_batches) {
     free(x2), free(dy2), free(y2), free(y), free(dx), free(dx2), free(ws);
 }
 
+/* One value per channel: refused alone (no variance to normalize by), accepted when the
+ * statistics are two replicas' (PyTorch's SyncBatchNorm rule). */
+static void bn_on_one_value(void *sync) {
+    dt_batchnorm bn;
+    dt_batchnorm_init(&bn, NULL, "bn", 2, DT_CPU);
+    bn.sync = sync;
+    dt_tensor *x = dt_tensor_new4(DT_CPU, 1, 2, 1, 1);
+    dt_data_f32(x)[0] = 0.5f, dt_data_f32(x)[1] = -1.0f;
+    dt_tensor *y = dt_batchnorm2d(x, &bn, 1, 0);
+    printf("y = %g %g\n", dt_data_f32(y)[0], dt_data_f32(y)[1]);
+    dt_batchnorm_free(&bn);
+}
+
+DT_TEST(dist_sync_bn_takes_one_value_a_replica) {
+    EXPECT_DEATH(bn_on_one_value, NULL, "training needs more than one value per channel (input has N*H*W = 1)");
+    static const dt_bn_sync two = {twice, NULL, 2};
+    EXPECT_OUTPUT(bn_on_one_value, (void *)&two, "y = 0 0"); /* [x; x]: zero variance, y = beta */
+}
+
 /* ---- collectives ---- */
 
-#define W 3
+enum { MAX_REPLICAS = 8 };
 typedef struct {
     dt_dist_group *g;
     int local, fail_at;
@@ -238,35 +258,52 @@ static void *coll_thread(void *arg) {
     return NULL;
 }
 
-DT_TEST(dist_cpu_collectives_agree_and_abort_releases_waiters) {
+/* The collectives of W replicas: the sums in rank order (bitwise), the mean, the broadcast,
+ * then replica fail_at aborts and every other one is released from its collective. */
+static void collectives_of(int W, int fail_at) {
     dt_dist_opts o = {.dev = DT_CPU, .local = W};
     dt_err err;
     dt_dist_group *g = dt_dist_group_new(&o, &err);
     EXPECT(g != NULL);
     if (!g) return;
-    coll_job jobs[W];
-    pthread_t th[W];
+    coll_job jobs[MAX_REPLICAS];
+    pthread_t th[MAX_REPLICAS];
     memset(jobs, 0, sizeof jobs);
     for (int i = 0; i < W; i++) {
         jobs[i].g = g;
         jobs[i].local = i;
-        jobs[i].fail_at = 2;
+        jobs[i].fail_at = fail_at;
         pthread_create(&th[i], NULL, coll_thread, &jobs[i]);
     }
     for (int i = 0; i < W; i++) pthread_join(th[i], NULL);
     for (int i = 0; i < W; i++) {
         for (int k = 0; k < 7; k++) {
-            float want = ((0.1f * 1 + k) + (0.1f * 2 + k) + (0.1f * 3 + k)) / 3; /* rank order, then / W */
-            EXPECT_MSG(jobs[i].f[k] == want, "replica %d f[%d] = %.9g, expected %.9g", i, k, jobs[i].f[k], want);
+            float want = 0.1f * 1 + k; /* rank order, then / W */
+            for (int r = 1; r < W; r++) want += 0.1f * (r + 1) + k;
+            want /= (float)W;
+            EXPECT_MSG(jobs[i].f[k] == want, "%d replicas: replica %d f[%d] = %.9g, expected %.9g", W, i, k,
+                       jobs[i].f[k], want);
         }
-        for (int k = 0; k < 5; k++) EXPECT(jobs[i].d[k] == 1e-3 * 1 * (k + 1) + 1e-3 * 2 * (k + 1) + 1e-3 * 3 * (k + 1));
+        for (int k = 0; k < 5; k++) {
+            double want = 1e-3 * 1 * (k + 1);
+            for (int r = 1; r < W; r++) want += 1e-3 * (r + 1) * (k + 1);
+            EXPECT_MSG(jobs[i].d[k] == want, "%d replicas: replica %d d[%d] = %.17g, expected %.17g", W, i, k,
+                       jobs[i].d[k], want);
+        }
         EXPECT(jobs[i].rc[0]);
         EXPECT_EQ_INT(jobs[i].rc[1], 0);
-        if (i != 2) EXPECT_EQ_INT(jobs[i].rc[2], -1); /* released by the abort, not hung */
+        if (i != fail_at) EXPECT_EQ_INT(jobs[i].rc[2], -1); /* released by the abort, not hung */
         EXPECT_EQ_INT(jobs[i].rc[3], -1);
     }
-    EXPECT(strstr(dt_dist_abort_reason(g), "replica 2: injected failure") != NULL);
+    char want[64];
+    snprintf(want, sizeof want, "replica %d: injected failure", fail_at);
+    EXPECT_MSG(strstr(dt_dist_abort_reason(g), want) != NULL, "%d replicas: reason '%s'", W, dt_dist_abort_reason(g));
     dt_dist_group_free(g);
+}
+
+DT_TEST(dist_cpu_collectives_agree_and_abort_releases_waiters) {
+    collectives_of(3, 2);
+    collectives_of(MAX_REPLICAS, 5); /* a peer among eight fails: the seven others are released */
 }
 
 DT_TEST(dist_metrics_reduce_to_the_sums) {
@@ -376,18 +413,23 @@ DT_TEST(train_dp_sync_bn_matches_one_replica) {
 }
 
 DT_TEST(train_dp_is_bitwise_reproducible) {
-    dt_train_cfg c;
-    dp_cfg(&c, 3, 2);
-    c.steps = 6;
-    dt_train_result a, b;
-    dt_err err;
-    EXPECT_EQ_INT(dt_train_run(&c, &a, &err), 0);
-    EXPECT_EQ_INT(dt_train_run(&c, &b, &err), 0);
-    EXPECT_EQ_INT(a.steps, 6);
-    for (int64_t i = 0; i < a.steps && i < b.steps; i++)
-        EXPECT_MSG(a.losses[i] == b.losses[i], "step %lld: %.9g vs %.9g", (long long)i + 1, a.losses[i], b.losses[i]);
-    dt_train_result_free(&a);
-    dt_train_result_free(&b);
+    const int counts[][2] = {{3, 2}, {8, 1}}; /* replicas, batch per replica */
+    for (int k = 0; k < 2; k++) {
+        dt_train_cfg c;
+        dp_cfg(&c, counts[k][0], counts[k][1]);
+        c.steps = 6;
+        c.sync_bn = counts[k][1] == 1; /* one image a replica: its own batch statistics are zero variance */
+        dt_train_result a, b;
+        dt_err err;
+        EXPECT_EQ_INT(dt_train_run(&c, &a, &err), 0);
+        EXPECT_EQ_INT(dt_train_run(&c, &b, &err), 0);
+        EXPECT_EQ_INT(a.steps, 6);
+        for (int64_t i = 0; i < a.steps && i < b.steps; i++)
+            EXPECT_MSG(a.losses[i] == b.losses[i], "%d replicas, step %lld: %.9g vs %.9g", counts[k][0], (long long)i + 1,
+                       a.losses[i], b.losses[i]);
+        dt_train_result_free(&a);
+        dt_train_result_free(&b);
+    }
 }
 
 DT_TEST(train_dp_checkpoint_resumes_on_another_replica_count) {
@@ -431,6 +473,54 @@ DT_TEST(train_dp_checkpoint_resumes_on_another_replica_count) {
     dt_train_result_free(&rp);
 }
 
+DT_TEST(train_dp_eight_replicas_match_one_and_resume_on_one_and_four) {
+    /* Eight replicas of one image each (sync_bn) against one replica of eight: the same
+     * training up to the order of float sums (the first steps; see
+     * train_dp_sync_bn_matches_one_replica); their checkpoint resumed by 1 x 8 and 4 x 2
+     * continues the uninterrupted one-replica run. */
+    char ck[400];
+    snprintf(ck, sizeof ck, "%s/dp8.ckpt", dt_test_tmpdir());
+    dt_train_cfg full, part, rest;
+    dp_cfg(&full, 1, 8);
+    strcpy(full.deform, "none");
+    full.steps = 7; /* 3 global batches per epoch: the stop at 2 falls inside epoch 0 */
+    dt_train_result rf, rp, rr;
+    dt_err err;
+    dt_set_quiet(1);
+    EXPECT_EQ_INT(dt_train_run(&full, &rf, &err), 0);
+    dp_cfg(&part, 8, 1);
+    strcpy(part.deform, "none");
+    part.steps = 7;
+    part.sync_bn = 1;
+    part.stop_at = 2;
+    snprintf(part.checkpoint, sizeof part.checkpoint, "%s", ck);
+    int rc = dt_train_run(&part, &rp, &err);
+    EXPECT_MSG(rc == 0, "8 replicas, stop_at: %s", err.msg);
+    if (!rc) {
+        EXPECT_EQ_INT(rp.steps, 2);
+        const double d = curve_diff(&rf, &rp, 2);
+        EXPECT_MSG(d < 1e-4, "8 replicas (sync_bn) vs 1: loss curves differ by %.3g relative", d);
+    }
+    for (int m = 1; m <= 4 && !rc; m *= 4) {
+        dp_cfg(&rest, m, 8 / m);
+        strcpy(rest.deform, "none");
+        rest.steps = 7;
+        rest.sync_bn = m > 1;
+        snprintf(rest.resume, sizeof rest.resume, "%s", ck);
+        rc = dt_train_run(&rest, &rr, &err);
+        EXPECT_MSG(rc == 0, "resume on %d: %s", m, err.msg);
+        if (!rc) {
+            EXPECT_EQ_INT(rr.steps, 5);
+            EXPECT_MSG(rr.steps > 0 && fabs(rr.losses[0] - rf.losses[2]) < 1e-4 * fabs(rf.losses[2]),
+                       "8 replicas' checkpoint resumed on %d, step 3: %.7g vs %.7g", m, rr.steps ? rr.losses[0] : NAN,
+                       rf.losses[2]);
+        }
+        dt_train_result_free(&rr);
+    }
+    dt_train_result_free(&rf);
+    dt_train_result_free(&rp);
+}
+
 DT_TEST(train_dp_divergence_stops_every_replica) {
     dt_train_cfg c;
     dp_cfg(&c, 2, 4);
@@ -448,10 +538,10 @@ DT_TEST(train_dp_divergence_stops_every_replica) {
 
 DT_TEST(train_dp_one_replica_failing_ends_the_run) {
     /* A class whose only image does not decode: the replica whose shard meets it fails (the
-     * loader's error), the other is released from its collective and stops too, and the
-     * run's error names the first failure. No hang. */
-    dt_train_cfg c;
-    dp_cfg(&c, 2, 4);
+     * loader's error), the others are released from their collectives and stop too, and the
+     * run's error names the first failure. No hang - with 2 replicas and with 8. */
+    dt_train_cfg base;
+    dp_cfg(&base, 1, 8); /* the dataset first, then the broken class in it */
     char rel[64];
     for (int v = 0; v < 2; v++) {
         snprintf(rel, sizeof rel, "shapes/%s/zz_broken", v ? "val" : "train");
@@ -459,15 +549,22 @@ DT_TEST(train_dp_one_replica_failing_ends_the_run) {
         snprintf(rel, sizeof rel, "shapes/%s/zz_broken/a.jpg", v ? "val" : "train");
         dt_test_write_file(rel, "not a jpeg at all", 17);
     }
-    c.steps = 60;
-    c.eval_every = 0;
-    dt_train_result r;
-    dt_err err;
-    dt_set_quiet(1);
-    int rc = dt_train_run(&c, &r, &err);
-    EXPECT_EQ_INT(rc, 1);
-    EXPECT_MSG(strstr(err.msg, "zz_broken") && strstr(err.msg, "replica"), "message: %s", err.msg);
-    dt_train_result_free(&r);
+    const int counts[][2] = {{2, 4}, {8, 1}};
+    for (int k = 0; k < 2; k++) {
+        dt_train_cfg c;
+        dp_cfg(&c, counts[k][0], counts[k][1]);
+        c.sync_bn = counts[k][1] == 1;
+        c.steps = 60;
+        c.eval_every = 0;
+        dt_train_result r;
+        dt_err err;
+        dt_set_quiet(1);
+        int rc = dt_train_run(&c, &r, &err);
+        EXPECT_EQ_INT(rc, 1);
+        EXPECT_MSG(strstr(err.msg, "zz_broken") && strstr(err.msg, "replica"), "%d replicas: message: %s", counts[k][0],
+                   err.msg);
+        dt_train_result_free(&r);
+    }
 }
 
 DT_TEST(train_dp_bad_gpus_values_are_clear_errors) {
