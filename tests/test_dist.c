@@ -432,11 +432,13 @@ DT_TEST(train_dp_is_bitwise_reproducible) {
     }
 }
 
-DT_TEST(train_dp_checkpoint_resumes_on_another_replica_count) {
-    /* Written by 2 replicas x 4 (sync_bn), resumed by 1 x 8 and by 4 x 2: the same global
-     * batch, so each continues the uninterrupted one-replica run up to float rounding. */
+/* A checkpoint written by `writers` replicas of 8 / writers images (sync_bn), resumed by 1 x 8
+ * and by 4 x 2: the same global batch, so each continues the uninterrupted one-replica run up
+ * to float rounding; the writers' own steps follow it too. Only the first steps are held to
+ * rounding (see train_dp_sync_bn_matches_one_replica). */
+static void checkpoint_across_counts(int writers) {
     char ck[400];
-    snprintf(ck, sizeof ck, "%s/dp.ckpt", dt_test_tmpdir());
+    snprintf(ck, sizeof ck, "%s/dp%d.ckpt", dt_test_tmpdir(), writers);
     dt_train_cfg full, part, rest;
     dp_cfg(&full, 1, 8);
     strcpy(full.deform, "none"); /* see train_dp_sync_bn_matches_one_replica */
@@ -445,61 +447,18 @@ DT_TEST(train_dp_checkpoint_resumes_on_another_replica_count) {
     dt_err err;
     dt_set_quiet(1);
     EXPECT_EQ_INT(dt_train_run(&full, &rf, &err), 0);
-    dp_cfg(&part, 2, 4);
+    dp_cfg(&part, writers, 8 / writers);
     strcpy(part.deform, "none");
     part.steps = 7;
     part.sync_bn = 1;
     part.stop_at = 2;
     snprintf(part.checkpoint, sizeof part.checkpoint, "%s", ck);
     int rc = dt_train_run(&part, &rp, &err);
-    EXPECT_MSG(rc == 0, "2 replicas, stop_at: %s", err.msg);
-    for (int m = 1; m <= 4 && !rc; m *= 4) {
-        dp_cfg(&rest, m, 8 / m);
-        strcpy(rest.deform, "none");
-        rest.steps = 7;
-        rest.sync_bn = m > 1;
-        snprintf(rest.resume, sizeof rest.resume, "%s", ck);
-        rc = dt_train_run(&rest, &rr, &err);
-        EXPECT_MSG(rc == 0, "resume on %d: %s", m, err.msg);
-        if (!rc) {
-            EXPECT_EQ_INT(rr.steps, 5);
-            for (int i = 0; i < 1; i++) /* the first; later steps part chaotically (above) */
-                EXPECT_MSG(fabs(rr.losses[i] - rf.losses[2 + i]) < 1e-4 * fabs(rf.losses[2 + i]),
-                           "resumed on %d replicas, step %d: %.7g vs %.7g", m, 3 + i, rr.losses[i], rf.losses[2 + i]);
-        }
-        dt_train_result_free(&rr);
-    }
-    dt_train_result_free(&rf);
-    dt_train_result_free(&rp);
-}
-
-DT_TEST(train_dp_eight_replicas_match_one_and_resume_on_one_and_four) {
-    /* Eight replicas of one image each (sync_bn) against one replica of eight: the same
-     * training up to the order of float sums (the first steps; see
-     * train_dp_sync_bn_matches_one_replica); their checkpoint resumed by 1 x 8 and 4 x 2
-     * continues the uninterrupted one-replica run. */
-    char ck[400];
-    snprintf(ck, sizeof ck, "%s/dp8.ckpt", dt_test_tmpdir());
-    dt_train_cfg full, part, rest;
-    dp_cfg(&full, 1, 8);
-    strcpy(full.deform, "none");
-    full.steps = 7; /* 3 global batches per epoch: the stop at 2 falls inside epoch 0 */
-    dt_train_result rf, rp, rr;
-    dt_err err;
-    dt_set_quiet(1);
-    EXPECT_EQ_INT(dt_train_run(&full, &rf, &err), 0);
-    dp_cfg(&part, 8, 1);
-    strcpy(part.deform, "none");
-    part.steps = 7;
-    part.sync_bn = 1;
-    part.stop_at = 2;
-    snprintf(part.checkpoint, sizeof part.checkpoint, "%s", ck);
-    int rc = dt_train_run(&part, &rp, &err);
-    EXPECT_MSG(rc == 0, "8 replicas, stop_at: %s", err.msg);
+    EXPECT_MSG(rc == 0, "%d replicas, stop_at: %s", writers, err.msg);
     if (!rc) {
         EXPECT_EQ_INT(rp.steps, 2);
         const double d = curve_diff(&rf, &rp, 2);
-        EXPECT_MSG(d < 1e-4, "8 replicas (sync_bn) vs 1: loss curves differ by %.3g relative", d);
+        EXPECT_MSG(d < 1e-4, "%d replicas (sync_bn) vs 1: loss curves differ by %.3g relative", writers, d);
     }
     for (int m = 1; m <= 4 && !rc; m *= 4) {
         dp_cfg(&rest, m, 8 / m);
@@ -512,13 +471,18 @@ DT_TEST(train_dp_eight_replicas_match_one_and_resume_on_one_and_four) {
         if (!rc) {
             EXPECT_EQ_INT(rr.steps, 5);
             EXPECT_MSG(rr.steps > 0 && fabs(rr.losses[0] - rf.losses[2]) < 1e-4 * fabs(rf.losses[2]),
-                       "8 replicas' checkpoint resumed on %d, step 3: %.7g vs %.7g", m, rr.steps ? rr.losses[0] : NAN,
-                       rf.losses[2]);
+                       "%d replicas' checkpoint resumed on %d, step 3: %.7g vs %.7g", writers, m,
+                       rr.steps ? rr.losses[0] : NAN, rf.losses[2]);
         }
         dt_train_result_free(&rr);
     }
     dt_train_result_free(&rf);
     dt_train_result_free(&rp);
+}
+
+DT_TEST(train_dp_checkpoint_resumes_on_another_replica_count) {
+    checkpoint_across_counts(2);
+    checkpoint_across_counts(8); /* one image a replica: synchronized statistics over eight */
 }
 
 DT_TEST(train_dp_divergence_stops_every_replica) {
