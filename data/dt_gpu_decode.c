@@ -22,10 +22,10 @@ struct dt_gpu_decoder {
     int init_n;               /* the batch size st is initialized for (0: none) */
     cudaStream_t stream;
     uint8_t *out;             /* K buffers u8 [B, S, S, 3], one allocation */
-    cudaEvent_t *released;    /* [K] recorded by the consumer on its stream */
-    int *has_release;         /* [K] */
-    cudaEvent_t *done;        /* [K] recorded on the decoder's stream after out_k's last write */
-    int *has_done;            /* [K] */
+    /* [K] events; one never recorded counts as complete in CUDA (a wait on it returns at once),
+     * so the first use of a buffer needs no flag */
+    cudaEvent_t *released;    /* recorded by the consumer on its stream */
+    cudaEvent_t *done;        /* recorded on the decoder's stream after out_k's last write */
     uint8_t *pix;             /* the batch's decoded images, packed: [h_i, w_i, 3] at 256-byte offsets */
     size_t pix_cap;
     dt_augment_scratch *aug;  /* [K] the augmentation's table staging, one per buffer (reused after done[k]) */
@@ -102,9 +102,7 @@ dt_gpu_decoder *dt_gpu_decoder_new(int device, int B, int S, int K, dt_err *err)
         goto fail;
     }
     d->released = dt_xcalloc((size_t)K, sizeof *d->released);
-    d->has_release = dt_xcalloc((size_t)K, sizeof *d->has_release);
     d->done = dt_xcalloc((size_t)K, sizeof *d->done);
-    d->has_done = dt_xcalloc((size_t)K, sizeof *d->has_done);
     d->aug = dt_xcalloc((size_t)K, sizeof *d->aug);
     for (int k = 0; k < K; k++)
         if ((ce = cudaEventCreateWithFlags(&d->released[k], cudaEventDisableTiming)) != cudaSuccess ||
@@ -152,13 +150,10 @@ int dt_gpu_decoder_decode(dt_gpu_decoder *d, int k, const dt_gpu_decode_job *job
     double t0 = dt_now_ms();
     /* The host side of out_k's last batch (its table staging, the host rows it copied up) is
      * free once that batch's work is done: long ago, when the consumer has released it. */
-    if (d->has_done[k] && (ce = cudaEventSynchronize(d->done[k])) != cudaSuccess)
-        return cuda_err(err, "the decode stream", ce);
-    if (d->has_release[k]) { /* the consumer's reads of out_k come before this batch's writes */
-        if ((ce = cudaStreamWaitEvent(d->stream, d->released[k], 0)) != cudaSuccess)
-            return cuda_err(err, "cudaStreamWaitEvent", ce);
-        d->has_release[k] = 0;
-    }
+    if ((ce = cudaEventSynchronize(d->done[k])) != cudaSuccess) return cuda_err(err, "the decode stream", ce);
+    /* the consumer's reads of out_k come before this batch's writes */
+    if ((ce = cudaStreamWaitEvent(d->stream, d->released[k], 0)) != cudaSuccess)
+        return cuda_err(err, "cudaStreamWaitEvent", ce);
     times->wait_ms += dt_now_ms() - t0;
     /* Choose the jobs within the budget (the workers asked dt_gpu_decoder_supported first). */
     int m = 0;
@@ -237,7 +232,6 @@ int dt_gpu_decoder_finish(dt_gpu_decoder *d, int k, const uint8_t *host_images, 
     /* No host wait: the consumer's stream waits for this event (dt_gpu_decoder_acquire), and the
      * decode thread goes on to the next batch while the engines and the kernel work on this one. */
     if ((ce = cudaEventRecord(d->done[k], d->stream)) != cudaSuccess) return cuda_err(err, "cudaEventRecord", ce);
-    d->has_done[k] = 1;
     return 0;
 }
 
@@ -267,9 +261,8 @@ void dt_gpu_decoder_parse_free(const dt_gpu_decoder *d, dt_gpu_parse *parse) {
 
 void dt_gpu_decoder_released(dt_gpu_decoder *d, int k) {
     DT_CHECK(cudaEventRecord(d->released[k], dt_stream()));
-    d->has_release[k] = 1;
     /* a worker refills the slot's pinned host rows next: the copies up from them are done first */
-    if (d->has_done[k]) DT_CHECK(cudaEventSynchronize(d->done[k]));
+    DT_CHECK(cudaEventSynchronize(d->done[k]));
 }
 
 void dt_gpu_decoder_free(dt_gpu_decoder *d) {
@@ -288,7 +281,7 @@ void dt_gpu_decoder_free(dt_gpu_decoder *d) {
         if (d->done[k]) cudaEventDestroy(d->done[k]);
     }
     if (d->stream) cudaStreamDestroy(d->stream);
-    free(d->released), free(d->has_release), free(d->done), free(d->has_done), free(d->aug);
+    free(d->released), free(d->done), free(d->aug);
     free(d->data), free(d->len), free(d->img), free(d->as), free(d->sel), free(d->arow);
     free(d);
     cudaSetDevice(prev);

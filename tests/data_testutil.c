@@ -68,6 +68,12 @@ const char *dt_test_shapes(const char *rel, int classes, int train_per_class, in
     return path;
 }
 
+uint8_t *dt_test_picture(int w, int h, int cls) {
+    uint8_t *p = malloc((size_t)w * h * 3);
+    dt_synth_render(cls, w, h, 3, 0, 5, p);
+    return p;
+}
+
 void dt_test_put(dt_test_buf *b, const void *data, size_t n) {
     if (b->n + n > b->cap) {
         b->cap = (b->n + n) * 2 + 256;
@@ -208,5 +214,13 @@ unsigned char *dt_test_libjpeg(int w, int h, const uint8_t *in, int comps, int i
     free(out);
     *n = size;
     return q;
+}
+
+void dt_test_write_libjpeg(const char *rel, int w, int h, const uint8_t *in, int comps, int in_cs, int jpeg_cs,
+                           const void *scans, int nscans) {
+    size_t n;
+    unsigned char *j = dt_test_libjpeg(w, h, in, comps, in_cs, jpeg_cs, scans, nscans, &n);
+    dt_test_write_file(rel, j, n);
+    free(j);
 }
 #endif

@@ -18,8 +18,9 @@ unsigned char *dt_test_read_file(const char *rel, size_t *n);
 /* A sample dataset of drawn shapes in tmpdir/rel (train/ and val/, size x size JPEGs), made on
  * the first call of a test and reused after; returns its path. */
 const char *dt_test_shapes(const char *rel, int classes, int train_per_class, int val_per_class, int size);
-
-#endif
+/* A smooth, detailed RGB test picture, u8 [h, w, 3] (malloc'ed): the sample dataset's renderer
+ * drawing class `cls`. */
+uint8_t *dt_test_picture(int w, int h, int cls);
 
 /* Crafted files in memory: a growing byte buffer (free(b.p) when done). */
 typedef struct {
@@ -43,4 +44,9 @@ void dt_test_png_end(dt_test_buf *b);
  * standard progression when nscans < 0. */
 unsigned char *dt_test_libjpeg(int w, int h, const uint8_t *in, int comps, int in_cs, int jpeg_cs, const void *scans,
                                int nscans, size_t *n);
+/* The same JPEG written to tmpdir/rel. */
+void dt_test_write_libjpeg(const char *rel, int w, int h, const uint8_t *in, int comps, int in_cs, int jpeg_cs,
+                           const void *scans, int nscans);
+#endif
+
 #endif

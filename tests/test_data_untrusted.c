@@ -241,13 +241,6 @@ static void write_junk(const char *rel) {
 }
 
 
-/* A smooth, detailed RGB test picture: the sample dataset's renderer. */
-static uint8_t *picture(int w, int h, int cls) {
-    uint8_t *p = malloc((size_t)w * h * 3);
-    dt_synth_render(cls, w, h, 3, 0, 5, p);
-    return p;
-}
-
 /* Offset of the JPEG frame header's height field (SOF0..SOF2: FF C0..C2, length, precision). */
 static size_t sof_dims(const unsigned char *j, size_t n) {
     for (size_t i = 2; i + 9 < n; i++)
@@ -257,24 +250,12 @@ static size_t sof_dims(const unsigned char *j, size_t n) {
 
 static void put16be(unsigned char *p, unsigned v) { p[0] = (unsigned char)(v >> 8), p[1] = (unsigned char)v; }
 
-#ifdef DT_LIBJPEG
-/* Writes a JPEG with libjpeg: `in` has `comps` components of colour space `in_cs`, stored as
- * `jpeg_cs`; `scans` is a progressive scan script (NULL: baseline, or libjpeg's standard
- * progression when nscans < 0). */
-static void write_libjpeg(const char *rel, int w, int h, const uint8_t *in, int comps, J_COLOR_SPACE in_cs,
-                          J_COLOR_SPACE jpeg_cs, const jpeg_scan_info *scans, int nscans) {
-    size_t n;
-    unsigned char *j = dt_test_libjpeg(w, h, in, comps, in_cs, jpeg_cs, scans, nscans, &n);
-    dt_test_write_file(rel, j, n);
-    free(j);
-}
-#endif
 
 DT_TEST(data_image_bomb_headers_are_refused_before_decoding) {
     /* A 16x16 JPEG and PNG whose headers then declare 8201 x 16167 (132.6 Mpx): the old decoder
      * spent 2 s and 0.9 GB per worker on the 530-byte JPEG. */
     dt_err err;
-    uint8_t *px = picture(16, 16, 1);
+    uint8_t *px = dt_test_picture(16, 16, 1);
     EXPECT_EQ_INT(dt_image_write_jpg(dt_test_path("bomb.jpg"), 16, 16, 3, px, 90, &err), 0);
     EXPECT_EQ_INT(dt_image_write_png(dt_test_path("bomb.png"), 16, 16, 3, px, &err), 0);
     free(px);
@@ -509,8 +490,8 @@ DT_TEST(data_image_decoding_memory_is_bounded_by_the_cap) {
     /* An 866-byte progressive JPEG declaring 9000 x 9000 took 627 MB: libjpeg holds the DCT
      * coefficients of every block for a file of several scans (243 MB here, zeroed first) and
      * the pixels (243 MB): refused from the header, before anything is allocated. */
-    uint8_t *px = picture(16, 16, 6);
-    write_libjpeg("prog9000.jpg", 16, 16, px, 3, JCS_RGB, JCS_YCbCr, NULL, -1);
+    uint8_t *px = dt_test_picture(16, 16, 6);
+    dt_test_write_libjpeg("prog9000.jpg", 16, 16, px, 3, JCS_RGB, JCS_YCbCr, NULL, -1);
     free(px);
     size_t n;
     unsigned char *j = dt_test_read_file("prog9000.jpg", &n);
@@ -644,7 +625,7 @@ DT_TEST(data_loader_skips_oversized_images_with_a_warning) {
     dt_err err;
     dt_test_mkdirs("bombset/train/a");
     dt_test_mkdirs("bombset/train/b");
-    uint8_t *px = picture(24, 24, 2);
+    uint8_t *px = dt_test_picture(24, 24, 2);
     for (int i = 0; i < 4; i++) {
         char rel[64];
         snprintf(rel, sizeof rel, "bombset/train/%c/%d.png", i < 3 ? 'a' : 'b', i);
@@ -681,7 +662,7 @@ DT_TEST(data_loader_skips_oversized_images_with_a_warning) {
 DT_TEST(data_jpeg_errors_are_returned) {
     /* Broken JPEGs come back as errors: the process (and the test runner) lives on. */
     dt_err err;
-    uint8_t *px = picture(64, 48, 3);
+    uint8_t *px = dt_test_picture(64, 48, 3);
     EXPECT_EQ_INT(dt_image_write_jpg(dt_test_path("ok.jpg"), 64, 48, 3, px, 90, &err), 0);
     free(px);
     size_t n;
@@ -732,8 +713,8 @@ DT_TEST(data_jpeg_cmyk_ycck_and_the_scan_limit) {
     int w = 16, h = 16;
     uint8_t cmyk[16 * 16 * 4];
     for (int i = 0; i < w * h; i++) cmyk[i * 4] = 200, cmyk[i * 4 + 1] = 100, cmyk[i * 4 + 2] = 50, cmyk[i * 4 + 3] = 128;
-    write_libjpeg("cmyk.jpg", w, h, cmyk, 4, JCS_CMYK, JCS_CMYK, NULL, 0);
-    write_libjpeg("ycck.jpg", w, h, cmyk, 4, JCS_CMYK, JCS_YCCK, NULL, 0);
+    dt_test_write_libjpeg("cmyk.jpg", w, h, cmyk, 4, JCS_CMYK, JCS_CMYK, NULL, 0);
+    dt_test_write_libjpeg("ycck.jpg", w, h, cmyk, 4, JCS_CMYK, JCS_YCCK, NULL, 0);
     const char *files[] = {"cmyk.jpg", "ycck.jpg"};
     dt_err err;
     dt_image im;
@@ -757,11 +738,11 @@ DT_TEST(data_jpeg_cmyk_ycck_and_the_scan_limit) {
     }
     uint8_t gray[16 * 16];
     for (int i = 0; i < w * h; i++) gray[i] = (uint8_t)(i * 7);
-    write_libjpeg("scans.jpg", w, h, gray, 1, JCS_GRAYSCALE, JCS_GRAYSCALE, scans, ns);
+    dt_test_write_libjpeg("scans.jpg", w, h, gray, 1, JCS_GRAYSCALE, JCS_GRAYSCALE, scans, ns);
     EXPECT(dt_image_load(dt_test_path("scans.jpg"), &im, NULL, &err) != 0);
     EXPECT_MSG(strstr(err.msg, "more than 500 progressive scans"), "%s", err.msg);
     /* ... while a normal progressive one decodes, gray to RGB */
-    write_libjpeg("prog.jpg", w, h, gray, 1, JCS_GRAYSCALE, JCS_GRAYSCALE, NULL, -1);
+    dt_test_write_libjpeg("prog.jpg", w, h, gray, 1, JCS_GRAYSCALE, JCS_GRAYSCALE, NULL, -1);
     int rc = dt_image_load(dt_test_path("prog.jpg"), &im, NULL, &err);
     EXPECT_MSG(rc == 0, "%s", err.msg);
     if (!rc) {
@@ -789,7 +770,7 @@ DT_TEST(data_jpeg_dct_downscaling_keeps_the_output) {
     /* A 1024x768 photo-like JPEG: decoding at the smallest 1/8, 1/4, 1/2 that the transform still
      * downsizes from gives the same S x S output up to resampling. */
     int W = 1024, H = 768, S = 64;
-    uint8_t *px = picture(W, H, 10);
+    uint8_t *px = dt_test_picture(W, H, 10);
     dt_err err;
     EXPECT_EQ_INT(dt_image_write_jpg(dt_test_path("big.jpg"), W, H, 3, px, 90, &err), 0);
     free(px);
@@ -856,7 +837,7 @@ DT_TEST(data_loader_epoch_summary_and_dead_classes) {
     dt_err err;
     dt_test_mkdirs("sum/train/a");
     dt_test_mkdirs("sum/train/b");
-    uint8_t *px = picture(20, 20, 4);
+    uint8_t *px = dt_test_picture(20, 20, 4);
     for (int i = 0; i < 3; i++) {
         char rel[64];
         snprintf(rel, sizeof rel, "sum/train/%c/%d.png", "ab"[i % 2], i);
@@ -888,7 +869,7 @@ DT_TEST(data_loader_epoch_summary_and_dead_classes) {
     /* A dataset of one class trained silently at loss 0: an error for a train loader; a val
      * loader of one class is fine. */
     dt_test_mkdirs("one/train/only");
-    px = picture(20, 20, 4);
+    px = dt_test_picture(20, 20, 4);
     EXPECT_EQ_INT(dt_image_write_png(dt_test_path("one/train/only/1.png"), 20, 20, 3, px, &err), 0);
     free(px);
     EXPECT_EQ_INT(dt_dataset_open(&ds, dt_test_path("one"), "train", NULL, &err), 0);

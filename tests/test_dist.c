@@ -442,17 +442,22 @@ DT_TEST(train_dp_is_bitwise_reproducible) {
  * moves a one-replica run's third loss by 9 % on stb_image's pixels; see
  * train_dp_sync_bn_matches_one_replica). The writers' first two steps are held to the
  * one-replica run (the synchronized statistics). */
+/* The plain net on `replicas` x 8 / replicas images (a global batch of 8), synchronized
+ * statistics on several, 7 steps: 3 global batches per epoch, so a stop at 2 falls inside
+ * epoch 0 (plain: see train_dp_sync_bn_matches_one_replica). */
+static void global8_cfg(dt_train_cfg *c, int replicas) {
+    dp_cfg(c, replicas, 8 / replicas);
+    strcpy(c->deform, "none");
+    c->steps = 7;
+    c->sync_bn = replicas > 1;
+}
+
 static void checkpoint_across_counts(int writers) {
     char ck[400];
     snprintf(ck, sizeof ck, "%s/dp%d.ckpt", dt_test_tmpdir(), writers);
     dt_train_cfg one, own, rest;
-    dp_cfg(&one, 1, 8);
-    strcpy(one.deform, "none"); /* see train_dp_sync_bn_matches_one_replica */
-    one.steps = 7; /* 3 global batches per epoch: the stop at 2 falls inside epoch 0 */
-    dp_cfg(&own, writers, 8 / writers);
-    strcpy(own.deform, "none");
-    own.steps = 7;
-    own.sync_bn = 1;
+    global8_cfg(&one, 1);
+    global8_cfg(&own, writers);
     dt_train_result r1, rw, rp, rr;
     dt_err err;
     dt_set_quiet(1);
@@ -474,10 +479,7 @@ static void checkpoint_across_counts(int writers) {
     const int counts[] = {1, 4, writers}; /* the writers' own count: the whole rest bitwise */
     for (int k = 0; k < 3 && !rc; k++) {
         const int m = counts[k];
-        dp_cfg(&rest, m, 8 / m);
-        strcpy(rest.deform, "none");
-        rest.steps = 7;
-        rest.sync_bn = m > 1;
+        global8_cfg(&rest, m);
         snprintf(rest.resume, sizeof rest.resume, "%s", ck);
         rc = dt_train_run(&rest, &rr, &err);
         EXPECT_MSG(rc == 0, "resume on %d: %s", m, err.msg);

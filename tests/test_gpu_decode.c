@@ -184,21 +184,6 @@ DT_GPU_TEST(gpu_loader_gpu_decode_matches_cpu) {
 }
 
 #ifdef DT_LIBJPEG
-/* A drawn picture (the sample dataset's renderer), RGB [h, w, 3], malloc'ed. */
-static uint8_t *picture(int w, int h, int cls) {
-    uint8_t *p = malloc((size_t)w * h * 3);
-    dt_synth_render(cls, w, h, 3, 0, 5, p);
-    return p;
-}
-
-static void write_libjpeg(const char *rel, int w, int h, const uint8_t *in, int comps, J_COLOR_SPACE in_cs,
-                          J_COLOR_SPACE jpeg_cs, int nscans) {
-    size_t n;
-    unsigned char *j = dt_test_libjpeg(w, h, in, comps, in_cs, jpeg_cs, NULL, nscans, &n);
-    dt_test_write_file(rel, j, n);
-    free(j);
-}
-
 static void count_same_rows(const uint8_t *cpu, const uint8_t *gpu, int n, size_t per, void *ctx) {
     for (int r = 0; r < n; r++) *(int *)ctx += !memcmp(gpu + r * per, cpu + r * per, per);
 }
@@ -214,24 +199,24 @@ DT_GPU_TEST(gpu_loader_gpu_decode_falls_back_per_file) {
     dt_test_mkdirs("mix/train/a");
     dt_test_mkdirs("mix/train/b");
     const int W = 40, H = 30;
-    uint8_t *px = picture(W, H, 1);
+    uint8_t *px = dt_test_picture(W, H, 1);
     EXPECT_EQ_INT(dt_image_write_jpg(dt_test_path("mix/train/a/a01.jpg"), W, H, 3, px, 90, &err), 0);
     size_t n;
     unsigned char *j = dt_test_read_file("mix/train/a/a01.jpg", &n);
     dt_test_write_file("mix/train/a/a00_truncated.jpg", j, n / 2);
     free(j);
-    write_libjpeg("mix/train/a/a02_progressive.jpg", W, H, px, 3, JCS_RGB, JCS_YCbCr, -1);
+    dt_test_write_libjpeg("mix/train/a/a02_progressive.jpg", W, H, px, 3, JCS_RGB, JCS_YCbCr, NULL, -1);
     uint8_t *cmyk = malloc((size_t)W * H * 4);
     for (int i = 0; i < W * H; i++)
         for (int c = 0; c < 4; c++) cmyk[i * 4 + c] = c < 3 ? px[i * 3 + c] : 200;
-    write_libjpeg("mix/train/a/a03_cmyk.jpg", W, H, cmyk, 4, JCS_CMYK, JCS_CMYK, 0);
+    dt_test_write_libjpeg("mix/train/a/a03_cmyk.jpg", W, H, cmyk, 4, JCS_CMYK, JCS_CMYK, NULL, 0);
     free(cmyk);
     EXPECT_EQ_INT(dt_image_write_png(dt_test_path("mix/train/a/a04.png"), W, H, 3, px, &err), 0);
     const char *junk = "not an image at all";
     dt_test_write_file("mix/train/a/a05_corrupt.jpg", junk, strlen(junk));
     EXPECT_EQ_INT(dt_image_write_jpg(dt_test_path("mix/train/a/a06.jpg"), W, H, 3, px, 75, &err), 0);
     free(px);
-    px = picture(W, H, 2);
+    px = dt_test_picture(W, H, 2);
     EXPECT_EQ_INT(dt_image_write_jpg(dt_test_path("mix/train/b/b00.jpg"), W, H, 3, px, 90, &err), 0);
     EXPECT_EQ_INT(dt_image_write_png(dt_test_path("mix/train/b/b01.png"), W, H, 3, px, &err), 0);
     EXPECT_EQ_INT(dt_image_write_jpg(dt_test_path("mix/train/b/b02.jpg"), H, W, 3, px, 95, &err), 0);
