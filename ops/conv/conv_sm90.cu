@@ -1,0 +1,256 @@
+/* The convolution's passes on the Hopper engine (conv_sm90.h): the tensor maps, the tile each
+ * shape runs (the lab's winners: bench/lab/sm90_gemm_lab.cu, docs/conv.md "The Hopper
+ * engine"), dgrad's flipped weight, wgrad's split of the reduction. Built for sm_90a (the
+ * Makefile compiles this file with -gencode arch=compute_90a,code=sm_90a when CUDA_ARCH is
+ * sm_90); on another target the kernels are empty and the plan never chooses them
+ * (dt_gpu_has_sm90a). */
+#include "ops/conv/conv_sm90.h"
+#include "ops/conv/sm90_gemm.cuh"
+
+#include "core/dt_alloc.h"
+#include "core/dt_common.h"
+#include "core/dt_device.h"
+#include "core/dt_kernel_util.cuh"
+
+using namespace dt_sm90;
+
+/* ---- tensor maps */
+
+namespace {
+
+typedef CUresult (*encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                                    const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
+                                    CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+typedef CUresult (*encode_im2col_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                                     const cuuint64_t *, const int *, const int *, cuuint32_t, cuuint32_t,
+                                     const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                     CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+/* a driver entry point by name (CUDA 12.0's ABI of it); fatal when the driver lacks it */
+void *driver_fn(const char *name) {
+    cudaDriverEntryPointQueryResult q;
+    void *f = NULL;
+    DT_CHECK(cudaGetDriverEntryPointByVersion(name, &f, 12000, cudaEnableDefault, &q));
+    if (q != cudaDriverEntryPointSuccess || !f) dt_fatal("the CUDA driver has no %s (needed by the sm90 conv engine)", name);
+    return f;
+}
+
+/* corners of the bounding box of window origins, one spatial axis: from -p (the first origin,
+ * against the top-left) to (o - 1) s - p (the last, against the bottom-right at i - 1) */
+int lower_corner(int64_t p) { return (int)-p; }
+int upper_corner(int64_t i, int64_t o, int64_t s, int64_t p) { return (int)((o - 1) * s - p - (i - 1)); }
+bool corner_ok(int64_t c) { return c >= -128 && c <= 127; } /* 4-D im2col maps: 8-bit corners */
+
+} // namespace
+
+CUtensorMap dt_sm90_map_rows(const void *a, int64_t rows, int64_t cols, int box_rows) {
+    static const encode_tiled_fn encode = (encode_tiled_fn)driver_fn("cuTensorMapEncodeTiled");
+    CUtensorMap m;
+    const cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows};
+    const cuuint64_t strides[1] = {(cuuint64_t)cols * 2};
+    const cuuint32_t box[2] = {64, (cuuint32_t)box_rows}, elem[2] = {1, 1};
+    const CUresult r = encode(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)a, dims, strides, box, elem,
+                              CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        dt_fatal("cuTensorMapEncodeTiled of a [%lld, %lld] bf16 matrix (boxes of %d rows) failed: error %d",
+                 (long long)rows, (long long)cols, box_rows, (int)r);
+    return m;
+}
+
+CUtensorMap dt_sm90_map_im2col(const void *x, int64_t N, int64_t H, int64_t W, int64_t C, dt_conv_geom g, int64_t Ho,
+                               int64_t Wo, int pixels) {
+    static const encode_im2col_fn encode = (encode_im2col_fn)driver_fn("cuTensorMapEncodeIm2col");
+    CUtensorMap m;
+    /* dims and corners innermost first: (C,) W, H, N */
+    const cuuint64_t dims[4] = {(cuuint64_t)C, (cuuint64_t)W, (cuuint64_t)H, (cuuint64_t)N};
+    const cuuint64_t strides[3] = {(cuuint64_t)C * 2, (cuuint64_t)(W * C * 2), (cuuint64_t)(H * W * C * 2)};
+    const int lower[2] = {lower_corner(g.pw), lower_corner(g.ph)};
+    const int upper[2] = {upper_corner(W, Wo, g.sw, g.pw), upper_corner(H, Ho, g.sh, g.ph)};
+    const cuuint32_t elem[4] = {1, (cuuint32_t)g.sw, (cuuint32_t)g.sh, 1};
+    const CUresult r = encode(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, (void *)x, dims, strides, lower, upper, 64,
+                              (cuuint32_t)pixels, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        dt_fatal("cuTensorMapEncodeIm2col of x [%lld, %lld, %lld, %lld] (kernel %dx%d, stride %d, pad %d) failed: error %d",
+                 (long long)N, (long long)C, (long long)H, (long long)W, g.kh, g.kw, g.sh, g.ph, (int)r);
+    return m;
+}
+
+/* ---- what the engine runs */
+
+namespace {
+
+bool pointwise(const dt_conv_geom &g) { return g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0; }
+
+/* x [N, H, W, C] -> [N, Ho, Wo] windows of g: the TMA im2col map's limits */
+bool im2col_ok(int64_t H, int64_t W, int64_t Ho, int64_t Wo, const dt_conv_geom &g) {
+    return g.sh <= 8 && g.sw <= 8 && corner_ok(-g.ph) && corner_ok(-g.pw) && corner_ok(upper_corner(H, Ho, g.sh, g.ph)) &&
+           corner_ok(upper_corner(W, Wo, g.sw, g.pw)) && (int64_t)(g.kh - 1) * g.dh < 65536 &&
+           (int64_t)(g.kw - 1) * g.dw < 65536;
+}
+
+/* dgrad of a stride-1 conv as a conv of dy: padding (k - 1) d - p on each axis */
+dt_conv_geom dgrad_geom(const dt_conv_geom &g) {
+    dt_conv_geom d = g;
+    d.ph = (g.kh - 1) * g.dh - g.ph, d.pw = (g.kw - 1) * g.dw - g.pw;
+    return d;
+}
+
+} // namespace
+
+extern "C" int dt_conv_sm90_supports(const dt_igemm_conv *p) {
+    const dt_conv_geom g = p->g;
+    const int64_t lim = (int64_t)1 << 31, taps = (int64_t)g.kh * g.kw;
+    if (p->N * p->H * p->W >= lim || p->N * p->Ho * p->Wo >= lim || taps * (p->C > p->Cout ? p->C : p->Cout) >= lim ||
+        p->N * p->H * p->W * p->C >= lim * 8 || p->N * p->Ho * p->Wo * p->Cout >= lim * 8)
+        return 0;
+    int s = 0;
+    const bool pw = pointwise(g);
+    if (p->Cout % 8 == 0 && ((pw && p->C % 8 == 0) || (p->C % 64 == 0 && im2col_ok(p->H, p->W, p->Ho, p->Wo, g))))
+        s |= DT_SM90_FPROP;
+    if (g.sh == 1 && g.sw == 1 && p->C % 8 == 0) {
+        const dt_conv_geom d = dgrad_geom(g);
+        if ((pw && p->Cout % 8 == 0) ||
+            (p->Cout % 64 == 0 && d.ph >= 0 && d.pw >= 0 && im2col_ok(p->Ho, p->Wo, p->H, p->W, d)))
+            s |= DT_SM90_DGRAD;
+    }
+    if (p->C % 64 == 0 && p->Cout % 8 == 0 && im2col_ok(p->H, p->W, p->Ho, p->Wo, g)) s |= DT_SM90_WGRAD;
+    return s;
+}
+
+namespace {
+
+/* The A operand of a conv as the engine's GEMM: the input x [N, H, W, C] read through the
+ * windows of g (Ho x Wo of them an image) - by TMA's im2col mode, or as the dense [N*H*W, C]
+ * matrix it is for a pointwise conv. */
+struct a_source {
+    const void *x;
+    int64_t N, H, W, C, Ho, Wo;
+    dt_conv_geom g;
+};
+
+CUtensorMap map_a(const a_source &s, int box_rows) {
+    if (pointwise(s.g)) return dt_sm90_map_rows(s.x, s.N * s.H * s.W, s.C, box_rows);
+    return dt_sm90_map_im2col(s.x, s.N, s.H, s.W, s.C, s.g, s.Ho, s.Wo, box_rows);
+}
+
+/* One GEMM on the engine: y [M, N] = A . b^T (+ beta y, + bias), b [N, K], y [M, N]. */
+template <class CFG> void run_gemm(gemm_args a, const a_source &src, const void *b, void *y) {
+    const CUtensorMap ma = map_a(src, CFG::BM), mb = dt_sm90_map_rows(b, a.N, a.K, CFG::BN);
+    const CUtensorMap my = dt_sm90_map_rows(y, a.M, a.N, CFG::WM);
+    a.y = (bf16 *)y;
+    a.tiles_m = (a.M + CFG::BM - 1) / CFG::BM;
+    a.tiles_n = (a.N + CFG::BN - 1) / CFG::BN;
+    static const bool attr = [] {
+        DT_CHECK(cudaFuncSetAttribute(k_sm90_gemm<CFG>, cudaFuncAttributeMaxDynamicSharedMemorySize, CFG::SMEM));
+        return true;
+    }();
+    (void)attr;
+    const int tiles = a.tiles_m * a.tiles_n, sms = dt_gpu_sm_count();
+    k_sm90_gemm<CFG><<<tiles < sms ? tiles : sms, 384, CFG::SMEM, dt_stream()>>>(ma, mb, my, a);
+    DT_CHECK_LAUNCH();
+}
+
+/* A conv as the engine's GEMM: y [N*Ho*Wo, Cout] = A . w^T (+ beta y, + bias), w [Cout, kh, kw, C]
+ * - fprop itself, and stride-1 dgrad on dy. The tile per shape (the lab, H200, batch 64; the
+ * TMA-store epilogue everywhere). im2col: 128x64 for 64 output channels (l1: 0.0505 ms against
+ * 0.078-0.087 for the others), 128x128 for 128 (l2: 0.034), 256x128 for 256 (l3: 0.037),
+ * 128x128 above (l4: 0.035: 128-row tiles fill the SMs with its 3136 rows). Dense A: 256x64 for
+ * 64 channels, 128x256 for >= 512 channels over a short K (<= 512), 128x128 otherwise. */
+void conv_gemm(const a_source &src, const void *w, int64_t Cout, const float *bias, float beta, void *y) {
+    const dt_conv_geom &g = src.g;
+    gemm_args a = {};
+    a.M = (int)(src.N * src.Ho * src.Wo), a.N = (int)Cout, a.K = g.kh * g.kw * (int)src.C, a.bias = bias, a.beta = beta;
+    if (pointwise(g)) {
+        if (a.N <= 64) run_gemm<tile_cfg<256, 64, 4, A_TMA>>(a, src, w, y);
+        else if (a.N >= 512 && a.K <= 512) run_gemm<tile_cfg<128, 256, 3, A_TMA>>(a, src, w, y);
+        else run_gemm<tile_cfg<128, 128, 5, A_TMA>>(a, src, w, y);
+        return;
+    }
+    a.x = (const bf16 *)src.x, a.H = (int)src.H, a.W = (int)src.W, a.C = (int)src.C, a.Ho = (int)src.Ho;
+    a.Wo = (int)src.Wo, a.KW = g.kw, a.SH = g.sh, a.SW = g.sw, a.PH = g.ph, a.PW = g.pw, a.DH = g.dh, a.DW = g.dw;
+    a.cblocks = (int)(src.C / 64);
+    if (a.N <= 64) run_gemm<tile_cfg<128, 64, 8, A_TMA_IM2COL>>(a, src, w, y);
+    else if (a.N <= 128 || a.N > 256) run_gemm<tile_cfg<128, 128, 5, A_TMA_IM2COL>>(a, src, w, y);
+    else run_gemm<tile_cfg<256, 128, 3, A_TMA_IM2COL>>(a, src, w, y);
+}
+
+/* wf [C, kh, kw, Cout] = w [Cout, kh, kw, C] with the taps mirrored and the channel axes swapped:
+ * the weight of dgrad as a conv of dy (wf[c][r][t][co] = w[co][kh-1-r][kw-1-t][c]) */
+__global__ void k_flip_weight(const bf16 *__restrict__ w, int Cout, int KH, int KW, int C, bf16 *__restrict__ wf) {
+    const int64_t n = (int64_t)Cout * KH * KW * C;
+    DT_GRID_STRIDE(i, n) {
+        const int co = (int)(i % Cout), t = (int)(i / Cout % KW), r = (int)(i / ((int64_t)Cout * KW) % KH);
+        const int c = (int)(i / ((int64_t)Cout * KW * KH));
+        wf[i] = w[(((int64_t)co * KH + (KH - 1 - r)) * KW + (KW - 1 - t)) * C + c];
+    }
+}
+
+} // namespace
+
+extern "C" void dt_conv_sm90_fprop(const dt_igemm_conv *p, const void *x, const void *w, const float *bias, void *y) {
+    if (p->N * p->Ho * p->Wo == 0) return;
+    const a_source src = {x, p->N, p->H, p->W, p->C, p->Ho, p->Wo, p->g};
+    conv_gemm(src, w, p->Cout, bias, 0.0f, y);
+}
+
+extern "C" void dt_conv_sm90_dgrad(const dt_igemm_conv *p, const void *dy, const void *w, float beta, void *dx) {
+    if (p->N * p->H * p->W == 0) return;
+    const dt_conv_geom g = p->g;
+    const int64_t nw = p->Cout * g.kh * g.kw * p->C;
+    bf16 *wf = (bf16 *)dt_gpu_malloc(sizeof(bf16) * (size_t)nw); /* [C, kh, kw, Cout] */
+    k_flip_weight<<<dt_grid_for(nw, 256), 256, 0, dt_stream()>>>((const bf16 *)w, (int)p->Cout, g.kh, g.kw, (int)p->C, wf);
+    DT_CHECK_LAUNCH();
+    const a_source src = {dy, p->N, p->Ho, p->Wo, p->Cout, p->H, p->W, dgrad_geom(g)};
+    conv_gemm(src, wf, p->C, NULL, beta, dx);
+    dt_gpu_free(wf); /* stream-ordered: reused only by later work on this stream */
+}
+
+namespace {
+
+template <class CFG>
+void run_wgrad(const dt_igemm_conv *p, const void *x, const void *dy, float beta, float *dw) {
+    const int64_t M = p->N * p->Ho * p->Wo, K = (int64_t)p->g.kh * p->g.kw * p->C;
+    wgrad_args a = {};
+    a.M = (int)M, a.Cout = (int)p->Cout, a.K = (int)K, a.dw = dw, a.beta = beta;
+    a.C = (int)p->C, a.Ho = (int)p->Ho, a.Wo = (int)p->Wo, a.KW = p->g.kw, a.SH = p->g.sh, a.SW = p->g.sw;
+    a.PH = p->g.ph, a.PW = p->g.pw, a.DH = p->g.dh, a.DW = p->g.dw;
+    a.tiles_co = (a.Cout + CFG::CO - 1) / CFG::CO, a.tiles_k = (a.K + CFG::BN - 1) / CFG::BN;
+    const int tiles = a.tiles_co * a.tiles_k, steps = (int)((M + 63) / 64);
+    const int splits = sm90_wgrad_splits(tiles, steps, p->Cout * K, dt_gpu_sm_count(), CFG::STEP_US);
+    a.steps_per_split = (steps + splits - 1) / splits;
+    a.splits = (steps + a.steps_per_split - 1) / a.steps_per_split;
+    float *part = a.splits > 1 ? (float *)dt_gpu_malloc(sizeof(float) * (size_t)a.splits * (size_t)(p->Cout * K)) : NULL;
+    a.part = part;
+    const CUtensorMap map_dy = dt_sm90_map_rows(dy, M, p->Cout, 64);
+    const CUtensorMap map_x = dt_sm90_map_im2col(x, p->N, p->H, p->W, p->C, p->g, p->Ho, p->Wo, 64);
+    static const bool attr = [] {
+        DT_CHECK(cudaFuncSetAttribute(k_sm90_wgrad<CFG>, cudaFuncAttributeMaxDynamicSharedMemorySize, CFG::SMEM));
+        return true;
+    }();
+    (void)attr;
+    k_sm90_wgrad<CFG><<<dim3(tiles, a.splits), 384, CFG::SMEM, dt_stream()>>>(map_dy, map_x, a);
+    DT_CHECK_LAUNCH();
+    if (part) {
+        const int64_t n = p->Cout * K;
+        k_sm90_wgrad_reduce<<<dt_grid_for(n, 256), 256, 0, dt_stream()>>>(dw, part, n, a.splits, beta);
+        DT_CHECK_LAUNCH();
+        dt_gpu_free(part);
+    }
+}
+
+} // namespace
+
+/* wgrad tiles (the lab, batch 64): 64 channels x 256 columns of K for 64 output channels (l1:
+ * 0.081 ms), 128 x 256 above (l2: 0.047, l3: 0.054, l4: 0.058). */
+extern "C" void dt_conv_sm90_wgrad(const dt_igemm_conv *p, const void *x, const void *dy, float beta, float *dw) {
+    /* dw = beta dw over no positions: beta is 0 or 1 (the gradient convention, dt_grad_dst) */
+    const int64_t K = (int64_t)p->g.kh * p->g.kw * p->C;
+    if (p->N * p->Ho * p->Wo == 0) { /* no positions: dw = beta * dw */
+        if (beta == 0.0f) dt_memset_gpu(dw, 0, sizeof(float) * (size_t)(p->Cout * K));
+        return;
+    }
+    if (p->Cout <= 64) run_wgrad<wgrad_cfg<64, 128, 5>>(p, x, dy, beta, dw);
+    else run_wgrad<wgrad_cfg<128, 256, 4>>(p, x, dy, beta, dw);
+}
