@@ -30,7 +30,9 @@ extern "C" {
  *           conv's dgrad runs one sub-GEMM per output parity class over its taps); 4 stages
  *   wgrad:  128 = 128 output channels x 128 k;             64 = 64 x 128 (the 64-channel layers); 4 stages
  * all with a cp.async pipeline, ldmatrix and mma.sync m16n8k16. */
-typedef enum { DT_IGEMM_TILE_128 = 0, DT_IGEMM_TILE_64 = 1 } dt_igemm_tile;
+/*   sm90:   the Hopper engine (conv_sm90.h: wgmma + TMA, its tile chosen per shape), for the
+ *           passes dt_conv_sm90_supports allows, on a GPU that dt_gpu_has_sm90a. */
+typedef enum { DT_IGEMM_TILE_128 = 0, DT_IGEMM_TILE_64 = 1, DT_IGEMM_TILE_SM90 = 2 } dt_igemm_tile;
 
 typedef struct {
     int64_t N, C, H, W; /* the input [N, C, H, W] */
@@ -56,9 +58,16 @@ DT_DECL_CONV_IGEMM(cuda)
 /* ---- the plan: which engine each pass of a bf16 channels-last conv runs on. */
 
 /* auto: the measured winner per shape (dt_conv_plan_bf16); gemm: im2col + cuBLAS everywhere
- * (the reference path); igemm128 / igemm64: every supported pass on the implicit GEMM with that
- * tile (tests, ablation). */
-typedef enum { DT_CONV_ALGO_AUTO = 0, DT_CONV_ALGO_GEMM, DT_CONV_ALGO_IGEMM128, DT_CONV_ALGO_IGEMM64 } dt_conv_algo;
+ * (the reference path); igemm128 / igemm64: every supported pass on the mma.sync implicit GEMM
+ * with that tile; sm90: every pass the Hopper engine supports on it, the others as auto (tests,
+ * ablation; refused on a GPU without it). */
+typedef enum {
+    DT_CONV_ALGO_AUTO = 0,
+    DT_CONV_ALGO_GEMM,
+    DT_CONV_ALGO_IGEMM128,
+    DT_CONV_ALGO_IGEMM64,
+    DT_CONV_ALGO_SM90
+} dt_conv_algo;
 /* The default is the plan: inside the bf16 ResNet-18 step (graphs, batch 64, H200) it takes
  * 7.32 ms where im2col + cuBLAS everywhere takes 7.67 (docs/PERF.md section 15). */
 #define DT_CONV_ALGO_DEFAULT DT_CONV_ALGO_AUTO
@@ -71,9 +80,21 @@ typedef struct {
     int fprop, dgrad, wgrad;
 } dt_conv_plan;
 
-/* The plan of problem p (its tile field is ignored) under algo; a pure function of the shape,
+/* The plan of problem p (its tile field is ignored) under algo, sm90 saying whether the device
+ * runs the Hopper engine (dt_gpu_has_sm90a); a pure function of the shape and the device kind,
  * so every run, replica and replay of a step makes the same choice (bitwise reproducible). */
-dt_conv_plan dt_conv_plan_bf16(const dt_igemm_conv *p, dt_conv_algo algo);
+dt_conv_plan dt_conv_plan_bf16(const dt_igemm_conv *p, dt_conv_algo algo, int sm90);
+
+/* The passes of p the Hopper engine runs (DT_SM90_* bits), whatever the device:
+ *   fprop  Cout % 8 == 0; C % 64 == 0 (TMA's im2col mode brings one tap's 64-channel block a
+ *          k-slice), or a pointwise conv (1x1, stride 1, no padding) with C % 8 == 0 (x is A);
+ *   dgrad  stride 1, C % 8 == 0: the conv of dy with the weight mirrored and its channel axes
+ *          swapped (dt_conv_dgrad_geom); Cout % 64 == 0, or pointwise with Cout % 8 == 0;
+ *   wgrad  C % 64 == 0, Cout % 8 == 0: dy^T . im2col(x);
+ * and every pass: strides <= 8, the window's bounding-box corners within TMA's [-128, 127],
+ * fewer than 2^31 rows. */
+enum { DT_SM90_FPROP = 1, DT_SM90_DGRAD = 2, DT_SM90_WGRAD = 4 };
+int dt_conv_sm90_supports(const dt_igemm_conv *p);
 
 #ifdef __cplusplus
 }

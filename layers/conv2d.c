@@ -37,7 +37,7 @@ dt_conv_algo dt_conv_get_algo(void) {
     if (g_conv_algo < 0) {
         const char *e = getenv("DT_CONV_ALGO");
         int a = e && *e ? dt_conv_algo_parse(e) : DT_CONV_ALGO_DEFAULT;
-        if (a < 0) dt_fatal("DT_CONV_ALGO=%s: expected auto, gemm, igemm128 or igemm64", e);
+        if (a < 0) dt_fatal("DT_CONV_ALGO=%s: expected auto, gemm, igemm128, igemm64 or sm90", e);
         g_conv_algo = a;
     }
     return (dt_conv_algo)g_conv_algo;
@@ -96,7 +96,11 @@ static dt_conv_plan plan_of(const dt_tensor *x, const dt_igemm_conv *ip) {
     const dt_conv_algo a = dt_conv_get_algo();
     if (x->dtype != DT_BF16 || x->layout != DT_NHWC) return none;
     if (x->dev != DT_GPU && (a == DT_CONV_ALGO_AUTO || a == DT_CONV_ALGO_GEMM)) return none;
-    return dt_conv_plan_bf16(ip, a);
+    const int sm90 = x->dev == DT_GPU && dt_gpu_has_sm90a();
+    if (a == DT_CONV_ALGO_SM90 && x->dev == DT_GPU && !sm90)
+        dt_fatal("conv_algo=sm90: this GPU or build has no Hopper engine (it needs compute capability 9.0 and a "
+                 "CUDA_ARCH=sm_90 build); use auto");
+    return dt_conv_plan_bf16(ip, a, sm90);
 }
 
 static dt_igemm_conv igemm_problem(const dt_tensor *x, const dt_tensor *w, dt_conv_geom g, int64_t Ho, int64_t Wo) {

@@ -529,6 +529,12 @@ static void conv_algo_follows_gemm(const char *device, const char *algo) {
 DT_TEST(train_conv_igemm64_cpu_twins_follow_gemm) { conv_algo_follows_gemm("cpu", "igemm64"); }
 DT_GPU_TEST(gpu_train_conv_igemm128_follows_gemm) { conv_algo_follows_gemm("cuda", "igemm128"); }
 DT_GPU_TEST(gpu_train_conv_igemm64_follows_gemm) { conv_algo_follows_gemm("cuda", "igemm64"); }
+/* the Hopper engine (at width 0.25 it takes layer3-4's convs, 64 and 128 channels); a GPU
+ * without it refuses conv_algo=sm90 (gpu_cases_conv_sm90_parity) */
+DT_GPU_TEST(gpu_train_conv_sm90_follows_gemm) {
+    if (dt_gpu_has_sm90a()) conv_algo_follows_gemm("cuda", "sm90");
+    else printf("    no Hopper engine on this GPU or build: conv_algo=sm90 not trained\n");
+}
 
 /* ---- values read from a checkpoint are checked against the run before use ---- */
 

@@ -4,13 +4,13 @@
  * Makefile compiles this file with -gencode arch=compute_90a,code=sm_90a when CUDA_ARCH is
  * sm_90); on another target the kernels are empty and the plan never chooses them
  * (dt_gpu_has_sm90a). */
-#include "ops/conv/conv_sm90.h"
-#include "ops/conv/sm90_gemm.cuh"
+#include "conv_sm90.h"
+#include "sm90_gemm.cuh"
 
 #include "core/dt_alloc.h"
 #include "core/dt_common.h"
 #include "core/dt_device.h"
-#include "core/dt_kernel_util.cuh"
+#include "dt_kernel_util.cuh"
 
 using namespace dt_sm90;
 
@@ -36,10 +36,10 @@ void *driver_fn(const char *name) {
 }
 
 /* corners of the bounding box of window origins, one spatial axis: from -p (the first origin,
- * against the top-left) to (o - 1) s - p (the last, against the bottom-right at i - 1) */
+ * against the top-left) to (o - 1) s - p - (i - 1) (the last, against the bottom-right pixel
+ * i - 1); dt_conv_sm90_supports has checked that they fit the map's 8 bits */
 int lower_corner(int64_t p) { return (int)-p; }
 int upper_corner(int64_t i, int64_t o, int64_t s, int64_t p) { return (int)((o - 1) * s - p - (i - 1)); }
-bool corner_ok(int64_t c) { return c >= -128 && c <= 127; } /* 4-D im2col maps: 8-bit corners */
 
 } // namespace
 
@@ -77,49 +77,11 @@ CUtensorMap dt_sm90_map_im2col(const void *x, int64_t N, int64_t H, int64_t W, i
     return m;
 }
 
-/* ---- what the engine runs */
+/* ---- the passes */
 
 namespace {
 
 bool pointwise(const dt_conv_geom &g) { return g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0; }
-
-/* x [N, H, W, C] -> [N, Ho, Wo] windows of g: the TMA im2col map's limits */
-bool im2col_ok(int64_t H, int64_t W, int64_t Ho, int64_t Wo, const dt_conv_geom &g) {
-    return g.sh <= 8 && g.sw <= 8 && corner_ok(-g.ph) && corner_ok(-g.pw) && corner_ok(upper_corner(H, Ho, g.sh, g.ph)) &&
-           corner_ok(upper_corner(W, Wo, g.sw, g.pw)) && (int64_t)(g.kh - 1) * g.dh < 65536 &&
-           (int64_t)(g.kw - 1) * g.dw < 65536;
-}
-
-/* dgrad of a stride-1 conv as a conv of dy: padding (k - 1) d - p on each axis */
-dt_conv_geom dgrad_geom(const dt_conv_geom &g) {
-    dt_conv_geom d = g;
-    d.ph = (g.kh - 1) * g.dh - g.ph, d.pw = (g.kw - 1) * g.dw - g.pw;
-    return d;
-}
-
-} // namespace
-
-extern "C" int dt_conv_sm90_supports(const dt_igemm_conv *p) {
-    const dt_conv_geom g = p->g;
-    const int64_t lim = (int64_t)1 << 31, taps = (int64_t)g.kh * g.kw;
-    if (p->N * p->H * p->W >= lim || p->N * p->Ho * p->Wo >= lim || taps * (p->C > p->Cout ? p->C : p->Cout) >= lim ||
-        p->N * p->H * p->W * p->C >= lim * 8 || p->N * p->Ho * p->Wo * p->Cout >= lim * 8)
-        return 0;
-    int s = 0;
-    const bool pw = pointwise(g);
-    if (p->Cout % 8 == 0 && ((pw && p->C % 8 == 0) || (p->C % 64 == 0 && im2col_ok(p->H, p->W, p->Ho, p->Wo, g))))
-        s |= DT_SM90_FPROP;
-    if (g.sh == 1 && g.sw == 1 && p->C % 8 == 0) {
-        const dt_conv_geom d = dgrad_geom(g);
-        if ((pw && p->Cout % 8 == 0) ||
-            (p->Cout % 64 == 0 && d.ph >= 0 && d.pw >= 0 && im2col_ok(p->Ho, p->Wo, p->H, p->W, d)))
-            s |= DT_SM90_DGRAD;
-    }
-    if (p->C % 64 == 0 && p->Cout % 8 == 0 && im2col_ok(p->H, p->W, p->Ho, p->Wo, g)) s |= DT_SM90_WGRAD;
-    return s;
-}
-
-namespace {
 
 /* The A operand of a conv as the engine's GEMM: the input x [N, H, W, C] read through the
  * windows of g (Ho x Wo of them an image) - by TMA's im2col mode, or as the dense [N*H*W, C]
@@ -202,7 +164,7 @@ extern "C" void dt_conv_sm90_dgrad(const dt_igemm_conv *p, const void *dy, const
     bf16 *wf = (bf16 *)dt_gpu_malloc(sizeof(bf16) * (size_t)nw); /* [C, kh, kw, Cout] */
     k_flip_weight<<<dt_grid_for(nw, 256), 256, 0, dt_stream()>>>((const bf16 *)w, (int)p->Cout, g.kh, g.kw, (int)p->C, wf);
     DT_CHECK_LAUNCH();
-    const a_source src = {dy, p->N, p->Ho, p->Wo, p->Cout, p->H, p->W, dgrad_geom(g)};
+    const a_source src = {dy, p->N, p->Ho, p->Wo, p->Cout, p->H, p->W, dt_conv_dgrad_geom(g)};
     conv_gemm(src, wf, p->C, NULL, beta, dx);
     dt_gpu_free(wf); /* stream-ordered: reused only by later work on this stream */
 }
