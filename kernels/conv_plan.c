@@ -50,20 +50,28 @@ static int im2col_ok(int64_t H, int64_t W, int64_t Ho, int64_t Wo, dt_conv_geom 
            (int64_t)(g.kh - 1) * g.dh < 65536 && (int64_t)(g.kw - 1) * g.dw < 65536;
 }
 
-int dt_conv_sm90_supports(const dt_igemm_conv *p) {
+dt_sm90_read dt_conv_sm90_read(const dt_igemm_conv *p, int pass) {
     const dt_conv_geom g = p->g;
     const int64_t lim = (int64_t)1 << 31, taps = (int64_t)g.kh * g.kw;
     if (p->C < 1 || p->Cout < 1 || p->N * p->H * p->W >= lim || p->N * p->Ho * p->Wo >= lim ||
         taps * (p->C > p->Cout ? p->C : p->Cout) >= lim)
-        return 0;
-    int s = 0;
+        return DT_SM90_NONE;
     const int pw = pointwise(g);
-    if (p->Cout % 8 == 0 && ((pw && p->C % 8 == 0) || (p->C % 64 == 0 && im2col_ok(p->H, p->W, p->Ho, p->Wo, g))))
-        s |= DT_SM90_FPROP;
-    if (g.sh == 1 && g.sw == 1 && p->C % 8 == 0 &&
-        ((pw && p->Cout % 8 == 0) || (p->Cout % 64 == 0 && im2col_ok(p->Ho, p->Wo, p->H, p->W, dt_conv_dgrad_geom(g)))))
-        s |= DT_SM90_DGRAD;
-    if (p->C % 64 == 0 && p->Cout % 8 == 0 && im2col_ok(p->H, p->W, p->Ho, p->Wo, g)) s |= DT_SM90_WGRAD;
+    if (pass == DT_SM90_DGRAD) {
+        if (g.sh != 1 || g.sw != 1 || p->C % 8) return DT_SM90_NONE;
+        if (pw) return p->Cout % 8 == 0 ? DT_SM90_DENSE : DT_SM90_NONE;
+        return p->Cout % 64 == 0 && im2col_ok(p->Ho, p->Wo, p->H, p->W, dt_conv_dgrad_geom(g)) ? DT_SM90_IM2COL
+                                                                                               : DT_SM90_NONE;
+    }
+    if (p->Cout % 8) return DT_SM90_NONE;
+    if (pass == DT_SM90_FPROP && pw && p->C % 8 == 0) return DT_SM90_DENSE;
+    return p->C % 64 == 0 && im2col_ok(p->H, p->W, p->Ho, p->Wo, g) ? DT_SM90_IM2COL : DT_SM90_COLUMNS;
+}
+
+int dt_conv_sm90_supports(const dt_igemm_conv *p) {
+    int s = 0;
+    for (int pass = DT_SM90_FPROP; pass <= DT_SM90_WGRAD; pass <<= 1)
+        if (dt_conv_sm90_read(p, pass) != DT_SM90_NONE) s |= pass;
     return s;
 }
 
@@ -114,9 +122,14 @@ dt_conv_plan dt_conv_plan_bf16(const dt_igemm_conv *p, dt_conv_algo algo, int sm
     const int forced = algo == DT_CONV_ALGO_SM90;
     dt_conv_plan plan = plan_mma(p, forced ? DT_CONV_ALGO_AUTO : algo);
     if (!forced && !(sm90 && algo == DT_CONV_ALGO_AUTO)) return plan;
-    const int s = dt_conv_sm90_supports(p);
-    if (s & DT_SM90_FPROP) plan.fprop = DT_IGEMM_TILE_SM90;
-    if (s & DT_SM90_DGRAD) plan.dgrad = DT_IGEMM_TILE_SM90;
-    if ((s & DT_SM90_WGRAD) && (forced || p->N * p->Ho * p->Wo >= 12544)) plan.wgrad = DT_IGEMM_TILE_SM90;
+    /* the column matrix is written and read once more than the other reads: measured for the
+     * stem (C = 3), where the mma.sync path pads C to 8 and cuBLAS's wgrad materializes the
+     * columns anyway; other C keep their measured paths unless forced */
+    const dt_sm90_read rf = dt_conv_sm90_read(p, DT_SM90_FPROP), rw = dt_conv_sm90_read(p, DT_SM90_WGRAD);
+    const int columns_ok = forced || p->C % 8 != 0;
+    if (rf != DT_SM90_NONE && (rf != DT_SM90_COLUMNS || columns_ok)) plan.fprop = DT_IGEMM_TILE_SM90;
+    if (dt_conv_sm90_read(p, DT_SM90_DGRAD) != DT_SM90_NONE) plan.dgrad = DT_IGEMM_TILE_SM90;
+    if (rw != DT_SM90_NONE && (rw != DT_SM90_COLUMNS || columns_ok) && (forced || p->N * p->Ho * p->Wo >= 12544))
+        plan.wgrad = DT_IGEMM_TILE_SM90;
     return plan;
 }

@@ -17,7 +17,7 @@ typedef struct {
 enum { G = -1, T128 = DT_IGEMM_TILE_128, T64 = DT_IGEMM_TILE_64, S = DT_IGEMM_TILE_SM90 };
 
 static const plan_row PLAN[] = {
-    {"stem (C = 3, padded to 8)", 3, 224, 224, 64, 7, 2, 3, T128, G, G, T128, G, G},
+    {"stem (C = 3, padded to 8)", 3, 224, 224, 64, 7, 2, 3, T128, G, G, S, G, S},
     {"l1", 64, 56, 56, 64, 3, 1, 1, T128, T64, T64, S, S, S},
     {"l2a", 64, 56, 56, 128, 3, 2, 1, T128, G, G, S, G, S},
     {"l2ds", 64, 56, 56, 128, 1, 2, 0, T128, T64, G, S, T64, S},
@@ -106,27 +106,33 @@ DT_TEST(conv_algo_names_round_trip) {
     EXPECT_EQ_INT(dt_conv_algo_parse(""), -1);
 }
 
-/* The engine's limits (conv_igemm.h, dt_conv_sm90_supports): which passes each edge shape gets */
-DT_TEST(conv_sm90_supports_its_limits) {
+/* How the engine reads each pass's operand (conv_igemm.h, dt_conv_sm90_read) on its edges */
+DT_TEST(conv_sm90_reads_its_operands) {
+    enum { NO = DT_SM90_NONE, DE = DT_SM90_DENSE, IM = DT_SM90_IM2COL, CO = DT_SM90_COLUMNS };
     const struct {
         const char *name;
         plan_row r;
-        int n, want;
+        int n, fprop, dgrad, wgrad;
     } rows[] = {
-        {"3x3 C 64 -> 64", {"", 64, 9, 9, 64, 3, 1, 1, G, G, G, G, G, G}, 2, DT_SM90_FPROP | DT_SM90_DGRAD | DT_SM90_WGRAD},
-        {"3x3 C 32: im2col needs 64-channel blocks", {"", 32, 9, 9, 64, 3, 1, 1, G, G, G, G, G, G}, 2, 0},
-        {"3x3 Cout 72: dgrad needs Cout % 64", {"", 64, 9, 9, 72, 3, 1, 1, G, G, G, G, G, G}, 2, DT_SM90_FPROP | DT_SM90_WGRAD},
-        {"3x3 Cout 12: Cout % 8", {"", 64, 9, 9, 12, 3, 1, 1, G, G, G, G, G, G}, 2, 0},
-        {"3x3 s2: no dgrad", {"", 64, 17, 15, 128, 3, 2, 1, G, G, G, G, G, G}, 2, DT_SM90_FPROP | DT_SM90_WGRAD},
-        {"pointwise 24 -> 40: dense A, no wgrad", {"", 24, 9, 7, 40, 1, 1, 0, G, G, G, G, G, G}, 3, DT_SM90_FPROP | DT_SM90_DGRAD},
-        {"pointwise 20 -> 40: C % 8", {"", 20, 9, 7, 40, 1, 1, 0, G, G, G, G, G, G}, 3, 0},
-        {"stem C = 3", {"", 3, 224, 224, 64, 7, 2, 3, G, G, G, G, G, G}, 64, 0},
-        {"pad 200: corners past TMA's 8 bits", {"", 64, 9, 9, 64, 3, 1, 200, G, G, G, G, G, G}, 1, 0},
-        {"stride 9: past TMA's traversal stride", {"", 64, 40, 40, 64, 3, 9, 1, G, G, G, G, G, G}, 1, 0},
+        {"3x3 C 64 -> 64", {"", 64, 9, 9, 64, 3, 1, 1, G, G, G, G, G, G}, 2, IM, IM, IM},
+        {"3x3 C 32: im2col needs 64-channel blocks", {"", 32, 9, 9, 64, 3, 1, 1, G, G, G, G, G, G}, 2, CO, IM, CO},
+        {"3x3 Cout 72: dgrad's im2col of dy too", {"", 64, 9, 9, 72, 3, 1, 1, G, G, G, G, G, G}, 2, IM, NO, IM},
+        {"3x3 Cout 12: Cout % 8", {"", 64, 9, 9, 12, 3, 1, 1, G, G, G, G, G, G}, 2, NO, NO, NO},
+        {"3x3 s2: no dgrad", {"", 64, 17, 15, 128, 3, 2, 1, G, G, G, G, G, G}, 2, IM, NO, IM},
+        {"pointwise 24 -> 40", {"", 24, 9, 7, 40, 1, 1, 0, G, G, G, G, G, G}, 3, DE, DE, CO},
+        {"pointwise 20 -> 40: C % 8", {"", 20, 9, 7, 40, 1, 1, 0, G, G, G, G, G, G}, 3, CO, NO, CO},
+        {"stem C = 3", {"", 3, 224, 224, 64, 7, 2, 3, G, G, G, G, G, G}, 64, CO, NO, CO},
+        {"pad 200: corners past TMA's 8 bits", {"", 64, 9, 9, 64, 3, 1, 200, G, G, G, G, G, G}, 1, CO, NO, CO},
+        {"stride 9: past TMA's traversal stride", {"", 64, 40, 40, 64, 3, 9, 1, G, G, G, G, G, G}, 1, CO, NO, CO},
     };
     for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
         const dt_igemm_conv p = problem(rows[i].n, &rows[i].r);
-        EXPECT_MSG(dt_conv_sm90_supports(&p) == rows[i].want, "%s: supports %d, expected %d", rows[i].name,
-                   dt_conv_sm90_supports(&p), rows[i].want);
+        const int got[3] = {dt_conv_sm90_read(&p, DT_SM90_FPROP), dt_conv_sm90_read(&p, DT_SM90_DGRAD),
+                            dt_conv_sm90_read(&p, DT_SM90_WGRAD)};
+        EXPECT_MSG(got[0] == rows[i].fprop && got[1] == rows[i].dgrad && got[2] == rows[i].wgrad,
+                   "%s: reads %d %d %d, expected %d %d %d", rows[i].name, got[0], got[1], got[2], rows[i].fprop,
+                   rows[i].dgrad, rows[i].wgrad);
+        const int sup = (got[0] ? DT_SM90_FPROP : 0) | (got[1] ? DT_SM90_DGRAD : 0) | (got[2] ? DT_SM90_WGRAD : 0);
+        EXPECT_EQ_INT(dt_conv_sm90_supports(&p), sup);
     }
 }
