@@ -1,10 +1,10 @@
-/* The bf16 conv's plan (kernels/conv_igemm.h): the choices docs/conv.md's plan table states for
+/* The bf16 conv's plan (ops/conv/conv_igemm.h): the choices docs/conv.md's plan table states for
  * every ResNet-18 / -50 conv at batch 64 (each one the conv lab's measured winner), the shapes
  * the implicit GEMM cannot run, the forced algorithms, and the algorithms' names. */
 #include <stddef.h>
 
-#include "conv_igemm.h"
-#include "dt_test.h"
+#include "ops/conv/conv_igemm.h"
+#include "tests/dt_test.h"
 
 typedef struct {
     const char *name;
