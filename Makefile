@@ -41,7 +41,9 @@ ifeq ($(CC),cc)
 endif
 
 OPT := $(if $(filter 1,$(DEBUG)),-O0 -g,-O3 -g)
-INCLUDES := -I. -Icore -Ikernels -Ilayers -Idata -Itrain -Itests -I$(STB_INCLUDE)
+# Headers are included by their path from the repository root ("ops/conv/conv_plan.h",
+# "core/dt_tensor.h"): no flat search path, so that no file can shadow another of its name.
+INCLUDES := -I. -I$(STB_INCLUDE)
 WARN := -Wall -Wextra -Wpointer-arith $(if $(filter 1,$(WERROR)),-Werror,)
 # Sanitizers: UB stops the program (a test that trips it fails); ASan reports and stops too.
 SAN_ON := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
@@ -141,11 +143,12 @@ CONFIG := $(BUILD)/.config
 $(shell mkdir -p $(BUILD) && echo 'CUDA=$(CUDA) ARCH=$(CUDA_ARCH) DEBUG=$(DEBUG) WERROR=$(WERROR) CC=$(CC) STB=$(STB_INCLUDE) SAN=$(SAN) JPEG=$(JPEG) PNG=$(PNG) NCCL=$(NCCL) VIS=hidden' > $(CONFIG).new && \
   (cmp -s $(CONFIG).new $(CONFIG) || mv $(CONFIG).new $(CONFIG)); rm -f $(CONFIG).new)
 
-# Library sources: everything in the library folders except programs (*_main.c), and the
-# libjpeg-turbo and libpng decoders when they are not built in.
+# Library sources: everything in the library folders (core/, one folder per op family under
+# ops/, models/, data/, train/) except programs (*_main.c), and the libjpeg-turbo and libpng
+# decoders when they are not built in.
 LIB_C := $(filter-out %_main.c train/train_cli.c $(if $(filter 1,$(JPEG)),,data/dt_jpeg.c) $(if $(filter 1,$(PNG)),,data/dt_png.c),\
-           $(wildcard core/*.c kernels/*.c layers/*.c data/*.c train/*.c))
-LIB_CU := $(if $(filter 1,$(CUDA)),$(wildcard core/*.cu kernels/*.cu layers/*.cu data/*.cu ops/conv/*.cu),)
+           $(wildcard core/*.c ops/*/*.c models/*.c data/*.c train/*.c))
+LIB_CU := $(if $(filter 1,$(CUDA)),$(wildcard core/*.cu ops/*/*.cu models/*.cu data/*.cu),)
 LIB_OBJ := $(LIB_C:%.c=$(BUILD)/obj/%.o) $(LIB_CU:%.cu=$(BUILD)/obj/%.cu.o)
 TEST_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tests/*.c))
 PROGRAMS := $(patsubst %_main.c,$(BUILD)/%,$(notdir $(wildcard train/*_main.c data/*_main.c bench/*_main.c)))
@@ -237,11 +240,6 @@ $(BUILD)/bench: $(BUILD)/obj/bench/bench_main.o $(BENCH_OBJ) $(BUILD)/libdeftc.a
 
 $(BUILD)/chart: $(BUILD)/obj/bench/chart_main.o $(CHART_OBJ) $(BUILD)/libdeftc.a
 	$(CC) -o $@ $< $(CHART_OBJ) $(BUILD)/libdeftc.a $(IMG_STATIC) $(LDLIBS)
-
-# bench/ objects (the kernel lab too) find bench_common.h with -Ibench, the chart's test chart.h.
-$(BUILD)/obj/bench/%.o: CFLAGS += -Ibench
-$(BUILD)/obj/tests/test_chart.o: CFLAGS += -Ibench
-$(BUILD)/obj/bench/%.cu.o: NVCCFLAGS += -Ibench
 
 $(BUILD)/deform_lab: $(BUILD)/obj/bench/lab/deform_lab.cu.o $(BUILD)/obj/bench/bench_common.o $(BUILD)/libdeftc.a
 	$(CC) -o $@ $< $(BUILD)/obj/bench/bench_common.o $(BUILD)/libdeftc.a $(IMG_STATIC) $(LDLIBS)

@@ -1,19 +1,19 @@
-#include "bench_common.h"
+#include "bench/bench_common.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "convert.h"
-#include "dt_alloc.h"
-#include "dt_autograd.h"
-#include "dt_device.h"
-#include "dt_shared_kernels.h"
-#include "dt_init.h"
-#include "dt_ops.h"
-#include "dt_param.h"
-#include "dt_timer.h"
-#include "gemm.h"
+#include "ops/pointwise/convert.h"
+#include "core/dt_alloc.h"
+#include "core/dt_autograd.h"
+#include "core/dt_device.h"
+#include "ops/pointwise/dt_shared_kernels.h"
+#include "ops/init/dt_init.h"
+#include "ops/dt_ops.h"
+#include "core/dt_param.h"
+#include "core/dt_timer.h"
+#include "ops/linear/gemm.h"
 
 const dt_bench_shape DT_RESNET18_SHAPES[7] = {
     {"l1", 64, 64, 56, 1, 4},    {"l2a", 64, 128, 56, 2, 1},  {"l2", 128, 128, 28, 1, 3}, {"l3a", 128, 256, 28, 2, 1},

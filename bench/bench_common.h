@@ -4,8 +4,8 @@
 
 #include <stdio.h>
 
-#include "dt_common.h"
-#include "dt_tensor.h"
+#include "core/dt_common.h"
+#include "core/dt_tensor.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -52,7 +52,7 @@ void dt_bench_deform_breakdown(const dt_bench_opts *o, FILE *csv);
 double dt_bench_gemm_floor(const dt_bench_opts *o, int64_t M, int64_t K, int64_t NP, int warmup, int reps);
 /* Plain conv2d forward+backward time (median), for ratios: x and gy from dt_bench_act, w from
  * dt_bench_weight, products as o says. */
-#include "conv_geom.h"
+#include "ops/conv/conv_geom.h"
 double dt_bench_conv_fb(const dt_bench_opts *o, dt_tensor *x, dt_tensor *w, dt_tensor *gy, dt_conv_geom g, int warmup,
                         int reps);
 /* An f32 NCHW GPU tensor ~ N(0, std), reproducible from seed. */

@@ -3,10 +3,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "bench_common.h"
-#include "dt_alloc.h"
-#include "dt_autograd.h"
-#include "dt_layers.h"
+#include "bench/bench_common.h"
+#include "core/dt_alloc.h"
+#include "core/dt_autograd.h"
+#include "ops/dt_layers.h"
 
 typedef struct {
     dt_tensor *x, *w, *gy; /* w: the fp32 master (a parameter) */

@@ -15,15 +15,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench_common.h"
-#include "deform.h"
-#include "deform_nhwc.h"
-#include "dt_alloc.h"
-#include "dt_autograd.h"
-#include "dt_deform.h"
-#include "dt_init.h"
-#include "dt_layers.h"
-#include "dt_timer.h"
+#include "bench/bench_common.h"
+#include "ops/deform/deform_nchw.h"
+#include "ops/deform/deform_nhwc.h"
+#include "core/dt_alloc.h"
+#include "core/dt_autograd.h"
+#include "ops/deform/dt_deform.h"
+#include "ops/init/dt_init.h"
+#include "ops/dt_layers.h"
+#include "core/dt_timer.h"
 
 typedef struct {
     dt_deform_mode mode;

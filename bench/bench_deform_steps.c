@@ -10,19 +10,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench_common.h"
+#include "bench/bench_common.h"
 
 #ifdef DT_CUDA
-#include "deform.h"
-#include "deform_nhwc.h"
-#include "dt_alloc.h"
-#include "dt_deform.h"
-#include "dt_layers.h"
-#include "elementwise.h"
-#include "gemm.h"
-#include "im2col.h"
-#include "layout.h"
-#include "offset_conv.h"
+#include "ops/deform/deform_nchw.h"
+#include "ops/deform/deform_nhwc.h"
+#include "core/dt_alloc.h"
+#include "ops/deform/dt_deform.h"
+#include "ops/dt_layers.h"
+#include "ops/pointwise/elementwise.h"
+#include "ops/linear/gemm.h"
+#include "ops/conv/im2col.h"
+#include "ops/pointwise/layout.h"
+#include "ops/deform/offset_conv.h"
 
 enum {
     S_X_NHWC, S_OFFCONV, S_OFFCONV_GEMM, S_SAMPLE, S_TILE_FUSE, S_TILE_STAGE, S_TILE_BOTH, S_GEMM_FWD_NC, S_IM2COL_NCHW,

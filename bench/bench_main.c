@@ -18,14 +18,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench_common.h"
-#include "dt_alloc.h"
-#include "dt_common.h"
-#include "dt_device.h"
-#include "dt_layers.h"
-#include "dt_ops.h"
-#include "dt_timer.h"
-#include "gemm.h"
+#include "bench/bench_common.h"
+#include "core/dt_alloc.h"
+#include "core/dt_common.h"
+#include "core/dt_device.h"
+#include "ops/dt_layers.h"
+#include "ops/dt_ops.h"
+#include "core/dt_timer.h"
+#include "ops/linear/gemm.h"
 
 int main(int argc, char **argv) {
     dt_bench_opts o;

@@ -1,5 +1,5 @@
 /* The bar chart's layout and drawing (chart.h): every size comes from the text it must hold. */
-#include "chart.h"
+#include "bench/chart.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "chart.h"
+#include "bench/chart.h"
 #include "stb_image_write.h"
 
 /* The next comma-separated field of *s, cut in place ("" when there is none). */

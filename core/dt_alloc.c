@@ -1,12 +1,12 @@
-#include "dt_alloc.h"
+#include "core/dt_alloc.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "dt_common.h"
-#include "dt_device.h"
+#include "core/dt_common.h"
+#include "core/dt_device.h"
 #ifdef DT_CUDA
-#include "dt_cuda.h"
+#include "core/dt_cuda.h"
 #endif
 
 void *dt_host_alloc(size_t bytes, int pinned) {

@@ -15,7 +15,7 @@
 #ifndef DT_ALLOC_H
 #define DT_ALLOC_H
 
-#include "dt_api.h"
+#include "core/dt_api.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -59,7 +59,7 @@ void dt_host_free(void *ptr, int pinned);
 
 /* Scratch memory on either device (GPU: the caching allocator; CPU: aligned host memory):
  * workspaces of ops that live for one call. */
-#include "dt_device.h"
+#include "core/dt_device.h"
 void *dt_dev_alloc(dt_dev dev, size_t bytes);
 void dt_dev_free(dt_dev dev, void *ptr);
 

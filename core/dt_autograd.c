@@ -1,11 +1,11 @@
-#include "dt_autograd.h"
+#include "core/dt_autograd.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "dt_common.h"
-#include "dt_graph.h"
-#include "dt_param.h"
+#include "core/dt_common.h"
+#include "core/dt_graph.h"
+#include "core/dt_param.h"
 
 /* The tape: nodes and their ctx blocks are carved from a chunked arena that is rewound, not
  * freed, when the tape is reset, so recording costs no malloc in a steady-state step. */

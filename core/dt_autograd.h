@@ -24,11 +24,11 @@
 #ifndef DT_AUTOGRAD_H
 #define DT_AUTOGRAD_H
 
-#include "dt_api.h"
+#include "core/dt_api.h"
 
 #include <stddef.h>
 
-#include "dt_tensor.h"
+#include "core/dt_tensor.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,4 +1,4 @@
-#include "dt_common.h"
+#include "core/dt_common.h"
 
 #include <stdarg.h>
 #include <stdlib.h>

@@ -15,7 +15,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "dt_api.h"
+#include "core/dt_api.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -18,8 +18,8 @@
 #include <cuda_runtime_api.h>
 #include <curand.h>
 
-#include "dt_common.h"
-#include "dt_device.h"
+#include "core/dt_common.h"
+#include "core/dt_device.h"
 
 #ifdef __cplusplus
 extern "C" {

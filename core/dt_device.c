@@ -1,11 +1,11 @@
-#include "dt_device.h"
+#include "core/dt_device.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "dt_common.h"
-#include "dt_graph.h"
+#include "core/dt_common.h"
+#include "core/dt_graph.h"
 
 static uint64_t g_seed = 0x5eed;
 static int g_debug_sync = -1; /* -1: not read from the environment yet */
@@ -22,7 +22,7 @@ int dt_debug_sync(void) {
 }
 
 #ifdef DT_CUDA
-#include "dt_cuda.h"
+#include "core/dt_cuda.h"
 
 /* One context per device; each host thread has a current device (dt_gpu_use), by default the
  * first device initialized. */

@@ -9,7 +9,7 @@
 #ifndef DT_DEVICE_H
 #define DT_DEVICE_H
 
-#include "dt_api.h"
+#include "core/dt_api.h"
 
 #include <stdint.h>
 

@@ -1,5 +1,5 @@
 /* Data-parallel collectives: NCCL on GPUs, shared memory on the CPU (see dt_dist.h). */
-#include "dt_dist.h"
+#include "core/dt_dist.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -11,9 +11,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dt_alloc.h"
+#include "core/dt_alloc.h"
 #ifdef DT_CUDA
-#include "dt_cuda.h"
+#include "core/dt_cuda.h"
 #endif
 #ifdef DT_NCCL
 #include <nccl.h>

@@ -38,8 +38,8 @@
 
 #include <stdint.h>
 
-#include "dt_common.h"
-#include "dt_device.h"
+#include "core/dt_common.h"
+#include "core/dt_device.h"
 
 #ifdef __cplusplus
 extern "C" {

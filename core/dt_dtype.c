@@ -1,4 +1,4 @@
-#include "dt_dtype.h"
+#include "core/dt_dtype.h"
 
 static const char *const g_dtype_names[DT_NUM_DTYPES] = {"f32", "bf16", "f16", "i32", "u8"};
 static const size_t g_dtype_sizes[DT_NUM_DTYPES] = {4, 2, 2, 4, 1};

@@ -34,7 +34,7 @@
 #ifndef DT_DTYPE_H
 #define DT_DTYPE_H
 
-#include "dt_api.h"
+#include "core/dt_api.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -144,7 +144,7 @@ static inline uint8_t dt_u8_from_float(float f) {
 
 DT_PUBLIC_END
 /* Element loads and stores by dtype on the host - what the CPU twins (and the tensor's host
- * copies) use where the CUDA kernels use dt_ld / dt_st (kernels/dt_dtype.cuh). A load widens to
+ * copies) use where the CUDA kernels use dt_ld / dt_st (core/dt_dtype.cuh). A load widens to
  * fp32 (exact for f32, bf16, f16, u8; i32 exact below 2^24), a store rounds once (nearest even;
  * i32 truncates; u8 saturates to [0, 255], NaN -> 0), so a twin computing in fp32 between the
  * two gets the GPU's bits whenever the arithmetic is the same. */

@@ -1,4 +1,4 @@
-#include "dt_file.h"
+#include "core/dt_file.h"
 
 #include <errno.h>
 #include <fcntl.h>

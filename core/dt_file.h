@@ -8,7 +8,7 @@
 
 #include <stddef.h>
 
-#include "dt_common.h"
+#include "core/dt_common.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,12 +1,12 @@
-#include "dt_graph.h"
+#include "core/dt_graph.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "dt_alloc.h"
-#include "dt_common.h"
-#include "dt_timer.h"
+#include "core/dt_alloc.h"
+#include "core/dt_common.h"
+#include "core/dt_timer.h"
 
 /* This thread's capture in progress: its first failure and the op it belongs to. */
 typedef struct {
@@ -29,7 +29,7 @@ int dt_graph_absorb_error(const char *what, const char *call, const char *msg, c
 }
 
 #ifdef DT_CUDA
-#include "dt_cuda.h"
+#include "core/dt_cuda.h"
 
 struct dt_graph {
     cudaGraph_t graph;

@@ -1,9 +1,9 @@
-#include "dt_kernel.h"
+#include "core/dt_kernel.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "dt_common.h"
+#include "core/dt_common.h"
 
 static dt_op_table *g_tables; /* every table, linked at load time (constructors: one thread) */
 

@@ -19,12 +19,12 @@
 #ifndef DT_KERNEL_H
 #define DT_KERNEL_H
 
-#include "dt_api.h"
+#include "core/dt_api.h"
 
 #include <stdio.h>
 
-#include "dt_device.h"
-#include "dt_dtype.h"
+#include "core/dt_device.h"
+#include "core/dt_dtype.h"
 
 #ifdef __cplusplus
 extern "C" {

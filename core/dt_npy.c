@@ -1,6 +1,6 @@
-#include "dt_npy.h"
+#include "core/dt_npy.h"
 
-#include "dt_file.h"
+#include "core/dt_file.h"
 
 #include <errno.h>
 #include <stdint.h>

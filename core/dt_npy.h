@@ -6,10 +6,10 @@
 #ifndef DT_NPY_H
 #define DT_NPY_H
 
-#include "dt_api.h"
+#include "core/dt_api.h"
 
-#include "dt_common.h"
-#include "dt_tensor.h"
+#include "core/dt_common.h"
+#include "core/dt_tensor.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,8 +1,8 @@
-#include "dt_parallel.h"
+#include "core/dt_parallel.h"
 
 #include <pthread.h>
 
-#include "dt_common.h"
+#include "core/dt_common.h"
 
 #define MAX_THREADS 256
 

@@ -1,11 +1,11 @@
-#include "dt_param.h"
+#include "core/dt_param.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "convert.h"
-#include "dt_alloc.h"
-#include "dt_common.h"
+#include "ops/pointwise/convert.h"
+#include "core/dt_alloc.h"
+#include "core/dt_common.h"
 
 static dt_param *record_of(dt_tensor *t) {
     if (t->param) return t->param;

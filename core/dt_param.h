@@ -14,9 +14,9 @@
 #ifndef DT_PARAM_H
 #define DT_PARAM_H
 
-#include "dt_api.h"
+#include "core/dt_api.h"
 
-#include "dt_tensor.h"
+#include "core/dt_tensor.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,4 +1,4 @@
-#include "dt_rng.h"
+#include "core/dt_rng.h"
 
 #include <math.h>
 

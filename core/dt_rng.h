@@ -4,7 +4,7 @@
 #ifndef DT_RNG_H
 #define DT_RNG_H
 
-#include "dt_api.h"
+#include "core/dt_api.h"
 
 #include <stdint.h>
 

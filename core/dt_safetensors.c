@@ -1,6 +1,6 @@
 /* The safetensors format (dt_safetensors.h): a strict reader of untrusted files and the
  * encoder of the files deftc writes. */
-#include "dt_safetensors.h"
+#include "core/dt_safetensors.h"
 
 #include <float.h>
 #include <math.h>
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dt_file.h"
+#include "core/dt_file.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors data is little-endian: dt_safetensors reads and writes it as the host stores it"

@@ -32,13 +32,13 @@
 #ifndef DT_SAFETENSORS_H
 #define DT_SAFETENSORS_H
 
-#include "dt_api.h"
+#include "core/dt_api.h"
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dt_common.h"
-#include "dt_tensor.h" /* DT_MAX_DIMS */
+#include "core/dt_common.h"
+#include "core/dt_tensor.h" /* DT_MAX_DIMS */
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,13 +1,13 @@
-#include "dt_tensor.h"
+#include "core/dt_tensor.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "dt_alloc.h"
-#include "dt_autograd.h"
-#include "dt_common.h"
-#include "dt_param.h"
-#include "elementwise.h"
+#include "core/dt_alloc.h"
+#include "core/dt_autograd.h"
+#include "core/dt_common.h"
+#include "core/dt_param.h"
+#include "ops/pointwise/elementwise.h"
 
 /* ---- scopes ---- */
 

@@ -16,13 +16,13 @@
 #ifndef DT_TENSOR_H
 #define DT_TENSOR_H
 
-#include "dt_api.h"
+#include "core/dt_api.h"
 
 #include <stdint.h>
 
-#include "dt_device.h"
-#include "dt_dtype.h"
-#include "dt_rng.h"
+#include "core/dt_device.h"
+#include "core/dt_dtype.h"
+#include "core/dt_rng.h"
 
 #ifdef __cplusplus
 extern "C" {

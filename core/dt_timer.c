@@ -1,10 +1,10 @@
-#include "dt_timer.h"
+#include "core/dt_timer.h"
 
 #include <stdlib.h>
 #include <time.h>
 
-#include "dt_common.h"
-#include "dt_device.h"
+#include "core/dt_common.h"
+#include "core/dt_device.h"
 
 double dt_now_ms(void) {
     struct timespec ts;
@@ -13,7 +13,7 @@ double dt_now_ms(void) {
 }
 
 #ifdef DT_CUDA
-#include "dt_cuda.h"
+#include "core/dt_cuda.h"
 #endif
 
 struct dt_gpu_timer {

@@ -4,7 +4,7 @@
 #ifndef DT_TIMER_H
 #define DT_TIMER_H
 
-#include "dt_api.h"
+#include "core/dt_api.h"
 
 #ifdef __cplusplus
 extern "C" {

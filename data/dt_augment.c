@@ -1,7 +1,7 @@
 /* The augmentation op (dt_augment.h) and its CPU twin. */
-#include "dt_augment.h"
+#include "data/dt_augment.h"
 
-#include "dt_kernel.h"
+#include "core/dt_kernel.h"
 
 void dt_augment_images_cpu(int n, int S, const uint8_t *src, const dt_augment_sample *samples, uint8_t *out) {
     dt_scratch scratch = {0};

@@ -3,9 +3,9 @@
 #include <cstring>
 #include <vector>
 
-#include "dt_alloc.h"
-#include "dt_augment.h"
-#include "dt_kernel_util.cuh"
+#include "core/dt_alloc.h"
+#include "data/dt_augment.h"
+#include "core/dt_kernel_util.cuh"
 
 namespace {
 

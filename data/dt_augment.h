@@ -18,12 +18,12 @@
 #ifndef DT_AUGMENT_H
 #define DT_AUGMENT_H
 
-#include "dt_api.h"
+#include "core/dt_api.h"
 
 #include <stdint.h>
 
-#include "dt_tensor.h"
-#include "dt_transform.h"
+#include "core/dt_tensor.h"
+#include "data/dt_transform.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,4 +1,4 @@
-#include "dt_dataset.h"
+#include "data/dt_dataset.h"
 
 #include <dirent.h>
 #include <errno.h>

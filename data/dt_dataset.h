@@ -27,11 +27,11 @@
 #ifndef DT_DATASET_H
 #define DT_DATASET_H
 
-#include "dt_api.h"
+#include "core/dt_api.h"
 
 #include <stdint.h>
 
-#include "dt_common.h"
+#include "core/dt_common.h"
 
 #ifdef __cplusplus
 extern "C" {

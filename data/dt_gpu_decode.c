@@ -1,18 +1,18 @@
 /* The loader's GPU decode (dt_gpu_decode.h): nvJPEG's batched decoder, then the augmentation
  * kernel, on a stream of the decoder's own. */
-#include "dt_gpu_decode.h"
+#include "data/dt_gpu_decode.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "dt_augment.h"
-#include "dt_device.h"
-#include "dt_nvjpeg.h"
-#include "dt_timer.h"
+#include "data/dt_augment.h"
+#include "core/dt_device.h"
+#include "data/dt_nvjpeg.h"
+#include "core/dt_timer.h"
 
 #ifdef DT_CUDA
-#include "dt_cuda.h"
+#include "core/dt_cuda.h"
 
 struct dt_gpu_decoder {
     int device, B, S, K, hw;

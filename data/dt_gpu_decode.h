@@ -22,8 +22,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dt_common.h"
-#include "dt_transform.h"
+#include "core/dt_common.h"
+#include "data/dt_transform.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,4 +1,4 @@
-#include "dt_image.h"
+#include "data/dt_image.h"
 
 #include <errno.h>
 #include <math.h>
@@ -6,14 +6,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dt_file.h"
-#include "dt_image_header.h"
-#include "dt_stb.h"
+#include "core/dt_file.h"
+#include "data/dt_image_header.h"
+#include "data/dt_stb.h"
 #ifdef DT_LIBJPEG
-#include "dt_jpeg.h"
+#include "data/dt_jpeg.h"
 #endif
 #ifdef DT_LIBPNG
-#include "dt_png.h"
+#include "data/dt_png.h"
 #endif
 #include "stb_image.h"
 #include "stb_image_write.h"

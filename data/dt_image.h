@@ -19,12 +19,12 @@
 #ifndef DT_IMAGE_H
 #define DT_IMAGE_H
 
-#include "dt_api.h"
+#include "core/dt_api.h"
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dt_common.h"
+#include "core/dt_common.h"
 
 #ifdef __cplusplus
 extern "C" {

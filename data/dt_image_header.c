@@ -1,4 +1,4 @@
-#include "dt_image_header.h"
+#include "data/dt_image_header.h"
 
 #include <string.h>
 #ifndef DT_LIBPNG

@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dt_common.h"
+#include "core/dt_common.h"
 
 #ifdef __cplusplus
 extern "C" {

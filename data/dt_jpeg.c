@@ -1,4 +1,4 @@
-#include "dt_jpeg.h"
+#include "data/dt_jpeg.h"
 
 #include <setjmp.h>
 #include <stdio.h> /* jpeglib.h needs FILE */

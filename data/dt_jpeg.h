@@ -19,8 +19,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dt_common.h"
-#include "dt_image.h"
+#include "core/dt_common.h"
+#include "data/dt_image.h"
 
 #ifdef __cplusplus
 extern "C" {

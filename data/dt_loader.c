@@ -1,19 +1,19 @@
-#include "dt_loader.h"
+#include "data/dt_loader.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "dt_alloc.h"
-#include "dt_device.h"
-#include "dt_file.h"
-#include "dt_gpu_decode.h"
-#include "dt_image.h"
-#include "dt_image_header.h"
-#include "dt_rng.h"
-#include "dt_timer.h"
-#include "dt_transform.h"
+#include "core/dt_alloc.h"
+#include "core/dt_device.h"
+#include "core/dt_file.h"
+#include "data/dt_gpu_decode.h"
+#include "data/dt_image.h"
+#include "data/dt_image_header.h"
+#include "core/dt_rng.h"
+#include "core/dt_timer.h"
+#include "data/dt_transform.h"
 
 /* Slot life cycle: FREE -> FILLING (a worker claimed its first sample) -> READY (all samples
  * written) -> HELD (handed to the training loop) -> FREE (released). With GPU decode, READY ->

@@ -83,13 +83,13 @@
 #ifndef DT_LOADER_H
 #define DT_LOADER_H
 
-#include "dt_api.h"
+#include "core/dt_api.h"
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dt_common.h"
-#include "dt_dataset.h"
+#include "core/dt_common.h"
+#include "data/dt_dataset.h"
 
 #ifdef __cplusplus
 extern "C" {

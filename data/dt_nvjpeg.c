@@ -1,6 +1,6 @@
 /* nvJPEG loaded at run time (dt_nvjpeg.h). */
 #define _GNU_SOURCE /* dladdr: the path the library was loaded from */
-#include "dt_nvjpeg.h"
+#include "data/dt_nvjpeg.h"
 
 #include <dlfcn.h>
 #include <pthread.h>

@@ -1,4 +1,4 @@
-#include "dt_png.h"
+#include "data/dt_png.h"
 
 #include <setjmp.h>
 #include <stdint.h>

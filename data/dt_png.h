@@ -17,9 +17,9 @@
 
 #include <stddef.h>
 
-#include "dt_common.h"
-#include "dt_image.h"
-#include "dt_image_header.h"
+#include "core/dt_common.h"
+#include "data/dt_image.h"
+#include "data/dt_image_header.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,4 +1,4 @@
-#include "dt_synth.h"
+#include "data/dt_synth.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -11,8 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "dt_rng.h"
-#include "dt_timer.h"
+#include "core/dt_rng.h"
+#include "core/dt_timer.h"
 #include "stb_image_write.h"
 
 #define PI 3.14159265358979323846

@@ -19,7 +19,7 @@
 
 #include <stdint.h>
 
-#include "dt_common.h"
+#include "core/dt_common.h"
 
 #ifdef __cplusplus
 extern "C" {

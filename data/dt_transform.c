@@ -1,4 +1,4 @@
-#include "dt_transform.h"
+#include "data/dt_transform.h"
 
 #include <math.h>
 

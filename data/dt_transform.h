@@ -6,7 +6,7 @@
  *
  * Output of both: u8 [S, S, 3] HWC uint8, the values after resampling (dt_image.h:
  * antialiased bilinear, rounded to uint8 like PIL), flipped. ToTensor + Normalize(mean, std)
- * run on the device that trains, on the whole batch (dt_normalize_images, layers/dt_ops.h,
+ * run on the device that trains, on the whole batch (dt_normalize_images, ops/dt_ops.h,
  * with dt_imagenet_mean / dt_imagenet_std): (v / 255 - mean[c]) / std[c].
  * Randomness comes only from the dt_rng passed in; the loader derives it from
  * (seed, epoch, dataset index), so a sample's augmentation never depends on threads or order.
@@ -16,8 +16,8 @@
 
 #include <stdint.h>
 
-#include "dt_image.h"
-#include "dt_rng.h"
+#include "data/dt_image.h"
+#include "core/dt_rng.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -18,16 +18,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "dt_alloc.h"
-#include "dt_dataset.h"
-#include "dt_device.h"
-#include "dt_file.h"
-#include "dt_gpu_decode.h"
-#include "dt_image.h"
-#include "dt_image_header.h"
-#include "dt_loader.h"
-#include "dt_timer.h"
-#include "dt_transform.h"
+#include "core/dt_alloc.h"
+#include "data/dt_dataset.h"
+#include "core/dt_device.h"
+#include "core/dt_file.h"
+#include "data/dt_gpu_decode.h"
+#include "data/dt_image.h"
+#include "data/dt_image_header.h"
+#include "data/dt_loader.h"
+#include "core/dt_timer.h"
+#include "data/dt_transform.h"
 
 static void usage(void) {
     puts("usage: loaderbench --data DIR [--split train] [--workers N] [--batch 64] [--size 224]\n"

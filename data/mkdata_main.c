@@ -4,7 +4,7 @@
  */
 #include <stdio.h>
 
-#include "dt_synth.h"
+#include "data/dt_synth.h"
 
 int main(int argc, char **argv) {
     dt_synth_opts o;

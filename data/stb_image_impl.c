@@ -9,8 +9,8 @@
  * every thread shares; dt_png_check_chunks refuses such files before stb sees them. */
 #include <stdlib.h>
 
-#include "dt_stb.h"
-#include "stb_quiet.h"
+#include "data/dt_stb.h"
+#include "data/stb_quiet.h"
 
 /* Decoding goes through memory buffers we read ourselves (one read per file). */
 #define STBI_NO_STDIO

@@ -1,4 +1,4 @@
-"""libdeftc.so's deformable-convolution C API (layers/dt_deform_api.h) through ctypes, without
+"""libdeftc.so's deformable-convolution C API (ops/deform/dt_deform_api.h) through ctypes, without
 PyTorch: loading the library, the descriptor, and errors as Python exceptions. deftc_torch.py
 builds the PyTorch op on it.
 

@@ -13,7 +13,7 @@ plain checkpoint loads into it, and has a child `offset`: an nn.Conv2d (same str
 bias) whose output channels are torchvision.ops.deform_conv2d's offsets - channel 2(g*9 + k)
 is dy and 2(g*9 + k) + 1 is dx of kernel tap k (row-major over the 3x3 window) of offset
 group g - followed for DCNv2 by G*9 mask logits (channel 2*G*9 + g*9 + k) through a sigmoid.
-That is deftc's layer (layers/deform_layer.c), so state_dicts are the same on both sides. Only
+That is deftc's layer (ops/deform/deform_layer.c), so state_dicts are the same on both sides. Only
 torch and torchvision are imported here; deftc's C code never imports Python."""
 import ctypes
 import json

@@ -4,10 +4,10 @@
  * written by the GEMM, accumulated when x has another use); the Bottleneck's 1x1 shapes; and
  * the batch split into chunks by the column budget: one image a chunk (NCHW: the GEMM writes y
  * itself) and uneven chunks (the weight gradient accumulated over them). */
-#include "dt_layers.h"
-#include "dt_opcase.h"
-#include "dt_ops.h"
-#include "dt_test.h"
+#include "ops/dt_layers.h"
+#include "tests/dt_opcase.h"
+#include "ops/dt_ops.h"
+#include "tests/dt_test.h"
 
 typedef struct {
     dt_conv_geom g;

@@ -1,4 +1,4 @@
-/* The implicit-GEMM convolution's op cases (dt_opcase.h; kernels/conv_igemm.h): conv2d with the
+/* The implicit-GEMM convolution's op cases (dt_opcase.h; ops/conv/conv_igemm.h): conv2d with the
  * algorithm forced to igemm128 or igemm64, so that every pass of each bf16 NHWC case runs on the
  * implicit GEMM - its CPU twins in the bf16 mode (against the f32 NCHW im2col + GEMM path on the
  * same values), its CUDA kernels in the parity mode (against those twins). The shapes are the
@@ -9,10 +9,10 @@
  * multiple of 8 while the backward passes keep to im2col + GEMM (the kernels move 16-byte chunks
  * of 8 channels; conv_plan_* in test_conv_plan.c). The f32 combination runs for the
  * reference and is the plain path (no gradcheck here: its finite differences are the conv table's). */
-#include "dt_layers.h"
-#include "dt_opcase.h"
-#include "dt_ops.h"
-#include "dt_test.h"
+#include "ops/dt_layers.h"
+#include "tests/dt_opcase.h"
+#include "ops/dt_ops.h"
+#include "tests/dt_test.h"
 
 typedef struct {
     dt_conv_geom g;

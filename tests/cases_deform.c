@@ -31,12 +31,12 @@
  * 2^31 columns, tests/test_precision.c the TF32 runs and the offset conv's tensor cores. */
 #include <stdlib.h>
 
-#include "dt_common.h"
-#include "dt_deform.h"
-#include "dt_layers.h"
-#include "dt_ops.h"
-#include "dt_opcase.h"
-#include "dt_test.h"
+#include "core/dt_common.h"
+#include "ops/deform/dt_deform.h"
+#include "ops/dt_layers.h"
+#include "ops/dt_ops.h"
+#include "tests/dt_opcase.h"
+#include "tests/dt_test.h"
 
 #define OFF_STD 0.05f /* the offsets' (and the layer's offset bias') random part, px */
 

@@ -8,11 +8,11 @@
  * with x of std 0.1, sum and mean see x + 1 (a sum far from 0, whose bf16 error is relative). */
 #include <stdlib.h>
 
-#include "dt_alloc.h"
-#include "dt_common.h"
-#include "dt_opcase.h"
-#include "dt_ops.h"
-#include "dt_test.h"
+#include "core/dt_alloc.h"
+#include "core/dt_common.h"
+#include "tests/dt_opcase.h"
+#include "ops/dt_ops.h"
+#include "tests/dt_test.h"
 
 typedef enum { ADD, MUL, RELU, SIGMOID, ADD_RELU, SUM, MEAN, RESHAPE, FLATTEN, SLICE } ew_op;
 typedef enum { NO_OFFSET, PLUS_MINUS_ONE, PLUS_ONE } ew_offset;

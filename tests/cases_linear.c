@@ -2,9 +2,9 @@
  * bf16 (the weight's bf16 working copy, fp32 sums; the weight's gradient in its f32 master), with
  * and without bias, batch 1, a prime batch, sizes off and on multiples of 8, ResNet's head; and
  * matmul a [M, K] b [K, N] of two activations. */
-#include "dt_opcase.h"
-#include "dt_ops.h"
-#include "dt_test.h"
+#include "tests/dt_opcase.h"
+#include "ops/dt_ops.h"
+#include "tests/dt_test.h"
 
 typedef struct {
     int matmul; /* else linear */

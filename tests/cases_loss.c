@@ -5,12 +5,12 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "dt_alloc.h"
-#include "dt_common.h"
-#include "dt_layers.h"
-#include "dt_opcase.h"
-#include "dt_ops.h"
-#include "dt_test.h"
+#include "core/dt_alloc.h"
+#include "core/dt_common.h"
+#include "ops/dt_layers.h"
+#include "tests/dt_opcase.h"
+#include "ops/dt_ops.h"
+#include "tests/dt_test.h"
 
 typedef struct {
     float smoothing;

@@ -9,10 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dt_opcase.h"
-#include "dt_ops.h"
-#include "dt_test.h"
-#include "dt_transform.h"
+#include "tests/dt_opcase.h"
+#include "ops/dt_ops.h"
+#include "tests/dt_test.h"
+#include "data/dt_transform.h"
 
 /* The loader's ImageNet constants, as the trainer passes them. */
 static dt_tensor *normalize(const dt_opcase *c, dt_tensor **in, dt_dtype dtype, dt_layout layout) {

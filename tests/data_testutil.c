@@ -1,13 +1,13 @@
-#include "data_testutil.h"
+#include "tests/data_testutil.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
-#include "dt_file.h"
-#include "dt_synth.h"
-#include "dt_test.h"
+#include "core/dt_file.h"
+#include "data/dt_synth.h"
+#include "tests/dt_test.h"
 
 #ifdef DT_LIBJPEG
 #include <jpeglib.h>

@@ -1,14 +1,14 @@
-#include "deform_api_testutil.h"
+#include "tests/deform_api_testutil.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "convert.h"
-#include "dt_alloc.h"
-#include "dt_dtype.h"
-#include "dt_test.h"
+#include "ops/pointwise/convert.h"
+#include "core/dt_alloc.h"
+#include "core/dt_dtype.h"
+#include "tests/dt_test.h"
 
 enum { CPU = DT_DEFORM_API_CPU, F64 = DT_DEFORM_API_F64, DEFT = DT_DEFORM_API_DEFT, UNF = DT_DEFORM_API_UNFUSED,
        DET = DT_DEFORM_API_DETERMINISTIC };

@@ -6,8 +6,8 @@
 
 #include <stdint.h>
 
-#include "conv_geom.h"
-#include "dt_deform_api.h"
+#include "ops/conv/conv_geom.h"
+#include "ops/deform/dt_deform_api.h"
 
 typedef struct {
     const char *name;

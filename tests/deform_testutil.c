@@ -1,12 +1,12 @@
-#include "deform_testutil.h"
+#include "tests/deform_testutil.h"
 
 #include <math.h>
 #include <stddef.h>
 
-#include "dt_autograd.h"
-#include "dt_check.h"
-#include "dt_deform.h"
-#include "dt_test.h"
+#include "core/dt_autograd.h"
+#include "tests/dt_check.h"
+#include "ops/deform/dt_deform.h"
+#include "tests/dt_test.h"
 
 dt_tensor *dt_test_offsets(const dt_deform_case *c, int64_t Ho, int64_t Wo, int avoid_kinks) {
     int64_t K = (int64_t)c->g.kh * c->g.kw;
@@ -51,7 +51,7 @@ dt_tensor *dt_test_deform_layer_forward(dt_tensor **in, void *layer) {
 }
 
 /* Bilinear sampling with per-corner zero padding, written from torchvision's definition
- * independently of kernels/deform_bilinear.h. */
+ * independently of ops/deform/deform_bilinear.h. */
 static double sample(const float *plane, int64_t H, int64_t W, double y, double x) {
     if (y <= -1 || y >= H || x <= -1 || x >= W) return 0;
     int64_t y0 = (int64_t)floor(y), x0 = (int64_t)floor(x);

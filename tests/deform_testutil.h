@@ -2,8 +2,8 @@
 #ifndef DT_DEFORM_TESTUTIL_H
 #define DT_DEFORM_TESTUTIL_H
 
-#include "conv_geom.h"
-#include "dt_tensor.h"
+#include "ops/conv/conv_geom.h"
+#include "core/dt_tensor.h"
 
 typedef struct {
     const char *name;

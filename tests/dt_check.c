@@ -1,12 +1,12 @@
-#include "dt_check.h"
+#include "tests/dt_check.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "dt_autograd.h"
-#include "dt_common.h"
-#include "dt_test.h"
+#include "core/dt_autograd.h"
+#include "core/dt_common.h"
+#include "tests/dt_test.h"
 
 double dt_rel_err(const float *got, const float *want, int64_t n) {
     double num = 0, den = 0;

@@ -18,7 +18,7 @@
 #ifndef DT_CHECK_H
 #define DT_CHECK_H
 
-#include "dt_tensor.h"
+#include "core/dt_tensor.h"
 
 /* Builds the op under test from its inputs; arg carries the op's parameters. */
 typedef dt_tensor *(*dt_build_fn)(dt_tensor **in, void *arg);

@@ -27,9 +27,9 @@
 
 #include <stdint.h>
 
-#include "dt_device.h"
-#include "dt_dtype.h"
-#include "dt_tensor.h"
+#include "core/dt_device.h"
+#include "core/dt_dtype.h"
+#include "core/dt_tensor.h"
 
 /* The (dtype, layout) combinations of a case, as bits. */
 #define DT_F32_NCHW 1u

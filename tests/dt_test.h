@@ -15,7 +15,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "dt_rng.h"
+#include "core/dt_rng.h"
 
 typedef void (*dt_test_fn)(void);
 void dt_test_register(const char *name, dt_test_fn fn, int gpu);

@@ -1,18 +1,18 @@
 /* The op-case modes (dt_opcase.h). */
-#include "dt_opcase.h"
+#include "tests/dt_opcase.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "dt_alloc.h"
-#include "dt_autograd.h"
-#include "dt_check.h"
-#include "dt_common.h"
-#include "dt_param.h"
-#include "dt_test.h"
-#include "dt_timer.h"
+#include "core/dt_alloc.h"
+#include "core/dt_autograd.h"
+#include "tests/dt_check.h"
+#include "core/dt_common.h"
+#include "core/dt_param.h"
+#include "tests/dt_test.h"
+#include "core/dt_timer.h"
 
 static const unsigned COMBOS[3] = {DT_F32_NCHW, DT_F32_NHWC, DT_BF16_NHWC};
 

@@ -21,13 +21,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dt_alloc.h"
-#include "dt_autograd.h"
-#include "dt_common.h"
-#include "dt_device.h"
-#include "dt_kernel.h"
-#include "dt_test.h"
-#include "dt_timer.h"
+#include "core/dt_alloc.h"
+#include "core/dt_autograd.h"
+#include "core/dt_common.h"
+#include "core/dt_device.h"
+#include "core/dt_kernel.h"
+#include "tests/dt_test.h"
+#include "core/dt_timer.h"
 
 typedef struct {
     const char *name;

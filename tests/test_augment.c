@@ -5,11 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "data_testutil.h"
-#include "dt_augment.h"
-#include "dt_dataset.h"
-#include "dt_file.h"
-#include "dt_test.h"
+#include "tests/data_testutil.h"
+#include "data/dt_augment.h"
+#include "data/dt_dataset.h"
+#include "core/dt_file.h"
+#include "tests/dt_test.h"
 
 enum { MAX_SAMPLES = 32 };
 

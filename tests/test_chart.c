@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "chart.h"
-#include "dt_test.h"
+#include "bench/chart.h"
+#include "tests/dt_test.h"
 
 static const dt_chart_row ROWS[] = {
     {"plain fp32 b64", 1.00, "(28.7 ms)", "plain"},

@@ -8,8 +8,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "dt_checkpoint.h"
-#include "dt_test.h"
+#include "train/dt_checkpoint.h"
+#include "tests/dt_test.h"
 
 /* ---- building crafted files ---- */
 

@@ -10,13 +10,13 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "data_testutil.h"
-#include "dt_checkpoint.h"
-#include "dt_config.h"
-#include "dt_device.h"
-#include "dt_test.h"
-#include "dt_trainer.h"
-#include "train_cli.h"
+#include "tests/data_testutil.h"
+#include "train/dt_checkpoint.h"
+#include "train/dt_config.h"
+#include "core/dt_device.h"
+#include "tests/dt_test.h"
+#include "train/dt_trainer.h"
+#include "train/train_cli.h"
 
 static const char *write_cfg(const char *name, const char *text, size_t n) {
     static char path[600];

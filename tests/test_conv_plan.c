@@ -1,11 +1,11 @@
-/* The bf16 conv's plan (kernels/conv_igemm.h): the choices docs/conv.md's plan table states for
+/* The bf16 conv's plan (ops/conv/conv_igemm.h): the choices docs/conv.md's plan table states for
  * every ResNet-18 / -50 conv at batch 64 (each one the conv lab's measured winner), without and
  * with the Hopper engine, the shapes the implicit GEMM and the engine cannot run, the forced
  * algorithms, and the algorithms' names. */
 #include <stddef.h>
 
-#include "conv_igemm.h"
-#include "dt_test.h"
+#include "ops/conv/conv_igemm.h"
+#include "tests/dt_test.h"
 
 typedef struct {
     const char *name;

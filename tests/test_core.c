@@ -4,14 +4,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dt_autograd.h"
-#include "dt_check.h"
-#include "dt_npy.h"
-#include "dt_ops.h"
-#include "dt_parallel.h"
-#include "dt_param.h"
-#include "dt_test.h"
-#include "gemm.h"
+#include "core/dt_autograd.h"
+#include "tests/dt_check.h"
+#include "core/dt_npy.h"
+#include "ops/dt_ops.h"
+#include "core/dt_parallel.h"
+#include "core/dt_param.h"
+#include "tests/dt_test.h"
+#include "ops/linear/gemm.h"
 
 DT_TEST(tensor_create_view_copy) {
     dt_tensor *t = dt_tensor_new4(DT_CPU, 2, 3, 4, 5);

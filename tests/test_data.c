@@ -10,16 +10,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "data_testutil.h"
-#include "dt_dataset.h"
-#include "dt_image.h"
-#include "dt_loader.h"
-#include "dt_ops.h"
-#include "dt_synth.h"
-#include "dt_test.h"
-#include "dt_timer.h"
-#include "dt_trainer.h"
-#include "dt_transform.h"
+#include "tests/data_testutil.h"
+#include "data/dt_dataset.h"
+#include "data/dt_image.h"
+#include "data/dt_loader.h"
+#include "ops/dt_ops.h"
+#include "data/dt_synth.h"
+#include "tests/dt_test.h"
+#include "core/dt_timer.h"
+#include "train/dt_trainer.h"
+#include "data/dt_transform.h"
 
 /* ---- helpers ---- */
 

@@ -12,14 +12,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "data_testutil.h"
-#include "dt_dataset.h"
-#include "dt_image.h"
-#include "dt_loader.h"
-#include "dt_synth.h"
-#include "dt_test.h"
-#include "dt_timer.h"
-#include "dt_transform.h"
+#include "tests/data_testutil.h"
+#include "data/dt_dataset.h"
+#include "data/dt_image.h"
+#include "data/dt_loader.h"
+#include "data/dt_synth.h"
+#include "tests/dt_test.h"
+#include "core/dt_timer.h"
+#include "data/dt_transform.h"
 #ifdef DT_LIBJPEG
 #include <jpeglib.h>
 #endif

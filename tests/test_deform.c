@@ -6,12 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "deform_testutil.h"
-#include "dt_check.h"
-#include "dt_deform.h"
-#include "dt_layers.h"
-#include "dt_ops.h"
-#include "dt_test.h"
+#include "tests/deform_testutil.h"
+#include "tests/dt_check.h"
+#include "ops/deform/dt_deform.h"
+#include "ops/dt_layers.h"
+#include "ops/dt_ops.h"
+#include "tests/dt_test.h"
 
 static const dt_deform_case CASES[] = {
     {"3x3 s1 G1 mask bias", 2, 4, 7, 6, 3, {3, 3, 1, 1, 1, 1, 1, 1}, 1, 1, 1, 0.0f, 1.0f},

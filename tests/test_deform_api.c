@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dt_deform_api.h"
-#include "dt_device.h"
-#include "dt_test.h"
+#include "ops/deform/dt_deform_api.h"
+#include "core/dt_device.h"
+#include "tests/dt_test.h"
 
 /* f32 NCHW everywhere (every dtype / layout field 0), no groups, CUDA. */
 static dt_deform_desc base(void) {

@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "deform_api_testutil.h"
-#include "dt_alloc.h"
-#include "dt_test.h"
+#include "tests/deform_api_testutil.h"
+#include "core/dt_alloc.h"
+#include "tests/dt_test.h"
 
 /* The path on the GPU against itself on the CPU, within the path's tolerance: f32's rounding,
  * bf16's (the sums' order differs), f64's. */

@@ -6,8 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "deform_api_testutil.h"
-#include "dt_test.h"
+#include "tests/deform_api_testutil.h"
+#include "tests/dt_test.h"
 
 /* The definition's y and its gradients by central differences. */
 static void reference(dt_api_problem *pr, dt_api_result *ref) {

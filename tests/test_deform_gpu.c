@@ -13,17 +13,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "deform_chunk.h"
-#include "deform_nhwc.h"
-#include "deform_testutil.h"
-#include "dt_alloc.h"
-#include "dt_check.h"
-#include "dt_deform.h"
-#include "dt_init.h"
-#include "dt_layers.h"
-#include "dt_test.h"
-#include "layout.h"
-#include "offset_conv.h"
+#include "ops/deform/deform_chunk.h"
+#include "ops/deform/deform_nhwc.h"
+#include "tests/deform_testutil.h"
+#include "core/dt_alloc.h"
+#include "tests/dt_check.h"
+#include "ops/deform/dt_deform.h"
+#include "ops/init/dt_init.h"
+#include "ops/dt_layers.h"
+#include "tests/dt_test.h"
+#include "ops/pointwise/layout.h"
+#include "ops/deform/offset_conv.h"
 
 static const dt_deform_case CASES[] = {
     {"odd 3x3 s1 G1 mask bias", 3, 5, 13, 11, 7, {3, 3, 1, 1, 1, 1, 1, 1}, 1, 1, 1, 0.0f, 1.0f},

@@ -8,15 +8,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "deform_chunk.h"
-#include "deform_nhwc.h"
-#include "deform_testutil.h"
-#include "dt_check.h"
-#include "dt_deform.h"
-#include "dt_fastdiv.h"
-#include "dt_layers.h"
-#include "dt_test.h"
-#include "layout.h"
+#include "ops/deform/deform_chunk.h"
+#include "ops/deform/deform_nhwc.h"
+#include "tests/deform_testutil.h"
+#include "tests/dt_check.h"
+#include "ops/deform/dt_deform.h"
+#include "core/dt_fastdiv.h"
+#include "ops/dt_layers.h"
+#include "tests/dt_test.h"
+#include "ops/pointwise/layout.h"
 
 static const dt_deform_case CASES[] = {
     {"3x3 s1 G1 mask bias", 2, 8, 7, 6, 3, {3, 3, 1, 1, 1, 1, 1, 1}, 1, 1, 1, 0.0f, 1.0f},

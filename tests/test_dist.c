@@ -9,19 +9,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "batchnorm.h"
-#include "data_testutil.h"
-#include "dt_check.h"
-#include "dt_checkpoint.h"
-#include "dt_config.h"
-#include "dt_dataset.h"
-#include "dt_device.h"
-#include "dt_dist.h"
-#include "dt_grad_sync.h"
-#include "dt_layers.h"
-#include "dt_loader.h"
-#include "dt_test.h"
-#include "dt_trainer.h"
+#include "ops/batchnorm/batchnorm.h"
+#include "tests/data_testutil.h"
+#include "tests/dt_check.h"
+#include "train/dt_checkpoint.h"
+#include "train/dt_config.h"
+#include "data/dt_dataset.h"
+#include "core/dt_device.h"
+#include "core/dt_dist.h"
+#include "train/dt_grad_sync.h"
+#include "ops/dt_layers.h"
+#include "data/dt_loader.h"
+#include "tests/dt_test.h"
+#include "train/dt_trainer.h"
 
 /* ---- the bucket plan ---- */
 

@@ -6,15 +6,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "data_testutil.h"
-#include "dt_alloc.h"
-#include "dt_dataset.h"
-#include "dt_device.h"
-#include "dt_image.h"
-#include "dt_loader.h"
-#include "dt_nvjpeg.h"
-#include "dt_synth.h"
-#include "dt_test.h"
+#include "tests/data_testutil.h"
+#include "core/dt_alloc.h"
+#include "data/dt_dataset.h"
+#include "core/dt_device.h"
+#include "data/dt_image.h"
+#include "data/dt_loader.h"
+#include "data/dt_nvjpeg.h"
+#include "data/dt_synth.h"
+#include "tests/dt_test.h"
 
 #ifdef DT_LIBJPEG
 #include <stdio.h>

@@ -15,12 +15,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "data_testutil.h"
-#include "dt_image.h"
-#include "dt_image_header.h"
-#include "dt_synth.h"
-#include "dt_test.h"
-#include "dt_timer.h"
+#include "tests/data_testutil.h"
+#include "data/dt_image.h"
+#include "data/dt_image_header.h"
+#include "data/dt_synth.h"
+#include "tests/dt_test.h"
+#include "core/dt_timer.h"
 #ifdef DT_LIBJPEG
 #include <setjmp.h>
 #include <jpeglib.h>

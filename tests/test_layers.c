@@ -6,15 +6,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dt_check.h"
-#include "dt_init.h"
-#include "dt_layers.h"
-#include "dt_ops.h"
-#include "dt_optim.h"
-#include "dt_param.h"
-#include "dt_schedule.h"
-#include "dt_test.h"
-#include "sgd.h"
+#include "tests/dt_check.h"
+#include "ops/init/dt_init.h"
+#include "ops/dt_layers.h"
+#include "ops/dt_ops.h"
+#include "train/dt_optim.h"
+#include "core/dt_param.h"
+#include "train/dt_schedule.h"
+#include "tests/dt_test.h"
+#include "ops/optim/sgd.h"
 
 DT_TEST(conv2d_matches_direct_loops) {
     /* An independent oracle: the convolution sum written out, against the im2col path with

@@ -5,14 +5,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dt_alloc.h"
-#include "dt_check.h"
-#include "dt_init.h"
-#include "dt_layers.h"
-#include "dt_ops.h"
-#include "dt_optim.h"
-#include "dt_param.h"
-#include "dt_test.h"
+#include "core/dt_alloc.h"
+#include "tests/dt_check.h"
+#include "ops/init/dt_init.h"
+#include "ops/dt_layers.h"
+#include "ops/dt_ops.h"
+#include "train/dt_optim.h"
+#include "core/dt_param.h"
+#include "tests/dt_test.h"
 
 DT_GPU_TEST(gpu_parity_sgd_multi_tensor) {
     /* Many tensors of awkward sizes (one larger than a chunk), momentum + nesterov + decay

@@ -2,13 +2,13 @@
  * on the CPU (make test) and on the GPU (make test-gpu). */
 #include <stdio.h>
 
-#include "dt_alloc.h"
-#include "dt_check.h"
-#include "dt_optim.h"
-#include "dt_ops.h"
-#include "dt_param.h"
-#include "dt_test.h"
-#include "elementwise.h"
+#include "core/dt_alloc.h"
+#include "tests/dt_check.h"
+#include "train/dt_optim.h"
+#include "ops/dt_ops.h"
+#include "core/dt_param.h"
+#include "tests/dt_test.h"
+#include "ops/pointwise/elementwise.h"
 
 typedef struct {
     dt_params ps;

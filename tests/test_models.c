@@ -1,18 +1,18 @@
-/* The models (layers/dt_resnet.h) on the CPU: torchvision's parameter counts and state_dict
+/* The models (models/dt_resnet.h) on the CPU: torchvision's parameter counts and state_dict
  * names, the deformable placement and its syntax, a tiny ResNet-50 and ResNet-34 that train,
  * and bad model names as clear errors. (A resume into another model: test_train.c.) */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "dt_check.h"
-#include "dt_autograd.h"
-#include "dt_config.h"
-#include "dt_ops.h"
-#include "dt_optim.h"
-#include "dt_resnet.h"
-#include "dt_test.h"
-#include "dt_trainer.h"
+#include "tests/dt_check.h"
+#include "core/dt_autograd.h"
+#include "train/dt_config.h"
+#include "ops/dt_ops.h"
+#include "train/dt_optim.h"
+#include "models/dt_resnet.h"
+#include "tests/dt_test.h"
+#include "train/dt_trainer.h"
 
 static dt_resnet_cfg cfg_of(dt_resnet_model model, float width, int classes, const char *deform) {
     dt_resnet_cfg c = dt_resnet_cfg_default(classes);

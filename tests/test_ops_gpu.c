@@ -3,11 +3,11 @@
  * tests/cases_*.c.) */
 #include <stdlib.h>
 
-#include "dt_alloc.h"
-#include "dt_check.h"
-#include "dt_ops.h"
-#include "dt_test.h"
-#include "gemm.h"
+#include "core/dt_alloc.h"
+#include "tests/dt_check.h"
+#include "ops/dt_ops.h"
+#include "tests/dt_test.h"
+#include "ops/linear/gemm.h"
 
 #ifdef DT_CUDA /* calls the CUDA kernels directly */
 DT_GPU_TEST(gpu_gemm_all_transposes_and_batched) {

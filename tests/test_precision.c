@@ -40,20 +40,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "convert.h"
-#include "dt_common.h"
-#include "deform_chunk.h"
-#include "deform_testutil.h"
-#include "dt_alloc.h"
-#include "dt_autograd.h"
-#include "dt_check.h"
-#include "dt_deform.h"
-#include "dt_layers.h"
-#include "dt_param.h"
-#include "dt_test.h"
-#include "gemm.h"
-#include "im2col.h"
-#include "offset_conv.h"
+#include "ops/pointwise/convert.h"
+#include "core/dt_common.h"
+#include "ops/deform/deform_chunk.h"
+#include "tests/deform_testutil.h"
+#include "core/dt_alloc.h"
+#include "core/dt_autograd.h"
+#include "tests/dt_check.h"
+#include "ops/deform/dt_deform.h"
+#include "ops/dt_layers.h"
+#include "core/dt_param.h"
+#include "tests/dt_test.h"
+#include "ops/linear/gemm.h"
+#include "ops/conv/im2col.h"
+#include "ops/deform/offset_conv.h"
 
 #define U_BF16 (1.0 / 256)
 #define U_TF32 (1.0 / 1024)

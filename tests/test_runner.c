@@ -9,8 +9,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "dt_common.h"
-#include "dt_test.h"
+#include "core/dt_common.h"
+#include "tests/dt_test.h"
 
 /* Runs this test binary on one cheap test with `--then Stub STUB`; the last line of its
  * output into last[cap], its exit status returned. */

@@ -9,8 +9,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "dt_safetensors.h"
-#include "dt_test.h"
+#include "core/dt_safetensors.h"
+#include "tests/dt_test.h"
 
 /* A file of `json` as its header (length prefix added) followed by `n` data bytes (zeros), as
  * a malloc'ed buffer for dt_safetensors_parse. */

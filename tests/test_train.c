@@ -16,14 +16,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "data_testutil.h"
-#include "dt_checkpoint.h"
-#include "dt_config.h"
-#include "dt_file.h"
-#include "dt_test.h"
-#include "dt_timer.h"
-#include "dt_trainer.h"
-#include "train_cli.h"
+#include "tests/data_testutil.h"
+#include "train/dt_checkpoint.h"
+#include "train/dt_config.h"
+#include "core/dt_file.h"
+#include "tests/dt_test.h"
+#include "core/dt_timer.h"
+#include "train/dt_trainer.h"
+#include "train/train_cli.h"
 
 /* A tiny shapes dataset (2 classes x 8 images, 72x72) that a width-0.25 ResNet-18 can fit
  * in a few dozen CPU steps; made once per test that needs it. */

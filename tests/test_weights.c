@@ -13,13 +13,13 @@
 #include <string.h>
 #include <sys/resource.h>
 
-#include "dt_config.h"
-#include "dt_device.h"
-#include "dt_init.h"
-#include "dt_test.h"
-#include "dt_trainer.h"
-#include "dt_weights.h"
-#include "train_cli.h"
+#include "train/dt_config.h"
+#include "core/dt_device.h"
+#include "ops/init/dt_init.h"
+#include "tests/dt_test.h"
+#include "train/dt_trainer.h"
+#include "train/dt_weights.h"
+#include "train/train_cli.h"
 
 /* ---- whole models ---- */
 

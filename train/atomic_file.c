@@ -1,5 +1,5 @@
 /* Whole-or-nothing writes by rename (atomic_file.h). */
-#include "atomic_file.h"
+#include "train/atomic_file.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -16,7 +16,7 @@
 
 #include <stddef.h>
 
-#include "dt_common.h"
+#include "core/dt_common.h"
 
 /* The file that writing `path` replaces (see above) into target[cap]; `what` names the kind
  * of file in messages ("checkpoint"). 0, or -1 with err set. */

@@ -1,7 +1,7 @@
-#include "dt_checkpoint.h"
+#include "train/dt_checkpoint.h"
 
-#include "atomic_file.h"
-#include "dt_file.h"
+#include "train/atomic_file.h"
+#include "core/dt_file.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -10,10 +10,10 @@
 #include <string.h>
 #include <strings.h> /* strncasecmp */
 
-#include "dt_config.h"
-#include "dt_device.h" /* DT_MAX_GPUS */
-#include "dt_file.h"
-#include "dt_resnet.h" /* the deform= syntax */
+#include "train/dt_config.h"
+#include "core/dt_device.h" /* DT_MAX_GPUS */
+#include "core/dt_file.h"
+#include "models/dt_resnet.h" /* the deform= syntax */
 
 typedef enum { T_INT, T_I64, T_U64, T_FLOAT, T_STR, T_ENUM, T_BOOL } key_type;
 

@@ -8,14 +8,14 @@
 #ifndef DT_CHECKPOINT_H
 #define DT_CHECKPOINT_H
 
-#include "dt_api.h"
+#include "core/dt_api.h"
 
 #include <stdint.h>
 
-#include "dt_common.h"
-#include "dt_config.h"
-#include "dt_param.h"
-#include "dt_tensor.h"
+#include "core/dt_common.h"
+#include "train/dt_config.h"
+#include "core/dt_param.h"
+#include "core/dt_tensor.h"
 
 #ifdef __cplusplus
 extern "C" {

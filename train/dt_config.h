@@ -12,12 +12,12 @@
 #ifndef DT_CONFIG_H
 #define DT_CONFIG_H
 
-#include "dt_api.h"
+#include "core/dt_api.h"
 
 #include <stdint.h>
 #include <stdio.h>
 
-#include "dt_common.h"
+#include "core/dt_common.h"
 
 #ifdef __cplusplus
 extern "C" {

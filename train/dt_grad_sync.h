@@ -22,8 +22,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dt_dist.h"
-#include "dt_param.h"
+#include "core/dt_dist.h"
+#include "core/dt_param.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -5,11 +5,11 @@
 #ifndef DT_OPTIM_H
 #define DT_OPTIM_H
 
-#include "dt_api.h"
+#include "core/dt_api.h"
 
 #include <stdint.h>
 
-#include "dt_param.h"
+#include "core/dt_param.h"
 
 #ifdef __cplusplus
 extern "C" {

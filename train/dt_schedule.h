@@ -7,7 +7,7 @@
 #ifndef DT_SCHEDULE_H
 #define DT_SCHEDULE_H
 
-#include "dt_api.h"
+#include "core/dt_api.h"
 
 #include <stdint.h>
 

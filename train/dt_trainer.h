@@ -7,13 +7,13 @@
 #ifndef DT_TRAINER_H
 #define DT_TRAINER_H
 
-#include "dt_api.h"
+#include "core/dt_api.h"
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dt_common.h"
-#include "dt_config.h"
+#include "core/dt_common.h"
+#include "train/dt_config.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -2,7 +2,7 @@
  * torchvision's state_dict names, so that deftc fine-tunes torchvision's checkpoints and
  * PyTorch loads what deftc trained (docs/weights.md).
  *
- * Names are the model's own (layers/dt_resnet.h names every parameter and buffer by its
+ * Names are the model's own (models/dt_resnet.h names every parameter and buffer by its
  * torchvision key: conv1.weight, bn1.running_mean, layer2.0.downsample.0.weight, fc.bias, ...);
  * a deformable 3x3 conv keeps the plain conv's `.weight` and adds its offset conv as
  * `.offset.weight` [(2|3) x G x 9, Cin, 3, 3] and `.offset.bias`, whose output channels are
@@ -15,14 +15,14 @@
 #ifndef DT_WEIGHTS_H
 #define DT_WEIGHTS_H
 
-#include "dt_api.h"
+#include "core/dt_api.h"
 
 #include <stdint.h>
 
-#include "dt_common.h"
-#include "dt_param.h"
-#include "dt_resnet.h"
-#include "dt_safetensors.h"
+#include "core/dt_common.h"
+#include "core/dt_param.h"
+#include "models/dt_resnet.h"
+#include "core/dt_safetensors.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,11 +1,11 @@
 /* Bucketed, overlapped gradient averaging across data-parallel replicas (dt_grad_sync.h). */
-#include "dt_grad_sync.h"
+#include "train/dt_grad_sync.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "dt_autograd.h"
-#include "dt_common.h"
+#include "core/dt_autograd.h"
+#include "core/dt_common.h"
 
 int dt_bucket_plan(const int64_t *numel, int n, int64_t cap_elems, int64_t *offset, int *bucket_of, int64_t *start,
                    int64_t *len) {

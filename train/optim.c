@@ -1,11 +1,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dt_alloc.h"
-#include "dt_common.h"
-#include "dt_kernel.h"
-#include "dt_optim.h"
-#include "sgd.h"
+#include "core/dt_alloc.h"
+#include "core/dt_common.h"
+#include "core/dt_kernel.h"
+#include "train/dt_optim.h"
+#include "ops/optim/sgd.h"
 
 typedef void sgd_fn(const dt_sgd_tensor *ts, int count, const dt_sgd_chunk *chunks, int nchunks, const float *lr,
                     float momentum, float dampening, int nesterov);

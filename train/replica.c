@@ -21,17 +21,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dt_alloc.h"
-#include "dt_device.h"
-#include "dt_graph.h"
-#include "dt_init.h"
-#include "dt_layers.h"
-#include "dt_ops.h"
-#include "dt_rng.h"
-#include "dt_timer.h"
-#include "dt_transform.h"
-#include "dt_weights.h"
-#include "train_run.h"
+#include "core/dt_alloc.h"
+#include "core/dt_device.h"
+#include "core/dt_graph.h"
+#include "ops/init/dt_init.h"
+#include "ops/dt_layers.h"
+#include "ops/dt_ops.h"
+#include "core/dt_rng.h"
+#include "core/dt_timer.h"
+#include "data/dt_transform.h"
+#include "train/dt_weights.h"
+#include "train/train_run.h"
 
 /* ---- step timing ---- */
 

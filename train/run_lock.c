@@ -1,5 +1,5 @@
 /* Lock files of a run's outputs (run_lock.h). */
-#include "run_lock.h"
+#include "train/run_lock.h"
 
 #include <errno.h>
 #include <fcntl.h>

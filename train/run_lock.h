@@ -8,7 +8,7 @@
 #ifndef DT_RUN_LOCK_H
 #define DT_RUN_LOCK_H
 
-#include "dt_common.h"
+#include "core/dt_common.h"
 
 typedef struct {
     int held, fd;    /* a zeroed struct holds nothing */

@@ -1,7 +1,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "dt_schedule.h"
+#include "train/dt_schedule.h"
 
 static float after_warmup(const dt_schedule *s, int64_t step) {
     switch (s->kind) {

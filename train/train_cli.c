@@ -1,15 +1,15 @@
 /* build/train's command line (train_cli.h). */
-#include "train_cli.h"
+#include "train/train_cli.h"
 
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "dt_config.h"
-#include "dt_device.h"
-#include "dt_trainer.h"
-#include "dt_weights.h"
+#include "train/dt_config.h"
+#include "core/dt_device.h"
+#include "train/dt_trainer.h"
+#include "train/dt_weights.h"
 
 /* SIGINT (Ctrl-C) and SIGTERM (what a scheduler sends before it kills a job): the first asks
  * the run to stop after the step in flight and write its checkpoint; a second one quits at

@@ -1,5 +1,5 @@
 /* The run's outputs: terminal, log files and summary (train_output.h). */
-#include "train_output.h"
+#include "train/train_output.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -8,8 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "atomic_file.h"
-#include "dt_file.h"
+#include "train/atomic_file.h"
+#include "core/dt_file.h"
 
 #define STEPS_HEADER "step,epoch,loss,lr,fwd_ms,bwd_ms,opt_ms,step_ms,data_wait_ms,img_per_s\n"
 #define EPOCHS_HEADER "epoch,steps,train_loss,val_loss,val_top1,val_top5,epoch_s,skipped_images\n"

@@ -6,9 +6,9 @@
 
 #include <stdio.h>
 
-#include "dt_checkpoint.h"
-#include "dt_config.h"
-#include "dt_trainer.h"
+#include "train/dt_checkpoint.h"
+#include "train/dt_config.h"
+#include "train/dt_trainer.h"
 
 
 /* The log files, and the first write to them that failed (a full disk, a quota): the run

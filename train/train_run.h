@@ -25,21 +25,21 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#include "dt_checkpoint.h"
-#include "dt_config.h"
-#include "dt_dataset.h"
-#include "dt_dist.h"
-#include "dt_grad_sync.h"
-#include "dt_loader.h"
-#include "dt_optim.h"
-#include "dt_resnet.h"
-#include "dt_safetensors.h"
-#include "dt_schedule.h"
-#include "dt_trainer.h"
-#include "run_lock.h"
-#include "train_output.h"
+#include "train/dt_checkpoint.h"
+#include "train/dt_config.h"
+#include "data/dt_dataset.h"
+#include "core/dt_dist.h"
+#include "train/dt_grad_sync.h"
+#include "data/dt_loader.h"
+#include "train/dt_optim.h"
+#include "models/dt_resnet.h"
+#include "core/dt_safetensors.h"
+#include "train/dt_schedule.h"
+#include "train/dt_trainer.h"
+#include "train/run_lock.h"
+#include "train/train_output.h"
 #ifdef DT_CUDA
-#include "dt_cuda.h"
+#include "core/dt_cuda.h"
 #endif
 
 /* Shared by the replicas; written before they start, except where noted. */

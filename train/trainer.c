@@ -14,14 +14,14 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dt_alloc.h"
-#include "dt_autograd.h"
-#include "dt_device.h"
-#include "dt_layers.h"
-#include "atomic_file.h"
-#include "dt_file.h"
-#include "dt_weights.h"
-#include "train_run.h"
+#include "core/dt_alloc.h"
+#include "core/dt_autograd.h"
+#include "core/dt_device.h"
+#include "ops/dt_layers.h"
+#include "train/atomic_file.h"
+#include "core/dt_file.h"
+#include "train/dt_weights.h"
+#include "train/train_run.h"
 
 /* The pending stop request: a signal number, 0 when none. A lock-free atomic, so that the
  * signal handler may set it (C11 7.14.1.1) and the replicas' threads read it. */

@@ -1,5 +1,5 @@
 /* A model's weights to and from safetensors under torchvision's names (dt_weights.h). */
-#include "dt_weights.h"
+#include "train/dt_weights.h"
 
 #include <limits.h>
 #include <math.h>
@@ -7,10 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "atomic_file.h"
-#include "dt_checkpoint.h"
-#include "dt_file.h"
-#include "train_run.h" /* train_model_cfg */
+#include "train/atomic_file.h"
+#include "train/dt_checkpoint.h"
+#include "core/dt_file.h"
+#include "train/train_run.h" /* train_model_cfg */
 
 static int ends_with(const char *s, const char *tail) {
     size_t n = strlen(s), m = strlen(tail);

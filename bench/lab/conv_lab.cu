@@ -3,8 +3,8 @@
  * next to the library's im2col + cuBLAS path. Same habit as deform_lab.cu: every variant is
  * validated on fresh random inputs against a CPU reference (double, from the same bf16 values)
  * and against the library's path, then timed; only winners ship. The kernels are the library's
- * own templates (kernels/conv_igemm.cuh: the problem, the GEMM views, the tiles); the library
- * instantiates the measured winners (kernels/conv_igemm.cu) and its plan (kernels/conv_plan.c)
+ * own templates (ops/conv/conv_igemm.cuh: the problem, the GEMM views, the tiles); the library
+ * instantiates the measured winners (ops/conv/conv_igemm.cu) and its plan (ops/conv/conv_plan.c)
  * picks them per shape from this lab's table. Results: docs/conv.md, docs/PERF.md sections 13-14.
  * The stem's C = 3 is padded to 8 here (zero channels in x and w, see PadC below); the library
  * keeps the stem on im2col + GEMM.
@@ -66,23 +66,23 @@
 #include <string.h>
 #include <time.h>
 
-#include "bench_common.h"
-#include "dt_alloc.h"
-#include "dt_autograd.h"
-#include "dt_common.h"
-#include "dt_cuda.h"
-#include "dt_device.h"
-#include "dt_gemm_call.h"
-#include "dt_layers.h"
-#include "dt_rng.h"
-#include "dt_tensor.h"
-#include "conv_igemm.cuh"
-#include "deform_nhwc.h"
-#include "deform_plan.h"
-#include "batchnorm.h"
-#include "im2col.h"
+#include "bench/bench_common.h"
+#include "core/dt_alloc.h"
+#include "core/dt_autograd.h"
+#include "core/dt_common.h"
+#include "core/dt_cuda.h"
+#include "core/dt_device.h"
+#include "ops/linear/dt_gemm_call.h"
+#include "ops/dt_layers.h"
+#include "core/dt_rng.h"
+#include "core/dt_tensor.h"
+#include "ops/conv/conv_igemm.cuh"
+#include "ops/deform/deform_nhwc.h"
+#include "ops/deform/deform_plan.h"
+#include "ops/batchnorm/batchnorm.h"
+#include "ops/conv/im2col.h"
 
-/* ================================================================== the kernels: kernels/conv_igemm.cuh */
+/* ================================================================== the kernels: ops/conv/conv_igemm.cuh */
 
 using namespace dt_igemm;
 

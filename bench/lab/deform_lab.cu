@@ -22,20 +22,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench_common.h"
-#include "convert.h"
-#include "deform_chunk.h"
-#include "deform_nhwc.h"
-#include "deform_plan.h"
-#include "dt_alloc.h"
-#include "dt_common.h"
-#include "dt_device.h"
-#include "dt_kernel_util.cuh"
-#include "dt_lanes.cuh"
-#include "dt_layers.h"
-#include "gemm.h"
-#include "layout.h"
-#include "offset_conv.h"
+#include "bench/bench_common.h"
+#include "ops/pointwise/convert.h"
+#include "ops/deform/deform_chunk.h"
+#include "ops/deform/deform_nhwc.h"
+#include "ops/deform/deform_plan.h"
+#include "core/dt_alloc.h"
+#include "core/dt_common.h"
+#include "core/dt_device.h"
+#include "core/dt_kernel_util.cuh"
+#include "core/dt_lanes.cuh"
+#include "ops/dt_layers.h"
+#include "ops/linear/gemm.h"
+#include "ops/pointwise/layout.h"
+#include "ops/deform/offset_conv.h"
 
 /* ------------------------------------------------------------------ lab variants */
 

@@ -4,14 +4,14 @@
  * Makefile compiles this file with -gencode arch=compute_90a,code=sm_90a when CUDA_ARCH is
  * sm_90); on another target the kernels are empty and the plan never chooses them
  * (dt_gpu_has_sm90a). */
-#include "conv_sm90.h"
-#include "sm90_gemm.cuh"
+#include "ops/conv/conv_sm90.h"
+#include "ops/conv/sm90_gemm.cuh"
 
 #include "core/dt_alloc.h"
 #include "core/dt_common.h"
 #include "core/dt_device.h"
-#include "dt_layers.h" /* dt_conv_chunk: the column budget */
-#include "dt_kernel_util.cuh"
+#include "ops/dt_layers.h" /* dt_conv_chunk: the column budget */
+#include "core/dt_kernel_util.cuh"
 
 using namespace dt_sm90;
 

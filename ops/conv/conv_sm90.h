@@ -10,7 +10,7 @@
 #ifndef DT_CONV_SM90_H
 #define DT_CONV_SM90_H
 
-#include "conv_igemm.h"
+#include "ops/conv/conv_igemm.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -18,13 +18,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dt_autograd.h"
-#include "dt_config.h"
-#include "dt_layers.h"
-#include "dt_npy.h"
-#include "dt_ops.h"
-#include "dt_weights.h"
-#include "train_run.h" /* train_model_cfg */
+#include "core/dt_autograd.h"
+#include "train/dt_config.h"
+#include "ops/dt_layers.h"
+#include "core/dt_npy.h"
+#include "ops/dt_ops.h"
+#include "train/dt_weights.h"
+#include "train/train_run.h" /* train_model_cfg */
 
 typedef struct {
     const char *weights, *input, *labels, *out;

@@ -1,4 +1,4 @@
-"""The C API (layers/dt_deform_api.h) called from Python through ctypes (python/deftc_lib.py) on
+"""The C API (ops/deform/dt_deform_api.h) called from Python through ctypes (python/deftc_lib.py) on
 PyTorch tensors' data pointers, against torchvision.ops.deform_conv2d itself: forward and every
 gradient, for both implementations and the deterministic flag, with the buffers in each format
 the descriptor can state - f32 / bf16, NCHW / NHWC (channels_last), the weight, the offsets and

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dt_checkpoint.h"
+#include "train/dt_checkpoint.h"
 
 static uint64_t fnv1a(const unsigned char *p, size_t n) {
     uint64_t h = 1469598103934665603ULL;

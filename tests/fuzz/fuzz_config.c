@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dt_config.h"
+#include "train/dt_config.h"
 
 static char *config_text(const dt_train_cfg *c) {
     char *text = NULL;

@@ -35,7 +35,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "dt_dataset.h"
+#include "data/dt_dataset.h"
 
 #define MAX_OPS 64
 #define MAX_ENT 160

@@ -6,9 +6,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "dt_image.h"
-#include "dt_image_header.h"
-#include "dt_transform.h"
+#include "data/dt_image.h"
+#include "data/dt_image_header.h"
+#include "data/dt_transform.h"
 
 /* 256 Kpx: every decoder path (DCT scaling included) on images small enough for fast
  * executions; larger declared sizes exercise the cap. */

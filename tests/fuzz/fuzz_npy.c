@@ -1,7 +1,7 @@
 /* libFuzzer target: the .npy parser (dt_npy_parse) on any bytes. */
 #include <stdint.h>
 
-#include "dt_npy.h"
+#include "core/dt_npy.h"
 
 /* Where the values read go, so that the reads are not optimized away. */
 static volatile float g_sink;

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dt_weights.h"
+#include "train/dt_weights.h"
 
 static volatile float g_sink; /* where the values read go, so that the reads stay */
 

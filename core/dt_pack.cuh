@@ -1,0 +1,139 @@
+/* dt_pack.cuh: vector loads and stores of the memory-bound kernels (elementwise ops, batch
+ * norm, pooling).
+ *
+ * A kernel templated on V moves V consecutive elements at a time as fp32 values: V == 1 is one
+ * element (any address), V == dt_pack_len<T>() is one 16-byte pack - 4 float or 8 bf16 - moved
+ * with a single 128-bit load or store, which needs a 16-byte aligned address. Loads widen to
+ * fp32 (exact); stores round once to nearest even (dt_dtype.cuh). The host picks V per launch:
+ * the pack when the row length and every pointer allow it (dt_pack_ok), else 1.
+ * Included by .cu files only. */
+#ifndef DT_PACK_CUH
+#define DT_PACK_CUH
+
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+#include <initializer_list>
+#include <utility>
+
+#include "core/dt_dtype.cuh"
+
+/* Elements of T in a 16-byte pack. */
+template <typename T>
+constexpr int dt_pack_len() {
+    return 16 / (int)sizeof(T);
+}
+
+/* 1 when every non-NULL pointer is 16-byte aligned and rows of `row` elements of T keep them
+ * so (row a multiple of the pack). */
+template <typename T>
+static inline int dt_pack_ok(int64_t row, std::initializer_list<const void *> ptrs) {
+    if (row % dt_pack_len<T>() != 0) return 0;
+    for (const void *p : ptrs)
+        if ((uintptr_t)p & 15u) return 0;
+    return 1;
+}
+
+/* Calls f(std::integral_constant<int, V>()) with V the pack length when `packed`, else 1: the
+ * launcher's one switch between the two instantiations of a kernel. */
+template <typename T, typename F>
+static inline void dt_with_pack(int packed, F f) {
+    if (packed) f(std::integral_constant<int, dt_pack_len<T>()>());
+    else f(std::integral_constant<int, 1>());
+}
+
+/* v[0 .. V) = p[0 .. V) */
+template <int V>
+__device__ __forceinline__ void dt_ldv(const float *p, float *v) {
+    if constexpr (V == 1) {
+        v[0] = *p;
+    } else {
+        static_assert(V == 4, "a float pack is 4 elements");
+        float4 a = *reinterpret_cast<const float4 *>(p);
+        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+    }
+}
+template <int V>
+__device__ __forceinline__ void dt_ldv(const __nv_bfloat16 *p, float *v) {
+    if constexpr (V == 1) {
+        v[0] = __bfloat162float(*p);
+    } else {
+        static_assert(V == 8, "a bf16 pack is 8 elements");
+        uint4 u = *reinterpret_cast<const uint4 *>(p);
+        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            __nv_bfloat162 h = *reinterpret_cast<const __nv_bfloat162 *>(&w[i]);
+            float2 f = __bfloat1622float2(h);
+            v[2 * i] = f.x, v[2 * i + 1] = f.y;
+        }
+    }
+}
+
+/* p[0 .. V) = v[0 .. V), rounded to T */
+template <int V>
+__device__ __forceinline__ void dt_stv(float *p, const float *v) {
+    if constexpr (V == 1) {
+        *p = v[0];
+    } else {
+        static_assert(V == 4, "a float pack is 4 elements");
+        *reinterpret_cast<float4 *>(p) = make_float4(v[0], v[1], v[2], v[3]);
+    }
+}
+template <int V>
+__device__ __forceinline__ void dt_stv(__nv_bfloat16 *p, const float *v) {
+    if constexpr (V == 1) {
+        *p = __float2bfloat16_rn(v[0]);
+    } else {
+        static_assert(V == 8, "a bf16 pack is 8 elements");
+        uint32_t w[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            __nv_bfloat162 h = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
+            w[i] = *reinterpret_cast<uint32_t *>(&h);
+        }
+        *reinterpret_cast<uint4 *>(p) = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+}
+
+/* The backward convention (dt_st_beta) on V elements: p = v when beta == 0 (the old values may
+ * be NaN and are not read), else p + v in fp32, rounded once. */
+template <int V, typename T>
+__device__ __forceinline__ void dt_stv_beta(T *p, float *v, float beta) {
+    if (beta != 0.0f) {
+        float old[V];
+        dt_ldv<V>(p, old);
+#pragma unroll
+        for (int i = 0; i < V; i++) v[i] = old[i] + v[i];
+    }
+    dt_stv<V>(p, v);
+}
+
+/* V int32 (argmax indices next to V elements of a pack): V == 1, or a multiple of 4 from a
+ * 16-byte aligned address. */
+template <int V>
+__device__ __forceinline__ void dt_ldv_i32(const int32_t *p, int32_t *v) {
+    if constexpr (V == 1) {
+        v[0] = *p;
+    } else {
+        static_assert(V % 4 == 0, "int32 packs are 4 elements");
+#pragma unroll
+        for (int i = 0; i < V / 4; i++) {
+            int4 a = reinterpret_cast<const int4 *>(p)[i];
+            v[4 * i] = a.x, v[4 * i + 1] = a.y, v[4 * i + 2] = a.z, v[4 * i + 3] = a.w;
+        }
+    }
+}
+template <int V>
+__device__ __forceinline__ void dt_stv_i32(int32_t *p, const int32_t *v) {
+    if constexpr (V == 1) {
+        *p = v[0];
+    } else {
+        static_assert(V % 4 == 0, "int32 packs are 4 elements");
+#pragma unroll
+        for (int i = 0; i < V / 4; i++)
+            reinterpret_cast<int4 *>(p)[i] = make_int4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
+    }
+}
+
+#endif

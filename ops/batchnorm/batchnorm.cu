@@ -1,0 +1,671 @@
+/* CUDA batch norm (+ residual add, + ReLU): batchnorm.h. Three passes, each a kernel family
+ * per layout:
+ *   statistics  per-split partial sums (sum x, sum x^2) in double -> the in-order sum of the
+ *               splits per channel (-> sync all-reduce) -> mean, invstd, running update;
+ *   apply       y = act(fma(x, scale, shift) + skip), one read of x (and skip), one write of y;
+ *   backward    partial sums of g and g*xhat -> per-channel sums, dw, db (-> all-reduce) ->
+ *               the pointwise dx (and dskip).
+ * No atomics: every sum's order is fixed by the shape (the split boundaries, the in-block
+ * trees, the in-order sum of the splits), so the bits repeat on any GPU.
+ *
+ * NCHW (f32, the reference; its numbers are those of the original kernels): reductions on a
+ * (split, channel) grid, each block summing whole planes of one channel; pointwise kernels one
+ * block per (n, c) plane, so scale and shift are uniform per block (float4 when P % 4 == 0).
+ *
+ * NHWC (f32, bf16): x is R = N*P rows of C contiguous channels. A block is TX x TY threads
+ * (TX*TY = 256): TX lanes over channel vectors of V channels (one 16-byte pack - 4 f32 or
+ * 8 bf16 - when C and the pointers allow, else V = 1: any C works), TY over rows. A warp reads
+ * whole consecutive rows, so every access is coalesced, and a thread keeps its channels'
+ * constants in registers for all its rows. Reductions: block (cb, s) sums the fixed row range
+ * [s*R/S, (s+1)*R/S) of its channels; the TY row-threads are combined by a fixed tree in shared
+ * memory; partials land at (s*C + c) and are summed in split order. S comes from the shape only
+ * (~4 blocks per SM of a 132-SM GPU, at least 4 rows per thread, at most DT_BN_MAX_SPLITS), so
+ * C = 512 at 7x7 (R = 3136 at batch 64) still gets 98 x 2 blocks, and C = 64 at 56x56 256.
+ *
+ * Bytes moved per element of x (E = the element size, NHWC; skip when present):
+ *   forward    stats: read x (E); apply: read x (+ skip), write y -> 3E (4E with skip); the
+ *              partials (S*C*16 bytes) stay in L2.
+ *   backward   pass 1: read x, dy (+ skip when relu); pass 2: read x, dy (+ skip), write dx
+ *              (+ dskip) -> 5E without skip. With a skip whose gradient is written fresh
+ *              (beta 0, the ResNet join) pass 1 also writes g into dskip and pass 2 reads g
+ *              back instead of dy and skip: 7E instead of 8E. */
+#include "ops/batchnorm/batchnorm.h"
+#include "core/dt_dtype.cuh"
+#include "core/dt_kernel_util.cuh"
+#include "core/dt_pack.cuh"
+
+#define BN_THREADS 256
+#define NCHW_MAX_SPLITS 64
+
+namespace {
+
+/* ---- per-channel sums and statistics (both layouts) ---- */
+
+/* The S partials of channel c, added in split order; partial (c, s) is at (c*sc + s*ss)*2. */
+__device__ __forceinline__ void add_splits(const double *partial, int S, int64_t sc, int64_t ss, int64_t c, double &a,
+                                           double &b) {
+    a = 0.0;
+    b = 0.0;
+    for (int s = 0; s < S; s++) {
+        const double *q = partial + (c * sc + s * ss) * 2;
+        a += q[0];
+        b += q[1];
+    }
+}
+
+/* The same sums by one warp per channel (the NHWC reductions have up to DT_BN_MAX_SPLITS
+ * splits, strided by C: a lone thread walking them serially is latency-bound - 40 us a call
+ * at 256 splits): lane l adds splits l, l + 32, ... in order, then the 32 lane sums meet in a
+ * fixed shuffle tree. The order depends on S alone: deterministic. Lane 0 holds the result. */
+__device__ __forceinline__ void add_splits_warp(const double *partial, int S, int64_t sc, int64_t ss, int64_t c,
+                                                double &a, double &b) {
+    const int lane = threadIdx.x & 31;
+    a = 0.0;
+    b = 0.0;
+    for (int s = lane; s < S; s += 32) {
+        const double *q = partial + (c * sc + s * ss) * 2;
+        a += q[0];
+        b += q[1];
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        a += __shfl_down_sync(0xffffffffu, a, o);
+        b += __shfl_down_sync(0xffffffffu, b, o);
+    }
+}
+
+/* The channel this thread sums for (WARP: a warp per channel, only lane 0 stores), or -1. */
+template <bool WARP>
+__device__ __forceinline__ int64_t split_channel(int64_t C, bool *store) {
+    int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, c = WARP ? t / 32 : t;
+    *store = !WARP || (threadIdx.x & 31) == 0;
+    return c < C ? c : -1;
+}
+
+template <bool WARP>
+__device__ __forceinline__ void sum_splits(const double *partial, int S, int64_t sc, int64_t ss, int64_t c, double &a,
+                                           double &b) {
+    if (WARP) add_splits_warp(partial, S, sc, ss, c, a, b);
+    else add_splits(partial, S, sc, ss, c, a, b);
+}
+
+/* sums[c*2 + {0,1}]: what a synchronized batch norm all-reduces */
+template <bool WARP>
+__global__ void k_sum_splits(int64_t C, int S, int64_t sc, int64_t ss, const double *partial, double *sums) {
+    bool store;
+    int64_t c = split_channel<WARP>(C, &store);
+    if (c < 0) return;
+    double a, b;
+    sum_splits<WARP>(partial, S, sc, ss, c, a, b);
+    if (!store) return;
+    sums[c * 2] = a;
+    sums[c * 2 + 1] = b;
+}
+
+/* mean, invstd (and the running update) of channel c from its sums: the partials when
+ * `partial` is given, else the (all-reduced) sums. */
+template <bool WARP>
+__global__ void k_stats_final(int64_t C, int64_t M, const double *partial, int S, int64_t sc, int64_t ss,
+                              const double *sums, int training, float eps, float momentum, float *rm, float *rv,
+                              float *mean, float *invstd) {
+    bool store;
+    int64_t c = split_channel<WARP>(C, &store);
+    if (c < 0) return;
+    if (!training) {
+        if (!store) return;
+        mean[c] = rm[c];
+        invstd[c] = (float)(1.0 / sqrt((double)rv[c] + eps));
+        return;
+    }
+    double s1, s2;
+    if (partial) sum_splits<WARP>(partial, S, sc, ss, c, s1, s2);
+    else s1 = sums[c * 2], s2 = sums[c * 2 + 1];
+    if (!store) return;
+    double mu = s1 / M, var = s2 / M - mu * mu;
+    if (var < 0) var = 0;
+    mean[c] = (float)mu;
+    invstd[c] = (float)(1.0 / sqrt(var + eps));
+    if (rm) {
+        double unbiased = M > 1 ? var * M / (M - 1) : var;
+        rm[c] = (float)((1.0 - momentum) * rm[c] + momentum * mu);
+        rv[c] = (float)((1.0 - momentum) * rv[c] + momentum * unbiased);
+    }
+}
+
+/* The backward's per-channel sums (sum g, sum g*xhat) and from them this replica's db, dw. */
+template <bool WARP>
+__global__ void k_bwd_sums(int64_t C, int S, int64_t sc, int64_t ss, const double *partial, double *sums, float *dw,
+                           float beta_w, float *db, float beta_b) {
+    bool store;
+    int64_t c = split_channel<WARP>(C, &store);
+    if (c < 0) return;
+    double a, b;
+    sum_splits<WARP>(partial, S, sc, ss, c, a, b);
+    if (!store) return;
+    sums[c * 2] = a;
+    sums[c * 2 + 1] = b;
+    if (db) dt_store_beta(&db[c], (float)a, beta_b);
+    if (dw) dt_store_beta(&dw[c], (float)b, beta_w);
+}
+
+unsigned channel_blocks(int64_t C) { return (unsigned)dt_ceil_div(C, 128); }
+/* 128 threads, 4 channels a block, for the warp-per-channel sums */
+unsigned channel_warp_blocks(int64_t C) { return (unsigned)dt_ceil_div(C, 4); }
+
+/* ---- NCHW f32 ---- */
+
+int nchw_splits(int64_t N, int64_t C, int64_t P) {
+    int64_t per_channel = N * P;
+    int64_t s = (per_channel + 16383) / 16384;   /* ~16K elements per block at least */
+    int64_t want = (2 * 132 + C - 1) / C;         /* at least ~2 blocks per SM overall */
+    if (s < want) s = want;
+    if (s > N) s = N;
+    if (s > NCHW_MAX_SPLITS) s = NCHW_MAX_SPLITS;
+    return s < 1 ? 1 : (int)s;
+}
+
+__device__ void block_sum2(double &a, double &b) {
+    __shared__ double sa[BN_THREADS / 32], sb[BN_THREADS / 32];
+    for (int o = 16; o > 0; o >>= 1) {
+        a += __shfl_down_sync(0xffffffffu, a, o);
+        b += __shfl_down_sync(0xffffffffu, b, o);
+    }
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) { sa[warp] = a; sb[warp] = b; }
+    __syncthreads();
+    if (warp == 0) {
+        a = lane < BN_THREADS / 32 ? sa[lane] : 0.0;
+        b = lane < BN_THREADS / 32 ? sb[lane] : 0.0;
+        for (int o = 16; o > 0; o >>= 1) {
+            a += __shfl_down_sync(0xffffffffu, a, o);
+            b += __shfl_down_sync(0xffffffffu, b, o);
+        }
+    }
+}
+
+/* partial[(c*S + s)*2 + {0,1}] = sum x, sum x^2 over images [s*N/S, (s+1)*N/S) of channel c */
+__global__ void k_stats_partial(int64_t N, int64_t C, int64_t P, const float *__restrict__ x, double *partial) {
+    int c = blockIdx.y, s = blockIdx.x, S = gridDim.x;
+    int64_t n0 = s * N / S, n1 = (s + 1) * N / S;
+    double a = 0.0, b = 0.0;
+    for (int64_t n = n0; n < n1; n++) {
+        const float *xp = x + (n * C + c) * P;
+        for (int64_t p = threadIdx.x; p < P; p += BN_THREADS) {
+            double v = xp[p];
+            a += v;
+            b += v * v;
+        }
+    }
+    block_sum2(a, b);
+    if (threadIdx.x == 0) {
+        partial[(c * S + s) * 2] = a;
+        partial[(c * S + s) * 2 + 1] = b;
+    }
+}
+
+/* One block per (n, c) plane. skip: [N, C, P] or NULL. */
+__global__ void k_apply(int64_t C, int64_t P, const float *__restrict__ x, const float *__restrict__ mean,
+                        const float *__restrict__ invstd, const float *__restrict__ w, const float *__restrict__ b,
+                        const float *__restrict__ skip, int relu, float *__restrict__ y) {
+    int64_t plane = blockIdx.x, c = plane % C;
+    float scale = invstd[c] * w[c], shift = b[c] - mean[c] * scale;
+    const float *xp = x + plane * P, *sp = skip ? skip + plane * P : NULL;
+    float *yp = y + plane * P;
+    if ((P & 3) == 0) {
+        const float4 *x4 = reinterpret_cast<const float4 *>(xp), *s4 = reinterpret_cast<const float4 *>(sp);
+        float4 *y4 = reinterpret_cast<float4 *>(yp);
+        for (int64_t p = threadIdx.x; p < P / 4; p += blockDim.x) {
+            float4 v = x4[p];
+            v.x = v.x * scale + shift; v.y = v.y * scale + shift;
+            v.z = v.z * scale + shift; v.w = v.w * scale + shift;
+            if (sp) {
+                float4 s = s4[p];
+                v.x += s.x; v.y += s.y; v.z += s.z; v.w += s.w;
+            }
+            if (relu) { v.x = fmaxf(v.x, 0.f); v.y = fmaxf(v.y, 0.f); v.z = fmaxf(v.z, 0.f); v.w = fmaxf(v.w, 0.f); }
+            y4[p] = v;
+        }
+    } else {
+        for (int64_t p = threadIdx.x; p < P; p += blockDim.x) {
+            float v = xp[p] * scale + shift;
+            if (sp) v += sp[p];
+            yp[p] = relu ? fmaxf(v, 0.0f) : v;
+        }
+    }
+}
+
+/* partial sums of g and g*xhat per (channel, split); g = dy masked by y > 0 when relu */
+__global__ void k_bwd_partial(int64_t N, int64_t C, int64_t P, const float *__restrict__ x,
+                              const float *__restrict__ y, const float *__restrict__ dy,
+                              const float *__restrict__ mean, const float *__restrict__ invstd, int relu,
+                              double *partial) {
+    int c = blockIdx.y, s = blockIdx.x, S = gridDim.x;
+    int64_t n0 = s * N / S, n1 = (s + 1) * N / S;
+    float mu = mean[c], is = invstd[c];
+    double a = 0.0, b = 0.0;
+    for (int64_t n = n0; n < n1; n++) {
+        int64_t o = (n * C + c) * P;
+        for (int64_t p = threadIdx.x; p < P; p += BN_THREADS) {
+            float g = relu && !(y[o + p] > 0.0f) ? 0.0f : dy[o + p];
+            a += g;
+            b += (double)g * ((x[o + p] - mu) * is);
+        }
+    }
+    block_sum2(a, b);
+    if (threadIdx.x == 0) {
+        partial[(c * S + s) * 2] = a;
+        partial[(c * S + s) * 2 + 1] = b;
+    }
+}
+
+/* dx and dskip of one (n, c) plane per block; either may be NULL */
+__global__ void k_bwd_dx(int64_t C, int64_t P, int64_t M, const float *__restrict__ x, const float *__restrict__ y,
+                         const float *__restrict__ dy, const float *__restrict__ mean,
+                         const float *__restrict__ invstd, const float *__restrict__ w,
+                         const double *__restrict__ sums, int relu, int training, float *__restrict__ dskip,
+                         float beta_s, float beta, float *__restrict__ dx) {
+    int64_t plane = blockIdx.x, c = plane % C;
+    float is = invstd[c], k = w[c] * is, mu = mean[c];
+    float mg = training ? (float)(sums[c * 2] / M) : 0.0f, mgx = training ? (float)(sums[c * 2 + 1] / M) : 0.0f;
+    int64_t o = plane * P;
+    for (int64_t p = threadIdx.x; p < P; p += blockDim.x) {
+        float g = relu && !(y[o + p] > 0.0f) ? 0.0f : dy[o + p];
+        if (dskip) dt_store_beta(&dskip[o + p], g, beta_s);
+        if (dx) {
+            float v = k * (g - mg - (x[o + p] - mu) * is * mgx);
+            dt_store_beta(&dx[o + p], v, beta);
+        }
+    }
+}
+
+int plane_threads(int64_t P) { return P >= 1024 ? 256 : P >= 256 ? 128 : 64; }
+
+/* ---- NHWC f32 / bf16 ---- */
+
+/* bn(x) = fma(x, scale, shift): the one definition the forward and the backward's ReLU mask
+ * share, so the mask is recomputed bit for bit (the CPU twins use fmaf the same way). */
+__device__ __forceinline__ void bn_coef(const float *mean, const float *invstd, const float *w, const float *b,
+                                        int64_t c, float &scale, float &shift) {
+    scale = invstd[c] * w[c];
+    shift = fmaf(-mean[c], scale, b[c]);
+}
+
+struct nhwc_grid {
+    int V, TX, TY;
+    int64_t CB; /* blocks over channels */
+};
+
+template <typename T>
+nhwc_grid nhwc_tiling(int64_t C, std::initializer_list<const void *> ptrs) {
+    nhwc_grid g;
+    g.V = dt_pack_ok<T>(C, ptrs) ? dt_pack_len<T>() : 1;
+    int64_t CV = C / g.V;
+    g.TX = 1;
+    while (g.TX < 32 && g.TX < CV) g.TX *= 2;
+    g.TY = BN_THREADS / g.TX;
+    g.CB = dt_ceil_div(CV, g.TX);
+    return g;
+}
+
+/* Row splits of a reduction: a function of the shape only (see the header comment). */
+int nhwc_splits(int64_t R, const nhwc_grid &g) {
+    int64_t s = dt_ceil_div(4 * 132, g.CB), most = R / (4 * g.TY);
+    if (s > most) s = most;
+    if (s > DT_BN_MAX_SPLITS) s = DT_BN_MAX_SPLITS;
+    return s < 1 ? 1 : (int)s;
+}
+
+/* Blocks over rows of a pointwise pass: ~8 blocks per SM in all (no sum: any count gives the
+ * same bits). */
+unsigned nhwc_row_blocks(int64_t R, const nhwc_grid &g) {
+    int64_t need = dt_ceil_div(R, g.TY), want = dt_ceil_div((int64_t)dt_gpu_sm_count() * 8, g.CB);
+    int64_t n = need < want ? need : want;
+    return (unsigned)(n < 1 ? 1 : n);
+}
+
+/* Adds each thread's 2V sums over the block's TY rows of threads by a fixed tree, and row 0
+ * writes its channels' results: out[2k + {0,1}] for channel c0 + k. */
+template <int V>
+__device__ __forceinline__ void rows_reduce_store(const double *a, const double *b, double *out, bool active) {
+    __shared__ double sh[2 * V][BN_THREADS];
+    const int TX = blockDim.x, tid = threadIdx.y * TX + threadIdx.x;
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+        sh[2 * k][tid] = a[k];
+        sh[2 * k + 1][tid] = b[k];
+    }
+    __syncthreads();
+    for (int o = blockDim.y / 2; o > 0; o >>= 1) {
+        if ((int)threadIdx.y < o)
+#pragma unroll
+            for (int j = 0; j < 2 * V; j++) sh[j][tid] += sh[j][tid + o * TX];
+        __syncthreads();
+    }
+    if (threadIdx.y == 0 && active)
+#pragma unroll
+        for (int j = 0; j < 2 * V; j++) out[j] = sh[j][tid];
+}
+
+/* partial[(s*C + c)*2 + {0,1}] = sum x, sum x^2 of channel c over rows [s*R/S, (s+1)*R/S) */
+template <typename T, int V>
+__global__ void __launch_bounds__(BN_THREADS)
+    k_nhwc_stats_partial(int64_t R, int64_t C, const T *__restrict__ x, double *__restrict__ partial) {
+    const int64_t c0 = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * V;
+    const int64_t r0 = (int64_t)blockIdx.y * R / gridDim.y, r1 = ((int64_t)blockIdx.y + 1) * R / gridDim.y;
+    double a[V], b[V];
+#pragma unroll
+    for (int k = 0; k < V; k++) a[k] = b[k] = 0.0;
+    if (c0 < C) {
+#pragma unroll 4
+        for (int64_t r = r0 + threadIdx.y; r < r1; r += blockDim.y) {
+            float v[V];
+            dt_ldv<V>(x + r * C + c0, v);
+#pragma unroll
+            for (int k = 0; k < V; k++) {
+                a[k] += v[k];
+                b[k] += (double)v[k] * v[k];
+            }
+        }
+    }
+    rows_reduce_store<V>(a, b, partial + ((int64_t)blockIdx.y * C + c0) * 2, c0 < C);
+}
+
+/* y = act(fma(x, scale, shift) + skip) */
+template <typename T, int V>
+__global__ void __launch_bounds__(BN_THREADS)
+    k_nhwc_apply(int64_t R, int64_t C, const T *__restrict__ x, const float *__restrict__ mean,
+                 const float *__restrict__ invstd, const float *__restrict__ w, const float *__restrict__ b,
+                 const T *__restrict__ skip, int relu, T *__restrict__ y) {
+    const int64_t c0 = ((int64_t)blockIdx.y * blockDim.x + threadIdx.x) * V;
+    if (c0 >= C) return;
+    float sc[V], sh[V];
+#pragma unroll
+    for (int k = 0; k < V; k++) bn_coef(mean, invstd, w, b, c0 + k, sc[k], sh[k]);
+    for (int64_t r = (int64_t)blockIdx.x * blockDim.y + threadIdx.y; r < R; r += (int64_t)gridDim.x * blockDim.y) {
+        const int64_t o = r * C + c0;
+        float v[V], s[V];
+        dt_ldv<V>(x + o, v);
+        if (skip) dt_ldv<V>(skip + o, s);
+#pragma unroll
+        for (int k = 0; k < V; k++) {
+            float u = fmaf(v[k], sc[k], sh[k]);
+            if (skip) u += s[k];
+            v[k] = relu ? fmaxf(u, 0.0f) : u;
+        }
+        dt_stv<V>(y + o, v);
+    }
+}
+
+/* g = dy, zeroed where the pre-activation fma(x, scale, shift) (+ skip) is not > 0 (relu) */
+template <int V, typename T>
+__device__ __forceinline__ void relu_mask(float *g, const float *xv, const T *skip, int64_t o, const float *sc,
+                                          const float *sh) {
+    float s[V];
+    if (skip) dt_ldv<V>(skip + o, s);
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+        float pre = fmaf(xv[k], sc[k], sh[k]);
+        if (skip) pre += s[k];
+        if (!(pre > 0.0f)) g[k] = 0.0f;
+    }
+}
+
+/* Pass 1: partial sums of g and g*xhat per (split, channel) as k_nhwc_stats_partial; g_out
+ * (or NULL) receives g itself. */
+template <typename T, int V>
+__global__ void __launch_bounds__(BN_THREADS)
+    k_nhwc_bwd_partial(int64_t R, int64_t C, const T *__restrict__ x, const T *__restrict__ skip,
+                       const T *__restrict__ dy, const float *__restrict__ mean, const float *__restrict__ invstd,
+                       const float *__restrict__ w, const float *__restrict__ b, int relu, T *__restrict__ g_out,
+                       double *__restrict__ partial) {
+    const int64_t c0 = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * V;
+    const int64_t r0 = (int64_t)blockIdx.y * R / gridDim.y, r1 = ((int64_t)blockIdx.y + 1) * R / gridDim.y;
+    double a[V], ax[V];
+#pragma unroll
+    for (int k = 0; k < V; k++) a[k] = ax[k] = 0.0;
+    if (c0 < C) {
+        float mu[V], is[V], sc[V], sh[V];
+#pragma unroll
+        for (int k = 0; k < V; k++) {
+            mu[k] = mean[c0 + k];
+            is[k] = invstd[c0 + k];
+            bn_coef(mean, invstd, w, b, c0 + k, sc[k], sh[k]);
+        }
+#pragma unroll 2
+        for (int64_t r = r0 + threadIdx.y; r < r1; r += blockDim.y) {
+            const int64_t o = r * C + c0;
+            float xv[V], g[V];
+            dt_ldv<V>(x + o, xv);
+            dt_ldv<V>(dy + o, g);
+            if (relu) relu_mask<V>(g, xv, skip, o, sc, sh);
+#pragma unroll
+            for (int k = 0; k < V; k++) {
+                a[k] += g[k];
+                ax[k] += (double)g[k] * ((xv[k] - mu[k]) * is[k]);
+            }
+            if (g_out) dt_stv<V>(g_out + o, g);
+        }
+    }
+    rows_reduce_store<V>(a, ax, partial + ((int64_t)blockIdx.y * C + c0) * 2, c0 < C);
+}
+
+/* Pass 2: dskip (unless pass 1 wrote g there: g_ready) and dx; sums: (sum g, sum g*xhat) per
+ * channel over all replicas, M their element count. */
+template <typename T, int V>
+__global__ void __launch_bounds__(BN_THREADS)
+    k_nhwc_bwd_dx(int64_t R, int64_t C, int64_t M, const T *__restrict__ x, const T *__restrict__ skip,
+                  const T *__restrict__ dy, const float *__restrict__ mean, const float *__restrict__ invstd,
+                  const float *__restrict__ w, const float *__restrict__ b, const double *__restrict__ sums, int relu,
+                  int training, int g_ready, T *__restrict__ dskip, float beta_s, T *__restrict__ dx, float beta_x) {
+    const int64_t c0 = ((int64_t)blockIdx.y * blockDim.x + threadIdx.x) * V;
+    if (c0 >= C) return;
+    float mu[V], is[V], k[V], mg[V], mgx[V], sc[V], sh[V];
+#pragma unroll
+    for (int j = 0; j < V; j++) {
+        mu[j] = mean[c0 + j];
+        is[j] = invstd[c0 + j];
+        k[j] = w[c0 + j] * is[j];
+        mg[j] = training ? (float)(sums[(c0 + j) * 2] / M) : 0.0f;
+        mgx[j] = training ? (float)(sums[(c0 + j) * 2 + 1] / M) : 0.0f;
+        bn_coef(mean, invstd, w, b, c0 + j, sc[j], sh[j]);
+    }
+    const bool need_x = (dx && training) || (relu && !g_ready);
+    for (int64_t r = (int64_t)blockIdx.x * blockDim.y + threadIdx.y; r < R; r += (int64_t)gridDim.x * blockDim.y) {
+        const int64_t o = r * C + c0;
+        float g[V], xv[V];
+        if (need_x) dt_ldv<V>(x + o, xv);
+        else
+#pragma unroll
+            for (int j = 0; j < V; j++) xv[j] = 0.0f;
+        if (g_ready) {
+            dt_ldv<V>(dskip + o, g);
+        } else {
+            dt_ldv<V>(dy + o, g);
+            if (relu) relu_mask<V>(g, xv, skip, o, sc, sh);
+            if (dskip) {
+                float t[V];
+#pragma unroll
+                for (int j = 0; j < V; j++) t[j] = g[j];
+                dt_stv_beta<V>(dskip + o, t, beta_s);
+            }
+        }
+        if (dx) {
+            float v[V];
+#pragma unroll
+            for (int j = 0; j < V; j++)
+                v[j] = training ? k[j] * fmaf(-((xv[j] - mu[j]) * is[j]), mgx[j], g[j] - mg[j]) : k[j] * g[j];
+            dt_stv_beta<V>(dx + o, v, beta_x);
+        }
+    }
+}
+
+template <typename T>
+void nhwc_stats(int64_t N, int64_t C, int64_t P, const void *xv, int training, float eps, float momentum, float *rm,
+                float *rv, float *mean, float *invstd, void *ws, const dt_bn_sync *sync) {
+    if (C <= 0) return;
+    const T *x = (const T *)xv;
+    int64_t R = N * P, M = R;
+    double *partial = (double *)ws, *sums = partial + (size_t)C * DT_BN_MAX_SPLITS * 2;
+    nhwc_grid g = nhwc_tiling<T>(C, {x});
+    int S = nhwc_splits(R, g);
+    const double *from = NULL;
+    if (training) {
+        dt_with_pack<T>(g.V != 1, [&](auto v) {
+            k_nhwc_stats_partial<T, decltype(v)::value>
+                <<<dim3((unsigned)g.CB, (unsigned)S), dim3(g.TX, g.TY), 0, dt_stream()>>>(R, C, x, partial);
+        });
+        DT_CHECK_LAUNCH();
+        from = partial;
+        if (sync) {
+            k_sum_splits<true><<<channel_warp_blocks(C), 128, 0, dt_stream()>>>(C, S, 1, C, partial, sums);
+            DT_CHECK_LAUNCH();
+            sync->allreduce(sync->ctx, sums, 2 * C);
+            M *= sync->ranks;
+            from = NULL;
+        }
+    }
+    k_stats_final<true><<<channel_warp_blocks(C), 128, 0, dt_stream()>>>(C, M, from, S, 1, C, sums, training, eps,
+                                                                         momentum, rm, rv, mean, invstd);
+    DT_CHECK_LAUNCH();
+}
+
+template <typename T>
+void nhwc_apply(int64_t N, int64_t C, int64_t P, const void *x, const float *mean, const float *invstd,
+                const float *w, const float *b, const void *skip, int relu, void *y) {
+    int64_t R = N * P;
+    if (R * C <= 0) return;
+    nhwc_grid g = nhwc_tiling<T>(C, {x, skip, y});
+    dt_with_pack<T>(g.V != 1, [&](auto v) {
+        k_nhwc_apply<T, decltype(v)::value><<<dim3(nhwc_row_blocks(R, g), (unsigned)g.CB), dim3(g.TX, g.TY), 0,
+                                              dt_stream()>>>(R, C, (const T *)x, mean, invstd, w, b,
+                                                             (const T *)skip, relu, (T *)y);
+    });
+    DT_CHECK_LAUNCH();
+}
+
+template <typename T>
+void nhwc_backward(int64_t N, int64_t C, int64_t P, const void *xv, const void *skipv, const void *dyv,
+                   const float *mean, const float *invstd, const float *w, const float *b, int relu, int training,
+                   void *dxv, float beta_x, void *dskipv, float beta_s, float *dw, float beta_w, float *db,
+                   float beta_b, void *ws, const dt_bn_sync *sync) {
+    if (C <= 0) return;
+    const T *x = (const T *)xv, *skip = (const T *)skipv, *dy = (const T *)dyv;
+    T *dx = (T *)dxv, *dskip = (T *)dskipv;
+    int64_t R = N * P, M = R;
+    double *partial = (double *)ws, *sums = partial + (size_t)C * DT_BN_MAX_SPLITS * 2;
+    nhwc_grid g = nhwc_tiling<T>(C, {x, skip, dy, dx, dskip});
+    int S = nhwc_splits(R, g);
+    /* the ResNet join: dskip is written fresh, so pass 1 stores g there for pass 2 */
+    int g_ready = dskip && beta_s == 0.0f;
+    dt_with_pack<T>(g.V != 1, [&](auto v) {
+        k_nhwc_bwd_partial<T, decltype(v)::value><<<dim3((unsigned)g.CB, (unsigned)S), dim3(g.TX, g.TY), 0,
+                                                    dt_stream()>>>(R, C, x, skip, dy, mean, invstd, w, b, relu,
+                                                                   g_ready ? dskip : NULL, partial);
+    });
+    DT_CHECK_LAUNCH();
+    k_bwd_sums<true><<<channel_warp_blocks(C), 128, 0, dt_stream()>>>(C, S, 1, C, partial, sums, dw, beta_w, db, beta_b);
+    DT_CHECK_LAUNCH();
+    if (sync && training) { /* even without dx: every replica makes the same collective calls */
+        sync->allreduce(sync->ctx, sums, 2 * C);
+        M *= sync->ranks;
+    }
+    if (!dx && !(dskip && !g_ready)) return;
+    dt_with_pack<T>(g.V != 1, [&](auto v) {
+        k_nhwc_bwd_dx<T, decltype(v)::value><<<dim3(nhwc_row_blocks(R, g), (unsigned)g.CB), dim3(g.TX, g.TY), 0,
+                                               dt_stream()>>>(R, C, M, x, skip, dy, mean, invstd, w, b, sums, relu,
+                                                              training, g_ready, dskip, beta_s, dx, beta_x);
+    });
+    DT_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+/* ---- entry points ---- */
+
+extern "C" void dt_bn_stats_f32_nchw_cuda(int64_t N, int64_t C, int64_t P, const void *xv, int training, float eps,
+                                          float momentum, float *running_mean, float *running_var, float *mean,
+                                          float *invstd, void *ws, const dt_bn_sync *sync) {
+    if (C <= 0) return;
+    const float *x = (const float *)xv;
+    int S = nchw_splits(N, C, P);
+    double *partial = (double *)ws, *sums = partial + (size_t)C * DT_BN_MAX_SPLITS * 2;
+    int64_t M = N * P;
+    const double *from = NULL;
+    if (training) {
+        dt_check_grid_yz("batchnorm2d", C, 1);
+        k_stats_partial<<<dim3(S, (unsigned)C), BN_THREADS, 0, dt_stream()>>>(N, C, P, x, partial);
+        DT_CHECK_LAUNCH();
+        from = partial;
+        if (sync) {
+            k_sum_splits<false><<<channel_blocks(C), 128, 0, dt_stream()>>>(C, S, S, 1, partial, sums);
+            DT_CHECK_LAUNCH();
+            sync->allreduce(sync->ctx, sums, 2 * C);
+            M *= sync->ranks;
+            from = NULL;
+        }
+    }
+    k_stats_final<false><<<channel_blocks(C), 128, 0, dt_stream()>>>(C, M, from, S, S, 1, sums, training, eps, momentum,
+                                                             running_mean, running_var, mean, invstd);
+    DT_CHECK_LAUNCH();
+}
+
+extern "C" void dt_bn_apply_f32_nchw_cuda(int64_t N, int64_t C, int64_t P, const void *x, const float *mean,
+                                          const float *invstd, const float *w, const float *b, const void *skip,
+                                          int relu, void *y) {
+    if (N * C == 0) return;
+    k_apply<<<(unsigned)(N * C), plane_threads(P), 0, dt_stream()>>>(C, P, (const float *)x, mean, invstd, w, b,
+                                                                     (const float *)skip, relu, (float *)y);
+    DT_CHECK_LAUNCH();
+}
+
+extern "C" void dt_bn_backward_f32_nchw_cuda(int64_t N, int64_t C, int64_t P, const void *x, const void *y,
+                                             const void *skip, const void *dy, const float *mean, const float *invstd,
+                                             const float *w, const float *b, int relu, int training, void *dx,
+                                             float beta_x, void *dskip, float beta_s, float *dw, float beta_w,
+                                             float *db, float beta_b, void *ws, const dt_bn_sync *sync) {
+    (void)skip; /* the mask is y's */
+    (void)b;
+    if (C <= 0) return;
+    int S = nchw_splits(N, C, P);
+    double *partial = (double *)ws, *sums = partial + (size_t)C * DT_BN_MAX_SPLITS * 2;
+    int64_t M = N * P;
+    dt_check_grid_yz("batchnorm2d", C, 1);
+    k_bwd_partial<<<dim3(S, (unsigned)C), BN_THREADS, 0, dt_stream()>>>(N, C, P, (const float *)x, (const float *)y,
+                                                                        (const float *)dy, mean, invstd, relu, partial);
+    DT_CHECK_LAUNCH();
+    k_bwd_sums<false><<<channel_blocks(C), 128, 0, dt_stream()>>>(C, S, S, 1, partial, sums, dw, beta_w, db, beta_b);
+    DT_CHECK_LAUNCH();
+    if (sync && training) { /* even without dx: every replica makes the same collective calls */
+        sync->allreduce(sync->ctx, sums, 2 * C);
+        M *= sync->ranks;
+    }
+    if (dx || dskip) {
+        k_bwd_dx<<<(unsigned)(N * C), plane_threads(P), 0, dt_stream()>>>(
+            C, P, M, (const float *)x, (const float *)y, (const float *)dy, mean, invstd, w, sums, relu, training,
+            (float *)dskip, beta_s, beta_x, (float *)dx);
+        DT_CHECK_LAUNCH();
+    }
+}
+
+#define DT_BN_NHWC_ENTRIES(name, T)                                                                                   \
+    extern "C" void dt_bn_stats_##name##_nhwc_cuda(int64_t N, int64_t C, int64_t P, const void *x, int training,     \
+                                                   float eps, float momentum, float *rm, float *rv, float *mean,     \
+                                                   float *invstd, void *ws, const dt_bn_sync *sync) {                \
+        nhwc_stats<T>(N, C, P, x, training, eps, momentum, rm, rv, mean, invstd, ws, sync);                          \
+    }                                                                                                                 \
+    extern "C" void dt_bn_apply_##name##_nhwc_cuda(int64_t N, int64_t C, int64_t P, const void *x, const float *mean, \
+                                                   const float *invstd, const float *w, const float *b,             \
+                                                   const void *skip, int relu, void *y) {                            \
+        nhwc_apply<T>(N, C, P, x, mean, invstd, w, b, skip, relu, y);                                                \
+    }                                                                                                                 \
+    extern "C" void dt_bn_backward_##name##_nhwc_cuda(                                                                \
+        int64_t N, int64_t C, int64_t P, const void *x, const void *y, const void *skip, const void *dy,              \
+        const float *mean, const float *invstd, const float *w, const float *b, int relu, int training, void *dx,     \
+        float beta_x, void *dskip, float beta_s, float *dw, float beta_w, float *db, float beta_b, void *ws,          \
+        const dt_bn_sync *sync) {                                                                                     \
+        (void)y; /* the mask is recomputed from x (and skip) */                                                       \
+        nhwc_backward<T>(N, C, P, x, skip, dy, mean, invstd, w, b, relu, training, dx, beta_x, dskip, beta_s, dw,    \
+                         beta_w, db, beta_b, ws, sync);                                                              \
+    }
+
+DT_BN_NHWC_ENTRIES(f32, float)
+DT_BN_NHWC_ENTRIES(bf16, __nv_bfloat16)

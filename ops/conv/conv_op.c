@@ -1,0 +1,244 @@
+/* conv2d = im2col + GEMM, chunked over images, on the column-conv skeleton (dt_colconv.h):
+ * this file supplies the columns (im2col) and their adjoint (col2im), in the layout of the
+ * tensors.
+ *
+ * NCHW (f32; DT_COLS_CN), per chunk of nb images (P = Ho*Wo, K = Cin*kh*kw):
+ *   col[K, nb*P]   = im2col(x chunk)
+ *   t[Cout, nb*P]  = W[Cout, K] . col                 (one GEMM for the chunk)
+ *   y chunk        = t re-laid out to [nb, Cout, P]    (nb == 1: the GEMM writes y)
+ *   dW += dyt . col^T,  dx = col2im(W^T . dyt)   (dyt: dy in [Cout, nb*P]; gather, deterministic)
+ * NHWC (f32 or bf16; DT_COLS_NC), K = kh*kw*Cin in the weight's [Cout, kh, kw, Cin] order:
+ *   col[nb*P, K]   = im2col_nhwc(x chunk)   (a 1x1 stride-1 unpadded conv reads x itself)
+ *   y[nb*P, Cout]  = col . W^T              (the NHWC output: no relayout)
+ *   dW += dy^T . col,  dx = col2im_nhwc(dy . W)
+ *   A 1x1 stride-1 unpadded conv is three GEMMs on the tensors themselves, the whole batch at
+ *   once and no column buffer: x [N*H*W, Cin] is its columns, and dx = beta dx + dy . W.
+ * db = sum of dy over (N, P) either way. The chunk is sized so that the column buffer stays
+ * within a budget: memory is bounded for any batch size.
+ * bf16 NHWC on the GPU: each pass may run on the implicit GEMM instead (conv_igemm.h: no
+ * column matrix at all), as the conv's plan says - a pure function of the shape and the
+ * process's algorithm setting (dt_conv_set_algo), made in the forward and kept for the backward. */
+#include "ops/pointwise/bias.h"
+#include "ops/conv/conv_igemm.h"
+#include "ops/conv/dt_colconv.h"
+#include "core/dt_common.h"
+#include "ops/pointwise/dt_shared_kernels.h"
+#include "core/dt_kernel.h"
+#include "ops/dt_layers.h"
+#include "ops/conv/im2col.h"
+
+#include <stdlib.h>
+
+static size_t g_col_budget;
+static int g_conv_algo = -1; /* dt_conv_algo; -1: not read from the environment yet */
+
+void dt_conv_set_algo(dt_conv_algo a) { g_conv_algo = a; }
+dt_conv_algo dt_conv_get_algo(void) {
+    if (g_conv_algo < 0) {
+        const char *e = getenv("DT_CONV_ALGO");
+        int a = e && *e ? dt_conv_algo_parse(e) : DT_CONV_ALGO_DEFAULT;
+        if (a < 0) dt_fatal("DT_CONV_ALGO=%s: expected auto, gemm, igemm128, igemm64 or sm90", e);
+        g_conv_algo = a;
+    }
+    return (dt_conv_algo)g_conv_algo;
+}
+
+void dt_conv_set_col_budget(size_t bytes) { g_col_budget = bytes; }
+size_t dt_conv_col_budget(void) {
+    if (!g_col_budget) g_col_budget = (size_t)dt_env_long("DT_COL_BUDGET_MB", 256) << 20;
+    return g_col_budget;
+}
+
+int64_t dt_conv_chunk(int64_t N, int64_t col_elems_per_image, size_t elem_bytes) {
+    int64_t nb = (int64_t)(dt_conv_col_budget() / elem_bytes) / (col_elems_per_image ? col_elems_per_image : 1);
+    if (nb < 1) nb = 1;
+    return nb < N ? nb : N;
+}
+
+void dt_conv_out_hw(const char *op, const dt_tensor *x, dt_conv_geom g, int64_t *Ho, int64_t *Wo) {
+    if (g.kh < 1 || g.kw < 1 || g.sh < 1 || g.sw < 1 || g.dh < 1 || g.dw < 1 || g.ph < 0 || g.pw < 0)
+        dt_fatal("%s: invalid geometry kernel %dx%d stride %dx%d pad %dx%d dilation %dx%d", op, g.kh, g.kw,
+                 g.sh, g.sw, g.ph, g.pw, g.dh, g.dw);
+    *Ho = dt_conv_out_size(x->shape[2], g.kh, g.sh, g.ph, g.dh);
+    *Wo = dt_conv_out_size(x->shape[3], g.kw, g.sw, g.pw, g.dw);
+    if (*Ho < 1 || *Wo < 1) {
+        char b[128];
+        dt_fatal("%s: input %s is too small for kernel %dx%d (dilation %d, padding %d): output would be %lldx%lld",
+                 op, dt_shape_str(x, b, sizeof b), g.kh, g.kw, g.dh, g.ph, (long long)*Ho, (long long)*Wo);
+    }
+}
+
+DT_OP_TABLE(im2col_nchw_k, "conv2d (im2col, nchw)", __typeof__(dt_im2col_cpu), DT_TWINS(im2col_nchw_k, dt_im2col, DT_F32, DT_NCHW))
+DT_OP_TABLE(col2im_nchw_k, "conv2d (col2im, nchw)", __typeof__(dt_col2im_cpu), DT_TWINS(col2im_nchw_k, dt_col2im, DT_F32, DT_NCHW))
+DT_OP_TABLE(im2col_k, "conv2d (im2col, nhwc)", __typeof__(dt_im2col_nhwc_f32_cpu), DT_TWINS(im2col_k, dt_im2col_nhwc_f32, DT_F32, DT_NHWC),
+            DT_TWINS(im2col_k, dt_im2col_nhwc_bf16, DT_BF16, DT_NHWC))
+DT_OP_TABLE(col2im_k, "conv2d (col2im, nhwc)", __typeof__(dt_col2im_nhwc_f32_cpu), DT_TWINS(col2im_k, dt_col2im_nhwc_f32, DT_F32, DT_NHWC),
+            DT_TWINS(col2im_k, dt_col2im_nhwc_bf16, DT_BF16, DT_NHWC))
+
+DT_OP_TABLE(igemm_fprop_k, "conv2d (implicit GEMM, fprop)", __typeof__(dt_conv_igemm_fprop_bf16_cpu),
+            DT_TWINS(igemm_fprop_k, dt_conv_igemm_fprop_bf16, DT_BF16, DT_NHWC))
+DT_OP_TABLE(igemm_dgrad_k, "conv2d (implicit GEMM, dgrad)", __typeof__(dt_conv_igemm_dgrad_bf16_cpu),
+            DT_TWINS(igemm_dgrad_k, dt_conv_igemm_dgrad_bf16, DT_BF16, DT_NHWC))
+DT_OP_TABLE(igemm_wgrad_k, "conv2d (implicit GEMM, wgrad)", __typeof__(dt_conv_igemm_wgrad_bf16_cpu),
+            DT_TWINS(igemm_wgrad_k, dt_conv_igemm_wgrad_bf16, DT_BF16, DT_NHWC))
+
+typedef struct {
+    dt_conv_geom g;
+    dt_math math;
+    dt_conv_plan plan;
+    dt_igemm_conv ip; /* the problem, for the passes the plan puts on the implicit GEMM */
+} conv_ctx;
+
+/* The conv's plan: bf16 NHWC only; on the CPU only when an implicit-GEMM algorithm is forced
+ * (its twins are direct loops, for tests - "auto" keeps the CPU on im2col + GEMM). */
+static dt_conv_plan plan_of(const dt_tensor *x, const dt_igemm_conv *ip) {
+    const dt_conv_plan none = {-1, -1, -1};
+    const dt_conv_algo a = dt_conv_get_algo();
+    if (x->dtype != DT_BF16 || x->layout != DT_NHWC) return none;
+    if (x->dev != DT_GPU && (a == DT_CONV_ALGO_AUTO || a == DT_CONV_ALGO_GEMM)) return none;
+    const int sm90 = x->dev == DT_GPU && dt_gpu_has_sm90a();
+    if (a == DT_CONV_ALGO_SM90 && x->dev == DT_GPU && !sm90)
+        dt_fatal("conv_algo=sm90: this GPU or build has no Hopper engine (it needs compute capability 9.0 and a "
+                 "CUDA_ARCH=sm_90 build); use auto");
+    return dt_conv_plan_bf16(ip, a, sm90);
+}
+
+static dt_igemm_conv igemm_problem(const dt_tensor *x, const dt_tensor *w, dt_conv_geom g, int64_t Ho, int64_t Wo) {
+    dt_igemm_conv ip = {.N = x->shape[0], .C = x->shape[1], .H = x->shape[2], .W = x->shape[3], .Cout = w->shape[0],
+                        .Ho = Ho, .Wo = Wo, .g = g, .tile = DT_IGEMM_TILE_128};
+    return ip;
+}
+
+/* The column source of a plain conv: im2col of the input, col2im of the gradient. */
+typedef struct {
+    dt_dev dev;
+    dt_dtype dtype;
+    dt_layout layout;
+    const void *x;    /* [N, Cin, H, W] in the layout */
+    void *dx;         /* same, or NULL */
+    float beta_x;
+    int64_t Cin, H, W, Ho, Wo;
+    dt_conv_geom g;
+} conv_cols;
+
+static size_t image_bytes(const conv_cols *c) { return (size_t)(c->Cin * c->H * c->W) * dt_dtype_size(c->dtype); }
+
+static void conv_fill(void *ctx, int64_t n0, int64_t nb, void *col) {
+    conv_cols *c = ctx;
+    const void *x = (const char *)c->x + n0 * image_bytes(c);
+    if (c->layout == DT_NCHW) DT_PICK(im2col_nchw_k, c->dev, DT_F32, DT_NCHW)(x, nb, c->Cin, c->H, c->W, c->g, c->Ho, c->Wo, col);
+    else DT_PICK(im2col_k, c->dev, c->dtype, c->layout)(x, nb, c->Cin, c->H, c->W, c->g, c->Ho, c->Wo, col);
+}
+
+static void conv_adjoint(void *ctx, int64_t n0, int64_t nb, void *dcol) {
+    conv_cols *c = ctx;
+    void *dx = (char *)c->dx + n0 * image_bytes(c);
+    if (c->layout == DT_NCHW) DT_PICK(col2im_nchw_k, c->dev, DT_F32, DT_NCHW)(dcol, nb, c->Cin, c->H, c->W, c->g, c->Ho, c->Wo, c->beta_x, dx);
+    else DT_PICK(col2im_k, c->dev, c->dtype, c->layout)(dcol, nb, c->Cin, c->H, c->W, c->g, c->Ho, c->Wo, c->beta_x, dx);
+}
+
+/* A 1x1 stride-1 unpadded NHWC conv: its columns are the input's rows. */
+static int is_pointwise(const conv_cols *c) {
+    const dt_conv_geom g = c->g;
+    return c->layout == DT_NHWC && g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0;
+}
+static const void *conv_direct(void *ctx, int64_t n0) {
+    conv_cols *c = ctx;
+    return (const char *)c->x + n0 * image_bytes(c);
+}
+/* ... and its column gradient is dx's rows: dX [nb*P, Cin] = dY [nb*P, Cout] . W [Cout, Cin],
+ * accumulated into dx by the GEMM's beta (no column buffer, no col2im). */
+static void *conv_ddirect(void *ctx, int64_t n0) {
+    conv_cols *c = ctx;
+    return (char *)c->dx + n0 * image_bytes(c);
+}
+
+static dt_colconv conv_skeleton(conv_cols *cols, const dt_tensor *x, const dt_tensor *w, dt_conv_geom g, dt_math math,
+                                int64_t Ho, int64_t Wo) {
+    *cols = (conv_cols){.dev = x->dev, .dtype = x->dtype, .layout = x->layout, .x = x->data, .Cin = x->shape[1],
+                        .H = x->shape[2], .W = x->shape[3], .Ho = Ho, .Wo = Wo, .g = g};
+    int64_t R = cols->Cin * g.kh * g.kw;
+    dt_colconv cc = {.dev = x->dev, .layout = x->layout == DT_NHWC ? DT_COLS_NC : DT_COLS_CN, .dtype = x->dtype,
+                     .math = math, .nhwc = x->layout == DT_NHWC, .N = x->shape[0], .Cout = w->shape[0],
+                     .P = Ho * Wo, .R = R, .nb = dt_conv_chunk(x->shape[0], R * Ho * Wo, dt_dtype_size(x->dtype)),
+                     .ctx = cols, .fill = conv_fill};
+    if (is_pointwise(cols)) {
+        cc.cols_direct = conv_direct;
+        cc.nb = x->shape[0];
+    }
+    return cc;
+}
+
+static void conv_backward(dt_node *n) {
+    dt_tensor *x = n->in[0], *w = n->in[1], *bias = n->in[2], *y = n->out, *dy = y->grad;
+    conv_ctx *ctx = n->ctx;
+    int64_t N = x->shape[0], Cout = w->shape[0], P = y->shape[2] * y->shape[3];
+    float beta_b, beta_w;
+    float *db = dt_grad_dst(bias, &beta_b);
+    if (db && x->layout == DT_NCHW) DT_PICK(dt_bias_nchw_bwd_k, x->dev, DT_F32, DT_NCHW)(N, Cout, P, dy->data, beta_b, db);
+    else if (db) DT_PICK(dt_bias_rows_bwd_k, x->dev, x->dtype, x->layout)(N * P, Cout, dy->data, beta_b, db);
+    conv_cols cols;
+    dt_colconv cc = conv_skeleton(&cols, x, w, ctx->g, ctx->math, y->shape[2], y->shape[3]);
+    cols.dx = dt_grad_dst(x, &cols.beta_x);
+    dt_igemm_conv ip = ctx->ip;
+    if (cols.dx && ctx->plan.dgrad >= 0) { /* dx on the implicit GEMM: no column gradient */
+        ip.tile = (dt_igemm_tile)ctx->plan.dgrad;
+        DT_PICK(igemm_dgrad_k, x->dev, DT_BF16, DT_NHWC)(&ip, dy->data, w->data, cols.beta_x, cols.dx);
+    } else if (cols.dx && cc.cols_direct) {
+        cc.dcols_direct = conv_ddirect;
+        cc.dcols_beta = cols.beta_x;
+    } else if (cols.dx) {
+        cc.adjoint = conv_adjoint;
+    }
+    float *dw = dt_grad_dst(w, &beta_w); /* before beta_w is read: argument order is unspecified */
+    if (dw && ctx->plan.wgrad >= 0) {
+        ip.tile = (dt_igemm_tile)ctx->plan.wgrad;
+        DT_PICK(igemm_wgrad_k, x->dev, DT_BF16, DT_NHWC)(&ip, x->data, dy->data, beta_w, dw);
+        dw = NULL; /* done: the column path below runs only what is left (dx), or nothing */
+    }
+    dt_colconv_backward(&cc, w->data, dy->data, dw, beta_w);
+}
+
+/* The (dtype, layout) pairs conv2d runs: f32 NCHW, f32 NHWC, bf16 NHWC; the weight in the
+ * input's dtype and layout (a bf16 model passes its weights' working copies), fp32 bias. */
+static void check_types(const dt_tensor *x, const dt_tensor *w, const dt_tensor *bias) {
+    char a[160], b[160];
+    if (x->dtype != w->dtype || x->layout != w->layout)
+        dt_fatal("conv2d: input %s and weight %s must have one dtype and layout (a bf16 model passes its weights' "
+                 "bf16 working copies, dt_param_work)", dt_tensor_desc(x, a, sizeof a), dt_tensor_desc(w, b, sizeof b));
+    int ok = (x->dtype == DT_F32 && x->layout == DT_NCHW) || (x->layout == DT_NHWC && (x->dtype == DT_F32 || x->dtype == DT_BF16));
+    if (!ok) dt_fatal("conv2d: no kernel for %s (has: f32 nchw, f32 nhwc, bf16 nhwc)", dt_tensor_desc(x, a, sizeof a));
+    if (bias) dt_require_dtype("conv2d", "bias", bias, DT_F32);
+}
+
+dt_tensor *dt_conv2d(dt_tensor *x, dt_tensor *w, dt_tensor *bias, dt_conv_geom g, dt_math math) {
+    dt_require_ndim("conv2d", "input", x, 4);
+    dt_require_ndim("conv2d", "weight", w, 4);
+    dt_require_same_device("conv2d", x, w);
+    dt_require_live("conv2d", x);
+    dt_require_live("conv2d", w);
+    char a[128], b[128];
+    if (w->shape[1] != x->shape[1] || w->shape[2] != g.kh || w->shape[3] != g.kw)
+        dt_fatal("conv2d: weight %s does not fit input %s with a %dx%d kernel (expected [Cout, %lld, %d, %d])",
+                 dt_shape_str(w, a, sizeof a), dt_shape_str(x, b, sizeof b), g.kh, g.kw, (long long)x->shape[1], g.kh, g.kw);
+    if (bias && (bias->ndim != 1 || bias->shape[0] != w->shape[0]))
+        dt_fatal("conv2d: bias %s must be [%lld]", dt_shape_str(bias, a, sizeof a), (long long)w->shape[0]);
+    check_types(x, w, bias);
+    int64_t Ho, Wo;
+    dt_conv_out_hw("conv2d", x, g, &Ho, &Wo);
+    dt_tensor *y = dt_tensor_new4_as(x->dev, x->dtype, x->layout, x->shape[0], w->shape[0], Ho, Wo);
+    dt_igemm_conv ip = igemm_problem(x, w, g, Ho, Wo);
+    const dt_conv_plan plan = plan_of(x, &ip);
+    if (plan.fprop >= 0) {
+        ip.tile = (dt_igemm_tile)plan.fprop;
+        DT_PICK(igemm_fprop_k, x->dev, DT_BF16, DT_NHWC)(&ip, x->data, w->data, bias ? bias->data : NULL, y->data);
+    } else {
+        conv_cols cols;
+        dt_colconv cc = conv_skeleton(&cols, x, w, g, math, Ho, Wo);
+        dt_colconv_forward(&cc, w->data, bias ? bias->data : NULL, y->data);
+    }
+    dt_tensor *in[3] = {x, w, bias};
+    dt_node *n = dt_record("conv2d", conv_backward, y, 3, in, sizeof(conv_ctx));
+    if (n) *(conv_ctx *)n->ctx = (conv_ctx){g, math, plan, ip};
+    return y;
+}

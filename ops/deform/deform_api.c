@@ -1,0 +1,492 @@
+/* The C API over dt_deform_forward_raw / dt_deform_backward_raw and the f64 kernels (see
+ * dt_deform_api.h).
+ *
+ * A call reads the caller's descriptor at its version, checks it (check_desc, which is also
+ * dt_deform_api_check), checks the buffers (NULLs, the device, alignment), then runs one of:
+ *   n == 0      nothing to compute: the weight and bias gradients asked for are zeroed;
+ *   f64         ops/deform/deform_f64 on the buffers as they are (groups computed directly);
+ *   f32, bf16   the plan's orchestration. x, y and their gradients define the plan's dtype and
+ *               layout and are handed to the kernels as they are. The weight, the offsets and the
+ *               mask - and their gradients - are handed over as they are when they already are
+ *               in the format the kernels read (the weight in x's dtype and layout, offsets and
+ *               mask f32 NCHW); otherwise each goes through a scratch buffer in that format,
+ *               converted with one dt_convert kernel on the way in (inputs) or out (gradients).
+ *               Weight groups: the grouped weight (in the kernels' format) is copied onto the
+ *               diagonal blocks of a zeroed dense [cout, c, K] weight, and the dense weight
+ *               gradient's diagonal blocks are read back - the plan is the dense problem.
+ * On the CPU (.device DT_DEFORM_API_CPU) the same runs on the kernels' CPU twins, with no CUDA
+ * call at all. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ops/pointwise/convert.h"
+#include "ops/deform/deform_f64.h"
+#include "ops/deform/deform_run.h"
+#include "core/dt_alloc.h"
+#include "core/dt_common.h"
+#include "ops/deform/dt_deform.h"
+#include "ops/deform/dt_deform_api.h"
+#include "core/dt_device.h"
+#include "ops/pointwise/dt_shared_kernels.h"
+#include "ops/dt_layers.h"
+#ifdef DT_CUDA
+#include "core/dt_cuda.h"
+#endif
+
+_Static_assert(offsetof(dt_deform_desc, weight_groups) == DT_DEFORM_DESC_SIZE_V1,
+               "the 100-byte descriptor ends where weight_groups begins");
+
+static char g_err[512];
+
+const char *dt_deform_api_error(void) { return g_err; }
+
+static int fail(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_err, sizeof g_err, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int dt_deform_api_out_size(const dt_deform_desc *d, int *ho, int *wo) {
+    if (!d) return fail("descriptor is NULL");
+    if (d->n < 0 || d->c < 1 || d->h < 1 || d->w < 1 || d->cout < 1)
+        return fail("sizes must be positive, the batch n >= 0 (n %d c %d h %d w %d cout %d)", d->n, d->c, d->h, d->w,
+                    d->cout);
+    if (d->kh < 1 || d->kw < 1 || d->stride_h < 1 || d->stride_w < 1 || d->dil_h < 1 || d->dil_w < 1 || d->pad_h < 0 ||
+        d->pad_w < 0)
+        return fail("invalid geometry: kernel %dx%d stride %dx%d pad %dx%d dilation %dx%d", d->kh, d->kw, d->stride_h,
+                    d->stride_w, d->pad_h, d->pad_w, d->dil_h, d->dil_w);
+    if (d->offset_groups < 1 || d->c % d->offset_groups)
+        return fail("%d channels cannot be split into %d offset groups", d->c, d->offset_groups);
+    int64_t h = dt_conv_out_size(d->h, d->kh, d->stride_h, d->pad_h, d->dil_h);
+    int64_t w = dt_conv_out_size(d->w, d->kw, d->stride_w, d->pad_w, d->dil_w);
+    if (h < 1 || w < 1) return fail("input %dx%d is too small for the kernel: output would be %lldx%lld", d->h, d->w, (long long)h, (long long)w);
+    if (ho) *ho = (int)h;
+    if (wo) *wo = (int)w;
+    return 0;
+}
+
+/* ---- the descriptor ---- */
+
+/* One call: the caller's descriptor at this version, the plan (f32 / bf16: the dense problem,
+ * made for one image when the batch is empty), where it runs. */
+typedef struct {
+    dt_deform_desc d;
+    dt_deform_plan p;
+    dt_dev dev;
+    int f64;
+} call;
+
+/* The caller's descriptor as this version reads it: a 100-byte struct's missing fields are 0. */
+static int desc_read(const dt_deform_desc *d, dt_deform_desc *out) {
+    if (d->size != DT_DEFORM_DESC_SIZE_V1 && d->size != (int)sizeof *d)
+        return fail("desc.size is %d, not sizeof(dt_deform_desc) = %d (or %d, the version before weight_groups and "
+                    "device): set it (a caller's struct with other fields is from another version of dt_deform_api.h)",
+                    d->size, (int)sizeof *d, DT_DEFORM_DESC_SIZE_V1);
+    memset(out, 0, sizeof *out);
+    memcpy(out, d, (size_t)d->size);
+    if (out->weight_groups == 0) out->weight_groups = 1;
+    return 0;
+}
+
+static const char *dtype_name(int dtype) {
+    if (dtype == DT_DEFORM_API_F64) return "f64";
+    return (unsigned)dtype < DT_NUM_DTYPES ? dt_dtype_name((dt_dtype)dtype) : "not a dtype";
+}
+
+/* The weight, offsets and mask of an f32 / bf16 call may be f32 or bf16 in either layout
+ * (converted when needed). */
+static int check_format(const char *field, const char *what, int dtype, int layout) {
+    if (dtype == DT_DEFORM_API_F64)
+        return fail("desc.%s_dtype (%s) is f64 but desc.dtype (x) is not: an f64 call has every tensor in f64", field,
+                    what);
+    if (dtype != DT_F32 && dtype != DT_BF16)
+        return fail("desc.%s_dtype (%s) is %d (%s): f32 (%d) or bf16 (%d)", field, what, dtype, dtype_name(dtype),
+                    DT_F32, DT_BF16);
+    if (layout != DT_NCHW && layout != DT_NHWC)
+        return fail("desc.%s_layout (%s) is %d: nchw (%d) or nhwc (%d)", field, what, layout, DT_NCHW, DT_NHWC);
+    return 0;
+}
+
+/* An f64 call: double in every field, every tensor NCHW (what ops/deform/deform_f64 reads). */
+static int check_f64(const dt_deform_desc *d, int mode) {
+    const int dtypes[3] = {d->weight_dtype, d->offset_dtype, d->mask_dtype};
+    static const char *const fields[3] = {"weight", "offset", "mask"};
+    for (int i = 0; i < 3; i++)
+        if (dtypes[i] != DT_DEFORM_API_F64)
+            return fail("desc.dtype (x) is f64 but desc.%s_dtype is %s: an f64 call has every tensor in f64 (x, offset, "
+                        "mask, weight, bias)", fields[i], dtype_name(dtypes[i]));
+    if (d->layout != DT_NCHW || d->weight_layout != DT_NCHW || d->offset_layout != DT_NCHW || d->mask_layout != DT_NCHW)
+        return fail("an f64 call is NCHW in every tensor (layouts x %d, weight %d, offset %d, mask %d)", d->layout,
+                    d->weight_layout, d->offset_layout, d->mask_layout);
+    if (mode & DT_DEFORM_API_TF32) return fail("DT_DEFORM_API_TF32 is for f32 x; an f64 call computes in double");
+    return 0;
+}
+
+static int check_mode(int mode) {
+    int impl = mode & ~(DT_DEFORM_API_DETERMINISTIC | DT_DEFORM_API_TF32);
+    if (impl != DT_DEFORM_API_UNFUSED && impl != DT_DEFORM_API_DEFT)
+        return fail("unknown mode %d (DT_DEFORM_API_UNFUSED or DT_DEFORM_API_DEFT, optionally | DT_DEFORM_API_DETERMINISTIC "
+                    "and | DT_DEFORM_API_TF32; bf16 is the descriptor's dtype, not a flag)", mode);
+    return 0;
+}
+
+/* Everything a call checks of its descriptor and mode, without buffers or a GPU; fills *c. */
+static int check_desc(const dt_deform_desc *raw, int mode, call *c) {
+    if (dt_deform_api_out_size(raw, NULL, NULL) || check_mode(mode) || desc_read(raw, &c->d)) return -1;
+    const dt_deform_desc *d = &c->d;
+    if (d->device != DT_DEFORM_API_CUDA && d->device != DT_DEFORM_API_CPU)
+        return fail("desc.device is %d: DT_DEFORM_API_CUDA (%d) or DT_DEFORM_API_CPU (%d)", d->device, DT_DEFORM_API_CUDA,
+                    DT_DEFORM_API_CPU);
+    c->dev = d->device == DT_DEFORM_API_CPU ? DT_CPU : DT_GPU;
+    if (d->weight_groups < 1 || d->c % d->weight_groups || d->cout % d->weight_groups)
+        return fail("%d input and %d output channels cannot be split into %d weight groups (desc.weight_groups must "
+                    "divide both)", d->c, d->cout, d->weight_groups);
+    c->f64 = d->dtype == DT_DEFORM_API_F64;
+    if (c->f64) return check_f64(d, mode);
+    if ((unsigned)d->dtype >= DT_NUM_DTYPES || (d->layout != DT_NCHW && d->layout != DT_NHWC))
+        return fail("desc.dtype %d / desc.layout %d (x, y and their gradients) are not a dt_dtype / dt_layout (or "
+                    "DT_DEFORM_API_F64)", d->dtype, d->layout);
+    if (check_format("weight", "weight and grad_weight", d->weight_dtype, d->weight_layout) ||
+        check_format("offset", "offset and grad_offset", d->offset_dtype, d->offset_layout) ||
+        check_format("mask", "mask and grad_mask", d->mask_dtype, d->mask_layout))
+        return -1;
+    if ((mode & DT_DEFORM_API_TF32) && d->dtype != DT_F32)
+        return fail("DT_DEFORM_API_TF32 is for f32 x; %s x always multiplies %s operands with fp32 sums",
+                    dt_dtype_name((dt_dtype)d->dtype), dt_dtype_name((dt_dtype)d->dtype));
+    dt_conv_geom g = {d->kh, d->kw, d->stride_h, d->stride_w, d->pad_h, d->pad_w, d->dil_h, d->dil_w};
+    dt_deform_knobs k = dt_deform_knobs_default();
+    k.deterministic = (mode & DT_DEFORM_API_DETERMINISTIC) != 0;
+    dt_math math = (mode & DT_DEFORM_API_TF32) ? DT_MATH_TF32 : DT_MATH_FP32;
+    dt_deform_mode dm = (mode & DT_DEFORM_API_DEFT) ? DT_DEFORM_DEFT : DT_DEFORM_UNFUSED;
+    /* an empty batch is checked as one image: every limit of the plan is per image */
+    const char *bad = dt_deform_plan_init(&c->p, d->n > 0 ? d->n : 1, d->c, d->h, d->w, d->cout, g, d->offset_groups,
+                                          d->has_mask, dm, &k, dt_deform_col_budget());
+    if (bad) return fail("%s", bad);
+    bad = dt_deform_plan_types(&c->p, (dt_dtype)d->dtype, (dt_layout)d->layout, math, dt_deform_col_budget());
+    if (bad) return fail("x, y and their gradients (desc.dtype %s, desc.layout %s): %s", dt_dtype_name((dt_dtype)d->dtype),
+                         dt_layout_name((dt_layout)d->layout), bad);
+    return 0;
+}
+
+int dt_deform_api_check(const dt_deform_desc *d, int mode) {
+    call c;
+    return check_desc(d, mode, &c);
+}
+
+/* What forward and backward check before touching the buffers: the descriptor, then whether a
+ * CUDA call can run here at all. */
+static int call_of(const dt_deform_desc *d, int mode, call *c) {
+    if (check_desc(d, mode, c)) return -1;
+    if (c->dev == DT_GPU && !dt_built_with_cuda())
+        return fail("libdeftc was built without CUDA (desc.device DT_DEFORM_API_CPU runs on the CPU)");
+    if (c->dev == DT_GPU && dt_gpu_count() == 0)
+        return fail("no CUDA device is visible (desc.device DT_DEFORM_API_CPU runs on the CPU)");
+    return 0;
+}
+
+/* ---- the buffers ---- */
+
+/* The buffers the kernels read with vector loads (x, y, weight and their gradients). */
+static int aligned(const void *const *ptrs, const char *const *names, int n) {
+    for (int i = 0; i < n; i++)
+        if ((uintptr_t)ptrs[i] % 16)
+            return fail("%s (%p) is not 16-byte aligned: deftc reads it with vector loads (a PyTorch view with a storage "
+                        "offset can be; copy it)", names[i], ptrs[i]);
+    return 0;
+}
+
+/* A CUDA call: the device all of its buffers live on becomes the calling thread's deftc device
+ * (dt_gpu_use) and `stream` its stream. A CPU call has nothing to find. */
+static int use_device(const call *c, const void *const *ptrs, const char *const *names, int n, void *stream) {
+    if (c->dev == DT_CPU) return 0;
+#ifdef DT_CUDA
+    int dev = -1;
+    for (int i = 0; i < n; i++) {
+        if (!ptrs[i]) continue;
+        struct cudaPointerAttributes a;
+        if (cudaPointerGetAttributes(&a, ptrs[i]) != cudaSuccess) {
+            cudaGetLastError();
+            return fail("%s is not a CUDA pointer", names[i]);
+        }
+        if (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged)
+            return fail("%s is host memory: desc.device is DT_DEFORM_API_CUDA (DT_DEFORM_API_CPU takes host buffers)",
+                        names[i]);
+        if (dev < 0) dev = a.device;
+        else if (a.device != dev) return fail("%s is on CUDA device %d, the input on device %d", names[i], a.device, dev);
+    }
+    if (dev < 0) return fail("no device buffer given");
+    dt_gpu_use(dev);
+    dt_set_stream(stream);
+    return 0;
+#else
+    (void)ptrs;
+    (void)names;
+    (void)n;
+    (void)stream;
+    return fail("libdeftc was built without CUDA");
+#endif
+}
+
+/* The scratch buffers of one call: released (in stream order) once its work is queued. At most
+ * 8: three inputs converted, the dense weight, three gradients, the dense weight gradient. */
+typedef struct {
+    dt_dev dev;
+    void *p[8];
+    int n;
+} scratch;
+
+static void *scratch_alloc(scratch *s, size_t bytes) {
+    if (s->n == (int)(sizeof s->p / sizeof *s->p)) dt_fatal("deform API: more scratch buffers than a call has");
+    return s->p[s->n++] = dt_dev_alloc(s->dev, bytes);
+}
+
+static void scratch_free(scratch *s) {
+    for (int i = 0; i < s->n; i++) dt_dev_free(s->dev, s->p[i]);
+}
+
+static void zero(dt_dev dev, void *p, size_t bytes) {
+    if (dev == DT_GPU) dt_memset_gpu(p, 0, bytes);
+    else memset(p, 0, bytes);
+}
+
+/* rows x width bytes from src (rows sld bytes apart) to dst (dld apart), on the call's device
+ * (queued on the stream on the GPU). */
+static void copy_rows(dt_dev dev, void *dst, size_t dld, const void *src, size_t sld, size_t width, int64_t rows) {
+#ifdef DT_CUDA
+    if (dev == DT_GPU) {
+        DT_CHECK(cudaMemcpy2DAsync(dst, dld, src, sld, width, (size_t)rows, cudaMemcpyDeviceToDevice, dt_stream()));
+        return;
+    }
+#endif
+    (void)dev;
+    for (int64_t r = 0; r < rows; r++) memcpy((char *)dst + (size_t)r * dld, (const char *)src + (size_t)r * sld, width);
+}
+
+/* ---- buffers in the kernels' format ---- */
+
+/* A tensor's element count as dt_convert sees it: N x C x P (an image batch, or a weight with
+ * N = cout, C = its input channels, P = kh*kw), and its format. */
+typedef struct {
+    int64_t N, C, P;
+    dt_dtype dtype;
+    dt_layout layout;
+} fmt;
+
+static int same(fmt a, fmt b) { return a.dtype == b.dtype && a.layout == b.layout; }
+
+static size_t bytes_of(fmt f) { return (size_t)(f.N * f.C * f.P) * dt_dtype_size(f.dtype); }
+
+/* An input the kernels read in format k: the caller's buffer when it is in k already, else a
+ * scratch copy converted to k (NULL stays NULL). */
+static const void *input_as(scratch *s, const void *src, fmt f, fmt k) {
+    if (!src || same(f, k)) return src;
+    void *dst = scratch_alloc(s, bytes_of(k));
+    DT_PICK(dt_convert_k, s->dev, f.dtype, DT_NCHW)(f.N, f.C, f.P, src, f.dtype, f.layout, 0.0f, dst, k.dtype, k.layout);
+    return dst;
+}
+
+/* Where the kernels write a gradient they make in format k: the caller's buffer (format f) when
+ * the two agree, else scratch that grad_out converts into it afterwards (NULL stays NULL). */
+static void *grad_as(scratch *s, void *dst, fmt f, fmt k) {
+    if (!dst || same(f, k)) return dst;
+    return scratch_alloc(s, bytes_of(k));
+}
+
+static void grad_out(dt_dev dev, const void *made, fmt k, void *dst, fmt f) {
+    if (made != dst) DT_PICK(dt_convert_k, dev, k.dtype, DT_NCHW)(f.N, f.C, f.P, made, k.dtype, k.layout, 0.0f, dst, f.dtype, f.layout);
+}
+
+/* Weight groups as one dense weight [cout, c, K] (NHWC: [cout, K, c]) in which the cout/g
+ * output channels of group j see only input channels [j*c/g, (j+1)*c/g): the grouped weight
+ * (format f: N = cout, C = c/g) sits on the diagonal blocks, zeros elsewhere. to_dense copies
+ * the grouped weight onto the blocks; else the blocks are read back into it (a gradient). In
+ * either layout a group's block is a set of equally spaced rows: one 2-D copy per group. */
+static void diagonal_blocks(dt_dev dev, void *dense, void *grouped, fmt f, int groups, int to_dense) {
+    size_t es = dt_dtype_size(f.dtype);
+    int64_t cg = f.C, c = cg * groups, og = f.N / groups;
+    int nchw = f.layout == DT_NCHW;
+    size_t width = (size_t)(nchw ? cg * f.P : cg) * es;  /* one row of a block */
+    size_t dld = (size_t)(nchw ? c * f.P : c) * es;      /* rows of the dense weight */
+    int64_t rows = nchw ? og : og * f.P;                 /* a block's rows: (o) or (o, tap) */
+    for (int j = 0; j < groups; j++) {
+        char *dp = (char *)dense + (size_t)(j * rows) * dld + (size_t)j * width;
+        char *gp = (char *)grouped + (size_t)(j * rows) * width;
+        if (to_dense) copy_rows(dev, dp, dld, gp, width, width, rows);
+        else copy_rows(dev, gp, width, dp, dld, width, rows);
+    }
+}
+
+/* The dense weight of format k (grouped sizes) the plan multiplies by: w itself without groups,
+ * else a zeroed scratch buffer with w on its diagonal blocks. */
+static const void *dense_weight(scratch *s, const void *w, fmt k, int groups) {
+    if (groups == 1) return w;
+    fmt dk = k;
+    dk.C *= groups;
+    void *dense = scratch_alloc(s, bytes_of(dk));
+    zero(s->dev, dense, bytes_of(dk));
+    diagonal_blocks(s->dev, dense, (void *)w, k, groups, 1);
+    return dense;
+}
+
+/* The caller's formats of the weight, offsets and mask, and what the kernels take (the weight's
+ * with the grouped sizes: N = cout, C = c/groups). */
+typedef struct {
+    fmt w, off, mask;       /* the caller's */
+    fmt kw, koff, kmask;    /* the kernels': weight in x's format, offsets and mask f32 NCHW */
+    fmt kdw;                /* the weight gradient as the kernels make it: f32 in x's layout */
+} formats;
+
+static formats formats_of(const call *c) {
+    const dt_deform_desc *d = &c->d;
+    const dt_deform_plan *p = &c->p;
+    int64_t N = d->n, cw = p->C / d->weight_groups; /* N: the plan has one image for an empty batch */
+    formats f;
+    f.w = (fmt){p->Cout, cw, p->K, (dt_dtype)d->weight_dtype, (dt_layout)d->weight_layout};
+    f.off = (fmt){N, 2 * p->GK, p->P, (dt_dtype)d->offset_dtype, (dt_layout)d->offset_layout};
+    f.mask = (fmt){N, p->GK, p->P, (dt_dtype)d->mask_dtype, (dt_layout)d->mask_layout};
+    f.kw = (fmt){p->Cout, cw, p->K, p->dtype, p->layout};
+    f.koff = (fmt){N, 2 * p->GK, p->P, DT_F32, DT_NCHW};
+    f.kmask = (fmt){N, p->GK, p->P, DT_F32, DT_NCHW};
+    f.kdw = (fmt){p->Cout, cw, p->K, DT_F32, p->layout};
+    return f;
+}
+
+static dt_deform_f64_shape f64_shape(const dt_deform_desc *d) {
+    int ho, wo;
+    dt_deform_api_out_size(d, &ho, &wo); /* validated before */
+    dt_deform_f64_shape s = {d->n, d->c, d->h, d->w, d->cout, ho, wo,
+                             {d->kh, d->kw, d->stride_h, d->stride_w, d->pad_h, d->pad_w, d->dil_h, d->dil_w},
+                             d->offset_groups, d->weight_groups};
+    return s;
+}
+
+/* f64 is not a dt_dtype, so its twins are not in an op table: picked by the device here. */
+static void f64_forward(dt_dev dev, const dt_deform_f64_shape *s, const void *x, const void *offset, const void *mask,
+                        const void *weight, const void *bias, void *y) {
+#ifdef DT_CUDA
+    if (dev == DT_GPU) {
+        dt_deform_f64_forward_cuda(s, x, offset, mask, weight, bias, y);
+        return;
+    }
+#endif
+    (void)dev;
+    dt_deform_f64_forward_cpu(s, x, offset, mask, weight, bias, y);
+}
+
+static void f64_backward(dt_dev dev, const dt_deform_f64_shape *s, const void *x, const void *offset,
+                         const void *mask, const void *weight, const void *grad_y, void *dx, void *doff, void *dmask,
+                         void *dw, void *db) {
+#ifdef DT_CUDA
+    if (dev == DT_GPU) {
+        dt_deform_f64_backward_cuda(s, x, offset, mask, weight, grad_y, dx, doff, dmask, dw, db);
+        return;
+    }
+#endif
+    (void)dev;
+    dt_deform_f64_backward_cpu(s, x, offset, mask, weight, grad_y, dx, doff, dmask, dw, db);
+}
+
+/* ---- the calls ---- */
+
+/* The pointer rules of both calls: weight and the output (y or grad_y) given, x and offset too
+ * unless the batch is empty (an empty tensor's pointer may be NULL), mask as the descriptor says. */
+static int pointers_fit(const call *c, const void *x, const void *offset, const void *mask, const void *weight,
+                        const void *y, const char *y_name) {
+    const dt_deform_desc *d = &c->d;
+    if (!weight) return fail("weight must not be NULL");
+    if (d->n == 0) return 0;
+    if (!x || !offset || !y) return fail("x, offset, weight and %s must not be NULL", y_name);
+    if (d->has_mask != (mask != NULL)) return fail("has_mask is %d but mask is %s", d->has_mask, mask ? "given" : "NULL");
+    return 0;
+}
+
+int dt_deform_api_forward(const dt_deform_desc *d, int mode, const void *x, const void *offset, const void *mask,
+                          const void *weight, const void *bias, void *y, void *stream) {
+    call c;
+    if (call_of(d, mode, &c) || pointers_fit(&c, x, offset, mask, weight, y, "y")) return -1;
+    if (c.d.has_bias != (bias != NULL)) return fail("has_bias is %d but bias is %s", c.d.has_bias, bias ? "given" : "NULL");
+    const void *vec[3] = {x, weight, y};
+    static const char *const vec_names[3] = {"x", "weight", "y"};
+    if (aligned(vec, vec_names, 3)) return -1;
+    if (c.d.n == 0) return 0; /* an empty y: nothing to queue */
+    const void *ptrs[6] = {x, offset, mask, weight, bias, y};
+    static const char *const names[6] = {"x", "offset", "mask", "weight", "bias", "y"};
+    if (use_device(&c, ptrs, names, 6, stream)) return -1;
+    if (c.f64) {
+        dt_deform_f64_shape s = f64_shape(&c.d);
+        f64_forward(c.dev, &s, x, offset, mask, weight, bias, y);
+        return 0;
+    }
+    formats f = formats_of(&c);
+    scratch s = {.dev = c.dev};
+    dt_deform_args a = {.x = x,
+                        .offset = input_as(&s, offset, f.off, f.koff),
+                        .mask = input_as(&s, mask, f.mask, f.kmask),
+                        .w = dense_weight(&s, input_as(&s, weight, f.w, f.kw), f.kw, c.d.weight_groups),
+                        .bias = bias};
+    dt_deform_forward_raw(&c.p, c.dev, &a, y);
+    scratch_free(&s);
+    return 0;
+}
+
+/* An empty batch's backward: the weight and bias gradients asked for are zeros. */
+static void zero_param_grads(const call *c, void *grad_weight, void *grad_bias) {
+    const dt_deform_desc *d = &c->d;
+    size_t wsize = c->f64 ? sizeof(double) : dt_dtype_size((dt_dtype)d->weight_dtype);
+    size_t bsize = c->f64 ? sizeof(double) : sizeof(float);
+    if (grad_weight) zero(c->dev, grad_weight, (size_t)d->cout * (d->c / d->weight_groups) * d->kh * d->kw * wsize);
+    if (grad_bias) zero(c->dev, grad_bias, (size_t)d->cout * bsize);
+}
+
+int dt_deform_api_backward(const dt_deform_desc *d, int mode, const void *x, const void *offset, const void *mask,
+                           const void *weight, const void *grad_y, void *grad_x, void *grad_offset, void *grad_mask,
+                           void *grad_weight, void *grad_bias, void *stream) {
+    call c;
+    if (call_of(d, mode, &c) || pointers_fit(&c, x, offset, mask, weight, grad_y, "grad_y")) return -1;
+    if (c.d.n > 0 && grad_mask && !mask) return fail("grad_mask requested but there is no mask");
+    if (grad_bias && !c.d.has_bias) return fail("grad_bias requested but has_bias is 0");
+    const void *vec[5] = {x, weight, grad_y, grad_x, grad_weight};
+    static const char *const vec_names[5] = {"x", "weight", "grad_y", "grad_x", "grad_weight"};
+    if (aligned(vec, vec_names, 5)) return -1;
+    const void *ptrs[10] = {x, offset, mask, weight, grad_y, grad_x, grad_offset, grad_mask, grad_weight, grad_bias};
+    static const char *const names[10] = {"x", "offset", "mask", "weight", "grad_y", "grad_x", "grad_offset",
+                                          "grad_mask", "grad_weight", "grad_bias"};
+    if (c.d.n == 0 && !grad_weight && !grad_bias) return 0; /* nothing asked for but empty tensors */
+    if (use_device(&c, ptrs, names, 10, stream)) return -1;
+    if (c.d.n == 0) {
+        zero_param_grads(&c, grad_weight, grad_bias);
+        return 0;
+    }
+    if (c.f64) {
+        dt_deform_f64_shape s = f64_shape(&c.d);
+        f64_backward(c.dev, &s, x, offset, mask, weight, grad_y, grad_x, grad_offset, grad_mask, grad_weight, grad_bias);
+        return 0;
+    }
+    formats f = formats_of(&c);
+    scratch s = {.dev = c.dev};
+    int groups = c.d.weight_groups;
+    dt_deform_args a = {.x = x,
+                        .offset = input_as(&s, offset, f.off, f.koff),
+                        .mask = input_as(&s, mask, f.mask, f.kmask),
+                        .w = dense_weight(&s, input_as(&s, weight, f.w, f.kw), f.kw, groups)};
+    void *dw = grad_as(&s, grad_weight, f.w, f.kdw); /* the grouped gradient in the kernels' format */
+    fmt dense_dw = f.kdw;
+    dense_dw.C *= groups;
+    dt_deform_grads gr = {.dx = grad_x,
+                          .doff = grad_as(&s, grad_offset, f.off, f.koff),
+                          .dmask = grad_as(&s, grad_mask, f.mask, f.kmask),
+                          .dw = dw && groups > 1 ? scratch_alloc(&s, bytes_of(dense_dw)) : dw,
+                          .db = grad_bias};
+    dt_deform_backward_raw(&c.p, c.dev, &a, grad_y, &gr);
+    if (dw && groups > 1) diagonal_blocks(c.dev, gr.dw, dw, f.kdw, groups, 0);
+    grad_out(c.dev, gr.doff, f.koff, grad_offset, f.off);
+    grad_out(c.dev, gr.dmask, f.kmask, grad_mask, f.mask);
+    grad_out(c.dev, dw, f.kdw, grad_weight, f.w);
+    scratch_free(&s);
+    return 0;
+}

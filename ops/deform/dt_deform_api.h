@@ -1,0 +1,130 @@
+/* dt_deform_api.h: the deformable convolution as plain C entry points of libdeftc.so, on
+ * caller-owned buffers - so that another program (Python through ctypes on PyTorch tensors' data
+ * pointers, a C++ framework, ...) can run deftc's kernels on the tensors it has.
+ *
+ * Semantics are torchvision.ops.deform_conv2d's. All pointers are of the device .device names
+ * (CUDA device pointers, or host memory for DT_DEFORM_API_CPU) to dense tensors whose logical
+ * shapes are (K = kh*kw, G offset groups, WG = .weight_groups):
+ *   x, grad_x            [n, c, h, w]            weight, grad_weight [cout, c/WG, kh, kw]
+ *   offset, grad_offset  [n, 2*G*K, ho, wo]      mask, grad_mask     [n, G*K, ho, wo] (or NULL: DCNv1)
+ *   y, grad_y            [n, cout, ho, wo]       bias, grad_bias     [cout] (or NULL)
+ * ho/wo from dt_deform_api_out_size. Each buffer's element type and memory layout is stated in
+ * the descriptor (dt_dtype / dt_layout values of core/dt_dtype.h, or DT_DEFORM_API_F64; NHWC is
+ * PyTorch's channels_last, and an NHWC weight is stored [cout, kh, kw, c/WG], PyTorch's
+ * channels_last weight):
+ *   x, y, grad_y, grad_x   .dtype, .layout: f32 NCHW, f32 NHWC or bf16 NHWC (the kernels' own
+ *                          formats: bf16 and NHWC with DT_DEFORM_API_DEFT only). Read and
+ *                          written in place, never copied.
+ *   weight, grad_weight    .weight_dtype (f32 or bf16), .weight_layout. In x's dtype and layout
+ *                          the weight is read in place; otherwise it is converted into a scratch
+ *                          buffer of cout*c/WG*kh*kw elements (e.g. an f32 master weight with bf16
+ *                          x: the rounding PyTorch's autocast does). grad_weight has the weight's
+ *                          dtype and layout; deftc computes it in fp32 - written in place for an
+ *                          f32 weight in x's layout without groups, else in scratch and then
+ *                          converted (a bf16 grad_weight is rounded once, to nearest even).
+ *   offset, grad_offset    .offset_dtype (f32 or bf16), .offset_layout
+ *   mask, grad_mask        .mask_dtype (f32 or bf16), .mask_layout
+ *                          The kernels read f32 NCHW offsets and mask; in another format they (and
+ *                          their gradients) go through a scratch f32 NCHW copy, one conversion
+ *                          kernel each way (docs/deform_api.md: what it costs).
+ *   bias, grad_bias        f32 (f64 in an f64 call)
+ *   f64                    DT_DEFORM_API_F64 in every dtype field (x, weight, offset, mask; the
+ *                          bias is then double too), every layout NCHW: a plain double-precision
+ *                          computation (ops/deform/deform_f64.h) for gradient checks - slow on the GPU.
+ *                          An f64 field beside an f32 or bf16 one is refused.
+ * Weight groups (WG > 1, c % WG == 0, cout % WG == 0): the main convolution runs on a
+ * block-diagonal dense weight [cout, c, kh, kw] built in scratch - WG times the GEMMs' work of
+ * the grouped product, exact (the zero blocks add exact zeros); f64 computes the groups directly.
+ * A batch of n = 0 is valid: nothing is computed, grad_weight and grad_bias are zeros, and the
+ * pointers of the empty tensors (x, offset, mask, y and their gradients) may be NULL.
+ * x, y, the weight and their gradients must be 16-byte aligned (the kernels' vector loads);
+ * PyTorch's allocations are.
+ *
+ * CUDA (.device = DT_DEFORM_API_CUDA): deftc runs on the CUDA device the buffers live on (all on
+ * one device, else an error) and queues the work on `stream` (a cudaStream_t of that device; NULL
+ * for deftc's own stream, which does not synchronize with the legacy default stream: pass
+ * cudaStreamLegacy to run there); the calls return without waiting for it. Workspace and scratch
+ * come from deftc's caching allocator (a pool per device), released in stream order.
+ * CPU (.device = DT_DEFORM_API_CPU): host buffers, the kernels' CPU twins (the same algorithms,
+ * on deftc's thread pool; TF32 is fp32 there), done when the call returns; `stream` is ignored and
+ * no CUDA call is made. The buffers are not checked to be host memory: device pointers crash.
+ * Return value: 0 on success; -1 with a message in dt_deform_api_error() for a descriptor or
+ * argument that does not fit (checked before any work is queued). A CUDA failure inside is
+ * fatal (message and exit), as everywhere in deftc.
+ *
+ * Example (Python): see docs/deform_api.md. */
+#ifndef DT_DEFORM_API_H
+#define DT_DEFORM_API_H
+
+#include "core/dt_api.h"
+#include "core/dt_dtype.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+DT_PUBLIC_BEGIN
+
+/* ABI: fields are only ever appended. The first 16 (the geometry) are those of the first
+ * version, which had no .size; .size tells the library which version the caller's struct is, and
+ * a call whose .size is not a version this library knows fails with a message. It knows two:
+ * 100 bytes (up to mask_layout: the formats) and sizeof(dt_deform_desc) = 108 (+ weight_groups,
+ * device); the fields a 100-byte struct lacks read as 0. dt_deform_api_out_size reads only the
+ * geometry. Every field's 0 is the default: f32 / NCHW, no weight groups, CUDA. */
+typedef struct {
+    int n, c, h, w;           /* input */
+    int cout;                 /* output channels */
+    int kh, kw;               /* kernel */
+    int stride_h, stride_w, pad_h, pad_w, dil_h, dil_w;
+    int offset_groups;        /* G >= 1, c % G == 0 */
+    int has_mask, has_bias;
+    int size;                 /* sizeof(dt_deform_desc): set by the caller */
+    int dtype, layout;        /* x, y, grad_y, grad_x */
+    int weight_dtype, weight_layout; /* weight, grad_weight */
+    int offset_dtype, offset_layout; /* offset, grad_offset */
+    int mask_dtype, mask_layout;     /* mask, grad_mask */
+    int weight_groups;        /* WG: weight [cout, c/WG, kh, kw]; c % WG == 0, cout % WG == 0; 0 reads as 1 */
+    int device;               /* DT_DEFORM_API_CUDA or DT_DEFORM_API_CPU: where every buffer lives */
+} dt_deform_desc;
+
+/* The size of the descriptor's first versioned layout (up to mask_layout), still accepted. */
+#define DT_DEFORM_DESC_SIZE_V1 100
+
+/* desc.device */
+enum { DT_DEFORM_API_CUDA = 0, DT_DEFORM_API_CPU = 1 };
+
+/* A dtype-field value of the API alone (not a dt_dtype: no deftc tensor or op holds doubles):
+ * every tensor of the call is double. Outside dt_dtype's range, so that a dtype core gains
+ * later cannot take its meaning. */
+enum { DT_DEFORM_API_F64 = 8 };
+
+/* Modes and flags (an f64 call runs ops/deform/deform_f64 in either mode, deterministic by
+ * construction). */
+enum {
+    DT_DEFORM_API_UNFUSED = 0,       /* the unfused kernels (f32 NCHW x only) */
+    DT_DEFORM_API_DEFT = 1,          /* the deft kernels (channels last inside, default knobs) */
+    DT_DEFORM_API_DETERMINISTIC = 16, /* flag: bitwise-reproducible backward */
+    /* flag, f32 x only: the main convolution's GEMMs on TF32 tensor cores (without it strict
+     * fp32; bf16 x always multiplies bf16 operands with fp32 sums). docs/training.md, "Precision". */
+    DT_DEFORM_API_TF32 = 32
+};
+
+int dt_deform_api_out_size(const dt_deform_desc *d, int *ho, int *wo);
+/* Every check forward and backward make of a descriptor and mode (sizes, .size, dtypes and
+ * layouts, weight groups, the device field, the combination the mode runs), without a GPU or
+ * buffers: 0, or -1 with the message. */
+int dt_deform_api_check(const dt_deform_desc *d, int mode);
+/* bias and grad_bias are f32 (double in an f64 call): void pointers since the 108-byte version,
+ * the same ABI as the float pointers they were. */
+int dt_deform_api_forward(const dt_deform_desc *d, int mode, const void *x, const void *offset, const void *mask,
+                          const void *weight, const void *bias, void *y, void *stream);
+/* Any gradient pointer may be NULL (not wanted); the others are overwritten. */
+int dt_deform_api_backward(const dt_deform_desc *d, int mode, const void *x, const void *offset, const void *mask,
+                           const void *weight, const void *grad_y, void *grad_x, void *grad_offset, void *grad_mask,
+                           void *grad_weight, void *grad_bias, void *stream);
+const char *dt_deform_api_error(void);
+
+DT_PUBLIC_END
+#ifdef __cplusplus
+}
+#endif
+#endif
