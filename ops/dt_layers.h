@@ -8,6 +8,7 @@
 #include "core/dt_api.h"
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "ops/batchnorm/batchnorm.h" /* dt_bn_sync */
 #include "ops/conv/conv_geom.h"
@@ -35,6 +36,10 @@ void dt_conv_set_col_budget(size_t bytes); /* default 256 MiB; env DT_COL_BUDGET
  * setting like the column budget, read by each conv's forward; env DT_CONV_ALGO. */
 void dt_conv_set_algo(dt_conv_algo a);
 dt_conv_algo dt_conv_get_algo(void);
+/* One line per distinct bf16 NHWC conv problem planned so far in this process: its shape, the
+ * algorithm setting, whether the Hopper engine was there, and the engine of each pass
+ * (gemm, igemm128, igemm64, sm90). The trainer writes it to the run's log after its first step. */
+void dt_conv_plan_print(FILE *f);
 size_t dt_conv_col_budget(void);
 /* Images per chunk for a column buffer of `col_elems_per_image` elements of elem_bytes each. */
 int64_t dt_conv_chunk(int64_t N, int64_t col_elems_per_image, size_t elem_bytes);

@@ -929,3 +929,41 @@ DT_GPU_TEST(gpu_train_graph_uncapturable_step_runs_eagerly_with_a_warning) {
 DT_GPU_TEST(gpu_train_graph_recaptures_after_a_halo_refresh) {
     graph_vs_eager("graph_halo_refresh", "all", "bf16", 0, 6);
 }
+
+/* ---- the convs' plan in the run's log ---- */
+
+DT_TEST(train_log_holds_the_conv_plan) {
+    /* a bf16 run with the implicit GEMM forced (its CPU twins): after the first step the log
+     * has a line per conv problem naming each pass's engine */
+    dt_train_cfg c;
+    tiny_cfg(&c);
+    strcpy(c.deform, "none");
+    strcpy(c.precision, "bf16");
+    strcpy(c.conv_algo, "igemm64");
+    c.steps = 2;
+    snprintf(c.log, sizeof c.log, "%s/plan", dt_test_tmpdir());
+    dt_train_result r;
+    dt_err err;
+    dt_set_quiet(1);
+    if (dt_train_run(&c, &r, &err)) {
+        EXPECT_MSG(0, "train failed: %s", err.msg);
+        return;
+    }
+    dt_train_result_free(&r);
+    char path[600], line[512];
+    snprintf(path, sizeof path, "%s.log", c.log);
+    FILE *f = fopen(path, "r");
+    EXPECT_MSG(f != NULL, "no %s", path);
+    if (!f) return;
+    int rows = 0, stem = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "conv plan: ", 11)) continue;
+        rows++;
+        /* the stem (C = 3, 64x64 images at width 0.25: 16 output channels): fprop on the tile, the
+         * backward passes need C % 8 == 0 */
+        if (strstr(line, "[8, 3, 64, 64] -> 16, 7x7/2 pad 3 (igemm64): fprop igemm64, dgrad gemm, wgrad gemm")) stem = 1;
+    }
+    fclose(f);
+    EXPECT_MSG(rows >= 5, "%d conv plan lines in %s", rows, path);
+    EXPECT_MSG(stem, "the stem's plan line is not in %s", path);
+}

@@ -620,6 +620,10 @@ static int log_step(replica *r, const step_pending *p, float loss, const float t
                step_ms);
         fflush(stdout);
     }
+    if (!run->plan_logged && o->log) { /* every conv has planned once the first step has run */
+        dt_conv_plan_print(o->log);
+        run->plan_logged = 1;
+    }
     if (o->failed[0]) return dt_errf(&r->err, "%s", o->failed), 1;
     return 0;
 }

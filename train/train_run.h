@@ -65,6 +65,7 @@ typedef struct {
     train_output out;         /* replica 0 writes (the process holding it) */
     dt_train_result *res;     /* replica 0 fills */
     int interrupted;          /* set by the first local replica: the run stopped on a stop request */
+    int plan_logged;          /* the convs' plan is in the log (after the first step) */
     pthread_mutex_t init_mu;  /* model construction draws from process-wide RNGs: one at a time */
 } train_run;
 
