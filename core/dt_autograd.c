@@ -211,6 +211,10 @@ static void run_tape(void) {
     }
 }
 
+__attribute__((constructor)) static void set_tape_hooks(void) {
+    dt_tensor_set_tape_hooks((dt_tensor_tape_hooks){dt_tape_reset, dt_tape_forget_tensor});
+}
+
 void dt_tape_forget_tensor(dt_tensor *t) {
     for (int i = 0; i < g_n; i++) {
         dt_node *n = g_tape[i];

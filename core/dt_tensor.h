@@ -158,6 +158,16 @@ static inline size_t dt_tensor_bytes(const dt_tensor *t) { return (size_t)t->num
 #define DT_W(t) ((t)->shape[3])
 
 DT_PUBLIC_END
+
+/* The tape's hooks into tensor lifetimes: the tensor sits below the autograd engine and calls
+ * none of it by name; core/dt_autograd.c sets them at load time. scope_root_end runs when the
+ * outermost scope ends (before its tensors are freed: nodes point at them), forget when a
+ * tensor the tape knows (t->node or t->tape_uses) is freed. */
+typedef struct {
+    void (*scope_root_end)(void);
+    void (*forget)(dt_tensor *t);
+} dt_tensor_tape_hooks;
+void dt_tensor_set_tape_hooks(dt_tensor_tape_hooks hooks);
 #ifdef __cplusplus
 }
 #endif

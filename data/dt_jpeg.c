@@ -8,6 +8,8 @@
 #include <jerror.h>
 #include <jpeglib.h>
 
+#include "data/dt_image_limits.h"
+
 #ifndef LIBJPEG_TURBO_VERSION
 #error "JPEG=1 needs libjpeg-turbo (jpeg_mem_src, DCT scaling, gray to RGB); build with JPEG=0 for stb_image"
 #endif
