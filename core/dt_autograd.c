@@ -55,7 +55,6 @@ void dt_set_grad_enabled(int on) { g_grad_on = on; }
 
 void dt_requires_grad(dt_tensor *t) { t->requires_grad = 1; }
 
-int dt_needs_grad(const dt_tensor *t) { return t && t->requires_grad; }
 
 int dt_any_requires_grad(int n, dt_tensor *const *in) {
     if (!g_grad_on) return 0;

@@ -26,7 +26,6 @@ void dt_scope_begin(void) {
     g_scopes[g_depth++].n = 0;
 }
 
-int dt_scope_depth(void) { return g_depth; }
 
 void dt_scope_release_thread(void) {
     if (g_depth) dt_fatal("dt_scope_release_thread: %d scopes still open", g_depth);
@@ -360,7 +359,6 @@ static void *typed(const dt_tensor *t, dt_dtype want, const char *fn) {
     return t->data;
 }
 float *dt_data_f32(const dt_tensor *t) { return typed(t, DT_F32, "dt_data_f32"); }
-dt_bf16 *dt_data_bf16(const dt_tensor *t) { return typed(t, DT_BF16, "dt_data_bf16"); }
 int32_t *dt_data_i32(const dt_tensor *t) { return typed(t, DT_I32, "dt_data_i32"); }
 uint8_t *dt_data_u8(const dt_tensor *t) { return typed(t, DT_U8, "dt_data_u8"); }
 

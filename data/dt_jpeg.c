@@ -42,11 +42,6 @@ static void on_progress(j_common_ptr c) {
     }
 }
 
-int dt_jpeg_is_jpeg(const void *data, size_t bytes) {
-    const unsigned char *p = data;
-    return bytes >= 2 && p[0] == 0xFF && p[1] == 0xD8;
-}
-
 /* Sets up a decompressor on the bytes with the guard installed. The caller has called setjmp
  * on g->back before. */
 static void begin(j_decompress_ptr cinfo, guard *g, const void *data, size_t bytes) {
