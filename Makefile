@@ -264,16 +264,19 @@ $(BUILD)/test: $(TEST_OBJ) $(BUILD)/obj/train/train_cli.o $(CHART_OBJ) $(BUILD)/
 	$(CC) -o $@ $(TEST_OBJ) $(BUILD)/obj/train/train_cli.o $(CHART_OBJ) $(BUILD)/libdeftc.a $(IMG_STATIC) $(LDLIBS)
 
 # The C suite, then the Python side through build/test --then, so that the last line counts
-# all ("N passed, N failed, N skipped (116 C, 9 Python, 8 torchvision)"). Not under the
+# all ("N passed, N failed, N skipped (198 C, 4 tree, 13 Python, 1 torchvision)"). Not under the
 # sanitizers (python cannot load an ASan-built library) nor without python3: that is said
 # first. The torchvision suite (deftc against torchvision with the same weights, through
 # build/model_io) skips each case, saying so, where PyTorch is not installed (CI).
 PY_SUITE = $(if $(filter 0,$(SAN)),$(if $(shell command -v python3),python3 tests/api/test_deftc_torch_cpu.py $(BUILD)/libdeftc.so))
 PY_WEIGHTS = $(if $(PY_SUITE),python3 tests/api/test_torchvision_weights.py $(BUILD))
+# The tree's house rules (tests/check_tree.py: include circles, stems, long functions, the docs'
+# code names), on the build's objects; under the sanitizers too.
+TREE_CHECK = $(if $(shell command -v python3),python3 tests/check_tree.py $(BUILD))
 test: $(BUILD)/test $(BUILD)/libdeftc.so $(BUILD)/model_io
 	@if [ "$(SAN)" != 0 ]; then echo "SAN=$(SAN): the Python side is not tested (python cannot load an ASan-built library)"; \
 	elif [ -z "$(PY_SUITE)" ]; then echo "python3 not found: the Python side (python/, tests/api/) is not tested"; fi
-	$(BUILD)/test $(if $(PY_SUITE),--then Python "$(PY_SUITE)" --then torchvision "$(PY_WEIGHTS)")
+	$(BUILD)/test $(if $(TREE_CHECK),--then tree "$(TREE_CHECK)") $(if $(PY_SUITE),--then Python "$(PY_SUITE)" --then torchvision "$(PY_WEIGHTS)")
 
 test-gpu: $(BUILD)/test
 	$(BUILD)/test --gpu

@@ -55,7 +55,6 @@ void dt_set_grad_enabled(int on) { g_grad_on = on; }
 
 void dt_requires_grad(dt_tensor *t) { t->requires_grad = 1; }
 
-int dt_needs_grad(const dt_tensor *t) { return t && t->requires_grad; }
 
 int dt_any_requires_grad(int n, dt_tensor *const *in) {
     if (!g_grad_on) return 0;
@@ -209,6 +208,10 @@ static void run_tape(void) {
         g_cur = g_chunks;
         for (arena_chunk *c = g_chunks; c; c = c->next) c->used = 0;
     }
+}
+
+__attribute__((constructor)) static void set_tape_hooks(void) {
+    dt_tensor_set_tape_hooks((dt_tensor_tape_hooks){dt_tape_reset, dt_tape_forget_tensor});
 }
 
 void dt_tape_forget_tensor(dt_tensor *t) {

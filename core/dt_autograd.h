@@ -83,8 +83,6 @@ void dt_backward_with(dt_tensor *out, const dt_tensor *grad_out);
  * dtype the returned buffer holds. */
 void *dt_grad_dst(dt_tensor *t, float *beta);
 dt_dtype dt_grad_dtype(const dt_tensor *t);
-/* Whether input i of a node needs its gradient computed. */
-int dt_needs_grad(const dt_tensor *t);
 
 void dt_tape_reset(void);
 /* Resets the tape and frees the calling thread's tape memory: a replica's thread calls it

@@ -34,6 +34,10 @@ const char *dt_cublas_status_str(cublasStatus_t s);
 const char *dt_curand_status_str(curandStatus_t s);
 /* Returns only while the thread captures a graph (the error then fails the capture). */
 void dt_cuda_fail(const char *what, const char *call, const char *msg, const char *file, int line);
+/* dt_cuda_fail asks this hook first, and returns when it says 1 (the error is recorded as the
+ * capture's failure): set once at load time by core/dt_graph.c, which sits above the device. */
+typedef int (*dt_cuda_error_hook)(const char *what, const char *call, const char *msg, const char *file, int line);
+void dt_set_cuda_error_hook(dt_cuda_error_hook hook);
 void dt_check_launch_at(const char *file, int line);
 
 #ifdef __cplusplus

@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "core/dt_common.h"
-#include "core/dt_graph.h"
 
 static uint64_t g_seed = 0x5eed;
 static int g_debug_sync = -1; /* -1: not read from the environment yet */
@@ -59,9 +58,12 @@ int dt_gpu_count(void) {
     return n;
 }
 
+static dt_cuda_error_hook g_error_hook; /* set once at load time (core/dt_graph.c) */
+void dt_set_cuda_error_hook(dt_cuda_error_hook hook) { g_error_hook = hook; }
+
 void dt_cuda_fail(const char *what, const char *call, const char *msg, const char *file,
                   int line) {
-    if (dt_graph_absorb_error(what, call, msg, file, line)) return;
+    if (g_error_hook && g_error_hook(what, call, msg, file, line)) return;
     fflush(stdout);
     fprintf(stderr, "deftc: %s error at %s:%d: %s failed: %s\n", what, file, line, call, msg);
     fflush(stderr);

@@ -31,6 +31,8 @@ int dt_graph_absorb_error(const char *what, const char *call, const char *msg, c
 #ifdef DT_CUDA
 #include "core/dt_cuda.h"
 
+__attribute__((constructor)) static void set_error_hook(void) { dt_set_cuda_error_hook(dt_graph_absorb_error); }
+
 struct dt_graph {
     cudaGraph_t graph;
     cudaGraphExec_t exec;

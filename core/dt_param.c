@@ -30,14 +30,6 @@ static void list_push(dt_params *ps, dt_param *r) {
     ps->items[ps->n++] = r;
 }
 
-void dt_params_add(dt_params *ps, dt_tensor *t) {
-    if (t->dtype != DT_F32) {
-        char d[160];
-        dt_fatal("parameter %s %s: masters are f32 (a bf16 model keeps bf16 working copies, dt_param_make_work)",
-                 t->name, dt_tensor_desc(t, d, sizeof d));
-    }
-    list_push(ps, record_of(t));
-}
 
 dt_tensor *dt_param_new(dt_params *ps, const char *name, int ndim, const int64_t *shape, dt_dev dev, dt_layout layout,
                         int decay) {

@@ -56,7 +56,6 @@ dt_tensor *dt_param_work(const dt_tensor *master);
  * bf16 policy calls it at the start of each forward. */
 void dt_params_refresh_work(dt_params *ps);
 
-void dt_params_add(dt_params *ps, dt_tensor *master); /* makes t a parameter if it is not one */
 void dt_params_zero_grad(dt_params *ps);
 int64_t dt_params_numel(const dt_params *ps);
 dt_param *dt_params_find(const dt_params *ps, const char *name);

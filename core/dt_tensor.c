@@ -4,10 +4,10 @@
 #include <string.h>
 
 #include "core/dt_alloc.h"
-#include "core/dt_autograd.h"
 #include "core/dt_common.h"
 #include "core/dt_param.h"
-#include "ops/pointwise/elementwise.h"
+#include "core/dt_kernel.h"
+#include "ops/pointwise/dt_shared_kernels.h" /* dt_fill_k */
 
 /* ---- scopes ---- */
 
@@ -26,7 +26,6 @@ void dt_scope_begin(void) {
     g_scopes[g_depth++].n = 0;
 }
 
-int dt_scope_depth(void) { return g_depth; }
 
 void dt_scope_release_thread(void) {
     if (g_depth) dt_fatal("dt_scope_release_thread: %d scopes still open", g_depth);
@@ -49,10 +48,13 @@ static void scope_add(dt_tensor *t) {
 
 static void destroy(dt_tensor *t);
 
+static dt_tensor_tape_hooks g_tape_hooks; /* set once at load time (core/dt_autograd.c) */
+void dt_tensor_set_tape_hooks(dt_tensor_tape_hooks hooks) { g_tape_hooks = hooks; }
+
 void dt_scope_end(void) {
     if (!g_depth) dt_fatal("dt_scope_end without dt_scope_begin");
     /* Nodes on the tape point at tensors of this scope: drop the tape first. */
-    if (g_depth == 1) dt_tape_reset();
+    if (g_depth == 1 && g_tape_hooks.scope_root_end) g_tape_hooks.scope_root_end();
     tensor_list *s = &g_scopes[--g_depth];
     for (int i = s->n - 1; i >= 0; i--)
         if (s->items[i]) destroy(s->items[i]);
@@ -246,7 +248,7 @@ void dt_tensor_release(dt_tensor *t) {
 }
 
 static void destroy(dt_tensor *t) {
-    if (t->node || t->tape_uses) dt_tape_forget_tensor(t);
+    if ((t->node || t->tape_uses) && g_tape_hooks.forget) g_tape_hooks.forget(t);
     storage_unref(t->storage);
     if (t->param && t->param->t == t) { /* a parameter's master owns its record and working copy */
         if (t->param->work) destroy(t->param->work);
@@ -311,12 +313,10 @@ void dt_tensor_fill(dt_tensor *t, float v) {
         dt_memset_gpu(t->data, 0, bytes);
         return;
     }
-#ifdef DT_CUDA
     if (t->dev == DT_GPU && t->dtype == DT_F32) { /* a kernel, queued: no wait, and a CUDA graph can hold it */
-        dt_fill_cuda(t->numel, v, t->data);
+        DT_PICK(dt_fill_k, t->dev, t->dtype, t->layout)(t->numel, v, t->data);
         return;
     }
-#endif
     void *h = t->dev == DT_CPU ? t->data : dt_xmalloc(bytes ? bytes : 4);
     for (int64_t i = 0; i < t->numel; i++) dt_elem_st(h, t->dtype, i, v);
     if (t->dev == DT_GPU) {
@@ -359,7 +359,6 @@ static void *typed(const dt_tensor *t, dt_dtype want, const char *fn) {
     return t->data;
 }
 float *dt_data_f32(const dt_tensor *t) { return typed(t, DT_F32, "dt_data_f32"); }
-dt_bf16 *dt_data_bf16(const dt_tensor *t) { return typed(t, DT_BF16, "dt_data_bf16"); }
 int32_t *dt_data_i32(const dt_tensor *t) { return typed(t, DT_I32, "dt_data_i32"); }
 uint8_t *dt_data_u8(const dt_tensor *t) { return typed(t, DT_U8, "dt_data_u8"); }
 

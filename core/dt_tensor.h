@@ -2,7 +2,7 @@
  * [N, C, H, W]), an element type, a memory layout (4-D tensors: NCHW or NHWC, dt_dtype.h), a
  * device, and a dense storage of numel elements. `data` is untyped: ops pick their kernel by
  * (device, dtype, layout) from their tables (dt_kernel.h); code that reads elements itself goes
- * through the checked accessors dt_data_f32 / dt_data_bf16 / dt_data_i32 / dt_data_u8.
+ * through the checked accessors dt_data_f32 / dt_data_i32 / dt_data_u8.
  *
  * Ownership (arena style, no reference counting in user code):
  *  - a tensor made while a scope is open (dt_scope_begin .. dt_scope_end) belongs to the
@@ -105,7 +105,6 @@ void dt_tensor_set_name(dt_tensor *t, const char *name);
 /* Scopes: every tensor made inside is freed at the matching end (innermost first). */
 void dt_scope_begin(void);
 void dt_scope_end(void);
-int dt_scope_depth(void);
 /* Frees the calling thread's (empty) scope lists: a replica's thread calls it before it ends. */
 void dt_scope_release_thread(void);
 
@@ -127,7 +126,6 @@ void dt_tensor_set_values(dt_tensor *t, const float *values);
 /* Typed access to the data: fatal, naming the tensor and both dtypes, when t holds another
  * dtype (or was released). */
 float *dt_data_f32(const dt_tensor *t);
-dt_bf16 *dt_data_bf16(const dt_tensor *t);
 int32_t *dt_data_i32(const dt_tensor *t);
 uint8_t *dt_data_u8(const dt_tensor *t);
 
@@ -158,6 +156,16 @@ static inline size_t dt_tensor_bytes(const dt_tensor *t) { return (size_t)t->num
 #define DT_W(t) ((t)->shape[3])
 
 DT_PUBLIC_END
+
+/* The tape's hooks into tensor lifetimes: the tensor sits below the autograd engine and calls
+ * none of it by name; core/dt_autograd.c sets them at load time. scope_root_end runs when the
+ * outermost scope ends (before its tensors are freed: nodes point at them), forget when a
+ * tensor the tape knows (t->node or t->tape_uses) is freed. */
+typedef struct {
+    void (*scope_root_end)(void);
+    void (*forget)(dt_tensor *t);
+} dt_tensor_tape_hooks;
+void dt_tensor_set_tape_hooks(dt_tensor_tape_hooks hooks);
 #ifdef __cplusplus
 }
 #endif

@@ -8,6 +8,8 @@
 #include <jerror.h>
 #include <jpeglib.h>
 
+#include "data/dt_image_limits.h"
+
 #ifndef LIBJPEG_TURBO_VERSION
 #error "JPEG=1 needs libjpeg-turbo (jpeg_mem_src, DCT scaling, gray to RGB); build with JPEG=0 for stb_image"
 #endif
@@ -38,11 +40,6 @@ static void on_progress(j_common_ptr c) {
         snprintf(g->msg, sizeof g->msg, "more than %d progressive scans", DT_JPEG_MAX_SCANS);
         longjmp(g->back, 1);
     }
-}
-
-int dt_jpeg_is_jpeg(const void *data, size_t bytes) {
-    const unsigned char *p = data;
-    return bytes >= 2 && p[0] == 0xFF && p[1] == 0xD8;
 }
 
 /* Sets up a decompressor on the bytes with the guard installed. The caller has called setjmp

@@ -35,8 +35,6 @@ struct jpeg_decompress_struct;
  * decodes strip by strip. A 866-byte progressive file declaring 9000 x 9000 asks for 243 MB. */
 size_t dt_jpeg_coef_bytes(const struct jpeg_decompress_struct *cinfo);
 
-/* 1 when data starts with the JPEG start-of-image marker. */
-int dt_jpeg_is_jpeg(const void *data, size_t bytes);
 /* The size in the header; 0, or -1 with err set. */
 int dt_jpeg_probe(const void *data, size_t bytes, const char *name, int *w, int *h, dt_err *err);
 /* Decodes to RGB8 at scale M/8, the smallest M of 1, 2, 4, 8 with M/8 >= min_scale (the image

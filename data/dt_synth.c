@@ -36,10 +36,6 @@ static const char *const k_names[DT_SYNTH_MAX_CLASSES] = {"circle", "ring",  "tr
                                                           "cross",  "star",  "arrow",    "stripes",
                                                           "checker", "lshape", "spiral", "crescent"};
 
-const char *dt_synth_class_name(int cls) {
-    return cls >= 0 && cls < DT_SYNTH_MAX_CLASSES ? k_names[cls] : "?";
-}
-
 /* ---- drawing ---- */
 
 /* A shape instance: class, per-instance parameters (thickness t, count/offset k, r2) and

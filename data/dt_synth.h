@@ -52,8 +52,6 @@ void dt_synth_default_opts(dt_synth_opts *o);
 int dt_synth_parse_args(int argc, char **argv, dt_synth_opts *o, dt_err *err);
 const char *dt_synth_usage(void);
 
-const char *dt_synth_class_name(int cls); /* "circle", ... */
-
 /* Draws image `index` of class `cls` of the stream (seed, stream): rgb [h, w, 3] uint8. */
 void dt_synth_render(int cls, int w, int h, uint64_t seed, uint64_t stream, uint64_t index, uint8_t *rgb);
 

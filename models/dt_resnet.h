@@ -11,6 +11,7 @@
 #define DT_RESNET_H
 
 #include "core/dt_api.h"
+#include "core/dt_common.h"
 
 #include "ops/deform/dt_deform.h"
 #include "ops/dt_layers.h"

@@ -69,8 +69,10 @@ typedef struct {
     pthread_mutex_t init_mu;  /* model construction draws from process-wide RNGs: one at a time */
 } train_run;
 
-/* The signal dt_train_interrupt recorded (0: none): replicas poll it once per step. */
+/* The signal dt_train_interrupt recorded (0: none): replicas poll it once per step; the run
+ * clears it when it ends (train_interrupt.c). */
 int train_interrupt_pending(void);
+void train_interrupt_clear(void);
 
 /* Per-step device timing: events at start, after forward, after backward, after the update. */
 typedef struct {
@@ -140,7 +142,7 @@ typedef struct {
  * cleared); from the third on a step is the same work at the same addresses every time. */
 #define GRAPH_WARMUP 3
 
-/* The model the configuration describes (its deformable layers' knobs included). */
+/* The model the configuration describes (its deformable layers' knobs included; train_model.c). */
 void train_model_cfg(const dt_train_cfg *c, int classes, dt_resnet_cfg *mc);
 
 /* The stages (replica.c). Each returns 0, or 1 with r->err set. */

@@ -23,17 +23,6 @@
 #include "train/dt_weights.h"
 #include "train/train_run.h"
 
-/* The pending stop request: a signal number, 0 when none. A lock-free atomic, so that the
- * signal handler may set it (C11 7.14.1.1) and the replicas' threads read it. */
-static atomic_int g_interrupt;
-
-void dt_train_interrupt(int signo) {
-    int none = 0;
-    atomic_compare_exchange_strong(&g_interrupt, &none, signo > 0 ? signo : SIGTERM); /* the first one counts */
-}
-
-int train_interrupt_pending(void) { return atomic_load(&g_interrupt); }
-
 static int open_data(train_run *run, dt_err *err) {
     const dt_train_cfg *c = run->c;
     if (c->synthetic) {
@@ -429,7 +418,7 @@ done:
     train_lock_release(&run.ckpt_lock);
     train_lock_release(&run.log_lock);
     pthread_mutex_destroy(&run.init_mu);
-    atomic_store(&g_interrupt, 0); /* a stop request is for the run in progress */
+    train_interrupt_clear(); /* a stop request is for the run in progress */
     if (!rc && run.out.failed[0]) rc = 1, dt_errf(err, "%s", run.out.failed); /* the last bytes of a log */
     return rc;
 }

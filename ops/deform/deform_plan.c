@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <string.h>
 
-const char *dt_deform_mode_name(dt_deform_mode m) { return m == DT_DEFORM_DEFT ? "deft" : "unfused"; }
 
 int dt_deform_mode_parse(const char *s) {
     if (!strcmp(s, "unfused")) return DT_DEFORM_UNFUSED;

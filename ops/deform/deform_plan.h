@@ -63,7 +63,6 @@ typedef struct {
     int deterministic;  /* bitwise-reproducible backward: deft uses the gather; unfused fixed point */
 } dt_deform_knobs;
 
-const char *dt_deform_mode_name(dt_deform_mode m);
 int dt_deform_mode_parse(const char *s); /* -1 when unknown */
 const char *dt_deform_dx_name(int dx);
 int dt_deform_dx_parse(const char *s); /* -1 when unknown */
