@@ -467,3 +467,27 @@ DT_TEST(interrupted_and_failed_runs_say_so_in_their_summary) {
     EXPECT_MSG(file_has(dt_test_path("d_summary.txt"), "status failed\nerror ") &&
                file_has(dt_test_path("d_summary.txt"), "diverged"), "no failed summary: %s", err.msg);
 }
+
+DT_TEST(resume_says_plainly_what_its_tables_keep) {
+    /* a run that ends inside epoch 0 has that epoch's row; resumed there, the row goes: said
+     * so, not as "keeps its 0 rows up to epoch -1; 1 rows after it go" */
+    dt_set_quiet(1);
+    dt_train_cfg c;
+    dt_train_result r;
+    dt_err err;
+    small_cfg(&c, "t");
+    c.steps = 1;
+    snprintf(c.checkpoint, sizeof c.checkpoint, "%s", dt_test_path("t.ckpt"));
+    EXPECT_MSG(dt_train_run(&c, &r, &err) == 0, "%s", err.msg);
+    dt_train_result_free(&r);
+    small_cfg(&c, "t");
+    c.steps = 2;
+    snprintf(c.resume, sizeof c.resume, "%s", dt_test_path("t.ckpt"));
+    EXPECT_MSG(dt_train_run(&c, &r, &err) == 0, "%s", err.msg);
+    dt_train_result_free(&r);
+    const char *log = dt_test_path("t.log");
+    EXPECT_MSG(file_has(log, "t_epochs.csv: its 1 row goes (the checkpoint is before its first epoch"), "no plain resume line");
+    EXPECT_MSG(!file_has(log, "0 rows") && !file_has(log, "epoch -1") && !file_has(log, "1 rows"), "an odd resume line");
+    /* the log lines carry the elapsed time and what is left */
+    EXPECT_MSG(file_has(log, "elapsed "), "no elapsed time on the step lines");
+}
