@@ -265,7 +265,7 @@ static int init_gpus(train_run *run, dt_err *err) {
     return 0;
 }
 
-/* The end of a run that finished: where each output is and what to run next. */
+/* The end of a run that finished: where each output is (build/train adds what to run next). */
 static void say_outputs(train_run *run) {
     const dt_train_cfg *c = run->c;
     train_output *o = &run->out;
@@ -274,15 +274,6 @@ static void say_outputs(train_run *run) {
                   o->steps_path, o->epochs_path, c->log);
     if (run->res->checkpoint[0]) train_say(o, "checkpoint: %s", run->res->checkpoint);
     if (c->export_path[0]) train_say(o, "weights for PyTorch: %s (docs/weights.md)", c->export_path);
-    if (!run->res->checkpoint[0]) return;
-    const char *ck = run->res->checkpoint, *cfg = c->config_path[0] ? c->config_path : "CONFIG.cfg";
-    train_say(o, "next: build/train --export %s %.*s.safetensors   (the weights under torchvision's names, for PyTorch)", ck,
-              (int)(strlen(ck) > 5 && !strcmp(ck + strlen(ck) - 5, ".ckpt") ? strlen(ck) - 5 : strlen(ck)), ck);
-    train_say(o, "      build/train %s resume=%s steps=%lld   (train further: a longer run continues this one)", cfg, ck,
-              (long long)(2 * run->total_steps));
-    if (c->log[0])
-        train_say(o, "      awk -F, 'NR>1{print \"epoch \"$1\",\"100*$5}' %s > %.560s_top1.csv && build/chart %.560s_top1.csv "
-                  "%.560s_top1.png \"val top-1 %% by epoch\"   (a chart of the run)", o->epochs_path, c->log, c->log, c->log);
 }
 
 int dt_train_run(const dt_train_cfg *c, dt_train_result *res, dt_err *err) {
