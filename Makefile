@@ -264,7 +264,7 @@ $(BUILD)/test: $(TEST_OBJ) $(BUILD)/obj/train/train_cli.o $(CHART_OBJ) $(BUILD)/
 	$(CC) -o $@ $(TEST_OBJ) $(BUILD)/obj/train/train_cli.o $(CHART_OBJ) $(BUILD)/libdeftc.a $(IMG_STATIC) $(LDLIBS)
 
 # The C suite, then the Python side through build/test --then, so that the last line counts
-# all ("N passed, N failed, N skipped (198 C, 4 tree, 13 Python, 1 torchvision)"). Not under the
+# all four suites: "N passed, N failed, N skipped (N C, N tree, N Python, N torchvision)". Not under the
 # sanitizers (python cannot load an ASan-built library) nor without python3: that is said
 # first. The torchvision suite (deftc against torchvision with the same weights, through
 # build/model_io) skips each case, saying so, where PyTorch is not installed (CI).
@@ -308,7 +308,7 @@ bench-loader: $(BUILD)/mkdata $(BUILD)/loaderbench
 	@if $(BUILD)/loaderbench --data $(BUILD)/inet-bench --decode-only --batch 256 >/dev/null 2>&1; then \
 	    $(BUILD)/loaderbench --data $(BUILD)/inet-bench --decode gpu --workers 4 --batch 256 --epochs 3 && \
 	    $(BUILD)/loaderbench --data $(BUILD)/inet-bench --decode-only --batch 256; \
-	else echo "bench-loader: the GPU decode rows need a CUDA GPU and nvJPEG: $$($(BUILD)/loaderbench --data $(BUILD)/inet-bench --decode-only 2>&1 | tail -1)"; fi
+	else echo "bench-loader: no GPU decode rows: $$($(BUILD)/loaderbench --data $(BUILD)/inet-bench --decode-only 2>&1 >/dev/null | tail -1)"; fi
 
 # Fuzz targets for every parser of untrusted input (tests/fuzz/fuzz_*.c: config, .npy,
 # checkpoint, image, dataset tree, safetensors), built with clang's libFuzzer + ASan + UBSan into
