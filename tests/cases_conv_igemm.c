@@ -115,7 +115,9 @@ DT_OPCASES_NO_GRADCHECK(conv_igemm, conv_igemm_cases)
     IG_CASE(t " 3x3 s1, C = 32 (columns)", A, build, 2, 32, 9, 9, 32, 3, 3, 0, 0.1f, 3, 3, 1, 1, 1, 1, 1, 1),     \
     IG_CASE(t " 7x7 s2 stem, C = 3 (columns, K = 147), bias", A, build, 3, 3, 45, 45, 64, 7, 7, 1, 0.1f, 7, 7, 2, 2, \
             3, 3, 1, 1),                                                                                            \
-    IG_CASE(t " 3x3 s1, C = 13 (columns)", A, build, 3, 13, 10, 9, 16, 3, 3, 0, 0.2f, 3, 3, 1, 1, 1, 1, 1, 1)
+    IG_CASE(t " 3x3 s1, C = 13 (columns)", A, build, 3, 13, 10, 9, 16, 3, 3, 0, 0.2f, 3, 3, 1, 1, 1, 1, 1, 1),    \
+    IG_CASE(t " 3x3 s1, C = 32, 3x270 (a row's patch past shared memory)", A, build, 1, 32, 3, 270, 16, 3, 3, 0, 0.1f, \
+            3, 3, 1, 1, 1, 1, 1, 1)
 
 /* the stem shape with a column budget of one image's columns (23*23*152*2 bytes: 3 chunks) */
 static size_t saved_budget;
