@@ -32,7 +32,8 @@ dt_tensor *dt_conv2d(dt_tensor *x, dt_tensor *w, dt_tensor *bias, dt_conv_geom g
 void dt_conv_set_col_budget(size_t bytes); /* default 256 MiB; env DT_COL_BUDGET_MB */
 /* Which engine a bf16 NHWC conv's passes run on (conv_igemm.h, docs/conv.md "The plan"): auto
  * (the measured winner per shape), gemm (im2col + cuBLAS everywhere), igemm128 / igemm64 (the
- * implicit GEMM with that tile wherever it runs - on the CPU too, through its twins). A process
+ * implicit GEMM with that tile wherever it runs), sm90 (the Hopper engine wherever it runs) -
+ * the forced ones on the CPU too, through the twins. A process
  * setting like the column budget, read by each conv's forward; env DT_CONV_ALGO. */
 void dt_conv_set_algo(dt_conv_algo a);
 dt_conv_algo dt_conv_get_algo(void);
