@@ -50,7 +50,7 @@ static dt_tensor *build_residual(const dt_opcase *c, dt_tensor **in, void *state
 }
 
 #define IG_CASE(label, algo_, fn, n, cin, h, w, cout, kh, kw, with_bias, wstd, ...)                               \
-    {.name = label, .types = DT_F32_NCHW | DT_BF16_NHWC, .n_in = 3, .grad_tol = -1,                               \
+    {.name = label, .ops = {"conv2d (implicit GEMM, fprop)", "conv2d (im2col, nchw)"}, .n_in = 3, .grad_tol = -1,                               \
      .in = {{4, {n, cin, h, w}, DT_IN_ACT, 1.0f, 1},                                                               \
             {4, {cout, cin, kh, kw}, DT_IN_WEIGHT, wstd, 1},                                                       \
             {1, {cout}, DT_IN_F32, 1.0f, with_bias}},                                                             \
