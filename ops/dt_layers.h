@@ -28,13 +28,13 @@ DT_PUBLIC_BEGIN
  * to its master). Implemented as im2col + GEMM over chunks of images whose column buffer fits
  * the budget (dt_conv_set_col_budget), so memory stays bounded for any batch size. */
 dt_tensor *dt_conv2d(dt_tensor *x, dt_tensor *w, dt_tensor *bias, dt_conv_geom g, dt_math math);
+/* The same with the engine of a bf16 NHWC conv's passes chosen (conv_igemm.h, docs/conv.md "The
+ * plan"): auto (the measured winner per shape: what dt_conv2d runs, DT_CONV_ALGO_DEFAULT), gemm
+ * (im2col + cuBLAS everywhere), igemm128 / igemm64 (the implicit GEMM with that tile wherever it
+ * runs - on the CPU too, through its twins). A model holds it in its config (conv_algo). */
+dt_tensor *dt_conv2d_algo(dt_tensor *x, dt_tensor *w, dt_tensor *bias, dt_conv_geom g, dt_math math,
+                          dt_conv_algo algo);
 void dt_conv_set_col_budget(size_t bytes); /* default 256 MiB; env DT_COL_BUDGET_MB */
-/* Which engine a bf16 NHWC conv's passes run on (conv_igemm.h, docs/conv.md "The plan"): auto
- * (the measured winner per shape), gemm (im2col + cuBLAS everywhere), igemm128 / igemm64 (the
- * implicit GEMM with that tile wherever it runs - on the CPU too, through its twins). A process
- * setting like the column budget, read by each conv's forward; env DT_CONV_ALGO. */
-void dt_conv_set_algo(dt_conv_algo a);
-dt_conv_algo dt_conv_get_algo(void);
 size_t dt_conv_col_budget(void);
 /* Images per chunk for a column buffer of `col_elems_per_image` elements of elem_bytes each. */
 int64_t dt_conv_chunk(int64_t N, int64_t col_elems_per_image, size_t elem_bytes);

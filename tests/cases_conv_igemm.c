@@ -19,28 +19,11 @@ typedef struct {
     dt_conv_algo algo;
 } igemm_arg;
 
-/* The algorithm holds from build to the backward (which reads the plan the forward kept, but
- * the op must be built under it): set when the first live instance is made, restored when the
- * last goes. */
-static int algo_live;
-static dt_conv_algo saved_algo;
-
-static void *algo_new(const dt_opcase *c, dt_dev dev, dt_layout layout) {
-    (void)dev, (void)layout;
-    if (!algo_live++) saved_algo = dt_conv_get_algo();
-    dt_conv_set_algo(((const igemm_arg *)c->arg)->algo);
-    return &algo_live;
-}
-
-static void algo_free(void *state) {
-    (void)state;
-    if (!--algo_live) dt_conv_set_algo(saved_algo);
-}
-
+/* The case's algorithm is the conv's (the backward reads the plan the forward kept). */
 static dt_tensor *build(const dt_opcase *c, dt_tensor **in, void *state) {
     (void)state;
     const igemm_arg *a = c->arg;
-    return dt_conv2d(in[0], in[1], c->in[2].grad ? in[2] : NULL, a->g, DT_MATH_FP32);
+    return dt_conv2d_algo(in[0], in[1], c->in[2].grad ? in[2] : NULL, a->g, DT_MATH_FP32, a->algo);
 }
 
 /* conv(x) + x (Cout = Cin, stride 1, same size): the add's backward runs first, so the conv's
@@ -54,7 +37,7 @@ static dt_tensor *build_residual(const dt_opcase *c, dt_tensor **in, void *state
      .in = {{4, {n, cin, h, w}, DT_IN_ACT, 1.0f, 1},                                                               \
             {4, {cout, cin, kh, kw}, DT_IN_WEIGHT, wstd, 1},                                                       \
             {1, {cout}, DT_IN_F32, 1.0f, with_bias}},                                                             \
-     .build = fn, .arg = &(const igemm_arg){{__VA_ARGS__}, algo_}, .state_new = algo_new, .state_free = algo_free}
+     .build = fn, .arg = &(const igemm_arg){{__VA_ARGS__}, algo_}}
 
 /* every shape once per shipped tile; the geometry {kh, kw, sh, sw, ph, pw, dh, dw} comes last */
 #define IG_SHAPES(t, A)                                                                                            \
