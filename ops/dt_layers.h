@@ -9,9 +9,7 @@
 
 #include <stddef.h>
 
-#include "ops/batchnorm/batchnorm.h" /* dt_bn_sync */
-#include "ops/conv/conv_geom.h"
-#include "ops/conv/conv_igemm.h" /* dt_conv_algo */
+#include "ops/conv/conv_geom.h" /* dt_conv_geom, dt_conv_algo */
 #include "core/dt_autograd.h"
 #include "core/dt_tensor.h"
 
@@ -19,6 +17,10 @@
 extern "C" {
 #endif
 DT_PUBLIC_BEGIN
+
+/* A data-parallel trainer's cross-replica sum of batch-norm statistics (its fields:
+ * ops/batchnorm/batchnorm.h, where the kernels call it). */
+typedef struct dt_bn_sync dt_bn_sync;
 
 /* ---- conv2d ----
  * x [N, Cin, H, W], w [Cout, Cin, kh, kw], bias [Cout] (f32) or NULL -> [N, Cout, Ho, Wo] in

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "core/dt_alloc.h"
+#include "ops/batchnorm/batchnorm.h" /* dt_bn_sync */
 #include "core/dt_common.h"
 #include "ops/dt_layers.h"
 #include "tests/dt_opcase.h"

@@ -1,9 +1,17 @@
-/* conv_geom.h: the geometry of a 2-D convolution (kernel, stride, padding, dilation), shared
- * by plain and deformable convolutions, their kernels and their layers. */
+/* conv_geom.h: what a 2-D convolution is asked - its geometry (kernel, stride, padding,
+ * dilation), shared by plain and deformable convolutions, their kernels and their layers, and
+ * the engine a bf16 channels-last conv's passes run on (dt_conv_algo, docs/conv.md "The plan"). */
 #ifndef DT_CONV_GEOM_H
 #define DT_CONV_GEOM_H
 
+#include "core/dt_api.h"
+
 #include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+DT_PUBLIC_BEGIN
 
 typedef struct {
     int kh, kw; /* kernel size */
@@ -23,4 +31,19 @@ static inline int64_t dt_conv_out_size(int64_t in, int k, int s, int p, int d) {
     return (in + 2 * p - d * (k - 1) - 1) / s + 1;
 }
 
+/* auto: the measured winner per shape (dt_conv_plan_bf16, conv_igemm.h); gemm: im2col + cuBLAS
+ * everywhere (the reference path); igemm128 / igemm64: every supported pass on the implicit GEMM
+ * with that tile (tests, ablation). */
+typedef enum { DT_CONV_ALGO_AUTO = 0, DT_CONV_ALGO_GEMM, DT_CONV_ALGO_IGEMM128, DT_CONV_ALGO_IGEMM64 } dt_conv_algo;
+/* The default is the plan: inside the bf16 ResNet-18 step (graphs, batch 64, H200) it takes
+ * 7.32 ms where im2col + cuBLAS everywhere takes 7.67 (docs/PERF.md section 15). */
+#define DT_CONV_ALGO_DEFAULT DT_CONV_ALGO_AUTO
+
+const char *dt_conv_algo_name(dt_conv_algo a);
+int dt_conv_algo_parse(const char *s); /* -1 when s names none */
+
+DT_PUBLIC_END
+#ifdef __cplusplus
+}
+#endif
 #endif
