@@ -63,6 +63,7 @@ int dt_bench_parse(dt_bench_opts *o, int argc, char **argv, dt_err *err) {
     o->warmup = 5;
     o->sigma = 1.0f;
     strcpy(o->precision, "fp32");
+    o->conv_algo = DT_CONV_ALGO_DEFAULT;
     o->what_conv = o->what_deform = 1;
     o->nbudgets = 1;
     o->budgets_mb[0] = 0; /* 0: the library default */
@@ -81,7 +82,7 @@ int dt_bench_parse(dt_bench_opts *o, int argc, char **argv, dt_err *err) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             return dt_errf(err, "usage: build/bench [--what conv|deform|all] [--batch N] [--shapes l1,l2a,...] [--reps N] "
                                 "[--warmup N] [--budgets MB,MB,...] [--sigma PX] [--mask] [--modes m1,m2,...] [--precision fp32|tf32|bf16] "
-                                "[--torch FILE] [--csv FILE]\n"
+                                "[--conv-algo auto|gemm|igemm128|igemm64] [--torch FILE] [--csv FILE]\n"
                                 "Times single layers at ResNet-18's 3x3 conv shapes (224x224 input; a Bottleneck's 3x3 convs "
                                 "at the same planes have these shapes but l2a, l3a, l4a, whose input has as many channels as "
                                 "the output). Whole training steps of any model: build/train configs/synthetic_timing.cfg "
@@ -93,6 +94,11 @@ int dt_bench_parse(dt_bench_opts *o, int argc, char **argv, dt_err *err) {
         else if (!strcmp(a, "--reps")) { o->reps = atoi(v); if (o->reps < 1) return dt_errf(err, "--reps %s: need a positive integer", v); }
         else if (!strcmp(a, "--warmup")) o->warmup = atoi(v);
         else if (!strcmp(a, "--sigma")) o->sigma = (float)atof(v);
+        else if (!strcmp(a, "--conv-algo")) {
+            int c = dt_conv_algo_parse(v);
+            if (c < 0) return dt_errf(err, "--conv-algo %s: one of auto, gemm, igemm128, igemm64", v);
+            o->conv_algo = (dt_conv_algo)c;
+        }
         else if (!strcmp(a, "--precision")) {
             dt_precision p;
             if (dt_precision_parse(v, &p)) return dt_errf(err, "--precision %s: one of fp32, tf32, bf16", v);

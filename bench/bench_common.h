@@ -6,6 +6,7 @@
 
 #include "core/dt_common.h"
 #include "core/dt_tensor.h"
+#include "ops/dt_layers.h" /* dt_conv_algo */
 
 #ifdef __cplusplus
 extern "C" {
@@ -29,6 +30,7 @@ typedef struct {
     dt_dtype dtype;    /* activations and products: f32 (fp32, tf32) or bf16 */
     dt_layout layout;  /* NCHW (fp32, tf32) or NHWC (bf16) */
     dt_math math;      /* f32 products: strict or TF32 */
+    dt_conv_algo conv_algo; /* --conv-algo: the plain convs' engine in bf16 (default auto) */
     int nshapes;
     const dt_bench_shape *shapes[7];
     int nbudgets;

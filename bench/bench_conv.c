@@ -12,6 +12,7 @@ typedef struct {
     dt_tensor *x, *w, *gy; /* w: the fp32 master (a parameter) */
     dt_conv_geom g;
     dt_math math;
+    dt_conv_algo algo;
     int backward;
 } conv_run_arg;
 
@@ -21,11 +22,11 @@ static void conv_run(void *p) {
     if (a->backward) {
         a->x->grad_valid = 0; /* overwrite, like a fresh step */
         a->w->grad_valid = 0;
-        dt_tensor *y = dt_conv2d(a->x, dt_bench_operand(a->w), NULL, a->g, a->math);
+        dt_tensor *y = dt_conv2d_algo(a->x, dt_bench_operand(a->w), NULL, a->g, a->math, a->algo);
         dt_backward_with(y, a->gy);
     } else {
         dt_set_grad_enabled(0);
-        dt_conv2d(a->x, dt_bench_operand(a->w), NULL, a->g, a->math);
+        dt_conv2d_algo(a->x, dt_bench_operand(a->w), NULL, a->g, a->math, a->algo);
         dt_set_grad_enabled(1);
     }
     dt_scope_end();
@@ -34,7 +35,7 @@ static void conv_run(void *p) {
 double dt_bench_conv_fb(const dt_bench_opts *o, dt_tensor *x, dt_tensor *w, dt_tensor *gy, dt_conv_geom g, int warmup,
                         int reps) {
     dt_requires_grad(x); /* w is a parameter: its gradient buffer lives between runs */
-    conv_run_arg a = {x, w, gy, g, o->math, 1};
+    conv_run_arg a = {x, w, gy, g, o->math, o->conv_algo, 1};
     return dt_bench_time(conv_run, &a, warmup, reps);
 }
 
@@ -59,7 +60,7 @@ void dt_bench_conv(const dt_bench_opts *o, FILE *csv) {
             dt_tensor *w = dt_bench_weight(o, sh->cout, sh->cin, 3, 3, sqrtf(2.0f / (9 * sh->cin)), 20 + s);
             dt_tensor *gy = dt_bench_act(o, N, sh->cout, Ho, Ho, 1.0f, 30 + s);
             dt_requires_grad(x);
-            conv_run_arg a = {x, w, gy, dt_geom(3, sh->stride, 1, 1), o->math, 0};
+            conv_run_arg a = {x, w, gy, dt_geom(3, sh->stride, 1, 1), o->math, o->conv_algo, 0};
             double fwd = dt_bench_time(conv_run, &a, o->warmup, o->reps);
             a.backward = 1;
             double fb = dt_bench_time(conv_run, &a, o->warmup, o->reps);

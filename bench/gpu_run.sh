@@ -188,7 +188,7 @@ for s in $STEPS; do
         done
         [ -f "$W/torch_layers_amp.txt" ] || T 200 python3 "$YARD" layers --batch 64 --amp --channels-last > "$W/torch_layers_amp.txt" 2>&1
         for a in gemm auto; do
-            DT_CONV_ALGO=$a T 200 build/bench --what conv --precision bf16 --torch "$W/torch_layers_amp.txt" > "$W/bench_conv_$a.txt" 2>&1
+            T 200 build/bench --what conv --conv-algo $a --precision bf16 --torch "$W/torch_layers_amp.txt" > "$W/bench_conv_$a.txt" 2>&1
             echo "bench conv bf16 conv_algo=$a:" | tee -a "$OUT/summary.txt"; tail -12 "$W/bench_conv_$a.txt" | tee -a "$OUT/summary.txt"
         done
         for cfg in $([ "${GRUN:-1}" = 1 ] && echo sample_plain sample_deft); do

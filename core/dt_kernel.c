@@ -49,6 +49,12 @@ dt_kernel_fn dt_kernel_lookup(const dt_op_table *t, dt_dev dev, dt_dtype dtype, 
              dt_dev_name(dev), has);
 }
 
+const dt_op_table *dt_op_table_find(const char *op) {
+    for (const dt_op_table *t = g_tables; t; t = t->next)
+        if (!strcmp(t->op, op)) return t;
+    return NULL;
+}
+
 static int by_name(const void *a, const void *b) {
     return strcmp((*(dt_op_table *const *)a)->op, (*(dt_op_table *const *)b)->op);
 }

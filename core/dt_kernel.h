@@ -54,6 +54,8 @@ typedef struct dt_op_table {
 dt_kernel_fn dt_kernel_lookup(const dt_op_table *t, dt_dev dev, dt_dtype dtype, dt_layout layout);
 /* 1 when the table has a usable entry for the combination. */
 int dt_kernel_has(const dt_op_table *t, dt_dev dev, dt_dtype dtype, dt_layout layout);
+/* The registered table of op `op` (its name, as build/test --ops prints it), or NULL. */
+const dt_op_table *dt_op_table_find(const char *op);
 void dt_op_table_register(dt_op_table *t);
 /* Prints one line per op: the combinations it has (the matrix in docs/DESIGN.md). */
 void dt_op_tables_print(FILE *f);

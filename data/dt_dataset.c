@@ -210,113 +210,154 @@ static int cmp_name_only(const void *a, const void *b) {
  * counted (same device and inode: another symlink or hard link to it) is not counted again.
  * A folder that cannot be read is an error (its images would be missing without a word);
  * entries named like images that are not regular files, and links to nothing, are warnings. */
+/* A class folder's walk in progress: the relative paths of the folders found (dirs, in tmp;
+ * depth[i] the nesting of dirs[i]), the image files found (their folder's index and name), and
+ * the sub-folders of the folder being read (kids). */
+typedef struct {
+    arena tmp;
+    offvec dirs;
+    int32_t *depth;
+    file_ent *files, *kids;
+    int64_t nfiles, capfiles, nkids, capkids;
+} class_walk;
+
+static void walk_add_file(class_walk *w, int64_t di, const char *name, node_id id) {
+    if (w->nfiles == w->capfiles) {
+        w->capfiles = w->capfiles ? w->capfiles * 2 : 1024;
+        w->files = dt_xrealloc(w->files, (size_t)w->capfiles * sizeof *w->files);
+    }
+    w->files[w->nfiles++] = (file_ent){(int32_t)di, arena_add(&w->tmp, name), id};
+}
+
+static void walk_add_kid(class_walk *w, const char *name, node_id id) {
+    if (w->nkids == w->capkids) {
+        w->capkids = w->capkids ? w->capkids * 2 : 64;
+        w->kids = dt_xrealloc(w->kids, (size_t)w->capkids * sizeof *w->kids);
+    }
+    w->kids[w->nkids++] = (file_ent){0, arena_add(&w->tmp, name), id};
+}
+
+/* The entries of open folder d (full: its path): image files into w->files, sub-folders into
+ * w->kids, warnings for what is skipped. */
+static int read_entries(class_walk *w, int64_t di, DIR *d, const struct stat *dst, const char *full, scan_state *st,
+                        dt_err *err) {
+    struct dirent *e;
+    w->nkids = 0;
+    while ((e = next_entry(d))) {
+        if (e->d_name[0] == '.') continue; /* ".", "..", hidden */
+#ifdef _DIRENT_HAVE_D_TYPE
+        /* Fast path: a regular file with a non-image name needs no further look. */
+        if (e->d_type == DT_REG && !dt_is_image_name(e->d_name)) continue;
+#endif
+        node_id id = {0, 0};
+        const char *what = "";
+        int k = entry_kind(d, (uint64_t)dst->st_dev, e, &id, &what);
+        int image = dt_is_image_name(e->d_name);
+        if (k == K_FILE && image) {
+            walk_add_file(w, di, e->d_name, id);
+            continue;
+        }
+        if (k == K_BROKEN) note(st, 1, "%s/%s: a link that cannot be followed (%s): skipped", full, e->d_name, what);
+        if (k == K_OTHER && image) note(st, 1, "%s/%s is %s, not an image file: skipped", full, e->d_name, what);
+        if (k != K_DIR) continue;
+        if (image) note(st, 0, "%s/%s is a folder named like an image: walked as a sub-folder", full, e->d_name);
+        walk_add_kid(w, e->d_name, id);
+    }
+    if (errno) return dt_errf(err, "cannot read folder %s: %s", full, strerror(errno));
+    return 0;
+}
+
+/* Queues the sub-folders just read (in name order, so which of two paths to a folder wins
+ * does not depend on the order readdir returns them in) that are new and not too deep. */
+static void queue_kids(class_walk *w, const char *rel, int dep, const char *full, scan_state *st) {
+    t_walk_base = w->tmp.buf;
+    if (w->nkids) qsort(w->kids, (size_t)w->nkids, sizeof *w->kids, cmp_name_only);
+    for (int64_t i = 0; i < w->nkids; i++) {
+        const char *name = w->tmp.buf + w->kids[i].name;
+        if (!id_set_add(&st->dirs, w->kids[i].id)) {
+            st->dup_dirs++;
+            note_dup(st, "%s/%s", full, name);
+            continue;
+        }
+        if (dep + 1 > MAX_DEPTH) {
+            note(st, 1, "%s/%s: folders nested deeper than %d levels are not scanned", full, name, MAX_DEPTH);
+            continue;
+        }
+        char *kid = dt_xstrdup(name); /* tmp moves while it grows */
+        size_t off = *rel ? arena_cat(&w->tmp, rel, "/", kid, NULL, NULL) : arena_add(&w->tmp, kid);
+        free(kid);
+        offvec_push(&w->dirs, off);
+        w->depth = dt_xrealloc(w->depth, (size_t)w->dirs.cap * sizeof *w->depth);
+        w->depth[w->dirs.n - 1] = dep + 1;
+    }
+}
+
+/* Reads folder di of the walk: its images, and its sub-folders queued. */
+static int walk_folder(class_walk *w, int64_t di, const char *class_dir, scan_state *st, dt_err *err) {
+    /* tmp may move: copy the relative path out before adding entries. */
+    char *rel = dt_xstrdup(w->tmp.buf + w->dirs.v[di]);
+    int dep = w->depth[di], rc = 0;
+    char *full = dt_xmalloc(strlen(class_dir) + strlen(rel) + 2);
+    sprintf(full, "%s%s%s", class_dir, *rel ? "/" : "", rel);
+    DIR *d = opendir(full);
+    struct stat dst;
+    if (d && fstat(dirfd(d), &dst) != 0) {
+        closedir(d);
+        d = NULL;
+    }
+    if (!d) {
+        rc = dt_errf(err, "cannot read %s folder %s: %s (its images would be missing from training)",
+                     *rel ? "the" : "class", full, strerror(errno));
+    } else {
+        rc = read_entries(w, di, d, &dst, full, st, err);
+        closedir(d);
+        queue_kids(w, rel, dep, full, st);
+    }
+    free(full);
+    free(rel);
+    return rc;
+}
+
+/* Directories in sorted relative-path order (the class folder, "", first); each file's dir
+ * index becomes its directory's rank. */
+static void sort_dirs(class_walk *w) {
+    if (w->dirs.n <= 1) return;
+    file_ent *order = dt_xmalloc((size_t)w->dirs.n * sizeof *order);
+    for (int64_t i = 0; i < w->dirs.n; i++) order[i] = (file_ent){(int32_t)i, w->dirs.v[i], {0, 0}};
+    t_walk_base = w->tmp.buf;
+    qsort(order, (size_t)w->dirs.n, sizeof *order, cmp_name_only);
+    int32_t *rank = dt_xmalloc((size_t)w->dirs.n * sizeof *rank);
+    for (int64_t r = 0; r < w->dirs.n; r++) {
+        rank[order[r].dir_rank] = (int32_t)r;
+        w->dirs.v[r] = order[r].name;
+    }
+    for (int64_t f = 0; f < w->nfiles; f++) w->files[f].dir_rank = rank[w->files[f].dir_rank];
+    free(order);
+    free(rank);
+}
+
+/* Appends the class folder's image paths to (out, paths) and sets *kept_out to their number.
+ * Folders are entered breadth-first, the sub-folders of each in name order, and only when not
+ * seen before in this split (st->dirs, which starts with the split folder and every class
+ * folder): a symlink loop, or a second path to a folder, is not followed. A file already
+ * counted (same device and inode: another symlink or hard link to it) is not counted again.
+ * A folder that cannot be read is an error (its images would be missing without a word);
+ * entries named like images that are not regular files, and links to nothing, are warnings. */
 static int scan_class(const char *class_dir, scan_state *st, arena *out, offvec *paths, int64_t *kept_out,
                       dt_err *err) {
-    arena tmp = {0};
-    offvec dirs = {0};
-    file_ent *files = NULL, *kids = NULL; /* kids: the sub-folders of the folder being read */
-    int64_t nfiles = 0, capfiles = 0, nkids = 0, capkids = 0;
-    int32_t *depth = NULL;
+    class_walk w = {0};
     int rc = 0;
-    offvec_push(&dirs, arena_add(&tmp, ""));
-    depth = dt_xrealloc(depth, sizeof *depth);
-    depth[0] = 0;
-    for (int64_t di = 0; di < dirs.n && !rc; di++) {
-        /* tmp may move: copy the relative path out before adding entries. */
-        char *rel = dt_xstrdup(tmp.buf + dirs.v[di]);
-        int dep = depth[di];
-        char *full = dt_xmalloc(strlen(class_dir) + strlen(rel) + 2);
-        sprintf(full, "%s%s%s", class_dir, *rel ? "/" : "", rel);
-        DIR *d = opendir(full);
-        struct stat dst;
-        if (d && fstat(dirfd(d), &dst) != 0) {
-            closedir(d);
-            d = NULL;
-        }
-        if (!d) {
-            rc = dt_errf(err, "cannot read %s folder %s: %s (its images would be missing from training)",
-                         *rel ? "the" : "class", full, strerror(errno));
-        } else {
-            struct dirent *e;
-            nkids = 0;
-            while ((e = next_entry(d))) {
-                if (e->d_name[0] == '.') continue; /* ".", "..", hidden */
-#ifdef _DIRENT_HAVE_D_TYPE
-                /* Fast path: a regular file with a non-image name needs no further look. */
-                if (e->d_type == DT_REG && !dt_is_image_name(e->d_name)) continue;
-#endif
-                node_id id = {0, 0};
-                const char *what = "";
-                int k = entry_kind(d, (uint64_t)dst.st_dev, e, &id, &what);
-                int image = dt_is_image_name(e->d_name);
-                if (k == K_FILE && image) {
-                    if (nfiles == capfiles) {
-                        capfiles = capfiles ? capfiles * 2 : 1024;
-                        files = dt_xrealloc(files, (size_t)capfiles * sizeof *files);
-                    }
-                    files[nfiles++] = (file_ent){(int32_t)di, arena_add(&tmp, e->d_name), id};
-                    continue;
-                }
-                if (k == K_BROKEN) note(st, 1, "%s/%s: a link that cannot be followed (%s): skipped", full, e->d_name, what);
-                if (k == K_OTHER && image) note(st, 1, "%s/%s is %s, not an image file: skipped", full, e->d_name, what);
-                if (k != K_DIR) continue;
-                if (image) note(st, 0, "%s/%s is a folder named like an image: walked as a sub-folder", full, e->d_name);
-                if (nkids == capkids) {
-                    capkids = capkids ? capkids * 2 : 64;
-                    kids = dt_xrealloc(kids, (size_t)capkids * sizeof *kids);
-                }
-                kids[nkids++] = (file_ent){0, arena_add(&tmp, e->d_name), id};
-            }
-            if (errno) rc = dt_errf(err, "cannot read folder %s: %s", full, strerror(errno));
-            closedir(d);
-            /* Sub-folders in name order, so which of two paths to a folder wins does not depend
-             * on the order readdir returns them in. */
-            t_walk_base = tmp.buf;
-            if (nkids) qsort(kids, (size_t)nkids, sizeof *kids, cmp_name_only);
-            for (int64_t i = 0; i < nkids; i++) {
-                const char *name = tmp.buf + kids[i].name;
-                if (!id_set_add(&st->dirs, kids[i].id)) {
-                    st->dup_dirs++;
-                    note_dup(st, "%s/%s", full, name);
-                    continue;
-                }
-                if (dep + 1 > MAX_DEPTH) {
-                    note(st, 1, "%s/%s: folders nested deeper than %d levels are not scanned", full, name, MAX_DEPTH);
-                    continue;
-                }
-                char *kid = dt_xstrdup(name); /* tmp moves while it grows */
-                size_t off = *rel ? arena_cat(&tmp, rel, "/", kid, NULL, NULL) : arena_add(&tmp, kid);
-                free(kid);
-                offvec_push(&dirs, off);
-                depth = dt_xrealloc(depth, (size_t)dirs.cap * sizeof *depth);
-                depth[dirs.n - 1] = dep + 1;
-            }
-        }
-        free(full);
-        free(rel);
-    }
-    if (dirs.n > 1) {
-        /* Directories in sorted relative-path order (the class folder, "", first); each
-         * file's dir index becomes its directory's rank. */
-        file_ent *order = dt_xmalloc((size_t)dirs.n * sizeof *order);
-        for (int64_t i = 0; i < dirs.n; i++) order[i] = (file_ent){(int32_t)i, dirs.v[i], {0, 0}};
-        t_walk_base = tmp.buf;
-        qsort(order, (size_t)dirs.n, sizeof *order, cmp_name_only);
-        int32_t *rank = dt_xmalloc((size_t)dirs.n * sizeof *rank);
-        for (int64_t r = 0; r < dirs.n; r++) {
-            rank[order[r].dir_rank] = (int32_t)r;
-            dirs.v[r] = order[r].name;
-        }
-        for (int64_t f = 0; f < nfiles; f++) files[f].dir_rank = rank[files[f].dir_rank];
-        free(order);
-        free(rank);
-    }
-    t_walk_base = tmp.buf;
-    if (nfiles) qsort(files, (size_t)nfiles, sizeof *files, cmp_file);
+    offvec_push(&w.dirs, arena_add(&w.tmp, ""));
+    w.depth = dt_xrealloc(w.depth, sizeof *w.depth);
+    w.depth[0] = 0;
+    for (int64_t di = 0; di < w.dirs.n && !rc; di++) rc = walk_folder(&w, di, class_dir, st, err);
+    sort_dirs(&w);
+    t_walk_base = w.tmp.buf;
+    if (w.nfiles) qsort(w.files, (size_t)w.nfiles, sizeof *w.files, cmp_file);
     int64_t kept = 0;
-    for (int64_t f = 0; f < nfiles && !rc; f++) {
-        const char *rel = tmp.buf + dirs.v[files[f].dir_rank], *name = tmp.buf + files[f].name;
-        if (!id_set_add(&st->files, files[f].id)) { /* in sorted order: the first path wins */
+    for (int64_t f = 0; f < w.nfiles && !rc; f++) {
+        const char *rel = w.tmp.buf + w.dirs.v[w.files[f].dir_rank], *name = w.tmp.buf + w.files[f].name;
+        if (!id_set_add(&st->files, w.files[f].id)) { /* in sorted order: the first path wins */
             st->dup_files++;
             note_dup(st, "%s/%s%s%s", class_dir, rel, *rel ? "/" : "", name);
             continue;
@@ -325,11 +366,11 @@ static int scan_class(const char *class_dir, scan_state *st, arena *out, offvec 
         offvec_push(paths, off);
         kept++;
     }
-    free(files);
-    free(depth);
-    free(dirs.v);
-    free(kids);
-    free(tmp.buf);
+    free(w.files);
+    free(w.depth);
+    free(w.dirs.v);
+    free(w.kids);
+    free(w.tmp.buf);
     *kept_out = kept;
     return rc;
 }
@@ -403,9 +444,8 @@ static int compare_classes(const dt_dataset *ds, const dt_dataset *ref, dt_err *
     return rc;
 }
 
-int dt_dataset_open(dt_dataset *ds, const char *root, const char *split, const dt_dataset *classes_from,
-                    dt_err *err) {
-    memset(ds, 0, sizeof *ds);
+/* root/split, checked to be a folder (*dir_out: malloc'ed). */
+static int split_folder(const char *root, const char *split, char **dir_out, dt_err *err) {
     struct stat st;
     if (stat(root, &st) != 0) return dt_errf(err, "dataset folder %s: %s", root, strerror(errno));
     if (!S_ISDIR(st.st_mode)) return dt_errf(err, "dataset folder %s is not a folder", root);
@@ -416,11 +456,92 @@ int dt_dataset_open(dt_dataset *ds, const char *root, const char *split, const d
         free(dir);
         return rc;
     }
+    *dir_out = dir;
+    return 0;
+}
+
+/* Scans every class folder of dir (names: the class names, at offsets cls) into (out, paths),
+ * class c's images from first[c]; says what was skipped or reached twice, and refuses a class
+ * without images. */
+static int scan_classes(dt_dataset *ds, const char *dir, scan_state *scan, const arena *names, const offvec *cls,
+                        arena *out, offvec *paths, int64_t *first, dt_err *err) {
+    int rc = 0;
+    /* classes without an image: their names, and whether links to what another class holds
+     * were all they had */
+    const char **empty = dt_xmalloc((size_t)ds->num_classes * sizeof *empty);
+    int nempty = 0, empty_linked = 0;
+    for (int c = 0; c < ds->num_classes && !rc; c++) {
+        first[c] = paths->n;
+        const char *name = names->buf + cls->v[c];
+        char *class_dir = dt_xmalloc(strlen(dir) + strlen(name) + 2);
+        sprintf(class_dir, "%s/%s", dir, name);
+        int64_t dups = scan->dup_dirs + scan->dup_files;
+        rc = scan_class(class_dir, scan, out, paths, &ds->class_count[c], err);
+        if (!rc && ds->class_count[c] == 0) {
+            empty[nempty++] = name;
+            empty_linked += scan->dup_dirs + scan->dup_files > dups;
+        }
+        free(class_dir);
+    }
+    first[ds->num_classes] = paths->n;
+    if (!rc && scan->notes > MAX_NAMED)
+        dt_warn("%s: %lld more entries like those above (%lld entries not used in all)", dir,
+                (long long)(scan->notes - MAX_NAMED), (long long)scan->skipped);
+    if (!rc && (scan->dup_dirs || scan->dup_files))
+        dt_warn("%s: %lld folder%s and %lld file%s reached again by another path (symlinks, hard links) were not "
+                "counted twice (first: %s)",
+                dir, (long long)scan->dup_dirs, scan->dup_dirs == 1 ? "" : "s", (long long)scan->dup_files,
+                scan->dup_files == 1 ? "" : "s", scan->dup_example);
+    /* A class without images is an error, as in torchvision's ImageFolder: training would
+     * never see it (its logit is never trained) and its val images could never be right. */
+    if (!rc && paths->n == 0)
+        rc = dt_errf(err,
+                     "no images in %s: %d class folder%s, all empty (images need an extension deftc decodes: jpg jpeg "
+                     "png bmp)",
+                     dir, ds->num_classes, ds->num_classes == 1 ? "" : "s");
+    else if (!rc && nempty) {
+        char list[600] = "";
+        append_names(list, sizeof list, empty, nempty, 8);
+        rc = dt_errf(err,
+                     "%d class folder%s of %s without images: %s (every class needs at least one image with an "
+                     "extension deftc decodes: jpg jpeg png bmp%s)",
+                     nempty, nempty == 1 ? "" : "s", dir, list,
+                     empty_linked ? "; what some of them hold is already counted under another class, through links"
+                                  : "");
+    }
+    free(empty);
+    return rc;
+}
+
+/* The scan's result into ds: the arena becomes final, so offsets turn into pointers. */
+static void fill_index(dt_dataset *ds, const scan_state *scan, arena *out, offvec *cls, offvec *paths,
+                       const int64_t *first) {
+    ds->dup_dirs = scan->dup_dirs;
+    ds->dup_files = scan->dup_files;
+    ds->skipped = scan->skipped;
+    ds->count = paths->n;
+    ds->arena_ = out->buf;
+    for (int c = 0; c < ds->num_classes; c++) ds->classes[c] = out->buf + cls->v[c];
+    ds->paths = dt_xmalloc((size_t)paths->n * sizeof(char *));
+    ds->labels = dt_xmalloc((size_t)paths->n * sizeof(int32_t));
+    for (int c = 0; c < ds->num_classes; c++)
+        for (int64_t i = first[c]; i < first[c + 1]; i++) {
+            ds->paths[i] = out->buf + paths->v[i];
+            ds->labels[i] = c;
+        }
+}
+
+int dt_dataset_open(dt_dataset *ds, const char *root, const char *split, const dt_dataset *classes_from,
+                    dt_err *err) {
+    memset(ds, 0, sizeof *ds);
+    char *dir = NULL;
+    int rc = split_folder(root, split, &dir, err);
+    if (rc) return rc;
     arena names = {0};
     offvec cls = {0};
     scan_state scan;
     memset(&scan, 0, sizeof scan);
-    int rc = list_classes(dir, &scan, &names, &cls, err);
+    rc = list_classes(dir, &scan, &names, &cls, err);
     if (!rc && cls.n == 0) rc = dt_errf(err, "no class folders in %s (expected %s/<class>/<image>)", dir, dir);
     if (rc) {
         free(dir);
@@ -451,50 +572,7 @@ int dt_dataset_open(dt_dataset *ds, const char *root, const char *split, const d
     arena_put(&out, names.buf, names.len); /* class names first, at the same offsets */
     ds->class_count = dt_xcalloc((size_t)ds->num_classes, sizeof *ds->class_count);
     int64_t *first = dt_xmalloc(((size_t)ds->num_classes + 1) * sizeof *first);
-    /* classes without an image: their names, and whether links to what another class holds
-     * were all they had */
-    const char **empty = dt_xmalloc((size_t)ds->num_classes * sizeof *empty);
-    int nempty = 0, empty_linked = 0;
-    for (int c = 0; c < ds->num_classes && !rc; c++) {
-        first[c] = paths.n;
-        const char *name = names.buf + cls.v[c];
-        char *class_dir = dt_xmalloc(strlen(dir) + strlen(name) + 2);
-        sprintf(class_dir, "%s/%s", dir, name);
-        int64_t dups = scan.dup_dirs + scan.dup_files;
-        rc = scan_class(class_dir, &scan, &out, &paths, &ds->class_count[c], err);
-        if (!rc && ds->class_count[c] == 0) {
-            empty[nempty++] = name;
-            empty_linked += scan.dup_dirs + scan.dup_files > dups;
-        }
-        free(class_dir);
-    }
-    first[ds->num_classes] = paths.n;
-    if (!rc && scan.notes > MAX_NAMED)
-        dt_warn("%s: %lld more entries like those above (%lld entries not used in all)", dir,
-                (long long)(scan.notes - MAX_NAMED), (long long)scan.skipped);
-    if (!rc && (scan.dup_dirs || scan.dup_files))
-        dt_warn("%s: %lld folder%s and %lld file%s reached again by another path (symlinks, hard links) were not "
-                "counted twice (first: %s)",
-                dir, (long long)scan.dup_dirs, scan.dup_dirs == 1 ? "" : "s", (long long)scan.dup_files,
-                scan.dup_files == 1 ? "" : "s", scan.dup_example);
-    /* A class without images is an error, as in torchvision's ImageFolder: training would
-     * never see it (its logit is never trained) and its val images could never be right. */
-    if (!rc && paths.n == 0)
-        rc = dt_errf(err,
-                     "no images in %s: %d class folder%s, all empty (images need an extension deftc decodes: jpg jpeg "
-                     "png bmp)",
-                     dir, ds->num_classes, ds->num_classes == 1 ? "" : "s");
-    else if (!rc && nempty) {
-        char list[600] = "";
-        append_names(list, sizeof list, empty, nempty, 8);
-        rc = dt_errf(err,
-                     "%d class folder%s of %s without images: %s (every class needs at least one image with an "
-                     "extension deftc decodes: jpg jpeg png bmp%s)",
-                     nempty, nempty == 1 ? "" : "s", dir, list,
-                     empty_linked ? "; what some of them hold is already counted under another class, through links"
-                                  : "");
-    }
-    free(empty);
+    rc = scan_classes(ds, dir, &scan, &names, &cls, &out, &paths, first, err);
     free(names.buf);
     free(scan.dirs.slot);
     free(scan.files.slot);
@@ -506,21 +584,8 @@ int dt_dataset_open(dt_dataset *ds, const char *root, const char *split, const d
         dt_dataset_close(ds);
         return rc;
     }
-    ds->dup_dirs = scan.dup_dirs;
-    ds->dup_files = scan.dup_files;
-    ds->skipped = scan.skipped;
-    ds->count = paths.n;
-    /* The arena is final: turn offsets into pointers. */
-    ds->arena_ = out.buf;
-    for (int c = 0; c < ds->num_classes; c++) ds->classes[c] = out.buf + cls.v[c];
+    fill_index(ds, &scan, &out, &cls, &paths, first);
     free(cls.v);
-    ds->paths = dt_xmalloc((size_t)paths.n * sizeof(char *));
-    ds->labels = dt_xmalloc((size_t)paths.n * sizeof(int32_t));
-    for (int c = 0; c < ds->num_classes; c++)
-        for (int64_t i = first[c]; i < first[c + 1]; i++) {
-            ds->paths[i] = out.buf + paths.v[i];
-            ds->labels[i] = c;
-        }
     free(first);
     free(paths.v);
     return 0;

@@ -632,116 +632,116 @@ static int probe_classes(dt_loader *l, dt_err *err) {
     return dt_errf(err, "%s", msg);
 }
 
-dt_loader *dt_loader_new(const dt_dataset *ds, const dt_loader_opts *opts, dt_err *err) {
-    dt_loader_opts o = opts ? *opts : dt_loader_default_opts(1);
+/* Checks the options against the dataset and fills in their defaults (*cache_size: the
+ * cached images' size). 0, or -1 with err set. */
+static int check_opts(const dt_dataset *ds, dt_loader_opts *o, int *cache_size, dt_err *err) {
     if (!ds || ds->count <= 0) {
         dt_errf(err, "loader: the dataset is empty");
-        return NULL;
+        return -1;
     }
-    if (o.batch < 1 || o.batch > 1 << 20) {
-        dt_errf(err, "loader: batch size %d is out of range (1 .. 1048576)", o.batch);
-        return NULL;
+    if (o->batch < 1 || o->batch > 1 << 20) {
+        dt_errf(err, "loader: batch size %d is out of range (1 .. 1048576)", o->batch);
+        return -1;
     }
-    if (o.image_size < 8 || o.image_size > 8192) {
-        dt_errf(err, "loader: image size %d is out of range (8 .. 8192)", o.image_size);
-        return NULL;
+    if (o->image_size < 8 || o->image_size > 8192) {
+        dt_errf(err, "loader: image size %d is out of range (8 .. 8192)", o->image_size);
+        return -1;
     }
-    if (o.workers < 0 || o.workers > 1024) {
-        dt_errf(err, "loader: %d workers is out of range (0 = one per core, at most 1024)", o.workers);
-        return NULL;
+    if (o->workers < 0 || o->workers > 1024) {
+        dt_errf(err, "loader: %d workers is out of range (0 = one per core, at most 1024)", o->workers);
+        return -1;
     }
-    if (o.prefetch == 0) o.prefetch = 4;
-    if (o.prefetch < 2 || o.prefetch > 64) {
-        dt_errf(err, "loader: prefetch %d is out of range (2 .. 64 batches)", o.prefetch);
-        return NULL;
+    if (o->prefetch == 0) o->prefetch = 4;
+    if (o->prefetch < 2 || o->prefetch > 64) {
+        dt_errf(err, "loader: prefetch %d is out of range (2 .. 64 batches)", o->prefetch);
+        return -1;
     }
-    if (o.crop_scale_min == 0) o.crop_scale_min = 0.08;
-    if (!(o.crop_scale_min > 0 && o.crop_scale_min <= 1)) {
-        dt_errf(err, "loader: crop_scale_min %g is out of range (0, 1]", o.crop_scale_min);
-        return NULL;
+    if (o->crop_scale_min == 0) o->crop_scale_min = 0.08;
+    if (!(o->crop_scale_min > 0 && o->crop_scale_min <= 1)) {
+        dt_errf(err, "loader: crop_scale_min %g is out of range (0, 1]", o->crop_scale_min);
+        return -1;
     }
-    if (o.drop_last < 0) o.drop_last = o.train ? 1 : 0;
-    int cache_size = o.cache_size ? o.cache_size : dt_val_resize_size(o.image_size);
-    if (o.cache && cache_size < o.image_size) {
-        dt_errf(err, "loader: cache_size %d is smaller than the image size %d", cache_size, o.image_size);
-        return NULL;
+    if (o->drop_last < 0) o->drop_last = o->train ? 1 : 0;
+    *cache_size = o->cache_size ? o->cache_size : dt_val_resize_size(o->image_size);
+    if (o->cache && *cache_size < o->image_size) {
+        dt_errf(err, "loader: cache_size %d is smaller than the image size %d", *cache_size, o->image_size);
+        return -1;
     }
-    if (o.cache_max_mb < 0) {
-        dt_errf(err, "loader: cache_max_mb %d is negative", o.cache_max_mb);
-        return NULL;
+    if (o->cache_max_mb < 0) {
+        dt_errf(err, "loader: cache_max_mb %d is negative", o->cache_max_mb);
+        return -1;
     }
-    if (o.max_pixels == 0) o.max_pixels = DT_IMAGE_MAX_PIXELS;
-    if (o.max_pixels < 0) {
-        dt_errf(err, "loader: max_pixels %lld is negative", (long long)o.max_pixels);
-        return NULL;
+    if (o->max_pixels == 0) o->max_pixels = DT_IMAGE_MAX_PIXELS;
+    if (o->max_pixels < 0) {
+        dt_errf(err, "loader: max_pixels %lld is negative", (long long)o->max_pixels);
+        return -1;
     }
     if (ds->count > INT32_MAX) {
         dt_errf(err, "loader: %lld images is more than the loader supports (2^31 - 1)", (long long)ds->count);
-        return NULL;
+        return -1;
     }
-    if (o.subset < 0) {
-        dt_errf(err, "loader: subset %lld is negative", (long long)o.subset);
-        return NULL;
+    if (o->subset < 0) {
+        dt_errf(err, "loader: subset %lld is negative", (long long)o->subset);
+        return -1;
     }
-    if (o.decode < DT_DECODE_CPU || o.decode > DT_DECODE_AUTO) {
-        dt_errf(err, "loader: decode %d is not one of cpu, gpu, auto", o.decode);
-        return NULL;
+    if (o->decode < DT_DECODE_CPU || o->decode > DT_DECODE_AUTO) {
+        dt_errf(err, "loader: decode %d is not one of cpu, gpu, auto", o->decode);
+        return -1;
     }
-    if (o.decode == DT_DECODE_GPU && o.cache) {
+    if (o->decode == DT_DECODE_GPU && o->cache) {
         dt_errf(err, "loader: decode=gpu with cache=1: the cache keeps images decoded on the CPU; use one of them");
-        return NULL;
+        return -1;
     }
     /* One class: the softmax of one logit is 1, the loss 0 from the first step, nothing is
      * learnt, and the run would look fine. */
-    if (o.train && ds->num_classes < 2) {
+    if (o->train && ds->num_classes < 2) {
         dt_errf(err, "loader: %s has one class (%s): training a classifier needs at least two (with one, the loss is 0 "
                 "from the first step and nothing is learnt); put each class's images in its own folder",
                 ds->dir, ds->classes[0]);
-        return NULL;
+        return -1;
     }
-    int64_t m = o.subset > 0 && o.subset < ds->count ? o.subset : ds->count;
-    if (o.shards == 0) o.shards = 1;
-    if (o.shards < 1 || o.shard < 0 || o.shard >= o.shards) {
-        dt_errf(err, "loader: shard %d of %d", o.shard, o.shards);
-        return NULL;
+    return 0;
+}
+
+/* This shard's share of the m images used: *nb batches an epoch of *n_used images. 0, or -1
+ * with err set when drop_last leaves no batch. */
+static int epoch_sizes(const dt_dataset *ds, dt_loader_opts *o, int64_t *m_out, int64_t *nb_out, int64_t *used_out,
+                       dt_err *err) {
+    int64_t m = o->subset > 0 && o->subset < ds->count ? o->subset : ds->count;
+    if (o->shards == 0) o->shards = 1;
+    if (o->shards < 1 || o->shard < 0 || o->shard >= o->shards) {
+        dt_errf(err, "loader: shard %d of %d", o->shard, o->shards);
+        return -1;
     }
     /* This shard's epoch positions: shard, shard + shards, ... (drop_last: whole global batches) */
     int64_t nb, n_used;
-    if (o.drop_last) {
-        nb = m / ((int64_t)o.batch * o.shards);
-        n_used = nb * o.batch;
+    if (o->drop_last) {
+        nb = m / ((int64_t)o->batch * o->shards);
+        n_used = nb * o->batch;
     } else {
-        n_used = m > o.shard ? dt_ceil_div(m - o.shard, o.shards) : 0;
-        nb = dt_ceil_div(n_used, o.batch);
+        n_used = m > o->shard ? dt_ceil_div(m - o->shard, o->shards) : 0;
+        nb = dt_ceil_div(n_used, o->batch);
     }
-    if (nb == 0 && o.drop_last) {
-        if (o.shards > 1)
+    if (nb == 0 && o->drop_last) {
+        if (o->shards > 1)
             dt_errf(err, "loader: %s has %lld images, fewer than one batch of %d on each of %d replicas (drop_last is on)",
-                    ds->dir, (long long)m, o.batch, o.shards);
+                    ds->dir, (long long)m, o->batch, o->shards);
         else
             dt_errf(err, "loader: %s has %lld images, fewer than one batch of %d (drop_last is on)", ds->dir,
-                    (long long)m, o.batch);
-        return NULL;
+                    (long long)m, o->batch);
+        return -1;
     }
 
-    dt_loader *l = dt_xcalloc(1, sizeof *l);
-    l->ds = ds;
-    l->o = o;
-    l->S = o.image_size;
-    l->B = o.batch;
-    l->K = o.prefetch;
-    l->n = ds->count;
-    l->nb = nb;
-    l->n_used = n_used;
-    l->nthreads = o.workers ? o.workers : dt_num_cores();
-    l->epoch = -1;
-    pthread_mutex_init(&l->mu, NULL);
-    pthread_cond_init(&l->work_cv, NULL);
-    pthread_cond_init(&l->ready_cv, NULL);
-    pthread_cond_init(&l->idle_cv, NULL);
-    /* Pinned only when the GPU context exists now; remembered so that free matches. */
-    l->pinned = dt_gpu_ready();
-    /* The decoder: the GPU's when asked for (or auto and there), else the CPU workers'. */
+    *m_out = m;
+    *nb_out = nb;
+    *used_out = n_used;
+    return 0;
+}
+
+/* The decoder: the GPU's when asked for (or auto and there), else the CPU workers'. 0, or -1
+ * with err set when decode=gpu cannot be had. */
+static int choose_decoder(dt_loader *l, dt_err *err) {
+    const dt_loader_opts o = l->o;
 #ifdef DT_LIBJPEG
     const char *cpu_name = "libjpeg-turbo, libpng, stb_image for BMP";
 #else
@@ -757,13 +757,18 @@ dt_loader *dt_loader_new(const dt_dataset *ds, const dt_loader_opts *opts, dt_er
         else if (!(l->gpu = dt_gpu_decoder_new(dt_gpu_current(), l->B, l->S, l->K, &e))) why = e.msg;
         if (why && o.decode == DT_DECODE_GPU) {
             dt_errf(err, "loader: decode=gpu: %s", why);
-            dt_loader_free(l);
-            return NULL;
+            return -1;
         }
         if (why) snprintf(l->decoder, sizeof l->decoder, "cpu (%s; decode=auto: %.600s)", cpu_name, why);
         else snprintf(l->decoder, sizeof l->decoder, "gpu: %s (PNG, BMP and the JPEGs it does not take: %s)",
                       dt_gpu_decoder_describe(l->gpu), cpu_name);
     }
+    return 0;
+}
+
+/* The ring of K batch slots (pinned when the GPU context exists), and the GPU decoder's
+ * per-batch tables. */
+static void alloc_ring(dt_loader *l) {
     l->slots = dt_xcalloc((size_t)l->K, sizeof *l->slots);
     for (int k = 0; k < l->K; k++) {
         l->slots[k].images = dt_host_alloc((size_t)l->B * l->S * l->S * 3, l->pinned); /* [B, S, S, 3] u8 */
@@ -784,6 +789,61 @@ dt_loader *dt_loader_new(const dt_dataset *ds, const dt_loader_opts *opts, dt_er
         l->dec_refused = dt_xcalloc((size_t)l->B, sizeof *l->dec_refused);
         l->dec_host = dt_xcalloc((size_t)l->B, sizeof *l->dec_host);
     }
+}
+
+/* The CPU workers, and the GPU decode thread. 0, or -1 with err set. */
+static int start_threads(dt_loader *l, dt_err *err) {
+    l->threads = dt_xcalloc((size_t)l->nthreads, sizeof *l->threads);
+    for (int t = 0; t < l->nthreads; t++) {
+        worker_ctx *w = dt_xcalloc(1, sizeof *w);
+        w->l = l;
+        int rc = pthread_create(&l->threads[t], NULL, worker_main, w);
+        if (rc != 0) {
+            free(w);
+            dt_errf(err, "loader: cannot start worker thread %d of %d: %s", t + 1, l->nthreads, strerror(rc));
+            return -1;
+        }
+        l->nstarted++;
+    }
+    if (l->gpu) {
+        int rc = pthread_create(&l->dec_thread, NULL, decode_main, l);
+        if (rc != 0) {
+            dt_errf(err, "loader: cannot start the GPU decode thread: %s", strerror(rc));
+            return -1;
+        }
+        l->dec_started = 1;
+    }
+    return 0;
+}
+
+dt_loader *dt_loader_new(const dt_dataset *ds, const dt_loader_opts *opts, dt_err *err) {
+    dt_loader_opts o = opts ? *opts : dt_loader_default_opts(1);
+    int cache_size = 0;
+    int64_t m, nb, n_used;
+    if (check_opts(ds, &o, &cache_size, err) || epoch_sizes(ds, &o, &m, &nb, &n_used, err)) return NULL;
+
+    dt_loader *l = dt_xcalloc(1, sizeof *l);
+    l->ds = ds;
+    l->o = o;
+    l->S = o.image_size;
+    l->B = o.batch;
+    l->K = o.prefetch;
+    l->n = ds->count;
+    l->nb = nb;
+    l->n_used = n_used;
+    l->nthreads = o.workers ? o.workers : dt_num_cores();
+    l->epoch = -1;
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_cond_init(&l->work_cv, NULL);
+    pthread_cond_init(&l->ready_cv, NULL);
+    pthread_cond_init(&l->idle_cv, NULL);
+    /* Pinned only when the GPU context exists now; remembered so that free matches. */
+    l->pinned = dt_gpu_ready();
+    if (choose_decoder(l, err)) {
+        dt_loader_free(l);
+        return NULL;
+    }
+    alloc_ring(l);
     l->bad = dt_xcalloc((size_t)dt_ceil_div(l->n, 64), sizeof *l->bad);
     l->class_bad = dt_xcalloc((size_t)ds->num_classes, sizeof *l->class_bad);
     l->max_pixels = o.max_pixels;
@@ -798,27 +858,9 @@ dt_loader *dt_loader_new(const dt_dataset *ds, const dt_loader_opts *opts, dt_er
         l->cache_size = cache_size;
         l->cache_max = (size_t)o.cache_max_mb << 20;
     }
-    l->threads = dt_xcalloc((size_t)l->nthreads, sizeof *l->threads);
-    for (int t = 0; t < l->nthreads; t++) {
-        worker_ctx *w = dt_xcalloc(1, sizeof *w);
-        w->l = l;
-        int rc = pthread_create(&l->threads[t], NULL, worker_main, w);
-        if (rc != 0) {
-            free(w);
-            dt_errf(err, "loader: cannot start worker thread %d of %d: %s", t + 1, l->nthreads, strerror(rc));
-            dt_loader_free(l);
-            return NULL;
-        }
-        l->nstarted++;
-    }
-    if (l->gpu) {
-        int rc = pthread_create(&l->dec_thread, NULL, decode_main, l);
-        if (rc != 0) {
-            dt_errf(err, "loader: cannot start the GPU decode thread: %s", strerror(rc));
-            dt_loader_free(l);
-            return NULL;
-        }
-        l->dec_started = 1;
+    if (start_threads(l, err)) {
+        dt_loader_free(l);
+        return NULL;
     }
     return l;
 }

@@ -65,6 +65,7 @@ typedef struct {
      * masters and bf16 working copies of the conv and linear weights */
     dt_precision precision;
     dt_layout layout;         /* the activations' (and conv weights') layout */
+    dt_conv_algo conv_algo;   /* the plain convs' engine in bf16 NHWC (dt_conv2d_algo; default auto) */
 } dt_resnet_cfg;
 
 /* ResNet-18, fp32, NCHW, all-plain unless deform_stages is set. */
@@ -101,6 +102,7 @@ typedef struct {
     dt_dev dev;
     dt_dtype act;           /* the activations' dtype (from cfg.precision) */
     dt_math math;           /* f32 products: strict or TF32 */
+    dt_conv_algo conv_algo; /* from cfg.conv_algo */
     /* lists sized by the model: every batch norm in order, the state that is not a parameter
      * (each batch norm's running mean and variance, in that order) and the deformable layers */
     dt_batchnorm **bns;

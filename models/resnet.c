@@ -53,6 +53,7 @@ dt_resnet_cfg dt_resnet_cfg_default(int num_classes) {
     c.knobs = dt_deform_knobs_default();
     c.precision = DT_PREC_FP32;
     c.layout = DT_NCHW;
+    c.conv_algo = DT_CONV_ALGO_DEFAULT;
     return c;
 }
 
@@ -121,7 +122,7 @@ static void conv_init(dt_resnet *m, dt_resnet_conv *c, const char *conv, const c
 }
 
 static dt_tensor *conv_forward(const dt_resnet *m, dt_resnet_conv *c, dt_tensor *x) {
-    return c->deform ? dt_deform_conv_forward(&c->dc, x) : dt_conv2d(x, operand(m, c->w), NULL, c->g, m->math);
+    return c->deform ? dt_deform_conv_forward(&c->dc, x) : dt_conv2d_algo(x, operand(m, c->w), NULL, c->g, m->math, m->conv_algo);
 }
 
 /* Conv i (1-based) of block b of stage s (0-based), layer{s+1}.{b}.conv{i} with bn{i}; a 3x3
@@ -191,6 +192,7 @@ void dt_resnet_init(dt_resnet *m, const dt_resnet_cfg *cfg, dt_dev dev) {
     m->dev = dev;
     m->act = dt_precision_act_dtype(cfg->precision);
     m->math = dt_precision_math(cfg->precision);
+    m->conv_algo = cfg->conv_algo;
     const dt_resnet_arch *a = dt_resnet_arch_of(cfg->model);
     if (cfg->num_classes < 1) dt_fatal("%s: num_classes %d must be positive", a->name, cfg->num_classes);
     if (m->act == DT_BF16 && cfg->layout != DT_NHWC)

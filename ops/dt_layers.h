@@ -10,9 +10,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "ops/batchnorm/batchnorm.h" /* dt_bn_sync */
-#include "ops/conv/conv_geom.h"
-#include "ops/conv/conv_igemm.h" /* dt_conv_algo */
+#include "ops/conv/conv_geom.h" /* dt_conv_geom, dt_conv_algo */
 #include "core/dt_autograd.h"
 #include "core/dt_tensor.h"
 
@@ -20,6 +18,10 @@
 extern "C" {
 #endif
 DT_PUBLIC_BEGIN
+
+/* A data-parallel trainer's cross-replica sum of batch-norm statistics (its fields:
+ * ops/batchnorm/batchnorm.h, where the kernels call it). */
+typedef struct dt_bn_sync dt_bn_sync;
 
 /* ---- conv2d ----
  * x [N, Cin, H, W], w [Cout, Cin, kh, kw], bias [Cout] (f32) or NULL -> [N, Cout, Ho, Wo] in
@@ -29,17 +31,16 @@ DT_PUBLIC_BEGIN
  * to its master). Implemented as im2col + GEMM over chunks of images whose column buffer fits
  * the budget (dt_conv_set_col_budget), so memory stays bounded for any batch size. */
 dt_tensor *dt_conv2d(dt_tensor *x, dt_tensor *w, dt_tensor *bias, dt_conv_geom g, dt_math math);
+/* The same with the engine of a bf16 NHWC conv's passes chosen (conv_igemm.h, docs/conv.md "The
+ * plan"): auto (the measured winner per shape: what dt_conv2d runs, DT_CONV_ALGO_DEFAULT), gemm
+ * (im2col + cuBLAS everywhere), igemm128 / igemm64 (the implicit GEMM with that tile wherever it
+ * runs - on the CPU too, through its twins). A model holds it in its config (conv_algo). */
+dt_tensor *dt_conv2d_algo(dt_tensor *x, dt_tensor *w, dt_tensor *bias, dt_conv_geom g, dt_math math,
+                          dt_conv_algo algo);
 void dt_conv_set_col_budget(size_t bytes); /* default 256 MiB; env DT_COL_BUDGET_MB */
-/* Which engine a bf16 NHWC conv's passes run on (conv_igemm.h, docs/conv.md "The plan"): auto
- * (the measured winner per shape), gemm (im2col + cuBLAS everywhere), igemm128 / igemm64 (the
- * implicit GEMM with that tile wherever it runs), sm90 (the Hopper engine wherever it runs) -
- * the forced ones on the CPU too, through the twins. A process
- * setting like the column budget, read by each conv's forward; env DT_CONV_ALGO. */
-void dt_conv_set_algo(dt_conv_algo a);
-dt_conv_algo dt_conv_get_algo(void);
 /* One line per distinct bf16 NHWC conv problem planned so far in this process: its shape, the
- * algorithm setting, whether the Hopper engine was there, and the engine of each pass
- * (gemm, igemm128, igemm64, sm90). The trainer writes it to the run's log after its first step. */
+ * algorithm, whether the Hopper engine was there, and the engine of each pass (gemm, igemm128,
+ * igemm64, sm90). The trainer writes it to the run's log after its first step. */
 void dt_conv_plan_print(FILE *f);
 size_t dt_conv_col_budget(void);
 /* Images per chunk for a column buffer of `col_elems_per_image` elements of elem_bytes each. */

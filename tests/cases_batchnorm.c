@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "core/dt_alloc.h"
+#include "ops/batchnorm/batchnorm.h" /* dt_bn_sync */
 #include "core/dt_common.h"
 #include "ops/dt_layers.h"
 #include "tests/dt_opcase.h"
@@ -141,7 +142,7 @@ static dt_tensor *build(const dt_opcase *c, dt_tensor **in, void *state) {
  * and bias (small where the offsets keep the ReLU's pre-activation away from 0); gx, gp, gs: x,
  * the affine parameters and the skip want gradients. */
 #define BN_SMALL(label, n_, c_, h_, w_, std, gx, gp, gs, ...)                                                            \
-    {.name = label, .types = DT_ALL_TYPES, .n_in = 4, .h = 1e-2f, .grad_tol = 2e-2f,                                \
+    {.name = label, .ops = {"batchnorm2d"}, .n_in = 4, .h = 1e-2f, .grad_tol = 2e-2f,                                \
      .in = {{4, {n_, c_, h_, w_}, DT_IN_ACT, std, gx},                                                               \
             {1, {c_}, DT_IN_F32, std, gp},                                                                           \
             {1, {c_}, DT_IN_F32, std, gp},                                                                           \
@@ -158,7 +159,7 @@ static dt_tensor *build(const dt_opcase *c, dt_tensor **in, void *state) {
  * keep 1e-5: their inputs stay away from the kink. */
 #define BN_RELU_BIG_TOL 1e-3f
 #define BN_BIG(label, n_, c_, h_, w_, gs, tol, ...)                                                                      \
-    {.name = label, .types = DT_ALL_TYPES, .n_in = 4, .grad_tol = -1, .bf16_bound = -1, .f32_tol = tol,                 \
+    {.name = label, .ops = {"batchnorm2d"}, .n_in = 4, .grad_tol = -1, .bf16_bound = -1, .f32_tol = tol,                 \
      .in = {{4, {n_, c_, h_, w_}, DT_IN_ACT, 1.0f, 1},                                                               \
             {1, {c_}, DT_IN_F32, 1.0f, 1},                                                                           \
             {1, {c_}, DT_IN_F32, 1.0f, 1},                                                                           \

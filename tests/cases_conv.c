@@ -55,7 +55,7 @@ static dt_tensor *build_residual(const dt_opcase *c, dt_tensor **in, void *state
  * bf16: 0 (the bf16 mode) or -1 (parity only); chunk: images per chunk (0: one chunk); the
  * geometry {kh, kw, sh, sw, ph, pw, dh, dw} comes last */
 #define CONV_G(label, n, cin, h, w, cout, kh, kw, with_bias, wstd, gradcheck, bf16, chunk_, ...)                  \
-    {.name = label, .types = DT_ALL_TYPES, .n_in = 3, .grad_tol = gradcheck, .bf16_bound = bf16,                 \
+    {.name = label, .ops = {"conv2d (im2col, nchw)", "conv2d (im2col, nhwc)"}, .n_in = 3, .grad_tol = gradcheck, .bf16_bound = bf16,                 \
      .in = {{4, {n, cin, h, w}, DT_IN_ACT, 1.0f, 1},                                                               \
             {4, {cout, cin, kh, kw}, DT_IN_WEIGHT, wstd, 1},                                                       \
             {1, {cout}, DT_IN_F32, 1.0f, with_bias}},                                                             \
@@ -70,7 +70,7 @@ static const dt_opcase conv_cases[] = {
     CONV("3x3 s2", 2, 16, 17, 17, 24, 3, 0, 0.1f, 0, 3, 3, 2, 2, 1, 1, 1, 1),
     CONV("1x1 s1 (columns = input)", 3, 32, 9, 7, 16, 1, 1, 0.1f, 0, 1, 1, 1, 1, 0, 0, 1, 1),
     CONV("1x1 s2 downsample", 5, 32, 14, 14, 64, 1, 0, 0.1f, 0, 1, 1, 2, 2, 0, 0, 1, 1),
-    {.name = "1x1 s1 + x (dx accumulated)", .types = DT_ALL_TYPES, .n_in = 3,
+    {.name = "1x1 s1 + x (dx accumulated)", .ops = {"conv2d (im2col, nchw)", "conv2d (im2col, nhwc)"}, .n_in = 3,
      .in = {{4, {3, 24, 9, 7}, DT_IN_ACT, 1.0f, 1}, {4, {24, 24, 1, 1}, DT_IN_WEIGHT, 0.1f, 1}, {1, {24}, DT_IN_F32, 1.0f, 0}},
      .build = build_residual, .arg = &(const conv_arg){{1, 1, 1, 1, 0, 0, 1, 1}, 0}, .state_new = chunked_new,
      .state_free = chunked_free},

@@ -19,28 +19,11 @@ typedef struct {
     dt_conv_algo algo;
 } igemm_arg;
 
-/* The algorithm holds from build to the backward (which reads the plan the forward kept, but
- * the op must be built under it): set when the first live instance is made, restored when the
- * last goes. */
-static int algo_live;
-static dt_conv_algo saved_algo;
-
-static void *algo_new(const dt_opcase *c, dt_dev dev, dt_layout layout) {
-    (void)dev, (void)layout;
-    if (!algo_live++) saved_algo = dt_conv_get_algo();
-    dt_conv_set_algo(((const igemm_arg *)c->arg)->algo);
-    return &algo_live;
-}
-
-static void algo_free(void *state) {
-    (void)state;
-    if (!--algo_live) dt_conv_set_algo(saved_algo);
-}
-
+/* The case's algorithm is the conv's (the backward reads the plan the forward kept). */
 static dt_tensor *build(const dt_opcase *c, dt_tensor **in, void *state) {
     (void)state;
     const igemm_arg *a = c->arg;
-    return dt_conv2d(in[0], in[1], c->in[2].grad ? in[2] : NULL, a->g, DT_MATH_FP32);
+    return dt_conv2d_algo(in[0], in[1], c->in[2].grad ? in[2] : NULL, a->g, DT_MATH_FP32, a->algo);
 }
 
 /* conv(x) + x (Cout = Cin, stride 1, same size): the add's backward runs first, so the conv's
@@ -50,11 +33,11 @@ static dt_tensor *build_residual(const dt_opcase *c, dt_tensor **in, void *state
 }
 
 #define IG_CASE(label, algo_, fn, n, cin, h, w, cout, kh, kw, with_bias, wstd, ...)                               \
-    {.name = label, .types = DT_F32_NCHW | DT_BF16_NHWC, .n_in = 3, .grad_tol = -1,                               \
+    {.name = label, .ops = {"conv2d (implicit GEMM, fprop)", "conv2d (im2col, nchw)"}, .n_in = 3, .grad_tol = -1,                               \
      .in = {{4, {n, cin, h, w}, DT_IN_ACT, 1.0f, 1},                                                               \
             {4, {cout, cin, kh, kw}, DT_IN_WEIGHT, wstd, 1},                                                       \
             {1, {cout}, DT_IN_F32, 1.0f, with_bias}},                                                             \
-     .build = fn, .arg = &(const igemm_arg){{__VA_ARGS__}, algo_}, .state_new = algo_new, .state_free = algo_free}
+     .build = fn, .arg = &(const igemm_arg){{__VA_ARGS__}, algo_}}
 
 /* every shape once per shipped tile; the geometry {kh, kw, sh, sw, ph, pw, dh, dw} comes last */
 #define IG_SHAPES(t, A)                                                                                            \
@@ -119,22 +102,25 @@ DT_OPCASES_NO_GRADCHECK(conv_igemm, conv_igemm_cases)
     IG_CASE(t " 3x3 s1, C = 32, 3x270 (a row's patch past shared memory)", A, build, 1, 32, 3, 270, 16, 3, 3, 0, 0.1f, \
             3, 3, 1, 1, 1, 1, 1, 1)
 
-/* the stem shape with a column budget of one image's columns (23*23*152*2 bytes: 3 chunks) */
+/* the stem shape with a column budget of one image's columns (23*23*152*2 bytes: 3 chunks): set
+ * while an instance of the case lives, the process's budget back when the last goes */
+static int budget_live;
 static size_t saved_budget;
 static void *small_budget_new(const dt_opcase *c, dt_dev dev, dt_layout layout) {
-    void *st = algo_new(c, dev, layout);
-    if (algo_live == 1) saved_budget = dt_conv_col_budget();
+    (void)c, (void)dev, (void)layout;
+    if (!budget_live++) saved_budget = dt_conv_col_budget();
     dt_conv_set_col_budget(23 * 23 * 152 * 2);
-    return st;
+    return &budget_live;
 }
 static void small_budget_free(void *state) {
-    if (algo_live == 1) dt_conv_set_col_budget(saved_budget);
-    algo_free(state);
+    (void)state;
+    if (!--budget_live) dt_conv_set_col_budget(saved_budget);
 }
 
 static const dt_opcase conv_sm90_cases[] = {
     IG_SM90_SHAPES("sm90", DT_CONV_ALGO_SM90),
-    {.name = "sm90 7x7 s2 stem in 3 chunks of columns", .types = DT_F32_NCHW | DT_BF16_NHWC, .n_in = 3, .grad_tol = -1,
+    {.name = "sm90 7x7 s2 stem in 3 chunks of columns", .ops = {"conv2d (implicit GEMM, fprop)", "conv2d (im2col, nchw)"},
+     .n_in = 3, .grad_tol = -1,
      .in = {{4, {3, 3, 45, 45}, DT_IN_ACT, 1.0f, 1}, {4, {64, 3, 7, 7}, DT_IN_WEIGHT, 0.1f, 1}, {1, {64}, DT_IN_F32, 1.0f, 1}},
      .build = build, .arg = &(const igemm_arg){{7, 7, 2, 2, 3, 3, 1, 1}, DT_CONV_ALGO_SM90},
      .state_new = small_budget_new, .state_free = small_budget_free},

@@ -136,7 +136,8 @@ static dt_tensor *build_layer(const dt_opcase *c, dt_tensor **in, void *state) {
  * case). */
 #define OP_G(label, types_, mode_, n, cin, ih, iw, cout, kh, kw, sh, sw, ph, pw, dh, dw, G, mask_, bias_, knobs,       \
              chunk_, res, grad, bf16)                                                                                  \
-    {.name = label, .types = types_, .n_in = 5, .grad_tol = grad, .bf16_bound = bf16,                                  \
+    {.name = label, .ops = {(mode_) == DT_DEFORM_DEFT ? "deft (sampling)" : "deform_conv2d unfused (im2col)"}, .types = types_, \
+     .n_in = 5, .grad_tol = grad, .bf16_bound = bf16,                                  \
      .in = {{4, {n, cin, ih, iw}, DT_IN_ACT, 1.0f, 1},                                                                 \
             {4, {n, 2 * (G) * (kh) * (kw), HO(ih, kh, sh, ph, dh), HO(iw, kw, sw, pw, dw)}, DT_IN_F32, OFF_STD, 1},    \
             {4, {n, (G) * (kh) * (kw), HO(ih, kh, sh, ph, dh), HO(iw, kw, sw, pw, dw)}, DT_IN_F32, 1.0f, mask_},       \
@@ -156,32 +157,32 @@ static const dt_opcase deform_cases[] = {
        1, 1, 2, 0, 0, K_GATHER, 1, 0, 0, 0),
     OP("unfused v2 deterministic (fixed point), residual", DT_F32_NCHW, DT_DEFORM_UNFUSED, 2, 4, 7, 8, 4, 3, 1, 1, 1, 1,
        1, 0, K_DET, 0, 1, 0, 0),
-    OP("deft v2 3x3 C 8, bias", DT_ALL_TYPES, DT_DEFORM_DEFT, 2, 8, 9, 8, 6, 3, 1, 1, 1, 1, 1, 1, K_GATHER, 0, 0, 0, 0),
-    OP("deft v1 G2 s2 odd 11x9, C 12 (Cg 6: scalar)", DT_ALL_TYPES, DT_DEFORM_DEFT, 3, 12, 11, 9, 5, 3, 2, 1, 1, 2, 0,
+    OP("deft v2 3x3 C 8, bias", 0, DT_DEFORM_DEFT, 2, 8, 9, 8, 6, 3, 1, 1, 1, 1, 1, 1, K_GATHER, 0, 0, 0, 0),
+    OP("deft v1 G2 s2 odd 11x9, C 12 (Cg 6: scalar)", 0, DT_DEFORM_DEFT, 3, 12, 11, 9, 5, 3, 2, 1, 1, 2, 0,
        0, K_GATHER, 0, 0, 0, 0),
-    OP("deft v2 batch 1, C 13, dilation 2", DT_ALL_TYPES, DT_DEFORM_DEFT, 1, 13, 10, 9, 4, 3, 1, 2, 2, 1, 1, 1,
+    OP("deft v2 batch 1, C 13, dilation 2", 0, DT_DEFORM_DEFT, 1, 13, 10, 9, 4, 3, 1, 2, 2, 1, 1, 1,
        K_GATHER, 0, 0, 0, 0),
-    OP("deft v2 G2 C 32, prime batch 5 in chunks of 2", DT_ALL_TYPES, DT_DEFORM_DEFT, 5, 32, 7, 6, 8, 3, 1, 1, 1, 2, 1,
+    OP("deft v2 G2 C 32, prime batch 5 in chunks of 2", 0, DT_DEFORM_DEFT, 5, 32, 7, 6, 8, 3, 1, 1, 1, 2, 1,
        0, K_GATHER, 2, 0, 0, 0),
-    OP_G("deft v2 2x3 kernel, stride (1, 2), padding (0, 1), G3 (Cg 2)", DT_ALL_TYPES, DT_DEFORM_DEFT, 2, 6, 6, 9, 4, 2,
+    OP_G("deft v2 2x3 kernel, stride (1, 2), padding (0, 1), G3 (Cg 2)", 0, DT_DEFORM_DEFT, 2, 6, 6, 9, 4, 2,
          3, 1, 2, 0, 1, 1, 1, 3, 1, 1, K_GATHER, 0, 0, 0, 0),
     OP_G("unfused v1 2x3 kernel, stride (1, 2), padding (0, 1), G3", DT_F32_NCHW, DT_DEFORM_UNFUSED, 2, 6, 6, 9, 4, 2,
          3, 1, 2, 0, 1, 1, 1, 3, 0, 0, K_GATHER, 0, 0, 0, 0),
-    OP("deft v2 residual (dx accumulated)", DT_ALL_TYPES, DT_DEFORM_DEFT, 2, 8, 8, 9, 8, 3, 1, 1, 1, 1, 1, 1, K_GATHER,
+    OP("deft v2 residual (dx accumulated)", 0, DT_DEFORM_DEFT, 2, 8, 8, 9, 8, 3, 1, 1, 1, 1, 1, 1, K_GATHER,
        0, 1, 0, 0),
-    OP("deft v2 dx=atomic", DT_ALL_TYPES, DT_DEFORM_DEFT, 2, 8, 8, 9, 4, 3, 1, 1, 1, 1, 1, 1, K_ATOMIC, 0, 0, 0, 0),
-    OP("deft v1 G2 dx=atomic, s2, chunks of 1", DT_ALL_TYPES, DT_DEFORM_DEFT, 3, 8, 9, 9, 4, 3, 2, 1, 1, 2, 0, 0,
+    OP("deft v2 dx=atomic", 0, DT_DEFORM_DEFT, 2, 8, 8, 9, 4, 3, 1, 1, 1, 1, 1, 1, K_ATOMIC, 0, 0, 0, 0),
+    OP("deft v1 G2 dx=atomic, s2, chunks of 1", 0, DT_DEFORM_DEFT, 3, 8, 9, 9, 4, 3, 2, 1, 1, 2, 0, 0,
        K_ATOMIC, 1, 0, 0, 0),
-    OP("deft v2 dx=atomic, residual", DT_ALL_TYPES, DT_DEFORM_DEFT, 2, 8, 7, 8, 8, 3, 1, 1, 1, 1, 1, 0, K_ATOMIC, 0, 1,
+    OP("deft v2 dx=atomic, residual", 0, DT_DEFORM_DEFT, 2, 8, 7, 8, 8, 3, 1, 1, 1, 1, 1, 0, K_ATOMIC, 0, 1,
        0, 0),
-    OP("deft v2 stage halo 1", DT_ALL_TYPES, DT_DEFORM_DEFT, 2, 8, 9, 10, 4, 3, 1, 1, 1, 1, 1, 0, K_STAGE1, 0, 0, 0, 0),
-    OP("deft v1 G2 stage halo 2, C 6, s2", DT_ALL_TYPES, DT_DEFORM_DEFT, 2, 6, 11, 10, 4, 3, 2, 1, 1, 2, 0, 0, K_STAGE2,
+    OP("deft v2 stage halo 1", 0, DT_DEFORM_DEFT, 2, 8, 9, 10, 4, 3, 1, 1, 1, 1, 1, 0, K_STAGE1, 0, 0, 0, 0),
+    OP("deft v1 G2 stage halo 2, C 6, s2", 0, DT_DEFORM_DEFT, 2, 6, 11, 10, 4, 3, 2, 1, 1, 2, 0, 0, K_STAGE2,
        0, 0, 0, 0),
-    OP("deft v2 deterministic (atomic asked)", DT_ALL_TYPES, DT_DEFORM_DEFT, 2, 8, 7, 7, 4, 3, 1, 1, 1, 1, 1, 0,
+    OP("deft v2 deterministic (atomic asked)", 0, DT_DEFORM_DEFT, 2, 8, 7, 7, 4, 3, 1, 1, 1, 1, 1, 0,
        K_DET_ATOMIC, 0, 0, 0, 0),
-    OP("deft ResNet l1 shape, batch 2", DT_ALL_TYPES, DT_DEFORM_DEFT, 2, 64, 56, 56, 64, 3, 1, 1, 1, 1, 0, 0, K_GATHER,
+    OP("deft ResNet l1 shape, batch 2", 0, DT_DEFORM_DEFT, 2, 64, 56, 56, 64, 3, 1, 1, 1, 1, 0, 0, K_GATHER,
        0, 0, -1, -1),
-    OP("deft ResNet l4a shape (s2), batch 3", DT_ALL_TYPES, DT_DEFORM_DEFT, 3, 256, 14, 14, 512, 3, 2, 1, 1, 1, 0, 0,
+    OP("deft ResNet l4a shape (s2), batch 3", 0, DT_DEFORM_DEFT, 3, 256, 14, 14, 512, 3, 2, 1, 1, 1, 0, 0,
        K_GATHER, 0, 0, -1, -1),
     OP("unfused ResNet l2a shape (s2), batch 2", DT_F32_NCHW, DT_DEFORM_UNFUSED, 2, 64, 56, 56, 128, 3, 2, 1, 1, 1, 0,
        0, K_GATHER, 0, 0, -1, -1),
@@ -195,7 +196,7 @@ DT_OPCASES(deform, deform_cases)
 /* A case of the layer's node; v2: DCNv2 (the mask), offw: the offset weights' std (OFFW). */
 #define LAYER_G(label, n, cin, ih, iw, cout, kh, kw, sh, sw, ph, pw, dh, dw, G, v2, bias_, knobs, chunk_, res, offw,   \
                 grad, bf16)                                                                                            \
-    {.name = label, .types = DT_ALL_TYPES, .n_in = 5, .grad_tol = grad, .bf16_bound = bf16,                            \
+    {.name = label, .ops = {"deft (sampling)"}, .n_in = 5, .grad_tol = grad, .bf16_bound = bf16,                            \
      .in = {{4, {n, cin, ih, iw}, DT_IN_ACT, 1.0f, 1},                                                                 \
             {4, {((v2) ? 3 : 2) * (G) * (kh) * (kw), cin, kh, kw}, DT_IN_F32, offw, 1},                                \
             {1, {((v2) ? 3 : 2) * (G) * (kh) * (kw)}, DT_IN_F32, OFF_STD, 1},                                          \

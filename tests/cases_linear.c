@@ -18,15 +18,13 @@ static dt_tensor *build(const dt_opcase *c, dt_tensor **in, void *state) {
     return dt_linear(in[0], in[1], a->bias ? in[2] : NULL, DT_MATH_FP32);
 }
 
-/* 2-D tensors are row-major in every combination: f32 and bf16 */
-#define GEMM_TYPES (DT_F32_NCHW | DT_BF16_NHWC)
 /* gradcheck: 0 (every mode) or -1 (too large for finite differences: parity and perf only) */
 #define LINEAR(label, b, i, o, with_bias, wstd, gradcheck)                                                          \
-    {.name = label, .types = GEMM_TYPES, .n_in = 3, .grad_tol = gradcheck,                                         \
+    {.name = label, .ops = {"gemm"}, .n_in = 3, .grad_tol = gradcheck,                                         \
      .in = {{2, {b, i}, DT_IN_ACT, 1.0f, 1}, {2, {o, i}, DT_IN_WEIGHT, wstd, 1}, {1, {o}, DT_IN_F32, 1.0f, with_bias}}, \
      .build = build, .arg = &(const gemm_arg){.bias = with_bias}}
 #define MATMUL(label, m, k, n, gradcheck)                                                                           \
-    {.name = label, .types = GEMM_TYPES, .n_in = 2, .grad_tol = gradcheck,                                         \
+    {.name = label, .ops = {"gemm"}, .n_in = 2, .grad_tol = gradcheck,                                         \
      .in = {{2, {m, k}, DT_IN_ACT, 1.0f, 1}, {2, {k, n}, DT_IN_ACT, 0.3f, 1}}, .build = build,                      \
      .arg = &(const gemm_arg){.matmul = 1}}
 

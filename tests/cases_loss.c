@@ -23,7 +23,7 @@ static dt_tensor *build(const dt_opcase *c, dt_tensor **in, void *state) {
 
 /* grad: 0 (every mode) or -1 (parity and perf only) */
 #define XENT(label, n, k, eps, grad)                                                                                \
-    {.name = label, .types = DT_F32_NCHW | DT_BF16_NHWC, .n_in = 2, .grad_tol = grad, .bf16_bound = grad,          \
+    {.name = label, .ops = {"softmax_cross_entropy"}, .n_in = 2, .grad_tol = grad, .bf16_bound = grad,          \
      .in = {{2, {n, k}, DT_IN_ACT, 2.0f, 1}, {1, {n}, DT_IN_LABELS, (float)(k), 0}}, .build = build,                \
      .arg = &(const xent_arg){eps}}
 

@@ -21,7 +21,7 @@ static dt_tensor *normalize(const dt_opcase *c, dt_tensor **in, dt_dtype dtype, 
 }
 
 #define NORM(nm, n, h, w)                                                                                   \
-    {.name = nm, .types = DT_ALL_TYPES, .n_in = 1, .in = {{4, {n, h, w, 3}, DT_IN_U8, 0, 0}}, .build_as = normalize, \
+    {.name = nm, .ops = {"normalize_images"}, .n_in = 1, .in = {{4, {n, h, w, 3}, DT_IN_U8, 0, 0}}, .build_as = normalize, \
      .f32_tol = 1e-12f, .bf16_tol = 1e-12f}
 
 static const dt_opcase norm_cases[] = {

@@ -63,23 +63,26 @@ static dt_tensor *build(const dt_opcase *c, dt_tensor **in, void *state) {
 }
 
 /* grad: 0 (every mode) or -1 (parity and perf only, with no bf16 bound: a big shape) */
-#define POOL(label, n_, c_, h_, w_, std, grad, ...)                                                                     \
-    {.name = label, .types = DT_ALL_TYPES, .n_in = 1, .grad_tol = grad, .bf16_bound = grad,                        \
+#define POOL(label, table, n_, c_, h_, w_, std, grad, ...)                                                              \
+    {.name = label, .ops = {table}, .n_in = 1, .grad_tol = grad, .bf16_bound = grad,                        \
      .in = {{4, {n_, c_, h_, w_}, DT_IN_ACT, std, 1}}, .build = build, .arg = &(const pool_arg){__VA_ARGS__},           \
      .state_new = state_new, .state_free = state_free}
 
+#define MAXPOOL(label, ...) POOL(label, "maxpool2d", __VA_ARGS__)
+#define AVGPOOL(label, ...) POOL(label, "global_avgpool", __VA_ARGS__)
+
 static const dt_opcase pool_cases[] = {
-    POOL("maxpool 3x3/2 p1, C = 5 (no packs)", 2, 5, 9, 8, 0.02f, 0, .max = 1, .k = 3, .s = 2, .p = 1, .ramp = 1),
-    POOL("maxpool 3x3/2 p1, C = 16", 3, 16, 11, 10, 0.02f, 0, .max = 1, .k = 3, .s = 2, .p = 1, .ramp = 1),
-    POOL("maxpool 2x2/2, batch 1, odd W, C = 24", 1, 24, 8, 9, 0.02f, 0, .max = 1, .k = 2, .s = 2, .p = 0, .ramp = 1),
-    POOL("maxpool 3x3/1 p1, prime batch 7, C = 8", 7, 8, 6, 6, 0.02f, 0, .max = 1, .k = 3, .s = 1, .p = 1, .ramp = 1),
-    POOL("maxpool 3x3/2 no padding, C = 12", 2, 12, 7, 7, 0.02f, 0, .max = 1, .k = 3, .s = 2, .p = 0, .ramp = 1),
-    POOL("maxpool ResNet stem 64x64x112x112", 64, 64, 112, 112, 1.0f, -1, .max = 1, .k = 3, .s = 2, .p = 1),
-    POOL("avgpool C = 5 (no packs)", 3, 5, 7, 7, 1.0f, 0),
-    POOL("avgpool prime batch 7, C = 64", 7, 64, 7, 7, 1.0f, 0),
-    POOL("avgpool batch 1, 5x3, C = 12", 1, 12, 5, 3, 1.0f, 0),
-    POOL("avgpool 1x1 images, C = 24", 2, 24, 1, 1, 1.0f, 0),
-    POOL("avgpool ResNet head 64x512x7x7", 64, 512, 7, 7, 1.0f, -1),
+    MAXPOOL("maxpool 3x3/2 p1, C = 5 (no packs)", 2, 5, 9, 8, 0.02f, 0, .max = 1, .k = 3, .s = 2, .p = 1, .ramp = 1),
+    MAXPOOL("maxpool 3x3/2 p1, C = 16", 3, 16, 11, 10, 0.02f, 0, .max = 1, .k = 3, .s = 2, .p = 1, .ramp = 1),
+    MAXPOOL("maxpool 2x2/2, batch 1, odd W, C = 24", 1, 24, 8, 9, 0.02f, 0, .max = 1, .k = 2, .s = 2, .p = 0, .ramp = 1),
+    MAXPOOL("maxpool 3x3/1 p1, prime batch 7, C = 8", 7, 8, 6, 6, 0.02f, 0, .max = 1, .k = 3, .s = 1, .p = 1, .ramp = 1),
+    MAXPOOL("maxpool 3x3/2 no padding, C = 12", 2, 12, 7, 7, 0.02f, 0, .max = 1, .k = 3, .s = 2, .p = 0, .ramp = 1),
+    MAXPOOL("maxpool ResNet stem 64x64x112x112", 64, 64, 112, 112, 1.0f, -1, .max = 1, .k = 3, .s = 2, .p = 1),
+    AVGPOOL("avgpool C = 5 (no packs)", 3, 5, 7, 7, 1.0f, 0),
+    AVGPOOL("avgpool prime batch 7, C = 64", 7, 64, 7, 7, 1.0f, 0),
+    AVGPOOL("avgpool batch 1, 5x3, C = 12", 1, 12, 5, 3, 1.0f, 0),
+    AVGPOOL("avgpool 1x1 images, C = 24", 2, 24, 1, 1, 1.0f, 0),
+    AVGPOOL("avgpool ResNet head 64x512x7x7", 64, 512, 7, 7, 1.0f, -1),
 };
 DT_OPCASES(pool, pool_cases)
 

@@ -31,11 +31,15 @@
 #include "core/dt_dtype.h"
 #include "core/dt_tensor.h"
 
-/* The (dtype, layout) combinations of a case, as bits. */
+/* The (dtype, layout) combinations of a case, as bits. A case runs the combinations its op
+ * tables have (`ops`: a combination runs on a device when one of the tables has a kernel for it
+ * there; a case whose activations are not 4-D has no f32 nhwc combination, its f32 and bf16 are
+ * row-major), within `types` when that is not 0. A combination the case asks for (types) that
+ * the tables lack is skipped with its name. */
 #define DT_F32_NCHW 1u
 #define DT_F32_NHWC 2u
 #define DT_BF16_NHWC 4u
-#define DT_ALL_TYPES (DT_F32_NCHW | DT_F32_NHWC | DT_BF16_NHWC)
+#define DT_OPCASE_MAX_OPS 3
 
 typedef enum {
     DT_IN_ACT = 0,   /* an activation: in the combination's dtype and layout */
@@ -69,7 +73,10 @@ typedef dt_tensor *(*dt_opcase_build_as)(const dt_opcase *c, dt_tensor **in, dt_
 
 struct dt_opcase {
     const char *name;          /* "conv2d 3x3 s2 odd" */
-    unsigned types;            /* DT_F32_NCHW | ... */
+    /* the op tables of the kernels the case runs (dt_op_table_find names: "maxpool2d"); none
+     * only for an op without kernels (a view), which then runs `types` as written */
+    const char *ops[DT_OPCASE_MAX_OPS];
+    unsigned types;            /* 0: every combination of the tables; else only these */
     int n_in;
     dt_opcase_input in[DT_OPCASE_MAX_IN];
     dt_opcase_build build;

@@ -10,6 +10,7 @@
 #include "core/dt_autograd.h"
 #include "tests/dt_check.h"
 #include "core/dt_common.h"
+#include "core/dt_kernel.h"
 #include "core/dt_param.h"
 #include "tests/dt_test.h"
 #include "core/dt_timer.h"
@@ -20,6 +21,35 @@ static dt_dtype combo_dtype(unsigned combo) { return combo == DT_BF16_NHWC ? DT_
 static dt_layout combo_layout(unsigned combo) { return combo == DT_F32_NCHW ? DT_NCHW : DT_NHWC; }
 static const char *combo_name(unsigned combo) {
     return combo == DT_F32_NCHW ? "f32 nchw" : combo == DT_F32_NHWC ? "f32 nhwc" : "bf16 nhwc";
+}
+
+/* The layout the case's kernels are picked by in combination combo: the combination's for
+ * 4-D activations (and for an op that makes its output's from other inputs), row-major else. */
+static dt_layout pick_layout(const dt_opcase *c, unsigned combo) {
+    for (int i = 0; i < c->n_in; i++)
+        if (c->in[i].kind == DT_IN_ACT) return c->in[i].ndim == 4 ? combo_layout(combo) : DT_NCHW;
+    return combo_layout(combo);
+}
+
+/* Whether case c runs combination combo on dev (see dt_opcase.h); a combination its types ask
+ * for that its tables lack is skipped, saying so. */
+static int runs(const char *table, const dt_opcase *c, unsigned combo, dt_dev dev) {
+    if (c->types && !(c->types & combo)) return 0;
+    if (!c->ops[0]) return c->types != 0; /* an op without kernels: the combinations written */
+    if (combo == DT_F32_NHWC && pick_layout(c, combo) == DT_NCHW) return 0; /* not 4-D: the same as f32 nchw */
+    dt_layout layout = pick_layout(c, combo);
+    for (int i = 0; i < DT_OPCASE_MAX_OPS && c->ops[i]; i++) {
+        const dt_op_table *t = dt_op_table_find(c->ops[i]);
+        if (!t) {
+            dt_test_fail(__FILE__, __LINE__, "%s / %s: there is no op table \"%s\"", table, c->name, c->ops[i]);
+            return 0;
+        }
+        if (dt_kernel_has(t, dev, combo_dtype(combo), layout)) return 1;
+    }
+    if (c->types & combo)
+        printf("skip  %s / %s (%s): no %s kernel in its op table%s (%s%s%s)\n", table, c->name, combo_name(combo),
+               dt_dev_name(dev), c->ops[1] ? "s" : "", c->ops[0], c->ops[1] ? ", " : "", c->ops[1] ? c->ops[1] : "");
+    return 0;
 }
 
 /* A case's logical input values, drawn once and shared by every combination and device. */
@@ -216,7 +246,7 @@ int dt_opcase_run_gradcheck(const char *table, const dt_opcase *cases, int n) {
         const dt_opcase *c = &cases[k];
         if (c->grad_tol < 0 || !any_grad(c)) continue;
         for (int j = 0; j < 2; j++) { /* the f32 combinations */
-            if (!(c->types & COMBOS[j])) continue;
+            if (!runs(table, c, COMBOS[j], DT_CPU)) continue;
             dt_scope_begin();
             values vs = draw(c);
             instance t;
@@ -243,9 +273,9 @@ int dt_opcase_run_bf16(const char *table, const dt_opcase *cases, int n) {
     int failed = 0;
     for (int k = 0; k < n; k++) {
         const dt_opcase *c = &cases[k];
-        if (c->bf16_bound < 0 || !(c->types & DT_BF16_NHWC)) continue;
-        unsigned ref_combo = c->types & DT_F32_NCHW ? DT_F32_NCHW : DT_F32_NHWC;
-        if (!(c->types & ref_combo)) continue;
+        if (c->bf16_bound < 0 || !runs(table, c, DT_BF16_NHWC, DT_CPU)) continue;
+        unsigned ref_combo = runs(table, c, DT_F32_NCHW, DT_CPU) ? DT_F32_NCHW : DT_F32_NHWC;
+        if (ref_combo == DT_F32_NHWC && !runs(table, c, ref_combo, DT_CPU)) continue;
         dt_scope_begin();
         values vs = draw(c);
         instance ref, bf;
@@ -321,7 +351,7 @@ int dt_opcase_run_parity(const char *table, const dt_opcase *cases, int n) {
         const dt_opcase *c = &cases[k];
         for (int j = 0; j < 3; j++) {
             unsigned combo = COMBOS[j];
-            if (!(c->types & combo)) continue;
+            if (!runs(table, c, combo, DT_CPU) || !runs(table, c, combo, DT_GPU)) continue;
             dt_scope_begin();
             values vs = draw(c);
             instance cpu, gpu;

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "tests/train_testutil.h"
 #include "tests/data_testutil.h"
 #include "train/dt_checkpoint.h"
 #include "train/dt_config.h"
@@ -314,17 +315,11 @@ DT_TEST(config_quoted_values) {
  * compares the configs (no false "data differs") and rescales a changed batch: before, the
  * stored text did not parse ("cannot compare"), and the position was not rescaled. */
 static void hostile_cfg(dt_train_cfg *c, const char *data) {
-    dt_config_defaults(c);
-    snprintf(c->data, sizeof c->data, "%s", data);
-    strcpy(c->device, "cpu");
-    c->image_size = 32;
-    c->width = 0.0625f;
-    c->batch = 8;
+    dt_test_run_cfg(c, data, 32, 0.0625f, 8);
     c->workers = 1;
     c->steps = 4;
     c->max_val_batches = 1;
     c->eval_every = 0;
-    c->progress = 0;
     c->quiet = 1;
 }
 

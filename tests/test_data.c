@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "tests/train_testutil.h"
 #include "tests/data_testutil.h"
 #include "data/dt_dataset.h"
 #include "data/dt_image.h"
@@ -941,15 +942,9 @@ DT_TEST(data_loader_subset_is_stratified_fixed_and_sharded) {
 static void train_with_val_subset(void *arg) {
     (void)arg;
     dt_train_cfg c;
-    dt_config_defaults(&c);
-    snprintf(c.data, sizeof c.data, "%s", dt_test_shapes("shapes", 2, 4, 4, 40));
-    strcpy(c.device, "cpu");
-    c.image_size = 32;
-    c.width = 0.25f;
-    c.batch = 4;
+    dt_test_run_cfg(&c, dt_test_shapes("shapes", 2, 4, 4, 40), 32, 0.25f, 4);
     c.workers = 1;
     c.steps = 1;
-    c.progress = 0;
     c.max_val_batches = 1;
     dt_train_result r;
     dt_err err;

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "ops/batchnorm/batchnorm.h"
+#include "tests/train_testutil.h"
 #include "tests/data_testutil.h"
 #include "tests/dt_check.h"
 #include "train/dt_checkpoint.h"
@@ -346,19 +347,13 @@ DT_TEST(dist_checkpoint_position_across_global_batches) {
 /* ---- whole runs ---- */
 
 static void dp_cfg(dt_train_cfg *c, int replicas, int batch) {
-    dt_config_defaults(c);
-    snprintf(c->data, sizeof c->data, "%s", dt_test_shapes("shapes", 2, 12, 6, 48));
-    strcpy(c->device, "cpu");
-    c->image_size = 32;
-    c->width = 0.25f;
-    c->batch = batch;
+    dt_test_run_cfg(c, dt_test_shapes("shapes", 2, 12, 6, 48), 32, 0.25f, batch);
     snprintf(c->gpus, sizeof c->gpus, "%d", replicas);
     c->workers = 2;
     c->lr = 0.02f;
     c->warmup = 0;
     strcpy(c->deform, "all");
     strcpy(c->deform_mode, "unfused");
-    c->progress = 0;
     c->quiet = 1;
     c->log_every = 1000;
     c->seed = 3;

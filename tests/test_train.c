@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "tests/train_testutil.h"
 #include "tests/data_testutil.h"
 #include "train/dt_checkpoint.h"
 #include "train/dt_config.h"
@@ -30,19 +31,13 @@
 static const char *tiny_dataset(void) { return dt_test_shapes("shapes", 2, 8, 4, 72); }
 
 static void tiny_cfg(dt_train_cfg *c) {
-    dt_config_defaults(c);
-    snprintf(c->data, sizeof c->data, "%s", tiny_dataset());
-    strcpy(c->device, "cpu");
-    c->image_size = 64;
-    c->width = 0.25f;
-    c->batch = 8;
+    dt_test_run_cfg(c, tiny_dataset(), 64, 0.25f, 8);
     c->workers = 2;
     c->lr = 0.01f;
     c->crop_scale_min = 1.0f; /* whole images (flips only): a task a few dozen steps can fit */
     c->warmup = 0;
     strcpy(c->deform, "all");
     strcpy(c->deform_mode, "unfused");
-    c->progress = 0;
     c->quiet = 1;
     c->log_every = 1000;
     c->max_val_batches = 2;

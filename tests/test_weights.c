@@ -16,6 +16,7 @@
 #include "train/dt_config.h"
 #include "core/dt_device.h"
 #include "ops/init/dt_init.h"
+#include "tests/train_testutil.h"
 #include "tests/dt_test.h"
 #include "train/dt_trainer.h"
 #include "train/dt_weights.h"
@@ -415,16 +416,10 @@ DT_TEST(weights_export_is_atomic_and_refuses_odd_paths) {
 
 /* Two synthetic steps of a quarter-width resnet18 on the CPU, logging to PREFIX.log. */
 static void run_cfg(dt_train_cfg *c, const char *name) {
-    dt_config_defaults(c);
-    strcpy(c->device, "cpu");
-    c->synthetic = 1;
+    dt_test_run_cfg(c, NULL, 64, 0.25f, 4);
     c->classes = 4;
-    c->image_size = 64;
-    c->width = 0.25f;
-    c->batch = 4;
     c->steps = 2;
     c->quiet = 1;
-    c->progress = 0;
     c->seed = 5;
     snprintf(c->log, sizeof c->log, "%s/%s", dt_test_tmpdir(), name);
 }

@@ -19,6 +19,7 @@ void train_model_cfg(const dt_train_cfg *c, int classes, dt_resnet_cfg *mc) {
     mc->deform_mode = (dt_deform_mode)dt_deform_mode_parse(c->deform_mode);
     dt_precision_parse(c->precision, &mc->precision); /* checked by the run */
     if (dt_layout_parse(c->layout, &mc->layout)) mc->layout = dt_precision_layout(mc->precision); /* auto */
+    mc->conv_algo = (dt_conv_algo)dt_conv_algo_parse(c->conv_algo); /* the key's choices are the algorithms' names */
     dt_deform_knobs k = dt_deform_knobs_default();
     if (strcmp(c->tile, "auto")) sscanf(c->tile, "%dx%d", &k.tile_h, &k.tile_w);
     k.halo = c->halo;

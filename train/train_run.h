@@ -25,6 +25,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "ops/batchnorm/batchnorm.h" /* dt_bn_sync: the replicas' sync BN */
 #include "train/dt_checkpoint.h"
 #include "train/dt_config.h"
 #include "data/dt_dataset.h"

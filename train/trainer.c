@@ -293,7 +293,6 @@ int dt_train_run(const dt_train_cfg *c, dt_train_result *res, dt_err *err) {
                        "nchw (deform_mode=deft runs bf16 and channels last)"), 2;
     if (run.dev == DT_GPU && init_gpus(&run, err)) return 2;
     dt_conv_set_col_budget((size_t)c->col_budget_mb << 20);
-    dt_conv_set_algo((dt_conv_algo)dt_conv_algo_parse(c->conv_algo)); /* the key's choices are the algorithms' names */
     dt_set_seed(c->seed); /* each replica reseeds the RNGs from it before it builds its model */
     pthread_mutex_init(&run.init_mu, NULL);
     int rc = 0, started = 0;

@@ -41,7 +41,7 @@ extern "C" {
 
 /* sums: (C, 2) doubles where the kernel's data lives (device memory for the CUDA kernels),
  * summed in place across replicas, in stream order. */
-typedef struct {
+typedef struct dt_bn_sync {
     void (*allreduce)(void *ctx, double *sums, int64_t n);
     void *ctx;
     int ranks;

@@ -57,23 +57,7 @@ DT_DECL_CONV_IGEMM(cuda)
 
 /* ---- the plan: which engine each pass of a bf16 channels-last conv runs on. */
 
-/* auto: the measured winner per shape (dt_conv_plan_bf16); gemm: im2col + cuBLAS everywhere
- * (the reference path); igemm128 / igemm64: every supported pass on the mma.sync implicit GEMM
- * with that tile; sm90: every pass the Hopper engine supports on it, the others as auto (tests,
- * ablation; refused on a GPU without it). */
-typedef enum {
-    DT_CONV_ALGO_AUTO = 0,
-    DT_CONV_ALGO_GEMM,
-    DT_CONV_ALGO_IGEMM128,
-    DT_CONV_ALGO_IGEMM64,
-    DT_CONV_ALGO_SM90
-} dt_conv_algo;
-/* The default is the plan: inside the bf16 ResNet-18 step (graphs, batch 64, H200) it takes
- * 7.32 ms where im2col + cuBLAS everywhere takes 7.67 (docs/PERF.md section 15). */
-#define DT_CONV_ALGO_DEFAULT DT_CONV_ALGO_AUTO
-
-const char *dt_conv_algo_name(dt_conv_algo a);
-int dt_conv_algo_parse(const char *s); /* -1 when s names none */
+/* The algorithms (dt_conv_algo, DT_CONV_ALGO_DEFAULT, their names): conv_geom.h. */
 
 /* Per pass: -1 = im2col + GEMM, else the dt_igemm_tile the implicit GEMM runs. */
 typedef struct {

@@ -17,7 +17,8 @@
  * within a budget: memory is bounded for any batch size.
  * bf16 NHWC on the GPU: each pass may run on the implicit GEMM instead (conv_igemm.h: no
  * column matrix at all), as the conv's plan says - a pure function of the shape and the
- * process's algorithm setting (dt_conv_set_algo), made in the forward and kept for the backward. */
+ * caller's algorithm (dt_conv2d_algo: the model's config key conv_algo), made in the forward
+ * and kept for the backward. */
 #include "ops/pointwise/bias.h"
 #include "ops/conv/conv_igemm.h"
 #include "ops/conv/dt_colconv.h"
@@ -33,18 +34,6 @@
 #include <string.h>
 
 static size_t g_col_budget;
-static int g_conv_algo = -1; /* dt_conv_algo; -1: not read from the environment yet */
-
-void dt_conv_set_algo(dt_conv_algo a) { g_conv_algo = a; }
-dt_conv_algo dt_conv_get_algo(void) {
-    if (g_conv_algo < 0) {
-        const char *e = getenv("DT_CONV_ALGO");
-        int a = e && *e ? dt_conv_algo_parse(e) : DT_CONV_ALGO_DEFAULT;
-        if (a < 0) dt_fatal("DT_CONV_ALGO=%s: expected auto, gemm, igemm128, igemm64 or sm90", e);
-        g_conv_algo = a;
-    }
-    return (dt_conv_algo)g_conv_algo;
-}
 
 void dt_conv_set_col_budget(size_t bytes) { g_col_budget = bytes; }
 size_t dt_conv_col_budget(void) {
@@ -147,9 +136,8 @@ void dt_conv_plan_print(FILE *f) {
 
 /* The conv's plan: bf16 NHWC only; on the CPU only when an implicit-GEMM algorithm is forced
  * (its twins are direct loops, for tests - "auto" keeps the CPU on im2col + GEMM). */
-static dt_conv_plan plan_of(const dt_tensor *x, const dt_igemm_conv *ip) {
+static dt_conv_plan plan_of(const dt_tensor *x, const dt_igemm_conv *ip, dt_conv_algo a) {
     const dt_conv_plan none = {-1, -1, -1};
-    const dt_conv_algo a = dt_conv_get_algo();
     if (x->dtype != DT_BF16 || x->layout != DT_NHWC) return none;
     if (x->dev != DT_GPU && (a == DT_CONV_ALGO_AUTO || a == DT_CONV_ALGO_GEMM)) return none;
     const int sm90 = x->dev == DT_GPU && dt_gpu_has_sm90a();
@@ -270,6 +258,11 @@ static void check_types(const dt_tensor *x, const dt_tensor *w, const dt_tensor 
 }
 
 dt_tensor *dt_conv2d(dt_tensor *x, dt_tensor *w, dt_tensor *bias, dt_conv_geom g, dt_math math) {
+    return dt_conv2d_algo(x, w, bias, g, math, DT_CONV_ALGO_DEFAULT);
+}
+
+dt_tensor *dt_conv2d_algo(dt_tensor *x, dt_tensor *w, dt_tensor *bias, dt_conv_geom g, dt_math math,
+                          dt_conv_algo algo) {
     dt_require_ndim("conv2d", "input", x, 4);
     dt_require_ndim("conv2d", "weight", w, 4);
     dt_require_same_device("conv2d", x, w);
@@ -286,7 +279,7 @@ dt_tensor *dt_conv2d(dt_tensor *x, dt_tensor *w, dt_tensor *bias, dt_conv_geom g
     dt_conv_out_hw("conv2d", x, g, &Ho, &Wo);
     dt_tensor *y = dt_tensor_new4_as(x->dev, x->dtype, x->layout, x->shape[0], w->shape[0], Ho, Wo);
     dt_igemm_conv ip = igemm_problem(x, w, g, Ho, Wo);
-    const dt_conv_plan plan = plan_of(x, &ip);
+    const dt_conv_plan plan = plan_of(x, &ip, algo);
     if (plan.fprop >= 0) {
         ip.tile = (dt_igemm_tile)plan.fprop;
         DT_PICK(igemm_fprop_k, x->dev, DT_BF16, DT_NHWC)(&ip, x->data, w->data, bias ? bias->data : NULL, y->data);
