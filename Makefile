@@ -53,7 +53,7 @@ CFLAGS := -std=gnu11 $(OPT) $(WARN) -fPIC -fvisibility=hidden -pthread -MMD -MP 
 LDLIBS := -lm -lpthread $(SANFLAGS)
 
 # libjpeg-turbo (optional). Programs and tests link its static library, so they run where it
-# is not installed (the GPU machine); libdeftc.so links the shared one, because Debian's
+# is not installed (a machine the binaries are copied to); libdeftc.so links the shared one, because Debian's
 # libjpeg.a is not position-independent.
 JPEG_LIB ?= $(shell $(CC) -print-file-name=libjpeg.a)
 ifeq ($(origin JPEG), undefined)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One batched device call (docs/PERF.md says how the numbers there were made): GPU tests,
 # benchmarks beside the PyTorch yardstick, the reproduction and the main job. Run from the
-# repository root on the GPU machine:
+# repository root on a machine with the GPU(s):
 #   bash bench/gpu_run.sh [tests] [api] [conv] [deform] [deform2] [resnet] [resnet_mp] [repro] [run] [seeds]
 #                         [bf16] [graphs] [graph_idle] [conv_lab] [conv_algo] [loader_gpu] [yard_amp] [breakdown] [resnet50] [dropin]
 #                         [scaling] [scaling_sync] [scaling_bf16] [scaling_buckets] [dp_equiv] [dp_equiv_syn] [dp_run]

@@ -515,3 +515,28 @@ DT_TEST(a_finished_run_says_what_to_run_next) {
     snprintf(want, sizeof want, "train %s seed=5 resume=%s.ckpt steps=4", path, c.log);
     EXPECT_OUTPUT(cli_run, argv, want);
 }
+
+/* The val loader's warnings name the epoch evaluated (they said "epoch 0" every time). */
+static void run_two_epochs_with_a_bad_val_image(void *arg) {
+    (void)arg;
+    dt_train_cfg c;
+    small_cfg(&c, NULL);
+    c.quiet = 0;
+    c.steps = 4; /* 2 epochs of 2 steps, each evaluated */
+    c.max_val_batches = 0;
+    dt_train_result r;
+    dt_err err;
+    int rc = dt_train_run(&c, &r, &err);
+    if (rc) printf("%s\n", err.msg);
+    exit(rc);
+}
+
+DT_TEST(val_warnings_name_the_epoch_evaluated) {
+    const char *data = dt_test_shapes("shapes", 2, 8, 4, 40);
+    char rel[700];
+    snprintf(rel, sizeof rel, "shapes/val/00_circle/00_circle_bad.jpg");
+    dt_test_write_file(rel, "\xff\xd8not a jpeg", 12);
+    char want[900];
+    snprintf(want, sizeof want, "epoch 1 of %s/val: 1 images did not decode", data);
+    EXPECT_OUTPUT(run_two_epochs_with_a_bad_val_image, NULL, want);
+}

@@ -121,7 +121,7 @@ void train_checkpoint_path(const dt_train_cfg *c, char *out, size_t cap) {
  * its folder made, its path refused when a rename must not replace it), which touches only
  * temporaries of dead processes and this one's. A lock left by a killed run is taken over and
  * named in a warning once the log is open (stale[]). */
-static int lock_outputs(train_run *run, long stale[2], dt_err *err) {
+static int lock_outputs(train_run *run, long stale[3], dt_err *err) {
     const dt_train_cfg *c = run->c;
     char what[700];
     dt_err e;
