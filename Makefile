@@ -100,6 +100,14 @@ ifeq ($(CUDA),1)
   NVCCFLAGS := -std=c++17 $(if $(filter 1,$(DEBUG)),-O0 -g -G,-O3 -lineinfo) -arch=$(CUDA_ARCH) \
                -DDT_CUDA $(INCLUDES) -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Wextra -MMD -MP \
                $(if $(filter 1,$(WERROR)),-Werror all-warnings,)
+  # The Hopper conv engine (ops/conv/sm90_gemm.cuh: wgmma, TMA, setmaxnreg) needs sm_90a, the
+  # arch-specific target: its sources are compiled for it when CUDA_ARCH=sm_90, and DT_SM90A
+  # tells the device layer that the build carries it (dt_gpu_has_sm90a). For another arch they
+  # compile to empty kernels that the plan never chooses.
+  COMMA := ,
+  SM90A := $(if $(filter sm_90,$(CUDA_ARCH)),1,0)
+  SM90A_FLAGS := $(if $(filter 1,$(SM90A)),-gencode arch=compute_90a$(COMMA)code=sm_90a,-arch=$(CUDA_ARCH))
+  CFLAGS += $(if $(filter 1,$(SM90A)),-DDT_SM90A,)
   # cudart is linked statically (no runtime version to match on the target machine);
   # cuBLAS and cuRAND come from the toolkit's shared libraries.
   LDLIBS += -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcublas -lcurand -lcudart_static -ldl -lrt -lstdc++
@@ -137,10 +145,10 @@ $(shell mkdir -p $(BUILD) && echo 'CUDA=$(CUDA) ARCH=$(CUDA_ARCH) DEBUG=$(DEBUG)
 
 # Library sources: everything in the library folders (core/, one folder per op family under
 # ops/, models/, data/, train/) except programs (*_main.c), and the libjpeg-turbo and libpng
-# decoders when they are not built in. The Hopper engine (ops/conv/conv_sm90.cu) is not wired yet.
+# decoders when they are not built in.
 LIB_C := $(filter-out %_main.c train/train_cli.c $(if $(filter 1,$(JPEG)),,data/dt_jpeg.c) $(if $(filter 1,$(PNG)),,data/dt_png.c),\
            $(wildcard core/*.c ops/*/*.c models/*.c data/*.c train/*.c))
-LIB_CU := $(if $(filter 1,$(CUDA)),$(filter-out ops/conv/conv_sm90.cu,$(wildcard core/*.cu ops/*/*.cu models/*.cu data/*.cu)),)
+LIB_CU := $(if $(filter 1,$(CUDA)),$(wildcard core/*.cu ops/*/*.cu models/*.cu data/*.cu),)
 LIB_OBJ := $(LIB_C:%.c=$(BUILD)/obj/%.o) $(LIB_CU:%.cu=$(BUILD)/obj/%.cu.o)
 TEST_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tests/*.c))
 PROGRAMS := $(patsubst %_main.c,$(BUILD)/%,$(notdir $(wildcard train/*_main.c data/*_main.c bench/*_main.c)))
@@ -151,7 +159,7 @@ CHART_OBJ := $(BUILD)/obj/bench/chart.o
 BENCH_OBJ := $(filter-out $(CHART_OBJ),$(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out %_main.c,$(wildcard bench/*.c))))
 # The kernel lab (bench/lab/, CUDA only): variants validated then timed; built with everything
 # so that it never rots.
-LAB := $(if $(filter 1,$(CUDA)),$(BUILD)/deform_lab $(BUILD)/conv_lab,)
+LAB := $(if $(filter 1,$(CUDA)),$(BUILD)/deform_lab $(BUILD)/conv_lab $(if $(filter 1,$(SM90A)),$(BUILD)/sm90_gemm_lab),)
 
 # Every target that is not a file, in the order `make help` lists them; each has a HELP_ line
 # below (make stops when one is missing, so that no target is left out of make help). A line
@@ -206,6 +214,9 @@ $(BUILD)/obj/%.cu.o: %.cu $(CONFIG)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
+# The sm_90a objects: the engine's launchers and its lab (see SM90A above).
+$(BUILD)/obj/ops/conv/conv_sm90.cu.o $(BUILD)/obj/bench/lab/sm90_gemm_lab.cu.o: NVCCFLAGS := $(filter-out -arch=%,$(NVCCFLAGS)) $(SM90A_FLAGS)
+
 $(BUILD)/libdeftc.a: $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@
@@ -237,6 +248,11 @@ $(BUILD)/deform_lab: $(BUILD)/obj/bench/lab/deform_lab.cu.o $(BUILD)/obj/bench/b
 $(BUILD)/conv_lab: $(BUILD)/obj/bench/lab/conv_lab.cu.o $(BUILD)/obj/bench/bench_common.o $(BUILD)/libdeftc.a
 	$(CC) -o $@ $< $(BUILD)/obj/bench/bench_common.o $(BUILD)/libdeftc.a $(IMG_STATIC) $(LDLIBS)
 
+# build/sm90_gemm_lab: the Hopper engine's lab (docs/conv.md "The Hopper engine"): its GEMM and
+# conv variants validated, then timed beside cuBLAS; it uses the library's tensor maps.
+$(BUILD)/sm90_gemm_lab: $(BUILD)/obj/bench/lab/sm90_gemm_lab.cu.o $(BUILD)/libdeftc.a
+	$(CC) -o $@ $< $(BUILD)/libdeftc.a $(IMG_STATIC) $(LDLIBS)
+
 # build/model_io: one model's logits, loss and gradients for tests/api/test_torchvision_weights.py
 # (a test tool: its source is in tests/api/).
 $(BUILD)/model_io: $(BUILD)/obj/tests/api/model_io.o $(BUILD)/libdeftc.a
@@ -248,7 +264,7 @@ $(BUILD)/test: $(TEST_OBJ) $(BUILD)/obj/train/train_cli.o $(CHART_OBJ) $(BUILD)/
 	$(CC) -o $@ $(TEST_OBJ) $(BUILD)/obj/train/train_cli.o $(CHART_OBJ) $(BUILD)/libdeftc.a $(IMG_STATIC) $(LDLIBS)
 
 # The C suite, then the Python side through build/test --then, so that the last line counts
-# all ("N passed, N failed, N skipped (198 C, 4 tree, 13 Python, 1 torchvision)"). Not under the
+# all four suites: "N passed, N failed, N skipped (N C, N tree, N Python, N torchvision)". Not under the
 # sanitizers (python cannot load an ASan-built library) nor without python3: that is said
 # first. The torchvision suite (deftc against torchvision with the same weights, through
 # build/model_io) skips each case, saying so, where PyTorch is not installed (CI).
@@ -292,7 +308,7 @@ bench-loader: $(BUILD)/mkdata $(BUILD)/loaderbench
 	@if $(BUILD)/loaderbench --data $(BUILD)/inet-bench --decode-only --batch 256 >/dev/null 2>&1; then \
 	    $(BUILD)/loaderbench --data $(BUILD)/inet-bench --decode gpu --workers 4 --batch 256 --epochs 3 && \
 	    $(BUILD)/loaderbench --data $(BUILD)/inet-bench --decode-only --batch 256; \
-	else echo "bench-loader: the GPU decode rows need a CUDA GPU and nvJPEG: $$($(BUILD)/loaderbench --data $(BUILD)/inet-bench --decode-only 2>&1 | tail -1)"; fi
+	else echo "bench-loader: no GPU decode rows: $$($(BUILD)/loaderbench --data $(BUILD)/inet-bench --decode-only 2>&1 >/dev/null | tail -1)"; fi
 
 # Fuzz targets for every parser of untrusted input (tests/fuzz/fuzz_*.c: config, .npy,
 # checkpoint, image, dataset tree, safetensors), built with clang's libFuzzer + ASan + UBSan into
@@ -331,7 +347,7 @@ HELP_all = (or plain make) library, programs and tests into $(BUILD)/ (now CUDA=
 HELP_lib = only the library, $(BUILD)/libdeftc.a and $(BUILD)/libdeftc.so
 HELP_test-gpu = the GPU parity suite (needs a visible CUDA GPU)
 HELP_data = the sample dataset into $(DATA)/ (build/mkdata --help)
-HELP_lab = the kernel labs (build/deform_lab, build/conv_lab: variants validated, then timed; GPU)
+HELP_lab = the kernel labs (build/deform_lab, build/conv_lab, build/sm90_gemm_lab: variants validated, then timed; GPU)
 HELP_bench-loader = loader images/s on ImageNet-like JPEGs: the CPU workers, and with a GPU the nvJPEG decode
 HELP_reproduce = plain / unfused / deft training-time table, ablation and precisions, CSV + chart in runs/ (GPU; MODEL=resnet50: another model)
 HELP_scaling = data-parallel images/s on 1 GPU and on GPUS="2 4 8" GPUs (default 2), plain and deft (GPUs; bench/scaling.sh)

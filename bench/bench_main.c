@@ -8,7 +8,7 @@
  * For each ResNet-18 3x3 shape (at 224x224 input) it times, with CUDA events (median of
  * --reps after --warmup), the forward alone and forward+backward (input, weight and - for
  * deformable modes - offset-conv gradients) on random data. --torch reads the output of
- * shared/bench/torch_reference.py layers run in the same device call, so each row carries
+ * bench/torch_yardstick.py layers run in the same device call, so each row carries
  * its ratio to cuDNN's plain conv (and to torchvision's DCN). The GEMM floor is measured
  * here too: the three cuBLAS GEMMs of the main conv at full batch, nothing else.
  * Tables go to stdout; --csv writes every number. The layers stay ResNet-18's whatever the

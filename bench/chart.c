@@ -24,7 +24,9 @@
 #define LINE 24      /* a line of title or legend */
 #define SWATCH 16
 
-enum { INK = 1, FILL = 2 }; /* what covered a pixel, to find text under a bar */
+#define TICK 6       /* a tick of the value axis below it */
+
+enum { INK = 1, FILL = 2, RULE = 4 }; /* what covered a pixel, to find text under a bar (rules do not count) */
 
 typedef struct {
     dt_chart_image *img;
@@ -107,8 +109,19 @@ static int wrap(const char *title, int width, char ***lines) {
     return n;
 }
 
-int dt_chart_draw(const dt_chart_row *rows, int n, const char *title, dt_chart_image *img, char *err, int err_len) {
+/* A round step for about `want` ticks up to vmax: 1, 2, 2.5 or 5 times a power of ten. */
+static double tick_step(double vmax, int want) {
+    double raw = vmax / want, p = pow(10, floor(log10(raw))), m[4] = {1, 2, 2.5, 5};
+    for (int i = 0; i < 4; i++)
+        if (m[i] * p >= raw) return m[i] * p;
+    return 10 * p;
+}
+
+int dt_chart_draw(const dt_chart_row *rows, int n, const char *title, double ref, dt_chart_image *img, char *err,
+                  int err_len) {
     memset(img, 0, sizeof *img);
+    img->ref_x = -1;
+    if (!(ref >= 0 && isfinite(ref))) return snprintf(err, err_len, "reference %g is not a finite non-negative number", ref), -1;
     if (n < 1) return snprintf(err, err_len, "no rows to draw"), -1;
     const char *groups[DT_CHART_MAX_GROUPS];
     int ng = 0, *gi = calloc((size_t)n, sizeof *gi);
@@ -143,6 +156,11 @@ int dt_chart_draw(const dt_chart_row *rows, int n, const char *title, dt_chart_i
         if (text_width(rows[i].label) > label_w) label_w = text_width(rows[i].label);
         if (text_width(values[i]) > value_w) value_w = text_width(values[i]);
     }
+    if (ref > vmax) vmax = ref; /* the reference line is on the axis */
+    /* The value axis: ticks at a round step up to the largest value (its label fits above the
+     * value texts' column). */
+    double step = vmax > 0 ? tick_step(vmax, 5) : 1;
+    int nticks = vmax > 0 ? (int)floor(vmax / step + 1e-9) + 1 : 1;
     /* The width: the rows, the legend, and the title's longest word must fit. */
     int legend_w = 0;
     for (int g = 0; g < ng; g++) legend_w += SWATCH + 8 + text_width(groups[g]) + 24;
@@ -162,7 +180,8 @@ int dt_chart_draw(const dt_chart_row *rows, int n, const char *title, dt_chart_i
     img->bar_x = MARGIN + label_w + GAP;
     img->rows_y = legend_y + (ng ? LINE + 12 : 0) + 8;
     img->row_h = ROW;
-    img->h = img->rows_y + n * ROW + 12;
+    img->axis_y = img->rows_y + n * ROW;
+    img->h = img->axis_y + TICK + LINE + 12;
     img->rgb = malloc((size_t)img->w * img->h * 3);
     memset(img->rgb, 255, (size_t)img->w * img->h * 3);
     canvas cv = {img, calloc((size_t)img->w * img->h, 1)};
@@ -179,12 +198,35 @@ int dt_chart_draw(const dt_chart_row *rows, int n, const char *title, dt_chart_i
         x += SWATCH + 8 + text_width(groups[g]) + 24;
     }
     int room = img->w - img->bar_x - 8 - value_w - MARGIN; /* >= BAR_W */
+    img->bar_room = room;
     for (int i = 0; i < n; i++) {
         int y = img->rows_y + i * ROW, len = vmax > 0 ? (int)(room * rows[i].value / vmax) : 0;
         unsigned char rgb[3];
         dt_chart_colour(gi[i], rgb);
-        text(&cv, MARGIN, y + 6, rows[i].label);
         fill(&cv, img->bar_x, y, img->bar_x + len, y + ROW - 8, rgb, FILL);
+    }
+    /* the axis with its ticks and their values, and the reference line (1.0 of a ratio) over
+     * the bars, dashed; the texts after, on top */
+    static const unsigned char axis[3] = {60, 60, 60}, refc[3] = {200, 30, 30};
+    fill(&cv, img->bar_x, img->axis_y, img->bar_x + room + 1, img->axis_y + 1, axis, RULE);
+    for (int t = 0; t < nticks; t++) {
+        double v = t * step;
+        int x = img->bar_x + (int)(room * v / vmax + 0.5);
+        char lab[32];
+        snprintf(lab, sizeof lab, "%g", v);
+        fill(&cv, x, img->axis_y, x + 1, img->axis_y + TICK, axis, RULE);
+        int tw = text_width(lab), tx = x - tw / 2;
+        if (tx + tw > img->w - MARGIN) tx = img->w - MARGIN - tw;
+        text(&cv, tx, img->axis_y + TICK + 4, lab);
+    }
+    if (ref > 0) {
+        img->ref_x = img->bar_x + (int)(room * ref / vmax + 0.5);
+        for (int y = img->rows_y - 4; y < img->axis_y; y += 6)
+            fill(&cv, img->ref_x - 1, y, img->ref_x + 1, y + 4 < img->axis_y ? y + 4 : img->axis_y, refc, RULE);
+    }
+    for (int i = 0; i < n; i++) {
+        int y = img->rows_y + i * ROW, len = vmax > 0 ? (int)(room * rows[i].value / vmax) : 0;
+        text(&cv, MARGIN, y + 6, rows[i].label);
         text(&cv, img->bar_x + len + 8, y + 6, values[i]);
     }
     for (size_t p = 0; p < (size_t)img->w * img->h; p++) img->covered += cv.mask[p] == (INK | FILL);

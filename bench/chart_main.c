@@ -1,4 +1,4 @@
-/* build/chart IN.csv OUT.png [TITLE]: a horizontal bar chart of `label,value[,note[,group]]`
+/* build/chart IN.csv OUT.png [TITLE [REF]]: a horizontal bar chart of `label,value[,note[,group]]`
  * rows (lines starting with # and blank lines are skipped), drawn by chart.c with stb_easy_font's
  * glyphs and written with stb_image_write - no plotting library needed. Bars of one group share
  * a colour, named in a legend. Used by `make reproduce` (bench/reproduce.sh). */
@@ -21,9 +21,19 @@ static char *field(char **s) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 3 || argc > 4) {
-        fprintf(stderr, "usage: build/chart IN.csv OUT.png [TITLE]   (rows: label,value[,note[,group]])\n");
+    if (argc < 3 || argc > 5) {
+        fprintf(stderr, "usage: build/chart IN.csv OUT.png [TITLE [REF]]   (rows: label,value[,note[,group]]; REF: a "
+                        "dashed line at that value, 1 for ratios)\n");
         return 2;
+    }
+    double ref = 0;
+    if (argc > 4) {
+        char *end;
+        ref = strtod(argv[4], &end);
+        if (!argv[4][0] || *end || !(ref >= 0)) {
+            fprintf(stderr, "chart: REF '%s' is not a number >= 0\n", argv[4]);
+            return 2;
+        }
     }
     FILE *f = fopen(argv[1], "r");
     if (!f) {
@@ -52,7 +62,7 @@ int main(int argc, char **argv) {
     fclose(f);
     dt_chart_image img;
     char err[300];
-    if (dt_chart_draw(rows, n, argc > 3 ? argv[3] : argv[1], &img, err, sizeof err)) {
+    if (dt_chart_draw(rows, n, argc > 3 ? argv[3] : argv[1], ref, &img, err, sizeof err)) {
         fprintf(stderr, "chart: %s: %s\n", argv[1], err);
         return 1;
     }

@@ -10,14 +10,13 @@
 # Logs go to $OUT (default /tmp/deftc-out) and are packed into $OUT/all.tgz. Uses the
 # binaries in build/ when they run there, else rebuilds with the local nvcc.
 set -uo pipefail
-# NCCL's NVLink multicast stays off on the lent machines (their KINDS.md: it can put the host's
-# shared GPUs out of service), also if this script is started with a clean environment
+# NCCL's NVLink multicast (NVLS) stays off, also when this script is started with a clean
+# environment
 export NCCL_NVLS_ENABLE=0
 OUT=${OUT:-/tmp/deftc-out}
 W=$OUT/work
 mkdir -p "$W"
-YARD=${YARD:-.yardstick/torch_reference.py}
-[ -f "$YARD" ] || YARD=../shared/bench/torch_reference.py
+YARD=${YARD:-bench/torch_yardstick.py} # PyTorch's side of every comparison
 STEPS="${*:-tests api conv deform resnet repro run}"
 log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
 T() { timeout "$@"; }
@@ -26,7 +25,7 @@ T() { timeout "$@"; }
 step() {
     local name=$1 label=$2
     shift 2
-    T 200 build/train configs/synthetic_timing.cfg steps=${BSTEPS:-60} progress=0 log=$W/$name "$@" > "$W/$name.out" 2>&1
+    T 200 build/train configs/synthetic_timing.cfg overwrite=1 steps=${BSTEPS:-60} progress=0 log=$W/$name "$@" > "$W/$name.out" 2>&1
     local s=$W/${name}_summary.txt
     echo "$label: $(awk '/^median_step_ms/{print $2}' $s) ms, peak $(awk '/^peak_mem_gib/{print $2}' $s) GiB $(grep -m1 -E 'CUDA graph:|cannot be captured|error' "$W/$name.out" | cut -c1-160)" | tee -a "$OUT/summary.txt"
 }
@@ -35,7 +34,7 @@ sample_job() {
     local name=$1 label=$2 cfg=$3
     shift 3
     [ -d data_sample/train ] || build/mkdata --out data_sample --quiet
-    T 300 build/train configs/$cfg.cfg progress=0 log=$W/$name checkpoint=$W/$name.ckpt "$@" > "$W/$name.out" 2>&1
+    T 300 build/train configs/$cfg.cfg overwrite=1 progress=0 log=$W/$name checkpoint=$W/$name.ckpt "$@" > "$W/$name.out" 2>&1
     echo "$label: $(grep -E '^summary' "$W/$name.out" | grep -oE 'step median [0-9.]+ ms') $(grep -E '^final' "$W/$name.out")" | tee -a "$OUT/summary.txt"
     rm -f "$W/$name.ckpt"
 }
@@ -113,7 +112,7 @@ for s in $STEPS; do
         [ -d data_sample/train ] || build/mkdata --out data_sample --quiet
         mkdir -p runs
         for cfg in sample_deft sample_plain; do
-            T 300 build/train configs/$cfg.cfg progress=0 log=$W/$cfg checkpoint=$W/$cfg.ckpt ${RUNARGS:-} > "$W/$cfg.out" 2>&1
+            T 300 build/train configs/$cfg.cfg overwrite=1 progress=0 log=$W/$cfg checkpoint=$W/$cfg.ckpt ${RUNARGS:-} > "$W/$cfg.out" 2>&1
             grep -E "^step .*/|epoch .* done|summary|final|error" "$W/$cfg.out" | tail -14
         done
         rm -f "$W"/*.ckpt ;;
@@ -168,7 +167,7 @@ for s in $STEPS; do
         T 200 python3 bench/torch_decode.py "$INET" --batch 256 > "$W/torch_decode.txt" 2>&1
         for f in lb_cpu lb_gpu lb_decode_only torch_decode; do echo "-- $f"; grep -vE '^ +$' "$W/$f.txt" | tail -6; done | tee -a "$OUT/summary.txt"
         for d in cpu gpu; do
-            T 250 build/train configs/synthetic_timing.cfg synthetic=0 data="$INET" batch=256 precision=bf16 \
+            T 250 build/train configs/synthetic_timing.cfg overwrite=1 synthetic=0 data="$INET" batch=256 precision=bf16 \
                 decode=$d steps=${LSTEPS:-60} max_val_batches=1 progress=0 log=$W/lt_$d > "$W/lt_$d.out" 2>&1
             echo "real-data bf16 step, batch 256, decode=$d: $(grep -E '^summary' "$W/lt_$d.out" | cut -c1-220) $(grep -m1 'decode' "$W/lt_$d.out" | cut -c1-160)" | tee -a "$OUT/summary.txt"
             grep -m1 '^loader: epoch 1' "$W/lt_$d.out" | tee -a "$OUT/summary.txt" # the decode thread's time split
@@ -205,11 +204,11 @@ for s in $STEPS; do
             d=$([ $m = plain ] && echo none || echo all)
             for s in 5 6; do
                 T 250 ncu --clock-control none --cache-control none --csv --metrics gpu__time_duration.sum --print-units base \
-                    build/train configs/synthetic_timing.cfg deform=$d precision=bf16 batch=64 steps=$s timing_warmup=0 \
+                    build/train configs/synthetic_timing.cfg overwrite=1 deform=$d precision=bf16 batch=64 steps=$s timing_warmup=0 \
                     log_every=1 progress=0 > "$W/ncug_${m}_$s.csv" 2> "$W/ncug_${m}_$s.err"
             done
             python3 bench/kernel_breakdown.py "$W/ncug_${m}_5.csv" "$W/ncug_${m}_6.csv" > "$W/graph_busy_$m.txt" 2>&1
-            T 200 build/train configs/synthetic_timing.cfg deform=$d precision=bf16 batch=64 steps=60 progress=0 \
+            T 200 build/train configs/synthetic_timing.cfg overwrite=1 deform=$d precision=bf16 batch=64 steps=60 progress=0 \
                 log=$W/gi_$m > "$W/gi_$m.out" 2>&1
             echo "$m: $(head -1 "$W/graph_busy_$m.txt"); graph step median $(awk '/^median_step_ms/{print $2}' "$W/gi_${m}_summary.txt") ms" | tee -a "$OUT/summary.txt"
         done ;;
@@ -244,7 +243,7 @@ for s in $STEPS; do
             for m in plain c3c5; do
                 d=$([ $m = plain ] && echo "deform=none" || echo "deform=c3-c5 deform_version=2")
                 # shellcheck disable=SC2086
-                T 300 build/train configs/synthetic_timing.cfg model=$net $d precision=bf16 batch=$b steps=${BSTEPS:-40} \
+                T 300 build/train configs/synthetic_timing.cfg overwrite=1 model=$net $d precision=bf16 batch=$b steps=${BSTEPS:-40} \
                     progress=0 log=$W/${net}_${m}_b$b > "$W/${net}_${m}_b$b.out" 2>&1
                 s=$W/${net}_${m}_b${b}_summary.txt
                 echo "deftc $net $m bf16 batch $b: $(awk '/^median_step_ms/{print $2}' $s) ms, peak $(awk '/^peak_mem_gib/{print $2}' $s) GiB $(grep -m1 error "$W/${net}_${m}_b$b.out")" | tee -a "$OUT/summary.txt"
@@ -260,7 +259,7 @@ for s in $STEPS; do
         [ -d data_sample/train ] || build/mkdata --out data_sample --quiet
         for p in ${SEED_PRECISIONS:-fp32 bf16}; do
             for s in ${SEEDS:-0 1 2}; do
-                T 300 build/train configs/sample_deft.cfg progress=0 precision=$p seed=$s log=$W/seed_${p}_$s > "$W/seed_${p}_$s.out" 2>&1
+                T 300 build/train configs/sample_deft.cfg overwrite=1 progress=0 precision=$p seed=$s log=$W/seed_${p}_$s > "$W/seed_${p}_$s.out" 2>&1
                 echo "precision $p seed $s: $(grep -E '^final|summary' "$W/seed_${p}_$s.out" | tr '\n' ' ' | cut -c1-260)" | tee -a "$W/seeds.txt"
             done
         done ;;
@@ -291,10 +290,10 @@ for s in $STEPS; do
         for m in plain deft; do
             d=$([ $m = plain ] && echo none || echo all)
             A="configs/sample_deft.cfg deform=$d steps=50 progress=0 checkpoint= log_every=10 eval_every=0 max_val_batches=1"
-            T 200 build/train $A gpus=1 batch=128 log=$W/eq_${m}_1 > "$W/eq_${m}_1.out" 2>&1
-            T 200 build/train $A gpus=$N batch=$((128 / N)) sync_bn=1 log=$W/eq_${m}_2 > "$W/eq_${m}_2.out" 2>&1
-            T 200 build/train $A gpus=1 batch=128 label_smoothing=1e-6 log=$W/eq_${m}_p > "$W/eq_${m}_p.out" 2>&1
-            T 200 build/train $A gpus=1 batch=128 col_budget_mb=8 log=$W/eq_${m}_s > "$W/eq_${m}_s.out" 2>&1
+            T 200 build/train $A overwrite=1 gpus=1 batch=128 log=$W/eq_${m}_1 > "$W/eq_${m}_1.out" 2>&1
+            T 200 build/train $A overwrite=1 gpus=$N batch=$((128 / N)) sync_bn=1 log=$W/eq_${m}_2 > "$W/eq_${m}_2.out" 2>&1
+            T 200 build/train $A overwrite=1 gpus=1 batch=128 label_smoothing=1e-6 log=$W/eq_${m}_p > "$W/eq_${m}_p.out" 2>&1
+            T 200 build/train $A overwrite=1 gpus=1 batch=128 col_budget_mb=8 log=$W/eq_${m}_s > "$W/eq_${m}_s.out" 2>&1
             for o in 2 p s; do
                 paste -d, <(tail -n +2 "$W/eq_${m}_1_steps.csv" | cut -d, -f3) <(tail -n +2 "$W/eq_${m}_${o}_steps.csv" | cut -d, -f3) |
                 awk -F, -v m=$m -v o=$o -v N=$N '{ d = ($1 - $2) / $1; if (d < 0) d = -d; if (d > w) { w = d; s = NR }; if (NR <= 10 && d > w10) w10 = d; n = NR }
@@ -304,7 +303,7 @@ for s in $STEPS; do
         done
         log "data parallel: bitwise run-to-run on $N GPUs (deft, deterministic=1, 30 steps)"
         for k in 1 2; do
-            T 200 build/train configs/synthetic_timing.cfg deform=all deterministic=1 gpus=$N steps=30 progress=0 log=$W/det_$k > "$W/det_$k.out" 2>&1
+            T 200 build/train configs/synthetic_timing.cfg overwrite=1 deform=all deterministic=1 gpus=$N steps=30 progress=0 log=$W/det_$k > "$W/det_$k.out" 2>&1
         done
         if cmp -s <(cut -d, -f3 "$W/det_1_steps.csv") <(cut -d, -f3 "$W/det_2_steps.csv"); then echo "identical losses" ; else echo "LOSSES DIFFER"; fi | tee -a "$OUT/summary.txt" ;;
     dp_equiv_syn)
@@ -313,9 +312,9 @@ for s in $STEPS; do
         for m in plain deft; do
             d=$([ $m = plain ] && echo none || echo all)
             A="configs/synthetic_timing.cfg deform=$d steps=50 progress=0 log_every=10 lr=0.05"
-            T 200 build/train $A gpus=1 batch=128 log=$W/sq_${m}_1 > "$W/sq_${m}_1.out" 2>&1
-            T 200 build/train $A gpus=2 batch=64 sync_bn=1 log=$W/sq_${m}_2 > "$W/sq_${m}_2.out" 2>&1
-            T 200 build/train $A gpus=1 batch=128 col_budget_mb=64 log=$W/sq_${m}_s > "$W/sq_${m}_s.out" 2>&1
+            T 200 build/train $A overwrite=1 gpus=1 batch=128 log=$W/sq_${m}_1 > "$W/sq_${m}_1.out" 2>&1
+            T 200 build/train $A overwrite=1 gpus=2 batch=64 sync_bn=1 log=$W/sq_${m}_2 > "$W/sq_${m}_2.out" 2>&1
+            T 200 build/train $A overwrite=1 gpus=1 batch=128 col_budget_mb=64 log=$W/sq_${m}_s > "$W/sq_${m}_s.out" 2>&1
             for o in 2 s; do
                 paste -d, <(tail -n +2 "$W/sq_${m}_1_steps.csv" | cut -d, -f3) <(tail -n +2 "$W/sq_${m}_${o}_steps.csv" | cut -d, -f3) |
                 awk -F, -v m=$m -v o=$o '{ d = ($1 - $2) / $1; if (d < 0) d = -d; if (d > w) { w = d; s = NR }; n = NR; last = $1 }
@@ -326,10 +325,10 @@ for s in $STEPS; do
     dp_run)
         log "make run on 2 GPUs (sample_deft, gpus=2 batch=64: the global batch of the 1-GPU job), seeds ${DP_SEEDS:-0 1 2}"
         [ -d data_sample/train ] || build/mkdata --out data_sample --quiet
-        T 300 build/train configs/sample_deft.cfg progress=0 seed=0 log=$W/run1_0 checkpoint=$W/run1.ckpt > "$W/run1_0.out" 2>&1
+        T 300 build/train configs/sample_deft.cfg overwrite=1 progress=0 seed=0 log=$W/run1_0 checkpoint=$W/run1.ckpt > "$W/run1_0.out" 2>&1
         echo "1 GPU seed 0: $(grep -E '^final|^summary' "$W/run1_0.out" | tr '\n' ' ' | cut -c1-300)" | tee -a "$OUT/summary.txt"
         for s in ${DP_SEEDS:-0 1 2}; do
-            T 300 build/train configs/sample_deft.cfg progress=0 gpus=2 batch=64 seed=$s log=$W/run2_$s checkpoint=$W/run2.ckpt > "$W/run2_$s.out" 2>&1
+            T 300 build/train configs/sample_deft.cfg overwrite=1 progress=0 gpus=2 batch=64 seed=$s log=$W/run2_$s checkpoint=$W/run2.ckpt > "$W/run2_$s.out" 2>&1
             echo "2 GPUs seed $s: $(grep -E '^final|^summary' "$W/run2_$s.out" | tr '\n' ' ' | cut -c1-300)" | tee -a "$OUT/summary.txt"
         done
         head -4 "$W/run2_0.out"; grep -E "^step .*/|epoch .* done|summary|final|error" "$W/run2_0.out" | tail -8
@@ -338,14 +337,14 @@ for s in $STEPS; do
         log "two processes, one GPU each, rendezvous through a file (the multi-host launch)"
         rm -f "$W/rdv"
         A="configs/synthetic_timing.cfg deform=all gpus=1 steps=30 progress=0 deterministic=1"
-        DT_DIST_WORLD=2 DT_DIST_RANK=1 DT_DIST_FILE=$W/rdv CUDA_VISIBLE_DEVICES=1 timeout 200 build/train $A log=$W/mp_1 > "$W/mp_1.out" 2>&1 &
-        DT_DIST_WORLD=2 DT_DIST_RANK=0 DT_DIST_FILE=$W/rdv CUDA_VISIBLE_DEVICES=0 timeout 200 build/train $A log=$W/mp_0 > "$W/mp_0.out" 2>&1
+        DT_DIST_WORLD=2 DT_DIST_RANK=1 DT_DIST_FILE=$W/rdv CUDA_VISIBLE_DEVICES=1 timeout 200 build/train $A overwrite=1 log=$W/mp_1 > "$W/mp_1.out" 2>&1 &
+        DT_DIST_WORLD=2 DT_DIST_RANK=0 DT_DIST_FILE=$W/rdv CUDA_VISIBLE_DEVICES=0 timeout 200 build/train $A overwrite=1 log=$W/mp_0 > "$W/mp_0.out" 2>&1
         wait
         head -3 "$W/mp_0.out"; grep summary "$W/mp_0.out"
         if cmp -s <(cut -d, -f3 "$W/mp_0_steps.csv") <(cut -d, -f3 "$W/det_1_steps.csv"); then echo "2 processes: losses identical to the 2-thread run"; else echo "2 processes: losses differ from the 2-thread run"; fi | tee -a "$OUT/summary.txt"
         log "the same through NCCL's TCP rendezvous (NCCL_COMM_ID=127.0.0.1:29517, no file)"
-        NCCL_COMM_ID=127.0.0.1:29517 DT_DIST_WORLD=2 DT_DIST_RANK=1 CUDA_VISIBLE_DEVICES=1 timeout 200 build/train $A log=$W/mt_1 > "$W/mt_1.out" 2>&1 &
-        NCCL_COMM_ID=127.0.0.1:29517 DT_DIST_WORLD=2 DT_DIST_RANK=0 CUDA_VISIBLE_DEVICES=0 timeout 200 build/train $A log=$W/mt_0 > "$W/mt_0.out" 2>&1
+        NCCL_COMM_ID=127.0.0.1:29517 DT_DIST_WORLD=2 DT_DIST_RANK=1 CUDA_VISIBLE_DEVICES=1 timeout 200 build/train $A overwrite=1 log=$W/mt_1 > "$W/mt_1.out" 2>&1 &
+        NCCL_COMM_ID=127.0.0.1:29517 DT_DIST_WORLD=2 DT_DIST_RANK=0 CUDA_VISIBLE_DEVICES=0 timeout 200 build/train $A overwrite=1 log=$W/mt_0 > "$W/mt_0.out" 2>&1
         wait
         grep -E "summary|error" "$W/mt_0.out" "$W/mt_1.out" | cut -c1-200
         if cmp -s <(cut -d, -f3 "$W/mp_0_steps.csv") <(cut -d, -f3 "$W/mt_0_steps.csv"); then echo "TCP rendezvous: losses identical to the file rendezvous run"; else echo "TCP rendezvous: losses DIFFER from the file rendezvous run"; fi | tee -a "$OUT/summary.txt" ;;
@@ -357,18 +356,18 @@ for s in $STEPS; do
         log "failures: a killed process among $N, a diverging run on $N GPUs"
         rm -f "$W/rdv2"
         A="configs/synthetic_timing.cfg deform=all gpus=1 steps=100000 progress=0"
-        DT_DIST_WORLD=$N DT_DIST_RANK=$((N - 1)) DT_DIST_FILE=$W/rdv2 CUDA_VISIBLE_DEVICES=$((N - 1)) build/train $A > "$W/kill_$((N - 1)).out" 2>&1 &
+        DT_DIST_WORLD=$N DT_DIST_RANK=$((N - 1)) DT_DIST_FILE=$W/rdv2 CUDA_VISIBLE_DEVICES=$((N - 1)) build/train $A overwrite=1 > "$W/kill_$((N - 1)).out" 2>&1 &
         victim=$!
         for r in $(seq 0 $((N - 2))); do
             (DT_DIST_TIMEOUT=${DP_TIMEOUT:-30} DT_DIST_WORLD=$N DT_DIST_RANK=$r DT_DIST_FILE=$W/rdv2 CUDA_VISIBLE_DEVICES=$r timeout 120 \
-                build/train $A > "$W/kill_$r.out" 2>&1; echo "rc=$? $(date +%s.%N)" > "$W/kill_$r.rc") &
+                build/train $A overwrite=1 > "$W/kill_$r.out" 2>&1; echo "rc=$? $(date +%s.%N)" > "$W/kill_$r.rc") &
         done
         sleep 25; kill -9 $victim; t1=$(date +%s.%N); wait
         for r in $(seq 0 $((N - 2))); do
             read -r rc t < "$W/kill_$r.rc"
             echo "survivor rank $r: $rc, $(awk -v a=$t1 -v b=$t 'BEGIN{printf "%.1f", b-a}') s after the kill: $(tail -2 "$W/kill_$r.out" | tr '\n' ' ' | cut -c1-240)" | tee -a "$OUT/summary.txt"
         done
-        T 120 build/train configs/synthetic_timing.cfg gpus=$N steps=40 lr=1e6 weight_decay=1 momentum=0 progress=0 > "$W/nan.out" 2>&1
+        T 120 build/train configs/synthetic_timing.cfg overwrite=1 gpus=$N steps=40 lr=1e6 weight_decay=1 momentum=0 progress=0 > "$W/nan.out" 2>&1
         echo "diverging on $N GPUs: rc=$? $(tail -1 "$W/nan.out")" | tee -a "$OUT/summary.txt" ;;
     dp_resume)
         # A checkpoint written by DP_N GPUs (global batch 128, sync_bn=1, stopped at step 10 of 20)
@@ -377,10 +376,10 @@ for s in $STEPS; do
         N=${DP_N:-2}; H=$((N / 2 > 1 ? N / 2 : 1))
         log "checkpoint of $N GPUs resumed on 1 and on $H (global batch 128, sync_bn=1)"
         A="configs/synthetic_timing.cfg deform=all steps=20 progress=0 lr=0.05 sync_bn=1"
-        T 200 build/train $A gpus=1 batch=128 log=$W/rs_full > "$W/rs_full.out" 2>&1
-        T 200 build/train $A gpus=$N batch=$((128 / N)) stop_at=10 checkpoint=$W/rs.ckpt log=$W/rs_part > "$W/rs_part.out" 2>&1
+        T 200 build/train $A overwrite=1 gpus=1 batch=128 log=$W/rs_full > "$W/rs_full.out" 2>&1
+        T 200 build/train $A overwrite=1 gpus=$N batch=$((128 / N)) stop_at=10 checkpoint=$W/rs.ckpt log=$W/rs_part > "$W/rs_part.out" 2>&1
         for m in 1 $H; do
-            T 200 build/train $A gpus=$m batch=$((128 / m)) resume=$W/rs.ckpt log=$W/rs_on$m > "$W/rs_on$m.out" 2>&1
+            T 200 build/train $A overwrite=1 gpus=$m batch=$((128 / m)) resume=$W/rs.ckpt log=$W/rs_on$m > "$W/rs_on$m.out" 2>&1
             echo "resumed on $m: $(grep -m1 '^resumed' "$W/rs_on$m.out") $(resumed_vs_full "$W/rs_full_steps.csv" "$W/rs_on${m}_steps.csv")" |
                 tee -a "$OUT/summary.txt"
         done

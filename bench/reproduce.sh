@@ -32,7 +32,7 @@ run() { # label precision batch overrides...
     local label=$1 prec=$2 batch=$3
     shift 3
     local log=$OUTDIR/repro${SUFFIX}_${label}_${prec}_b${batch}
-    "$B/train" configs/synthetic_timing.cfg model="$MODEL" batch="$batch" steps="$STEPS" timing_warmup="$WARM" \
+    "$B/train" configs/synthetic_timing.cfg overwrite=1 model="$MODEL" batch="$batch" steps="$STEPS" timing_warmup="$WARM" \
         deform_version="$VERSION" precision="$prec" progress=0 log="$log" "$@" > "$log.out" 2>&1 || {
         echo "reproduce: $label (batch $batch) failed:"; tail -5 "$log.out"; exit 1; }
     local s=$log\_summary.txt
@@ -107,6 +107,6 @@ for b in sorted({r['batch'] for r in rows}, key=int):
 PY
 if [ -f "$CHART" ] && [ -x "$B/chart" ]; then
     NET=$(echo "$MODEL" | sed 's/resnet/ResNet-/')
-    "$B/chart" "$CHART" "$OUTDIR/reproduce$SUFFIX.png" "$NET step time, normalized to plain fp32 at the same batch (lower is better)"
+    "$B/chart" "$CHART" "$OUTDIR/reproduce$SUFFIX.png" "$NET step time, normalized to plain fp32 at the same batch (lower is better; the dashed line: 1.0 = plain fp32)" 1
     echo "chart: $OUTDIR/reproduce$SUFFIX.png"
 fi

@@ -28,7 +28,7 @@ run() { # model batch gpus bucket_mb
     d=$([ "$model" = plain ] && echo "deform=none" || echo "deform=all deform_mode=deft")
     local log=$OUTDIR/scaling_${TAG}_${model}_b${batch}_g${g}_mb$mb
     # shellcheck disable=SC2086
-    "$B/train" configs/synthetic_timing.cfg batch="$batch" gpus="$g" bucket_mb="$mb" steps="$STEPS" precision="$PREC" \
+    "$B/train" configs/synthetic_timing.cfg overwrite=1 batch="$batch" gpus="$g" bucket_mb="$mb" steps="$STEPS" precision="$PREC" \
         progress=0 log="$log" $d $EXTRA > "$log.out" 2>&1 || { echo "scaling: $model batch $batch on $g GPUs failed:"; tail -5 "$log.out"; exit 1; }
     local s=${log}_summary.txt
     echo "$model,$batch,$g,$mb,$(awk '/^median_step_ms/{print $2}' "$s"),$(awk '/^img_per_s/{print $2}' "$s")" >> "$CSV"

@@ -1,10 +1,10 @@
 """The PyTorch drop-in at work: the yardstick's all-deformable ResNet-18
-(shared/bench/torch_reference.py) trained with torchvision's deform_conv2d and with deftc's
+(bench/torch_yardstick.py) trained with torchvision's deform_conv2d and with deftc's
 (python/deftc_torch.py) swapped in - the rest (convs, batch norm, SGD) stays PyTorch's -
 train step time side by side, against PyTorch's plain ResNet-18 in the same configuration, then
 bitwise reproducibility with deterministic=True in that configuration.
 
-    python3 bench/torch_deftc.py path/to/torch_reference.py [--batches 64 256] [--lib build/libdeftc.so] [--tf32]
+    python3 bench/torch_deftc.py [bench/torch_yardstick.py] [--batches 64 256] [--lib build/libdeftc.so] [--tf32]
                                  [--amp] [--channels-last] [--precision fp32|tf32|bf16]
 
 --amp runs every arm under torch.autocast('cuda', dtype=torch.bfloat16); --channels-last puts
@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.join(HERE, '..', 'python'))
 
 
 def load_yardstick(path):
-    spec = importlib.util.spec_from_file_location('torch_reference', path)
+    spec = importlib.util.spec_from_file_location('torch_yardstick', path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -55,7 +55,7 @@ def step_fn(m, batch, seed=0, amp=False, channels_last=False):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument('yardstick')
+    p.add_argument('yardstick', nargs='?', default=os.path.join(HERE, 'torch_yardstick.py'))
     p.add_argument('--batches', type=int, nargs='+', default=[64, 256])
     p.add_argument('--lib', default=None)
     p.add_argument('--tf32', action='store_true', help="TF32 for PyTorch's convs and matmuls (default: plain fp32)")
@@ -83,7 +83,7 @@ def main():
     for batch in a.batches:
         times = {}
         for label, op in (('torchvision', tv_op), ('deftc', functools.partial(dtt.deform_conv2d, precision=prec))):
-            tr.deform_conv2d = op  # the yardstick's DeformConv.forward calls this name
+            tr.deform_conv2d = op  # the yardstick's Deformable3x3.forward calls this name
             torch.manual_seed(0)
             m = tr.resnet18(True, False)
             torch.cuda.reset_peak_memory_stats()

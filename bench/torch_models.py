@@ -1,7 +1,7 @@
 """PyTorch's training step of torchvision's ResNets: the measuring stick beside deftc's `model=`
 steps (bench/gpu_run.sh, step resnet50). deftc never imports it; it needs torch and torchvision
-(the GPU machine). shared/bench/torch_reference.py times ResNet-18 only; this times any of
-torchvision's four the same way.
+(a CUDA machine). bench/torch_yardstick.py times ResNet-18 and -50, plain and all-deformable;
+this times any of torchvision's four, with any deformable placement, the same way.
 
   python3 bench/torch_models.py --model resnet50 --batch 256 --amp --channels-last [--graphs]
   python3 bench/torch_models.py --model resnet50 --batch 256 --amp --channels-last --deform c3-c5 --mask
@@ -12,7 +12,7 @@ between two CUDA events; the median in ms. --amp runs forward and loss under
 torch.autocast(bfloat16) (PyTorch's mixed precision: bf16 convs and matmuls, fp32 master weights),
 --channels-last puts the model and the input in NHWC memory format (cuDNN's fast layout),
 --tf32 lets fp32 convs and matmuls use TF32. --graphs captures the whole step once in a CUDA
-graph and times its replay (torch.cuda.graph; plain nets only, as in torch_reference.py).
+graph and times its replay (torch.cuda.graph; plain nets only, as in torch_yardstick.py).
 --deform replaces the 3x3 convs of the chosen stages (c3-c5: layer2..layer4, DCNv2's setting;
 c2-c5 all four; c4-c5; c5) by torchvision's deform_conv2d with an offset conv, as deftc places
 them: both 3x3 convs of a BasicBlock, conv2 of a Bottleneck; --mask makes them DCNv2

@@ -201,6 +201,14 @@ cublasHandle_t dt_cublas(void) { require_ready(); return g_ctx.cublas; }
 curandGenerator_t dt_curand(void) { require_ready(); return g_ctx.curand; }
 const struct cudaDeviceProp *dt_gpu_props(void) { require_ready(); return &g_ctx.props; }
 int dt_gpu_sm_count(void) { return dt_gpu_props()->multiProcessorCount; }
+int dt_gpu_has_sm90a(void) {
+#ifdef DT_SM90A
+    const struct cudaDeviceProp *p = dt_gpu_props();
+    return p->major == 9 && p->minor == 0;
+#else
+    return 0;
+#endif
+}
 
 void dt_device_describe(char *buf, int len) {
     if (g_default < 0) {
@@ -226,6 +234,7 @@ void dt_gpu_use(int device) { dt_gpu_init(device); }
 int dt_gpu_current(void) { return -1; }
 void dt_gpu_sync(void) {}
 int dt_gpu_sm_count(void) { return 0; }
+int dt_gpu_has_sm90a(void) { return 0; }
 void dt_side_begin(void) {}
 void dt_side_end(void) {}
 void dt_side_join(void) {}

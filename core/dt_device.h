@@ -72,6 +72,9 @@ void dt_side_join(void);
 /* One line naming the GPU, its memory, SM count and L2 size (or "cpu"). */
 void dt_device_describe(char *buf, int len);
 int dt_gpu_sm_count(void);
+/* 1 when the current GPU runs the Hopper conv engine (ops/conv/sm90_gemm.cuh): compute
+ * capability 9.0 and a build that carries sm_90a code (CUDA_ARCH=sm_90, the default). */
+int dt_gpu_has_sm90a(void);
 
 DT_PUBLIC_END
 #ifdef __cplusplus

@@ -44,7 +44,7 @@ static void usage(void) {
          "  --val            val transform (resize + center crop, no shuffle) instead of train\n"
          "  --max-batches N  stop each epoch after N batches\n"
          "  --decode WHERE   cpu (the workers, default), gpu (nvJPEG + the GPU augmentation: batches in device\n"
-         "                   memory), auto\n"
+         "                   memory), auto (gpu where a CUDA GPU is visible, else cpu)\n"
          "  --decode-only    the GPU decoder alone on files read into memory first: nvJPEG + the augmentation of\n"
          "                   a val transform, batches of --batch, every JPEG nvJPEG takes (--max-batches of them)\n"
          "  --scan-test N    create N empty *.JPEG files in C class folders (--scan-classes, default 100)\n"
@@ -235,9 +235,16 @@ int main(int argc, char **argv) {
     }
     printf("dataset %s: %lld images, %d classes, scanned in %.1f ms\n", ds.dir, (long long)ds.count, ds.num_classes,
            dt_now_ms() - t0);
+    fflush(stdout); /* before any error on stderr: a caller reading both sees them in order */
+    if (decode == DT_DECODE_AUTO && dt_gpu_count() == 0) { /* auto: the GPU where there is one, as the trainer */
+        printf("decode auto: no CUDA GPU is visible, so the CPU workers decode (--decode cpu)\n");
+        decode = DT_DECODE_CPU;
+    }
     if (decode != DT_DECODE_CPU || decode_only) {
         if (dt_gpu_count() == 0) {
-            fprintf(stderr, "loaderbench: --decode %s needs a CUDA GPU (none is visible)\n", decode_only ? "-only" : "gpu");
+            fprintf(stderr, "loaderbench: %s needs a CUDA GPU (none is visible%s)\n",
+                    decode_only ? "--decode-only" : "--decode gpu",
+                    dt_built_with_cuda() ? "" : ": this build has CUDA=0");
             return 1;
         }
         dt_gpu_init(0); /* before the loader: pinned slots, and the decoder's device */

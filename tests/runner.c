@@ -7,7 +7,8 @@
  *              adds the counts of its last "N passed, N failed[, N skipped]" line
  *   FILTER     a substring or a glob (with * or ?) of test names; several are OR-ed
  * The last line printed is always "N passed, N failed" (with --then: every suite's tests
- * counted, then ", N skipped (116 C, 9 Python)"); the exit status is 1 when any test failed
+ * counted, then ", N skipped (N C, N NAME, ...)", a group per suite - make test's three:
+ * C, Python, torchvision); the exit status is 1 when any test failed
  * (or, with --gpu, when no GPU is visible). */
 #include <dirent.h>
 #include <fnmatch.h>

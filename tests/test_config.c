@@ -5,6 +5,7 @@
  * resume compares and rescales. And a new user's first hour: a mistyped key names the closest
  * keys, --keys prints integers as integers, epochs= on the command line beats the file's steps=,
  * and without a GPU the run points at the CPU config. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,7 +76,7 @@ DT_TEST(config_nan_and_inf_fail_every_numeric_key) {
     int keys = 0;
     for (char *line = strtok(help, "\n"); line; line = strtok(NULL, "\n")) {
         char key[64], dom[64];
-        if (sscanf(line, " %63s %63s", key, dom) != 2 || !strstr(dom, "..")) continue;
+        if (line[2] == ' ' || sscanf(line, " %63s %63s", key, dom) != 2 || !strstr(dom, "..")) continue; /* a key's line */
         keys++;
         for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
             dt_train_cfg c;
@@ -261,7 +262,7 @@ DT_TEST(config_text_round_trips_hostile_values) {
     int keys = 0;
     for (char *line = strtok(help, "\n"); line; line = strtok(NULL, "\n")) {
         char key[64], dom[64], *dots;
-        if (sscanf(line, " %63s %63s", key, dom) != 2 || !(dots = strstr(dom, ".."))) continue;
+        if (line[2] == ' ' || sscanf(line, " %63s %63s", key, dom) != 2 || !(dots = strstr(dom, ".."))) continue;
         *dots = 0;
         const char *ends[] = {dom, dots + 2};
         for (int e = 0; e < 2; e++) {
@@ -420,10 +421,31 @@ static char *help_text(void) {
 DT_TEST(config_keys_prints_integers_as_integers) {
     /* --keys printed 0..1.07374e+09 for integer ranges */
     char *help = help_text();
-    const char *want[] = {"max_val_batches  0..1073741824 ", "steps            0..1000000000000000 ",
-                          "seed             0..18446744073709551615 ", "image_size       32..1024 ",
-                          "lr               0..1e+06 ", "crop_scale_min   0.01..1 "};
-    for (size_t i = 0; i < sizeof want / sizeof *want; i++) EXPECT_MSG(strstr(help, want[i]), "no '%s' in --keys", want[i]);
+    const char *want[][2] = {{"max_val_batches", "0..1073741824"}, {"steps", "0..1000000000000000"},
+                             {"seed", "0..18446744073709551615"}, {"image_size", "32..1024"}, {"lr", "0..1e+06"},
+                             {"crop_scale_min", "0.01..1"}};
+    int found[6] = {0};
+    char *copy = strdup(help);
+    for (char *l = strtok(copy, "\n"); l; l = strtok(NULL, "\n")) {
+        char key[64], dom[64];
+        if (l[2] == ' ' || sscanf(l, " %63s %63s", key, dom) != 2) continue;
+        for (int i = 0; i < 6; i++) found[i] |= !strcmp(key, want[i][0]) && !strcmp(dom, want[i][1]);
+    }
+    free(copy);
+    for (int i = 0; i < 6; i++) EXPECT_MSG(found[i], "no '%s %s' in --keys", want[i][0], want[i][1]);
+    /* the columns line up and lines stay short (they ran to 274 characters): every key's line
+     * starts its default at one column; the help wraps under its own column */
+    int col = -1, ok = 1;
+    size_t longest = 0;
+    for (char *l = strtok(help, "\n"); l; l = strtok(NULL, "\n")) {
+        if (strlen(l) > longest) longest = strlen(l);
+        char *d = strstr(l, "  default ");
+        if (!d) continue;
+        if (col < 0) col = (int)(d - l);
+        ok &= (int)(d - l) == col;
+    }
+    EXPECT_MSG(ok && col > 0, "the defaults do not line up");
+    EXPECT_MSG(longest <= 112, "a --keys line of %zu characters", longest);
     free(help);
 }
 

@@ -1,6 +1,7 @@
 /* The bf16 conv's plan (ops/conv/conv_igemm.h): the choices docs/conv.md's plan table states for
- * every ResNet-18 / -50 conv at batch 64 (each one the conv lab's measured winner), the shapes
- * the implicit GEMM cannot run, the forced algorithms, and the algorithms' names. */
+ * every ResNet-18 / -50 conv at batch 64 (each one the conv lab's measured winner), without and
+ * with the Hopper engine, the shapes the implicit GEMM and the engine cannot run, the forced
+ * algorithms, and the algorithms' names. */
 #include <stddef.h>
 
 #include "ops/conv/conv_igemm.h"
@@ -10,29 +11,30 @@ typedef struct {
     const char *name;
     int c, h, w, cout, k, s, pad; /* batch 64 */
     int fprop, dgrad, wgrad;      /* -1 gemm, else the tile */
+    int fprop90, dgrad90, wgrad90; /* the same on a GPU with the Hopper engine */
 } plan_row;
 
-enum { G = -1, T128 = DT_IGEMM_TILE_128, T64 = DT_IGEMM_TILE_64 };
+enum { G = -1, T128 = DT_IGEMM_TILE_128, T64 = DT_IGEMM_TILE_64, S = DT_IGEMM_TILE_SM90 };
 
 static const plan_row PLAN[] = {
-    {"stem (C = 3, padded to 8)", 3, 224, 224, 64, 7, 2, 3, T128, G, G},
-    {"l1", 64, 56, 56, 64, 3, 1, 1, T128, T64, T64},
-    {"l2a", 64, 56, 56, 128, 3, 2, 1, T128, G, G},
-    {"l2ds", 64, 56, 56, 128, 1, 2, 0, T128, T64, G},
-    {"l2", 128, 28, 28, 128, 3, 1, 1, T128, G, G},
-    {"l3a", 128, 28, 28, 256, 3, 2, 1, G, G, G},
-    {"l3ds", 128, 28, 28, 256, 1, 2, 0, T128, T128, G},
-    {"l3", 256, 14, 14, 256, 3, 1, 1, G, G, G},
-    {"l4a", 256, 14, 14, 512, 3, 2, 1, G, G, G},
-    {"l4ds", 256, 14, 14, 512, 1, 2, 0, T128, G, G},
-    {"l4", 512, 7, 7, 512, 3, 1, 1, G, G, G},
-    {"b1.c1 (pointwise)", 64, 56, 56, 64, 1, 1, 0, G, G, G},
-    {"b1.c3 (pointwise)", 64, 56, 56, 256, 1, 1, 0, G, G, G},
-    {"b2.c2a", 128, 56, 56, 128, 3, 2, 1, T128, G, G},
-    {"b2.ds (wide 1x1 s2)", 256, 56, 56, 512, 1, 2, 0, G, G, G},
-    {"b3.c2a", 256, 28, 28, 256, 3, 2, 1, G, G, G},
-    {"b3.ds", 512, 28, 28, 1024, 1, 2, 0, G, G, G},
-    {"b4.ds", 1024, 14, 14, 2048, 1, 2, 0, G, G, G},
+    {"stem (C = 3, padded to 8)", 3, 224, 224, 64, 7, 2, 3, T128, G, G, S, G, S},
+    {"l1", 64, 56, 56, 64, 3, 1, 1, T128, T64, T64, S, S, S},
+    {"l2a", 64, 56, 56, 128, 3, 2, 1, T128, G, G, S, G, S},
+    {"l2ds", 64, 56, 56, 128, 1, 2, 0, T128, T64, G, S, T64, S},
+    {"l2", 128, 28, 28, 128, 3, 1, 1, T128, G, G, S, S, S},
+    {"l3a", 128, 28, 28, 256, 3, 2, 1, G, G, G, S, G, S},
+    {"l3ds", 128, 28, 28, 256, 1, 2, 0, T128, T128, G, S, T128, S},
+    {"l3", 256, 14, 14, 256, 3, 1, 1, G, G, G, S, S, S},
+    {"l4a", 256, 14, 14, 512, 3, 2, 1, G, G, G, S, G, G},
+    {"l4ds", 256, 14, 14, 512, 1, 2, 0, T128, G, G, S, G, G},
+    {"l4", 512, 7, 7, 512, 3, 1, 1, G, G, G, S, S, G},
+    {"b1.c1 (pointwise)", 64, 56, 56, 64, 1, 1, 0, G, G, G, S, S, S},
+    {"b1.c3 (pointwise)", 64, 56, 56, 256, 1, 1, 0, G, G, G, S, S, S},
+    {"b2.c2a", 128, 56, 56, 128, 3, 2, 1, T128, G, G, S, G, S},
+    {"b2.ds (wide 1x1 s2)", 256, 56, 56, 512, 1, 2, 0, G, G, G, S, G, S},
+    {"b3.c2a", 256, 28, 28, 256, 3, 2, 1, G, G, G, S, G, S},
+    {"b3.ds", 512, 28, 28, 1024, 1, 2, 0, G, G, G, S, G, S},
+    {"b4.ds", 1024, 14, 14, 2048, 1, 2, 0, G, G, G, S, G, G},
 };
 
 static dt_igemm_conv problem(int n, const plan_row *r) {
@@ -46,15 +48,28 @@ DT_TEST(conv_plan_follows_the_measured_table) {
     for (size_t i = 0; i < sizeof PLAN / sizeof *PLAN; i++) {
         const plan_row *r = &PLAN[i];
         const dt_igemm_conv p = problem(64, r);
-        const dt_conv_plan a = dt_conv_plan_bf16(&p, DT_CONV_ALGO_AUTO);
+        const dt_conv_plan a = dt_conv_plan_bf16(&p, DT_CONV_ALGO_AUTO, 0);
         EXPECT_MSG(a.fprop == r->fprop && a.dgrad == r->dgrad && a.wgrad == r->wgrad,
                    "%s: plan fprop %d dgrad %d wgrad %d, the table says %d %d %d", r->name, a.fprop, a.dgrad, a.wgrad,
                    r->fprop, r->dgrad, r->wgrad);
-        const dt_conv_plan g = dt_conv_plan_bf16(&p, DT_CONV_ALGO_GEMM);
-        EXPECT_MSG(g.fprop < 0 && g.dgrad < 0 && g.wgrad < 0, "%s: gemm put a pass on the implicit GEMM", r->name);
+        const dt_conv_plan h = dt_conv_plan_bf16(&p, DT_CONV_ALGO_AUTO, 1);
+        EXPECT_MSG(h.fprop == r->fprop90 && h.dgrad == r->dgrad90 && h.wgrad == r->wgrad90,
+                   "%s on the Hopper engine: plan fprop %d dgrad %d wgrad %d, the table says %d %d %d", r->name, h.fprop,
+                   h.dgrad, h.wgrad, r->fprop90, r->dgrad90, r->wgrad90);
+        for (int sm90 = 0; sm90 < 2; sm90++) {
+            const dt_conv_plan g = dt_conv_plan_bf16(&p, DT_CONV_ALGO_GEMM, sm90);
+            EXPECT_MSG(g.fprop < 0 && g.dgrad < 0 && g.wgrad < 0, "%s: gemm put a pass on the implicit GEMM", r->name);
+        }
+        /* sm90 forced: the engine wherever it runs the pass (wgrad too where auto keeps cuBLAS),
+         * the rest as auto */
+        const dt_conv_plan f90 = dt_conv_plan_bf16(&p, DT_CONV_ALGO_SM90, 0);
+        const int sup = dt_conv_sm90_supports(&p);
+        EXPECT_MSG(f90.fprop == (sup & DT_SM90_FPROP ? S : r->fprop) && f90.dgrad == (sup & DT_SM90_DGRAD ? S : r->dgrad) &&
+                       f90.wgrad == (sup & DT_SM90_WGRAD ? S : r->wgrad),
+                   "%s: sm90 gave %d %d %d", r->name, f90.fprop, f90.dgrad, f90.wgrad);
         /* forced: every pass on the tile where the kernels run it (fprop: any C, padded; the
          * backward passes: C a multiple of 8) */
-        const dt_conv_plan f = dt_conv_plan_bf16(&p, DT_CONV_ALGO_IGEMM64);
+        const dt_conv_plan f = dt_conv_plan_bf16(&p, DT_CONV_ALGO_IGEMM64, 1);
         const int back = r->c % 8 == 0 ? T64 : G;
         EXPECT_MSG(f.fprop == T64 && f.dgrad == back && f.wgrad == back, "%s: igemm64 gave %d %d %d", r->name, f.fprop,
                    f.dgrad, f.wgrad);
@@ -64,13 +79,14 @@ DT_TEST(conv_plan_follows_the_measured_table) {
 DT_TEST(conv_plan_keeps_unsupported_shapes_on_gemm) {
     /* C = 13: fprop runs padded to 16, the backward passes cannot; Cout = 12: nothing runs (the
      * rows' pass fields: the forced igemm128 plan) */
-    const plan_row odd[] = {{"C = 13", 13, 9, 9, 16, 3, 1, 1, T128, G, G}, {"Cout = 12", 16, 9, 9, 12, 3, 1, 1, G, G, G}};
+    const plan_row odd[] = {{"C = 13", 13, 9, 9, 16, 3, 1, 1, T128, G, G, G, G, G},
+                            {"Cout = 12", 16, 9, 9, 12, 3, 1, 1, G, G, G, G, G, G}};
     const int sup[] = {DT_IGEMM_FPROP, 0};
     for (int i = 0; i < 2; i++) {
         const dt_igemm_conv p = problem(64, &odd[i]);
         EXPECT_MSG(dt_igemm_supported(&p) == sup[i], "%s: supported %d, not %d", odd[i].name, dt_igemm_supported(&p), sup[i]);
         for (int a = DT_CONV_ALGO_AUTO; a <= DT_CONV_ALGO_IGEMM64; a++) {
-            const dt_conv_plan pl = dt_conv_plan_bf16(&p, (dt_conv_algo)a);
+            const dt_conv_plan pl = dt_conv_plan_bf16(&p, (dt_conv_algo)a, 0);
             const int forced = a == DT_CONV_ALGO_IGEMM128 || a == DT_CONV_ALGO_IGEMM64;
             const int fprop = forced ? (a == DT_CONV_ALGO_IGEMM64 ? T64 : T128) : G; /* auto: 9x9 is too small */
             EXPECT_MSG(pl.fprop == (sup[i] ? fprop : G) && pl.dgrad < 0 && pl.wgrad < 0, "%s under %s: %d %d %d",
@@ -84,8 +100,39 @@ DT_TEST(conv_plan_keeps_unsupported_shapes_on_gemm) {
 }
 
 DT_TEST(conv_algo_names_round_trip) {
-    for (int a = DT_CONV_ALGO_AUTO; a <= DT_CONV_ALGO_IGEMM64; a++)
+    for (int a = DT_CONV_ALGO_AUTO; a <= DT_CONV_ALGO_SM90; a++)
         EXPECT_EQ_INT(dt_conv_algo_parse(dt_conv_algo_name((dt_conv_algo)a)), a);
     EXPECT_EQ_INT(dt_conv_algo_parse("cudnn"), -1);
     EXPECT_EQ_INT(dt_conv_algo_parse(""), -1);
+}
+
+/* How the engine reads each pass's operand (conv_igemm.h, dt_conv_sm90_read) on its edges */
+DT_TEST(conv_sm90_reads_its_operands) {
+    enum { NO = DT_SM90_NONE, DE = DT_SM90_DENSE, IM = DT_SM90_IM2COL, CO = DT_SM90_COLUMNS };
+    const struct {
+        const char *name;
+        plan_row r;
+        int n, fprop, dgrad, wgrad;
+    } rows[] = {
+        {"3x3 C 64 -> 64", {"", 64, 9, 9, 64, 3, 1, 1, G, G, G, G, G, G}, 2, IM, IM, IM},
+        {"3x3 C 32: im2col needs 64-channel blocks", {"", 32, 9, 9, 64, 3, 1, 1, G, G, G, G, G, G}, 2, CO, IM, CO},
+        {"3x3 Cout 72: dgrad's im2col of dy too", {"", 64, 9, 9, 72, 3, 1, 1, G, G, G, G, G, G}, 2, IM, NO, IM},
+        {"3x3 Cout 12: Cout % 8", {"", 64, 9, 9, 12, 3, 1, 1, G, G, G, G, G, G}, 2, NO, NO, NO},
+        {"3x3 s2: no dgrad", {"", 64, 17, 15, 128, 3, 2, 1, G, G, G, G, G, G}, 2, IM, NO, IM},
+        {"pointwise 24 -> 40", {"", 24, 9, 7, 40, 1, 1, 0, G, G, G, G, G, G}, 3, DE, DE, CO},
+        {"pointwise 20 -> 40: C % 8", {"", 20, 9, 7, 40, 1, 1, 0, G, G, G, G, G, G}, 3, CO, NO, CO},
+        {"stem C = 3", {"", 3, 224, 224, 64, 7, 2, 3, G, G, G, G, G, G}, 64, CO, NO, CO},
+        {"pad 200: corners past TMA's 8 bits", {"", 64, 9, 9, 64, 3, 1, 200, G, G, G, G, G, G}, 1, CO, NO, CO},
+        {"stride 9: past TMA's traversal stride", {"", 64, 40, 40, 64, 3, 9, 1, G, G, G, G, G, G}, 1, CO, NO, CO},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
+        const dt_igemm_conv p = problem(rows[i].n, &rows[i].r);
+        const int got[3] = {dt_conv_sm90_read(&p, DT_SM90_FPROP), dt_conv_sm90_read(&p, DT_SM90_DGRAD),
+                            dt_conv_sm90_read(&p, DT_SM90_WGRAD)};
+        EXPECT_MSG(got[0] == rows[i].fprop && got[1] == rows[i].dgrad && got[2] == rows[i].wgrad,
+                   "%s: reads %d %d %d, expected %d %d %d", rows[i].name, got[0], got[1], got[2], rows[i].fprop,
+                   rows[i].dgrad, rows[i].wgrad);
+        const int sup = (got[0] ? DT_SM90_FPROP : 0) | (got[1] ? DT_SM90_DGRAD : 0) | (got[2] ? DT_SM90_WGRAD : 0);
+        EXPECT_EQ_INT(dt_conv_sm90_supports(&p), sup);
+    }
 }

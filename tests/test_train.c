@@ -302,7 +302,7 @@ DT_TEST(train_write_failures_stop_the_run) {
     int lines = 0;
     while (f && fgets(line, sizeof line, f)) lines++;
     if (f) fclose(f);
-    EXPECT_EQ_INT(lines, 12);
+    EXPECT_EQ_INT(lines, 14); /* status, steps, global_step, the statistics */
 }
 
 DT_TEST(train_unwritable_checkpoint_fails_before_training) {
@@ -524,6 +524,12 @@ static void conv_algo_follows_gemm(const char *device, const char *algo) {
 DT_TEST(train_conv_igemm64_cpu_twins_follow_gemm) { conv_algo_follows_gemm("cpu", "igemm64"); }
 DT_GPU_TEST(gpu_train_conv_igemm128_follows_gemm) { conv_algo_follows_gemm("cuda", "igemm128"); }
 DT_GPU_TEST(gpu_train_conv_igemm64_follows_gemm) { conv_algo_follows_gemm("cuda", "igemm64"); }
+/* the Hopper engine (at width 0.25 it takes layer3-4's convs, 64 and 128 channels); a GPU
+ * without it refuses conv_algo=sm90 (gpu_cases_conv_sm90_parity) */
+DT_GPU_TEST(gpu_train_conv_sm90_follows_gemm) {
+    if (dt_gpu_has_sm90a()) conv_algo_follows_gemm("cuda", "sm90");
+    else printf("    no Hopper engine on this GPU or build: conv_algo=sm90 not trained\n");
+}
 
 /* ---- values read from a checkpoint are checked against the run before use ---- */
 
@@ -700,13 +706,14 @@ static int64_t table_rows(const char *path) {
 }
 
 /* 1 when the file holds `needle`. */
+/* 1 when a line of the file holds needle (the whole file: a log grows past any fixed buffer) */
 static int file_has(const char *path, const char *needle) {
-    char buf[8192];
+    char line[4096];
     FILE *f = fopen(path, "r");
-    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
-    buf[n] = 0;
+    int found = 0;
+    while (f && !found && fgets(line, sizeof line, f)) found = strstr(line, needle) != NULL;
     if (f) fclose(f);
-    return strstr(buf, needle) != NULL;
+    return found;
 }
 
 /* Runs `train CFG` in a child (its stdout and stderr into out), sends it `sig` once its steps
@@ -873,8 +880,12 @@ static void graph_vs_eager(const char *name, const char *deform, const char *pre
         snprintf(log, sizeof log, "%s/%s_g1.log", dt_test_tmpdir(), name);
         EXPECT_EQ_INT(r[1].graph_captures, 0);
         EXPECT_EQ_INT(r[1].graph_steps, 0);
+        char said[600] = "none";
+        FILE *f = fopen(log, "r");
+        while (f && fgets(said, sizeof said, f) && !strstr(said, "cannot be captured")) snprintf(said, sizeof said, "none");
+        if (f) fclose(f);
         EXPECT_MSG(file_has(log, "cannot be captured") && file_has(log, "in op "),
-                   "no warning naming the op that could not be captured in %s", log);
+                   "no warning naming the op that could not be captured in %s (its capture line: %s)", log, said);
     } else if (halo_refresh) {
         /* refreshes (no evaluation before the end) at steps 1, 6 and 12, each eager: eager 1-3,
          * captured 4, replayed 5, eager 6; then, if 6 left every halo as it was, replays 7-11; if
@@ -917,4 +928,42 @@ DT_GPU_TEST(gpu_train_graph_uncapturable_step_runs_eagerly_with_a_warning) {
  * captured again (the halo may have changed) */
 DT_GPU_TEST(gpu_train_graph_recaptures_after_a_halo_refresh) {
     graph_vs_eager("graph_halo_refresh", "all", "bf16", 0, 6);
+}
+
+/* ---- the convs' plan in the run's log ---- */
+
+DT_TEST(train_log_holds_the_conv_plan) {
+    /* a bf16 run with the implicit GEMM forced (its CPU twins): after the first step the log
+     * has a line per conv problem naming each pass's engine */
+    dt_train_cfg c;
+    tiny_cfg(&c);
+    strcpy(c.deform, "none");
+    strcpy(c.precision, "bf16");
+    strcpy(c.conv_algo, "igemm64");
+    c.steps = 2;
+    snprintf(c.log, sizeof c.log, "%s/plan", dt_test_tmpdir());
+    dt_train_result r;
+    dt_err err;
+    dt_set_quiet(1);
+    if (dt_train_run(&c, &r, &err)) {
+        EXPECT_MSG(0, "train failed: %s", err.msg);
+        return;
+    }
+    dt_train_result_free(&r);
+    char path[600], line[512];
+    snprintf(path, sizeof path, "%s.log", c.log);
+    FILE *f = fopen(path, "r");
+    EXPECT_MSG(f != NULL, "no %s", path);
+    if (!f) return;
+    int rows = 0, stem = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "conv plan: ", 11)) continue;
+        rows++;
+        /* the stem (C = 3, 64x64 images at width 0.25: 16 output channels): fprop on the tile, the
+         * backward passes need C % 8 == 0 */
+        if (strstr(line, "[8, 3, 64, 64] -> 16, 7x7/2 pad 3 (igemm64): fprop igemm64, dgrad gemm, wgrad gemm")) stem = 1;
+    }
+    fclose(f);
+    EXPECT_MSG(rows >= 5, "%d conv plan lines in %s", rows, path);
+    EXPECT_MSG(stem, "the stem's plan line is not in %s", path);
 }

@@ -475,6 +475,7 @@ DT_TEST(weights_through_the_trainer_and_build_train_export) {
     /* the deformable export resumes the deformable model strictly; a plain one refuses it */
     dt_train_cfg c;
     run_cfg(&c, "c");
+    c.overwrite = 1; /* the runs below reuse the log prefix c */
     snprintf(c.init_from, sizeof c.init_from, "%s", deformed);
     EXPECT(dt_train_run(&c, &r, &err) != 0 && strstr(err.msg, "has 32 tensors the model does not"));
     dt_train_result_free(&r);

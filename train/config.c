@@ -56,9 +56,10 @@ static const key_spec KEYS[] = {
     {"sync_bn", T_BOOL, F(sync_bn), "0", NULL, 0, 1, 1, "several GPUs: batch-norm statistics over all replicas' batches"},
     {"bucket_mb", T_INT, F(bucket_mb), "25", NULL, 1, 4096, 0, "several GPUs: gradient all-reduce bucket size (MiB)"},
     {"col_budget_mb", T_INT, F(col_budget_mb), "256", NULL, 1, 65536, 0, "column-buffer budget of conv/deform chunks (MiB)"},
-    {"conv_algo", T_ENUM, F(conv_algo), "auto", "auto|gemm|igemm128|igemm64", 0, 0, 0,
-     "bf16 convs: gemm (im2col + cuBLAS), auto (the implicit GEMM where the conv lab measured it faster), igemm128 / "
-     "igemm64 (the implicit GEMM with that tile wherever it runs; docs/conv.md)"},
+    {"conv_algo", T_ENUM, F(conv_algo), "auto", "auto|gemm|igemm128|igemm64|sm90", 0, 0, 0,
+     "bf16 convs: gemm (im2col + cuBLAS), auto (per shape the measured winner: the Hopper engine on an H100/H200, the "
+     "implicit GEMM where the conv lab measured it faster), igemm128 / igemm64 (the mma.sync implicit GEMM with that "
+     "tile wherever it runs), sm90 (the Hopper engine wherever it runs; docs/conv.md)"},
     {"epochs", T_INT, F(epochs), "1", NULL, 1, 100000, 1, "epochs to train"},
     {"steps", T_I64, F(steps), "0", NULL, 0, 1e15, 1,
      "the run's length in steps, over epochs (0 = run the epochs; epochs= on the command line clears it)"},
@@ -106,7 +107,12 @@ static const key_spec KEYS[] = {
      "also write the checkpoint every this many steps, mid-epoch too (0 = off; docs/training.md)"},
     {"checkpoint_minutes", T_FLOAT, F(checkpoint_minutes), "0", NULL, 0, 1e6, 0,
      "also write the checkpoint when this many minutes passed since the last one (0 = off)"},
-    {"log", T_STR, F(log), "", NULL, 0, 0, 0, "log prefix: writes PREFIX.log, PREFIX_steps.csv, PREFIX_epochs.csv"},
+    {"log", T_STR, F(log), "", NULL, 0, 0, 0,
+     "log prefix: writes PREFIX.log, PREFIX_steps.csv, PREFIX_epochs.csv, PREFIX_summary.txt, and checkpoints to "
+     "PREFIX.ckpt unless checkpoint= names another path"},
+    {"overwrite", T_BOOL, F(overwrite), "0", NULL, 0, 1, 0,
+     "1: a new run may replace the results of an earlier one (its log files, checkpoint, export); without it such a "
+     "run is refused (resume= continues the earlier run)"},
     {"log_every", T_INT, F(log_every), "10", NULL, 1, 1 << 30, 0, "steps between log lines"},
     {"eval_every", T_INT, F(eval_every), "1", NULL, 0, 100000, 0, "epochs between evaluations (0 = only at the end)"},
     {"timing_warmup", T_INT, F(timing_warmup), "10", NULL, 0, 1 << 30, 0, "steps left out of the time statistics"},
@@ -496,6 +502,7 @@ int dt_config_load(dt_train_cfg *c, const char *path, dt_err *err) {
     size_t size;
     int rc = dt_file_read(path, "config", DT_CONFIG_MAX_BYTES, &buf, &size, err);
     if (!rc) rc = dt_config_parse(c, buf.p, size, path, err);
+    if (!rc) snprintf(c->config_path, sizeof c->config_path, "%.511s", path);
     dt_scratch_free(&buf);
     return rc;
 }
@@ -584,17 +591,52 @@ int dt_config_diff(const dt_train_cfg *was, const dt_train_cfg *now, dt_config_d
     return n;
 }
 
+/* The domain of key k as --keys prints it. */
+static void domain_text(const key_spec *k, char *dom, size_t cap) {
+    if (k->type == T_ENUM) snprintf(dom, cap, "%s", k->choices);
+    else if (k->type == T_BOOL) snprintf(dom, cap, "0|1");
+    else if (k->type == T_STR) snprintf(dom, cap, "text");
+    else if (k->type == T_FLOAT) snprintf(dom, cap, "%g..%g", k->lo, k->hi);
+    else if (k->type == T_U64) snprintf(dom, cap, "%.0f..%llu", k->lo, (unsigned long long)UINT64_MAX);
+    else snprintf(dom, cap, "%.0f..%.0f", k->lo, k->hi); /* integers as integers, not 1.07374e+09 */
+}
+
+/* One key a line group: the columns as wide as their widest entry, the help wrapped at spaces
+ * to HELP_COLS characters under its own column. */
+#define HELP_COLS 112
+#define DOMAIN_COLS 24 /* a longer domain (the models' names) gets a line of its own */
 void dt_config_help(FILE *f) {
     fprintf(f, "keys (file lines `key = value`, or command-line overrides key=value):\n");
+    int wk = 0, wd = 0, wv = 0;
+    for (int i = 0; i < NKEYS; i++) {
+        char dom[64];
+        domain_text(&KEYS[i], dom, sizeof dom);
+        int lk = (int)strlen(KEYS[i].key), ld = (int)strlen(dom), lv = KEYS[i].def[0] ? (int)strlen(KEYS[i].def) : 2;
+        if (lk > wk) wk = lk;
+        if (ld > wd && ld <= DOMAIN_COLS) wd = ld;
+        if (lv > wv) wv = lv;
+    }
+    int indent = 2 + wk + 2 + wd + 2 + 8 + wv + 2, room = HELP_COLS - indent;
+    if (room < 40) room = 40;
     for (int i = 0; i < NKEYS; i++) {
         const key_spec *k = &KEYS[i];
-        char dom[64] = "";
-        if (k->type == T_ENUM) snprintf(dom, sizeof dom, "%s", k->choices);
-        else if (k->type == T_BOOL) snprintf(dom, sizeof dom, "0|1");
-        else if (k->type == T_STR) snprintf(dom, sizeof dom, "text");
-        else if (k->type == T_FLOAT) snprintf(dom, sizeof dom, "%g..%g", k->lo, k->hi);
-        else if (k->type == T_U64) snprintf(dom, sizeof dom, "%.0f..%llu", k->lo, (unsigned long long)UINT64_MAX);
-        else snprintf(dom, sizeof dom, "%.0f..%.0f", k->lo, k->hi); /* integers as integers, not 1.07374e+09 */
-        fprintf(f, "  %-16s %-23s default %-8s %s\n", k->key, dom, k->def[0] ? k->def : "\"\"", k->help);
+        char dom[64];
+        domain_text(k, dom, sizeof dom);
+        if ((int)strlen(dom) > wd) fprintf(f, "  %-*s  %s\n  %-*s  %-*s", wk, k->key, dom, wk, "", wd, "");
+        else fprintf(f, "  %-*s  %-*s", wk, k->key, wd, dom);
+        fprintf(f, "  default %-*s  ", wv, k->def[0] ? k->def : "\"\"");
+        const char *h = k->help;
+        for (int line = 0; *h; line++) {
+            int n = (int)strlen(h);
+            if (n > room) { /* the last space that fits; a longer word goes whole */
+                int cut = room;
+                while (cut > 0 && h[cut] != ' ') cut--;
+                if (cut == 0) cut = (int)strcspn(h, " ");
+                n = cut;
+            }
+            fprintf(f, "%*s%.*s\n", line ? indent : 0, "", n, h);
+            h += n;
+            while (*h == ' ') h++;
+        }
     }
 }

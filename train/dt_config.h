@@ -66,11 +66,14 @@ typedef struct {
     uint64_t seed;
     char checkpoint[512], resume[512], log[512];
     int log_every, eval_every, timing_warmup, progress, quiet;
+    int overwrite;         /* 1: a new run may replace an earlier run's logs, checkpoint and export */
     int64_t stop_at;       /* > 0: stop (after a checkpoint) once this many steps are done */
     int64_t checkpoint_every; /* > 0: a checkpoint every this many steps (mid-epoch too) */
     float checkpoint_minutes; /* > 0: a checkpoint once this many minutes passed since the last */
     int64_t max_image_pixels; /* larger images are skipped before decoding */
     char export_path[512];    /* key `export`: the weights as .safetensors at the end of the run */
+    char config_path[512];    /* not a key: the file dt_config_load read last ("" if none), which no
+                               * output of the run may replace */
 } dt_train_cfg;
 
 void dt_config_defaults(dt_train_cfg *c);

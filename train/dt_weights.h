@@ -75,8 +75,12 @@ int dt_weights_export(const dt_resnet *m, int64_t steps, const char *path, dt_er
  * that a bad path fails at start-up rather than after training. 0, or -1 with err set. */
 int dt_weights_export_prepare(const char *path, dt_err *err);
 
-/* Exports a training checkpoint without training (build/train --export CKPT OUT): the model is
- * rebuilt on the CPU from the config the checkpoint stores (its class count from fc.bias),
+/* Exports a training checkpoint without training (build/train --export CKPT OUT): refused when
+ * OUT is CKPT (the same file by path, symlink or hard link); OUT locked as a run's outputs are
+ * (OUT.lock). Before anything is allocated, the model its stored config names (its class
+ * count from fc.bias) is checked: at most 16 GB of weights, and the checkpoint's tensor table
+ * holding exactly that model's tensors (names, shapes; momentum besides); the position goes
+ * through a resume's checks (dt_checkpoint_plan_resume). Then the model is built on the CPU,
  * the checkpoint's state loaded into it (dt_checkpoint_load_state: every check of a resume)
  * and written by dt_weights_export with the checkpoint's step count. 0, or -1. */
 int dt_weights_export_checkpoint(const char *ckpt_path, const char *out_path, dt_err *err);

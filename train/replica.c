@@ -567,6 +567,30 @@ int replica_finish_step(replica *r, step_pending *p, step_pending *next) {
     return 0;
 }
 
+/* "1h02m", "3m07s", "42s". */
+static void duration_text(double s, char *b, size_t cap) {
+    long t = s > 0 && s < 1e9 ? (long)(s + 0.5) : 0;
+    if (t >= 3600) snprintf(b, cap, "%ldh%02ldm", t / 3600, t / 60 % 60);
+    else if (t >= 60) snprintf(b, cap, "%ldm%02lds", t / 60, t % 60);
+    else snprintf(b, cap, "%lds", t);
+}
+
+/* "elapsed 1m05s, ETA 3m10s": the time since this run's first step, and the rest at the mean
+ * rate of the steps so far (evaluations included, as they recur). */
+static void eta_text(const replica *r, int64_t done_step, char *b, size_t cap) {
+    const train_run *run = r->run;
+    double el = (dt_now_ms() - r->run_t0) / 1e3;
+    int64_t done = done_step - run->pos.step, left = run->stop - done_step;
+    char e[24], rest[24];
+    duration_text(el, e, sizeof e);
+    if (done > 0 && left > 0) {
+        duration_text(el / (double)done * (double)left, rest, sizeof rest);
+        snprintf(b, cap, "elapsed %s, ETA %s", e, rest);
+    } else {
+        snprintf(b, cap, "elapsed %s", e);
+    }
+}
+
 /* Replica 0's record of a step: the steps CSV, a log line every log_every steps, the live line. */
 static int log_step(replica *r, const step_pending *p, float loss, const float tt[4]) {
     train_run *run = r->run;
@@ -581,13 +605,21 @@ static int log_step(replica *r, const step_pending *p, float loss, const float t
         train_output_check(o, o->steps_csv, o->steps_path);
         char phases[96] = "CUDA graph";
         if (!p->graphed) snprintf(phases, sizeof phases, "fwd %.2f bwd %.2f opt %.2f ms", tt[0], tt[1], tt[2]);
-        train_say(o, "step %6lld/%lld epoch %lld  loss %.4f  lr %.4g  %s  step %.2f ms  data %.2f ms  %.0f img/s",
+        char eta[64];
+        eta_text(r, p->step + 1, eta, sizeof eta);
+        train_say(o, "step %6lld/%lld epoch %lld  loss %.4f  lr %.4g  %s  step %.2f ms  data %.2f ms  %.0f img/s  %s",
                   (long long)p->step + 1, (long long)run->total_steps, (long long)p->epoch, loss, p->lr, phases, step_ms,
-                  p->wait_ms, global_n / step_ms * 1e3);
+                  p->wait_ms, global_n / step_ms * 1e3, eta);
     } else if (o->tty) {
-        printf("\r\033[Kstep %lld/%lld loss %.4f %.2f ms/step", (long long)p->step + 1, (long long)run->total_steps, loss,
-               step_ms);
+        char eta[64];
+        eta_text(r, p->step + 1, eta, sizeof eta);
+        printf("\r\033[Kstep %lld/%lld loss %.4f %.2f ms/step  %s", (long long)p->step + 1, (long long)run->total_steps,
+               loss, step_ms, eta);
         fflush(stdout);
+    }
+    if (!run->plan_logged && o->log) { /* every conv has planned once the first step has run */
+        dt_conv_plan_print(o->log);
+        run->plan_logged = 1;
     }
     if (o->failed[0]) return dt_errf(&r->err, "%s", o->failed), 1;
     return 0;
@@ -598,9 +630,11 @@ static int log_step(replica *r, const step_pending *p, float loss, const float t
 /* Evaluates this replica's shard of the val set: sums of top-1 and top-5 hits and of the loss,
  * and the image count, in m[0..3]. Collects the offset statistics of every deformable layer
  * on the first batch. 1 (with err set) when the val loader fails. */
-static int evaluate_shard(replica *r, double m[4], int stats) {
+static int evaluate_shard(replica *r, int64_t epoch, double m[4], int stats) {
     dt_set_grad_enabled(0);
-    dt_loader_start_epoch(r->val_ld, 0);
+    /* the training epoch it evaluates: what the val loader's messages name (its order and
+     * transforms do not depend on it) */
+    dt_loader_start_epoch(r->val_ld, (int)epoch);
     dt_batch b;
     int64_t nbat = 0;
     int got;
@@ -701,7 +735,7 @@ int replica_end_epoch(replica *r, int64_t epoch, int epoch_done, int64_t batches
     if (eval) {
         if (r->dist) broadcast_state(r, 0); /* replica 0's BN statistics, as DDP's broadcast_buffers */
         if (r->dist) dt_dist_watch(r->dist, 0); /* no collective while evaluating: no stall timeout */
-        int bad = evaluate_shard(r, m, 1);
+        int bad = evaluate_shard(r, epoch, m, 1);
         if (r->dist) dt_dist_watch(r->dist, 1);
         if (bad) {
             if (r->dist) dt_dist_abort(dt_dist_group_of(r->dist), "replica %d: %s", r->rank, r->err.msg);

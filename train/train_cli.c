@@ -57,6 +57,39 @@ static void print_resume_command(int argc, char **argv, const char *checkpoint) 
     fputc('\n', stderr);
 }
 
+/* After a run that finished: the commands that use what it wrote - the export of its checkpoint,
+ * a longer run continuing it (this command line, its run length and any resume= replaced), and
+ * a chart of its epochs. */
+static void print_next(int argc, char **argv, const dt_train_cfg *c, const dt_train_result *r) {
+    if (!r->checkpoint[0]) return;
+    const char *ck = r->checkpoint;
+    size_t n = strlen(ck);
+    int stem = n > 5 && !strcmp(ck + n - 5, ".ckpt") ? (int)(n - 5) : (int)n;
+    printf("next: build/train --export %s %.*s.safetensors   (its weights under torchvision's names, for PyTorch)\n", ck,
+           stem, ck);
+    printf("      ");
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i] + strspn(argv[i], " \t");
+        int skip = 0;
+        static const char *const keys[3] = {"resume", "steps", "epochs"};
+        for (int k = 0; k < 3 && i >= 2; k++) {
+            size_t kl = strlen(keys[k]);
+            skip |= !strncmp(a, keys[k], kl) && a[kl + strspn(a + kl, " \t")] == '=';
+        }
+        if (skip) continue;
+        if (i) putchar(' ');
+        put_shell_word(stdout, argv[i]);
+    }
+    printf(" resume=");
+    put_shell_word(stdout, ck);
+    printf(" steps=%lld   (trains it further: to twice its %lld steps)\n", (long long)(2 * r->global_step),
+           (long long)r->global_step);
+    if (c->log[0])
+        printf("      awk -F, 'NR>1{print \"epoch \"$1\",\"100*$5}' %s_epochs.csv > %s_top1.csv && build/chart %s_top1.csv "
+               "%s_top1.png \"val top-1 %% by epoch\"   (a chart of its accuracy)\n",
+               c->log, c->log, c->log, c->log);
+}
+
 /* build/train --devices: what `make reproduce` and `make scaling` ask before timing GPU runs. */
 static int list_devices(void) {
     if (!dt_built_with_cuda()) {
@@ -122,6 +155,7 @@ int dt_train_cli(int argc, char **argv) {
         if (r.checkpoint[0]) print_resume_command(argc, argv, r.checkpoint); /* the process that wrote it */
     }
     else if (rc) fprintf(stderr, "train: error: %s\n", err.msg);
+    else if (!c.quiet) print_next(argc, argv, &c, &r);
     dt_train_result_free(&r);
     return rc;
 }

@@ -62,10 +62,11 @@ typedef struct {
     dt_safetensors init;      /* init_from's state_dict, read once for all replicas (have_init) */
     int have_init;
     char ckpt_path[1024];     /* where checkpoints go: checkpoint=, or derived (trainer.c) */
-    train_lock log_lock, ckpt_lock;
+    train_lock log_lock, ckpt_lock, export_lock;
     train_output out;         /* replica 0 writes (the process holding it) */
     dt_train_result *res;     /* replica 0 fills */
     int interrupted;          /* set by the first local replica: the run stopped on a stop request */
+    int plan_logged;          /* the convs' plan is in the log (after the first step) */
     pthread_mutex_t init_mu;  /* model construction draws from process-wide RNGs: one at a time */
 } train_run;
 
@@ -141,6 +142,13 @@ typedef struct {
  * libraries' workspaces) and change the optimizer's tables twice (its first-step flags set, then
  * cleared); from the third on a step is the same work at the same addresses every time. */
 #define GRAPH_WARMUP 3
+
+/* Where a run's checkpoints go: checkpoint=, else PREFIX.ckpt of log=PREFIX, else
+ * train-PID.ckpt in the working folder (trainer.c). */
+void train_checkpoint_path(const dt_train_cfg *c, char *out, size_t cap);
+
+/* dt_weights_export_checkpoint without its lock on the export (a run that holds it). */
+int train_export_checkpoint(const char *ckpt_path, const char *out_path, dt_err *err);
 
 /* The model the configuration describes (its deformable layers' knobs included; train_model.c). */
 void train_model_cfg(const dt_train_cfg *c, int classes, dt_resnet_cfg *mc);

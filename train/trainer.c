@@ -22,6 +22,7 @@
 #include "core/dt_file.h"
 #include "train/dt_weights.h"
 #include "train/train_run.h"
+#include "train/path_check.h"
 
 static int open_data(train_run *run, dt_err *err) {
     const dt_train_cfg *c = run->c;
@@ -109,14 +110,14 @@ static int read_resume(train_run *run, const dt_ckpt_run *now, dt_err *err) {
  * (the log prefix names the run), else train-PID.ckpt in the working folder (a name no other
  * run has). Written at an interrupt or stop_at, checkpoint_every / _minutes, and with
  * checkpoint= at every epoch's end. */
-static void checkpoint_path(const dt_train_cfg *c, char *out, size_t cap) {
+void train_checkpoint_path(const dt_train_cfg *c, char *out, size_t cap) {
     if (c->checkpoint[0]) snprintf(out, cap, "%s", c->checkpoint);
     else if (c->log[0]) snprintf(out, cap, "%s.ckpt", c->log);
     else snprintf(out, cap, "train-%ld.ckpt", (long)getpid());
 }
 
-/* The outputs' locks: the log files (they cover PREFIX.ckpt too) and checkpoint=, each taken
- * before anything of it is written. The checkpoint is prepared first (dt_checkpoint_prepare:
+/* The outputs' locks: the log files (they cover PREFIX.ckpt too), checkpoint= and export=, each
+ * taken before anything of it is written. The checkpoint is prepared first (dt_checkpoint_prepare:
  * its folder made, its path refused when a rename must not replace it), which touches only
  * temporaries of dead processes and this one's. A lock left by a killed run is taken over and
  * named in a warning once the log is open (stale[]). */
@@ -136,6 +137,14 @@ static int lock_outputs(train_run *run, long stale[2], dt_err *err) {
             return -1;
         snprintf(what, sizeof what, "checkpoint %s", c->checkpoint);
         if (train_lock_take(&run->ckpt_lock, target, what, &stale[1], err)) return -1;
+    }
+    if (c->export_path[0]) {
+        char target[PATH_MAX + 1];
+        if (dt_weights_export_prepare(c->export_path, err) ||
+            dt_atomic_target(c->export_path, "export", target, sizeof target, err))
+            return -1;
+        snprintf(what, sizeof what, "export %s", c->export_path);
+        if (train_lock_take(&run->export_lock, target, what, &stale[2], err)) return -1;
     }
     return 0;
 }
@@ -245,6 +254,17 @@ static int init_gpus(train_run *run, dt_err *err) {
     return 0;
 }
 
+/* The end of a run that finished: where each output is (build/train adds what to run next). */
+static void say_outputs(train_run *run) {
+    const dt_train_cfg *c = run->c;
+    train_output *o = &run->out;
+    if (c->log[0])
+        train_say(o, "outputs: %s (this log), %s and %s (per step, per epoch), %.560s_summary.txt", o->log_path,
+                  o->steps_path, o->epochs_path, c->log);
+    if (run->res->checkpoint[0]) train_say(o, "checkpoint: %s", run->res->checkpoint);
+    if (c->export_path[0]) train_say(o, "weights for PyTorch: %s (docs/weights.md)", c->export_path);
+}
+
 int dt_train_run(const dt_train_cfg *c, dt_train_result *res, dt_err *err) {
     memset(res, 0, sizeof *res);
     res->val_top1 = res->val_top5 = -1;
@@ -275,30 +295,28 @@ int dt_train_run(const dt_train_cfg *c, dt_train_result *res, dt_err *err) {
     dt_conv_set_col_budget((size_t)c->col_budget_mb << 20);
     dt_set_seed(c->seed); /* each replica reseeds the RNGs from it before it builds its model */
     pthread_mutex_init(&run.init_mu, NULL);
-    int rc = 0;
+    int rc = 0, started = 0;
     /* Everything a run will write is checked before it trains: the outputs are locked against
      * a second run, the log files opened, and the checkpoint's folder made if missing and
      * proven writable (stale temporaries of killed runs removed). */
     int writer = run.first_rank == 0; /* the process of replica 0 writes; the others are silent */
-    checkpoint_path(c, run.ckpt_path, sizeof run.ckpt_path);
-    long stale[2] = {0, 0};
+    train_checkpoint_path(c, run.ckpt_path, sizeof run.ckpt_path);
+    long stale[3] = {0, 0, 0};
     if (!writer) {
         run.out.quiet = 1;
-    } else if (lock_outputs(&run, stale, err) || train_output_open(&run.out, c, err)) {
+    } else if (dt_run_paths_check(c, run.ckpt_path, c->config_path, err) ||
+               train_output_refuse_rerun(c, run.ckpt_path, err) || lock_outputs(&run, stale, err) ||
+               train_output_open(&run.out, c, err)) {
         rc = 1;
         goto done;
     }
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 3; i++)
         if (stale[i])
             train_warn(&run.out, "took over the lock file %s of PID %ld, a run that is gone (it was killed or crashed)",
-                       i ? run.ckpt_lock.path : run.log_lock.path, stale[i]);
+                       i == 2 ? run.export_lock.path : i ? run.ckpt_lock.path : run.log_lock.path, stale[i]);
     /* a derived path is written at an interrupt anyway; prepared when something asks for it */
     if (writer && !c->checkpoint[0] && (c->log[0] || c->stop_at || c->checkpoint_every || c->checkpoint_minutes) &&
         dt_checkpoint_prepare(run.ckpt_path, err)) {
-        rc = 1;
-        goto done;
-    }
-    if (writer && c->export_path[0] && dt_weights_export_prepare(c->export_path, err)) {
         rc = 1;
         goto done;
     }
@@ -357,7 +375,7 @@ int dt_train_run(const dt_train_cfg *c, dt_train_result *res, dt_err *err) {
                           "to continue", c->resume, (long long)run.pos.step, (long long)c->stop_at);
             /* export= of a finished run: its checkpoint holds the weights of its end */
             if (writer && c->export_path[0] && run.pos.step == run.total_steps) {
-                if (dt_weights_export_checkpoint(c->resume, c->export_path, err)) rc = 1;
+                if (train_export_checkpoint(c->resume, c->export_path, err)) rc = 1;
                 else train_say(&run.out, "export: the weights of %s (step %lld) to %s", c->resume, (long long)run.pos.step,
                                c->export_path);
             } else if (writer && c->export_path[0]) {
@@ -384,6 +402,7 @@ int dt_train_run(const dt_train_cfg *c, dt_train_result *res, dt_err *err) {
         rc = 1;
         goto done;
     }
+    started = 1; /* from here a run that ends early says so in its summary */
     if (run.world > 1) {
         dt_dist_opts o = {.dev = run.dev, .local = run.local, .gpus = run.gpus, .world = run.world,
                           .first_rank = run.first_rank, .rendezvous = getenv("DT_DIST_FILE")};
@@ -407,13 +426,26 @@ int dt_train_run(const dt_train_cfg *c, dt_train_result *res, dt_err *err) {
                       sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal", (long long)res->global_step,
                       run.ckpt_path, run.ckpt_path);
     }
-    if (!rc && writer && c->log[0] && train_write_summary(c, res, err)) rc = 1; /* machine-readable, for bench/reproduce.sh */
 done:
+    if (started && writer && c->log[0]) { /* machine-readable, for bench/reproduce.sh */
+        const char *status = rc == 0 ? (res->global_step < run.total_steps ? "stopped" : "finished")
+                             : res->interrupted ? "interrupted"
+                                                : "failed";
+        char where[700];
+        dt_err e;
+        if (train_write_summary(c, res, status, rc && !res->interrupted ? err->msg : NULL, where, sizeof where, &e)) {
+            if (!rc) rc = 1, *err = e;
+        } else if (strcmp(status, "finished")) {
+            train_say(&run.out, "summary: %s (status %s)", where, status);
+        }
+    }
+    if (!rc && writer && started) say_outputs(&run);
     if (run.have_ck) dt_checkpoint_free(&run.ck);
     if (run.have_init) dt_safetensors_free(&run.init);
     dt_dist_group_free(run.group);
     close_data(&run);
     train_output_close(&run.out);
+    train_lock_release(&run.export_lock);
     train_lock_release(&run.ckpt_lock);
     train_lock_release(&run.log_lock);
     pthread_mutex_destroy(&run.init_mu);

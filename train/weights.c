@@ -10,6 +10,9 @@
 #include "train/atomic_file.h"
 #include "train/dt_checkpoint.h"
 #include "core/dt_file.h"
+#include "train/model_tensors.h"
+#include "train/path_check.h"
+#include "train/run_lock.h"
 #include "train/train_run.h" /* train_model_cfg */
 
 static int ends_with(const char *s, const char *tail) {
@@ -224,7 +227,62 @@ int dt_weights_export_prepare(const char *path, dt_err *err) {
     return dt_atomic_target(path, "export", target, sizeof target, err);
 }
 
-int dt_weights_export_checkpoint(const char *ckpt_path, const char *out_path, dt_err *err) {
+/* The checkpoint's tensors against the model's: every one of the model's present with its
+ * shape (momentum/... besides them: the optimizer's, not exported). */
+typedef struct {
+    const dt_checkpoint *ck;
+    const char *path;
+    dt_err *err;
+    int found;
+} table_check;
+
+static int check_table_entry(const char *name, int ndim, const int64_t *shape, void *ctx) {
+    table_check *t = ctx;
+    int i = dt_checkpoint_find(t->ck, name);
+    if (i < 0)
+        return dt_errf(t->err, "cannot export %s: it lacks '%s', a tensor of the model its stored config names (a "
+                       "crafted or damaged checkpoint?)", t->path, name);
+    if (t->ck->ndim[i] != ndim || memcmp(t->ck->shape[i], shape, (size_t)ndim * sizeof *shape)) {
+        char a[200], b[200];
+        shape_text(t->ck->ndim[i], t->ck->shape[i], a, sizeof a);
+        shape_text(ndim, shape, b, sizeof b);
+        return dt_errf(t->err, "cannot export %s: tensor '%s' is %s in it but %s in the model its stored config names",
+                       t->path, name, a, b);
+    }
+    t->found++;
+    return 0;
+}
+
+/* The position through the check a resume makes (dt_checkpoint_plan_resume), on a training
+ * set of the size the position implies (export has no dataset): epoch E, batch B, step S of a
+ * run of E > 0 epochs done had (S - B) / E steps per epoch. */
+static int check_position(const dt_checkpoint *ck, const dt_train_cfg *c, const char *path, dt_err *err) {
+    long long E = ck->pos.epoch, B = ck->pos.batch, S = ck->pos.step;
+    if (E < 0 || B < 0 || S < 0 || S < B || (E > 0 && (S - B) % E != 0) || (E == 0 && S != B))
+        return dt_errf(err, "cannot export %s: inconsistent position (epoch %lld, batch %lld, step %lld): no run writes it",
+                       path, E, B, S);
+    dt_err e;
+    int gpus = dt_config_gpus(c, NULL, &e);
+    if (gpus < 1) return dt_errf(err, "cannot export %s: the config it stores: %s", path, e.msg);
+    int64_t spe = E > 0 ? (S - B) / E : B + 1, images;
+    if (spe < 1) spe = 1;
+    if (__builtin_mul_overflow(spe, (int64_t)c->batch * gpus, &images))
+        return dt_errf(err, "cannot export %s: step %lld of epoch %lld does not fit a 64-bit image count", path, S, E);
+    dt_ckpt_run was;
+    dt_ckpt_resume rs;
+    if (dt_ckpt_run_of(c, gpus, images, &was, &e)) return dt_errf(err, "cannot export %s: %s", path, e.msg);
+    if (dt_checkpoint_plan_resume(ck, &was, 1, images, path, &rs, &e)) return dt_errf(err, "cannot export: %s", e.msg);
+    return 0;
+}
+
+/* A model larger than this is not built for an export: twice the largest the keys allow
+ * (docs/weights.md). The export holds the model, its host copies and the encoded file. */
+#define EXPORT_MAX_MODEL_BYTES ((int64_t)16 << 30)
+
+static int export_checkpoint(const char *ckpt_path, const char *out_path, dt_err *err) {
+    if (dt_paths_same(ckpt_path, out_path))
+        return dt_errf(err, "cannot export %s to %s: they are the same file (the same path, a symlink or a hard link): the "
+                       "export would replace the checkpoint; give the export another path", ckpt_path, out_path);
     dt_checkpoint ck;
     if (dt_weights_export_prepare(out_path, err) || dt_checkpoint_read(ckpt_path, &ck, err)) return -1;
     dt_train_cfg c;
@@ -236,16 +294,37 @@ int dt_weights_export_checkpoint(const char *ckpt_path, const char *out_path, dt
     else if (fc < 0 || ck.ndim[fc] != 1 || ck.shape[fc][0] < 2 || ck.shape[fc][0] > 100000)
         rc = dt_errf(err, "cannot export %s: it has no fc.bias of 2..100000 classes (not a deftc ResNet's checkpoint)",
                      ckpt_path);
+    dt_resnet_cfg mc;
+    if (!rc) {
+        train_model_cfg(&c, (int)ck.shape[fc][0], &mc);
+        mc.precision = DT_PREC_FP32;
+        mc.layout = DT_NCHW;
+    }
+    /* everything checked before the model is built: its size, the checkpoint's tensors
+     * against its own, the position */
+    int64_t elements = 0;
+    table_check tc = {&ck, ckpt_path, err, 0};
+    if (!rc && train_model_tensors(&mc, NULL, NULL, &elements, &e))
+        rc = dt_errf(err, "cannot export %s: the model its stored config names cannot be built: %s", ckpt_path, e.msg);
+    if (!rc && elements > EXPORT_MAX_MODEL_BYTES / 4)
+        rc = dt_errf(err, "cannot export %s: its stored config names a model of %lld parameters (%.1f GB), more than the "
+                     "%.0f GB an export builds (a crafted or damaged checkpoint?)", ckpt_path, (long long)elements,
+                     elements * 4e-9, EXPORT_MAX_MODEL_BYTES * 1e-9);
+    if (!rc && train_model_tensors(&mc, check_table_entry, &tc, NULL, &e)) rc = -1;
+    if (!rc) {
+        int own = 0;
+        for (int i = 0; i < ck.n; i++) own += strncmp(ck.names[i], "momentum/", 9) != 0;
+        if (own != tc.found)
+            rc = dt_errf(err, "cannot export %s: it holds %d tensors besides the momentum, the model its stored config "
+                         "names %d", ckpt_path, own, tc.found);
+    }
+    if (!rc) rc = check_position(&ck, &c, ckpt_path, err);
     if (rc) {
         dt_checkpoint_free(&ck);
         return rc;
     }
     /* the masters are fp32 in every precision and the checkpoint is in logical order: the CPU
      * fp32 NCHW twin of the model holds the same state */
-    dt_resnet_cfg mc;
-    train_model_cfg(&c, (int)ck.shape[fc][0], &mc);
-    mc.precision = DT_PREC_FP32;
-    mc.layout = DT_NCHW;
     dt_resnet m;
     dt_resnet_init(&m, &mc, DT_CPU);
     dt_tensor **momentum = dt_xcalloc((size_t)m.params.n, sizeof *momentum);
@@ -255,5 +334,26 @@ int dt_weights_export_checkpoint(const char *ckpt_path, const char *out_path, dt
     free(momentum);
     dt_resnet_free(&m);
     dt_checkpoint_free(&ck);
+    return rc;
+}
+
+int train_export_checkpoint(const char *ckpt_path, const char *out_path, dt_err *err) {
+    return export_checkpoint(ckpt_path, out_path, err);
+}
+
+int dt_weights_export_checkpoint(const char *ckpt_path, const char *out_path, dt_err *err) {
+    /* the export's name is locked against a run writing it (run_lock.h), as a run's outputs are */
+    char target[PATH_MAX + 1], what[700];
+    if (dt_paths_same(ckpt_path, out_path))
+        return dt_errf(err, "cannot export %s to %s: they are the same file (the same path, a symlink or a hard link): the "
+                       "export would replace the checkpoint; give the export another path", ckpt_path, out_path);
+    if (dt_weights_export_prepare(out_path, err) || dt_atomic_target(out_path, "export", target, sizeof target, err))
+        return -1;
+    snprintf(what, sizeof what, "export %.600s", out_path);
+    train_lock lk = {0};
+    long stale = 0;
+    if (train_lock_take(&lk, target, what, &stale, err)) return -1;
+    int rc = export_checkpoint(ckpt_path, out_path, err);
+    train_lock_release(&lk);
     return rc;
 }

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "ops/conv/conv_sm90.h"
 #include "ops/conv/sm90_gemm.cuh"
 
 using dt_sm90::bf16;
@@ -52,82 +53,17 @@ static FILE *g_csv;
 static cublasHandle_t g_blas;
 static int g_sms;
 
-/* ---- tensor maps: encoded through the driver's entry point (no -lcuda) */
+/* ---- tensor maps: the library's (ops/conv/conv_sm90.cu), so that the lab reads its operands
+ * exactly as the library's passes do */
 
-typedef CUresult (*encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
-                                    const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
-                                    CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-static encode_tiled_fn encoder(void) {
-    static encode_tiled_fn fn;
-    if (!fn) {
-        cudaDriverEntryPointQueryResult q;
-        void *f = NULL;
-        CK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q));
-        if (q != cudaDriverEntryPointSuccess || !f) {
-            fprintf(stderr, "sm90_gemm_lab: cuTensorMapEncodeTiled not found in the driver\n");
-            exit(1);
-        }
-        fn = (encode_tiled_fn)f;
-    }
-    return fn;
-}
-
-/* a [rows, cols] row-major bf16 matrix read in boxes of box_rows x 64, 128-byte swizzled */
 static CUtensorMap map_rows(const bf16 *a, int rows, int cols, int box_rows) {
-    CUtensorMap m;
-    const cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows};
-    const cuuint64_t strides[1] = {(cuuint64_t)cols * 2};
-    const cuuint32_t box[2] = {64, (cuuint32_t)box_rows};
-    const cuuint32_t elem[2] = {1, 1};
-    CUresult r = encoder()(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)a, dims, strides, box, elem,
-                           CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                           CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS) {
-        fprintf(stderr, "sm90_gemm_lab: cuTensorMapEncodeTiled(%d x %d, box %d) failed: %d\n", rows, cols, box_rows,
-                (int)r);
-        exit(1);
-    }
-    return m;
+    return dt_sm90_map_rows(a, rows, cols, box_rows);
 }
 
-typedef CUresult (*encode_im2col_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
-                                     const cuuint64_t *, const int *, const int *, cuuint32_t, cuuint32_t,
-                                     const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
-                                     CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-/* x [N, H, W, C] bf16 as TMA's im2col mode reads it for a conv (kernel KH x KW, stride S, pad P,
- * dilation 1): boxes of `pixels` output positions x 64 channels, 128-byte swizzled. The bounding
- * box of window origins runs from -P (lower corner, from the top-left) to the last origin,
- * (Ho - 1) S - P, i.e. P - (K - 1) - rem from the bottom-right, rem = (H + 2P - K) % S. Corner
- * arrays and dims are innermost first: (W, H). */
+/* x [N, H, W, C] for a conv of kernel KH x KW, stride S, padding P, dilation 1 */
 static CUtensorMap map_im2col(const bf16 *x, int N, int H, int W, int C, int KH, int KW, int S, int P, int pixels) {
-    static encode_im2col_fn fn;
-    if (!fn) {
-        cudaDriverEntryPointQueryResult q;
-        void *f = NULL;
-        CK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeIm2col", &f, 12000, cudaEnableDefault, &q));
-        if (q != cudaDriverEntryPointSuccess || !f) {
-            fprintf(stderr, "sm90_gemm_lab: cuTensorMapEncodeIm2col not found in the driver\n");
-            exit(1);
-        }
-        fn = (encode_im2col_fn)f;
-    }
-    CUtensorMap m;
-    const cuuint64_t dims[4] = {(cuuint64_t)C, (cuuint64_t)W, (cuuint64_t)H, (cuuint64_t)N};
-    const cuuint64_t strides[3] = {(cuuint64_t)C * 2, (cuuint64_t)W * C * 2, (cuuint64_t)H * W * C * 2};
-    const int lower[2] = {-P, -P};
-    const int upper[2] = {P - (KW - 1) - (W + 2 * P - KW) % S, P - (KH - 1) - (H + 2 * P - KH) % S};
-    const cuuint32_t elem[4] = {1, (cuuint32_t)S, (cuuint32_t)S, 1};
-    CUresult r = fn(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, (void *)x, dims, strides, lower, upper, 64,
-                    (cuuint32_t)pixels, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS) {
-        fprintf(stderr, "sm90_gemm_lab: cuTensorMapEncodeIm2col(%dx%dx%dx%d, k %d, s %d, p %d) failed: %d\n", N, H, W, C,
-                KH, S, P, (int)r);
-        exit(1);
-    }
-    return m;
+    const dt_conv_geom g = {KH, KW, S, S, P, P, 1, 1};
+    return dt_sm90_map_im2col(x, N, H, W, C, g, dt_conv_out_size(H, KH, S, P, 1), dt_conv_out_size(W, KW, S, P, 1), pixels);
 }
 
 /* ---- the problem */

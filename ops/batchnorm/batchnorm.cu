@@ -131,20 +131,47 @@ __global__ void k_stats_final(int64_t C, int64_t M, const double *partial, int S
     }
 }
 
-/* The backward's per-channel sums (sum g, sum g*xhat) and from them this replica's db, dw. */
+/* The NHWC backward's per-channel coefficients, so that its pointwise pass reads a few floats a
+ * channel and divides nothing: coef [4][C] = (scale, shift, mean_g, q) with scale = w invstd and
+ * shift = b - mean scale (the forward's, for the ReLU mask) and, from the sums (sum g, sum g
+ * xhat) over M values, mean_g = sum g / M and q = scale invstd sum (g xhat) / M, so that
+ *   dx = scale (g - mean_g - xhat mean_gxhat) = scale (g - mean_g) - q (x - mean)
+ * (training; else dx = scale g), x - mean taken first as the direct form does (no cancellation
+ * of large terms when |mean| >> std); computed in double, rounded once. */
+__device__ __forceinline__ void bwd_coef(int64_t C, int64_t c, double s1, double s2, int64_t M, const float *mean,
+                                         const float *invstd, const float *w, const float *b, int training,
+                                         float *coef) {
+    const double is = invstd[c], scale = (double)w[c] * is;
+    coef[c] = (float)scale;
+    coef[C + c] = (float)((double)b[c] - (double)mean[c] * scale);
+    coef[2 * C + c] = training ? (float)(s1 / M) : 0.0f;
+    coef[3 * C + c] = training ? (float)(scale * is * (s2 / M)) : 0.0f;
+}
+
+/* The backward's per-channel sums (sum g, sum g*xhat) and from them this replica's db, dw; with
+ * coef (an unsynchronized NHWC batch norm: the sums are final here) its coefficients too. */
 template <bool WARP>
 __global__ void k_bwd_sums(int64_t C, int S, int64_t sc, int64_t ss, const double *partial, double *sums, float *dw,
-                           float beta_w, float *db, float beta_b) {
+                           float beta_w, float *db, float beta_b, int64_t M, const float *mean, const float *invstd,
+                           const float *w, const float *b, int training, float *coef) {
     bool store;
     int64_t c = split_channel<WARP>(C, &store);
     if (c < 0) return;
-    double a, b;
-    sum_splits<WARP>(partial, S, sc, ss, c, a, b);
+    double a, bs;
+    sum_splits<WARP>(partial, S, sc, ss, c, a, bs);
     if (!store) return;
     sums[c * 2] = a;
-    sums[c * 2 + 1] = b;
+    sums[c * 2 + 1] = bs;
     if (db) dt_store_beta(&db[c], (float)a, beta_b);
-    if (dw) dt_store_beta(&dw[c], (float)b, beta_w);
+    if (dw) dt_store_beta(&dw[c], (float)bs, beta_w);
+    if (coef) bwd_coef(C, c, a, bs, M, mean, invstd, w, b, training, coef);
+}
+
+/* The same coefficients from all-reduced sums (a synchronized batch norm), one thread a channel */
+__global__ void k_bwd_coef(int64_t C, const double *sums, int64_t M, const float *mean, const float *invstd,
+                           const float *w, const float *b, int training, float *coef) {
+    const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c < C) bwd_coef(C, c, sums[c * 2], sums[c * 2 + 1], M, mean, invstd, w, b, training, coef);
 }
 
 unsigned channel_blocks(int64_t C) { return (unsigned)dt_ceil_div(C, 128); }
@@ -448,26 +475,29 @@ __global__ void __launch_bounds__(BN_THREADS)
     rows_reduce_store<V>(a, ax, partial + ((int64_t)blockIdx.y * C + c0) * 2, c0 < C);
 }
 
-/* Pass 2: dskip (unless pass 1 wrote g there: g_ready) and dx; sums: (sum g, sum g*xhat) per
- * channel over all replicas, M their element count. */
+/* V consecutive per-channel floats (V = 1, 4 or 8; p aligned to V floats, 16 bytes at most) */
+template <int V> __device__ __forceinline__ void ld_channels(const float *p, float *v) {
+    if (V == 1) v[0] = p[0];
+    else
+#pragma unroll
+        for (int j = 0; j < V; j += 4) dt_ldv<4>(p + j, v + j);
+}
+
+/* Pass 2: dskip (unless pass 1 wrote g there: g_ready) and dx, from the mean and the per-channel
+ * coefficients coef [4][C] of bwd_coef. */
 template <typename T, int V>
 __global__ void __launch_bounds__(BN_THREADS)
-    k_nhwc_bwd_dx(int64_t R, int64_t C, int64_t M, const T *__restrict__ x, const T *__restrict__ skip,
-                  const T *__restrict__ dy, const float *__restrict__ mean, const float *__restrict__ invstd,
-                  const float *__restrict__ w, const float *__restrict__ b, const double *__restrict__ sums, int relu,
+    k_nhwc_bwd_dx(int64_t R, int64_t C, const T *__restrict__ x, const T *__restrict__ skip,
+                  const T *__restrict__ dy, const float *__restrict__ mean, const float *__restrict__ coef, int relu,
                   int training, int g_ready, T *__restrict__ dskip, float beta_s, T *__restrict__ dx, float beta_x) {
     const int64_t c0 = ((int64_t)blockIdx.y * blockDim.x + threadIdx.x) * V;
     if (c0 >= C) return;
-    float mu[V], is[V], k[V], mg[V], mgx[V], sc[V], sh[V];
-#pragma unroll
-    for (int j = 0; j < V; j++) {
-        mu[j] = mean[c0 + j];
-        is[j] = invstd[c0 + j];
-        k[j] = w[c0 + j] * is[j];
-        mg[j] = training ? (float)(sums[(c0 + j) * 2] / M) : 0.0f;
-        mgx[j] = training ? (float)(sums[(c0 + j) * 2 + 1] / M) : 0.0f;
-        bn_coef(mean, invstd, w, b, c0 + j, sc[j], sh[j]);
-    }
+    float sc[V], sh[V], mg[V], q[V], mu[V];
+    ld_channels<V>(coef + c0, sc);
+    ld_channels<V>(coef + C + c0, sh);
+    ld_channels<V>(coef + 2 * C + c0, mg);
+    ld_channels<V>(coef + 3 * C + c0, q);
+    ld_channels<V>(mean + c0, mu);
     const bool need_x = (dx && training) || (relu && !g_ready);
     for (int64_t r = (int64_t)blockIdx.x * blockDim.y + threadIdx.y; r < R; r += (int64_t)gridDim.x * blockDim.y) {
         const int64_t o = r * C + c0;
@@ -491,8 +521,7 @@ __global__ void __launch_bounds__(BN_THREADS)
         if (dx) {
             float v[V];
 #pragma unroll
-            for (int j = 0; j < V; j++)
-                v[j] = training ? k[j] * fmaf(-((xv[j] - mu[j]) * is[j]), mgx[j], g[j] - mg[j]) : k[j] * g[j];
+            for (int j = 0; j < V; j++) v[j] = training ? fmaf(-q[j], xv[j] - mu[j], sc[j] * (g[j] - mg[j])) : sc[j] * g[j];
             dt_stv_beta<V>(dx + o, v, beta_x);
         }
     }
@@ -562,17 +591,24 @@ void nhwc_backward(int64_t N, int64_t C, int64_t P, const void *xv, const void *
                                                                    g_ready ? dskip : NULL, partial);
     });
     DT_CHECK_LAUNCH();
-    k_bwd_sums<true><<<channel_warp_blocks(C), 128, 0, dt_stream()>>>(C, S, 1, C, partial, sums, dw, beta_w, db, beta_b);
+    /* the coefficients: in the sums' kernel, or after the all-reduce when the sums are synchronized */
+    float *coef = (float *)(sums + (size_t)C * 2); /* [4][C] */
+    const int synced = sync && training;
+    k_bwd_sums<true><<<channel_warp_blocks(C), 128, 0, dt_stream()>>>(C, S, 1, C, partial, sums, dw, beta_w, db, beta_b,
+                                                                      M, mean, invstd, w, b, training,
+                                                                      synced ? NULL : coef);
     DT_CHECK_LAUNCH();
-    if (sync && training) { /* even without dx: every replica makes the same collective calls */
+    if (synced) { /* even without dx: every replica makes the same collective calls */
         sync->allreduce(sync->ctx, sums, 2 * C);
         M *= sync->ranks;
+        k_bwd_coef<<<channel_blocks(C), 128, 0, dt_stream()>>>(C, sums, M, mean, invstd, w, b, training, coef);
+        DT_CHECK_LAUNCH();
     }
     if (!dx && !(dskip && !g_ready)) return;
     dt_with_pack<T>(g.V != 1, [&](auto v) {
         k_nhwc_bwd_dx<T, decltype(v)::value><<<dim3(nhwc_row_blocks(R, g), (unsigned)g.CB), dim3(g.TX, g.TY), 0,
-                                               dt_stream()>>>(R, C, M, x, skip, dy, mean, invstd, w, b, sums, relu,
-                                                              training, g_ready, dskip, beta_s, dx, beta_x);
+                                               dt_stream()>>>(R, C, x, skip, dy, mean, coef, relu, training, g_ready,
+                                                              dskip, beta_s, dx, beta_x);
     });
     DT_CHECK_LAUNCH();
 }
@@ -632,7 +668,8 @@ extern "C" void dt_bn_backward_f32_nchw_cuda(int64_t N, int64_t C, int64_t P, co
     k_bwd_partial<<<dim3(S, (unsigned)C), BN_THREADS, 0, dt_stream()>>>(N, C, P, (const float *)x, (const float *)y,
                                                                         (const float *)dy, mean, invstd, relu, partial);
     DT_CHECK_LAUNCH();
-    k_bwd_sums<false><<<channel_blocks(C), 128, 0, dt_stream()>>>(C, S, S, 1, partial, sums, dw, beta_w, db, beta_b);
+    k_bwd_sums<false><<<channel_blocks(C), 128, 0, dt_stream()>>>(C, S, S, 1, partial, sums, dw, beta_w, db, beta_b,
+                                                                   0, NULL, NULL, NULL, NULL, 0, NULL);
     DT_CHECK_LAUNCH();
     if (sync && training) { /* even without dx: every replica makes the same collective calls */
         sync->allreduce(sync->ctx, sums, 2 * C);

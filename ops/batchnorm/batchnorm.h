@@ -50,9 +50,10 @@ typedef struct dt_bn_sync {
 /* The most row splits a CUDA reduction uses (their partials live in ws). */
 #define DT_BN_MAX_SPLITS 256
 
-/* Workspace of one call: (C, DT_BN_MAX_SPLITS) partials then (C) sums, two doubles each. */
+/* Workspace of one call: (C, DT_BN_MAX_SPLITS) partials then (C) sums, two doubles each, then
+ * the NHWC backward's four per-channel coefficients (floats). */
 static inline size_t dt_bn_ws_bytes(int64_t C) {
-    return (size_t)C * (DT_BN_MAX_SPLITS + 1) * 2 * sizeof(double);
+    return (size_t)C * (DT_BN_MAX_SPLITS + 1) * 2 * sizeof(double) + (size_t)C * 4 * sizeof(float);
 }
 
 /* x: the input in the entry's dtype and layout. Writes mean, invstd [C]; in training also

@@ -30,7 +30,9 @@ extern "C" {
  *           conv's dgrad runs one sub-GEMM per output parity class over its taps); 4 stages
  *   wgrad:  128 = 128 output channels x 128 k;             64 = 64 x 128 (the 64-channel layers); 4 stages
  * all with a cp.async pipeline, ldmatrix and mma.sync m16n8k16. */
-typedef enum { DT_IGEMM_TILE_128 = 0, DT_IGEMM_TILE_64 = 1 } dt_igemm_tile;
+/*   sm90:   the Hopper engine (conv_sm90.h: wgmma + TMA, its tile chosen per shape), for the
+ *           passes dt_conv_sm90_supports allows, on a GPU that dt_gpu_has_sm90a. */
+typedef enum { DT_IGEMM_TILE_128 = 0, DT_IGEMM_TILE_64 = 1, DT_IGEMM_TILE_SM90 = 2 } dt_igemm_tile;
 
 typedef struct {
     int64_t N, C, H, W; /* the input [N, C, H, W] */
@@ -62,9 +64,28 @@ typedef struct {
     int fprop, dgrad, wgrad;
 } dt_conv_plan;
 
-/* The plan of problem p (its tile field is ignored) under algo; a pure function of the shape,
+/* The plan of problem p (its tile field is ignored) under algo, sm90 saying whether the device
+ * runs the Hopper engine (dt_gpu_has_sm90a); a pure function of the shape and the device kind,
  * so every run, replica and replay of a step makes the same choice (bitwise reproducible). */
-dt_conv_plan dt_conv_plan_bf16(const dt_igemm_conv *p, dt_conv_algo algo);
+dt_conv_plan dt_conv_plan_bf16(const dt_igemm_conv *p, dt_conv_algo algo, int sm90);
+
+/* The passes of p the Hopper engine runs (DT_SM90_* bits), whatever the device, and how each
+ * reads its input operand (dt_conv_sm90_read):
+ *   DENSE    a pointwise conv (1x1, stride 1, no padding): the tensor is the GEMM's A itself
+ *            (C % 8 == 0 for fprop, Cout % 8 == 0 for dgrad: TMA's 16-byte row strides);
+ *   IM2COL   TMA's im2col mode brings one tap's 64-channel block a k-slice (C % 64 == 0, for
+ *            dgrad Cout % 64 == 0), strides <= 8 and the window's bounding-box corners within
+ *            [-128, 127];
+ *   COLUMNS  any other fprop or wgrad (the stem's C = 3): the column matrix [M, Kp] is
+ *            materialized (K = kh*kw*C padded to Kp, a multiple of 8), in chunks of images
+ *            within the column budget, and read densely;
+ * fprop and wgrad need Cout % 8 == 0; dgrad is the conv of dy with the weight mirrored and its
+ * channel axes swapped (dt_conv_dgrad_geom: stride 1 only) and C % 8 == 0; every pass fewer
+ * than 2^31 rows. */
+enum { DT_SM90_FPROP = 1, DT_SM90_DGRAD = 2, DT_SM90_WGRAD = 4 };
+int dt_conv_sm90_supports(const dt_igemm_conv *p);
+typedef enum { DT_SM90_NONE = 0, DT_SM90_DENSE, DT_SM90_IM2COL, DT_SM90_COLUMNS } dt_sm90_read;
+dt_sm90_read dt_conv_sm90_read(const dt_igemm_conv *p, int pass); /* pass: one DT_SM90_* bit */
 
 #ifdef __cplusplus
 }

@@ -28,21 +28,10 @@
 #include "ops/dt_layers.h"
 #include "ops/conv/im2col.h"
 
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
-
-static size_t g_col_budget;
-
-void dt_conv_set_col_budget(size_t bytes) { g_col_budget = bytes; }
-size_t dt_conv_col_budget(void) {
-    if (!g_col_budget) g_col_budget = (size_t)dt_env_long("DT_COL_BUDGET_MB", 256) << 20;
-    return g_col_budget;
-}
-
-int64_t dt_conv_chunk(int64_t N, int64_t col_elems_per_image, size_t elem_bytes) {
-    int64_t nb = (int64_t)(dt_conv_col_budget() / elem_bytes) / (col_elems_per_image ? col_elems_per_image : 1);
-    if (nb < 1) nb = 1;
-    return nb < N ? nb : N;
-}
+#include <string.h>
 
 void dt_conv_out_hw(const char *op, const dt_tensor *x, dt_conv_geom g, int64_t *Ho, int64_t *Wo) {
     if (g.kh < 1 || g.kw < 1 || g.sh < 1 || g.sw < 1 || g.dh < 1 || g.dw < 1 || g.ph < 0 || g.pw < 0)
@@ -78,13 +67,72 @@ typedef struct {
     dt_igemm_conv ip; /* the problem, for the passes the plan puts on the implicit GEMM */
 } conv_ctx;
 
+/* ---- the plans made so far, for dt_conv_plan_print: one row per distinct problem (the first
+ * DT_PLAN_ROWS of them; a ResNet-50 has 23 distinct conv shapes). Replicas on CPU threads plan
+ * concurrently, hence the lock. */
+enum { DT_PLAN_ROWS = 128 };
+static struct {
+    dt_igemm_conv p;
+    dt_conv_algo algo;
+    int sm90;
+    dt_conv_plan plan;
+} g_plans[DT_PLAN_ROWS];
+static int g_n_plans, g_plans_dropped;
+static pthread_mutex_t g_plans_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int same_problem(const dt_igemm_conv *a, const dt_igemm_conv *b) {
+    return a->N == b->N && a->C == b->C && a->H == b->H && a->W == b->W && a->Cout == b->Cout && a->Ho == b->Ho &&
+           a->Wo == b->Wo && !memcmp(&a->g, &b->g, sizeof a->g);
+}
+
+static void remember_plan(const dt_igemm_conv *p, dt_conv_algo algo, int sm90, dt_conv_plan plan) {
+    pthread_mutex_lock(&g_plans_lock);
+    int i = 0;
+    while (i < g_n_plans && !(same_problem(&g_plans[i].p, p) && g_plans[i].algo == algo && g_plans[i].sm90 == sm90)) i++;
+    if (i == g_n_plans) {
+        if (i < DT_PLAN_ROWS) g_plans[g_n_plans++] = (__typeof__(g_plans[0])){*p, algo, sm90, plan};
+        else g_plans_dropped = 1;
+    }
+    pthread_mutex_unlock(&g_plans_lock);
+}
+
+static const char *pass_engine(int tile) {
+    switch (tile) {
+    case -1: return "gemm";
+    case DT_IGEMM_TILE_128: return "igemm128";
+    case DT_IGEMM_TILE_64: return "igemm64";
+    case DT_IGEMM_TILE_SM90: return "sm90";
+    default: return "?";
+    }
+}
+
+void dt_conv_plan_print(FILE *f) {
+    pthread_mutex_lock(&g_plans_lock);
+    for (int i = 0; i < g_n_plans; i++) {
+        const dt_igemm_conv *p = &g_plans[i].p;
+        const dt_conv_plan *q = &g_plans[i].plan;
+        fprintf(f, "conv plan: [%lld, %lld, %lld, %lld] -> %lld, %dx%d/%d pad %d%s (%s%s): fprop %s, dgrad %s, wgrad %s\n",
+                (long long)p->N, (long long)p->C, (long long)p->H, (long long)p->W, (long long)p->Cout, p->g.kh, p->g.kw,
+                p->g.sh, p->g.ph, p->g.dh > 1 ? " dilated" : "", dt_conv_algo_name(g_plans[i].algo),
+                g_plans[i].sm90 ? ", Hopper engine" : "", pass_engine(q->fprop), pass_engine(q->dgrad), pass_engine(q->wgrad));
+    }
+    if (g_plans_dropped) fprintf(f, "conv plan: (more problems than the %d rows kept)\n", DT_PLAN_ROWS);
+    pthread_mutex_unlock(&g_plans_lock);
+}
+
 /* The conv's plan: bf16 NHWC only; on the CPU only when an implicit-GEMM algorithm is forced
  * (its twins are direct loops, for tests - "auto" keeps the CPU on im2col + GEMM). */
 static dt_conv_plan plan_of(const dt_tensor *x, const dt_igemm_conv *ip, dt_conv_algo a) {
     const dt_conv_plan none = {-1, -1, -1};
     if (x->dtype != DT_BF16 || x->layout != DT_NHWC) return none;
     if (x->dev != DT_GPU && (a == DT_CONV_ALGO_AUTO || a == DT_CONV_ALGO_GEMM)) return none;
-    return dt_conv_plan_bf16(ip, a);
+    const int sm90 = x->dev == DT_GPU && dt_gpu_has_sm90a();
+    if (a == DT_CONV_ALGO_SM90 && x->dev == DT_GPU && !sm90)
+        dt_fatal("conv_algo=sm90: this GPU or build has no Hopper engine (it needs compute capability 9.0 and a "
+                 "CUDA_ARCH=sm_90 build); use auto");
+    const dt_conv_plan plan = dt_conv_plan_bf16(ip, a, sm90);
+    remember_plan(ip, a, sm90, plan);
+    return plan;
 }
 
 static dt_igemm_conv igemm_problem(const dt_tensor *x, const dt_tensor *w, dt_conv_geom g, int64_t Ho, int64_t Wo) {

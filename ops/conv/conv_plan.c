@@ -4,12 +4,14 @@
  * part of the pass - big M with K <= 1152, and the small strided 1x1s, where one launch replaces
  * a gather and a GEMM - and loses to cuBLAS's GEMM where the pass is compute-bound (layer3-4's
  * 3x3s, ResNet-50's wide 1x1s: the mma.sync mainloop reaches ~170 TFLOP/s, cuBLAS ~350). A
- * pointwise stride-1 conv is cuBLAS on the tensors themselves (no columns to save). */
+ * pointwise stride-1 conv is cuBLAS on the tensors themselves (no columns to save). On a Hopper
+ * GPU the engine of conv_sm90.h (wgmma + TMA) takes the passes it supports, as measured by its
+ * own lab (bench/lab/sm90_gemm_lab.cu, docs/conv.md "The Hopper engine"). */
 #include "ops/conv/conv_igemm.h"
 
 #include <string.h>
 
-static const char *const ALGO_NAMES[] = {"auto", "gemm", "igemm128", "igemm64"};
+static const char *const ALGO_NAMES[] = {"auto", "gemm", "igemm128", "igemm64", "sm90"};
 
 const char *dt_conv_algo_name(dt_conv_algo a) {
     return (unsigned)a < sizeof ALGO_NAMES / sizeof *ALGO_NAMES ? ALGO_NAMES[a] : "?";
@@ -33,10 +35,51 @@ static int pointwise(const dt_conv_geom g) {
     return g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0;
 }
 
+/* ---- the Hopper engine's limits (conv_igemm.h: dt_conv_sm90_supports) */
+
+/* corners of the bounding box of window origins on one axis, as TMA's im2col mode takes them:
+ * from -p (the first origin, against the top-left) to (o - 1) s - p - (i - 1) (the last origin
+ * against the bottom-right pixel i - 1); a 4-D im2col map holds them in 8 bits */
+static int corner_ok(int64_t c) { return c >= -128 && c <= 127; }
+static int64_t upper_corner(int64_t i, int64_t o, int64_t s, int64_t p) { return (o - 1) * s - p - (i - 1); }
+
+/* x [N, H, W, C] read through the windows of g (Ho x Wo an image) by TMA's im2col mode */
+static int im2col_ok(int64_t H, int64_t W, int64_t Ho, int64_t Wo, dt_conv_geom g) {
+    return g.sh <= 8 && g.sw <= 8 && g.ph >= 0 && g.pw >= 0 && corner_ok(-g.ph) && corner_ok(-g.pw) &&
+           corner_ok(upper_corner(H, Ho, g.sh, g.ph)) && corner_ok(upper_corner(W, Wo, g.sw, g.pw)) &&
+           (int64_t)(g.kh - 1) * g.dh < 65536 && (int64_t)(g.kw - 1) * g.dw < 65536;
+}
+
+dt_sm90_read dt_conv_sm90_read(const dt_igemm_conv *p, int pass) {
+    const dt_conv_geom g = p->g;
+    const int64_t lim = (int64_t)1 << 31, taps = (int64_t)g.kh * g.kw;
+    if (p->C < 1 || p->Cout < 1 || p->N * p->H * p->W >= lim || p->N * p->Ho * p->Wo >= lim ||
+        taps * (p->C > p->Cout ? p->C : p->Cout) >= lim)
+        return DT_SM90_NONE;
+    const int pw = pointwise(g);
+    if (pass == DT_SM90_DGRAD) {
+        if (g.sh != 1 || g.sw != 1 || p->C % 8) return DT_SM90_NONE;
+        if (pw) return p->Cout % 8 == 0 ? DT_SM90_DENSE : DT_SM90_NONE;
+        return p->Cout % 64 == 0 && im2col_ok(p->Ho, p->Wo, p->H, p->W, dt_conv_dgrad_geom(g)) ? DT_SM90_IM2COL
+                                                                                               : DT_SM90_NONE;
+    }
+    if (p->Cout % 8) return DT_SM90_NONE;
+    if (pass == DT_SM90_FPROP && pw && p->C % 8 == 0) return DT_SM90_DENSE;
+    return p->C % 64 == 0 && im2col_ok(p->H, p->W, p->Ho, p->Wo, g) ? DT_SM90_IM2COL : DT_SM90_COLUMNS;
+}
+
+int dt_conv_sm90_supports(const dt_igemm_conv *p) {
+    int s = 0;
+    for (int pass = DT_SM90_FPROP; pass <= DT_SM90_WGRAD; pass <<= 1)
+        if (dt_conv_sm90_read(p, pass) != DT_SM90_NONE) s |= pass;
+    return s;
+}
+
 /* the measured backward tile: 64x64 for 64 output columns, 128x128 above */
 static int tile_for(int64_t cols) { return cols <= 64 ? DT_IGEMM_TILE_64 : DT_IGEMM_TILE_128; }
 
-dt_conv_plan dt_conv_plan_bf16(const dt_igemm_conv *p, dt_conv_algo algo) {
+/* The plan without the Hopper engine: the mma.sync implicit GEMM where it won, else cuBLAS. */
+static dt_conv_plan plan_mma(const dt_igemm_conv *p, dt_conv_algo algo) {
     dt_conv_plan plan = {-1, -1, -1};
     const int sup = dt_igemm_supported(p);
     if (algo == DT_CONV_ALGO_GEMM || !sup) return plan;
@@ -67,5 +110,26 @@ dt_conv_plan dt_conv_plan_bf16(const dt_igemm_conv *p, dt_conv_algo algo) {
     if ((stride1 && p->C <= 64 && p->Cout <= 64 && big) || (small_1x1s && Mx >= 50176)) plan.dgrad = tile_for(p->C);
     /* wgrad: layer1's 3x3 (64 x 128 tiles: 0.90x); elsewhere cuBLAS's long-K GEMM is faster */
     if (p->Cout <= 64 && big && K <= 576) plan.wgrad = DT_IGEMM_TILE_64;
+    return plan;
+}
+
+/* The plan on a Hopper GPU: every fprop the engine supports (the lab, batch 64: 0.37-0.79x of
+ * cuDNN's fprop time on every ResNet-18 conv, docs/conv.md "The Hopper engine"); stride-1
+ * dgrad; wgrad where the reduction is long enough for its split to fill the SMs (M >= 12544:
+ * layer4's 3136 rows at batch 64 stay on cuBLAS, 0.94x of the engine). sm90 forced: every
+ * pass it supports. The rest as without it. */
+dt_conv_plan dt_conv_plan_bf16(const dt_igemm_conv *p, dt_conv_algo algo, int sm90) {
+    const int forced = algo == DT_CONV_ALGO_SM90;
+    dt_conv_plan plan = plan_mma(p, forced ? DT_CONV_ALGO_AUTO : algo);
+    if (!forced && !(sm90 && algo == DT_CONV_ALGO_AUTO)) return plan;
+    /* the column matrix is written and read once more than the other reads: measured for the
+     * stem (C = 3), where the mma.sync path pads C to 8 and cuBLAS's wgrad materializes the
+     * columns anyway; other C keep their measured paths unless forced */
+    const dt_sm90_read rf = dt_conv_sm90_read(p, DT_SM90_FPROP), rw = dt_conv_sm90_read(p, DT_SM90_WGRAD);
+    const int columns_ok = forced || p->C % 8 != 0;
+    if (rf != DT_SM90_NONE && (rf != DT_SM90_COLUMNS || columns_ok)) plan.fprop = DT_IGEMM_TILE_SM90;
+    if (dt_conv_sm90_read(p, DT_SM90_DGRAD) != DT_SM90_NONE) plan.dgrad = DT_IGEMM_TILE_SM90;
+    if (rw != DT_SM90_NONE && (rw != DT_SM90_COLUMNS || columns_ok) && (forced || p->N * p->Ho * p->Wo >= 12544))
+        plan.wgrad = DT_IGEMM_TILE_SM90;
     return plan;
 }

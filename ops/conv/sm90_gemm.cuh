@@ -407,8 +407,10 @@ __global__ void __launch_bounds__(384, 1)
  * `splits` contiguous ranges of 64-row steps whose fp32 partials [splits][Cout][K] are summed in
  * split order by k_sm90_wgrad_reduce (deterministic; splits == 1 writes dw itself). Both
  * operands are stored reduction-major - dy [M, Cout] read in tiled TMA boxes [64 m][64 co], A in
- * TMA im2col boxes [64 m][64 c] of one tap (C % 64 == 0) - which wgmma takes as MN-major tiles
- * (imm-trans 1). The CTA: CO output channels x BN columns of K (wgrad_cfg). */
+ * TMA im2col boxes [64 m][64 c] of one tap (C % 64 == 0), or with B_COLS from a materialized
+ * column matrix cols [M, Kp] (Kp >= K, a multiple of 8; columns K .. Kp-1 zero) in tiled boxes
+ * [64 m][64 k] - which wgmma takes as MN-major tiles (imm-trans 1). The CTA: CO output channels x
+ * BN columns of K (wgrad_cfg). */
 struct wgrad_args {
     int M, Cout, K;
     float *dw;   /* [Cout, K] */
@@ -421,8 +423,9 @@ struct wgrad_args {
 
 /* CO 64: the two consumers share the 64-channel dy block and split the BN = 2 BNC columns of K;
  * CO 128: consumer cw takes dy block cw (64 channels) and all BN = BNC columns. */
-template <int CO_, int BNC_, int STAGES_> struct wgrad_cfg {
+template <int CO_, int BNC_, int STAGES_, bool B_COLS_ = false> struct wgrad_cfg {
     static constexpr int CO = CO_, BNC = BNC_, STAGES = STAGES_, BN = CO == 64 ? 2 * BNC : BNC;
+    static constexpr bool B_COLS = B_COLS_;
     static constexpr int BLOCK = 64 * 64 * 2; /* one [64 m][64] bf16 TMA box */
     static constexpr int A_BYTES = (CO / 64) * BLOCK, B_BYTES = (BN / 64) * BLOCK, STAGE_BYTES = A_BYTES + B_BYTES;
     static_assert(CO == 64 || CO == 128, "64 or 128 output channels a CTA");
@@ -483,8 +486,12 @@ __global__ void __launch_bounds__(384, 1)
             for (int cb = 0; cb < CFG::CO / 64; cb++)
                 tma_load_2d(sA + s * CFG::A_BYTES + cb * CFG::BLOCK, &map_dy, &full[s], tco * CFG::CO + cb * 64, m0);
             for (int jb = 0; jb < nb; jb++) {
-                const int k0 = tk * BN + jb * 64, tap = k0 / p.C, c0 = k0 - tap * p.C;
-                const int r = tap / p.KW, q = tap - r * p.KW;
+                const int k0 = tk * BN + jb * 64;
+                if (CFG::B_COLS) {
+                    tma_load_2d(sB + s * CFG::B_BYTES + jb * CFG::BLOCK, &map_x, &full[s], k0, m0);
+                    continue;
+                }
+                const int tap = k0 / p.C, c0 = k0 - tap * p.C, r = tap / p.KW, q = tap - r * p.KW;
                 tma_load_im2col(sB + s * CFG::B_BYTES + jb * CFG::BLOCK, &map_x, &full[s], c0, w0, h0, n0,
                                 (uint16_t)(q * p.DW), (uint16_t)(r * p.DH));
             }
@@ -521,14 +528,19 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const int co = tco * CFG::CO + (CFG::CO == 128 ? cw * 64 : 0) + warp * 16 + lane / 4 + 8 * h;
-                if (co < p.Cout && k < p.K) {
-                    float2 v = make_float2(acc[4 * jn + 2 * h], acc[4 * jn + 2 * h + 1]);
-                    float2 *at = reinterpret_cast<float2 *>(dst + (int64_t)co * p.K + k);
+                if (co >= p.Cout || k >= p.K) continue;
+                float *at = dst + (int64_t)co * p.K + k;
+                const float v0 = acc[4 * jn + 2 * h], v1 = acc[4 * jn + 2 * h + 1];
+                if (p.K % 2 == 0) { /* an even K: the pair is 8-byte aligned */
+                    float2 v = make_float2(v0, v1);
                     if (beta != 0.0f) {
-                        const float2 old = *at;
+                        const float2 old = *reinterpret_cast<float2 *>(at);
                         v.x = fmaf(beta, old.x, v.x), v.y = fmaf(beta, old.y, v.y);
                     }
-                    *at = v;
+                    *reinterpret_cast<float2 *>(at) = v;
+                } else { /* an odd K (the stem's 147): rows start at odd offsets, one element at a time */
+                    at[0] = beta != 0.0f ? fmaf(beta, at[0], v0) : v0;
+                    if (k + 1 < p.K) at[1] = beta != 0.0f ? fmaf(beta, at[1], v1) : v1;
                 }
             }
         }
