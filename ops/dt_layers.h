@@ -39,8 +39,8 @@ dt_tensor *dt_conv2d_algo(dt_tensor *x, dt_tensor *w, dt_tensor *bias, dt_conv_g
                           dt_conv_algo algo);
 void dt_conv_set_col_budget(size_t bytes); /* default 256 MiB; env DT_COL_BUDGET_MB */
 /* One line per distinct bf16 NHWC conv problem planned so far in this process: its shape, the
- * algorithm it was planned with, whether the Hopper engine was there, and the engine of each pass
- * (gemm, igemm128, igemm64, sm90). The trainer writes it to the run's log after its first step. */
+ * algorithm, whether the Hopper engine was there, and the engine of each pass (gemm, igemm128,
+ * igemm64, sm90). The trainer writes it to the run's log after its first step. */
 void dt_conv_plan_print(FILE *f);
 size_t dt_conv_col_budget(void);
 /* Images per chunk for a column buffer of `col_elems_per_image` elements of elem_bytes each. */

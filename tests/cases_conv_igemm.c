@@ -102,7 +102,8 @@ DT_OPCASES_NO_GRADCHECK(conv_igemm, conv_igemm_cases)
     IG_CASE(t " 3x3 s1, C = 32, 3x270 (a row's patch past shared memory)", A, build, 1, 32, 3, 270, 16, 3, 3, 0, 0.1f, \
             3, 3, 1, 1, 1, 1, 1, 1)
 
-/* the stem shape with a column budget of one image's columns (23*23*152*2 bytes: 3 chunks) */
+/* the stem shape with a column budget of one image's columns (23*23*152*2 bytes: 3 chunks): set
+ * while an instance of the case lives, the process's budget back when the last goes */
 static int budget_live;
 static size_t saved_budget;
 static void *small_budget_new(const dt_opcase *c, dt_dev dev, dt_layout layout) {

@@ -52,7 +52,7 @@ typedef enum {
     DT_CONV_ALGO_SM90
 } dt_conv_algo;
 /* The default is the plan: inside the bf16 ResNet-18 step (graphs, batch 64, H200) it takes
- * 7.32 ms where im2col + cuBLAS everywhere takes 7.67 (docs/PERF.md section 15). */
+ * 4.86 ms where im2col + cuBLAS everywhere takes 7.29 (docs/PERF.md section 18). */
 #define DT_CONV_ALGO_DEFAULT DT_CONV_ALGO_AUTO
 
 const char *dt_conv_algo_name(dt_conv_algo a);
