@@ -23,12 +23,12 @@ import sys
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'))
 SRC_EXT = ('.c', '.h', '.cu', '.cuh', '.inc')
-# Files of the Hopper engine that are not built yet (the lead wires them).
-NOT_BUILT = {'ops/conv/conv_sm90.cu', 'ops/conv/conv_sm90.h', 'ops/conv/sm90_gemm.cuh',
-             'ops/conv/sm90_wgmma_ops.inc', 'bench/lab/sm90_gemm_lab.cu'}
+# Files the checks leave alone (none now: the Hopper engine is built).
+NOT_BUILT = set()
 FUNC_LIMIT = 100
-# Functions over the limit that are still to be split (issue 33's long functions): each is
-# named here until it is, so that no new one can join them.
+# Functions over the limit that are still to be split: each is named here until it is, so that
+# no new one can join them (build/loaderbench's main and the trainer's run: data/loaderbench_main.c
+# and train/trainer.c are being reworked on another branch).
 LONG_FOR_NOW = {'data/loaderbench_main.c:main', 'train/trainer.c:dt_train_run'}
 # Names the docs may write that are not in the tree: outside files (system headers, the lead's
 # shared/ yardstick), placeholders, and the names the docs cite as removed.

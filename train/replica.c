@@ -329,29 +329,22 @@ void replica_teardown(replica *r) {
  * decode) as the model's input (evaluation): on the device and normalized there in one pass
  * into the model's dtype and layout, so that the forward's own conversion of its input is a
  * no-op. */
-static dt_tensor *batch_images(replica *r, const dt_batch *b) {
-    int S = r->run->c->image_size;
-    int64_t s[4] = {b->n, S, S, 3};
-    dt_tensor *u8 = dt_tensor_new_as(4, s, r->run->dev, DT_U8, DT_NCHW);
-    if (b->dev_images) dt_copy_d2d(u8->data, b->dev_images, dt_tensor_bytes(u8));
-    else dt_tensor_upload(u8, b->images);
-    return dt_normalize_images(u8, dt_imagenet_mean, dt_imagenet_std, r->model.act, r->model.cfg.layout);
-}
-
-/* The training batch (always whole: the train loader drops the last partial batch and refills
- * the slots of unreadable images) into the step's input buffers (in_u8, in_y): on the GPU
- * asynchronously from the loader's pinned slot (with GPU decode: from its device buffer), which
- * is released only after the step's last event (so after the copy). The buffers' earlier contents were read by the previous step,
- * queued before. */
-static void copy_batch(replica *r, const dt_batch *b) {
-    size_t img = dt_tensor_bytes(r->in_u8), lab = dt_tensor_bytes(r->in_y);
+/* A batch into u8 [n, S, S, 3] and labels y [n] on the run's device - the one copy path of
+ * training and evaluation: on the GPU queued on the stream from the loader's pinned slot (with
+ * GPU decode: from its device buffer), so the slot is released only after something later on
+ * the stream was waited for (the training step's last event; an evaluation batch's loss read
+ * back); on the CPU copied. Training copies its whole batch (the train loader drops the last
+ * partial batch and refills the slots of unreadable images) into the step's input buffers
+ * (in_u8, in_y), whose earlier contents were read by the previous step, queued before. */
+static void copy_batch(replica *r, const dt_batch *b, dt_tensor *u8, dt_tensor *y) {
+    size_t img = dt_tensor_bytes(u8), lab = dt_tensor_bytes(y);
     if (r->run->dev == DT_GPU) {
-        if (b->dev_images) dt_copy_d2d(r->in_u8->data, b->dev_images, img); /* GPU decode: already there */
-        else dt_copy_h2d_async(r->in_u8->data, b->images, img);
-        dt_copy_h2d_async(r->in_y->data, b->labels, lab);
+        if (b->dev_images) dt_copy_d2d(u8->data, b->dev_images, img); /* GPU decode: already there */
+        else dt_copy_h2d_async(u8->data, b->images, img);
+        dt_copy_h2d_async(y->data, b->labels, lab);
     } else {
-        memcpy(r->in_u8->data, b->images, img);
-        memcpy(r->in_y->data, b->labels, lab);
+        memcpy(u8->data, b->images, img);
+        memcpy(y->data, b->labels, lab);
     }
 }
 
@@ -512,7 +505,7 @@ int replica_enqueue_step(replica *r, step_pending *p, int64_t epoch, int *epoch_
         p->n = p->batch.n;
         if (p->n != c->batch)
             return dt_errf(&r->err, "the train loader gave a batch of %d images, not %d", p->n, c->batch), 1;
-        copy_batch(r, &p->batch);
+        copy_batch(r, &p->batch, r->in_u8, r->in_y);
     }
     p->active = 1;
     p->lr = dt_schedule_lr(&r->sched, r->step);
@@ -653,9 +646,12 @@ static int evaluate_shard(replica *r, int64_t epoch, double m[4], int stats) {
             dl->collect_stats = 1;
             dl->stats_halo = dl->cur_halo;
         }
-        int64_t sy[1] = {b.n};
-        dt_tensor *x = batch_images(r, &b), *y = dt_tensor_new_as(1, sy, r->run->dev, DT_I32, DT_NCHW);
-        dt_tensor_upload(y, b.labels);
+        int S = r->run->c->image_size;
+        int64_t sx[4] = {b.n, S, S, 3}, sy[1] = {b.n};
+        dt_tensor *u8 = dt_tensor_new_as(4, sx, r->run->dev, DT_U8, DT_NCHW);
+        dt_tensor *y = dt_tensor_new_as(1, sy, r->run->dev, DT_I32, DT_NCHW);
+        copy_batch(r, &b, u8, y);
+        dt_tensor *x = dt_normalize_images(u8, dt_imagenet_mean, dt_imagenet_std, r->model.act, r->model.cfg.layout);
         dt_tensor *logits = dt_resnet_forward(&r->model, x, 0);
         float cc[2];
         dt_topk_correct(logits, y, cc);

@@ -8,6 +8,22 @@
 #include "ops/linear/dt_gemm_call.h"
 #include "core/dt_kernel.h"
 #include "ops/pointwise/layout.h"
+#include "ops/dt_layers.h" /* the column budget (declared with the ops) */
+
+/* The column budget every column conv (and the Hopper engine's columns path) chunks under. */
+static size_t g_col_budget;
+
+void dt_conv_set_col_budget(size_t bytes) { g_col_budget = bytes; }
+size_t dt_conv_col_budget(void) {
+    if (!g_col_budget) g_col_budget = (size_t)dt_env_long("DT_COL_BUDGET_MB", 256) << 20;
+    return g_col_budget;
+}
+
+int64_t dt_conv_chunk(int64_t N, int64_t col_elems_per_image, size_t elem_bytes) {
+    int64_t nb = (int64_t)(dt_conv_col_budget() / elem_bytes) / (col_elems_per_image ? col_elems_per_image : 1);
+    if (nb < 1) nb = 1;
+    return nb < N ? nb : N;
+}
 
 
 /* The f32 NCHW relayouts around the GEMMs of NCHW tensors (layout.h). */

@@ -33,20 +33,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static size_t g_col_budget;
-
-void dt_conv_set_col_budget(size_t bytes) { g_col_budget = bytes; }
-size_t dt_conv_col_budget(void) {
-    if (!g_col_budget) g_col_budget = (size_t)dt_env_long("DT_COL_BUDGET_MB", 256) << 20;
-    return g_col_budget;
-}
-
-int64_t dt_conv_chunk(int64_t N, int64_t col_elems_per_image, size_t elem_bytes) {
-    int64_t nb = (int64_t)(dt_conv_col_budget() / elem_bytes) / (col_elems_per_image ? col_elems_per_image : 1);
-    if (nb < 1) nb = 1;
-    return nb < N ? nb : N;
-}
-
 void dt_conv_out_hw(const char *op, const dt_tensor *x, dt_conv_geom g, int64_t *Ho, int64_t *Wo) {
     if (g.kh < 1 || g.kw < 1 || g.sh < 1 || g.sw < 1 || g.dh < 1 || g.dw < 1 || g.ph < 0 || g.pw < 0)
         dt_fatal("%s: invalid geometry kernel %dx%d stride %dx%d pad %dx%d dilation %dx%d", op, g.kh, g.kw,
