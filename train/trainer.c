@@ -265,18 +265,17 @@ static void say_outputs(train_run *run) {
     if (c->export_path[0]) train_say(o, "weights for PyTorch: %s (docs/weights.md)", c->export_path);
 }
 
-int dt_train_run(const dt_train_cfg *c, dt_train_result *res, dt_err *err) {
-    memset(res, 0, sizeof *res);
-    res->val_top1 = res->val_top5 = -1;
+/* ---- dt_train_run's steps, in order; each returns 0, or the run's status with err set ---- */
+
+/* The settings that need no file: the config, the replicas and the devices, the precision and
+ * layout against the deformable mode; the GPUs initialized, the column budget and the seed set. */
+static int check_settings(train_run *run, dt_err *err) {
+    const dt_train_cfg *c = run->c;
     if (dt_config_check(c, err)) return 2;
-    train_run run;
-    memset(&run, 0, sizeof run);
-    run.c = c;
-    run.res = res;
-    run.dev = strcmp(c->device, "cuda") ? DT_CPU : DT_GPU;
-    run.local = dt_config_gpus(c, run.gpus, err);
-    if (run.local < 0 || read_dist_env(&run, err)) return 2;
-    if (run.world > 1 && !dt_dist_available(run.dev))
+    run->dev = strcmp(c->device, "cuda") ? DT_CPU : DT_GPU;
+    run->local = dt_config_gpus(c, run->gpus, err);
+    if (run->local < 0 || read_dist_env(run, err)) return 2;
+    if (run->world > 1 && !dt_dist_available(run->dev))
         return dt_errf(err, "gpus=%s: deftc was built without NCCL, so it trains on one GPU only; install NCCL (or set "
                        "NCCL_HOME) and rebuild, or use gpus=1", c->gpus), 2;
     dt_precision prec;
@@ -291,144 +290,133 @@ int dt_train_run(const dt_train_cfg *c, dt_train_result *res, dt_err *err) {
     if (strcmp(c->deform, "none") && !strcmp(c->deform_mode, "unfused") && (prec == DT_PREC_BF16 || layout == DT_NHWC))
         return dt_errf(err, "deform_mode=unfused is the fp32 NCHW baseline: it takes precision fp32 or tf32 with layout "
                        "nchw (deform_mode=deft runs bf16 and channels last)"), 2;
-    if (run.dev == DT_GPU && init_gpus(&run, err)) return 2;
+    if (run->dev == DT_GPU && init_gpus(run, err)) return 2;
     dt_conv_set_col_budget((size_t)c->col_budget_mb << 20);
     dt_set_seed(c->seed); /* each replica reseeds the RNGs from it before it builds its model */
-    pthread_mutex_init(&run.init_mu, NULL);
-    int rc = 0, started = 0;
-    /* Everything a run will write is checked before it trains: the outputs are locked against
-     * a second run, the log files opened, and the checkpoint's folder made if missing and
-     * proven writable (stale temporaries of killed runs removed). */
-    int writer = run.first_rank == 0; /* the process of replica 0 writes; the others are silent */
-    train_checkpoint_path(c, run.ckpt_path, sizeof run.ckpt_path);
+    return 0;
+}
+
+/* Everything a run will write is checked before it trains: the outputs are locked against a
+ * second run, the log files opened, and the checkpoint's folder made if missing and proven
+ * writable (stale temporaries of killed runs removed). Only the writer (replica 0's process). */
+static int prepare_outputs(train_run *run, int writer, dt_err *err) {
+    const dt_train_cfg *c = run->c;
+    train_checkpoint_path(c, run->ckpt_path, sizeof run->ckpt_path);
     long stale[3] = {0, 0, 0};
     if (!writer) {
-        run.out.quiet = 1;
-    } else if (dt_run_paths_check(c, run.ckpt_path, c->config_path, err) ||
-               train_output_refuse_rerun(c, run.ckpt_path, err) || lock_outputs(&run, stale, err) ||
-               train_output_open(&run.out, c, err)) {
-        rc = 1;
-        goto done;
+        run->out.quiet = 1;
+        return 0;
     }
+    if (dt_run_paths_check(c, run->ckpt_path, c->config_path, err) || train_output_refuse_rerun(c, run->ckpt_path, err) ||
+        lock_outputs(run, stale, err) || train_output_open(&run->out, c, err))
+        return 1;
     for (int i = 0; i < 3; i++)
         if (stale[i])
-            train_warn(&run.out, "took over the lock file %s of PID %ld, a run that is gone (it was killed or crashed)",
-                       i == 2 ? run.export_lock.path : i ? run.ckpt_lock.path : run.log_lock.path, stale[i]);
+            train_warn(&run->out, "took over the lock file %s of PID %ld, a run that is gone (it was killed or crashed)",
+                       i == 2 ? run->export_lock.path : i ? run->ckpt_lock.path : run->log_lock.path, stale[i]);
     /* a derived path is written at an interrupt anyway; prepared when something asks for it */
-    if (writer && !c->checkpoint[0] && (c->log[0] || c->stop_at || c->checkpoint_every || c->checkpoint_minutes) &&
-        dt_checkpoint_prepare(run.ckpt_path, err)) {
-        rc = 1;
-        goto done;
-    }
-    if (open_data(&run, err)) {
-        rc = 1;
-        goto done;
-    }
+    if (!c->checkpoint[0] && (c->log[0] || c->stop_at || c->checkpoint_every || c->checkpoint_minutes) &&
+        dt_checkpoint_prepare(run->ckpt_path, err))
+        return 1;
+    return 0;
+}
+
+/* The model's knobs checked, the run's length from its data, and what it is said on the
+ * terminal and in the log. */
+static int describe_run(train_run *run, dt_ckpt_run *now, dt_err *err) {
+    const dt_train_cfg *c = run->c;
     dt_resnet_cfg mc;
     train_model_cfg(c, 2, &mc);
     char kerr[256];
-    if (dt_deform_knobs_validate(&mc.knobs, kerr, sizeof kerr)) { /* once, with a clear message */
-        rc = 2;
-        dt_errf(err, "bad deft knob: %s", kerr);
-        goto done;
-    }
+    if (dt_deform_knobs_validate(&mc.knobs, kerr, sizeof kerr)) /* once, with a clear message */
+        return dt_errf(err, "bad deft knob: %s", kerr), 2;
     char devs[256];
     dt_device_describe(devs, sizeof devs);
-    train_say(&run.out, "deftc train: %s%s", devs, run.dev == DT_CPU ? " -- running on the CPU (slow; use small image_size)" : "");
-    if (run.have_data)
-        train_say(&run.out, "data %s: %d classes, %lld train / %lld val images", c->data, run.classes,
-                  (long long)run.train_ds.count, (long long)run.val_ds.count);
-    dt_ckpt_run now;
-    if (dt_ckpt_run_of(c, run.world, run.have_data ? run.train_ds.count : 0, &now, err)) {
-        rc = 2;
-        goto done;
-    }
-    int64_t global = now.global_batch;
-    run.steps_per_epoch = now.steps_per_epoch;
-    run.total_steps = now.total_steps;
-    if (run.world > 1) {
+    train_say(&run->out, "deftc train: %s%s", devs, run->dev == DT_CPU ? " -- running on the CPU (slow; use small image_size)" : "");
+    if (run->have_data)
+        train_say(&run->out, "data %s: %d classes, %lld train / %lld val images", c->data, run->classes,
+                  (long long)run->train_ds.count, (long long)run->val_ds.count);
+    if (dt_ckpt_run_of(c, run->world, run->have_data ? run->train_ds.count : 0, now, err)) return 2;
+    run->steps_per_epoch = now->steps_per_epoch;
+    run->total_steps = now->total_steps;
+    if (run->world > 1) {
         char list[400] = "";
-        for (int i = 0, o = 0; i < run.local && o < (int)sizeof list; i++)
-            o += snprintf(list + o, sizeof list - o, "%s%d", i ? "," : "", run.gpus[i]);
-        train_say(&run.out, "data parallel: %d replicas (%s %s here%s) over %s, global batch %lld = %d x %d, batch norm %s, "
-                  "gradient buckets of %d MiB", run.world, run.dev == DT_GPU ? "GPUs" : "CPU threads", list,
-                  run.world > run.local ? ", the rest in other processes" : "", dt_dist_backend(run.dev), (long long)global,
-                  c->batch, run.world, c->sync_bn ? "synchronized (sync_bn=1)" : "per replica", c->bucket_mb);
+        for (int i = 0, o = 0; i < run->local && o < (int)sizeof list; i++)
+            o += snprintf(list + o, sizeof list - o, "%s%d", i ? "," : "", run->gpus[i]);
+        train_say(&run->out, "data parallel: %d replicas (%s %s here%s) over %s, global batch %lld = %d x %d, batch norm %s, "
+                  "gradient buckets of %d MiB", run->world, run->dev == DT_GPU ? "GPUs" : "CPU threads", list,
+                  run->world > run->local ? ", the rest in other processes" : "", dt_dist_backend(run->dev),
+                  (long long)now->global_batch, c->batch, run->world, c->sync_bn ? "synchronized (sync_bn=1)" : "per replica",
+                  c->bucket_mb);
     }
-    train_say(&run.out, "model %s: deform=%s (v%d, %s), precision %s, batch %d%s, %dx%d, %lld steps (%lld per epoch)",
+    train_say(&run->out, "model %s: deform=%s (v%d, %s), precision %s, batch %d%s, %dx%d, %lld steps (%lld per epoch)",
               c->model, c->deform, c->deform_version, c->deform_mode, c->precision, c->batch,
-              run.world > 1 ? " per replica" : "", c->image_size, c->image_size, (long long)run.total_steps,
-              (long long)run.steps_per_epoch);
-    run.stop = c->stop_at > 0 && c->stop_at < run.total_steps ? c->stop_at : run.total_steps;
-    if (c->resume[0]) {
-        if (read_resume(&run, &now, err)) {
-            rc = 1;
-            goto done;
-        }
-        res->global_step = run.pos.step;
-        if (run.pos.step >= run.stop) { /* a finished run (or one past stop_at): nothing starts, no table is cut */
-            if (run.pos.step == run.total_steps)
-                train_say(&run.out, "nothing to do: the run finished at step %lld (%s); raise steps= or epochs= to train "
-                          "it further", (long long)run.pos.step, c->resume);
-            else
-                train_say(&run.out, "nothing to do: %s is at step %lld, and stop_at = %lld; raise stop_at (or set it to 0) "
-                          "to continue", c->resume, (long long)run.pos.step, (long long)c->stop_at);
-            /* export= of a finished run: its checkpoint holds the weights of its end */
-            if (writer && c->export_path[0] && run.pos.step == run.total_steps) {
-                if (train_export_checkpoint(c->resume, c->export_path, err)) rc = 1;
-                else train_say(&run.out, "export: the weights of %s (step %lld) to %s", c->resume, (long long)run.pos.step,
-                               c->export_path);
-            } else if (writer && c->export_path[0]) {
-                train_say(&run.out, "export=%s is not written: the run has not reached its end (build/train --export %s %s "
-                          "writes the checkpoint's weights as they are)", c->export_path, c->resume, c->export_path);
-            }
-            goto done;
-        }
-        train_say(&run.out, "resumed from %s at epoch %lld, batch %lld, step %lld", c->resume, (long long)run.pos.epoch,
-                  (long long)run.pos.batch, (long long)run.pos.step);
+              run->world > 1 ? " per replica" : "", c->image_size, c->image_size, (long long)run->total_steps,
+              (long long)run->steps_per_epoch);
+    run->stop = c->stop_at > 0 && c->stop_at < run->total_steps ? c->stop_at : run->total_steps;
+    return 0;
+}
+
+/* resume=: the checkpoint read and checked against the run. A run already at its stop starts
+ * nothing (*nothing = 1; export= of a finished one writes its weights). */
+static int resume_from(train_run *run, const dt_ckpt_run *now, int writer, int *nothing, dt_err *err) {
+    const dt_train_cfg *c = run->c;
+    if (read_resume(run, now, err)) return 1;
+    run->res->global_step = run->pos.step;
+    if (run->pos.step < run->stop) {
+        train_say(&run->out, "resumed from %s at epoch %lld, batch %lld, step %lld", c->resume, (long long)run->pos.epoch,
+                  (long long)run->pos.batch, (long long)run->pos.step);
+        return 0;
     }
-    /* init_from: read once, checked against each replica's model as it loads it */
-    if (c->init_from[0] && c->resume[0]) {
-        train_say(&run.out, "init_from=%s is not loaded: the run resumes from %s, whose weights continue it", c->init_from,
-                  c->resume);
-    } else if (c->init_from[0]) {
-        if (dt_safetensors_read(c->init_from, &run.init, err)) {
-            rc = 1;
-            goto done;
-        }
-        run.have_init = 1;
+    *nothing = 1; /* a finished run (or one past stop_at): no table is cut */
+    if (run->pos.step == run->total_steps)
+        train_say(&run->out, "nothing to do: the run finished at step %lld (%s); raise steps= or epochs= to train "
+                  "it further", (long long)run->pos.step, c->resume);
+    else
+        train_say(&run->out, "nothing to do: %s is at step %lld, and stop_at = %lld; raise stop_at (or set it to 0) "
+                  "to continue", c->resume, (long long)run->pos.step, (long long)c->stop_at);
+    if (!writer || !c->export_path[0]) return 0;
+    if (run->pos.step != run->total_steps) { /* its checkpoint holds the weights of its end only when finished */
+        train_say(&run->out, "export=%s is not written: the run has not reached its end (build/train --export %s %s "
+                  "writes the checkpoint's weights as they are)", c->export_path, c->resume, c->export_path);
+        return 0;
     }
-    if (writer && train_output_open_tables(&run.out, c, c->resume[0] ? &run.ck.pos : NULL, err)) {
-        rc = 1;
-        goto done;
-    }
-    started = 1; /* from here a run that ends early says so in its summary */
-    if (run.world > 1) {
-        dt_dist_opts o = {.dev = run.dev, .local = run.local, .gpus = run.gpus, .world = run.world,
-                          .first_rank = run.first_rank, .rendezvous = getenv("DT_DIST_FILE")};
-        run.group = dt_dist_group_new(&o, err);
-        if (!run.group) {
-            rc = 1;
-            goto done;
-        }
+    if (train_export_checkpoint(c->resume, c->export_path, err)) return 1;
+    train_say(&run->out, "export: the weights of %s (step %lld) to %s", c->resume, (long long)run->pos.step, c->export_path);
+    return 0;
+}
+
+/* The replicas' group, the training itself, and an interrupt's status and message. */
+static int train_replicas(train_run *run, int writer, dt_err *err) {
+    const dt_train_cfg *c = run->c;
+    if (run->world > 1) {
+        dt_dist_opts o = {.dev = run->dev, .local = run->local, .gpus = run->gpus, .world = run->world,
+                          .first_rank = run->first_rank, .rendezvous = getenv("DT_DIST_FILE")};
+        run->group = dt_dist_group_new(&o, err);
+        if (!run->group) return 1;
     }
     if (c->synthetic)
-        train_say(&run.out, "synthetic data: one random batch on the %s (times pure compute)", dt_dev_name(run.dev));
-    rc = run_replicas(&run, err);
-    if (!rc && run.interrupted) {
-        /* a stop request of this process, or of another process of the run (then SIGTERM's status) */
-        int sig = train_interrupt_pending();
-        if (!sig) sig = SIGTERM;
-        res->interrupted = sig;
-        rc = 128 + sig;
-        if (writer)
-            train_say(&run.out, "interrupted by %s after step %lld: the run is in %s; resume=%s continues it",
-                      sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal", (long long)res->global_step,
-                      run.ckpt_path, run.ckpt_path);
-    }
-done:
-    if (started && writer && c->log[0]) { /* machine-readable, for bench/reproduce.sh */
-        const char *status = rc == 0 ? (res->global_step < run.total_steps ? "stopped" : "finished")
+        train_say(&run->out, "synthetic data: one random batch on the %s (times pure compute)", dt_dev_name(run->dev));
+    int rc = run_replicas(run, err);
+    if (rc || !run->interrupted) return rc;
+    /* a stop request of this process, or of another process of the run (then SIGTERM's status) */
+    int sig = train_interrupt_pending();
+    if (!sig) sig = SIGTERM;
+    run->res->interrupted = sig;
+    if (writer)
+        train_say(&run->out, "interrupted by %s after step %lld: the run is in %s; resume=%s continues it",
+                  sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal", (long long)run->res->global_step,
+                  run->ckpt_path, run->ckpt_path);
+    return 128 + sig;
+}
+
+/* The summary of a run that started (machine-readable, for bench/reproduce.sh), what it wrote,
+ * and everything released; returns the run's final status. */
+static int end_run(train_run *run, int rc, int started, int writer, dt_err *err) {
+    const dt_train_cfg *c = run->c;
+    dt_train_result *res = run->res;
+    if (started && writer && c->log[0]) {
+        const char *status = rc == 0 ? (res->global_step < run->total_steps ? "stopped" : "finished")
                              : res->interrupted ? "interrupted"
                                                 : "failed";
         char where[700];
@@ -436,22 +424,55 @@ done:
         if (train_write_summary(c, res, status, rc && !res->interrupted ? err->msg : NULL, where, sizeof where, &e)) {
             if (!rc) rc = 1, *err = e;
         } else if (strcmp(status, "finished")) {
-            train_say(&run.out, "summary: %s (status %s)", where, status);
+            train_say(&run->out, "summary: %s (status %s)", where, status);
         }
     }
-    if (!rc && writer && started) say_outputs(&run);
-    if (run.have_ck) dt_checkpoint_free(&run.ck);
-    if (run.have_init) dt_safetensors_free(&run.init);
-    dt_dist_group_free(run.group);
-    close_data(&run);
-    train_output_close(&run.out);
-    train_lock_release(&run.export_lock);
-    train_lock_release(&run.ckpt_lock);
-    train_lock_release(&run.log_lock);
-    pthread_mutex_destroy(&run.init_mu);
+    if (!rc && writer && started) say_outputs(run);
+    if (run->have_ck) dt_checkpoint_free(&run->ck);
+    if (run->have_init) dt_safetensors_free(&run->init);
+    dt_dist_group_free(run->group);
+    close_data(run);
+    train_output_close(&run->out);
+    train_lock_release(&run->export_lock);
+    train_lock_release(&run->ckpt_lock);
+    train_lock_release(&run->log_lock);
+    pthread_mutex_destroy(&run->init_mu);
     train_interrupt_clear(); /* a stop request is for the run in progress */
-    if (!rc && run.out.failed[0]) rc = 1, dt_errf(err, "%s", run.out.failed); /* the last bytes of a log */
+    if (!rc && run->out.failed[0]) rc = 1, dt_errf(err, "%s", run->out.failed); /* the last bytes of a log */
     return rc;
+}
+
+int dt_train_run(const dt_train_cfg *c, dt_train_result *res, dt_err *err) {
+    memset(res, 0, sizeof *res);
+    res->val_top1 = res->val_top5 = -1;
+    train_run run;
+    memset(&run, 0, sizeof run);
+    run.c = c;
+    run.res = res;
+    int rc = check_settings(&run, err);
+    if (rc) return rc;
+    pthread_mutex_init(&run.init_mu, NULL);
+    const int writer = run.first_rank == 0; /* the process of replica 0 writes; the others are silent */
+    int started = 0, nothing = 0;
+    dt_ckpt_run now;
+    if ((rc = prepare_outputs(&run, writer, err)) || (rc = open_data(&run, err) ? 1 : 0) ||
+        (rc = describe_run(&run, &now, err)))
+        return end_run(&run, rc, started, writer, err);
+    if (c->resume[0] && ((rc = resume_from(&run, &now, writer, &nothing, err)) || nothing))
+        return end_run(&run, rc, started, writer, err);
+    /* init_from: read once, checked against each replica's model as it loads it */
+    if (c->init_from[0] && c->resume[0]) {
+        train_say(&run.out, "init_from=%s is not loaded: the run resumes from %s, whose weights continue it", c->init_from,
+                  c->resume);
+    } else if (c->init_from[0]) {
+        if (dt_safetensors_read(c->init_from, &run.init, err)) return end_run(&run, 1, started, writer, err);
+        run.have_init = 1;
+    }
+    if (writer && train_output_open_tables(&run.out, c, c->resume[0] ? &run.ck.pos : NULL, err))
+        return end_run(&run, 1, started, writer, err);
+    started = 1; /* from here a run that ends early says so in its summary */
+    rc = train_replicas(&run, writer, err);
+    return end_run(&run, rc, started, writer, err);
 }
 
 void dt_train_result_free(dt_train_result *r) {
