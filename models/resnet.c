@@ -121,8 +121,14 @@ static void conv_init(dt_resnet *m, dt_resnet_conv *c, const char *conv, const c
     dt_batchnorm_init(&c->bn, &m->params, bn, cout, m->dev);
 }
 
-static dt_tensor *conv_forward(const dt_resnet *m, dt_resnet_conv *c, dt_tensor *x) {
-    return c->deform ? dt_deform_conv_forward(&c->dc, x) : dt_conv2d_algo(x, operand(m, c->w), NULL, c->g, m->math, m->conv_algo);
+/* act(bn(conv(x)) + skip) of conv c and its batch norm (skip NULL, or the block's join with
+ * relu 1): a plain conv with its batch norm's statistics in its epilogue where it can
+ * (dt_conv_bn), a deformable one followed by its batch norm */
+static dt_tensor *conv_bn_forward(const dt_resnet *m, dt_resnet_conv *c, dt_tensor *x, dt_tensor *skip, int training,
+                                  int relu) {
+    if (!c->deform) return dt_conv_bn(x, operand(m, c->w), c->g, m->math, m->conv_algo, &c->bn, skip, training, relu);
+    dt_tensor *h = dt_deform_conv_forward(&c->dc, x);
+    return skip ? dt_batchnorm2d_add_relu(h, skip, &c->bn, training) : dt_batchnorm2d(h, &c->bn, training, relu);
 }
 
 /* Conv i (1-based) of block b of stage s (0-based), layer{s+1}.{b}.conv{i} with bn{i}; a 3x3
@@ -220,9 +226,9 @@ void dt_resnet_init(dt_resnet *m, const dt_resnet_cfg *cfg, dt_dev dev) {
 static dt_tensor *block_forward(const dt_resnet *m, dt_resnet_block *b, dt_tensor *x, int training) {
     dt_tensor *h = x;
     int last = b->n_convs - 1;
-    for (int i = 0; i < last; i++) h = dt_batchnorm2d(conv_forward(m, &b->convs[i], h), &b->convs[i].bn, training, 1);
-    dt_tensor *id = b->has_down ? dt_batchnorm2d(conv_forward(m, &b->down, x), &b->down.bn, training, 0) : x;
-    return dt_batchnorm2d_add_relu(conv_forward(m, &b->convs[last], h), id, &b->convs[last].bn, training);
+    for (int i = 0; i < last; i++) h = conv_bn_forward(m, &b->convs[i], h, NULL, training, 1);
+    dt_tensor *id = b->has_down ? conv_bn_forward(m, &b->down, x, NULL, training, 0) : x;
+    return conv_bn_forward(m, &b->convs[last], h, id, training, 1);
 }
 
 dt_tensor *dt_resnet_forward(dt_resnet *m, dt_tensor *x, int training) {
@@ -238,7 +244,7 @@ dt_tensor *dt_resnet_forward(dt_resnet *m, dt_tensor *x, int training) {
     }
     if (m->act == DT_BF16) dt_params_refresh_work(&m->params);
     dt_tensor *h = dt_convert(x, m->act, m->cfg.layout); /* x itself when it already is */
-    h = dt_batchnorm2d(conv_forward(m, &m->stem, h), &m->stem.bn, training, 1);
+    h = conv_bn_forward(m, &m->stem, h, NULL, training, 1);
     h = dt_maxpool2d(h, 3, 2, 1);
     for (int i = 0; i < m->n_blocks; i++) h = block_forward(m, &m->blocks[i], h, training);
     return dt_linear(dt_global_avgpool(h), operand(m, m->fc_w), m->fc_b, m->math);

@@ -37,6 +37,12 @@ dt_tensor *dt_conv2d(dt_tensor *x, dt_tensor *w, dt_tensor *bias, dt_conv_geom g
  * runs - on the CPU too, through its twins). A model holds it in its config (conv_algo). */
 dt_tensor *dt_conv2d_algo(dt_tensor *x, dt_tensor *w, dt_tensor *bias, dt_conv_geom g, dt_math math,
                           dt_conv_algo algo);
+/* The same, and where the pass can (the Hopper engine's fprop on the GPU, the implicit GEMM's
+ * twin on the CPU) the per-channel statistics of y as stored for the batch norm that follows:
+ * sums [Cout][2] double (sum y, sum y^2) on x's device; *wrote_sums (when not NULL) says
+ * whether they were written. dt_conv_bn is its user. */
+dt_tensor *dt_conv2d_stats(dt_tensor *x, dt_tensor *w, dt_tensor *bias, dt_conv_geom g, dt_math math,
+                           dt_conv_algo algo, double *sums, int *wrote_sums);
 void dt_conv_set_col_budget(size_t bytes); /* default 256 MiB; env DT_COL_BUDGET_MB */
 /* One line per distinct bf16 NHWC conv problem planned so far in this process: its shape, the
  * algorithm, whether the Hopper engine was there, and the engine of each pass (gemm, igemm128,
@@ -74,6 +80,13 @@ dt_tensor *dt_batchnorm2d(dt_tensor *x, dt_batchnorm *bn, int training, int fuse
 /* relu(bn(x) + skip) - a ResNet block's join - as one op: one pass forward, one backward (the
  * skip's gradient from the same kernels); skip like x (shape, dtype, layout), not x itself. */
 dt_tensor *dt_batchnorm2d_add_relu(dt_tensor *x, dt_tensor *skip, dt_batchnorm *bn, int training);
+/* conv + batch-norm statistics: act(bn(conv(x, w)) + skip) - dt_conv2d_algo (no bias) then
+ * dt_batchnorm2d (skip NULL; ReLU when relu) or dt_batchnorm2d_add_relu (skip given, relu 1),
+ * the same two tape nodes and the same function - where, in training, the conv's pass makes
+ * the batch norm's statistics in its epilogue (dt_conv2d_stats), so that the batch norm does
+ * not read its input for them. */
+dt_tensor *dt_conv_bn(dt_tensor *x, dt_tensor *w, dt_conv_geom g, dt_math math, dt_conv_algo algo, dt_batchnorm *bn,
+                      dt_tensor *skip, int training, int relu);
 
 /* ---- pooling: f32 NCHW, f32 NHWC, bf16 NHWC (ops/pool/pool.h) ---- */
 /* Max pooling, y like x (PyTorch semantics: padding is -inf, the first maximum wins); the

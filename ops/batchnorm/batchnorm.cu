@@ -617,6 +617,18 @@ void nhwc_backward(int64_t N, int64_t C, int64_t P, const void *xv, const void *
 
 /* ---- entry points ---- */
 
+extern "C" void dt_bn_stats_of_sums_cuda(int64_t C, int64_t M, double *sums, float eps, float momentum, float *rm,
+                                         float *rv, float *mean, float *invstd, const dt_bn_sync *sync) {
+    if (C <= 0) return;
+    if (sync) {
+        sync->allreduce(sync->ctx, sums, 2 * C);
+        M *= sync->ranks;
+    }
+    k_stats_final<false><<<channel_blocks(C), 128, 0, dt_stream()>>>(C, M, NULL, 0, 1, C, sums, 1, eps, momentum, rm,
+                                                                     rv, mean, invstd);
+    DT_CHECK_LAUNCH();
+}
+
 extern "C" void dt_bn_stats_f32_nchw_cuda(int64_t N, int64_t C, int64_t P, const void *xv, int training, float eps,
                                           float momentum, float *running_mean, float *running_var, float *mean,
                                           float *invstd, void *ws, const dt_bn_sync *sync) {

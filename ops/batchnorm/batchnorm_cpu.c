@@ -69,6 +69,17 @@ static void stats(bn_job *j, dt_range_fn sums_range, int64_t grain, const dt_bn_
     dt_parallel_for(j->C, 1, stats_final_range, j);
 }
 
+void dt_bn_stats_of_sums_cpu(int64_t C, int64_t M, double *sums, float eps, float momentum, float *rm, float *rv,
+                             float *mean, float *invstd, const dt_bn_sync *sync) {
+    bn_job j = {.C = C, .training = 1, .eps = eps, .momentum = momentum, .rm = rm, .rv = rv, .mean = mean,
+                .invstd = invstd, .sums = sums, .M = M};
+    if (sync) {
+        sync->allreduce(sync->ctx, sums, 2 * C);
+        j.M *= sync->ranks;
+    }
+    dt_parallel_for(C, 1, stats_final_range, &j);
+}
+
 /* ---- NCHW f32 ---- */
 
 static void nchw_stats_sums_range(void *ctx, int64_t c0, int64_t c1) {

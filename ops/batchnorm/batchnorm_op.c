@@ -14,6 +14,8 @@
 
 DT_OP_TABLE(bn_stats_k, "batchnorm2d", dt_bn_stats_fn, DT_ACT_FORMATS(bn_stats_k, dt_bn_stats))
 DT_OP_TABLE(bn_apply_k, "batchnorm2d (apply)", dt_bn_apply_fn, DT_ACT_FORMATS(bn_apply_k, dt_bn_apply))
+DT_OP_TABLE(bn_sums_k, "batchnorm2d (statistics from sums)", dt_bn_stats_of_sums_fn,
+            DT_TWINS(bn_sums_k, dt_bn_stats_of_sums, DT_BF16, DT_NHWC))
 DT_OP_TABLE(bn_backward_k, "batchnorm2d (backward)", dt_bn_backward_fn, DT_ACT_FORMATS(bn_backward_k, dt_bn_backward))
 
 void dt_batchnorm_init(dt_batchnorm *bn, void *params, const char *name, int64_t C, dt_dev dev) {
@@ -90,18 +92,26 @@ static void check_input(const char *op, const dt_tensor *x, const dt_tensor *ski
     if (skip == x) dt_fatal("%s: the skip is the batch norm's own input; pass a copy", op);
 }
 
-/* y = act(bn(x) + skip), recorded with its backward. */
-static dt_tensor *bn_op(const char *op, dt_tensor *x, dt_tensor *skip, dt_batchnorm *bn, int training, int relu) {
+/* y = act(bn(x) + skip), recorded with its backward; sums (training, or NULL): x's per-channel
+ * sums made by its producer (dt_conv_bn), so that the statistics do not read x. */
+static dt_tensor *bn_op(const char *op, dt_tensor *x, dt_tensor *skip, dt_batchnorm *bn, int training, int relu,
+                        double *sums) {
     check_input(op, x, skip, bn, training);
     int64_t N = DT_N(x), C = DT_C(x), P = DT_H(x) * DT_W(x);
     dt_tensor *y = dt_tensor_like(x);
     dt_tensor *mean = dt_tensor_new1(x->dev, C), *invstd = dt_tensor_new1(x->dev, C);
     const dt_bn_sync *sync = training ? bn->sync : NULL;
-    void *ws = dt_dev_alloc(x->dev, dt_bn_ws_bytes(C));
-    DT_PICK(bn_stats_k, x->dev, x->dtype, x->layout)(N, C, P, x->data, training, bn->eps, bn->momentum,
-                                                     dt_data_f32(bn->running_mean), dt_data_f32(bn->running_var),
-                                                     dt_data_f32(mean), dt_data_f32(invstd), ws, sync);
-    dt_dev_free(x->dev, ws);
+    if (sums) {
+        DT_PICK(bn_sums_k, x->dev, x->dtype, x->layout)(C, N * P, sums, bn->eps, bn->momentum,
+                                                        dt_data_f32(bn->running_mean), dt_data_f32(bn->running_var),
+                                                        dt_data_f32(mean), dt_data_f32(invstd), sync);
+    } else {
+        void *ws = dt_dev_alloc(x->dev, dt_bn_ws_bytes(C));
+        DT_PICK(bn_stats_k, x->dev, x->dtype, x->layout)(N, C, P, x->data, training, bn->eps, bn->momentum,
+                                                         dt_data_f32(bn->running_mean), dt_data_f32(bn->running_var),
+                                                         dt_data_f32(mean), dt_data_f32(invstd), ws, sync);
+        dt_dev_free(x->dev, ws);
+    }
     DT_PICK(bn_apply_k, x->dev, x->dtype, x->layout)(N, C, P, x->data, dt_data_f32(mean), dt_data_f32(invstd),
                                                      dt_data_f32(bn->weight), dt_data_f32(bn->bias),
                                                      skip ? skip->data : NULL, relu, y->data);
@@ -115,10 +125,29 @@ static dt_tensor *bn_op(const char *op, dt_tensor *x, dt_tensor *skip, dt_batchn
     return y;
 }
 
+static const char *bn_op_name(const dt_tensor *skip, int relu) {
+    return skip ? "batchnorm2d+add+relu" : relu ? "batchnorm2d+relu" : "batchnorm2d";
+}
+
 dt_tensor *dt_batchnorm2d(dt_tensor *x, dt_batchnorm *bn, int training, int fuse_relu) {
-    return bn_op(fuse_relu ? "batchnorm2d+relu" : "batchnorm2d", x, NULL, bn, training, fuse_relu);
+    return bn_op(bn_op_name(NULL, fuse_relu), x, NULL, bn, training, fuse_relu, NULL);
 }
 
 dt_tensor *dt_batchnorm2d_add_relu(dt_tensor *x, dt_tensor *skip, dt_batchnorm *bn, int training) {
-    return bn_op("batchnorm2d+add+relu", x, skip, bn, training, 1);
+    return bn_op(bn_op_name(skip, 1), x, skip, bn, training, 1, NULL);
+}
+
+/* The conv's statistics reach the batch norm only where both run what the fusion needs: a bf16
+ * NHWC conv whose fprop writes them (dt_conv2d_stats), in training; elsewhere the batch norm
+ * computes them itself - the same function either way. */
+dt_tensor *dt_conv_bn(dt_tensor *x, dt_tensor *w, dt_conv_geom g, dt_math math, dt_conv_algo algo, dt_batchnorm *bn,
+                      dt_tensor *skip, int training, int relu) {
+    if (skip && !relu) dt_fatal("conv+batchnorm2d: a residual skip is joined before the ReLU (relu must be 1)");
+    const int fusable = training && x->dtype == DT_BF16 && x->layout == DT_NHWC && w->shape[0] == bn->C;
+    double *sums = fusable ? dt_dev_alloc(x->dev, sizeof(double) * 2 * (size_t)bn->C) : NULL; /* [C][2] */
+    int wrote = 0;
+    dt_tensor *h = dt_conv2d_stats(x, w, NULL, g, math, algo, sums, &wrote);
+    dt_tensor *y = bn_op(bn_op_name(skip, relu), h, skip, bn, training, relu, wrote ? sums : NULL);
+    if (sums) dt_dev_free(x->dev, sums); /* stream-ordered on the GPU, as every scratch block */
+    return y;
 }

@@ -46,10 +46,22 @@ static void fprop_range(void *ctx, int64_t m0, int64_t m1) {
     }
 }
 
-void dt_conv_igemm_fprop_bf16_cpu(const dt_conv_problem *p, dt_igemm_tile tile, const void *x, const void *w, const float *bias, void *y) {
+int dt_conv_igemm_fprop_bf16_cpu(const dt_conv_problem *p, dt_igemm_tile tile, const void *x, const void *w,
+                                 const float *bias, void *y, double *sums) {
     (void)tile;
     twin_job j = {p, x, w, bias, 0.0f, y};
-    dt_parallel_for(p->N * p->Ho * p->Wo, 16, fprop_range, &j);
+    const int64_t M = p->N * p->Ho * p->Wo;
+    dt_parallel_for(M, 16, fprop_range, &j);
+    if (!sums) return 0;
+    for (int64_t co = 0; co < p->Cout; co++) sums[2 * co] = sums[2 * co + 1] = 0.0;
+    const dt_bf16 *yb = y;
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t co = 0; co < p->Cout; co++) {
+            const double v = bf(yb, m * p->Cout + co);
+            sums[2 * co] += v;
+            sums[2 * co + 1] += v * v;
+        }
+    return 1;
 }
 
 /* dx [N*H*W, C]: one input position (n, h, w) a task; the taps (r, t) whose output position

@@ -121,10 +121,12 @@ template <class CFG> void run_gemm(gemm_args a, const a_source &src, const void 
  * 0.078-0.087 for the others), 128x128 for 128 (l2: 0.034), 256x128 for 256 (l3: 0.037),
  * 128x128 above (l4: 0.035: 128-row tiles fill the SMs with its 3136 rows). Dense A: 256x64 for
  * 64 channels, 128x256 for >= 512 channels over a short K (<= 512), 128x128 otherwise. */
-void conv_gemm(const a_source &src, const void *w, int64_t Cout, const float *bias, float beta, void *y) {
+void conv_gemm(const a_source &src, const void *w, int64_t Cout, const float *bias, float beta, void *y,
+               double *stats = NULL) {
     const dt_conv_geom &g = src.g;
     gemm_args a = {};
     a.M = (int)(src.N * src.Ho * src.Wo), a.N = (int)Cout, a.K = g.kh * g.kw * (int)src.C, a.bias = bias, a.beta = beta;
+    a.stats = stats;
     if (pointwise(g)) {
         if (a.N <= 64) run_gemm<tile_cfg<256, 64, 4, A_TMA>>(a, src, w, y);
         else if (a.N >= 512 && a.K <= 512) run_gemm<tile_cfg<128, 256, 3, A_TMA>>(a, src, w, y);
@@ -257,8 +259,9 @@ struct columns {
     }
 };
 
-/* fprop through the columns: per chunk, y rows = cols . wp^T (+ bias), a dense GEMM */
-void fprop_columns(const dt_conv_problem *p, const void *x, const void *w, const float *bias, void *y) {
+/* fprop through the columns: per chunk, y rows = cols . wp^T (+ bias), a dense GEMM; stats (or
+ * NULL): the chunks' 64-row groups one after the other (stat_groups) */
+void fprop_columns(const dt_conv_problem *p, const void *x, const void *w, const float *bias, void *y, double *stats) {
     columns cols(p);
     bf16 *wp = (bf16 *)dt_gpu_malloc(sizeof(bf16) * (size_t)(p->Cout * cols.Kp));
     k_pad_weight<<<dt_grid_for(p->Cout * cols.Kp, 256), 256, 0, dt_stream()>>>((const bf16 *)w, (int)p->Cout, cols.K,
@@ -268,18 +271,61 @@ void fprop_columns(const dt_conv_problem *p, const void *x, const void *w, const
     for (int64_t n0 = 0; n0 < p->N; n0 += cols.per_chunk) {
         const int64_t nc = p->N - n0 < cols.per_chunk ? p->N - n0 : cols.per_chunk, rows = cols.fill(p, x, n0, nc);
         const a_source src = {cols.buf, rows, 1, 1, cols.Kp, 1, 1, dense};
-        conv_gemm(src, wp, p->Cout, bias, 0.0f, (bf16 *)y + n0 * p->Ho * p->Wo * p->Cout);
+        conv_gemm(src, wp, p->Cout, bias, 0.0f, (bf16 *)y + n0 * p->Ho * p->Wo * p->Cout, stats);
+        if (stats) stats += (rows + 63) / 64 * p->Cout * 2;
     }
     dt_gpu_free(wp);
 }
 
+/* The 64-row groups of the engine's statistics epilogue for fprop of p: those of M, or of each
+ * chunk of the column path (a group never straddles two GEMMs) */
+int64_t stat_groups(const dt_conv_problem *p) {
+    const int64_t HoWo = p->Ho * p->Wo;
+    if (dt_conv_sm90_read(p, DT_SM90_FPROP) != DT_SM90_COLUMNS) return (p->N * HoWo + 63) / 64;
+    const int64_t K = p->g.kh * p->g.kw * p->C, Kp = (K + 7) / 8 * 8;
+    const int64_t per = dt_conv_chunk(p->N, HoWo * Kp, sizeof(bf16)), full = p->N / per, rest = p->N - full * per;
+    return full * ((per * HoWo + 63) / 64) + (rest * HoWo + 63) / 64;
+}
+
+/* sums [C][2] = the groups' (sum, sum of squares) of channel c added in group order: block c,
+ * thread t adds groups t, t + 256, ... in order, then a fixed tree (deterministic) */
+__global__ void k_stat_sums(int64_t groups, int64_t C, const double *__restrict__ stats, double *__restrict__ sums) {
+    __shared__ double sa[256], sb[256];
+    const int64_t c = blockIdx.x;
+    double a = 0.0, b = 0.0;
+    for (int64_t gi = threadIdx.x; gi < groups; gi += 256) {
+        const double2 v = *reinterpret_cast<const double2 *>(stats + (gi * C + c) * 2);
+        a += v.x, b += v.y;
+    }
+    sa[threadIdx.x] = a, sb[threadIdx.x] = b;
+    __syncthreads();
+    for (int o = 128; o > 0; o >>= 1) {
+        if ((int)threadIdx.x < o) sa[threadIdx.x] += sa[threadIdx.x + o], sb[threadIdx.x] += sb[threadIdx.x + o];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) sums[c * 2] = sa[0], sums[c * 2 + 1] = sb[0];
+}
+
 } // namespace
 
-extern "C" void dt_conv_sm90_fprop(const dt_conv_problem *p, const void *x, const void *w, const float *bias, void *y) {
-    if (p->N * p->Ho * p->Wo == 0) return;
-    if (dt_conv_sm90_read(p, DT_SM90_FPROP) == DT_SM90_COLUMNS) return fprop_columns(p, x, w, bias, y);
-    const a_source src = {x, p->N, p->H, p->W, p->C, p->Ho, p->Wo, p->g};
-    conv_gemm(src, w, p->Cout, bias, 0.0f, y);
+extern "C" void dt_conv_sm90_fprop(const dt_conv_problem *p, const void *x, const void *w, const float *bias, void *y,
+                                   double *sums) {
+    if (p->N * p->Ho * p->Wo == 0) {
+        if (sums) dt_memset_gpu(sums, 0, sizeof(double) * 2 * (size_t)p->Cout);
+        return;
+    }
+    const int64_t groups = sums ? stat_groups(p) : 0;
+    double *stats = sums ? (double *)dt_gpu_malloc(sizeof(double) * 2 * (size_t)(groups * p->Cout)) : NULL; /* [groups][Cout][2] */
+    if (dt_conv_sm90_read(p, DT_SM90_FPROP) == DT_SM90_COLUMNS) {
+        fprop_columns(p, x, w, bias, y, stats);
+    } else {
+        const a_source src = {x, p->N, p->H, p->W, p->C, p->Ho, p->Wo, p->g};
+        conv_gemm(src, w, p->Cout, bias, 0.0f, y, stats);
+    }
+    if (!sums) return;
+    k_stat_sums<<<(unsigned)p->Cout, 256, 0, dt_stream()>>>(groups, p->Cout, stats, sums);
+    DT_CHECK_LAUNCH();
+    dt_gpu_free(stats); /* stream-ordered */
 }
 
 extern "C" void dt_conv_sm90_dgrad(const dt_conv_problem *p, const void *dy, const void *w, float beta, void *dx) {

@@ -52,6 +52,10 @@ struct gemm_args {
     int H, W, C, Ho, Wo, KW, SH, SW, PH, PW, DH, DW;
     int cblocks; /* A_TMA_IM2COL: C / 64 */
     int tiles_m, tiles_n;
+    /* or NULL: the per-channel statistics of y as stored (the batch norm that follows the conv),
+     * stats [ceil(M / 64)][N][2] double = (sum y, sum y^2) of column n over the 64-row group g,
+     * rows g*64 .. g*64+63 below M (EPI_TMA only: they are read back from the staging tile) */
+    double *stats;
 };
 
 /* ---- PTX wrappers (PTX ISA: "mbarrier", "cp.async.bulk.tensor", "wgmma", "setmaxnreg"). */
@@ -185,9 +189,11 @@ template <int BM_, int BN_, int STAGES_, int AP_, int EPI_ = EPI_TMA> struct til
     static constexpr int CONSUMER_REGS = AP == A_IM2COL ? 224 : 232;
     /* EPI_TMA: per consumer a [BN/64][WM][64] bf16 staging tile, 128-byte swizzled */
     static constexpr int STAGING_BYTES = EPI == EPI_TMA ? BM * BN * 2 : 0;
-    /* dynamic shared memory: the ring, the staging tiles, 2 * STAGES barriers, the im2col row
-     * table, 1 KB to align */
-    static constexpr int SMEM = STAGES * STAGE_BYTES + STAGING_BYTES + 2 * STAGES * 8 + BM * 16 + 1024;
+    /* EPI_TMA: per consumer a [128 threads][4] double scratch for the statistics' slab sums */
+    static constexpr int STATS_BYTES = EPI == EPI_TMA ? CONSUMERS * 128 * 4 * 8 : 0;
+    /* dynamic shared memory: the ring, the staging tiles, the statistics scratch, 2 * STAGES
+     * barriers, the im2col row table, 1 KB to align */
+    static constexpr int SMEM = STAGES * STAGE_BYTES + STAGING_BYTES + STATS_BYTES + 2 * STAGES * 8 + BM * 16 + 1024;
     static_assert(SMEM <= 227 * 1024, "shared memory: at most 227 KB a CTA");
     static_assert(WM == 64 || WM == 128, "a consumer takes 64 or 128 rows");
     static_assert(BN == 64 || BN == 128 || BN == 256, "BN is a wgmma N");
@@ -204,6 +210,47 @@ __device__ __forceinline__ void tile_coords(int t, int tiles_m, int tiles_n, int
     tn = r / rows;
 }
 
+/* The batch norm's statistics of one consumer's WM x BN piece of y, from the staging tile the
+ * TMA store reads too (both only read it; the next tile's epilogue waits for both: the store by
+ * bulk_wait_read, these reads by its named barrier). Thread tid takes the column pair pi =
+ * tid % (BN/2) - a warp one 128-byte row of a 64-column block, conflict-free - and a slab of
+ * ROWS = WM / T rows (T = 128 / (BN/2) threads a pair), summed in fp32 (at most 64 bf16 values,
+ * their squares exact); the slabs of a 64-row group are added in slab order in double, and
+ * the group's (sum, sum of squares) pair of each column is stored - an order fixed by the shape. */
+template <class CFG>
+__device__ __forceinline__ void tile_stats(const gemm_args &p, const uint8_t *stg, double *scratch, int row0, int col0,
+                                           int tid, int cw) {
+    constexpr int WM = CFG::WM, P2 = CFG::BN / 2, T = 128 / P2, ROWS = WM / T, SPG = 64 / ROWS;
+    static_assert(ROWS <= 64 && 64 % ROWS == 0, "a slab lies within one 64-row group");
+    const int pi = tid % P2, q = tid / P2, cloc = 2 * pi, c64 = cloc % 64;
+    const uint8_t *blk = stg + (cloc / 64) * (WM * 128);
+    float s1a = 0.0f, s2a = 0.0f, s1b = 0.0f, s2b = 0.0f;
+#pragma unroll 4
+    for (int i = 0; i < ROWS; i++) {
+        const int r = q * ROWS + i;
+        if (row0 + r >= p.M) break;
+        const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(
+            blk + r * 128 + ((((c64 >> 3) ^ (r & 7)) << 4) | ((c64 & 7) << 1))));
+        s1a += v.x, s2a = fmaf(v.x, v.x, s2a), s1b += v.y, s2b = fmaf(v.y, v.y, s2b);
+    }
+    double *mine = scratch + tid * 4;
+    mine[0] = s1a, mine[1] = s2a, mine[2] = s1b, mine[3] = s2b;
+    bar_sync(2 + cw, 128);
+    const int col = col0 + cloc, group = row0 / 64 + q / SPG;
+    if (q % SPG == 0 && col < p.N && group * 64 < p.M) {
+        double a = 0.0, b = 0.0, c = 0.0, d = 0.0;
+#pragma unroll
+        for (int k = 0; k < SPG; k++) {
+            const double *o = scratch + (tid + k * P2) * 4;
+            a += o[0], b += o[1], c += o[2], d += o[3];
+        }
+        double *out = p.stats + ((int64_t)group * p.N + col) * 2;
+        reinterpret_cast<double2 *>(out)[0] = make_double2(a, b); /* 32-byte aligned: col is even */
+        reinterpret_cast<double2 *>(out)[1] = make_double2(c, d);
+    }
+    bar_sync(2 + cw, 128); /* the scratch is free for the next tile */
+}
+
 template <class CFG>
 __global__ void __launch_bounds__(384, 1)
     k_sm90_gemm(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
@@ -216,7 +263,8 @@ __global__ void __launch_bounds__(384, 1)
     uint8_t *sA = smem;                               /* [STAGES][BM][64] bf16, swizzled */
     uint8_t *sB = smem + STAGES * CFG::A_BYTES;       /* [STAGES][BN][64] bf16, swizzled */
     uint8_t *staging = smem + STAGES * CFG::STAGE_BYTES; /* EPI_TMA: [CONSUMERS][BN/64][WM][64] bf16 */
-    uint64_t *full = (uint64_t *)(staging + CFG::STAGING_BYTES);
+    double *stats_scratch = (double *)(staging + CFG::STAGING_BYTES); /* [CONSUMERS][128][4] */
+    uint64_t *full = (uint64_t *)((uint8_t *)stats_scratch + CFG::STATS_BYTES);
     uint64_t *empty = full + STAGES;
     int4 *rows = (int4 *)(empty + STAGES); /* A_IM2COL: per tile row (image's first pixel, h0, w0, -) */
 
@@ -394,6 +442,7 @@ __global__ void __launch_bounds__(384, 1)
                         tma_store_2d(&map_y, stg + jb * (CFG::WM * 128), tn * BN + jb * 64, tm * BM + cw * CFG::WM);
                     bulk_commit();
                 }
+                if (p.stats) tile_stats<CFG>(p, stg, stats_scratch + cw * 128 * 4, tm * BM + cw * CFG::WM, tn * BN, tid, cw);
             }
         }
         if (CFG::EPI == EPI_TMA && tid == 0) bulk_wait<0>(); /* y written before the kernel ends */
