@@ -210,6 +210,15 @@ int dt_gpu_has_sm90a(void) {
 #endif
 }
 
+int dt_gpu_pointer_device(const void *p) {
+    struct cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        cudaGetLastError(); /* clear the error: the caller reports it as its own */
+        return DT_PTR_UNKNOWN;
+    }
+    return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged ? a.device : DT_PTR_HOST;
+}
+
 void dt_device_describe(char *buf, int len) {
     if (g_default < 0) {
         snprintf(buf, len, "cpu (%d cores)", dt_num_cores());
@@ -241,6 +250,10 @@ void dt_side_join(void) {}
 void dt_set_stream(void *stream) {
     (void)stream;
     dt_fatal("dt_set_stream: deftc was built without CUDA (CUDA=0)");
+}
+int dt_gpu_pointer_device(const void *p) {
+    (void)p;
+    return DT_PTR_UNKNOWN;
 }
 void dt_device_describe(char *buf, int len) { snprintf(buf, len, "cpu (%d cores)", dt_num_cores()); }
 

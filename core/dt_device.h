@@ -69,6 +69,12 @@ void dt_side_begin(void);
 void dt_side_end(void);
 void dt_side_join(void);
 
+/* Where a caller's pointer lives (the C API takes raw buffers): the index of the CUDA device
+ * that holds it (device or managed memory), DT_PTR_HOST for host memory, DT_PTR_UNKNOWN for a
+ * pointer CUDA does not know - and always DT_PTR_UNKNOWN in a CUDA=0 build. Never fatal. */
+enum { DT_PTR_HOST = -1, DT_PTR_UNKNOWN = -2 };
+int dt_gpu_pointer_device(const void *p);
+
 /* One line naming the GPU, its memory, SM count and L2 size (or "cpu"). */
 void dt_device_describe(char *buf, int len);
 int dt_gpu_sm_count(void);

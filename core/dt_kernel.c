@@ -13,9 +13,11 @@ void dt_op_table_register(dt_op_table *t) {
 }
 
 static int matches(const dt_kernel_entry *e, dt_dev dev, dt_dtype dtype, dt_layout layout) {
-    return e->dev == dev && e->dtype == dtype && (e->layout == DT_ANY_LAYOUT || e->layout == (int)layout);
+    return e->dev == dev && (e->dtype == DT_ANY_DTYPE || e->dtype == (int)dtype) &&
+           (e->layout == DT_ANY_LAYOUT || e->layout == (int)layout);
 }
 
+static const char *dtype_str(int dtype) { return dtype == DT_ANY_DTYPE ? "any" : dt_dtype_name(dtype); }
 static const char *layout_str(int layout) { return layout == DT_ANY_LAYOUT ? "any" : dt_layout_name(layout); }
 
 /* "f32 nchw cpu, f32 nchw cuda, ..." */
@@ -24,7 +26,7 @@ static void list_entries(const dt_op_table *t, char *buf, size_t len) {
     buf[0] = 0;
     for (int i = 0; i < t->n && o < len; i++) {
         const dt_kernel_entry *e = &t->entries[i];
-        o += (size_t)snprintf(buf + o, len - o, "%s%s %s %s%s", i ? ", " : "", dt_dtype_name(e->dtype),
+        o += (size_t)snprintf(buf + o, len - o, "%s%s %s %s%s", i ? ", " : "", dtype_str(e->dtype),
                               layout_str(e->layout), dt_dev_name(e->dev), e->fn ? "" : " (not built: CUDA=0)");
     }
 }
@@ -40,12 +42,12 @@ dt_kernel_fn dt_kernel_lookup(const dt_op_table *t, dt_dev dev, dt_dtype dtype, 
         const dt_kernel_entry *e = &t->entries[i];
         if (!matches(e, dev, dtype, layout)) continue;
         if (!e->fn) dt_fatal("%s: the %s kernel for %s %s is not built (deftc was built with CUDA=0)", t->op,
-                             dt_dev_name(dev), dt_dtype_name(dtype), dt_layout_name(layout));
+                             dt_dev_name(dev), dtype_str((int)dtype), layout_str((int)layout));
         return e->fn;
     }
     char has[1024];
     list_entries(t, has, sizeof has);
-    dt_fatal("%s: no kernel for %s %s on the %s (has: %s)", t->op, dt_dtype_name(dtype), dt_layout_name(layout),
+    dt_fatal("%s: no kernel for %s %s on the %s (has: %s)", t->op, dtype_str((int)dtype), layout_str((int)layout),
              dt_dev_name(dev), has);
 }
 

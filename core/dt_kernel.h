@@ -33,12 +33,16 @@ DT_PUBLIC_BEGIN
 
 /* The layout field of an entry for ops that do not depend on the layout (elementwise). */
 #define DT_ANY_LAYOUT (-1)
+/* The dtype field of an entry for kernels whose element type is not a dt_dtype (the C API's
+ * float64 reference, ops/deform/deform_f64.h): the entry matches by device (and layout) alone,
+ * and a caller picks it with DT_ANY_DTYPE. */
+#define DT_ANY_DTYPE (-1)
 
 typedef void (*dt_kernel_fn)(void);
 
 typedef struct {
     dt_dev dev;
-    dt_dtype dtype;
+    int dtype;       /* dt_dtype, or DT_ANY_DTYPE */
     int layout;      /* dt_layout, or DT_ANY_LAYOUT */
     dt_kernel_fn fn; /* NULL: a CUDA entry in a CUDA=0 build */
 } dt_kernel_entry;

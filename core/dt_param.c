@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "ops/pointwise/convert.h"
+#include "ops/pointwise/dt_shared_kernels.h" /* dt_cast_chunks_k */
 #include "core/dt_alloc.h"
 #include "core/dt_common.h"
 
@@ -66,43 +67,42 @@ dt_tensor *dt_param_work(const dt_tensor *master) {
     return r->work;
 }
 
+/* The chunk table of every (master, copy) pair, on the parameters' device: made when a copy
+ * was added, reused by every refresh after. */
+static void make_work_table(dt_params *ps, dt_dev dev) {
+    int64_t nchunks = 0;
+    for (int i = 0; i < ps->n; i++)
+        if (ps->items[i]->work) nchunks += dt_ceil_div(ps->items[i]->t->numel, DT_CAST_CHUNK);
+    const size_t bytes = (size_t)(nchunks ? nchunks : 1) * sizeof(dt_cast_chunk);
+    dt_cast_chunk *ch = dt_xmalloc(bytes);
+    int64_t k = 0;
+    for (int i = 0; i < ps->n; i++) {
+        dt_param *r = ps->items[i];
+        if (!r->work) continue;
+        for (int64_t b = 0; b < r->t->numel; b += DT_CAST_CHUNK)
+            ch[k++] = (dt_cast_chunk){(const float *)r->t->data + b, (dt_bf16 *)r->work->data + b,
+                                      r->t->numel - b < DT_CAST_CHUNK ? r->t->numel - b : DT_CAST_CHUNK};
+    }
+    if (ps->work_table) dt_dev_free(ps->work_dev, ps->work_table);
+    ps->work_dev = dev;
+    if (dev == DT_CPU) {
+        ps->work_table = ch; /* the CPU twin reads it where it is */
+    } else {
+        ps->work_table = dt_dev_alloc(dev, bytes);
+        dt_copy_h2d(ps->work_table, ch, bytes);
+        free(ch);
+    }
+    ps->work_chunks = (int)nchunks;
+    ps->work_valid = 1;
+}
+
 void dt_params_refresh_work(dt_params *ps) {
     int n = 0;
     for (int i = 0; i < ps->n; i++) n += ps->items[i]->work != NULL;
     if (!n) return;
-    dt_dev dev = ps->items[0]->t->dev;
-    if (dev == DT_CPU) {
-        for (int i = 0; i < ps->n; i++) {
-            dt_param *r = ps->items[i];
-            if (r->work) dt_f32_to_bf16_cpu(r->t->numel, r->t->data, r->work->data);
-        }
-        return;
-    }
-#ifdef DT_CUDA
-    if (!ps->work_valid) { /* the chunk table of every (master, copy) pair, uploaded once */
-        int64_t nchunks = 0;
-        for (int i = 0; i < ps->n; i++)
-            if (ps->items[i]->work) nchunks += dt_ceil_div(ps->items[i]->t->numel, DT_CAST_CHUNK);
-        dt_cast_chunk *ch = dt_xmalloc((size_t)(nchunks ? nchunks : 1) * sizeof *ch);
-        int64_t k = 0;
-        for (int i = 0; i < ps->n; i++) {
-            dt_param *r = ps->items[i];
-            if (!r->work) continue;
-            for (int64_t b = 0; b < r->t->numel; b += DT_CAST_CHUNK)
-                ch[k++] = (dt_cast_chunk){(const float *)r->t->data + b, (dt_bf16 *)r->work->data + b,
-                                          r->t->numel - b < DT_CAST_CHUNK ? r->t->numel - b : DT_CAST_CHUNK};
-        }
-        if (ps->work_table) dt_gpu_free(ps->work_table);
-        ps->work_table = dt_gpu_malloc((size_t)(nchunks ? nchunks : 1) * sizeof *ch);
-        dt_copy_h2d(ps->work_table, ch, (size_t)nchunks * sizeof *ch);
-        free(ch);
-        ps->work_chunks = (int)nchunks;
-        ps->work_valid = 1;
-    }
-    dt_f32_to_bf16_chunks_cuda(ps->work_table, ps->work_chunks);
-#else
-    dt_fatal("dt_params_refresh_work: GPU parameters in a CUDA=0 build");
-#endif
+    const dt_dev dev = ps->items[0]->t->dev;
+    if (!ps->work_valid) make_work_table(ps, dev);
+    DT_PICK(dt_cast_chunks_k, dev, DT_F32, DT_NCHW)(ps->work_table, ps->work_chunks);
 }
 
 void dt_params_zero_grad(dt_params *ps) {
@@ -124,6 +124,6 @@ dt_param *dt_params_find(const dt_params *ps, const char *name) {
 void dt_params_free(dt_params *ps) {
     for (int i = 0; i < ps->n; i++) dt_tensor_free(ps->items[i]->t); /* with its record and copy */
     free(ps->items);
-    if (ps->work_table) dt_gpu_free(ps->work_table);
+    if (ps->work_table) dt_dev_free(ps->work_dev, ps->work_table);
     memset(ps, 0, sizeof *ps);
 }

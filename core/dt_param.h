@@ -34,9 +34,10 @@ typedef struct dt_param {
 typedef struct {
     dt_param **items;
     int n, cap;
-    /* the device table of (master, copy) chunks dt_params_refresh_work launches over; rebuilt
-     * when a copy is added */
+    /* the table of (master, copy) chunks dt_params_refresh_work casts over, on work_dev (the
+     * parameters' device; dt_cast_chunk entries); rebuilt when a copy is added */
     void *work_table;
+    dt_dev work_dev;
     int work_chunks, work_valid;
 } dt_params;
 

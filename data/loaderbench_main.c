@@ -169,10 +169,16 @@ static int decode_only_bench(const dt_dataset *ds, int batch, int size, int max_
     return 0;
 }
 
-int main(int argc, char **argv) {
-    const char *data = NULL, *split = "train", *tmpbase = "/tmp";
-    int workers = -1, batch = 64, size = 224, epochs = 1, cache = 0, val = 0, max_batches = 0, scan_n = 0;
-    int scan_classes = 100, decode = DT_DECODE_CPU, decode_only = 0;
+/* The command line's settings (usage() says what each means). */
+typedef struct {
+    const char *data, *split, *tmpbase;
+    int workers, batch, size, epochs, cache, val, max_batches, scan_n, scan_classes, decode, decode_only;
+} bench_opts;
+
+/* Reads the flags into *o: -1 to go on, else the exit code (0 after --help, 2 on a bad flag). */
+static int parse_args(int argc, char **argv, bench_opts *o) {
+    *o = (bench_opts){.split = "train", .tmpbase = "/tmp", .workers = -1, .batch = 64, .size = 224, .epochs = 1,
+                      .scan_classes = 100, .decode = DT_DECODE_CPU};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int has = i + 1 < argc;
@@ -180,124 +186,156 @@ int main(int argc, char **argv) {
             usage();
             return 0;
         } else if (!strcmp(a, "--val")) {
-            val = 1;
+            o->val = 1;
         } else if (!strcmp(a, "--decode-only")) {
-            decode_only = 1;
+            o->decode_only = 1;
         } else if (!has) {
             fprintf(stderr, "loaderbench: %s needs a value (or is unknown); --help lists the flags\n", a);
             return 2;
         } else if (!strcmp(a, "--data")) {
-            data = argv[++i];
+            o->data = argv[++i];
         } else if (!strcmp(a, "--split")) {
-            split = argv[++i];
+            o->split = argv[++i];
         } else if (!strcmp(a, "--tmp")) {
-            tmpbase = argv[++i];
+            o->tmpbase = argv[++i];
         } else if (!strcmp(a, "--workers")) {
-            workers = arg_int(a, argv[++i], 1, 1024);
+            o->workers = arg_int(a, argv[++i], 1, 1024);
         } else if (!strcmp(a, "--batch")) {
-            batch = arg_int(a, argv[++i], 1, 65536);
+            o->batch = arg_int(a, argv[++i], 1, 65536);
         } else if (!strcmp(a, "--size")) {
-            size = arg_int(a, argv[++i], 8, 8192);
+            o->size = arg_int(a, argv[++i], 8, 8192);
         } else if (!strcmp(a, "--epochs")) {
-            epochs = arg_int(a, argv[++i], 1, 1000);
+            o->epochs = arg_int(a, argv[++i], 1, 1000);
         } else if (!strcmp(a, "--cache")) {
-            cache = arg_int(a, argv[++i], 0, 1);
+            o->cache = arg_int(a, argv[++i], 0, 1);
         } else if (!strcmp(a, "--decode")) {
             const char *v = argv[++i];
-            decode = !strcmp(v, "cpu") ? DT_DECODE_CPU : !strcmp(v, "gpu") ? DT_DECODE_GPU : !strcmp(v, "auto") ? DT_DECODE_AUTO : -1;
-            if (decode < 0) {
+            o->decode = !strcmp(v, "cpu")    ? DT_DECODE_CPU
+                        : !strcmp(v, "gpu")  ? DT_DECODE_GPU
+                        : !strcmp(v, "auto") ? DT_DECODE_AUTO
+                                             : -1;
+            if (o->decode < 0) {
                 fprintf(stderr, "loaderbench: --decode '%s': expected cpu, gpu or auto\n", v);
                 return 2;
             }
         } else if (!strcmp(a, "--max-batches")) {
-            max_batches = arg_int(a, argv[++i], 1, 1 << 30);
+            o->max_batches = arg_int(a, argv[++i], 1, 1 << 30);
         } else if (!strcmp(a, "--scan-classes")) {
-            scan_classes = arg_int(a, argv[++i], 1, 100000);
+            o->scan_classes = arg_int(a, argv[++i], 1, 100000);
         } else if (!strcmp(a, "--scan-test")) {
-            scan_n = arg_int(a, argv[++i], 1, 100000000);
+            o->scan_n = arg_int(a, argv[++i], 1, 100000000);
         } else {
             fprintf(stderr, "loaderbench: unknown flag %s; valid: --data --split --workers --batch --size --epochs "
                             "--cache --val --max-batches --decode --decode-only --scan-test --scan-classes --tmp\n", a);
             return 2;
         }
     }
-    if (scan_n) return scan_test(scan_n, scan_classes, tmpbase);
-    if (!data) {
+    return -1;
+}
+
+/* Settles where the images are decoded (auto: the GPU where there is one, as the trainer) and
+ * readies the GPU when one is needed: 0, or 1 with the reason on stderr. */
+static int choose_decoder(bench_opts *o) {
+    if (o->decode == DT_DECODE_AUTO && dt_gpu_count() == 0) {
+        printf("decode auto: no CUDA GPU is visible, so the CPU workers decode (--decode cpu)\n");
+        o->decode = DT_DECODE_CPU;
+    }
+    if (o->decode == DT_DECODE_CPU && !o->decode_only) return 0;
+    if (dt_gpu_count() == 0) {
+        fprintf(stderr, "loaderbench: %s needs a CUDA GPU (none is visible%s)\n",
+                o->decode_only ? "--decode-only" : "--decode gpu", dt_built_with_cuda() ? "" : ": this build has CUDA=0");
+        return 1;
+    }
+    dt_gpu_init(0); /* before the loader: pinned slots, and the decoder's device */
+    return 0;
+}
+
+/* One epoch of loader l, every batch released at once: one line of the table (and the loader's
+ * statistics when they say more: skipped files, the GPU decode, the cache's last epoch). */
+static int time_epoch(dt_loader *l, const bench_opts *o, int workers, int e) {
+    double te = dt_now_ms();
+    dt_loader_start_epoch(l, e);
+    dt_batch b = {0};
+    int64_t images = 0, nb = 0;
+    int rc;
+    while ((rc = dt_loader_next(l, &b)) == 1) {
+        images += b.n;
+        dt_loader_release(l, &b);
+        if (o->max_batches && ++nb >= o->max_batches) break;
+    }
+    if (rc < 0) {
+        fprintf(stderr, "loaderbench: %s\n", dt_loader_error(l));
+        return 1;
+    }
+    double s = (dt_now_ms() - te) / 1e3;
+    dt_loader_stats st = dt_loader_epoch_stats(l);
+    printf("%8d %6d %9lld %9.2f %10.1f %12.1f %12.2f %10.1f\n", workers, e, (long long)images, s, images / s,
+           images / s / workers, st.decode_ms / (double)(images ? images : 1), 100.0 * st.wait_ms / (s * 1e3));
+    if (st.skipped || st.gpu_decode || (o->cache && e == o->epochs - 1)) {
+        char line[1024];
+        dt_loader_stats_str(&st, line, sizeof line);
+        printf("         %s\n", line);
+    }
+    return 0;
+}
+
+/* The whole pipeline: a loader of `workers` threads over ds for o->epochs epochs. */
+static int time_loader(const dt_dataset *ds, const bench_opts *o, int workers, int first) {
+    dt_loader_opts lo = dt_loader_default_opts(!o->val);
+    lo.batch = o->batch;
+    lo.image_size = o->size;
+    lo.workers = workers;
+    lo.cache = o->cache;
+    lo.decode = o->decode;
+    lo.seed = 1;
+    dt_err err;
+    dt_loader *l = dt_loader_new(ds, &lo, &err);
+    if (!l) {
+        fprintf(stderr, "loaderbench: %s\n", err.msg);
+        return 1;
+    }
+    if (first) printf("decode: %s\n", dt_loader_decoder(l));
+    int rc = 0;
+    for (int e = 0; e < o->epochs && !rc; e++) rc = time_epoch(l, o, workers, e);
+    dt_loader_free(l);
+    return rc;
+}
+
+/* Without --workers: once with 1 worker and once with one per core. */
+static int pipeline_bench(const dt_dataset *ds, const bench_opts *o) {
+    int cores = dt_num_cores();
+    int runs[2] = {1, cores}, nruns = o->workers > 0 ? 1 : (cores > 1 ? 2 : 1);
+    if (o->workers > 0) runs[0] = o->workers;
+    printf("%s transform, batch %d, %dx%d, cache %s, %d cores\n", o->val ? "val" : "train", o->batch, o->size, o->size,
+           o->cache ? "on" : "off", cores);
+    printf("%8s %6s %9s %9s %10s %12s %12s %10s\n", "workers", "epoch", "images", "seconds", "images/s",
+           "img/s/worker", "ms/img/worker", "wait %");
+    for (int r = 0; r < nruns; r++)
+        if (time_loader(ds, o, runs[r], r == 0)) return 1;
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    bench_opts o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc >= 0) return rc;
+    if (o.scan_n) return scan_test(o.scan_n, o.scan_classes, o.tmpbase);
+    if (!o.data) {
         fprintf(stderr, "loaderbench: --data DIR is required (build/mkdata makes one)\n");
         return 2;
     }
     dt_dataset ds;
     dt_err err;
     double t0 = dt_now_ms();
-    if (dt_dataset_open(&ds, data, split, NULL, &err) != 0) {
+    if (dt_dataset_open(&ds, o.data, o.split, NULL, &err) != 0) {
         fprintf(stderr, "loaderbench: %s\n", err.msg);
         return 1;
     }
     printf("dataset %s: %lld images, %d classes, scanned in %.1f ms\n", ds.dir, (long long)ds.count, ds.num_classes,
            dt_now_ms() - t0);
     fflush(stdout); /* before any error on stderr: a caller reading both sees them in order */
-    if (decode == DT_DECODE_AUTO && dt_gpu_count() == 0) { /* auto: the GPU where there is one, as the trainer */
-        printf("decode auto: no CUDA GPU is visible, so the CPU workers decode (--decode cpu)\n");
-        decode = DT_DECODE_CPU;
-    }
-    if (decode != DT_DECODE_CPU || decode_only) {
-        if (dt_gpu_count() == 0) {
-            fprintf(stderr, "loaderbench: %s needs a CUDA GPU (none is visible%s)\n",
-                    decode_only ? "--decode-only" : "--decode gpu",
-                    dt_built_with_cuda() ? "" : ": this build has CUDA=0");
-            return 1;
-        }
-        dt_gpu_init(0); /* before the loader: pinned slots, and the decoder's device */
-    }
-    if (decode_only) return decode_only_bench(&ds, batch, size, max_batches);
-    int cores = dt_num_cores();
-    int runs[2] = {1, cores}, nruns = workers > 0 ? 1 : (cores > 1 ? 2 : 1);
-    if (workers > 0) runs[0] = workers;
-    printf("%s transform, batch %d, %dx%d, cache %s, %d cores\n", val ? "val" : "train", batch, size, size,
-           cache ? "on" : "off", cores);
-    printf("%8s %6s %9s %9s %10s %12s %12s %10s\n", "workers", "epoch", "images", "seconds", "images/s",
-           "img/s/worker", "ms/img/worker", "wait %");
-    for (int r = 0; r < nruns; r++) {
-        dt_loader_opts o = dt_loader_default_opts(!val);
-        o.batch = batch;
-        o.image_size = size;
-        o.workers = runs[r];
-        o.cache = cache;
-        o.decode = decode;
-        o.seed = 1;
-        dt_loader *l = dt_loader_new(&ds, &o, &err);
-        if (!l) {
-            fprintf(stderr, "loaderbench: %s\n", err.msg);
-            return 1;
-        }
-        if (r == 0) printf("decode: %s\n", dt_loader_decoder(l));
-        for (int e = 0; e < epochs; e++) {
-            double te = dt_now_ms();
-            dt_loader_start_epoch(l, e);
-            dt_batch b = {0};
-            int64_t images = 0, nb = 0;
-            int rc;
-            while ((rc = dt_loader_next(l, &b)) == 1) {
-                images += b.n;
-                dt_loader_release(l, &b);
-                if (max_batches && ++nb >= max_batches) break;
-            }
-            if (rc < 0) {
-                fprintf(stderr, "loaderbench: %s\n", dt_loader_error(l));
-                return 1;
-            }
-            double s = (dt_now_ms() - te) / 1e3;
-            dt_loader_stats st = dt_loader_epoch_stats(l);
-            printf("%8d %6d %9lld %9.2f %10.1f %12.1f %12.2f %10.1f\n", runs[r], e, (long long)images, s, images / s,
-                   images / s / runs[r], st.decode_ms / (double)(images ? images : 1), 100.0 * st.wait_ms / (s * 1e3));
-            if (st.skipped || st.gpu_decode || (cache && e == epochs - 1)) {
-                char line[1024];
-                dt_loader_stats_str(&st, line, sizeof line);
-                printf("         %s\n", line);
-            }
-        }
-        dt_loader_free(l);
-    }
+    if (choose_decoder(&o)) return 1;
+    rc = o.decode_only ? decode_only_bench(&ds, o.batch, o.size, o.max_batches) : pipeline_bench(&ds, &o);
     dt_dataset_close(&ds);
-    return 0;
+    return rc;
 }

@@ -24,40 +24,33 @@
  * 0.03 / sqrt(C*K): 0.03 px, 0.06 px in all with the bias' random part: 8 sigma from a kink);
  * the cases without finite differences let it vary by ~1 px.
  *
- * Beside these tables: tests/test_deft.c holds deft against unfused on the CPU (every knob)
- * and the inverse index's invariants, tests/test_deform.c the reference against the sum
- * written out and the unfused layer's finite differences, tests/test_deform_gpu.c each deft
- * kernel against its twin, the staged kernels' tiles, swizzle and halos, determinism and the
- * 2^31 columns, tests/test_precision.c the TF32 runs and the offset conv's tensor cores. */
+ * Both tables are made from the deformable tests' one case table, DEFORM_CASES below
+ * (tests/deform_testutil.h: a row a problem, its `runs` bits naming the suites that take it):
+ * the op's rows (DT_DC_OP), the layer's (DT_DC_LAYER), and the problems of tests/test_deft.c
+ * (DT_DC_CPU_DEFT: deft against unfused on the CPU at every knob, the inverse index's
+ * invariants) and tests/test_deform_gpu.c (DT_DC_KERNELS: each deft kernel against its twin,
+ * the staged kernels' tiles, swizzle and halos, determinism), tests/test_deform.c (DT_DC_REFERENCE:
+ * the reference against the sum written out) and tests/test_precision.c (DT_DC_TF32: the TF32
+ * runs). Beside it: the layer-level problems (tests/test_deform_gpu.c's layer tiles and ResNet
+ * shapes, tests/test_deft.c's layer at every knob: layers, not op problems), the 2^31 columns
+ * and the offset conv's tensor cores (one problem each, or the offset conv's own). */
 #include <stdlib.h>
 
 #include "core/dt_common.h"
 #include "ops/deform/dt_deform.h"
 #include "ops/dt_layers.h"
 #include "ops/dt_ops.h"
+#include "tests/deform_testutil.h"
 #include "tests/dt_opcase.h"
 #include "tests/dt_test.h"
 
 #define OFF_STD 0.05f /* the offsets' (and the layer's offset bias') random part, px */
 
-/* The knobs a case sets (deform_plan.h); halo: the staged margin (stage only). */
-typedef struct {
-    int dx, fuse, stage, det, halo;
-} knob_set;
-static const knob_set K_GATHER = {DT_DX_GATHER, 0, 0, 0, -1}, K_ATOMIC = {DT_DX_ATOMIC, 0, 0, 0, -1},
-                      K_DET = {DT_DX_GATHER, 0, 0, 1, -1}, K_DET_ATOMIC = {DT_DX_ATOMIC, 0, 0, 1, -1},
-                      K_STAGE1 = {DT_DX_GATHER, 0, 1, 0, 1}, K_STAGE2 = {DT_DX_GATHER, 0, 1, 0, 2},
-                      K_FUSE = {DT_DX_GATHER, 1, 0, 0, -1}, K_FUSE_STAGE1 = {DT_DX_GATHER, 1, 1, 0, 1},
-                      K_DEFT_RECIPE = {DT_DX_ATOMIC, 1, 1, 0, 2}; /* fuse + stage + atomics */
-
-typedef struct {
-    dt_conv_geom g;
-    int G, mask, bias;   /* offset groups; DCNv2 (a mask); a main bias */
-    dt_deform_mode mode; /* the op; the layer's node is always deft */
-    const knob_set *k;
-    int chunk;           /* images per chunk (0: the default column budget, one chunk here) */
-    int residual;        /* y + x (Cout = C, same size): x's gradient accumulates (beta 1) */
-} deform_arg;
+static const dt_deform_knob_set K_GATHER = {DT_DX_GATHER, 0, 0, 0, -1}, K_ATOMIC = {DT_DX_ATOMIC, 0, 0, 0, -1},
+                                K_DET = {DT_DX_GATHER, 0, 0, 1, -1}, K_DET_ATOMIC = {DT_DX_ATOMIC, 0, 0, 1, -1},
+                                K_STAGE1 = {DT_DX_GATHER, 0, 1, 0, 1}, K_STAGE2 = {DT_DX_GATHER, 0, 1, 0, 2},
+                                K_FUSE = {DT_DX_GATHER, 1, 0, 0, -1}, K_FUSE_STAGE1 = {DT_DX_GATHER, 1, 1, 0, 1},
+                                K_DEFT_RECIPE = {DT_DX_ATOMIC, 1, 1, 0, 2}; /* fuse + stage + atomics */
 
 /* The fixed part of offset channel ch at position p: a half-integer in {-1.5, -0.5, 0.5, 1.5}
  * (a hash of both, so neighbours differ). */
@@ -81,33 +74,34 @@ static dt_tensor *with_field(dt_tensor *t, int64_t n_off) {
     return dt_add(t, field);
 }
 
-static dt_deform_knobs knobs_of(const deform_arg *a) {
+static dt_deform_knobs knobs_of(const dt_deform_row *a) {
     dt_deform_knobs k = dt_deform_knobs_default();
-    k.dx = a->k->dx;
-    k.fuse_offset = a->k->fuse;
-    k.stage = a->k->stage;
-    k.deterministic = a->k->det;
-    k.halo = a->k->halo;
+    k.dx = a->knobs->dx;
+    k.fuse_offset = a->knobs->fuse;
+    k.stage = a->knobs->stage;
+    k.deterministic = a->knobs->det;
+    k.halo = a->knobs->halo;
     return k;
 }
 
 /* The column budget that gives `chunk` images a chunk for input x (0: unchanged). */
-static size_t budget_for(const deform_arg *a, const dt_tensor *x) {
+static size_t budget_for(const dt_deform_row *a, const dt_tensor *x) {
     if (!a->chunk) return 0;
-    int64_t Ho = dt_conv_out_size(x->shape[2], a->g.kh, a->g.sh, a->g.ph, a->g.dh);
-    int64_t Wo = dt_conv_out_size(x->shape[3], a->g.kw, a->g.sw, a->g.pw, a->g.dw);
-    return (size_t)(a->chunk * Ho * Wo * x->shape[1] * a->g.kh * a->g.kw) * dt_dtype_size(x->dtype);
+    const dt_conv_geom g = a->s.g;
+    int64_t Ho = dt_conv_out_size(x->shape[2], g.kh, g.sh, g.ph, g.dh);
+    int64_t Wo = dt_conv_out_size(x->shape[3], g.kw, g.sw, g.pw, g.dw);
+    return (size_t)(a->chunk * Ho * Wo * x->shape[1] * g.kh * g.kw) * dt_dtype_size(x->dtype);
 }
 
 /* in: x, offset part [N, 2GK, Ho, Wo], mask [N, GK, Ho, Wo], w, bias */
 static dt_tensor *build_op(const dt_opcase *c, dt_tensor **in, void *state) {
     (void)state;
-    const deform_arg *a = c->arg;
+    const dt_deform_row *a = c->arg;
     dt_deform_knobs k = knobs_of(a);
     size_t old = dt_conv_col_budget(), b = budget_for(a, in[0]);
     if (b) dt_conv_set_col_budget(b); /* the plan, saved for the backward, keeps the chunking */
-    dt_tensor *y = dt_deform_conv2d_mode(in[0], with_field(in[1], in[1]->shape[1]), a->mask ? in[2] : NULL, in[3],
-                                         a->bias ? in[4] : NULL, a->g, a->G, a->mode, &k, DT_MATH_FP32);
+    dt_tensor *y = dt_deform_conv2d_mode(in[0], with_field(in[1], in[1]->shape[1]), a->s.mask ? in[2] : NULL, in[3],
+                                         a->s.bias ? in[4] : NULL, a->s.g, a->s.groups, a->mode, &k, DT_MATH_FP32);
     dt_conv_set_col_budget(old);
     return a->residual ? dt_add(y, in[0]) : y;
 }
@@ -115,42 +109,55 @@ static dt_tensor *build_op(const dt_opcase *c, dt_tensor **in, void *state) {
 /* in: x, offset weight [OC, C, kh, kw], offset bias part [OC], w, bias */
 static dt_tensor *build_layer(const dt_opcase *c, dt_tensor **in, void *state) {
     (void)state;
-    const deform_arg *a = c->arg;
+    const dt_deform_row *a = c->arg;
     dt_deform_knobs k = knobs_of(a);
     size_t old = dt_conv_col_budget(), b = budget_for(a, in[0]);
     if (b) dt_conv_set_col_budget(b);
-    int halo = a->k->stage ? a->k->halo : 0; /* the layer would size it from its offset statistics */
-    dt_tensor *boff = with_field(in[2], 2 * a->G * a->g.kh * a->g.kw);
-    dt_tensor *y = dt_deform_conv2d_deft(in[0], in[1], boff, in[3], a->bias ? in[4] : NULL, a->g, a->G, a->mask ? 2 : 1,
-                                         &k, halo, DT_MATH_FP32, NULL);
+    int halo = a->knobs->stage ? a->knobs->halo : 0; /* the layer would size it from its offset statistics */
+    dt_tensor *boff = with_field(in[2], 2 * a->s.groups * a->s.g.kh * a->s.g.kw);
+    dt_tensor *y = dt_deform_conv2d_deft(in[0], in[1], boff, in[3], a->s.bias ? in[4] : NULL, a->s.g, a->s.groups,
+                                         a->s.mask ? 2 : 1, &k, halo, DT_MATH_FP32, NULL);
     dt_conv_set_col_budget(old);
     return a->residual ? dt_add(y, in[0]) : y;
 }
 
-/* Output size along one axis. */
-#define HO(h, k, s, p, d) (((h) + 2 * (p) - (d) * ((k)-1) - 1) / (s) + 1)
+/* ---- the one table */
 
-/* A case of the op on x [n, cin, ih, iw] with a kh x kw kernel (stride, padding, dilation per
- * axis); knobs: a knob_set. grad: 0 (finite differences on the CPU) or -1 (parity only); bf16:
- * 0 (the format bound, 2^-6) or -1 (too large for the CPU suite, or beyond the bound: see the
- * case). */
-#define OP_G(label, types_, mode_, n, cin, ih, iw, cout, kh, kw, sh, sw, ph, pw, dh, dw, G, mask_, bias_, knobs,       \
-             chunk_, res, grad, bf16)                                                                                  \
-    {.name = label, .ops = {(mode_) == DT_DEFORM_DEFT ? "deft (sampling)" : "deform_conv2d unfused (im2col)"}, .types = types_, \
-     .n_in = 5, .grad_tol = grad, .bf16_bound = bf16,                                  \
-     .in = {{4, {n, cin, ih, iw}, DT_IN_ACT, 1.0f, 1},                                                                 \
-            {4, {n, 2 * (G) * (kh) * (kw), HO(ih, kh, sh, ph, dh), HO(iw, kw, sw, pw, dw)}, DT_IN_F32, OFF_STD, 1},    \
-            {4, {n, (G) * (kh) * (kw), HO(ih, kh, sh, ph, dh), HO(iw, kw, sw, pw, dw)}, DT_IN_F32, 1.0f, mask_},       \
-            {4, {cout, cin, kh, kw}, DT_IN_WEIGHT, 0.5f / (kh), 1},                                                    \
-            {1, {cout}, DT_IN_F32, 1.0f, bias_}},                                                                      \
-     .build = build_op,                                                                                                \
-     .arg = &(const deform_arg){{kh, kw, sh, sw, ph, pw, dh, dw}, G, mask_, bias_, mode_, &knobs, chunk_, res}}
+/* A row of the op on x [n, cin, ih, iw] with a kh x kw kernel (stride, padding, dilation per
+ * axis); knobs: a dt_deform_knob_set. grad: 0 (finite differences on the CPU) or -1 (parity
+ * only); bf16: 0 (the format bound, 2^-6) or -1 (too large for the CPU suite, or beyond the
+ * bound: see the row). types: DT_F32_NCHW for unfused (the only combination it has), 0 for
+ * deft (all of its tables'). */
+#define OP_G(label, types_, mode_, n_, cin, ih, iw, cout_, kh, kw, sh, sw, ph, pw, dh, dw, G, mask_, bias_, knobs_,    \
+             chunk_, res, grad_, bf16_)                                                                                \
+    {.s = {label, n_, cin, ih, iw, cout_, {kh, kw, sh, sw, ph, pw, dh, dw}, G, mask_, bias_, 0.0f, 0.0f},               \
+     .runs = DT_DC_OP, .mode = mode_, .knobs = &knobs_, .chunk = chunk_, .residual = res, .grad = grad_,                \
+     .bf16 = bf16_, .types = types_}
 /* The same with a square k x k kernel, stride s, padding p, dilation d. */
 #define OP(label, types_, mode_, n, cin, ih, iw, cout, k, s, p, d, G, mask_, bias_, knobs, chunk_, res, grad, bf16)    \
     OP_G(label, types_, mode_, n, cin, ih, iw, cout, k, k, s, s, p, p, d, d, G, mask_, bias_, knobs, chunk_, res, grad, \
          bf16)
 
-static const dt_opcase deform_cases[] = {
+/* Offset weights of std px / sqrt(C*K): offsets that vary with x by ~px (x ~ N(0, 1)); the
+ * square root written out (a static initializer cannot call sqrtf). */
+#define OFFW(px, sqrt_ck) ((px) / (sqrt_ck))
+
+/* A row of the layer's node; v2: DCNv2 (the mask), offw: the offset weights' std (OFFW). */
+#define LAYER_G(label, n_, cin, ih, iw, cout_, kh, kw, sh, sw, ph, pw, dh, dw, G, v2, bias_, knobs_, chunk_, res,      \
+                offw_, grad_, bf16_)                                                                                   \
+    {.s = {label, n_, cin, ih, iw, cout_, {kh, kw, sh, sw, ph, pw, dh, dw}, G, v2, bias_, 0.0f, 0.0f},                  \
+     .runs = DT_DC_LAYER, .mode = DT_DEFORM_DEFT, .knobs = &knobs_, .chunk = chunk_, .residual = res, .offw = offw_,    \
+     .grad = grad_, .bf16 = bf16_}
+#define LAYER(label, n, cin, ih, iw, cout, k, s, p, d, G, v2, bias_, knobs, chunk_, res, offw, grad, bf16)             \
+    LAYER_G(label, n, cin, ih, iw, cout, k, k, s, s, p, p, d, d, G, v2, bias_, knobs, chunk_, res, offw, grad, bf16)
+
+/* A problem of the suites that make their own inputs (dt_test_deform_inputs): runs, then
+ * dt_deform_case's fields - name, n, c, h, w, cout, {kh, kw, sh, sw, ph, pw, dh, dw}, groups,
+ * mask, bias, off_mean, off_std. */
+#define PROBLEM(runs_, ...) {.s = {__VA_ARGS__}, .runs = runs_}
+
+static const dt_deform_row DEFORM_CASES[] = {
+    /* the op (DT_DC_OP) */
     OP("unfused v2 3x3, bias", DT_F32_NCHW, DT_DEFORM_UNFUSED, 2, 6, 8, 7, 5, 3, 1, 1, 1, 1, 1, 1, K_GATHER, 0, 0, 0,
        0),
     OP("unfused v1 G2 s2 odd 11x9, prime batch 3 in chunks of 1", DT_F32_NCHW, DT_DEFORM_UNFUSED, 3, 8, 11, 9, 4, 3, 2,
@@ -186,28 +193,8 @@ static const dt_opcase deform_cases[] = {
        K_GATHER, 0, 0, -1, -1),
     OP("unfused ResNet l2a shape (s2), batch 2", DT_F32_NCHW, DT_DEFORM_UNFUSED, 2, 64, 56, 56, 128, 3, 2, 1, 1, 1, 0,
        0, K_GATHER, 0, 0, -1, -1),
-};
-DT_OPCASES(deform, deform_cases)
 
-/* Offset weights of std px / sqrt(C*K): offsets that vary with x by ~px (x ~ N(0, 1)); the
- * square root written out (a static initializer cannot call sqrtf). */
-#define OFFW(px, sqrt_ck) ((px) / (sqrt_ck))
-
-/* A case of the layer's node; v2: DCNv2 (the mask), offw: the offset weights' std (OFFW). */
-#define LAYER_G(label, n, cin, ih, iw, cout, kh, kw, sh, sw, ph, pw, dh, dw, G, v2, bias_, knobs, chunk_, res, offw,   \
-                grad, bf16)                                                                                            \
-    {.name = label, .ops = {"deft (sampling)"}, .n_in = 5, .grad_tol = grad, .bf16_bound = bf16,                            \
-     .in = {{4, {n, cin, ih, iw}, DT_IN_ACT, 1.0f, 1},                                                                 \
-            {4, {((v2) ? 3 : 2) * (G) * (kh) * (kw), cin, kh, kw}, DT_IN_F32, offw, 1},                                \
-            {1, {((v2) ? 3 : 2) * (G) * (kh) * (kw)}, DT_IN_F32, OFF_STD, 1},                                          \
-            {4, {cout, cin, kh, kw}, DT_IN_WEIGHT, 0.5f / (kh), 1},                                                    \
-            {1, {cout}, DT_IN_F32, 1.0f, bias_}},                                                                      \
-     .build = build_layer,                                                                                             \
-     .arg = &(const deform_arg){{kh, kw, sh, sw, ph, pw, dh, dw}, G, v2, bias_, DT_DEFORM_DEFT, &knobs, chunk_, res}}
-#define LAYER(label, n, cin, ih, iw, cout, k, s, p, d, G, v2, bias_, knobs, chunk_, res, offw, grad, bf16)             \
-    LAYER_G(label, n, cin, ih, iw, cout, k, k, s, s, p, p, d, d, G, v2, bias_, knobs, chunk_, res, offw, grad, bf16)
-
-static const dt_opcase deft_cases[] = {
+    /* the deft layer's node (DT_DC_LAYER) */
     LAYER("v1 C 32 (tensor-core offset conv in bf16), bias", 2, 32, 7, 6, 8, 3, 1, 1, 1, 1, 0, 1, K_GATHER, 0, 0,
           OFFW(0.03f, 16.97f), 0, 0),
     LAYER("v2 G2 C 12 s2 odd 11x9 (FFMA offset conv)", 3, 12, 11, 9, 6, 3, 2, 1, 1, 2, 1, 0, K_GATHER, 0, 0,
@@ -248,5 +235,128 @@ static const dt_opcase deft_cases[] = {
           OFFW(1.0f, 48.00f), -1, -1),
     LAYER("ResNet l4 shape, batch 2, fuse_offset + stage", 2, 512, 7, 7, 512, 3, 1, 1, 1, 1, 0, 0, K_FUSE_STAGE1, 0, 0,
           OFFW(1.0f, 67.88f), -1, -1),
+
+    /* test_deform_gpu.c: the kernels against their CPU twins (DT_DC_KERNELS) */
+    PROBLEM(DT_DC_KERNELS, "odd 3x3 s1 G1 mask bias", 3, 5, 13, 11, 7, {3, 3, 1, 1, 1, 1, 1, 1}, 1, 1, 1, 0.0f, 1.0f),
+    PROBLEM(DT_DC_KERNELS, "s2 G2 batch 5", 5, 8, 17, 15, 6, {3, 3, 2, 2, 1, 1, 1, 1}, 2, 0, 0, 0.2f, 1.5f),
+    PROBLEM(DT_DC_KERNELS, "dil2 G4 (2 ch a group) mask batch 1", 1, 8, 12, 14, 5, {3, 3, 1, 1, 2, 2, 2, 2}, 4, 1, 0, 0.0f,
+            1.0f),
+    PROBLEM(DT_DC_KERNELS, "2x3 s(1,2) p(0,1) G3", 2, 9, 10, 11, 4, {2, 3, 1, 2, 0, 1, 1, 1}, 3, 0, 1, 0.0f, 2.0f),
+    PROBLEM(DT_DC_KERNELS, "zero offsets", 2, 6, 9, 9, 4, {3, 3, 1, 1, 1, 1, 1, 1}, 1, 0, 1, 0.0f, 0.0f),
+    PROBLEM(DT_DC_KERNELS, "far outside the image", 2, 4, 8, 10, 3, {3, 3, 1, 1, 1, 1, 1, 1}, 2, 1, 0, 6.0f, 10.0f),
+    PROBLEM(DT_DC_KERNELS, "offsets of 20 px", 2, 32, 24, 20, 8, {3, 3, 1, 1, 1, 1, 1, 1}, 1, 1, 1, 0.0f, 20.0f),
+    PROBLEM(DT_DC_KERNELS, "prime batch 7, C 96", 7, 96, 9, 10, 16, {3, 3, 1, 1, 1, 1, 1, 1}, 1, 1, 0, 0.0f, 1.5f),
+    PROBLEM(DT_DC_KERNELS, "ResNet l3 shape, batch 3", 3, 256, 14, 14, 256, {3, 3, 1, 1, 1, 1, 1, 1}, 1, 0, 0, 0.0f, 1.0f),
+    PROBLEM(DT_DC_KERNELS, "ResNet l4 shape, batch 2, G2", 2, 512, 7, 7, 64, {3, 3, 1, 1, 1, 1, 1, 1}, 2, 1, 1, 0.0f, 1.0f),
+    /* test_deft.c: deft against the reference on the CPU, the inverse index (DT_DC_CPU_DEFT) */
+    PROBLEM(DT_DC_CPU_DEFT, "3x3 s1 G1 mask bias", 2, 8, 7, 6, 3, {3, 3, 1, 1, 1, 1, 1, 1}, 1, 1, 1, 0.0f, 1.0f),
+    PROBLEM(DT_DC_CPU_DEFT, "3x3 s2 G2 (2 ch a group)", 3, 4, 9, 8, 2, {3, 3, 2, 2, 1, 1, 1, 1}, 2, 0, 0, 0.3f, 1.5f),
+    PROBLEM(DT_DC_CPU_DEFT, "3x3 dil2 G2 mask", 1, 6, 8, 9, 3, {3, 3, 1, 1, 2, 2, 2, 2}, 2, 1, 0, 0.0f, 0.8f),
+    PROBLEM(DT_DC_CPU_DEFT, "2x3 s(1,2) p(0,1) G3", 2, 3, 6, 7, 2, {2, 3, 1, 2, 0, 1, 1, 1}, 3, 0, 1, 0.0f, 2.0f),
+    PROBLEM(DT_DC_CPU_DEFT, "far outside the image", 2, 2, 5, 5, 2, {3, 3, 1, 1, 1, 1, 1, 1}, 1, 1, 0, 4.0f, 6.0f),
+    PROBLEM(DT_DC_CPU_DEFT, "offsets of 20 px", 2, 16, 12, 10, 5, {3, 3, 1, 1, 1, 1, 1, 1}, 1, 1, 1, 0.0f, 20.0f),
+    PROBLEM(DT_DC_CPU_DEFT, "prime batch 7, G3 of 4", 7, 12, 5, 6, 4, {3, 3, 1, 1, 1, 1, 1, 1}, 3, 1, 1, 0.5f, 1.2f),
+    /* test_deform.c: the reference against the sum written out (DT_DC_REFERENCE) */
+    PROBLEM(DT_DC_REFERENCE, "3x3 s1 G1 mask bias", 2, 4, 7, 6, 3, {3, 3, 1, 1, 1, 1, 1, 1}, 1, 1, 1, 0.0f, 1.0f),
+    PROBLEM(DT_DC_REFERENCE, "3x3 s2 G2", 3, 4, 9, 8, 2, {3, 3, 2, 2, 1, 1, 1, 1}, 2, 0, 0, 0.3f, 1.5f),
+    PROBLEM(DT_DC_REFERENCE, "3x3 dil2 G2 mask", 1, 6, 8, 9, 3, {3, 3, 1, 1, 2, 2, 2, 2}, 2, 1, 0, 0.0f, 0.8f),
+    PROBLEM(DT_DC_REFERENCE, "2x3 s(1,2) p(0,1) G3", 2, 3, 6, 7, 2, {2, 3, 1, 2, 0, 1, 1, 1}, 3, 0, 1, 0.0f, 2.0f),
+    PROBLEM(DT_DC_REFERENCE, "3x3 far outside", 2, 2, 5, 5, 2, {3, 3, 1, 1, 1, 1, 1, 1}, 1, 1, 0, 4.0f, 6.0f),
+    /* test_precision.c: TF32 products within the format's bound (DT_DC_TF32) */
+    PROBLEM(DT_DC_TF32, "3x3 s1 G1 mask bias", 2, 8, 9, 7, 6, {3, 3, 1, 1, 1, 1, 1, 1}, 1, 1, 1, 0.0f, 1.0f),
+    PROBLEM(DT_DC_TF32, "3x3 s2 G2 DCNv1", 3, 8, 10, 9, 5, {3, 3, 2, 2, 1, 1, 1, 1}, 2, 0, 0, 0.3f, 1.5f),
+    PROBLEM(DT_DC_TF32, "offsets of 6 px, C 32", 2, 32, 12, 10, 16, {3, 3, 1, 1, 1, 1, 1, 1}, 1, 1, 1, 0.0f, 6.0f),
 };
-DT_OPCASES(deform_deft, deft_cases)
+enum { NROWS = sizeof DEFORM_CASES / sizeof *DEFORM_CASES };
+
+const dt_deform_case *dt_deform_case_at(unsigned suite, int i) {
+    for (int r = 0; r < NROWS; r++)
+        if (DEFORM_CASES[r].runs & suite && i-- == 0) return &DEFORM_CASES[r].s;
+    return NULL;
+}
+
+static int rows_in(unsigned suite) {
+    int n = 0;
+    while (dt_deform_case_at(suite, n)) n++;
+    return n;
+}
+
+/* The loops over dt_deform_case_at run nothing when a suite has no rows, so the table itself is
+ * checked: every row runs in a suite, an op case's row has its knobs (a problem's has none), and
+ * each suite keeps at least the problems its table had before the tables became one. */
+DT_TEST(deform_case_table_feeds_every_suite) {
+    for (int r = 0; r < NROWS; r++) {
+        const dt_deform_row *row = &DEFORM_CASES[r];
+        const int is_op_case = (row->runs & (DT_DC_OP | DT_DC_LAYER)) != 0;
+        EXPECT_MSG(row->runs && !(row->runs & ~DT_DC_ALL), "row %d (%s): runs 0x%x names no suite", r, row->s.name,
+                   row->runs);
+        EXPECT_MSG(is_op_case == (row->knobs != NULL), "row %d (%s): an op case has knobs, a problem has none", r,
+                   row->s.name);
+    }
+    static const struct {
+        unsigned suite;
+        const char *name;
+        int at_least;
+    } SUITES[] = {{DT_DC_OP, "the op's cases", 19},           {DT_DC_LAYER, "the layer's cases", 21},
+                  {DT_DC_KERNELS, "test_deform_gpu.c's", 10},   {DT_DC_CPU_DEFT, "test_deft.c's", 7},
+                  {DT_DC_REFERENCE, "test_deform.c's", 5},      {DT_DC_TF32, "test_precision.c's", 3}};
+    for (size_t i = 0; i < sizeof SUITES / sizeof *SUITES; i++)
+        EXPECT_MSG(rows_in(SUITES[i].suite) >= SUITES[i].at_least, "%s: %d rows, fewer than the %d it had", SUITES[i].name,
+                   rows_in(SUITES[i].suite), SUITES[i].at_least);
+}
+
+/* ---- the op-case tables, made from the rows (the arg of a case is its row) */
+
+/* in: x, offset part [N, 2GK, Ho, Wo], mask [N, GK, Ho, Wo], w, bias */
+static dt_opcase op_case(const dt_deform_row *r) {
+    const dt_deform_case *s = &r->s;
+    const int64_t Ho = dt_conv_out_size(s->h, s->g.kh, s->g.sh, s->g.ph, s->g.dh);
+    const int64_t Wo = dt_conv_out_size(s->w, s->g.kw, s->g.sw, s->g.pw, s->g.dw), GK = s->groups * s->g.kh * s->g.kw;
+    const dt_opcase c = {
+        .name = s->name, .ops = {r->mode == DT_DEFORM_DEFT ? "deft (sampling)" : "deform_conv2d unfused (im2col)"},
+        .types = r->types, .n_in = 5, .grad_tol = r->grad, .bf16_bound = r->bf16,
+        .in = {{4, {s->n, s->c, s->h, s->w}, DT_IN_ACT, 1.0f, 1},
+               {4, {s->n, 2 * GK, Ho, Wo}, DT_IN_F32, OFF_STD, 1},
+               {4, {s->n, GK, Ho, Wo}, DT_IN_F32, 1.0f, s->mask},
+               {4, {s->cout, s->c, s->g.kh, s->g.kw}, DT_IN_WEIGHT, 0.5f / s->g.kh, 1},
+               {1, {s->cout}, DT_IN_F32, 1.0f, s->bias}},
+        .build = build_op, .arg = r};
+    return c;
+}
+
+/* in: x, offset weight [OC, C, kh, kw], offset bias part [OC], w, bias; OC = (2 or 3) GK */
+static dt_opcase layer_case(const dt_deform_row *r) {
+    const dt_deform_case *s = &r->s;
+    const int64_t OC = (s->mask ? 3 : 2) * s->groups * s->g.kh * s->g.kw;
+    const dt_opcase c = {
+        .name = s->name, .ops = {"deft (sampling)"}, .n_in = 5, .grad_tol = r->grad, .bf16_bound = r->bf16,
+        .in = {{4, {s->n, s->c, s->h, s->w}, DT_IN_ACT, 1.0f, 1},
+               {4, {OC, s->c, s->g.kh, s->g.kw}, DT_IN_F32, r->offw, 1},
+               {1, {OC}, DT_IN_F32, OFF_STD, 1},
+               {4, {s->cout, s->c, s->g.kh, s->g.kw}, DT_IN_WEIGHT, 0.5f / s->g.kh, 1},
+               {1, {s->cout}, DT_IN_F32, 1.0f, s->bias}},
+        .build = build_layer, .arg = r};
+    return c;
+}
+
+/* The op cases of the rows in `suite`, made once. */
+static const dt_opcase *cases_of(unsigned suite, dt_opcase (*make)(const dt_deform_row *), dt_opcase *cases, int *made,
+                                 int *n) {
+    if (!*made)
+        for (int r = 0; r < NROWS; r++)
+            if (DEFORM_CASES[r].runs & suite) cases[(*made)++] = make(&DEFORM_CASES[r]);
+    *n = *made;
+    return cases;
+}
+static const dt_opcase *op_cases(int *n) {
+    static dt_opcase cases[NROWS];
+    static int made;
+    return cases_of(DT_DC_OP, op_case, cases, &made, n);
+}
+static const dt_opcase *layer_cases(int *n) {
+    static dt_opcase cases[NROWS];
+    static int made;
+    return cases_of(DT_DC_LAYER, layer_case, cases, &made, n);
+}
+DT_OPCASES_FN(deform, op_cases)
+DT_OPCASES_FN(deform_deft, layer_cases)

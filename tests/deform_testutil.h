@@ -4,7 +4,10 @@
 
 #include "ops/conv/conv_geom.h"
 #include "core/dt_tensor.h"
+#include "ops/deform/dt_deform.h"
 
+/* A deformable problem: x [n, c, h, w], cout output channels, the geometry, `groups` offset
+ * groups, a mask (DCNv2) and a bias or not, the offsets' distribution. */
 typedef struct {
     const char *name;
     int64_t n, c, h, w, cout;
@@ -12,6 +15,53 @@ typedef struct {
     int groups, mask, bias;
     float off_mean, off_std; /* offsets ~ off_mean + N(0, off_std) */
 } dt_deform_case;
+
+/* ---- the deformable tests' one case table (tests/cases_deform.c): every problem any of them
+ * runs is a row, and says which suites run it (its `runs` bits, each suite reading its rows in
+ * table order):
+ *   DT_DC_OP        the op cases of the op, dt_deform_conv2d_mode in `mode` (cases_deform_*:
+ *                   CPU finite differences, the bf16 bound, GPU parity of each combination, perf)
+ *   DT_DC_LAYER     the op cases of the deft layer's node (cases_deform_deft_*)
+ *   DT_DC_KERNELS   tests/test_deform_gpu.c: every channels-last kernel against its CPU twin,
+ *                   the layer's tiles, bitwise determinism (every third row), a second device
+ *                   (the first)
+ *   DT_DC_CPU_DEFT  tests/test_deft.c: deft against the NCHW reference on the CPU at every knob,
+ *                   and the inverse index's invariants
+ *   DT_DC_REFERENCE tests/test_deform.c: the NCHW reference against the sum written out
+ *   DT_DC_TF32      tests/test_precision.c: both modes with TF32 products on the GPU, within the
+ *                   format's bound of the fp32 CPU reference
+ * The op cases' fields (knobs, chunk, residual, offw, grad, bf16, types) are theirs; the other
+ * suites read the problem (s) with its offsets' distribution. */
+enum {
+    DT_DC_OP = 1u,
+    DT_DC_LAYER = 2u,
+    DT_DC_KERNELS = 4u,
+    DT_DC_CPU_DEFT = 8u,
+    DT_DC_REFERENCE = 16u,
+    DT_DC_TF32 = 32u,
+    DT_DC_ALL = 63u
+};
+
+/* The knobs an op case sets (deform_plan.h); halo: the staged margin (stage only). */
+typedef struct {
+    int dx, fuse, stage, det, halo;
+} dt_deform_knob_set;
+
+typedef struct {
+    dt_deform_case s;
+    unsigned runs;                  /* DT_DC_* */
+    dt_deform_mode mode;            /* DT_DC_OP: the op's mode (the layer's node is always deft) */
+    const dt_deform_knob_set *knobs; /* the op cases' knobs */
+    int chunk;    /* images per chunk (0: the default column budget, one chunk here) */
+    int residual; /* y + x (Cout = C, same size): x's gradient accumulates (beta 1) */
+    float offw;   /* DT_DC_LAYER: the offset weights' std (offsets that vary with x by ~offw*sqrt(C*K) px) */
+    float grad, bf16; /* the op case's grad_tol and bf16_bound (0: run, default; -1: skipped, see the row) */
+    unsigned types;   /* the op case's combinations (0: every one its op tables have) */
+} dt_deform_row;
+
+/* The problem of the i-th row (from 0, in table order) that runs in `suite` (a DT_DC_* bit), or
+ * NULL past its last:  for (int i = 0; (c = dt_deform_case_at(DT_DC_KERNELS, i)); i++) ... */
+const dt_deform_case *dt_deform_case_at(unsigned suite, int i);
 
 /* Offsets for a case, with every sample coordinate's fractional part kept in [0.15, 0.85]
  * (away from the kinks of bilinear sampling at integers) when avoid_kinks is set. */

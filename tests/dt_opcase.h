@@ -20,8 +20,9 @@
  *   perf       `build/test --gpu --perf [FILTER]`: forward + backward of each case on the GPU,
  *              median of 20 after 3 warm-ups, one line per (case, combination).
  *
- * Register a table with DT_OPCASES(name, cases): it adds the CPU tests `cases_<name>_gradcheck`
- * and `cases_<name>_bf16` and the GPU test `gpu_cases_<name>_parity` (which `--perf` times). */
+ * Register a table with DT_OPCASES(name, cases) (DT_OPCASES_FN for one made at run time): it
+ * adds the CPU tests `cases_<name>_gradcheck` and `cases_<name>_bf16` and the GPU test
+ * `gpu_cases_<name>_parity` (which `--perf` times). */
 #ifndef DT_OPCASE_H
 #define DT_OPCASE_H
 
@@ -104,6 +105,19 @@ int dt_opcase_run_parity(const char *table, const dt_opcase *cases, int n);
     DT_GPU_TEST(gpu_cases_##name##_parity) {                                                            \
         dt_opcase_run_parity(#name, cases, (int)(sizeof cases / sizeof cases[0]));                      \
     }
+
+/* The same for a table made at run time: cases_fn(&n) returns it and sets n to its count (the
+ * deformable tables, made from tests/cases_deform.c's one case table). */
+#define DT_OPCASES_RUN_(name, run, cases_fn)                                                            \
+    do {                                                                                                \
+        int n_;                                                                                         \
+        const dt_opcase *c_ = cases_fn(&n_);                                                            \
+        run(#name, c_, n_);                                                                             \
+    } while (0)
+#define DT_OPCASES_FN(name, cases_fn)                                                                   \
+    DT_TEST(cases_##name##_gradcheck) { DT_OPCASES_RUN_(name, dt_opcase_run_gradcheck, cases_fn); }      \
+    DT_TEST(cases_##name##_bf16) { DT_OPCASES_RUN_(name, dt_opcase_run_bf16, cases_fn); }                 \
+    DT_GPU_TEST(gpu_cases_##name##_parity) { DT_OPCASES_RUN_(name, dt_opcase_run_parity, cases_fn); }
 
 /* The same without the gradcheck test, for a table whose f32 combinations only serve as the bf16
  * mode's reference (their finite differences belong to another table). */

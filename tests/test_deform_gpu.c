@@ -25,19 +25,7 @@
 #include "ops/pointwise/layout.h"
 #include "ops/deform/offset_conv.h"
 
-static const dt_deform_case CASES[] = {
-    {"odd 3x3 s1 G1 mask bias", 3, 5, 13, 11, 7, {3, 3, 1, 1, 1, 1, 1, 1}, 1, 1, 1, 0.0f, 1.0f},
-    {"s2 G2 batch 5", 5, 8, 17, 15, 6, {3, 3, 2, 2, 1, 1, 1, 1}, 2, 0, 0, 0.2f, 1.5f},
-    {"dil2 G4 (2 ch a group) mask batch 1", 1, 8, 12, 14, 5, {3, 3, 1, 1, 2, 2, 2, 2}, 4, 1, 0, 0.0f, 1.0f},
-    {"2x3 s(1,2) p(0,1) G3", 2, 9, 10, 11, 4, {2, 3, 1, 2, 0, 1, 1, 1}, 3, 0, 1, 0.0f, 2.0f},
-    {"zero offsets", 2, 6, 9, 9, 4, {3, 3, 1, 1, 1, 1, 1, 1}, 1, 0, 1, 0.0f, 0.0f},
-    {"far outside the image", 2, 4, 8, 10, 3, {3, 3, 1, 1, 1, 1, 1, 1}, 2, 1, 0, 6.0f, 10.0f},
-    {"offsets of 20 px", 2, 32, 24, 20, 8, {3, 3, 1, 1, 1, 1, 1, 1}, 1, 1, 1, 0.0f, 20.0f},
-    {"prime batch 7, C 96", 7, 96, 9, 10, 16, {3, 3, 1, 1, 1, 1, 1, 1}, 1, 1, 0, 0.0f, 1.5f},
-    {"ResNet l3 shape, batch 3", 3, 256, 14, 14, 256, {3, 3, 1, 1, 1, 1, 1, 1}, 1, 0, 0, 0.0f, 1.0f},
-    {"ResNet l4 shape, batch 2, G2", 2, 512, 7, 7, 64, {3, 3, 1, 1, 1, 1, 1, 1}, 2, 1, 1, 0.0f, 1.0f},
-};
-#define NCASES (sizeof CASES / sizeof *CASES)
+/* The problems: the DT_DC_KERNELS rows of the deformable tests' one table (tests/cases_deform.c). */
 
 /* ---- every kernel against its CPU twin (calls the CUDA entry points: CUDA builds only) ---- */
 #ifdef DT_CUDA
@@ -65,8 +53,8 @@ static int close_gpu(const char *what, const float *d, const float *ref, int64_t
 }
 
 DT_GPU_TEST(gpu_deft_kernels_match_cpu_twins) {
-    for (size_t ci = 0; ci < NCASES; ci++) {
-        const dt_deform_case *c = &CASES[ci];
+    const dt_deform_case *c;
+    for (int ci = 0; (c = dt_deform_case_at(DT_DC_KERNELS, ci)); ci++) {
         dt_deform_plan p;
         dt_deform_knobs k = dt_deform_knobs_default();
         const char *bad = dt_deform_plan_init(&p, c->n, c->c, c->h, c->w, c->cout, c->g, c->groups, c->mask, DT_DEFORM_DEFT,
@@ -279,8 +267,8 @@ static int same_bits_twice(dt_tensor *(*build)(dt_tensor **, void *), void *arg,
 }
 
 DT_GPU_TEST(gpu_deform_op_deterministic_is_bitwise) {
-    for (size_t i = 0; i < NCASES; i += 3) {
-        const dt_deform_case *c = &CASES[i];
+    const dt_deform_case *c;
+    for (int i = 0; (c = dt_deform_case_at(DT_DC_KERNELS, i)); i += 3) {
         dt_tensor *in[5];
         dt_test_deform_inputs(c, 0, in);
         op_arg u = {c, DT_DEFORM_UNFUSED, dt_deform_knobs_default()};
@@ -566,7 +554,7 @@ DT_GPU_TEST(gpu_deform_on_second_device) {
         printf("    one GPU visible: the second-device check needs two\n");
         return;
     }
-    const dt_deform_case *c = &CASES[0];
+    const dt_deform_case *c = dt_deform_case_at(DT_DC_KERNELS, 0);
     dt_tensor *in[5];
     dt_test_deform_inputs(c, 0, in);
     op_arg ref = {c, DT_DEFORM_UNFUSED, dt_deform_knobs_default()};

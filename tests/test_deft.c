@@ -18,17 +18,6 @@
 #include "tests/dt_test.h"
 #include "ops/pointwise/layout.h"
 
-static const dt_deform_case CASES[] = {
-    {"3x3 s1 G1 mask bias", 2, 8, 7, 6, 3, {3, 3, 1, 1, 1, 1, 1, 1}, 1, 1, 1, 0.0f, 1.0f},
-    {"3x3 s2 G2 (2 ch a group)", 3, 4, 9, 8, 2, {3, 3, 2, 2, 1, 1, 1, 1}, 2, 0, 0, 0.3f, 1.5f},
-    {"3x3 dil2 G2 mask", 1, 6, 8, 9, 3, {3, 3, 1, 1, 2, 2, 2, 2}, 2, 1, 0, 0.0f, 0.8f},
-    {"2x3 s(1,2) p(0,1) G3", 2, 3, 6, 7, 2, {2, 3, 1, 2, 0, 1, 1, 1}, 3, 0, 1, 0.0f, 2.0f},
-    {"far outside the image", 2, 2, 5, 5, 2, {3, 3, 1, 1, 1, 1, 1, 1}, 1, 1, 0, 4.0f, 6.0f},
-    {"offsets of 20 px", 2, 16, 12, 10, 5, {3, 3, 1, 1, 1, 1, 1, 1}, 1, 1, 1, 0.0f, 20.0f},
-    {"prime batch 7, G3 of 4", 7, 12, 5, 6, 4, {3, 3, 1, 1, 1, 1, 1, 1}, 3, 1, 1, 0.5f, 1.2f},
-};
-#define NCASES (sizeof CASES / sizeof *CASES)
-
 /* Forward and every gradient of the op in `mode`, copied out. */
 typedef struct {
     float *y, *g[5];
@@ -80,8 +69,8 @@ static int same_outputs(const char *what, const op_out *a, const op_out *ref, do
  * what the NCHW reference computes: output and all five gradients. */
 DT_TEST(deft_op_matches_reference_every_knob) {
     size_t old = dt_conv_col_budget();
-    for (size_t ci = 0; ci < NCASES; ci++) {
-        const dt_deform_case *c = &CASES[ci];
+    const dt_deform_case *c; /* the problems of the one table (tests/cases_deform.c) this file runs */
+    for (int ci = 0; (c = dt_deform_case_at(DT_DC_CPU_DEFT, ci)); ci++) {
         dt_tensor *in[5];
         dt_test_deform_inputs(c, 0, in);
         op_out ref = run_op(c, in, DT_DEFORM_UNFUSED, NULL, 7);
@@ -124,8 +113,8 @@ static float *om_of(const dt_deform_plan *p, const dt_tensor *off, const dt_tens
 /* Segments sorted by key, ids ascending inside; every sample that reads a pixel is in the
  * segment of its top-left corner; the gather writes D for exactly the corners inside the image. */
 DT_TEST(deft_index_invariants) {
-    for (size_t ci = 0; ci < NCASES; ci++) {
-        const dt_deform_case *c = &CASES[ci];
+    const dt_deform_case *c; /* the problems of the one table (tests/cases_deform.c) this file runs */
+    for (int ci = 0; (c = dt_deform_case_at(DT_DC_CPU_DEFT, ci)); ci++) {
         dt_deform_plan p;
         index_plan(c, &p);
         dt_tensor *in[5];

@@ -399,13 +399,6 @@ static void deform_case(dt_dev dev, dt_precision p, const dt_deform_case *c, dt_
         if (in[i]) dt_tensor_free(in[i]);
 }
 
-static const dt_deform_case PREC_CASES[] = {
-    {"3x3 s1 G1 mask bias", 2, 8, 9, 7, 6, {3, 3, 1, 1, 1, 1, 1, 1}, 1, 1, 1, 0.0f, 1.0f},
-    {"3x3 s2 G2 DCNv1", 3, 8, 10, 9, 5, {3, 3, 2, 2, 1, 1, 1, 1}, 2, 0, 0, 0.3f, 1.5f},
-    {"offsets of 6 px, C 32", 2, 32, 12, 10, 16, {3, 3, 1, 1, 1, 1, 1, 1}, 1, 1, 1, 0.0f, 6.0f},
-};
-#define NPREC (sizeof PREC_CASES / sizeof *PREC_CASES)
-
 static void *to_gpu(const void *h, size_t bytes) {
     void *d = dt_gpu_malloc(bytes ? bytes : 1);
     dt_copy_h2d(d, h, bytes);
@@ -609,9 +602,10 @@ DT_GPU_TEST(gpu_conv2d_reduced_precision_within_format_bound) {
 /* TF32 products in both modes (the bf16 deft op against its CPU twin, and that twin against
  * fp32: the deform op cases, tests/cases_deform.c) */
 DT_GPU_TEST(gpu_deform_tf32_within_format_bound) {
-    for (size_t i = 0; i < NPREC; i++) {
-        deform_case(DT_GPU, DT_PREC_TF32, &PREC_CASES[i], DT_DEFORM_DEFT);
-        deform_case(DT_GPU, DT_PREC_TF32, &PREC_CASES[i], DT_DEFORM_UNFUSED);
+    const dt_deform_case *c; /* the problems of the one table (tests/cases_deform.c) this test runs */
+    for (int i = 0; (c = dt_deform_case_at(DT_DC_TF32, i)); i++) {
+        deform_case(DT_GPU, DT_PREC_TF32, c, DT_DEFORM_DEFT);
+        deform_case(DT_GPU, DT_PREC_TF32, c, DT_DEFORM_UNFUSED);
     }
 }
 

@@ -31,10 +31,8 @@
 #include "ops/deform/dt_deform_api.h"
 #include "core/dt_device.h"
 #include "ops/pointwise/dt_shared_kernels.h"
+#include "core/dt_kernel.h"
 #include "ops/dt_layers.h"
-#ifdef DT_CUDA
-#include "core/dt_cuda.h"
-#endif
 
 _Static_assert(offsetof(dt_deform_desc, weight_groups) == DT_DEFORM_DESC_SIZE_V1,
                "the 100-byte descriptor ends where weight_groups begins");
@@ -204,32 +202,22 @@ static int aligned(const void *const *ptrs, const char *const *names, int n) {
  * (dt_gpu_use) and `stream` its stream. A CPU call has nothing to find. */
 static int use_device(const call *c, const void *const *ptrs, const char *const *names, int n, void *stream) {
     if (c->dev == DT_CPU) return 0;
-#ifdef DT_CUDA
+    if (!dt_built_with_cuda()) return fail("libdeftc was built without CUDA");
     int dev = -1;
     for (int i = 0; i < n; i++) {
         if (!ptrs[i]) continue;
-        struct cudaPointerAttributes a;
-        if (cudaPointerGetAttributes(&a, ptrs[i]) != cudaSuccess) {
-            cudaGetLastError();
-            return fail("%s is not a CUDA pointer", names[i]);
-        }
-        if (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged)
+        const int d = dt_gpu_pointer_device(ptrs[i]);
+        if (d == DT_PTR_UNKNOWN) return fail("%s is not a CUDA pointer", names[i]);
+        if (d == DT_PTR_HOST)
             return fail("%s is host memory: desc.device is DT_DEFORM_API_CUDA (DT_DEFORM_API_CPU takes host buffers)",
                         names[i]);
-        if (dev < 0) dev = a.device;
-        else if (a.device != dev) return fail("%s is on CUDA device %d, the input on device %d", names[i], a.device, dev);
+        if (dev < 0) dev = d;
+        else if (d != dev) return fail("%s is on CUDA device %d, the input on device %d", names[i], d, dev);
     }
     if (dev < 0) return fail("no device buffer given");
     dt_gpu_use(dev);
     dt_set_stream(stream);
     return 0;
-#else
-    (void)ptrs;
-    (void)names;
-    (void)n;
-    (void)stream;
-    return fail("libdeftc was built without CUDA");
-#endif
 }
 
 /* The scratch buffers of one call: released (in stream order) once its work is queued. At most
@@ -252,19 +240,6 @@ static void scratch_free(scratch *s) {
 static void zero(dt_dev dev, void *p, size_t bytes) {
     if (dev == DT_GPU) dt_memset_gpu(p, 0, bytes);
     else memset(p, 0, bytes);
-}
-
-/* rows x width bytes from src (rows sld bytes apart) to dst (dld apart), on the call's device
- * (queued on the stream on the GPU). */
-static void copy_rows(dt_dev dev, void *dst, size_t dld, const void *src, size_t sld, size_t width, int64_t rows) {
-#ifdef DT_CUDA
-    if (dev == DT_GPU) {
-        DT_CHECK(cudaMemcpy2DAsync(dst, dld, src, sld, width, (size_t)rows, cudaMemcpyDeviceToDevice, dt_stream()));
-        return;
-    }
-#endif
-    (void)dev;
-    for (int64_t r = 0; r < rows; r++) memcpy((char *)dst + (size_t)r * dld, (const char *)src + (size_t)r * sld, width);
 }
 
 /* ---- buffers in the kernels' format ---- */
@@ -316,8 +291,8 @@ static void diagonal_blocks(dt_dev dev, void *dense, void *grouped, fmt f, int g
     for (int j = 0; j < groups; j++) {
         char *dp = (char *)dense + (size_t)(j * rows) * dld + (size_t)j * width;
         char *gp = (char *)grouped + (size_t)(j * rows) * width;
-        if (to_dense) copy_rows(dev, dp, dld, gp, width, width, rows);
-        else copy_rows(dev, gp, width, dp, dld, width, rows);
+        if (to_dense) dt_copy_rows(dev, dp, dld, gp, width, width, (size_t)rows);
+        else dt_copy_rows(dev, gp, width, dp, dld, width, (size_t)rows);
     }
 }
 
@@ -366,31 +341,11 @@ static dt_deform_f64_shape f64_shape(const dt_deform_desc *d) {
     return s;
 }
 
-/* f64 is not a dt_dtype, so its twins are not in an op table: picked by the device here. */
-static void f64_forward(dt_dev dev, const dt_deform_f64_shape *s, const void *x, const void *offset, const void *mask,
-                        const void *weight, const void *bias, void *y) {
-#ifdef DT_CUDA
-    if (dev == DT_GPU) {
-        dt_deform_f64_forward_cuda(s, x, offset, mask, weight, bias, y);
-        return;
-    }
-#endif
-    (void)dev;
-    dt_deform_f64_forward_cpu(s, x, offset, mask, weight, bias, y);
-}
-
-static void f64_backward(dt_dev dev, const dt_deform_f64_shape *s, const void *x, const void *offset,
-                         const void *mask, const void *weight, const void *grad_y, void *dx, void *doff, void *dmask,
-                         void *dw, void *db) {
-#ifdef DT_CUDA
-    if (dev == DT_GPU) {
-        dt_deform_f64_backward_cuda(s, x, offset, mask, weight, grad_y, dx, doff, dmask, dw, db);
-        return;
-    }
-#endif
-    (void)dev;
-    dt_deform_f64_backward_cpu(s, x, offset, mask, weight, grad_y, dx, doff, dmask, dw, db);
-}
+/* The f64 twins: f64 is not a dt_dtype, so their entries match any (DT_ANY_DTYPE); NCHW only. */
+DT_OP_TABLE(f64_forward_k, "deform_conv2d f64 (C API)", __typeof__(dt_deform_f64_forward_cpu),
+            DT_TWINS(f64_forward_k, dt_deform_f64_forward, DT_ANY_DTYPE, DT_NCHW))
+DT_OP_TABLE(f64_backward_k, "deform_conv2d f64 backward (C API)", __typeof__(dt_deform_f64_backward_cpu),
+            DT_TWINS(f64_backward_k, dt_deform_f64_backward, DT_ANY_DTYPE, DT_NCHW))
 
 /* ---- the calls ---- */
 
@@ -420,7 +375,7 @@ int dt_deform_api_forward(const dt_deform_desc *d, int mode, const void *x, cons
     if (use_device(&c, ptrs, names, 6, stream)) return -1;
     if (c.f64) {
         dt_deform_f64_shape s = f64_shape(&c.d);
-        f64_forward(c.dev, &s, x, offset, mask, weight, bias, y);
+        DT_PICK(f64_forward_k, c.dev, DT_ANY_DTYPE, DT_NCHW)(&s, x, offset, mask, weight, bias, y);
         return 0;
     }
     formats f = formats_of(&c);
@@ -465,7 +420,8 @@ int dt_deform_api_backward(const dt_deform_desc *d, int mode, const void *x, con
     }
     if (c.f64) {
         dt_deform_f64_shape s = f64_shape(&c.d);
-        f64_backward(c.dev, &s, x, offset, mask, weight, grad_y, grad_x, grad_offset, grad_mask, grad_weight, grad_bias);
+        DT_PICK(f64_backward_k, c.dev, DT_ANY_DTYPE, DT_NCHW)(&s, x, offset, mask, weight, grad_y, grad_x, grad_offset,
+                                                              grad_mask, grad_weight, grad_bias);
         return 0;
     }
     formats f = formats_of(&c);

@@ -11,8 +11,9 @@
  *   P = numel, layout NCHW). beta is 0 (overwrite) or 1 (add: the sum is taken in fp32 and
  *   rounded once); i32 and u8 take beta 0 only. Between layouts the CUDA version transposes through
  *   shared-memory tiles of [32 channels x 32 positions] so both sides stay coalesced.
- * chunks: dst[k] = bf16(src[k]) over a device table of (src, dst, n <= DT_CAST_CHUNK) chunks:
- *   every working copy of a model in one launch (dt_params_refresh_work). */
+ * chunks: dst[k] = bf16(src[k]) over a table of (src, dst, n <= DT_CAST_CHUNK) chunks on the
+ *   device the copies live on: every working copy of a model in one launch
+ *   (dt_params_refresh_work, through dt_cast_chunks_k of ops/pointwise/dt_shared_kernels.h). */
 #ifndef DT_K_CONVERT_H
 #define DT_K_CONVERT_H
 
@@ -39,7 +40,8 @@ typedef struct {
 
 DT_DECL_CONVERT(cpu)
 DT_DECL_CONVERT(cuda)
-/* chunks: a device array of nchunks entries. */
+/* chunks: an array of nchunks entries on the twin's device (host memory for the CPU twin). */
+void dt_f32_to_bf16_chunks_cpu(const dt_cast_chunk *chunks, int nchunks);
 void dt_f32_to_bf16_chunks_cuda(const dt_cast_chunk *chunks, int nchunks);
 
 #ifdef __cplusplus

@@ -21,3 +21,7 @@ void dt_f32_to_bf16_cpu(int64_t n, const float *x, dt_bf16 *y) {
 void dt_bf16_to_f32_cpu(int64_t n, const dt_bf16 *x, float *y) {
     for (int64_t i = 0; i < n; i++) y[i] = dt_bf16_to_float(x[i]);
 }
+
+void dt_f32_to_bf16_chunks_cpu(const dt_cast_chunk *chunks, int nchunks) {
+    for (int i = 0; i < nchunks; i++) dt_f32_to_bf16_cpu(chunks[i].n, chunks[i].src, chunks[i].dst);
+}
