@@ -38,11 +38,11 @@ dt_tensor *dt_conv2d(dt_tensor *x, dt_tensor *w, dt_tensor *bias, dt_conv_geom g
 dt_tensor *dt_conv2d_algo(dt_tensor *x, dt_tensor *w, dt_tensor *bias, dt_conv_geom g, dt_math math,
                           dt_conv_algo algo);
 /* The same, and where the pass can (the Hopper engine's fprop on the GPU, the implicit GEMM's
- * twin on the CPU) the per-channel statistics of y as stored for the batch norm that follows:
- * sums [Cout][2] double (sum y, sum y^2) on x's device; *wrote_sums (when not NULL) says
- * whether they were written. dt_conv_bn is its user. */
+ * twin on the CPU) the statistics of y as stored for the batch norm that follows, in *stats
+ * (conv_geom.h's dt_conv_stats: the caller frees stats->sums; NULL when none were made).
+ * dt_conv_bn is its user. */
 dt_tensor *dt_conv2d_stats(dt_tensor *x, dt_tensor *w, dt_tensor *bias, dt_conv_geom g, dt_math math,
-                           dt_conv_algo algo, double *sums, int *wrote_sums);
+                           dt_conv_algo algo, dt_conv_stats *stats);
 void dt_conv_set_col_budget(size_t bytes); /* default 256 MiB; env DT_COL_BUDGET_MB */
 /* One line per distinct bf16 NHWC conv problem planned so far in this process: its shape, the
  * algorithm, whether the Hopper engine was there, and the engine of each pass (gemm, igemm128,

@@ -72,14 +72,14 @@ typedef void dt_bn_backward_fn(int64_t N, int64_t C, int64_t P, const void *x, c
                                float beta_s, float *dw, float beta_w, float *db, float beta_b, void *ws,
                                const dt_bn_sync *sync);
 
-/* Training statistics from per-channel sums [C][2] = (sum x, sum x^2) over the M values of each
- * channel that the producer of x made (conv + batch-norm statistics: dt_conv_bn): the second
- * half of stats - the sums all-reduced in place when synchronized (M then counts every
- * replica's values), mean, invstd and the running update. One entry for every format (the
- * sums are double wherever x lives). */
-typedef void dt_bn_stats_of_sums_fn(int64_t C, int64_t M, double *sums, float eps, float momentum,
-                                    float *running_mean, float *running_var, float *mean, float *invstd,
-                                    const dt_bn_sync *sync);
+/* Training statistics from the sums the producer of x made (conv + batch-norm statistics,
+ * dt_conv_bn): sums [groups][C][2] = (sum x, sum x^2) of each channel over `groups` ranges of
+ * its M values, added in group order - then the second half of stats: the channel sums
+ * all-reduced when synchronized (M then counts every replica's values), mean, invstd and the
+ * running update. One entry for every format (the sums are double wherever x lives). */
+typedef void dt_bn_stats_of_sums_fn(int64_t C, int64_t M, const double *sums, int64_t groups, float eps,
+                                    float momentum, float *running_mean, float *running_var, float *mean,
+                                    float *invstd, const dt_bn_sync *sync);
 dt_bn_stats_of_sums_fn dt_bn_stats_of_sums_cpu;
 dt_bn_stats_of_sums_fn dt_bn_stats_of_sums_cuda;
 

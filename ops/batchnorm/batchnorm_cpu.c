@@ -69,15 +69,19 @@ static void stats(bn_job *j, dt_range_fn sums_range, int64_t grain, const dt_bn_
     dt_parallel_for(j->C, 1, stats_final_range, j);
 }
 
-void dt_bn_stats_of_sums_cpu(int64_t C, int64_t M, double *sums, float eps, float momentum, float *rm, float *rv,
-                             float *mean, float *invstd, const dt_bn_sync *sync) {
+void dt_bn_stats_of_sums_cpu(int64_t C, int64_t M, const double *sums, int64_t groups, float eps, float momentum,
+                             float *rm, float *rv, float *mean, float *invstd, const dt_bn_sync *sync) {
+    double *s = dt_xcalloc((size_t)(2 * C), sizeof *s); /* [C][2]: the groups in group order */
+    for (int64_t g = 0; g < groups; g++)
+        for (int64_t i = 0; i < 2 * C; i++) s[i] += sums[g * 2 * C + i];
     bn_job j = {.C = C, .training = 1, .eps = eps, .momentum = momentum, .rm = rm, .rv = rv, .mean = mean,
-                .invstd = invstd, .sums = sums, .M = M};
+                .invstd = invstd, .sums = s, .M = M};
     if (sync) {
-        sync->allreduce(sync->ctx, sums, 2 * C);
+        sync->allreduce(sync->ctx, s, 2 * C);
         j.M *= sync->ranks;
     }
     dt_parallel_for(C, 1, stats_final_range, &j);
+    free(s);
 }
 
 /* ---- NCHW f32 ---- */

@@ -92,17 +92,17 @@ static void check_input(const char *op, const dt_tensor *x, const dt_tensor *ski
     if (skip == x) dt_fatal("%s: the skip is the batch norm's own input; pass a copy", op);
 }
 
-/* y = act(bn(x) + skip), recorded with its backward; sums (training, or NULL): x's per-channel
- * sums made by its producer (dt_conv_bn), so that the statistics do not read x. */
+/* y = act(bn(x) + skip), recorded with its backward; stats (training, or NULL): x's sums made
+ * by its producer (dt_conv_bn), so that the statistics do not read x. */
 static dt_tensor *bn_op(const char *op, dt_tensor *x, dt_tensor *skip, dt_batchnorm *bn, int training, int relu,
-                        double *sums) {
+                        const dt_conv_stats *stats) {
     check_input(op, x, skip, bn, training);
     int64_t N = DT_N(x), C = DT_C(x), P = DT_H(x) * DT_W(x);
     dt_tensor *y = dt_tensor_like(x);
     dt_tensor *mean = dt_tensor_new1(x->dev, C), *invstd = dt_tensor_new1(x->dev, C);
     const dt_bn_sync *sync = training ? bn->sync : NULL;
-    if (sums) {
-        DT_PICK(bn_sums_k, x->dev, x->dtype, x->layout)(C, N * P, sums, bn->eps, bn->momentum,
+    if (stats) {
+        DT_PICK(bn_sums_k, x->dev, x->dtype, x->layout)(C, N * P, stats->sums, stats->groups, bn->eps, bn->momentum,
                                                         dt_data_f32(bn->running_mean), dt_data_f32(bn->running_var),
                                                         dt_data_f32(mean), dt_data_f32(invstd), sync);
     } else {
@@ -144,10 +144,9 @@ dt_tensor *dt_conv_bn(dt_tensor *x, dt_tensor *w, dt_conv_geom g, dt_math math, 
                       dt_tensor *skip, int training, int relu) {
     if (skip && !relu) dt_fatal("conv+batchnorm2d: a residual skip is joined before the ReLU (relu must be 1)");
     const int fusable = training && x->dtype == DT_BF16 && x->layout == DT_NHWC && w->shape[0] == bn->C;
-    double *sums = fusable ? dt_dev_alloc(x->dev, sizeof(double) * 2 * (size_t)bn->C) : NULL; /* [C][2] */
-    int wrote = 0;
-    dt_tensor *h = dt_conv2d_stats(x, w, NULL, g, math, algo, sums, &wrote);
-    dt_tensor *y = bn_op(bn_op_name(skip, relu), h, skip, bn, training, relu, wrote ? sums : NULL);
-    if (sums) dt_dev_free(x->dev, sums); /* stream-ordered on the GPU, as every scratch block */
+    dt_conv_stats st = {NULL, 0};
+    dt_tensor *h = dt_conv2d_stats(x, w, NULL, g, math, algo, fusable ? &st : NULL);
+    dt_tensor *y = bn_op(bn_op_name(skip, relu), h, skip, bn, training, relu, st.sums ? &st : NULL);
+    if (st.sums) dt_dev_free(x->dev, st.sums); /* stream-ordered on the GPU, as every scratch block */
     return y;
 }

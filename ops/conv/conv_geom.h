@@ -45,6 +45,16 @@ typedef struct {
     int64_t groups;
 } dt_conv_problem;
 
+/* The statistics a conv's fprop made of its output y for the batch norm that follows (conv +
+ * batch-norm statistics, dt_conv_bn): sums [groups][Cout][2] double = (sum y, sum y^2) of each
+ * channel over each of `groups` row ranges of y as stored, on the conv's device, allocated by
+ * the conv (dt_dev_alloc) and freed by its caller (dt_dev_free); sums NULL: none made (the path
+ * has no statistics epilogue). The batch norm adds the groups in group order. */
+typedef struct {
+    double *sums;
+    int64_t groups;
+} dt_conv_stats;
+
 /* The problem of x [N, C, H, W] under g with Cout outputs in `groups` groups; Ho, Wo from
  * dt_conv_out_size (<= 0: the input is too small; the caller checks). */
 static inline dt_conv_problem dt_conv_problem_of(int64_t N, int64_t C, int64_t H, int64_t W, int64_t Cout,

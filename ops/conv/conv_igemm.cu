@@ -64,13 +64,11 @@ bf16 *padded(const void *src, int64_t rows, int C, int C8) {
 
 } // namespace
 
-extern "C" int dt_conv_igemm_fprop_bf16_cuda(const dt_conv_problem *p, dt_igemm_tile tile, const void *x,
-                                             const void *w, const float *bias, void *y, double *sums) {
-    if (tile == DT_IGEMM_TILE_SM90) {
-        dt_conv_sm90_fprop(p, x, w, bias, y, sums);
-        return sums != NULL;
-    }
-    if (p->N * p->Ho * p->Wo == 0) return 0;
+extern "C" void dt_conv_igemm_fprop_bf16_cuda(const dt_conv_problem *p, dt_igemm_tile tile, const void *x,
+                                              const void *w, const float *bias, void *y, dt_conv_stats *stats) {
+    if (tile == DT_IGEMM_TILE_SM90) return dt_conv_sm90_fprop(p, x, w, bias, y, stats);
+    if (stats) *stats = (dt_conv_stats){NULL, 0}; /* no statistics epilogue on the mma.sync tiles */
+    if (p->N * p->Ho * p->Wo == 0) return;
     const int taps = p->g.kh * p->g.kw, C = (int)p->C, C8 = (C + 7) / 8 * 8;
     bf16 *xp = NULL, *wp = NULL; /* C % 8 != 0: x and w with zero channels up to C8 */
     if (C8 != C) {
@@ -83,7 +81,6 @@ extern "C" int dt_conv_igemm_fprop_bf16_cuda(const dt_conv_problem *p, dt_igemm_
     v.M = (int)(p->N * p->Ho * p->Wo), v.K = taps * C8;
     launch_fprop(v, tile);
     dt_gpu_free(xp), dt_gpu_free(wp); /* stream-ordered, as wT below */
-    return 0; /* no statistics epilogue on the mma.sync tiles */
 }
 
 extern "C" void dt_conv_igemm_dgrad_bf16_cuda(const dt_conv_problem *p, dt_igemm_tile tile, const void *dy,

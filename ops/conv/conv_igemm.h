@@ -41,14 +41,12 @@ enum { DT_IGEMM_FPROP = 1, DT_IGEMM_BACKWARD = 2 };
 int dt_igemm_supported(const dt_conv_problem *p);
 
 /* The passes of problem p on tile `tile` (the CPU twins compute the same function for any tile).
- * fprop's sums (or NULL): [Cout][2] double, the per-channel (sum y, sum y^2) of y as stored, for
- * the batch norm that follows (conv + batch-norm statistics); it returns 1 when it wrote them,
- * 0 when the tile has no statistics epilogue (the GPU's mma.sync tiles: the caller computes
- * them). The CPU twin sums in double in row order, the engine's epilogue in fp32 over at most
- * 64 rows and in double above (conv_sm90.h). */
+ * fprop's stats (or NULL): the statistics of y for the batch norm that follows (conv_geom.h's
+ * dt_conv_stats) - the CPU twin's one group summed in double in row order, the engine's 64-row
+ * groups (conv_sm90.h); the GPU's mma.sync tiles make none (stats->sums NULL). */
 #define DT_DECL_CONV_IGEMM(sfx)                                                                                   \
-    int dt_conv_igemm_fprop_bf16_##sfx(const dt_conv_problem *p, dt_igemm_tile tile, const void *x, const void *w, \
-                                       const float *bias, void *y, double *sums);                                 \
+    void dt_conv_igemm_fprop_bf16_##sfx(const dt_conv_problem *p, dt_igemm_tile tile, const void *x, const void *w, \
+                                        const float *bias, void *y, dt_conv_stats *stats);                        \
     void dt_conv_igemm_dgrad_bf16_##sfx(const dt_conv_problem *p, dt_igemm_tile tile, const void *dy, const void *w, \
                                         float beta, void *dx);                                                    \
     void dt_conv_igemm_wgrad_bf16_##sfx(const dt_conv_problem *p, dt_igemm_tile tile, const void *x, const void *dy, \

@@ -5,6 +5,7 @@
  * CUDA kernels only in the order of the fp32 sums. The tile does not change the function. */
 #include "ops/conv/conv_igemm.h"
 
+#include "core/dt_alloc.h"
 #include "core/dt_dtype.h"
 #include "core/dt_parallel.h"
 
@@ -46,13 +47,15 @@ static void fprop_range(void *ctx, int64_t m0, int64_t m1) {
     }
 }
 
-int dt_conv_igemm_fprop_bf16_cpu(const dt_conv_problem *p, dt_igemm_tile tile, const void *x, const void *w,
-                                 const float *bias, void *y, double *sums) {
+void dt_conv_igemm_fprop_bf16_cpu(const dt_conv_problem *p, dt_igemm_tile tile, const void *x, const void *w,
+                                  const float *bias, void *y, dt_conv_stats *stats) {
     (void)tile;
     twin_job j = {p, x, w, bias, 0.0f, y};
     const int64_t M = p->N * p->Ho * p->Wo;
     dt_parallel_for(M, 16, fprop_range, &j);
-    if (!sums) return 0;
+    if (!stats) return;
+    double *sums = dt_dev_alloc(DT_CPU, sizeof(double) * 2 * (size_t)p->Cout); /* one group: [1][Cout][2] */
+    *stats = (dt_conv_stats){sums, 1};
     for (int64_t co = 0; co < p->Cout; co++) sums[2 * co] = sums[2 * co + 1] = 0.0;
     const dt_bf16 *yb = y;
     for (int64_t m = 0; m < M; m++)
@@ -61,7 +64,6 @@ int dt_conv_igemm_fprop_bf16_cpu(const dt_conv_problem *p, dt_igemm_tile tile, c
             sums[2 * co] += v;
             sums[2 * co + 1] += v * v;
         }
-    return 1;
 }
 
 /* dx [N*H*W, C]: one input position (n, h, w) a task; the taps (r, t) whose output position

@@ -238,12 +238,12 @@ dt_tensor *dt_conv2d(dt_tensor *x, dt_tensor *w, dt_tensor *bias, dt_conv_geom g
 
 dt_tensor *dt_conv2d_algo(dt_tensor *x, dt_tensor *w, dt_tensor *bias, dt_conv_geom g, dt_math math,
                           dt_conv_algo algo) {
-    return dt_conv2d_stats(x, w, bias, g, math, algo, NULL, NULL);
+    return dt_conv2d_stats(x, w, bias, g, math, algo, NULL);
 }
 
 dt_tensor *dt_conv2d_stats(dt_tensor *x, dt_tensor *w, dt_tensor *bias, dt_conv_geom g, dt_math math,
-                           dt_conv_algo algo, double *sums, int *wrote_sums) {
-    if (wrote_sums) *wrote_sums = 0;
+                           dt_conv_algo algo, dt_conv_stats *stats) {
+    if (stats) *stats = (dt_conv_stats){NULL, 0};
     dt_require_ndim("conv2d", "input", x, 4);
     dt_require_ndim("conv2d", "weight", w, 4);
     dt_require_same_device("conv2d", x, w);
@@ -262,9 +262,8 @@ dt_tensor *dt_conv2d_stats(dt_tensor *x, dt_tensor *w, dt_tensor *bias, dt_conv_
     const dt_conv_problem pr = {x->shape[0], x->shape[1], x->shape[2], x->shape[3], w->shape[0], Ho, Wo, g, 1};
     const dt_conv_plan plan = plan_of(x, &pr, algo);
     if (plan.fprop >= 0) {
-        const int wrote = DT_PICK(igemm_fprop_k, x->dev, DT_BF16, DT_NHWC)(
-            &pr, (dt_igemm_tile)plan.fprop, x->data, w->data, bias ? bias->data : NULL, y->data, sums);
-        if (wrote_sums) *wrote_sums = wrote;
+        DT_PICK(igemm_fprop_k, x->dev, DT_BF16, DT_NHWC)(&pr, (dt_igemm_tile)plan.fprop, x->data, w->data,
+                                                         bias ? bias->data : NULL, y->data, stats);
     } else {
         conv_cols cols;
         dt_colconv cc = conv_skeleton(&cols, x, w, g, math, Ho, Wo);

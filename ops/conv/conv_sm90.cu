@@ -287,45 +287,20 @@ int64_t stat_groups(const dt_conv_problem *p) {
     return full * ((per * HoWo + 63) / 64) + (rest * HoWo + 63) / 64;
 }
 
-/* sums [C][2] = the groups' (sum, sum of squares) of channel c added in group order: block c,
- * thread t adds groups t, t + 256, ... in order, then a fixed tree (deterministic) */
-__global__ void k_stat_sums(int64_t groups, int64_t C, const double *__restrict__ stats, double *__restrict__ sums) {
-    __shared__ double sa[256], sb[256];
-    const int64_t c = blockIdx.x;
-    double a = 0.0, b = 0.0;
-    for (int64_t gi = threadIdx.x; gi < groups; gi += 256) {
-        const double2 v = *reinterpret_cast<const double2 *>(stats + (gi * C + c) * 2);
-        a += v.x, b += v.y;
-    }
-    sa[threadIdx.x] = a, sb[threadIdx.x] = b;
-    __syncthreads();
-    for (int o = 128; o > 0; o >>= 1) {
-        if ((int)threadIdx.x < o) sa[threadIdx.x] += sa[threadIdx.x + o], sb[threadIdx.x] += sb[threadIdx.x + o];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) sums[c * 2] = sa[0], sums[c * 2 + 1] = sb[0];
-}
-
 } // namespace
 
 extern "C" void dt_conv_sm90_fprop(const dt_conv_problem *p, const void *x, const void *w, const float *bias, void *y,
-                                   double *sums) {
-    if (p->N * p->Ho * p->Wo == 0) {
-        if (sums) dt_memset_gpu(sums, 0, sizeof(double) * 2 * (size_t)p->Cout);
-        return;
+                                   dt_conv_stats *stats) {
+    if (stats) *stats = (dt_conv_stats){NULL, 0};
+    if (p->N * p->Ho * p->Wo == 0) return;
+    double *sums = NULL; /* [groups][Cout][2] */
+    if (stats) {
+        stats->groups = stat_groups(p);
+        stats->sums = sums = (double *)dt_gpu_malloc(sizeof(double) * 2 * (size_t)(stats->groups * p->Cout));
     }
-    const int64_t groups = sums ? stat_groups(p) : 0;
-    double *stats = sums ? (double *)dt_gpu_malloc(sizeof(double) * 2 * (size_t)(groups * p->Cout)) : NULL; /* [groups][Cout][2] */
-    if (dt_conv_sm90_read(p, DT_SM90_FPROP) == DT_SM90_COLUMNS) {
-        fprop_columns(p, x, w, bias, y, stats);
-    } else {
-        const a_source src = {x, p->N, p->H, p->W, p->C, p->Ho, p->Wo, p->g};
-        conv_gemm(src, w, p->Cout, bias, 0.0f, y, stats);
-    }
-    if (!sums) return;
-    k_stat_sums<<<(unsigned)p->Cout, 256, 0, dt_stream()>>>(groups, p->Cout, stats, sums);
-    DT_CHECK_LAUNCH();
-    dt_gpu_free(stats); /* stream-ordered */
+    if (dt_conv_sm90_read(p, DT_SM90_FPROP) == DT_SM90_COLUMNS) return fprop_columns(p, x, w, bias, y, sums);
+    const a_source src = {x, p->N, p->H, p->W, p->C, p->Ho, p->Wo, p->g};
+    conv_gemm(src, w, p->Cout, bias, 0.0f, y, sums);
 }
 
 extern "C" void dt_conv_sm90_dgrad(const dt_conv_problem *p, const void *dy, const void *w, float beta, void *dx) {

@@ -16,12 +16,12 @@
 extern "C" {
 #endif
 
-/* sums (or NULL): [Cout][2] double, the per-channel (sum y, sum y^2) of y as stored - the
- * statistics of the batch norm that follows (conv + batch-norm statistics), computed by the
- * epilogue from the tile it stores: fp32 over at most 64 rows, double above, in an order fixed
- * by the shape. */
+/* stats (or NULL): the statistics of y for the batch norm that follows (conv_geom.h's
+ * dt_conv_stats), made by the epilogue from the tile it stores - one group per 64 rows of y
+ * (of each chunk on the columns path), summed in fp32 over a slab of at most 64 rows and in
+ * double above, in an order fixed by the shape. */
 void dt_conv_sm90_fprop(const dt_conv_problem *p, const void *x, const void *w, const float *bias, void *y,
-                        double *sums);
+                        dt_conv_stats *stats);
 void dt_conv_sm90_dgrad(const dt_conv_problem *p, const void *dy, const void *w, float beta, void *dx);
 void dt_conv_sm90_wgrad(const dt_conv_problem *p, const void *x, const void *dy, float beta, float *dw);
 
