@@ -82,7 +82,7 @@ int dt_bench_parse(dt_bench_opts *o, int argc, char **argv, dt_err *err) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             return dt_errf(err, "usage: build/bench [--what conv|deform|all] [--batch N] [--shapes l1,l2a,...] [--reps N] "
                                 "[--warmup N] [--budgets MB,MB,...] [--sigma PX] [--mask] [--modes m1,m2,...] [--precision fp32|tf32|bf16] "
-                                "[--conv-algo auto|gemm|igemm128|igemm64] [--torch FILE] [--csv FILE]\n"
+                                "[--conv-algo auto|gemm|igemm128|igemm64|sm90|measure] [--torch FILE] [--csv FILE]\n"
                                 "Times single layers at ResNet-18's 3x3 conv shapes (224x224 input; a Bottleneck's 3x3 convs "
                                 "at the same planes have these shapes but l2a, l3a, l4a, whose input has as many channels as "
                                 "the output). Whole training steps of any model: build/train configs/synthetic_timing.cfg "
@@ -96,7 +96,7 @@ int dt_bench_parse(dt_bench_opts *o, int argc, char **argv, dt_err *err) {
         else if (!strcmp(a, "--sigma")) o->sigma = (float)atof(v);
         else if (!strcmp(a, "--conv-algo")) {
             int c = dt_conv_algo_parse(v);
-            if (c < 0) return dt_errf(err, "--conv-algo %s: one of auto, gemm, igemm128, igemm64", v);
+            if (c < 0) return dt_errf(err, "--conv-algo %s: one of auto, gemm, igemm128, igemm64, sm90, measure", v);
             o->conv_algo = (dt_conv_algo)c;
         }
         else if (!strcmp(a, "--precision")) {

@@ -2,7 +2,7 @@
  *
  *   build/bench [--what conv|deform|all] [--batch 64] [--shapes l1,l2a,...] [--reps 30]
  *               [--warmup 5] [--budgets 64] [--sigma 1.0] [--mask] [--modes unfused,deft,...]
- *               [--precision fp32|tf32|bf16] [--conv-algo auto|gemm|igemm128|igemm64|sm90] [--torch FILE]
+ *               [--precision fp32|tf32|bf16] [--conv-algo auto|gemm|igemm128|igemm64|sm90|measure] [--torch FILE]
  *               [--csv FILE]
  *
  * For each ResNet-18 3x3 shape (at 224x224 input) it times, with CUDA events (median of

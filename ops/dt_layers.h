@@ -34,7 +34,8 @@ dt_tensor *dt_conv2d(dt_tensor *x, dt_tensor *w, dt_tensor *bias, dt_conv_geom g
 /* The same with the engine of a bf16 NHWC conv's passes chosen (conv_igemm.h, docs/conv.md "The
  * plan"): auto (the measured winner per shape: what dt_conv2d runs, DT_CONV_ALGO_DEFAULT), gemm
  * (im2col + cuBLAS everywhere), igemm128 / igemm64 (the implicit GEMM with that tile wherever it
- * runs - on the CPU too, through its twins). A model holds it in its config (conv_algo). */
+ * runs - on the CPU too, through its twins), sm90 (the Hopper engine), measure (each pass on the
+ * engine timed fastest for its shape, once a process: conv_geom.h). A model holds it in its config (conv_algo). */
 dt_tensor *dt_conv2d_algo(dt_tensor *x, dt_tensor *w, dt_tensor *bias, dt_conv_geom g, dt_math math,
                           dt_conv_algo algo);
 /* The same, and where the pass can (the Hopper engine's fprop on the GPU, the implicit GEMM's

@@ -56,10 +56,11 @@ static const key_spec KEYS[] = {
     {"sync_bn", T_BOOL, F(sync_bn), "0", NULL, 0, 1, 1, "several GPUs: batch-norm statistics over all replicas' batches"},
     {"bucket_mb", T_INT, F(bucket_mb), "25", NULL, 1, 4096, 0, "several GPUs: gradient all-reduce bucket size (MiB)"},
     {"col_budget_mb", T_INT, F(col_budget_mb), "256", NULL, 1, 65536, 0, "column-buffer budget of conv/deform chunks (MiB)"},
-    {"conv_algo", T_ENUM, F(conv_algo), "auto", "auto|gemm|igemm128|igemm64|sm90", 0, 0, 0,
+    {"conv_algo", T_ENUM, F(conv_algo), "auto", "auto|gemm|igemm128|igemm64|sm90|measure", 0, 0, 0,
      "bf16 convs: gemm (im2col + cuBLAS), auto (per shape the measured winner: the Hopper engine on an H100/H200, the "
      "implicit GEMM where the conv lab measured it faster), igemm128 / igemm64 (the mma.sync implicit GEMM with that "
-     "tile wherever it runs), sm90 (the Hopper engine wherever it runs; docs/conv.md)"},
+     "tile wherever it runs), sm90 (the Hopper engine wherever it runs), measure (each pass timed on every engine "
+     "once per shape, the fastest kept: not bitwise reproducible run to run; docs/conv.md)"},
     {"epochs", T_INT, F(epochs), "1", NULL, 1, 100000, 1, "epochs to train"},
     {"steps", T_I64, F(steps), "0", NULL, 0, 1e15, 1,
      "the run's length in steps, over epochs (0 = run the epochs; epochs= on the command line clears it)"},

@@ -83,13 +83,18 @@ static inline dt_conv_geom dt_conv_dgrad_geom(dt_conv_geom g) {
 /* auto: the measured winner per shape (dt_conv_plan_bf16, conv_igemm.h); gemm: im2col + cuBLAS
  * everywhere (the reference path); igemm128 / igemm64: every supported pass on the mma.sync
  * implicit GEMM with that tile; sm90: every pass the Hopper engine supports on it, the others as
- * auto (tests, ablation; refused on a GPU without it). */
+ * auto (tests, ablation; refused on a GPU without it); measure: each pass on the engine that
+ * ran it fastest when its problem was first planned in the process (cuDNN's benchmark mode: the
+ * candidates timed on the conv's own tensors, the choice kept for every later conv of that
+ * problem; the CPU plans as auto). A timed choice can differ between runs, and the bits with it:
+ * the log's plan says what ran. */
 typedef enum {
     DT_CONV_ALGO_AUTO = 0,
     DT_CONV_ALGO_GEMM,
     DT_CONV_ALGO_IGEMM128,
     DT_CONV_ALGO_IGEMM64,
-    DT_CONV_ALGO_SM90
+    DT_CONV_ALGO_SM90,
+    DT_CONV_ALGO_MEASURE
 } dt_conv_algo;
 /* The default is the plan: inside the bf16 ResNet-18 step (graphs, batch 64, H200) it takes
  * 4.48 ms on an H200 (the Hopper engine) where im2col + cuBLAS everywhere takes 7.29 (docs/PERF.md

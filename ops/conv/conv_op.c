@@ -22,7 +22,10 @@
 #include "ops/pointwise/bias.h"
 #include "ops/conv/conv_igemm.h"
 #include "ops/conv/dt_colconv.h"
+#include "core/dt_alloc.h"
 #include "core/dt_common.h"
+#include "core/dt_dtype.h"
+#include "core/dt_timer.h"
 #include "ops/pointwise/dt_shared_kernels.h"
 #include "core/dt_kernel.h"
 #include "ops/dt_layers.h"
@@ -79,6 +82,7 @@ static struct {
 } g_plans[DT_PLAN_ROWS];
 static int g_n_plans, g_plans_dropped;
 static pthread_mutex_t g_plans_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t g_measure_lock = PTHREAD_MUTEX_INITIALIZER; /* one measurement at a time */
 
 static void remember_plan(const dt_conv_problem *p, dt_conv_algo algo, int sm90, dt_conv_plan plan) {
     pthread_mutex_lock(&g_plans_lock);
@@ -115,18 +119,47 @@ void dt_conv_plan_print(FILE *f) {
     pthread_mutex_unlock(&g_plans_lock);
 }
 
+/* the plan kept for (p, algo, sm90): 1 and *plan, or 0 (call with the lock held) */
+static int find_plan(const dt_conv_problem *p, dt_conv_algo algo, int sm90, dt_conv_plan *plan) {
+    for (int i = 0; i < g_n_plans; i++)
+        if (dt_conv_problem_same(&g_plans[i].p, p) && g_plans[i].algo == algo && g_plans[i].sm90 == sm90) {
+            *plan = g_plans[i].plan;
+            return 1;
+        }
+    return 0;
+}
+
+static dt_conv_plan measure_plan(const dt_tensor *x, const dt_tensor *w, dt_math math, const dt_conv_problem *pr,
+                                 int sm90);
+
 /* The conv's plan: bf16 NHWC only; on the CPU only when an implicit-GEMM algorithm is forced
- * (its twins are direct loops, for tests - "auto" keeps the CPU on im2col + GEMM). */
-static dt_conv_plan plan_of(const dt_tensor *x, const dt_conv_problem *pr, dt_conv_algo a) {
+ * (its twins are direct loops, for tests - "auto" and "measure" keep the CPU on im2col + GEMM).
+ * measure: the first conv of a problem times the candidates (with the lock held, so that
+ * replicas planning it at once measure it once) and every later one takes that plan. */
+static dt_conv_plan plan_of(const dt_tensor *x, const dt_tensor *w, dt_math math, const dt_conv_problem *pr,
+                            dt_conv_algo a) {
     const dt_conv_plan none = {-1, -1, -1};
     if (x->dtype != DT_BF16 || x->layout != DT_NHWC) return none;
-    if (x->dev != DT_GPU && (a == DT_CONV_ALGO_AUTO || a == DT_CONV_ALGO_GEMM)) return none;
+    if (x->dev != DT_GPU && (a == DT_CONV_ALGO_AUTO || a == DT_CONV_ALGO_GEMM || a == DT_CONV_ALGO_MEASURE)) return none;
     const int sm90 = x->dev == DT_GPU && dt_gpu_has_sm90a();
     if (a == DT_CONV_ALGO_SM90 && x->dev == DT_GPU && !sm90)
         dt_fatal("conv_algo=sm90: this GPU or build has no Hopper engine (it needs compute capability 9.0 and a "
                  "CUDA_ARCH=sm_90 build); use auto");
-    const dt_conv_plan plan = dt_conv_plan_bf16(pr, a, sm90);
-    remember_plan(pr, a, sm90, plan);
+    if (a != DT_CONV_ALGO_MEASURE) {
+        const dt_conv_plan plan = dt_conv_plan_bf16(pr, a, sm90);
+        remember_plan(pr, a, sm90, plan);
+        return plan;
+    }
+    pthread_mutex_lock(&g_measure_lock);
+    dt_conv_plan plan;
+    pthread_mutex_lock(&g_plans_lock);
+    const int known = find_plan(pr, a, sm90, &plan);
+    pthread_mutex_unlock(&g_plans_lock);
+    if (!known) {
+        plan = measure_plan(x, w, math, pr, sm90);
+        remember_plan(pr, a, sm90, plan);
+    }
+    pthread_mutex_unlock(&g_measure_lock);
     return plan;
 }
 
@@ -191,33 +224,114 @@ static dt_colconv conv_skeleton(conv_cols *cols, const dt_tensor *x, const dt_te
     return cc;
 }
 
+/* The backward passes of x * w under a plan: dx (NULL: not wanted) = beta_x dx + conv^T(dy, w),
+ * dw (NULL: not wanted) = beta_w dw + the weight gradient, each on the engine the plan gives
+ * it; what the implicit GEMM does not take runs on the column skeleton (both passes share its
+ * chunks). pr: the problem the plan was made for. */
+static void conv_backward_passes(const dt_tensor *x, const dt_tensor *w, const dt_conv_problem *pr, dt_conv_plan plan,
+                                 dt_math math, const void *dy, void *dx, float beta_x, float *dw, float beta_w) {
+    conv_cols cols;
+    dt_colconv cc = conv_skeleton(&cols, x, w, pr->g, math, pr->Ho, pr->Wo);
+    cols.dx = dx, cols.beta_x = beta_x;
+    if (dx && plan.dgrad >= 0) { /* dx on the implicit GEMM: no column gradient */
+        DT_PICK(igemm_dgrad_k, x->dev, DT_BF16, DT_NHWC)(pr, (dt_igemm_tile)plan.dgrad, dy, w->data, beta_x, dx);
+    } else if (dx && cc.cols_direct) {
+        cc.dcols_direct = conv_ddirect;
+        cc.dcols_beta = beta_x;
+    } else if (dx) {
+        cc.adjoint = conv_adjoint;
+    }
+    if (dw && plan.wgrad >= 0) {
+        DT_PICK(igemm_wgrad_k, x->dev, DT_BF16, DT_NHWC)(pr, (dt_igemm_tile)plan.wgrad, x->data, dy, beta_w, dw);
+        dw = NULL; /* done: the column path below runs only what is left (dx), or nothing */
+    }
+    dt_colconv_backward(&cc, w->data, dy, dw, beta_w);
+}
+
 static void conv_backward(dt_node *n) {
     dt_tensor *x = n->in[0], *w = n->in[1], *bias = n->in[2], *y = n->out, *dy = y->grad;
     conv_ctx *ctx = n->ctx;
     int64_t N = x->shape[0], Cout = w->shape[0], P = y->shape[2] * y->shape[3];
-    float beta_b, beta_w;
+    float beta_b, beta_w, beta_x;
     float *db = dt_grad_dst(bias, &beta_b);
     if (db && x->layout == DT_NCHW) DT_PICK(dt_bias_nchw_bwd_k, x->dev, DT_F32, DT_NCHW)(N, Cout, P, dy->data, beta_b, db);
     else if (db) DT_PICK(dt_bias_rows_bwd_k, x->dev, x->dtype, x->layout)(N * P, Cout, dy->data, beta_b, db);
-    conv_cols cols;
-    dt_colconv cc = conv_skeleton(&cols, x, w, ctx->g, ctx->math, y->shape[2], y->shape[3]);
-    cols.dx = dt_grad_dst(x, &cols.beta_x);
-    if (cols.dx && ctx->plan.dgrad >= 0) { /* dx on the implicit GEMM: no column gradient */
-        DT_PICK(igemm_dgrad_k, x->dev, DT_BF16, DT_NHWC)(&ctx->pr, (dt_igemm_tile)ctx->plan.dgrad, dy->data, w->data,
-                                                         cols.beta_x, cols.dx);
-    } else if (cols.dx && cc.cols_direct) {
-        cc.dcols_direct = conv_ddirect;
-        cc.dcols_beta = cols.beta_x;
-    } else if (cols.dx) {
-        cc.adjoint = conv_adjoint;
+    void *dx = dt_grad_dst(x, &beta_x);
+    float *dw = dt_grad_dst(w, &beta_w);
+    conv_backward_passes(x, w, &ctx->pr, ctx->plan, ctx->math, dy->data, dx, beta_x, dw, beta_w);
+}
+
+/* ---- conv_algo=measure: the engines a pass can run on, timed */
+
+/* The candidates of pass (DT_SM90_* bit) for p: im2col + GEMM (-1) always, the implicit GEMM's
+ * two tiles where it runs the pass, the Hopper engine where the device has it and it takes the
+ * pass. Returns how many, in out[]. */
+static int pass_candidates(const dt_conv_problem *p, int pass, int sm90, int out[4]) {
+    int n = 0;
+    out[n++] = -1;
+    if (dt_igemm_supported(p) & (pass == DT_SM90_FPROP ? DT_IGEMM_FPROP : DT_IGEMM_BACKWARD))
+        out[n++] = DT_IGEMM_TILE_128, out[n++] = DT_IGEMM_TILE_64;
+    if (sm90 && (dt_conv_sm90_supports(p) & pass)) out[n++] = DT_IGEMM_TILE_SM90;
+    return n;
+}
+
+/* Scratch of one measurement: y (the fprop's output, then the backward's dy: the conv's own
+ * values, never zeros), dx, dw; device memory, stream-ordered. */
+typedef struct {
+    void *y, *dx;
+    float *dw;
+} measure_bufs;
+
+static void run_pass(const dt_tensor *x, const dt_tensor *w, dt_math math, const dt_conv_problem *pr, int pass,
+                     int engine, const measure_bufs *b) {
+    dt_conv_plan plan = {-1, -1, -1};
+    if (pass == DT_SM90_FPROP) {
+        if (engine >= 0) {
+            DT_PICK(igemm_fprop_k, x->dev, DT_BF16, DT_NHWC)(pr, (dt_igemm_tile)engine, x->data, w->data, NULL, b->y, NULL);
+        } else {
+            conv_cols cols;
+            dt_colconv cc = conv_skeleton(&cols, x, w, pr->g, math, pr->Ho, pr->Wo);
+            dt_colconv_forward(&cc, w->data, NULL, b->y);
+        }
+    } else if (pass == DT_SM90_DGRAD) {
+        plan.dgrad = engine;
+        conv_backward_passes(x, w, pr, plan, math, b->y, b->dx, 0.0f, NULL, 0.0f);
+    } else {
+        plan.wgrad = engine;
+        conv_backward_passes(x, w, pr, plan, math, b->y, NULL, 0.0f, b->dw, 0.0f);
     }
-    float *dw = dt_grad_dst(w, &beta_w); /* before beta_w is read: argument order is unspecified */
-    if (dw && ctx->plan.wgrad >= 0) {
-        DT_PICK(igemm_wgrad_k, x->dev, DT_BF16, DT_NHWC)(&ctx->pr, (dt_igemm_tile)ctx->plan.wgrad, x->data, dy->data,
-                                                         beta_w, dw);
-        dw = NULL; /* done: the column path below runs only what is left (dx), or nothing */
+}
+
+/* The fastest engine of each pass: every candidate run once (its first call's setup: cuBLAS
+ * handles, kernel attributes, tensor-map entry points), then the mean of 3 runs by the device's
+ * events; the fprop first, whose output is the backward passes' dy. */
+static dt_conv_plan measure_plan(const dt_tensor *x, const dt_tensor *w, dt_math math, const dt_conv_problem *pr,
+                                 int sm90) {
+    const int64_t K = (int64_t)pr->g.kh * pr->g.kw * pr->C;
+    measure_bufs b = {dt_gpu_malloc(sizeof(dt_bf16) * (size_t)(pr->N * pr->Ho * pr->Wo * pr->Cout)),
+                      dt_gpu_malloc(sizeof(dt_bf16) * (size_t)(pr->N * pr->H * pr->W * pr->C)),
+                      dt_gpu_malloc(sizeof(float) * (size_t)(pr->Cout * K))};
+    dt_gpu_timer *t = dt_gpu_timer_new();
+    int best[3];
+    for (int i = 0; i < 3; i++) {
+        const int pass = 1 << i; /* DT_SM90_FPROP, _DGRAD, _WGRAD */
+        int cand[4];
+        const int n = pass_candidates(pr, pass, sm90, cand);
+        float best_ms = 0.0f;
+        best[i] = -1;
+        for (int c = 0; c < n; c++) {
+            run_pass(x, w, math, pr, pass, cand[c], &b);
+            dt_gpu_timer_start(t);
+            for (int r = 0; r < 3; r++) run_pass(x, w, math, pr, pass, cand[c], &b);
+            dt_gpu_timer_stop(t);
+            const float ms = dt_gpu_timer_ms(t);
+            if (c == 0 || ms < best_ms) best_ms = ms, best[i] = cand[c];
+        }
+        if (pass == DT_SM90_FPROP) run_pass(x, w, math, pr, pass, best[i], &b); /* dy: the winner's y */
     }
-    dt_colconv_backward(&cc, w->data, dy->data, dw, beta_w);
+    dt_gpu_timer_free(t);
+    dt_gpu_free(b.y), dt_gpu_free(b.dx), dt_gpu_free(b.dw);
+    return (dt_conv_plan){best[0], best[1], best[2]};
 }
 
 /* The (dtype, layout) pairs conv2d runs: f32 NCHW, f32 NHWC, bf16 NHWC; the weight in the
@@ -260,7 +374,7 @@ dt_tensor *dt_conv2d_stats(dt_tensor *x, dt_tensor *w, dt_tensor *bias, dt_conv_
     dt_conv_out_hw("conv2d", x, g, &Ho, &Wo);
     dt_tensor *y = dt_tensor_new4_as(x->dev, x->dtype, x->layout, x->shape[0], w->shape[0], Ho, Wo);
     const dt_conv_problem pr = {x->shape[0], x->shape[1], x->shape[2], x->shape[3], w->shape[0], Ho, Wo, g, 1};
-    const dt_conv_plan plan = plan_of(x, &pr, algo);
+    const dt_conv_plan plan = plan_of(x, w, math, &pr, algo);
     if (plan.fprop >= 0) {
         DT_PICK(igemm_fprop_k, x->dev, DT_BF16, DT_NHWC)(&pr, (dt_igemm_tile)plan.fprop, x->data, w->data,
                                                          bias ? bias->data : NULL, y->data, stats);

@@ -11,7 +11,7 @@
 
 #include <string.h>
 
-static const char *const ALGO_NAMES[] = {"auto", "gemm", "igemm128", "igemm64", "sm90"};
+static const char *const ALGO_NAMES[] = {"auto", "gemm", "igemm128", "igemm64", "sm90", "measure"};
 
 const char *dt_conv_algo_name(dt_conv_algo a) {
     return (unsigned)a < sizeof ALGO_NAMES / sizeof *ALGO_NAMES ? ALGO_NAMES[a] : "?";
