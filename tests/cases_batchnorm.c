@@ -152,19 +152,20 @@ static dt_tensor *build(const dt_opcase *c, dt_tensor **in, void *state) {
 #define RELU_STD 0.05f
 
 /* A ResNet-18 shape at batch 64: GPU parity (and perf) only. gs: the op has a skip input.
- * With a ReLU the f32 parity tolerance is 1e-3, not 1e-5: over millions of N(0, 1) inputs a few
- * pre-activations lie within a rounding of 0, where the two devices' last bits can put them on
- * either side of the kink, and each such element moves the gradients by its whole upstream
- * value (seed 881787352: one flip, relative error 5e-4 on dweight, 9e-5 on dx). The small cases
- * keep 1e-5: their inputs stay away from the kink. */
-#define BN_RELU_BIG_TOL 1e-3f
-#define BN_BIG(label, n_, c_, h_, w_, gs, tol, ...)                                                                      \
-    {.name = label, .ops = {"batchnorm2d"}, .n_in = 4, .grad_tol = -1, .bf16_bound = -1, .f32_tol = tol,                 \
-     .in = {{4, {n_, c_, h_, w_}, DT_IN_ACT, 1.0f, 1},                                                               \
-            {1, {c_}, DT_IN_F32, 1.0f, 1},                                                                           \
-            {1, {c_}, DT_IN_F32, 1.0f, 1},                                                                           \
-            {4, {n_, c_, h_, w_}, DT_IN_ACT, 1.0f, gs}},                                                                 \
-     .build = build, .arg = &(const bn_arg){__VA_ARGS__}, .state_new = state_new, .state_free = state_free}
+ * Every big case has a ReLU, so it takes the small cases' offsets (.away) and their small random
+ * part: with N(0, 1) inputs, a few of millions of pre-activations lie within a rounding of 0,
+ * where the two devices' last bits put them on either side of the kink, and each such element
+ * moves a gradient by its whole upstream value - one flip on the 1.6 M elements of l4 is a
+ * relative error of 1.3e-3 (seed 133194860), so no tolerance both holds and means anything.
+ * Away from the kink the f32 kernels keep the default tolerance. */
+#define BN_BIG(label, n_, c_, h_, w_, gs, ...)                                                                           \
+    {.name = label, .ops = {"batchnorm2d"}, .n_in = 4, .grad_tol = -1, .bf16_bound = -1,                             \
+     .in = {{4, {n_, c_, h_, w_}, DT_IN_ACT, RELU_STD, 1},                                                           \
+            {1, {c_}, DT_IN_F32, RELU_STD, 1},                                                                       \
+            {1, {c_}, DT_IN_F32, RELU_STD, 1},                                                                       \
+            {4, {n_, c_, h_, w_}, DT_IN_ACT, RELU_STD, gs}},                                                         \
+     .build = build, .arg = &(const bn_arg){.away = 1, __VA_ARGS__}, .state_new = state_new,                         \
+     .state_free = state_free}
 
 static const dt_opcase bn_cases[] = {
     BN_SMALL("train, C = 11 (no packs), 5x7", 4, 11, 5, 7, 1.0f, 1, 1, 0, .training = 1),
@@ -188,14 +189,14 @@ static const dt_opcase bn_cases[] = {
              .relu = 1, .twice = 1),
     BN_SMALL("train+add+relu, only the skip's gradient", 3, 8, 4, 4, RELU_STD, 0, 0, 1, .training = 1, .relu = 1,
              .skip = 1),
-    BN_BIG("ResNet stem 64x64x112x112, train+relu", 64, 64, 112, 112, 0, BN_RELU_BIG_TOL, .training = 1, .relu = 1),
-    BN_BIG("ResNet l1 64x64x56x56, train+relu", 64, 64, 56, 56, 0, BN_RELU_BIG_TOL, .training = 1, .relu = 1),
-    BN_BIG("ResNet l1 join 64x64x56x56, train+add+relu", 64, 64, 56, 56, 1, BN_RELU_BIG_TOL, .training = 1, .relu = 1, .skip = 1),
-    BN_BIG("ResNet l2 join 64x128x28x28, train+add+relu", 64, 128, 28, 28, 1, BN_RELU_BIG_TOL, .training = 1, .relu = 1, .skip = 1),
-    BN_BIG("ResNet l3 64x256x14x14, train+relu", 64, 256, 14, 14, 0, BN_RELU_BIG_TOL, .training = 1, .relu = 1),
-    BN_BIG("ResNet l4 join 64x512x7x7, train+add+relu", 64, 512, 7, 7, 1, BN_RELU_BIG_TOL, .training = 1, .relu = 1, .skip = 1),
-    BN_BIG("ResNet l4 64x512x7x7, eval+relu", 64, 512, 7, 7, 0, BN_RELU_BIG_TOL, .relu = 1),
-    BN_BIG("32x64x28x28 train+add+relu, sync", 32, 64, 28, 28, 1, BN_RELU_BIG_TOL, .training = 1, .relu = 1, .skip = 1, .sync = 1),
+    BN_BIG("ResNet stem 64x64x112x112, train+relu", 64, 64, 112, 112, 0, .training = 1, .relu = 1),
+    BN_BIG("ResNet l1 64x64x56x56, train+relu", 64, 64, 56, 56, 0, .training = 1, .relu = 1),
+    BN_BIG("ResNet l1 join 64x64x56x56, train+add+relu", 64, 64, 56, 56, 1, .training = 1, .relu = 1, .skip = 1),
+    BN_BIG("ResNet l2 join 64x128x28x28, train+add+relu", 64, 128, 28, 28, 1, .training = 1, .relu = 1, .skip = 1),
+    BN_BIG("ResNet l3 64x256x14x14, train+relu", 64, 256, 14, 14, 0, .training = 1, .relu = 1),
+    BN_BIG("ResNet l4 join 64x512x7x7, train+add+relu", 64, 512, 7, 7, 1, .training = 1, .relu = 1, .skip = 1),
+    BN_BIG("ResNet l4 64x512x7x7, eval+relu", 64, 512, 7, 7, 0, .relu = 1),
+    BN_BIG("32x64x28x28 train+add+relu, sync", 32, 64, 28, 28, 1, .training = 1, .relu = 1, .skip = 1, .sync = 1),
 };
 DT_OPCASES(batchnorm, bn_cases)
 

@@ -3,9 +3,11 @@
  * next to the library's im2col + cuBLAS path. Same habit as deform_lab.cu: every variant is
  * validated on fresh random inputs against a CPU reference (double, from the same bf16 values)
  * and against the library's path, then timed; only winners ship. The kernels are the library's
- * own templates (ops/conv/conv_igemm.cuh: the problem, the GEMM views, the tiles); the library
- * instantiates the measured winners (ops/conv/conv_igemm.cu) and its plan (ops/conv/conv_plan.c)
- * picks them per shape from this lab's table. Results: docs/conv.md, docs/PERF.md sections 13-14.
+ * own templates (ops/conv/conv_igemm.cuh: the problem, the GEMM views, the tiles, the loaders and
+ * the epilogue it runs), with the loaders and epilogues only this lab runs plugged into them
+ * (bench/lab/conv_lab_variants.cuh); the library instantiates the measured winners
+ * (ops/conv/conv_igemm.cu) and its plan (ops/conv/conv_plan.c) picks them per shape from this
+ * lab's table. Results: docs/conv.md, docs/PERF.md sections 13-14.
  * The stem's C = 3 is padded to 8 here (zero channels in x and w, see PadC below); the library
  * keeps the stem on im2col + GEMM.
  *
@@ -17,10 +19,12 @@
  *                      8 warps (2 x 4) of 64x32, 4-stage cp.async pipeline, ldmatrix.x4
  *   igemm_64x64        the same with a 64x64x32 tile, 4 warps (2 x 2) of 32x32 (small late layers)
  *   igemm_1x1_128x128  the 128 tile specialized for 1x1 stride-1 unpadded convs (A = x itself:
- *                      no tap arithmetic, one pointer per row)
- *   igemm_128x128_f32  the 128 tile writing fp32 y (no rounding; the accumulators as they are)
+ *                      no tap arithmetic, one pointer per row: a_pointwise)
+ *   igemm_128x128_f32  the 128 tile writing fp32 y (no rounding; the accumulators as they are:
+ *                      epi_f32)
  *   igemm_128x128_splitk  the 128 tile with split-K for the shapes with too few tiles to fill
  *                      the GPU: fp32 partials per split, summed in split order, rounded once
+ *                      (epi_splitk)
  *   ref_cublas_dgrad   the library's dgrad: dcol = dy . w (cuBLAS, bf16), then col2im_nhwc
  *   igemm_128x128_dgrad, igemm_64x64_dgrad   dgrad on the implicit GEMM (stride 2: the taps
  *                      that no output reads are zero-filled, not skipped - a first version)
@@ -28,17 +32,19 @@
  *   igemm_128x128_wgrad, igemm_64x128_wgrad   wgrad tiles of 128 (64: the 64-channel layers)
  *                      output channels x 128 k, split over M to fill two waves
  *   igemm_128x128_dgrad_split, igemm_64x64_dgrad_split   strided dgrad as one sub-GEMM per
- *                      output parity class over its taps only (A_DGRAD_SPLIT; ships for strided convs)
+ *                      output parity class over its taps only (a_dgrad_split; ships for strided convs)
  *   ref_deft_deform    the deformable conv's forward main GEMM as the library runs it (deft, bf16):
  *                      the sampling kernel writes colT [M, K*C], cuBLAS multiplies it by w
  *   ref_deft_dwgrad, igemm_128x128_dwgrad, igemm_64x128_dwgrad   the deformable conv's weight
  *                      gradient dW = dy^T . colT: deft re-samples colT and runs cuBLAS; the igemm
- *                      variants sample the B operand in the wgrad kernel's loader (lose 1.6-6.3x)
- *   igemm_128x128_deform, igemm_64x64_deform   the same GEMM with the A_DEFORM loader: the
+ *                      variants sample the B operand in the wgrad kernel's loader (wb_deform;
+ *                      lose 1.6-6.3x)
+ *   igemm_128x128_deform, igemm_64x64_deform   the same GEMM with the a_deform loader: the
  *                      bilinear samples made in registers from the four corner chunks and
  *                      stored to shared memory only (issue 20's third part; lose 1.2-5.7x)
  *   igemm_128x128_bnstats  the 128 tile with the batch norm's statistics of y in its epilogue
- *                      (per row slab and channel, then two ordered passes: mean, invstd), against
+ *                      (epi_bf16_stats: per row slab and channel, then two ordered passes: mean,
+ *                      invstd), against
  *   igemm_128x128+bn_stats_pass  the same tile followed by the library's statistics pass over y
  *                      (both validated against double sums of their own y; even: 2.499 vs 2.487 ms)
  *   igemm_128x128_w64, _k64, _w64_k64, igemm_128x256_w64, igemm_256x128_w64, igemm_1x1_w64_k64,
@@ -76,15 +82,17 @@
 #include "ops/dt_layers.h"
 #include "core/dt_rng.h"
 #include "core/dt_tensor.h"
-#include "ops/conv/conv_igemm.cuh"
+#include "bench/lab/conv_lab_variants.cuh"
 #include "ops/deform/deform_nhwc.h"
 #include "ops/deform/deform_plan.h"
 #include "ops/batchnorm/batchnorm.h"
 #include "ops/conv/im2col.h"
 
-/* ================================================================== the kernels: ops/conv/conv_igemm.cuh */
+/* ================================================================== the kernels: ops/conv/conv_igemm.cuh and
+ * the lab's loaders and epilogues for it, bench/lab/conv_lab_variants.cuh */
 
 using namespace dt_igemm;
+using namespace conv_lab;
 
 /* ================================================================== shapes */
 
@@ -163,8 +171,8 @@ typedef struct {
     int G, has_mask;
     float *hom, *dom; /* host and device om */
     dt_deform_plan dp;
-    gemm_view vdef;   /* vdef.d.om == NULL: not a deform shape */
-    conv_params pdef; /* deform_wgrad: p with the offsets (output: ddw, as wgrad's) */
+    deform_view vdef; /* vdef.d.om == NULL: not a deform shape */
+    deform_conv pdef; /* deform_wgrad: p with the offsets (output: ddw, as wgrad's) */
 } problem;
 
 /* fills `n` bf16 with U(-a, a) (never all zero; bf16(0) only where a draw rounds to it) */
@@ -250,10 +258,10 @@ static void problem_make(problem *pr, const conv_shape *sh, int batch, uint64_t 
                 pr->hom[m * OCS + j] = j < 2 * GK ? dt_rng_normal(&r) : j < pr->dp.OC ? dt_rng_uniform(&r) : 0.0f;
         pr->dom = (float *)dt_gpu_malloc(sizeof(float) * (size_t)nom);
         dt_copy_h2d(pr->dom, pr->hom, sizeof(float) * (size_t)nom);
-        pr->vdef = pr->vf;
         const deform_src d = {pr->dom, (int)OCS, (int)pr->dp.Cg, (int)GK, pr->has_mask};
+        static_cast<gemm_view &>(pr->vdef) = pr->vf;
         pr->vdef.d = d;
-        pr->pdef = *p;
+        static_cast<conv_params &>(pr->pdef) = *p;
         pr->pdef.d = d;
     }
     /* the library's tensors hold the real C (the stem runs as the library runs it today) */
@@ -322,18 +330,18 @@ static void run_ref(problem *pr) {
     ref_last = dt_conv2d(pr->tx, pr->tw, NULL, pr->g, DT_MATH_FP32);
     dt_set_grad_enabled(1);
 }
-static void run_128(problem *pr) { launch_igemm<128, 128, 64, 32, 4, A_IM2COL>(pr->vf); }
-static void run_64(problem *pr) { launch_igemm<64, 64, 32, 32, 4, A_IM2COL>(pr->vf); }
-static void run_1x1(problem *pr) { launch_igemm<128, 128, 64, 32, 4, A_POINTWISE>(pr->vf); }
-static void run_128_f32(problem *pr) { launch_igemm<128, 128, 64, 32, 4, A_IM2COL, true>(pr->vf); }
+static void run_128(problem *pr) { launch_igemm<128, 128, 64, 32, 4, a_im2col>(pr->vf); }
+static void run_64(problem *pr) { launch_igemm<64, 64, 32, 32, 4, a_im2col>(pr->vf); }
+static void run_1x1(problem *pr) { launch_igemm<128, 128, 64, 32, 4, a_pointwise>(pr->vf); }
+static void run_128_f32(problem *pr) { launch_igemm<128, 128, 64, 32, 4, a_im2col, epi_f32>(pr->vf); }
 /* the tile-shape sweep: 64x64 warp tiles (4 warps a 128x128 CTA: half the ldmatrix per mma of
  * 64x32), BK = 64 (half the barriers per mma), and the 8-warp 128x256 / 256x128 CTAs */
-static void run_128_w64(problem *pr) { launch_igemm<128, 128, 64, 64, 4, A_IM2COL>(pr->vf); }
-static void run_128_k64(problem *pr) { launch_igemm<128, 128, 64, 32, 3, A_IM2COL, false, false, 64>(pr->vf); }
-static void run_128_w64_k64(problem *pr) { launch_igemm<128, 128, 64, 64, 3, A_IM2COL, false, false, 64>(pr->vf); }
-static void run_128x256(problem *pr) { launch_igemm<128, 256, 64, 64, 3, A_IM2COL>(pr->vf); }
-static void run_256x128(problem *pr) { launch_igemm<256, 128, 64, 64, 3, A_IM2COL>(pr->vf); }
-static void run_1x1_w64_k64(problem *pr) { launch_igemm<128, 128, 64, 64, 3, A_POINTWISE, false, false, 64>(pr->vf); }
+static void run_128_w64(problem *pr) { launch_igemm<128, 128, 64, 64, 4, a_im2col>(pr->vf); }
+static void run_128_k64(problem *pr) { launch_igemm<128, 128, 64, 32, 3, a_im2col, epi_bf16, 64>(pr->vf); }
+static void run_128_w64_k64(problem *pr) { launch_igemm<128, 128, 64, 64, 3, a_im2col, epi_bf16, 64>(pr->vf); }
+static void run_128x256(problem *pr) { launch_igemm<128, 256, 64, 64, 3, a_im2col>(pr->vf); }
+static void run_256x128(problem *pr) { launch_igemm<256, 128, 64, 64, 3, a_im2col>(pr->vf); }
+static void run_1x1_w64_k64(problem *pr) { launch_igemm<128, 128, 64, 64, 3, a_pointwise, epi_bf16, 64>(pr->vf); }
 static int cout_ge_256(const problem *pr) { return pr->p.Cout >= 256; }
 
 /* Split-K for the 128x128 tile: as many splits as fill two waves (two 80 KiB CTAs an SM), each
@@ -352,7 +360,7 @@ static void run_128_splitk(problem *pr) {
     float *ws = (float *)dt_gpu_malloc(sizeof(float) * (size_t)(splits * n)); /* cached after the first call */
     gemm_view q = pr->vf;
     q.y = ws;
-    launch_igemm<128, 128, 64, 32, 4, A_IM2COL, true, true>(q, splits);
+    launch_igemm<128, 128, 64, 32, 4, a_im2col, epi_splitk>(q, splits);
     launch_splitk_sum<bf16>(ws, splits, n, 0.0f, (bf16 *)pr->vf.y);
     dt_gpu_free(ws);
 }
@@ -420,16 +428,17 @@ static void run_128_bnstats(problem *pr) {
     /* (2, slabs, Cout) fp32 and (2, BN_CHUNKS, Cout) double; cached by the allocator after the first call */
     float *ws = (float *)dt_gpu_malloc(sizeof(float) * 2 * (size_t)slabs * pr->vf.NO);
     double *part = (double *)dt_gpu_malloc(sizeof(double) * 2 * BN_CHUNKS * (size_t)pr->vf.NO);
-    gemm_view q = pr->vf;
+    stats_view q;
+    static_cast<gemm_view &>(q) = pr->vf;
     q.stats = ws;
-    launch_igemm<128, 128, 64, 32, 4, A_IM2COL>(q);
+    launch_igemm<128, 128, 64, 32, 4, a_im2col, epi_bf16_stats>(q);
     bn_stats_final(ws, slabs, q.NO, q.M, BN_EPS, part, g_mean, g_invstd);
     dt_gpu_free(ws);
     dt_gpu_free(part);
 }
 static void run_128_then_bn_stats(problem *pr) {
     stats_out(pr);
-    launch_igemm<128, 128, 64, 32, 4, A_IM2COL>(pr->vf);
+    launch_igemm<128, 128, 64, 32, 4, a_im2col>(pr->vf);
     void *ws = dt_gpu_malloc(dt_bn_ws_bytes(pr->p.Cout));
     dt_bn_stats_bf16_nhwc_cuda(pr->p.N, pr->p.Cout, (int64_t)pr->p.Ho * pr->p.Wo, pr->vf.y, 1, BN_EPS, 0.1f, NULL, NULL,
                                g_mean, g_invstd, ws, NULL);
@@ -484,16 +493,16 @@ static void run_ref_dgrad(problem *pr) {
     dt_col2im_nhwc_bf16_cuda(dcol, p->N, p->C, p->H, p->W, pr->g, p->Ho, p->Wo, 0.0f, pr->ddx);
     dt_gpu_free(dcol);
 }
-static void run_128_dgrad(problem *pr) { launch_igemm<128, 128, 64, 32, 4, A_DGRAD>(pr->vd); }
-static void run_64_dgrad(problem *pr) { launch_igemm<64, 64, 32, 32, 4, A_DGRAD>(pr->vd); }
-/* the strided dgrad split by output parity (A_DGRAD_SPLIT): strided shapes, kernels up to 8x8 */
+static void run_128_dgrad(problem *pr) { launch_igemm<128, 128, 64, 32, 4, a_dgrad>(pr->vd); }
+static void run_64_dgrad(problem *pr) { launch_igemm<64, 64, 32, 32, 4, a_dgrad>(pr->vd); }
+/* the strided dgrad split by output parity (a_dgrad_split): strided shapes, kernels up to 8x8 */
 static int strided_dgrad_shape(const problem *pr) {
     return dgrad_shape(pr) && (pr->p.SH > 1 || pr->p.SW > 1) && pr->p.KH <= 8 && pr->p.KW <= 8;
 }
-static void run_128_dgrad_split(problem *pr) { launch_igemm<128, 128, 64, 32, 4, A_DGRAD_SPLIT>(pr->vd); }
-static void run_64_dgrad_split(problem *pr) { launch_igemm<64, 64, 32, 32, 4, A_DGRAD_SPLIT>(pr->vd); }
-static void run_128_w64_dgrad(problem *pr) { launch_igemm<128, 128, 64, 64, 4, A_DGRAD>(pr->vd); }
-static void run_128_w64_k64_dgrad(problem *pr) { launch_igemm<128, 128, 64, 64, 3, A_DGRAD, false, false, 64>(pr->vd); }
+static void run_128_dgrad_split(problem *pr) { launch_igemm<128, 128, 64, 32, 4, a_dgrad_split>(pr->vd); }
+static void run_64_dgrad_split(problem *pr) { launch_igemm<64, 64, 32, 32, 4, a_dgrad_split>(pr->vd); }
+static void run_128_w64_dgrad(problem *pr) { launch_igemm<128, 128, 64, 64, 4, a_dgrad>(pr->vd); }
+static void run_128_w64_k64_dgrad(problem *pr) { launch_igemm<128, 128, 64, 64, 3, a_dgrad, epi_bf16, 64>(pr->vd); }
 
 /* wgrad. The library's path: col [N*Ho*Wo, K] = im2col_nhwc(x) (a 1x1 stride-1 unpadded conv:
  * x itself), dw = dy^T . col in fp32 (cuBLAS, bf16 operands). It runs the padded problem here
@@ -517,7 +526,7 @@ static void run_128_w64_wgrad(problem *pr) { launch_wgrad<128, 128, 64, 64, 4>(p
 
 /* deform: the deformable conv's forward main GEMM. The library's deft path: colT [M, K*C] bf16 =
  * the sampling kernel (deform_nhwc.h), then y = colT . w^T (cuBLAS, bf16) - the column matrix
- * written and read back; the igemm variants sample into shared memory (A_DEFORM) instead. */
+ * written and read back; the igemm variants sample into shared memory (a_deform) instead. */
 static int deform_shape(const problem *pr) { return pr->vdef.d.om != NULL; }
 static void run_ref_deform(problem *pr) {
     const dt_deform_plan *dp = &pr->dp;
@@ -528,11 +537,11 @@ static void run_ref_deform(problem *pr) {
                  pr->p.Cout);
     dt_gpu_free(colT);
 }
-static void run_128_deform(problem *pr) { launch_igemm<128, 128, 64, 32, 4, A_DEFORM>(pr->vdef); }
-static void run_64_deform(problem *pr) { launch_igemm<64, 64, 32, 32, 4, A_DEFORM>(pr->vdef); }
+static void run_128_deform(problem *pr) { launch_igemm<128, 128, 64, 32, 4, a_deform>(pr->vdef); }
+static void run_64_deform(problem *pr) { launch_igemm<64, 64, 32, 32, 4, a_deform>(pr->vdef); }
 /* dwgrad: the deformable conv's weight gradient dW [Cout, K*C] fp32 = dy^T . colT. The library:
  * the sampling re-made for the backward (deft's colconv backward re-fills colT), then cuBLAS;
- * the igemm variants sample the B operand in the wgrad kernel's loader instead. */
+ * the igemm variants sample the B operand in the wgrad kernel's loader (wb_deform) instead. */
 static void run_ref_deform_wgrad(problem *pr) {
     const dt_deform_plan *dp = &pr->dp;
     const int64_t Q = pr->p.M, KC = dp->KC;
@@ -542,8 +551,8 @@ static void run_ref_deform_wgrad(problem *pr) {
                  DT_F32, KC);
     dt_gpu_free(colT);
 }
-static void run_128_deform_wgrad(problem *pr) { launch_wgrad<128, 128, 64, 32, 4, true>(pr->pdef, pr->ddy, 0.0f, pr->ddw); }
-static void run_64_deform_wgrad(problem *pr) { launch_wgrad<64, 128, 32, 32, 4, true>(pr->pdef, pr->ddy, 0.0f, pr->ddw); }
+static void run_128_deform_wgrad(problem *pr) { launch_wgrad<128, 128, 64, 32, 4, wb_deform>(pr->pdef, pr->ddy, 0.0f, pr->ddw); }
+static void run_64_deform_wgrad(problem *pr) { launch_wgrad<64, 128, 32, 32, 4, wb_deform>(pr->pdef, pr->ddy, 0.0f, pr->ddw); }
 
 static const variant VARIANTS[] = {
     {"ref_cublas", PASS_FPROP, 0, any_shape, run_ref, 1, NULL},

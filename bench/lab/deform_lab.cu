@@ -6,9 +6,12 @@
  *
  *   offconv  the offset conv: lane-group kernels (any C) vs shared-memory tiled GEMMs
  *   gemm     the main dW GEMM on channels-last columns: dW = dYT^T col vs dW^T = col^T dYT
- *   gather   the dx gather with a lane a vector (rows grid-strided or in a contiguous range a
- *            block; 1 or 4 hits loaded ahead) against the product's (4 vectors a lane)
- *   sample   the sampling with a lane a vector (strided, blocked) against the product's
+ *   gather   the dx gather (the library's k_gather, a lane a vector) against the lab's
+ *            k_gather_ahead: 4 hits loaded ahead (2 for 256 channels), rows grid-strided or in a
+ *            contiguous range a block
+ *   sample   the sampling with a lane a vector (the library's k_sample at 16 or 32 lanes,
+ *            strided; k_sample_blocked: the library's row body in blocked rows) against the
+ *            product's (about 4 vectors a lane)
  *   bf16     the product's kernels on a bf16 plan (bf16 x and columns read as stored: sampling,
  *            gather into bf16 dx or an fp32 sum, the tensor-core offset conv), next to the two
  *            conversion passes of the bridge they replaced (x widened to fp32, the fp32 input
@@ -25,6 +28,7 @@
 #include "bench/bench_common.h"
 #include "ops/pointwise/convert.h"
 #include "ops/deform/deform_chunk.h"
+#include "ops/deform/deform_nhwc.cuh"
 #include "ops/deform/deform_nhwc.h"
 #include "ops/deform/deform_plan.h"
 #include "core/dt_alloc.h"
@@ -39,66 +43,86 @@
 
 /* ------------------------------------------------------------------ lab variants */
 
-const int THREADS = 256;
+/* The library's row kernels (ops/deform/deform_nhwc.cuh: k_sample, sample_row, k_gather) run here
+ * as they are, at the lab's lane choice; what the lab adds are the two choices they do not
+ * make - the row walk (BLOCKED: a contiguous range of rows a block, against the library's
+ * grid-stride loop over lane groups) and, for the gather, HB hits loaded ahead of their sums.
+ * Both were measured slower and stay here (deform_nhwc.cu's header comment). */
+using dt_deft::THREADS;
 
-/* The gather, with the two choices open: BLOCKED (a contiguous range of rows a block, else a
- * grid-stride loop) and HB (hits loaded ahead). Same arithmetic order as the product. */
-template <int VEC, int L, int VPL, int HB, bool BLOCKED>
-__global__ void __launch_bounds__(THREADS) k_gather_v(dt_deform_chunk c, const uint32_t *__restrict__ order,
-                                                     const uint32_t *__restrict__ start, const float *__restrict__ wm,
-                                                     const float *__restrict__ xT, const float *__restrict__ dcolT,
-                                                     float *__restrict__ dxT, float *__restrict__ D) {
-    typedef typename dt_vec<VEC>::T V;
-    const int lane = threadIdx.x % L, NV = c.Cg / VEC, rows = c.npix * c.G;
-    const unsigned mask = group_mask<L>();
-    int rb = blockIdx.x * (THREADS / L) + threadIdx.x / L, re = rows, rs = gridDim.x * (THREADS / L);
-    if (BLOCKED) {
-        int per = (rows + gridDim.x - 1) / gridDim.x;
-        rb = min(rows, (int)blockIdx.x * per) + threadIdx.x / L;
-        re = min(rows, (int)blockIdx.x * per + per);
-        rs = THREADS / L;
+/* This thread's lane group's rows: first, first + step, ... below end; BLOCKED: a contiguous
+ * range of rows a block, its groups strided inside it; else the library's grid-stride walk
+ * (DT_DEFT_FOR_ROWS). */
+template <int L, bool BLOCKED> struct row_walk {
+    int first, end, step;
+    __device__ __forceinline__ explicit row_walk(int rows) {
+        first = blockIdx.x * (THREADS / L) + threadIdx.x / L, end = rows, step = gridDim.x * (THREADS / L);
+        if (BLOCKED) {
+            const int per = (rows + gridDim.x - 1) / gridDim.x;
+            first = min(rows, (int)blockIdx.x * per) + threadIdx.x / L;
+            end = min(rows, (int)blockIdx.x * per + per);
+            step = THREADS / L;
+        }
     }
-    for (int r = rb; r < re; r += rs) {
-        uint32_t pix, rest, iu;
-        const int g = (int)dt_fastdiv_divmod((uint32_t)r, c.fG, &pix);
-        const int ix = (int)dt_fastdiv_divmod(pix, c.fW, &rest);
-        const int iy = (int)dt_fastdiv_divmod(rest, c.fH, &iu);
-        const int64_t base = ((int64_t)((int)iu * c.G + g) * (c.H + 1) + iy + 1) * (c.W + 1) + ix + 1;
-        const V *xr = reinterpret_cast<const V *>(xT + (int64_t)pix * c.C + (int64_t)g * c.Cg);
-        V *out = reinterpret_cast<V *>(dxT + (int64_t)pix * c.C + (int64_t)g * c.Cg);
+};
+
+/* The sampling in blocked rows: the library's row body (sample_row) on row_walk's rows. */
+template <int L>
+__global__ void __launch_bounds__(THREADS) k_sample_blocked(dt_deform_chunk c, const float *__restrict__ xT,
+                                                           const float *__restrict__ om, float *__restrict__ colT) {
+    const int lane = threadIdx.x % L;
+    const row_walk<L, true> w(c.S);
+    for (int s = w.first; s < w.end; s += w.step) {
+        int q, k, g;
+        dt_sample_decode(&c, (uint32_t)s, &q, &k, &g);
+        dt_deft::sample_row<4, L, float>(c, xT, om, q, k, g, lane, colT);
+    }
+}
+
+/* A variant of the library's k_gather (f32, float4 vectors, beta 0, dx always written) whose
+ * hit loop loads HB hits - their ids, weights and dcol vectors - before it sums any of them,
+ * on row_walk's rows. Same arithmetic order as k_gather, so the results are the same. */
+template <int L, int VPL, int HB, bool BLOCKED>
+__global__ void __launch_bounds__(THREADS) k_gather_ahead(dt_deform_chunk c, const uint32_t *__restrict__ order,
+                                                         const uint32_t *__restrict__ start, const float *__restrict__ wm,
+                                                         const float *__restrict__ xT, const float *__restrict__ dcolT,
+                                                         float *__restrict__ dxT, float *__restrict__ D) {
+    const int lane = threadIdx.x % L, NV = c.Cg / 4;
+    const unsigned mask = group_mask<L>();
+    const row_walk<L, BLOCKED> w(c.npix * c.G);
+    for (int r = w.first; r < w.end; r += w.step) {
+        uint32_t pix;
+        int g;
+        const int64_t base = dt_deft::gather_row(c, r, pix, g);
+        const float *xr = xT + (int64_t)pix * c.C + (int64_t)g * c.Cg;
+        float *out = dxT + (int64_t)pix * c.C + (int64_t)g * c.Cg;
         for (int v0 = 0; v0 < NV; v0 += L * VPL) {
-            V xv[VPL], acc[VPL];
-#pragma unroll
-            for (int u = 0; u < VPL; u++) {
-                int v = v0 + lane + u * L;
-                if (v < NV) xv[u] = vload(xr + v);
-                else vzero(xv[u]);
-                vzero(acc[u]);
-            }
+            float4 xv[VPL], acc[VPL];
+            dt_deft::gather_begin<L>(xr, v0, lane, NV, xv, acc);
 #pragma unroll
             for (int t = 0; t < 4; t++) {
-                const int64_t key = base - (t & 1) - (t >> 1) * (c.W + 1);
+                const int64_t key = dt_deft::gather_key(c, base, t);
                 const uint32_t e1 = __ldg(start + key + 1);
                 for (uint32_t e = __ldg(start + key); e < e1; e += HB) {
                     uint32_t sid[HB];
-                    float w[HB], part[HB];
-                    V d[HB][VPL];
+                    float hw[HB], part[HB];
+                    float4 d[HB][VPL];
 #pragma unroll
                     for (int h = 0; h < HB; h++) sid[h] = e + h < e1 ? __ldg(order + e + h) : 0u;
 #pragma unroll
                     for (int h = 0; h < HB; h++) {
-                        w[h] = part[h] = 0.0f;
+                        hw[h] = part[h] = 0.0f;
 #pragma unroll
                         for (int u = 0; u < VPL; u++) vzero(d[h][u]);
                         if (e + h >= e1) continue;
-                        w[h] = __ldg(wm + 4 * (int64_t)sid[h] + t);
+                        hw[h] = __ldg(wm + 4 * (int64_t)sid[h] + t);
                         int q, k, gg;
                         dt_sample_decode(&c, sid[h], &q, &k, &gg);
-                        const V *row = reinterpret_cast<const V *>(dcolT + (int64_t)q * c.KC + (int64_t)k * c.C +
-                                                                   (int64_t)g * c.Cg);
+                        const float4 *row = reinterpret_cast<const float4 *>(dcolT + (int64_t)q * c.KC + (int64_t)k * c.C +
+                                                                             (int64_t)g * c.Cg);
 #pragma unroll
                         for (int u = 0; u < VPL; u++) {
-                            int v = v0 + lane + u * L;
+                            const int v = v0 + lane + u * L;
                             if (v < NV) d[h][u] = vload(row + v);
                         }
                     }
@@ -106,79 +130,42 @@ __global__ void __launch_bounds__(THREADS) k_gather_v(dt_deform_chunk c, const u
                     for (int h = 0; h < HB; h++)
 #pragma unroll
                         for (int u = 0; u < VPL; u++) {
-                            vfma(acc[u], w[h], d[h][u]);
+                            vfma(acc[u], hw[h], d[h][u]);
                             part[h] += vdot(d[h][u], xv[u]);
                         }
 #pragma unroll
                     for (int h = 0; h < HB; h++) {
                         if (e + h >= e1) break;
-                        float sum = group_sum<L>(part[h], mask);
+                        const float sum = group_sum<L>(part[h], mask);
                         if (lane == 0) D[4 * (int64_t)sid[h] + t] = v0 == 0 ? sum : D[4 * (int64_t)sid[h] + t] + sum;
                     }
                 }
             }
-#pragma unroll
-            for (int u = 0; u < VPL; u++) {
-                int v = v0 + lane + u * L;
-                if (v < NV) out[v] = acc[u];
-            }
+            dt_deft::gather_end<L>(out, v0, lane, NV, acc, 0.0f);
         }
     }
 }
 
-template <int VEC, int L, bool BLOCKED>
-__global__ void __launch_bounds__(THREADS) k_sample_v(dt_deform_chunk c, const float *__restrict__ xT,
-                                                     const float *__restrict__ om, float *__restrict__ colT) {
-    typedef typename dt_vec<VEC>::T V;
-    const int lane = threadIdx.x % L, NV = c.Cg / VEC;
-    int rb = blockIdx.x * (THREADS / L) + threadIdx.x / L, re = c.S, rs = gridDim.x * (THREADS / L);
-    if (BLOCKED) {
-        int per = (c.S + gridDim.x - 1) / gridDim.x;
-        rb = min(c.S, (int)blockIdx.x * per) + threadIdx.x / L;
-        re = min(c.S, (int)blockIdx.x * per + per);
-        rs = THREADS / L;
-    }
-    for (int s = rb; s < re; s += rs) {
-        int q, k, g, i;
-        float m;
-        dt_sample_decode(&c, (uint32_t)s, &q, &k, &g);
-        dt_bilin b = dt_sample_bilin(&c, om, q, k, g, &i, &m);
-        const float *plane = xT + (int64_t)i * c.H * c.W * c.C + (int64_t)g * c.Cg;
-        const V *corner[4];
-#pragma unroll
-        for (int t = 0; t < 4; t++)
-            corner[t] = b.ok[t] ? reinterpret_cast<const V *>(plane + dt_bilin_index(&b, t, c.W) * c.C) : nullptr;
-        V *out = reinterpret_cast<V *>(colT + (int64_t)q * c.KC + (int64_t)k * c.C + (int64_t)g * c.Cg);
-        for (int v = lane; v < NV; v += L) {
-            V val[4];
-#pragma unroll
-            for (int t = 0; t < 4; t++) {
-                if (corner[t]) val[t] = vload(corner[t] + v);
-                else vzero(val[t]);
-            }
-            V sum = vscale(b.w[0], val[0]);
-            vfma(sum, b.w[1], val[1]);
-            vfma(sum, b.w[2], val[2]);
-            vfma(sum, b.w[3], val[3]);
-            out[v] = vscale(m, sum);
-        }
-    }
-}
-
-/* The lab's launchers: the product's lane choice (16 lanes for 64 channels, 32 above). */
+/* The lab's launchers, at a vector a lane: 16 lanes for 64 channels, 32 above (the library's
+ * gather makes the same choice; its sampling takes about 4 vectors a lane). */
 static int lanes_of(const dt_deform_plan *p) { return dt_lanes_for(p->Cg / 4, 4); }
 
+/* variant 0: the library's k_gather, rows grid-strided, one hit at a time; 1: HB hits ahead;
+ * 2: HB hits ahead, blocked rows */
 static void gather_variant(int variant, const dt_deform_plan *p, int64_t nb, const dt_deform_index *idx, const float *xT,
                            const float *dcol, float *dxT, float *D) {
     dt_deform_chunk c = dt_deform_chunk_make(p, nb);
     int L = lanes_of(p), nv = (int)(p->Cg / 4), rows = c.npix * c.G;
     int blocks = variant == 2 ? 8 * dt_gpu_sm_count() : dt_grid_for((int64_t)rows * L, THREADS);
-#define G(L_, VPL, HB, BL) k_gather_v<4, L_, VPL, HB, BL><<<blocks, THREADS, 0, dt_stream()>>>(c, idx->order, idx->start, idx->wm, xT, dcol, dxT, D)
-#define GV(L_, VPL, HBMAX)                        \
-    do {                                          \
-        if (variant == 0) G(L_, VPL, 1, false);   \
-        else if (variant == 1) G(L_, VPL, HBMAX, false); \
-        else G(L_, VPL, HBMAX, true);             \
+#define G(L_, VPL, HB, BL) \
+    k_gather_ahead<L_, VPL, HB, BL><<<blocks, THREADS, 0, dt_stream()>>>(c, idx->order, idx->start, idx->wm, xT, dcol, dxT, D)
+#define GV(L_, VPL, HBMAX)                                                                                              \
+    do {                                                                                                                \
+        if (variant == 0)                                                                                               \
+            dt_deft::k_gather<4, L_, VPL, float, float><<<blocks, THREADS, 0, dt_stream()>>>(                           \
+                c, idx->order, idx->start, idx->wm, xT, dcol, 0.0f, dxT, D);                                            \
+        else if (variant == 1) G(L_, VPL, HBMAX, false);                                                                \
+        else G(L_, VPL, HBMAX, true);                                                                                   \
     } while (0)
     if (L == 16) GV(16, 1, 4);
     else if (nv <= 32) GV(32, 1, 4);
@@ -188,16 +175,17 @@ static void gather_variant(int variant, const dt_deform_plan *p, int64_t nb, con
     DT_CHECK_LAUNCH();
 }
 
+/* strided: the library's k_sample at a vector a lane; blocked: k_sample_blocked */
 static void sample_variant(int blocked, const dt_deform_plan *p, int64_t nb, const float *xT, const float *om, float *col) {
     dt_deform_chunk c = dt_deform_chunk_make(p, nb);
     int L = lanes_of(p);
     int blocks = blocked ? 8 * dt_gpu_sm_count() : dt_grid_for((int64_t)c.S * L, THREADS);
     if (L == 16) {
-        if (blocked) k_sample_v<4, 16, true><<<blocks, THREADS, 0, dt_stream()>>>(c, xT, om, col);
-        else k_sample_v<4, 16, false><<<blocks, THREADS, 0, dt_stream()>>>(c, xT, om, col);
+        if (blocked) k_sample_blocked<16><<<blocks, THREADS, 0, dt_stream()>>>(c, xT, om, col);
+        else dt_deft::k_sample<4, 16, float><<<blocks, THREADS, 0, dt_stream()>>>(c, xT, om, col);
     } else {
-        if (blocked) k_sample_v<4, 32, true><<<blocks, THREADS, 0, dt_stream()>>>(c, xT, om, col);
-        else k_sample_v<4, 32, false><<<blocks, THREADS, 0, dt_stream()>>>(c, xT, om, col);
+        if (blocked) k_sample_blocked<32><<<blocks, THREADS, 0, dt_stream()>>>(c, xT, om, col);
+        else dt_deft::k_sample<4, 32, float><<<blocks, THREADS, 0, dt_stream()>>>(c, xT, om, col);
     }
     DT_CHECK_LAUNCH();
 }

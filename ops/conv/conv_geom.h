@@ -1,6 +1,7 @@
 /* conv_geom.h: what a 2-D convolution is asked - its geometry (kernel, stride, padding,
- * dilation), shared by plain and deformable convolutions, their kernels and their layers, and
- * the engine a bf16 channels-last conv's passes run on (dt_conv_algo, docs/conv.md "The plan"). */
+ * dilation) and the whole problem (the shapes, the groups), shared by plain and deformable
+ * convolutions, their kernels and their layers, and the engine a bf16 channels-last conv's
+ * passes run on (dt_conv_algo, docs/conv.md "The plan"). */
 #ifndef DT_CONV_GEOM_H
 #define DT_CONV_GEOM_H
 
@@ -29,6 +30,35 @@ static inline dt_conv_geom dt_geom(int k, int stride, int pad, int dil) {
 /* Output size along one axis; <= 0 means the input is too small for the kernel. */
 static inline int64_t dt_conv_out_size(int64_t in, int k, int s, int p, int d) {
     return (in + 2 * p - d * (k - 1) - 1) / s + 1;
+}
+
+/* One convolution problem, what every convolution path is given (the implicit GEMM and the
+ * Hopper engine, their plan, the deformable kernels' reference): logical tensors
+ * x [N, C, H, W], w [Cout, C / groups, kh, kw], y [N, Cout, Ho, Wo]; each of the `groups`
+ * groups maps C / groups input channels to Cout / groups outputs (1: a dense conv). How the
+ * tensors are stored (dtype, layout) is each entry point's; a path that does not take a problem
+ * (groups > 1 on the implicit GEMM, say) says so through its supports function. */
+typedef struct {
+    int64_t N, C, H, W;   /* the input */
+    int64_t Cout, Ho, Wo; /* the output */
+    dt_conv_geom g;
+    int64_t groups;
+} dt_conv_problem;
+
+/* The problem of x [N, C, H, W] under g with Cout outputs in `groups` groups; Ho, Wo from
+ * dt_conv_out_size (<= 0: the input is too small; the caller checks). */
+static inline dt_conv_problem dt_conv_problem_of(int64_t N, int64_t C, int64_t H, int64_t W, int64_t Cout,
+                                                 dt_conv_geom g, int64_t groups) {
+    dt_conv_problem p = {N, C, H, W, Cout, dt_conv_out_size(H, g.kh, g.sh, g.ph, g.dh),
+                         dt_conv_out_size(W, g.kw, g.sw, g.pw, g.dw), g, groups};
+    return p;
+}
+
+static inline int dt_conv_problem_same(const dt_conv_problem *a, const dt_conv_problem *b) {
+    return a->N == b->N && a->C == b->C && a->H == b->H && a->W == b->W && a->Cout == b->Cout && a->Ho == b->Ho &&
+           a->Wo == b->Wo && a->groups == b->groups && a->g.kh == b->g.kh && a->g.kw == b->g.kw &&
+           a->g.sh == b->g.sh && a->g.sw == b->g.sw && a->g.ph == b->g.ph && a->g.pw == b->g.pw &&
+           a->g.dh == b->g.dh && a->g.dw == b->g.dw;
 }
 
 /* The dgrad of a stride-1 conv g is itself a stride-1 conv of dy with the taps mirrored: same

@@ -1,7 +1,8 @@
 /* The CUDA launchers of the implicit-GEMM convolution (conv_igemm.h): each pass builds the GEMM
  * its kernel runs (conv_igemm.cuh's gemm_view / conv_params) and launches the tile the plan
  * chose. These are the lab's kernels (bench/lab/conv_lab.cu validates and times them beside
- * the other tile configurations); only the measured winners are instantiated here. The tile
+ * the other tile configurations, loaders and epilogues); only the measured winners are
+ * instantiated here. The tile
  * DT_IGEMM_TILE_SM90 hands the pass to the Hopper engine (conv_sm90.h). */
 #include "ops/conv/conv_igemm.cuh"
 #include "ops/conv/conv_igemm.h"
@@ -13,18 +14,21 @@ using namespace dt_igemm;
 
 namespace {
 
-/* the shipped tiles (docs/conv.md): fprop 128x128 with BK = 64 and 3 stages (the lab's
- * igemm_128x128_k64: half the barriers per k of BK = 32, faster on every ResNet-18 shape) and
- * 64x64; dgrad 128x128 and 64x64 with BK = 32 and 4 stages (8 warps of 64x32, 4 of 32x32);
- * wgrad 128x128 and 64x128, 4 stages; dgrad of a strided conv split by output parity
- * (A_DGRAD_SPLIT) */
-template <int LOADER> void launch_tile(const gemm_view &v, dt_igemm_tile tile) {
-    if (tile == DT_IGEMM_TILE_64) launch_igemm<64, 64, 32, 32, 4, LOADER>(v);
-    else if (LOADER == A_IM2COL) launch_igemm<128, 128, 64, 32, 3, LOADER, false, false, 64>(v);
-    else launch_igemm<128, 128, 64, 32, 4, LOADER>(v);
+/* the shipped tiles (docs/conv.md), each instantiated once: fprop 128x128 with BK = 64 and 3
+ * stages (the lab's igemm_128x128_k64: half the barriers per k of BK = 32, faster on every
+ * ResNet-18 shape) and 64x64; dgrad 128x128 and 64x64 with BK = 32 and 4 stages (8 warps of
+ * 64x32, 4 of 32x32), zero-filled (a_dgrad) or, for a strided conv, split by output parity
+ * (a_dgrad_split); wgrad 128x128 and 64x128, 4 stages. All with the bf16 epilogue (epi_bf16). */
+void launch_fprop(const gemm_view &v, dt_igemm_tile tile) {
+    if (tile == DT_IGEMM_TILE_64) launch_igemm<64, 64, 32, 32, 4, a_im2col>(v);
+    else launch_igemm<128, 128, 64, 32, 3, a_im2col, epi_bf16, 64>(v);
+}
+template <template <class> class A> void launch_dgrad(const gemm_view &v, dt_igemm_tile tile) {
+    if (tile == DT_IGEMM_TILE_64) launch_igemm<64, 64, 32, 32, 4, A>(v);
+    else launch_igemm<128, 128, 64, 32, 4, A>(v);
 }
 
-gemm_view base_view(const dt_igemm_conv *p) {
+gemm_view base_view(const dt_conv_problem *p) {
     gemm_view v = {};
     v.N = (int)p->N, v.KH = p->g.kh, v.KW = p->g.kw, v.SH = p->g.sh, v.SW = p->g.sw, v.PH = p->g.ph, v.PW = p->g.pw;
     v.DH = p->g.dh, v.DW = p->g.dw;
@@ -60,9 +64,9 @@ bf16 *padded(const void *src, int64_t rows, int C, int C8) {
 
 } // namespace
 
-extern "C" void dt_conv_igemm_fprop_bf16_cuda(const dt_igemm_conv *p, const void *x, const void *w, const float *bias,
-                                              void *y) {
-    if (p->tile == DT_IGEMM_TILE_SM90) return dt_conv_sm90_fprop(p, x, w, bias, y);
+extern "C" void dt_conv_igemm_fprop_bf16_cuda(const dt_conv_problem *p, dt_igemm_tile tile, const void *x,
+                                              const void *w, const float *bias, void *y) {
+    if (tile == DT_IGEMM_TILE_SM90) return dt_conv_sm90_fprop(p, x, w, bias, y);
     if (p->N * p->Ho * p->Wo == 0) return;
     const int taps = p->g.kh * p->g.kw, C = (int)p->C, C8 = (C + 7) / 8 * 8;
     bf16 *xp = NULL, *wp = NULL; /* C % 8 != 0: x and w with zero channels up to C8 */
@@ -74,13 +78,13 @@ extern "C" void dt_conv_igemm_fprop_bf16_cuda(const dt_igemm_conv *p, const void
     v.a = xp ? xp : (const bf16 *)x, v.b = wp ? wp : (const bf16 *)w, v.y = y, v.bias = bias, v.beta = 0.0f;
     v.AH = (int)p->H, v.AW = (int)p->W, v.AC = C8, v.OH = (int)p->Ho, v.OW = (int)p->Wo, v.NO = (int)p->Cout;
     v.M = (int)(p->N * p->Ho * p->Wo), v.K = taps * C8;
-    launch_tile<A_IM2COL>(v, p->tile);
+    launch_fprop(v, tile);
     dt_gpu_free(xp), dt_gpu_free(wp); /* stream-ordered, as wT below */
 }
 
-extern "C" void dt_conv_igemm_dgrad_bf16_cuda(const dt_igemm_conv *p, const void *dy, const void *w, float beta,
-                                              void *dx) {
-    if (p->tile == DT_IGEMM_TILE_SM90) return dt_conv_sm90_dgrad(p, dy, w, beta, dx);
+extern "C" void dt_conv_igemm_dgrad_bf16_cuda(const dt_conv_problem *p, dt_igemm_tile tile, const void *dy,
+                                              const void *w, float beta, void *dx) {
+    if (tile == DT_IGEMM_TILE_SM90) return dt_conv_sm90_dgrad(p, dy, w, beta, dx);
     if (p->N * p->H * p->W == 0) return;
     const int taps = p->g.kh * p->g.kw;
     const int64_t nw = p->Cout * taps * p->C;
@@ -94,14 +98,14 @@ extern "C" void dt_conv_igemm_dgrad_bf16_cuda(const dt_igemm_conv *p, const void
     /* a strided conv's dgrad as one sub-GEMM per output parity class over the taps that reach it
      * (a quarter of the work for stride 2); the zero-filled form for stride 1 */
     const int strided = (p->g.sh > 1 || p->g.sw > 1) && p->g.kh <= 8 && p->g.kw <= 8;
-    if (strided) launch_tile<A_DGRAD_SPLIT>(v, p->tile);
-    else launch_tile<A_DGRAD>(v, p->tile);
+    if (strided) launch_dgrad<a_dgrad_split>(v, tile);
+    else launch_dgrad<a_dgrad>(v, tile);
     dt_gpu_free(wT); /* stream-ordered: the block is reused only by later work on this stream */
 }
 
-extern "C" void dt_conv_igemm_wgrad_bf16_cuda(const dt_igemm_conv *p, const void *x, const void *dy, float beta,
-                                              float *dw) {
-    if (p->tile == DT_IGEMM_TILE_SM90) return dt_conv_sm90_wgrad(p, x, dy, beta, dw);
+extern "C" void dt_conv_igemm_wgrad_bf16_cuda(const dt_conv_problem *p, dt_igemm_tile tile, const void *x,
+                                              const void *dy, float beta, float *dw) {
+    if (tile == DT_IGEMM_TILE_SM90) return dt_conv_sm90_wgrad(p, x, dy, beta, dw);
     const int64_t K = (int64_t)p->g.kh * p->g.kw * p->C;
     if (p->N * p->Ho * p->Wo == 0) { /* no positions: dw = beta * dw */
         if (beta == 0.0f) dt_memset_gpu(dw, 0, sizeof(float) * (size_t)(p->Cout * K));
@@ -112,6 +116,6 @@ extern "C" void dt_conv_igemm_wgrad_bf16_cuda(const dt_igemm_conv *p, const void
     c.N = (int)p->N, c.H = (int)p->H, c.W = (int)p->W, c.C = (int)p->C, c.Cout = (int)p->Cout;
     c.KH = p->g.kh, c.KW = p->g.kw, c.SH = p->g.sh, c.SW = p->g.sw, c.PH = p->g.ph, c.PW = p->g.pw, c.DH = p->g.dh;
     c.DW = p->g.dw, c.Ho = (int)p->Ho, c.Wo = (int)p->Wo, c.M = (int)(p->N * p->Ho * p->Wo), c.K = (int)K;
-    if (p->tile == DT_IGEMM_TILE_64) launch_wgrad<64, 128, 32, 32, 4>(c, (const bf16 *)dy, beta, dw);
+    if (tile == DT_IGEMM_TILE_64) launch_wgrad<64, 128, 32, 32, 4>(c, (const bf16 *)dy, beta, dw);
     else launch_wgrad<128, 128, 64, 32, 4>(c, (const bf16 *)dy, beta, dw);
 }

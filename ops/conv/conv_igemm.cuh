@@ -1,12 +1,14 @@
 /* conv_igemm.cuh: the implicit-GEMM tensor-core convolution's device code (bf16 channels last,
  * fp32 accumulation), shared by the library's launchers (conv_igemm.cu) and the kernel lab
  * (bench/lab/conv_lab.cu, which validates and times these same templates in more tile
- * configurations than ship). The algorithm, the tiles and the numbers: docs/conv.md.
+ * configurations than ship, and adds its own loaders and epilogues through the customization
+ * points below: bench/lab/conv_lab_variants.cuh). The algorithm, the tiles and the numbers:
+ * docs/conv.md.
  *
  * The problem, shapes on every buffer:
  *   x [N, H, W, C]        bf16 NHWC            (C % 8 == 0, Cout % 8 == 0: a 16-byte chunk
  *   w [Cout, kh, kw, C]   bf16 (NHWC weight)    of 8 channels never straddles two taps)
- *   y [N, Ho, Wo, Cout]   bf16 NHWC (or fp32), fp32 accumulation, one rounding at the end
+ *   y [N, Ho, Wo, Cout]   bf16 NHWC, fp32 accumulation, one rounding at the end
  *   dy [N, Ho, Wo, Cout], dx [N, H, W, C]   bf16 (dgrad);   dw [Cout, kh, kw, C] fp32 (wgrad)
  * fprop's GEMM: M = N*Ho*Wo, Ngemm = Cout, K = kh*kw*C (k in the order (r, t, c), w's storage),
  *   A[m][k] = x[n][ho*sh - ph + r*dh][wo*sw - pw + t*dw][c] (0 outside), B[k][co] = w[co][r][t][c],
@@ -17,9 +19,11 @@
  * wgrad's GEMM: dw [Cout, K] = dy^T . A, the reduction over M = N*Ho*Wo split into fp32 partials
  *   summed in split order (deterministic); k_igemm_wgrad reads both operands m-major and
  *   transposes them into the mma fragments with ldmatrix.trans.
- * What varies is the operand loader (a_loader below: im2col, pointwise, dgrad zero-filled or
- * split by output parity, the deformable sampler) and the epilogue (bf16 with bias and beta, fp32,
- * split partials); the mainloop (cp_async_mainloop) is one.
+ * What varies is a policy type of the kernel's: the A-operand loader (a_conv below: im2col,
+ * dgrad zero-filled or split by output parity; the lab adds a 1x1 conv's rows and the deformable
+ * sampler), the epilogue (epi_bf16: bf16 with bias and beta; the lab adds fp32, split-K
+ * partials and the batch norm's statistics) and wgrad's B loader (wb_im2col; the lab adds the
+ * deformable sampler's); the mainloop (cp_async_mainloop) is one.
  * Every sum has a fixed order (no atomics): the results are bitwise reproducible. */
 #ifndef DT_K_CONV_IGEMM_CUH
 #define DT_K_CONV_IGEMM_CUH
@@ -32,34 +36,24 @@
 #include "core/dt_alloc.h"
 #include "core/dt_common.h"
 #include "core/dt_cuda.h"
-#include "ops/deform/deform_bilinear.h"
 #include "core/dt_device.h"
 
 namespace dt_igemm {
 
 typedef __nv_bfloat16 bf16;
 
-/* One convolution as the kernels see it. x, w, y device pointers (from the caching allocator:
- * 256-byte aligned, so every 8-channel chunk is 16-byte aligned when C % 8 == 0 and Cout % 8 == 0). */
-/* The deformable loaders' source (A_DEFORM, the deformable wgrad): om [M, ocs] fp32, the offset
- * conv's output per output position - (dy, dx) of tap t of offset group g at columns
- * 2*(g*KH*KW + t) and +1, the mask (after its sigmoid) at 2*gk + g*KH*KW + t when has_mask;
- * gk = G*KH*KW; cg = C / G (a multiple of 8: a chunk is in one group). om == NULL: not deformable. */
-struct deform_src {
-    const float *om;
-    int ocs, cg, gk, has_mask;
-};
-
+/* One convolution as the kernels see it (wgrad's problem). x, w, y device pointers (from the
+ * caching allocator: 256-byte aligned, so every 8-channel chunk is 16-byte aligned when
+ * C % 8 == 0 and Cout % 8 == 0). */
 struct conv_params {
     const bf16 *x; /* [N, H, W, C] */
     const bf16 *w; /* [Cout, KH, KW, C] = B^T [Cout, K] */
-    void *y;       /* [N, Ho, Wo, Cout] = [M, Cout], bf16 or fp32 */
+    void *y;       /* [N, Ho, Wo, Cout] = [M, Cout] */
     int N, H, W, C, Cout, KH, KW, SH, SW, PH, PW, DH, DW, Ho, Wo;
     int M, K; /* M = N*Ho*Wo, K = KH*KW*C */
-    deform_src d; /* the deformable wgrad's offsets (k_igemm_wgrad<..., DEFORM>) */
 };
 
-/* The GEMM a kernel runs, for either pass (fprop_view / dgrad_view build it from a problem):
+/* The GEMM a kernel runs, for either pass (conv_igemm.cu's passes build it from a problem):
  *   y [M, NO] = A [M, K] . B [K, NO],   B^T = b [NO, K] row-major (K contiguous),
  *   row m = (n, oh, ow) of an [N, OH, OW] output image; k = (r, t, ac): tap (r, t) of the KH x KW
  *   window and channel ac of A's source a [N, AH, AW, AC] (AC % 8 == 0, NO % 8 == 0).
@@ -68,95 +62,17 @@ struct conv_params {
  * dgrad: a = dy, (AH, AW, AC) = (Ho, Wo, Cout), (OH, OW) = (H, W), NO = C, b = wT [C, KH, KW, Cout]
  *   (w with its channel axes swapped, made once); A[m][k] = dy at ((h + PH - r*DH) / SH,
  *   (w + PW - t*DW) / SW) where both divide exactly and land inside, else 0 - the adjoint of
- *   fprop's gather, so dx = A . B is exact, and for stride 2 three taps in four are zeros. */
+ *   fprop's gather, so dx = A . B is exact, and for stride 2 three taps in four are zeros.
+ * A loader or an epilogue that needs more (the lab's offsets, its statistics buffer) takes a
+ * view type derived from this one; k_igemm passes its view type through. */
 struct gemm_view {
     const bf16 *a, *b;
-    void *y; /* bf16, or fp32 (F32OUT; split-K's [splits, M, NO] workspace) */
-    const float *bias; /* [NO] fp32 added before the rounding, or NULL (bf16 y only) */
-    float beta;        /* bf16 y = round(beta * y + acc (+ bias)): 0 writes, 1 accumulates (dx) */
-    /* bf16 y, not A_DGRAD_SPLIT: the batch norm's statistics in the epilogue - per row tile of
-     * BM rows, cut into STATS_GROUPS slabs of consecutive rows (one per group of BN threads),
-     * the sums of the stored (rounded) y and of y^2 over a slab's rows in row order, fp32, into
-     * stats [2][ceil(M / BM) * STATS_GROUPS][NO]; NULL: none (the conv lab's bn_stats_final
-     * reduces them in a fixed order) */
-    float *stats;
+    void *y; /* bf16 [M, NO] (a lab epilogue may write fp32 there) */
+    const float *bias; /* [NO] fp32 added before the rounding, or NULL */
+    float beta;        /* y = round(beta * y + acc (+ bias)): 0 writes, 1 accumulates (dx) */
     int N, AH, AW, AC, OH, OW, NO, KH, KW, SH, SW, PH, PW, DH, DW;
     int M, K;
-    deform_src d; /* the deformable loader (A_DEFORM) only */
 };
-
-/* The A-operand loaders: what A[m][k] is, the one part of the kernel that differs between
- * the convolutions it runs (CUTLASS's "iterators"). B is always b [NO, K] as stored.
- *   A_IM2COL     fprop: x at tap (r, t) of output position m's window, 0 outside (cp.async)
- *   A_POINTWISE  fprop of a 1x1 stride-1 unpadded conv: A is x [M, C] itself (cp.async)
- *   A_DGRAD      dgrad: dy through the mirrored taps, 0 where no output reads the pixel
- *   A_DEFORM     the deformable conv's main GEMM: A[m][(t, c)] = mask * bilinear(x, channel c,
- *                at tap t's position plus its offsets) - the sampled column matrix (deft's
- *                colT), made in registers from the four corner 16-byte chunks and stored to
- *                shared memory, never to global memory; the same fp32 arithmetic as deft's
- *                sampling kernel (w0 v0, then fma w1 v1, w2 v2, w3 v3, times the mask, one
- *                rounding), so the tile holds exactly the values colT would
- *   A_DGRAD_SPLIT  dgrad of a strided conv as SH*SW sub-GEMMs, one per output parity class
- *                (h % SH, w % SW) = blockIdx.z: a class's pixels are read through the same taps
- *                (those with (ph + PH - r*DH) % SH == 0, likewise for t), so its GEMM runs those
- *                taps only - K = taps * Cout, about a quarter of A_DGRAD's for stride 2, whose
- *                other taps are zero-filled. Rows m are the class's pixels (n, hq, wq) at
- *                (hq*SH + ph, wq*SW + pw); the epilogue writes them to their dx rows. B's k maps
- *                through the class's tap list. (CUTLASS's strided dgrad does the same split.) */
-enum a_loader { A_IM2COL = 0, A_POINTWISE = 1, A_DGRAD = 2, A_DEFORM = 3, A_DGRAD_SPLIT = 4 };
-
-/* One 16-byte chunk of the sampled column matrix in flight: its four corner chunks (zero where
- * the corner is outside, or the chunk is not in range), their bilinear weights and the mask. */
-struct deform_chunk {
-    uint4 v[4];
-    float w[4], mask;
-};
-
-/* Fetches the chunk of output position m (row m of om), tap (r, t) = tap, channels c .. c+7 of
- * the image at img [AH, AW, C]; (h0, w0): the position's window origin (ho*SH - PH, wo*SW - PW).
- * ok == false (past M or K) leaves zeros. The loads are issued here; deform_blend uses them. */
-__device__ __forceinline__ void deform_fetch(const deform_src &d, bool ok, int m, const bf16 *img, int h0, int w0, int r,
-                                             int t, int tap, int c, int KHW, int DH, int DW, int AH, int AW, int C,
-                                             deform_chunk &out) {
-    out.mask = 0.0f;
-#pragma unroll
-    for (int q = 0; q < 4; q++) out.v[q] = make_uint4(0, 0, 0, 0), out.w[q] = 0.0f;
-    if (!ok) return;
-    const int j = (c / d.cg) * KHW + tap; /* offset group g = c / cg */
-    const float *row = d.om + (int64_t)m * d.ocs;
-    out.mask = d.has_mask ? row[d.gk * 2 + j] : 1.0f;
-    const dt_bilin b = dt_bilin_make((float)(h0 + r * DH) + row[2 * j], (float)(w0 + t * DW) + row[2 * j + 1], AH, AW);
-#pragma unroll
-    for (int q = 0; q < 4; q++) {
-        out.w[q] = b.w[q];
-        if (b.ok[q]) out.v[q] = __ldg(reinterpret_cast<const uint4 *>(img + dt_bilin_index(&b, q, AW) * C + c));
-    }
-}
-
-/* The chunk's 8 samples: mask * (w0 v0 + w1 v1 + w2 v2 + w3 v3) per channel in fp32 (deft's
- * sampling order: a product, then three fmas, then the mask), each rounded once to bf16. */
-__device__ __forceinline__ uint4 deform_blend(const deform_chunk &d) {
-    const bf16 *v[4];
-#pragma unroll
-    for (int q = 0; q < 4; q++) v[q] = reinterpret_cast<const bf16 *>(&d.v[q]);
-    uint4 out;
-    __nv_bfloat162 *h = reinterpret_cast<__nv_bfloat162 *>(&out);
-#pragma unroll
-    for (int e = 0; e < 4; e++) {
-        float s2[2];
-#pragma unroll
-        for (int u = 0; u < 2; u++) {
-            const int ch = 2 * e + u;
-            float s = d.w[0] * __bfloat162float(v[0][ch]);
-            s = fmaf(d.w[1], __bfloat162float(v[1][ch]), s);
-            s = fmaf(d.w[2], __bfloat162float(v[2][ch]), s);
-            s = fmaf(d.w[3], __bfloat162float(v[3][ch]), s);
-            s2[u] = d.mask * s;
-        }
-        h[e] = __floats2bfloat162_rn(s2[0], s2[1]);
-    }
-    return out;
-}
 
 /* ---- PTX wrappers. Sources of the operand layouts: the PTX ISA ("Matrix fragments for
  * mma.m16n8k16 with floating point type", "ldmatrix", "cp.async"); checked against the
@@ -221,14 +137,11 @@ __device__ __forceinline__ void mma_bf16_16816(float d[4], const uint32_t a[4], 
  * the reduction, STAGES-1 tiles in flight before the first mma, one commit group per tile
  * (empty groups past the end keep the counting uniform). load(st, t) issues tile t's copies
  * into stage st; mma(st) consumes stage st; fill(st), after the mma, finishes stage st's tile
- * where its loads went to registers (the deformable loader: the blend and the shared-memory
+ * where its loads went to registers (the lab's deformable loader: the blend and the shared-memory
  * store happen while the next tiles' copies are in flight; a no-op for the others). On return
  * every copy has landed. */
-struct no_fill {
-    __device__ __forceinline__ void operator()(int) const {}
-};
-template <int STAGES, typename Load, typename Mma, typename Fill = no_fill>
-__device__ __forceinline__ void cp_async_mainloop(int n, Load load, Mma mma, Fill fill = Fill()) {
+template <int STAGES, typename Load, typename Mma, typename Fill>
+__device__ __forceinline__ void cp_async_mainloop(int n, Load load, Mma mma, Fill fill) {
 #pragma unroll
     for (int s = 0; s < STAGES - 1; s++) {
         if (s < n) load(s, s), fill(s);
@@ -289,16 +202,14 @@ __device__ __forceinline__ void store_acc_f32(const float (&acc)[MI][NI][4], flo
         }
 }
 
-/* The statistics epilogue's slabs per row tile: one group of BN threads a slab, as many groups as
- * the CTA's threads hold (1 when BN >= THREADS). */
-template <int THREADS, int BN> __host__ __device__ constexpr int stats_groups() { return THREADS / BN > 0 ? THREADS / BN : 1; }
 
 /* ---- the tile configuration. BK bf16 of k a stage (32 or 64) = BK/8 16-byte chunks per smem
  * row; a row is padded to BK + 8 elements (80 or 144 bytes) so that the 8 row addresses of one
  * ldmatrix matrix fall on 8 distinct 16-byte bank groups of the 128-byte bank line (80*i mod 128
  * = 0, 80, 32, 112, 64, 16, 96, 48; 144*i mod 128 = 0, 16, 32, ...): no bank conflicts on the
  * reads, at most 2-way on the cp.async writes. */
-template <int BM, int BN, int WM, int WN, int STAGES, int BK_ = 32> struct tile_cfg {
+template <int BM_, int BN_, int WM_, int WN_, int STAGES_, int BK_ = 32> struct tile_cfg {
+    static constexpr int BM = BM_, BN = BN_, WM = WM_, WN = WN_, STAGES = STAGES_; /* CTA and warp tiles */
     static constexpr int BK = BK_, PITCH = BK + 8, CPR = BK / 8; /* CPR: 16-byte chunks a row */
     static constexpr int WARPS_M = BM / WM, WARPS_N = BN / WN, THREADS = 32 * WARPS_M * WARPS_N;
     static constexpr int MI = WM / 16, NI = WN / 8;             /* mma tiles per warp */
@@ -314,26 +225,252 @@ template <int BM, int BN, int WM, int WN, int STAGES, int BK_ = 32> struct tile_
     static_assert(NI % 2 == 0, "B fragments come in pairs of n-tiles (one ldmatrix.x4)");
 };
 
-/* The implicit GEMM (gemm_view: fprop or dgrad). One CTA computes y[m0 .. m0+BM) x [n0 .. n0+BN); grid.x = one CTA per
- * tile, the n-tile fastest (the CTAs that share an A tile - the big operand - run together, so
- * it is read from DRAM once and from L2 after; all of w fits in L2).
+/* ---- k_igemm's A-operand loaders: what A[m][k] is, the one part of the kernel that differs
+ * between the convolutions it runs (CUTLASS's "iterators"). B is always b [NO, K] as stored.
+ * A loader is a class template over the tile configuration T; k_igemm holds one object a
+ * thread (its A rows' state) and its shared-memory part (A::smem), and calls
+ *   host:   rows0(p)    the rows grid x is sized for;  classes(p)  grid z;  check(p)  refuses what
+ *                       the loader cannot run (a grid z over 65535 among it)
+ *   device: begin(p, sh, m0)   this CTA's GEMM: rows M and reduction K (the view's, or a parity
+ *                              class's); false when the CTA has no rows (it returns at once)
+ *           rows(p, m0, krow)  the thread's A rows m0 + krow + i*ROWS_PER_PASS, i < A_IT
+ *           load(p, sh, da, k, kin)  issues the thread's chunks of k slice column k (kin: k < K)
+ *                              into da (row i at i*ROWS_PER_PASS*PITCH); returns B's column for k
+ *           fill(da)           after the stage's mma: finishes chunks that load kept in registers
+ *           out_row(p, m)      the output row of GEMM row m
+ * a_whole holds the defaults (the view's GEMM, one class, rows as they are, nothing to fill).
+ * The library's loaders are a_conv's three kinds:
+ *   A_IM2COL       fprop: x at tap (r, t) of output position m's window, 0 outside (cp.async)
+ *   A_DGRAD        dgrad: dy through the mirrored taps, 0 where no output reads the pixel
+ *   A_DGRAD_SPLIT  dgrad of a strided conv as SH*SW sub-GEMMs, one per output parity class
+ *                  (h % SH, w % SW) = blockIdx.z: a class's pixels are read through the same taps
+ *                  (those with (ph + PH - r*DH) % SH == 0, likewise for t), so its GEMM runs those
+ *                  taps only - K = taps * Cout, about a quarter of A_DGRAD's for stride 2, whose
+ *                  other taps are zero-filled. Rows m are the class's pixels (n, hq, wq) at
+ *                  (hq*SH + ph, wq*SW + pw); the epilogue writes them to their dx rows. B's k maps
+ *                  through the class's tap list. (CUTLASS's strided dgrad does the same split.)
+ * The lab's (bench/lab/conv_lab_variants.cuh): a 1x1 conv's rows and the deformable sampler. */
+struct a_whole {
+    struct smem {};
+    int M, K; /* this CTA's GEMM: rows and reduction */
+    static int64_t rows0(const gemm_view &p) { return p.M; }
+    static int classes(const gemm_view &) { return 1; }
+    static void check(const gemm_view &) {}
+    __device__ __forceinline__ bool begin(const gemm_view &p, smem &, int) {
+        M = p.M, K = p.K;
+        return true;
+    }
+    __device__ __forceinline__ void fill(bf16 *) const {}
+    __device__ __forceinline__ int64_t out_row(const gemm_view &, int m) const { return m; }
+};
+
+enum conv_kind { A_IM2COL = 0, A_DGRAD = 1, A_DGRAD_SPLIT = 2 };
+
+template <class T, int KIND> struct a_conv : a_whole {
+    static constexpr bool SPLIT = KIND == A_DGRAD_SPLIT, DGRAD = KIND != A_IM2COL;
+    /* A_DGRAD_SPLIT: the class's taps - rows r[0 .. n[0]) x columns t[0 .. n[1]) of the window */
+    struct smem {
+        int r[SPLIT ? 8 : 1], t[SPLIT ? 8 : 1], n[2];
+    };
+    /* A_DGRAD_SPLIT: this CTA's parity class (ph, pw), its rows (n, hq, wq) over OHc x OWc
+     * pixels an image, nt taps a window row */
+    int ph, pw, OHc, OWc, nt;
+    /* per A row: the image's base, and its window's origin: fprop the top-left source position
+     * (tap (r, t) reads h0 + r*DH), dgrad the output position plus the padding (tap (r, t)
+     * reads (h0 - r*DH) / SH). A row past M gets h0 = -2^30: every tap falls outside, zero-filled */
+    const bf16 *base[T::A_IT];
+    int h0[T::A_IT], w0[T::A_IT];
+
+    /* A_DGRAD_SPLIT: one grid z per parity class, x sized for class 0 (the largest) */
+    static int64_t rows0(const gemm_view &p) {
+        return SPLIT ? (int64_t)p.N * ((p.OH + p.SH - 1) / p.SH) * ((p.OW + p.SW - 1) / p.SW) : p.M;
+    }
+    static int classes(const gemm_view &p) { return SPLIT ? p.SH * p.SW : 1; }
+    static void check(const gemm_view &p) {
+        if (SPLIT && (p.SH * p.SW > 65535 || p.KH > 8 || p.KW > 8))
+            dt_fatal("conv2d (implicit GEMM): the split dgrad takes kernels up to 8x8 and up to 65535 parity classes "
+                     "(kernel %dx%d, stride %dx%d)", p.KH, p.KW, p.SH, p.SW);
+    }
+
+    __device__ __forceinline__ bool begin(const gemm_view &p, smem &sh, int m0) {
+        ph = 0, pw = 0, OHc = p.OH, OWc = p.OW, M = p.M, K = p.K, nt = 1;
+        if (!SPLIT) return true;
+        ph = (int)blockIdx.z / p.SW, pw = (int)blockIdx.z % p.SW;
+        OHc = (p.OH - ph + p.SH - 1) / p.SH, OWc = (p.OW - pw + p.SW - 1) / p.SW;
+        M = p.N * OHc * OWc;
+        if (m0 >= M) return false; /* the grid is sized for class 0, the largest */
+        if (threadIdx.x == 0) {
+            int nr = 0, ntt = 0;
+            for (int r = 0; r < p.KH && nr < 8; r++)
+                if (((ph + p.PH - r * p.DH) % p.SH + p.SH) % p.SH == 0) sh.r[nr++] = r;
+            for (int t = 0; t < p.KW && ntt < 8; t++)
+                if (((pw + p.PW - t * p.DW) % p.SW + p.SW) % p.SW == 0) sh.t[ntt++] = t;
+            sh.n[0] = nr, sh.n[1] = ntt;
+        }
+        __syncthreads();
+        nt = sh.n[1];
+        K = sh.n[0] * sh.n[1] * p.AC;
+        return true;
+    }
+
+    __device__ __forceinline__ void rows(const gemm_view &p, int m0, int krow) {
+#pragma unroll
+        for (int i = 0; i < T::A_IT; i++) {
+            const int m = m0 + krow + i * T::ROWS_PER_PASS;
+            base[i] = p.a;
+            h0[i] = -(1 << 30);
+            w0[i] = 0;
+            if (m < M) {
+                const int hw = OHc * OWc, n = m / hw, rem = m - n * hw;
+                int ho = rem / OWc, wo = rem - ho * OWc;
+                if (SPLIT) ho = ho * p.SH + ph, wo = wo * p.SW + pw; /* the class's pixel */
+                base[i] = p.a + (int64_t)n * p.AH * p.AW * p.AC;
+                h0[i] = DGRAD ? ho + p.PH : ho * p.SH - p.PH;
+                w0[i] = DGRAD ? wo + p.PW : wo * p.SW - p.PW;
+            }
+        }
+    }
+
+    /* k -> its tap (r, t) of the window and channel c of A's source; A_DGRAD_SPLIT: the class's
+     * tap i = tap, row i / nt and column i % nt of its list (a class without taps has K = 0:
+     * nothing is in range) */
+    __device__ __forceinline__ void decode(const gemm_view &p, const smem &sh, int k, bool kin, int &r, int &t, int &c,
+                                           int &tap) const {
+        tap = k / p.AC;
+        c = k - tap * p.AC;
+        r = 0, t = 0;
+        if (SPLIT) {
+            if (kin) r = sh.r[tap / nt], t = sh.t[tap % nt];
+        } else {
+            r = tap / p.KW;
+            t = tap - r * p.KW;
+        }
+    }
+
+    __device__ __forceinline__ int load(const gemm_view &p, const smem &sh, bf16 *da, int k, bool kin) const {
+        int r, t, c, tap;
+        decode(p, sh, k, kin, r, t, c, tap);
+#pragma unroll
+        for (int i = 0; i < T::A_IT; i++) {
+            const bf16 *src = p.a;
+            int bytes = 0;
+            if (DGRAD) {
+                const int hh = h0[i] - r * p.DH, ww = w0[i] - t * p.DW;
+                if (kin && hh >= 0 && ww >= 0 && hh % p.SH == 0 && ww % p.SW == 0) {
+                    const int hi = hh / p.SH, wi = ww / p.SW;
+                    if (hi < p.AH && wi < p.AW) src = base[i] + ((int64_t)hi * p.AW + wi) * p.AC + c, bytes = 16;
+                }
+            } else {
+                const int hi = h0[i] + r * p.DH, wi = w0[i] + t * p.DW;
+                if (kin && (unsigned)hi < (unsigned)p.AH && (unsigned)wi < (unsigned)p.AW)
+                    src = base[i] + ((int64_t)hi * p.AW + wi) * p.AC + c, bytes = 16;
+            }
+            cp_async16(da + i * T::ROWS_PER_PASS * T::PITCH, src, bytes);
+        }
+        return SPLIT ? (r * p.KW + t) * p.AC + c : k; /* B's column: the full-window k */
+    }
+
+    /* A_DGRAD_SPLIT: the class pixel of row m -> its dx row */
+    __device__ __forceinline__ int64_t out_row(const gemm_view &p, int m) const {
+        if (!SPLIT) return m;
+        const int hw = OHc * OWc, n = m / hw, rem = m - n * hw, hq = rem / OWc, wq = rem - hq * OWc;
+        return ((int64_t)n * p.OH + hq * p.SH + ph) * p.OW + wq * p.SW + pw;
+    }
+};
+template <class T> using a_im2col = a_conv<T, A_IM2COL>;
+template <class T> using a_dgrad = a_conv<T, A_DGRAD>;
+template <class T> using a_dgrad_split = a_conv<T, A_DGRAD_SPLIT>;
+
+/* ---- k_igemm's epilogues: where a CTA's accumulators go. An epilogue is a type with
+ *   k_range(KT_ALL, kt0, KT)   the k tiles kt0 .. kt0 + KT - 1 the CTA sums (all of them; the
+ *                              lab's split-K: a range a grid y)
+ *   store<T>(p, acc, smem, a, m0, n0, tid)   after the mainloop, whose shared memory it may use
+ * The library's is epi_bf16; stage_acc and store_rows_bf16 are its steps, which the lab's
+ * epilogues (bench/lab/conv_lab_variants.cuh: fp32 y, split-K partials, the batch norm's
+ * statistics) reuse. */
+
+/* The warp's fp32 accumulators into the CTA's tile sC [BM][BN + 8] fp32 in shared memory
+ * (float2 writes: lane (g, q) at word 8g + 2q + row*(BN+8) mod 32 - a half-warp's 16 lanes hit
+ * 32 distinct words). The caller synchronizes before reading it. */
+template <class T> __device__ __forceinline__ float *stage_acc(const float (&acc)[T::MI][T::NI][4], unsigned char *smem, int tid) {
+    const int lane = tid & 31, warp = tid >> 5, warp_m = warp / T::WARPS_N, warp_n = warp % T::WARPS_N;
+    const int g = lane >> 2, q = lane & 3;
+    float *sC = reinterpret_cast<float *>(smem);
+#pragma unroll
+    for (int i = 0; i < T::MI; i++)
+#pragma unroll
+        for (int j = 0; j < T::NI; j++) {
+            const int row = warp_m * T::WM + i * 16 + g, col = warp_n * T::WN + j * 8 + 2 * q;
+            *reinterpret_cast<float2 *>(sC + row * T::CPITCH + col) = make_float2(acc[i][j][0], acc[i][j][1]);
+            *reinterpret_cast<float2 *>(sC + (row + 8) * T::CPITCH + col) = make_float2(acc[i][j][2], acc[i][j][3]);
+        }
+    return sC;
+}
+
+/* sC's rows (GEMM rows m0 .. m0+BM, columns n0 .. n0+BN) to bf16 y: whole rows in 16-byte
+ * stores at the loader's output rows, each element rounded once (nearest even) after the bias
+ * and beta * y are added in fp32 - the same single rounding as col2im's beta path. Each stored
+ * chunk is handed to stored(row, ch, h) too (tile row, 8-channel chunk, its four rounded bf16
+ * pairs): the lab's statistics epilogue reads them there. */
+template <class T, class A, class Stored>
+__device__ __forceinline__ void store_rows_bf16(const gemm_view &p, const float *sC, const A &a, int m0, int n0, int tid,
+                                                Stored stored) {
+    bf16 *y = static_cast<bf16 *>(p.y);
+    constexpr int CH = T::BN / 8; /* 16-byte chunks per tile row */
+#pragma unroll 1 /* a loop, as it was measured (unrolled it holds more registers) */
+    for (int idx = tid; idx < T::BM * CH; idx += T::THREADS) {
+        const int row = idx / CH, ch = idx % CH, m = m0 + row, co = n0 + ch * 8;
+        if (m >= a.M || co >= p.NO) continue;
+        const int64_t orow = a.out_row(p, m);
+        const float4 lo = *reinterpret_cast<const float4 *>(sC + row * T::CPITCH + ch * 8);
+        const float4 hi = *reinterpret_cast<const float4 *>(sC + row * T::CPITCH + ch * 8 + 4);
+        float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+        if (p.bias) {
+#pragma unroll
+            for (int e = 0; e < 8; e++) v[e] += p.bias[co + e];
+        }
+        uint4 *dst = reinterpret_cast<uint4 *>(y + orow * p.NO + co);
+        if (p.beta != 0.0f) {
+            const uint4 old = *dst;
+            const bf16 *o = reinterpret_cast<const bf16 *>(&old);
+#pragma unroll
+            for (int e = 0; e < 8; e++) v[e] = p.beta * __bfloat162float(o[e]) + v[e];
+        }
+        uint4 out;
+        __nv_bfloat162 *h = reinterpret_cast<__nv_bfloat162 *>(&out);
+#pragma unroll
+        for (int e = 0; e < 4; e++) h[e] = __floats2bfloat162_rn(v[2 * e], v[2 * e + 1]);
+        *dst = out;
+        stored(row, ch, h);
+    }
+}
+
+/* bf16 y [M, NO] with the bias and beta: the fp32 tile through shared memory, then rows */
+struct epi_bf16 {
+    __device__ __forceinline__ static void k_range(int, int &, int &) {}
+    template <class T, class A, class V>
+    __device__ __forceinline__ static void store(const V &p, const float (&acc)[T::MI][T::NI][4], unsigned char *smem,
+                                                 const A &a, int m0, int n0, int tid) {
+        const float *sC = stage_acc<T>(acc, smem, tid);
+        __syncthreads();
+        store_rows_bf16<T>(p, sC, a, m0, n0, tid, [](int, int, const __nv_bfloat162 *) {});
+    }
+};
+
+/* The implicit GEMM (gemm_view: fprop or dgrad), tile configuration T, A loader A<T>, epilogue
+ * E, view type V (gemm_view or one derived from it, for the loader and the epilogue). One CTA
+ * computes y[m0 .. m0+BM) x [n0 .. n0+BN); grid.x = one CTA per tile, the n-tile fastest (the
+ * CTAs that share an A tile - the big operand - run together, so it is read from DRAM once and
+ * from L2 after; all of w fits in L2).
  *
  * Loader: thread tid owns 16-byte chunk kc = tid % CPR (channels 8kc .. 8kc+7 of the k slice) of
  * rows tid/CPR + i*THREADS/CPR of A (and of B). Row decoding (n, ho, wo) happens once per CTA; per
  * k slice each thread decodes its k = kt*BK + 8kc into (r, t, c) once (C % 8 == 0, so the
  * 8 channels of a chunk never straddle two taps, and K % 8 == 0, so a chunk is wholly in or
- * out of K). LOADER: what A is (a_loader above). SPLITK: grid.y splits the k
- * tiles into gridDim.y contiguous ranges; split z writes its fp32 partial tile to y + z*M*Cout
- * (a workspace [splits, M, Cout]) and k_splitk_sum adds the splits in order: for the shapes
- * whose tiles are too few to fill the GPU (layer3-4: M = N*Ho*Wo is small, K long). */
-template <int BM, int BN, int WM, int WN, int STAGES, int LOADER, bool F32OUT, bool SPLITK, int BK_>
-__global__ void __launch_bounds__(tile_cfg<BM, BN, WM, WN, STAGES, BK_>::THREADS) k_igemm(gemm_view p) {
-    typedef tile_cfg<BM, BN, WM, WN, STAGES, BK_> T;
-    constexpr int BK = T::BK, PITCH = T::PITCH;
-    constexpr bool ONE = LOADER == A_POINTWISE, DEFORM = LOADER == A_DEFORM, SPLIT = LOADER == A_DGRAD_SPLIT;
-    constexpr bool DGRAD = LOADER == A_DGRAD || SPLIT;
-    static_assert(!SPLITK || F32OUT, "split-K writes fp32 partial sums");
-    static_assert(!(SPLIT && F32OUT), "the parity classes' rows are scattered: bf16 epilogue only");
+ * out of K). */
+template <class T, template <class> class A, class E, class V>
+__global__ void __launch_bounds__(T::THREADS) k_igemm(V p) {
+    constexpr int BM = T::BM, BN = T::BN, WM = T::WM, WN = T::WN, STAGES = T::STAGES, BK = T::BK, PITCH = T::PITCH;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16 *sA = reinterpret_cast<bf16 *>(smem_raw); /* [STAGES][BM][PITCH] */
     bf16 *sB = sA + STAGES * BM * PITCH;          /* [STAGES][BN][PITCH] */
@@ -344,54 +481,10 @@ __global__ void __launch_bounds__(tile_cfg<BM, BN, WM, WN, STAGES, BK_>::THREADS
     const int m0 = (int)(blockIdx.x / ntn) * BM, n0 = (int)(blockIdx.x % ntn) * BN;
     const int kc = tid % T::CPR, krow = tid / T::CPR; /* this thread's chunk column and first row */
 
-    /* A_DGRAD_SPLIT: this CTA's parity class (ph, pw), its rows (n, hq, wq) over OHc x OWc pixels
-     * an image, and its taps - rows s_r[0 .. nr) x columns s_t[0 .. nt) of the window */
-    __shared__ int s_r[SPLIT ? 8 : 1], s_t[SPLIT ? 8 : 1], s_n[2];
-    int ph = 0, pw = 0, OHc = p.OH, OWc = p.OW, Mrows = p.M, Krun = p.K, nt_taps = 1;
-    if (SPLIT) {
-        ph = (int)blockIdx.z / p.SW, pw = (int)blockIdx.z % p.SW;
-        OHc = (p.OH - ph + p.SH - 1) / p.SH, OWc = (p.OW - pw + p.SW - 1) / p.SW;
-        Mrows = p.N * OHc * OWc;
-        if (m0 >= Mrows) return; /* the grid is sized for class 0, the largest */
-        if (tid == 0) {
-            int nr = 0, nt = 0;
-            for (int r = 0; r < p.KH && nr < 8; r++)
-                if (((ph + p.PH - r * p.DH) % p.SH + p.SH) % p.SH == 0) s_r[nr++] = r;
-            for (int t = 0; t < p.KW && nt < 8; t++)
-                if (((pw + p.PW - t * p.DW) % p.SW + p.SW) % p.SW == 0) s_t[nt++] = t;
-            s_n[0] = nr, s_n[1] = nt;
-        }
-        __syncthreads();
-        nt_taps = s_n[1];
-        Krun = s_n[0] * s_n[1] * p.AC;
-    }
-
-    /* per A row: the image's base, and its window's origin: fprop the top-left source position
-     * (tap (r, t) reads h0 + r*DH), dgrad the output position plus the padding (tap (r, t)
-     * reads (h0 - r*DH) / SH). A row past M gets h0 = -2^30: every tap falls outside, zero-filled */
-    const bf16 *a_base[T::A_IT];
-    int a_h0[T::A_IT], a_w0[T::A_IT], a_m[T::A_IT]; /* a_m: the row (om's), -1 past M */
-#pragma unroll
-    for (int i = 0; i < T::A_IT; i++) {
-        const int m = m0 + krow + i * T::ROWS_PER_PASS;
-        a_base[i] = p.a;
-        a_h0[i] = -(1 << 30);
-        a_w0[i] = 0;
-        a_m[i] = m < Mrows ? m : -1;
-        if (m < Mrows) {
-            if (ONE) {
-                a_base[i] = p.a + (int64_t)m * p.AC;
-                a_h0[i] = 0;
-            } else {
-                const int hw = OHc * OWc, n = m / hw, rem = m - n * hw;
-                int ho = rem / OWc, wo = rem - ho * OWc;
-                if (SPLIT) ho = ho * p.SH + ph, wo = wo * p.SW + pw; /* the class's pixel */
-                a_base[i] = p.a + (int64_t)n * p.AH * p.AW * p.AC;
-                a_h0[i] = DGRAD ? ho + p.PH : ho * p.SH - p.PH;
-                a_w0[i] = DGRAD ? wo + p.PW : wo * p.SW - p.PW;
-            }
-        }
-    }
+    __shared__ typename A<T>::smem a_sh;
+    A<T> a;
+    if (!a.begin(p, a_sh, m0)) return;
+    a.rows(p, m0, krow);
     /* per B row (an output channel): w's row, or NULL past Cout */
     const bf16 *b_row[T::B_IT];
 #pragma unroll
@@ -400,51 +493,12 @@ __global__ void __launch_bounds__(tile_cfg<BM, BN, WM, WN, STAGES, BK_>::THREADS
         b_row[i] = co < p.NO ? p.b + (int64_t)co * p.K : nullptr;
     }
 
-    /* the deformable loader's chunks between load_tile and fill_tile, one per A row of this thread */
-    deform_chunk dch[DEFORM ? T::A_IT : 1];
-
-    /* issue the cp.asyncs of k tile kt into pipeline stage st (the deformable A: its loads) */
+    /* issue the copies of k tile kt into pipeline stage st (A's, then B's at the column A's
+     * loader maps k to) */
     auto load_tile = [&](int st, int kt) {
         const int k = kt * BK + kc * 8;
-        const bool kin = k < Krun;
-        int r = 0, t = 0, c = k, tap = 0;
-        if (!ONE) {
-            tap = k / p.AC;
-            c = k - tap * p.AC;
-            if (SPLIT) { /* the class's tap i = tap: row i / nt, column i % nt of its list (a class
-                          * without taps has Krun = 0: nothing is in range) */
-                if (kin) r = s_r[tap / nt_taps], t = s_t[tap % nt_taps];
-            } else {
-                r = tap / p.KW;
-                t = tap - r * p.KW;
-            }
-        }
-        const int kb = SPLIT ? (r * p.KW + t) * p.AC + c : k; /* B's column: the full-window k */
-        bf16 *da = sA + (st * BM + krow) * PITCH + kc * 8;
-#pragma unroll
-        for (int i = 0; i < T::A_IT; i++) {
-            if (DEFORM) {
-                deform_fetch(p.d, kin && a_m[i] >= 0, a_m[i], a_base[i], a_h0[i], a_w0[i], r, t, tap, c, p.KH * p.KW, p.DH,
-                             p.DW, p.AH, p.AW, p.AC, dch[DEFORM ? i : 0]);
-                continue;
-            }
-            const bf16 *src = p.a;
-            int bytes = 0;
-            if (ONE) {
-                if (kin && a_h0[i] == 0) src = a_base[i] + k, bytes = 16;
-            } else if (DGRAD) {
-                const int hh = a_h0[i] - r * p.DH, ww = a_w0[i] - t * p.DW;
-                if (kin && hh >= 0 && ww >= 0 && hh % p.SH == 0 && ww % p.SW == 0) {
-                    const int hi = hh / p.SH, wi = ww / p.SW;
-                    if (hi < p.AH && wi < p.AW) src = a_base[i] + ((int64_t)hi * p.AW + wi) * p.AC + c, bytes = 16;
-                }
-            } else {
-                const int hi = a_h0[i] + r * p.DH, wi = a_w0[i] + t * p.DW;
-                if (kin && (unsigned)hi < (unsigned)p.AH && (unsigned)wi < (unsigned)p.AW)
-                    src = a_base[i] + ((int64_t)hi * p.AW + wi) * p.AC + c, bytes = 16;
-            }
-            cp_async16(da + i * T::ROWS_PER_PASS * PITCH, src, bytes);
-        }
+        const bool kin = k < a.K;
+        const int kb = a.load(p, a_sh, sA + (st * BM + krow) * PITCH + kc * 8, k, kin);
         bf16 *db = sB + (st * BN + krow) * PITCH + kc * 8;
 #pragma unroll
         for (int i = 0; i < T::B_IT; i++) {
@@ -452,26 +506,14 @@ __global__ void __launch_bounds__(tile_cfg<BM, BN, WM, WN, STAGES, BK_>::THREADS
             cp_async16(db + i * T::ROWS_PER_PASS * PITCH, ok ? b_row[i] + kb : p.b, ok ? 16 : 0);
         }
     };
-    /* the deformable A of the tile load_tile fetched: mask * (w0 v0 + w1 v1 + w2 v2 + w3 v3) per
-     * channel in fp32 (deft's order), rounded once, 16 bytes to stage st */
-    auto fill_tile = [&](int st) {
-        bf16 *da = sA + (st * BM + krow) * PITCH + kc * 8;
-#pragma unroll
-        for (int i = 0; i < (DEFORM ? T::A_IT : 0); i++)
-            *reinterpret_cast<uint4 *>(da + i * T::ROWS_PER_PASS * PITCH) = deform_blend(dch[DEFORM ? i : 0]);
-    };
+    auto fill_tile = [&](int st) { a.fill(sA + (st * BM + krow) * PITCH + kc * 8); };
 
     float acc[T::MI][T::NI][4];
     zero_acc(acc);
-    /* this CTA's k tiles: kt0 .. kt0 + KT - 1 (all of them without split-K; a split past the
-     * end has none and writes 0) */
-    const int KT_ALL = (Krun + BK - 1) / BK;
+    /* this CTA's k tiles: kt0 .. kt0 + KT - 1 */
+    const int KT_ALL = (a.K + BK - 1) / BK;
     int kt0 = 0, KT = KT_ALL;
-    if (SPLITK) {
-        const int per = (KT_ALL + (int)gridDim.y - 1) / (int)gridDim.y;
-        kt0 = min(KT_ALL, (int)blockIdx.y * per);
-        KT = min(KT_ALL - kt0, per);
-    }
+    E::k_range(KT_ALL, kt0, KT);
     cp_async_mainloop<STAGES>(
         KT, [&](int st, int t) { load_tile(st, kt0 + t); },
         [&](int st) {
@@ -498,105 +540,19 @@ __global__ void __launch_bounds__(tile_cfg<BM, BN, WM, WN, STAGES, BK_>::THREADS
         },
         fill_tile);
     __syncthreads(); /* the pipeline's smem is reused by the epilogue */
-
-    if (F32OUT) { /* fp32 y (split-K: this split's slice of the workspace) */
-        float *y = static_cast<float *>(p.y) + (SPLITK ? (int64_t)blockIdx.y * p.M * p.NO : 0);
-        store_acc_f32(acc, y, p.M, p.NO, m0 + warp_m * WM, n0 + warp_n * WN, lane);
-        return;
-    }
-    const int g = lane >> 2, q = lane & 3;
-    /* bf16 y: the fp32 tile through smem [BM][BN+8] (float2 writes: lane (g, q) at word
-     * 8g + 2q + row*(BN+8) mod 32 - a half-warp's 16 lanes hit 32 distinct words), then whole
-     * rows in 16-byte stores, each element rounded once (nearest even) after the bias and
-     * beta * y are added in fp32 - the same single rounding as col2im's beta path. */
-    float *sC = reinterpret_cast<float *>(smem_raw);
-#pragma unroll
-    for (int i = 0; i < T::MI; i++)
-#pragma unroll
-        for (int j = 0; j < T::NI; j++) {
-            const int row = warp_m * WM + i * 16 + g, col = warp_n * WN + j * 8 + 2 * q;
-            *reinterpret_cast<float2 *>(sC + row * T::CPITCH + col) = make_float2(acc[i][j][0], acc[i][j][1]);
-            *reinterpret_cast<float2 *>(sC + (row + 8) * T::CPITCH + col) = make_float2(acc[i][j][2], acc[i][j][3]);
-        }
-    __syncthreads();
-    bf16 *y = static_cast<bf16 *>(p.y);
-    constexpr int CH = BN / 8; /* 16-byte chunks per tile row */
-    for (int idx = tid; idx < BM * CH; idx += T::THREADS) {
-        const int row = idx / CH, ch = idx % CH, m = m0 + row, co = n0 + ch * 8;
-        if (m >= Mrows || co >= p.NO) continue;
-        int64_t orow = m; /* the output row: A_DGRAD_SPLIT's class pixel -> its dx row */
-        if (SPLIT) {
-            const int hw = OHc * OWc, n = m / hw, rem = m - n * hw, hq = rem / OWc, wq = rem - hq * OWc;
-            orow = ((int64_t)n * p.OH + hq * p.SH + ph) * p.OW + wq * p.SW + pw;
-        }
-        const float4 lo = *reinterpret_cast<const float4 *>(sC + row * T::CPITCH + ch * 8);
-        const float4 hi = *reinterpret_cast<const float4 *>(sC + row * T::CPITCH + ch * 8 + 4);
-        float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-        if (p.bias) {
-#pragma unroll
-            for (int e = 0; e < 8; e++) v[e] += p.bias[co + e];
-        }
-        uint4 *dst = reinterpret_cast<uint4 *>(y + orow * p.NO + co);
-        if (p.beta != 0.0f) {
-            const uint4 old = *dst;
-            const bf16 *o = reinterpret_cast<const bf16 *>(&old);
-#pragma unroll
-            for (int e = 0; e < 8; e++) v[e] = p.beta * __bfloat162float(o[e]) + v[e];
-        }
-        uint4 out;
-        __nv_bfloat162 *h = reinterpret_cast<__nv_bfloat162 *>(&out);
-#pragma unroll
-        for (int e = 0; e < 4; e++) h[e] = __floats2bfloat162_rn(v[2 * e], v[2 * e + 1]);
-        *dst = out;
-        if (!SPLIT && p.stats) { /* the stored values, back into the tile for the column sums */
-            float *c = sC + row * T::CPITCH + ch * 8;
-#pragma unroll
-            for (int e = 0; e < 4; e++) c[2 * e] = __low2float(h[e]), c[2 * e + 1] = __high2float(h[e]);
-        }
-    }
-    if (SPLIT || !p.stats) return;
-    /* the batch norm's statistics: thread (group, column) sums its slab's rows of one column in
-     * order (deterministic), every thread busy; the tile's rows past M are not summed */
-    __syncthreads();
-    constexpr int G = stats_groups<T::THREADS, BN>();
-    constexpr int SLAB = BM / G;
-    const int tiles = (p.M + BM - 1) / BM, rows = Mrows - m0 < BM ? Mrows - m0 : BM;
-    static_assert(BM % G == 0, "whole slabs");
-    const int64_t slabs = (int64_t)tiles * G;
-    for (int idx = tid; idx < G * BN; idx += T::THREADS) {
-        const int grp = idx / BN, c = idx % BN, co = n0 + c;
-        if (co >= p.NO) continue;
-        const int r0 = grp * SLAB, r1 = r0 + SLAB < rows ? r0 + SLAB : rows;
-        float s = 0.0f, s2 = 0.0f;
-        for (int r = r0; r < r1; r++) {
-            const float v = sC[r * T::CPITCH + c];
-            s += v;
-            s2 = fmaf(v, v, s2);
-        }
-        const int64_t slab = (int64_t)(m0 / BM) * G + grp;
-        p.stats[slab * p.NO + co] = s;
-        p.stats[(slabs + slab) * p.NO + co] = s2;
-    }
+    E::template store<T>(p, acc, smem_raw, a, m0, n0, tid);
 }
 
 /* split-K's second pass: y[i] = beta * y[i] + (ws[0][i] + ws[1][i] + ... + ws[splits-1][i]),
- * the splits added in order (deterministic), rounded once to OUT (bf16: fprop's y; float:
- * wgrad's dw, as it is; beta 1: a weight gradient accumulated into, beta 0: y is not read).
- * ws [splits, n] fp32, y [n], n % 4 == 0 (Cout % 8 == 0): four elements a thread, float4 loads. */
-__device__ __forceinline__ void store4(bf16 *y, float4 a) {
-    __nv_bfloat162 lo = __floats2bfloat162_rn(a.x, a.y), hi = __floats2bfloat162_rn(a.z, a.w);
-    uint2 out;
-    out.x = *reinterpret_cast<uint32_t *>(&lo);
-    out.y = *reinterpret_cast<uint32_t *>(&hi);
-    *reinterpret_cast<uint2 *>(y) = out;
-}
-__device__ __forceinline__ void store4(float *y, float4 a) { *reinterpret_cast<float4 *>(y) = a; }
-__device__ __forceinline__ float4 load4(const bf16 *y) {
-    const uint2 u = *reinterpret_cast<const uint2 *>(y);
-    const bf16 *h = reinterpret_cast<const bf16 *>(&u);
-    return make_float4(__bfloat162float(h[0]), __bfloat162float(h[1]), __bfloat162float(h[2]), __bfloat162float(h[3]));
-}
-__device__ __forceinline__ float4 load4(const float *y) { return *reinterpret_cast<const float4 *>(y); }
+ * the splits added in order (deterministic), rounded once to OUT (float: wgrad's dw, as it is;
+ * the lab adds bf16, fprop's y; beta 1: a weight gradient accumulated into, beta 0: y is not
+ * read). ws [splits, n] fp32, y [n], n % 4 == 0 (Cout % 8 == 0): four elements a thread, float4
+ * loads. out4<OUT> moves four elements of y as a float4. */
+template <typename OUT> struct out4;
+template <> struct out4<float> {
+    __device__ __forceinline__ static float4 load(const float *y) { return *reinterpret_cast<const float4 *>(y); }
+    __device__ __forceinline__ static void store(float *y, float4 a) { *reinterpret_cast<float4 *>(y) = a; }
+};
 template <typename OUT>
 __global__ void k_splitk_sum(const float *__restrict__ ws, int splits, int64_t n, float beta, OUT *__restrict__ y) {
     const int64_t stride = (int64_t)gridDim.x * blockDim.x * 4;
@@ -607,10 +563,10 @@ __global__ void k_splitk_sum(const float *__restrict__ ws, int splits, int64_t n
             a.x += b.x, a.y += b.y, a.z += b.z, a.w += b.w;
         }
         if (beta != 0.0f) {
-            const float4 o = load4(y + i);
+            const float4 o = out4<OUT>::load(y + i);
             a.x = beta * o.x + a.x, a.y = beta * o.y + a.y, a.z = beta * o.z + a.z, a.w = beta * o.w + a.w;
         }
-        store4(y + i, a);
+        out4<OUT>::store(y + i, a);
     }
 }
 template <typename OUT> static void launch_splitk_sum(const float *ws, int splits, int64_t n, float beta, OUT *y) {
@@ -642,9 +598,38 @@ template <int BM, int BN, int WM, int WN, int STAGES> struct wgrad_cfg {
     static_assert(NI % 2 == 0 && WM % 16 == 0 && BM % WM == 0 && BN % WN == 0, "warp tile");
 };
 
-template <int BM, int BN, int WM, int WN, int STAGES, bool DEFORM = false>
+/* wgrad's B loaders: the [m][k] tile of A. A thread keeps one chunk column kb = j0 + 8*bc and
+ * walks B_IT rows of each BKW-row tile; a loader is a class template over the configuration T
+ * with
+ *   col(p, kb)          decodes the column once: tap (rr, tt) of the window, channel cb
+ *   load(p, dst, m, i)  issues the chunk of row m (the thread's i-th of the tile) into dst
+ *   fill(dst, i)        after the stage's mma: finishes a chunk that load kept in registers
+ * The library's is wb_im2col (x's window, cp.async); the lab adds the deformable sampler's
+ * (bench/lab/conv_lab_variants.cuh). */
+template <class T> struct wb_im2col {
+    int tap, cb, rr, tt;
+    bool in; /* kb < K */
+    __device__ __forceinline__ void col(const conv_params &p, int kb) {
+        tap = kb / p.C, cb = kb - tap * p.C, rr = tap / p.KW, tt = tap - rr * p.KW;
+        in = kb < p.K;
+    }
+    __device__ __forceinline__ void load(const conv_params &p, bf16 *dst, int m, int) const {
+        const bf16 *src = p.x;
+        int bytes = 0;
+        if (in && m < p.M) {
+            const int hw = p.Ho * p.Wo, n = m / hw, rem = m - n * hw, ho = rem / p.Wo, wo = rem - ho * p.Wo;
+            const int hi = ho * p.SH - p.PH + rr * p.DH, wi = wo * p.SW - p.PW + tt * p.DW;
+            if ((unsigned)hi < (unsigned)p.H && (unsigned)wi < (unsigned)p.W)
+                src = p.x + (((int64_t)n * p.H + hi) * p.W + wi) * p.C + cb, bytes = 16;
+        }
+        cp_async16(dst, src, bytes);
+    }
+    __device__ __forceinline__ void fill(bf16 *, int) const {}
+};
+
+template <int BM, int BN, int WM, int WN, int STAGES, template <class> class B, class P>
 __global__ void __launch_bounds__(wgrad_cfg<BM, BN, WM, WN, STAGES>::THREADS)
-    k_igemm_wgrad(conv_params p, const bf16 *__restrict__ dy, float *__restrict__ ws) {
+    k_igemm_wgrad(P p, const bf16 *__restrict__ dy, float *__restrict__ ws) {
     typedef wgrad_cfg<BM, BN, WM, WN, STAGES> T;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16 *sA = reinterpret_cast<bf16 *>(smem_raw); /* [STAGES][BKW][APITCH]: dy rows, co */
@@ -661,10 +646,9 @@ __global__ void __launch_bounds__(wgrad_cfg<BM, BN, WM, WN, STAGES>::THREADS)
     /* a thread's chunk columns are fixed: dy's co = i0 + 8*ac, A's k = j0 + 8*bc, decoded once */
     const int ac = tid % T::A_CH, bc = tid % T::B_CH;
     const int co = i0 + 8 * ac;
-    const int kb = j0 + 8 * bc, tap = kb / p.C, cb = kb - tap * p.C, rr = tap / p.KW, tt = tap - rr * p.KW;
-    const bool a_col_in = co < p.Cout, b_col_in = kb < p.K;
-    /* DEFORM: the B operand is the sampled column matrix (deft's colT), fetched like A_DEFORM's A */
-    deform_chunk dch[DEFORM ? T::B_IT : 1];
+    const bool a_col_in = co < p.Cout;
+    B<T> b;
+    b.col(p, j0 + 8 * bc);
 
     auto load_tile = [&](int st, int mt) {
         const int mbase = mt * BKW;
@@ -676,34 +660,15 @@ __global__ void __launch_bounds__(wgrad_cfg<BM, BN, WM, WN, STAGES>::THREADS)
         }
 #pragma unroll
         for (int i = 0; i < T::B_IT; i++) {
-            const int row = tid / T::B_CH + i * (T::THREADS / T::B_CH), m = mbase + row;
-            if (DEFORM) {
-                int n = 0, ho = 0, wo = 0;
-                if (m < p.M) {
-                    const int hw = p.Ho * p.Wo;
-                    n = m / hw, ho = (m - n * hw) / p.Wo, wo = m - n * hw - ho * p.Wo;
-                }
-                deform_fetch(p.d, b_col_in && m < p.M, m, p.x + (int64_t)n * p.H * p.W * p.C, ho * p.SH - p.PH,
-                             wo * p.SW - p.PW, rr, tt, tap, cb, p.KH * p.KW, p.DH, p.DW, p.H, p.W, p.C, dch[DEFORM ? i : 0]);
-                continue;
-            }
-            const bf16 *src = p.x;
-            int bytes = 0;
-            if (b_col_in && m < p.M) {
-                const int hw = p.Ho * p.Wo, n = m / hw, rem = m - n * hw, ho = rem / p.Wo, wo = rem - ho * p.Wo;
-                const int hi = ho * p.SH - p.PH + rr * p.DH, wi = wo * p.SW - p.PW + tt * p.DW;
-                if ((unsigned)hi < (unsigned)p.H && (unsigned)wi < (unsigned)p.W)
-                    src = p.x + (((int64_t)n * p.H + hi) * p.W + wi) * p.C + cb, bytes = 16;
-            }
-            cp_async16(sB + (st * BKW + row) * T::BPITCH + 8 * bc, src, bytes);
+            const int row = tid / T::B_CH + i * (T::THREADS / T::B_CH);
+            b.load(p, sB + (st * BKW + row) * T::BPITCH + 8 * bc, mbase + row, i);
         }
     };
-
     auto fill_tile = [&](int st) {
 #pragma unroll
-        for (int i = 0; i < (DEFORM ? T::B_IT : 0); i++) {
+        for (int i = 0; i < T::B_IT; i++) {
             const int row = tid / T::B_CH + i * (T::THREADS / T::B_CH);
-            *reinterpret_cast<uint4 *>(sB + (st * BKW + row) * T::BPITCH + 8 * bc) = deform_blend(dch[DEFORM ? i : 0]);
+            b.fill(sB + (st * BKW + row) * T::BPITCH + 8 * bc, i);
         }
     };
 
@@ -750,24 +715,25 @@ template <typename K> static void allow_smem(K kernel, size_t bytes) {
     DT_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
 }
 
-/* wgrad's launcher: splits fill two waves of the GPU, each at least 8 m tiles (256 rows). */
-template <int BM, int BN, int WM, int WN, int STAGES, bool DEFORM = false> static int wgrad_splits(const conv_params &p) {
+/* wgrad's launcher: splits fill two waves of the GPU, each at least 8 m tiles (256 rows).
+ * B: the B loader (wb_im2col), P: the problem's type (conv_params, or one derived for B). */
+template <int BM, int BN, int WM, int WN, int STAGES, template <class> class B, class P> static int wgrad_splits(const P &p) {
     typedef wgrad_cfg<BM, BN, WM, WN, STAGES> T;
     const int64_t tiles = (int64_t)((p.Cout + BM - 1) / BM) * ((p.K + BN - 1) / BN);
     int per_sm = 0; /* CTAs an SM holds */
-    DT_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_igemm_wgrad<BM, BN, WM, WN, STAGES, DEFORM>, T::THREADS,
+    DT_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_igemm_wgrad<BM, BN, WM, WN, STAGES, B, P>, T::THREADS,
                                                            T::SMEM));
     const int64_t want = ((int64_t)(per_sm > 0 ? per_sm : 1) * dt_gpu_sm_count() * 2 + tiles - 1) / tiles;
     const int64_t most = ((p.M + BKW - 1) / BKW) / 8;
     const int64_t s = want < most ? want : most;
     return (int)(s < 1 ? 1 : s > 65535 ? 65535 : s);
 }
-template <int BM, int BN, int WM, int WN, int STAGES, bool DEFORM = false>
-static void launch_wgrad(const conv_params &p, const bf16 *dy, float beta, float *dw) {
+template <int BM, int BN, int WM, int WN, int STAGES, template <class> class B = wb_im2col, class P = conv_params>
+static void launch_wgrad(const P &p, const bf16 *dy, float beta, float *dw) {
     typedef wgrad_cfg<BM, BN, WM, WN, STAGES> T;
-    auto kern = k_igemm_wgrad<BM, BN, WM, WN, STAGES, DEFORM>;
+    auto kern = k_igemm_wgrad<BM, BN, WM, WN, STAGES, B, P>;
     allow_smem(kern, T::SMEM);
-    const int splits = wgrad_splits<BM, BN, WM, WN, STAGES, DEFORM>(p);
+    const int splits = wgrad_splits<BM, BN, WM, WN, STAGES, B>(p);
     const int64_t n = (int64_t)p.Cout * p.K, tiles = (int64_t)((p.Cout + BM - 1) / BM) * ((p.K + BN - 1) / BN);
     float *ws = (float *)dt_gpu_malloc(sizeof(float) * (size_t)(splits * n)); /* cached after the first call */
     kern<<<dim3((unsigned)tiles, (unsigned)splits), T::THREADS, T::SMEM, dt_stream()>>>(p, dy, ws);
@@ -776,22 +742,18 @@ static void launch_wgrad(const conv_params &p, const bf16 *dy, float beta, float
     dt_gpu_free(ws);
 }
 
-/* The launcher of one tile configuration (raises the dynamic smem limit first);
- * splits > 1: split-K (F32OUT, p.y the [splits, M, Cout] workspace). */
-template <int BM, int BN, int WM, int WN, int STAGES, int LOADER, bool F32OUT = false, bool SPLITK = false, int BK_ = 32>
-static void launch_igemm(const gemm_view &p, int splits = 1) {
+/* The launcher of one tile configuration (raises the dynamic smem limit first): A the loader,
+ * E the epilogue, V the view's type; splits: grid y (the lab's split-K epilogue). */
+template <int BM, int BN, int WM, int WN, int STAGES, template <class> class A, class E = epi_bf16, int BK_ = 32,
+          class V = gemm_view>
+static void launch_igemm(const V &p, int splits = 1) {
     typedef tile_cfg<BM, BN, WM, WN, STAGES, BK_> T;
-    auto kern = k_igemm<BM, BN, WM, WN, STAGES, LOADER, F32OUT, SPLITK, BK_>;
+    auto kern = k_igemm<T, A, E, V>;
     allow_smem(kern, T::SMEM);
-    /* A_DGRAD_SPLIT: one grid z per parity class, x sized for class 0 (the largest) */
-    const int classes = LOADER == A_DGRAD_SPLIT ? p.SH * p.SW : 1;
-    const int64_t rows0 = LOADER == A_DGRAD_SPLIT ? (int64_t)p.N * ((p.OH + p.SH - 1) / p.SH) * ((p.OW + p.SW - 1) / p.SW) : p.M;
-    const int64_t tiles = (rows0 + BM - 1) / BM * ((p.NO + BN - 1) / BN);
+    const int64_t tiles = (A<T>::rows0(p) + BM - 1) / BM * ((p.NO + BN - 1) / BN);
     if (tiles > INT_MAX) dt_fatal("conv2d (implicit GEMM): %lld tiles is more than a grid holds", (long long)tiles);
-    if (classes > 65535 || (LOADER == A_DGRAD_SPLIT && (p.KH > 8 || p.KW > 8)))
-        dt_fatal("conv2d (implicit GEMM): the split dgrad takes kernels up to 8x8 and up to 65535 parity classes "
-                 "(kernel %dx%d, stride %dx%d)", p.KH, p.KW, p.SH, p.SW);
-    kern<<<dim3((unsigned)tiles, (unsigned)splits, (unsigned)classes), T::THREADS, T::SMEM, dt_stream()>>>(p);
+    A<T>::check(p); /* grid z: classes(p) <= 65535 */
+    kern<<<dim3((unsigned)tiles, (unsigned)splits, (unsigned)A<T>::classes(p)), T::THREADS, T::SMEM, dt_stream()>>>(p);
     DT_CHECK_LAUNCH();
 }
 

@@ -34,23 +34,20 @@ extern "C" {
  *           passes dt_conv_sm90_supports allows, on a GPU that dt_gpu_has_sm90a. */
 typedef enum { DT_IGEMM_TILE_128 = 0, DT_IGEMM_TILE_64 = 1, DT_IGEMM_TILE_SM90 = 2 } dt_igemm_tile;
 
-typedef struct {
-    int64_t N, C, H, W; /* the input [N, C, H, W] */
-    int64_t Cout, Ho, Wo;
-    dt_conv_geom g;
-    dt_igemm_tile tile;
-} dt_igemm_conv;
-
-/* Which passes the CUDA kernels run for this problem: DT_IGEMM_FPROP (Cout % 8 == 0; any C, padded),
- * | DT_IGEMM_BACKWARD (dgrad and wgrad: C % 8 == 0 too); 0 when none (or past 32-bit row indices). */
+/* Which passes the CUDA kernels run for problem p (conv_geom.h; dense: groups 1): DT_IGEMM_FPROP
+ * (Cout % 8 == 0; any C, padded), | DT_IGEMM_BACKWARD (dgrad and wgrad: C % 8 == 0 too); 0 when
+ * none (or past 32-bit row indices). */
 enum { DT_IGEMM_FPROP = 1, DT_IGEMM_BACKWARD = 2 };
-int dt_igemm_supported(const dt_igemm_conv *p);
+int dt_igemm_supported(const dt_conv_problem *p);
 
+/* The passes of problem p on tile `tile` (the CPU twins compute the same function for any tile) */
 #define DT_DECL_CONV_IGEMM(sfx)                                                                                   \
-    void dt_conv_igemm_fprop_bf16_##sfx(const dt_igemm_conv *p, const void *x, const void *w, const float *bias,  \
-                                        void *y);                                                                 \
-    void dt_conv_igemm_dgrad_bf16_##sfx(const dt_igemm_conv *p, const void *dy, const void *w, float beta, void *dx); \
-    void dt_conv_igemm_wgrad_bf16_##sfx(const dt_igemm_conv *p, const void *x, const void *dy, float beta, float *dw);
+    void dt_conv_igemm_fprop_bf16_##sfx(const dt_conv_problem *p, dt_igemm_tile tile, const void *x, const void *w, \
+                                        const float *bias, void *y);                                              \
+    void dt_conv_igemm_dgrad_bf16_##sfx(const dt_conv_problem *p, dt_igemm_tile tile, const void *dy, const void *w, \
+                                        float beta, void *dx);                                                    \
+    void dt_conv_igemm_wgrad_bf16_##sfx(const dt_conv_problem *p, dt_igemm_tile tile, const void *x, const void *dy, \
+                                        float beta, float *dw);
 
 DT_DECL_CONV_IGEMM(cpu)
 DT_DECL_CONV_IGEMM(cuda)
@@ -64,10 +61,10 @@ typedef struct {
     int fprop, dgrad, wgrad;
 } dt_conv_plan;
 
-/* The plan of problem p (its tile field is ignored) under algo, sm90 saying whether the device
+/* The plan of problem p under algo, sm90 saying whether the device
  * runs the Hopper engine (dt_gpu_has_sm90a); a pure function of the shape and the device kind,
  * so every run, replica and replay of a step makes the same choice (bitwise reproducible). */
-dt_conv_plan dt_conv_plan_bf16(const dt_igemm_conv *p, dt_conv_algo algo, int sm90);
+dt_conv_plan dt_conv_plan_bf16(const dt_conv_problem *p, dt_conv_algo algo, int sm90);
 
 /* The passes of p the Hopper engine runs (DT_SM90_* bits), whatever the device, and how each
  * reads its input operand (dt_conv_sm90_read):
@@ -83,9 +80,9 @@ dt_conv_plan dt_conv_plan_bf16(const dt_igemm_conv *p, dt_conv_algo algo, int sm
  * channel axes swapped (dt_conv_dgrad_geom: stride 1 only) and C % 8 == 0; every pass fewer
  * than 2^31 rows. */
 enum { DT_SM90_FPROP = 1, DT_SM90_DGRAD = 2, DT_SM90_WGRAD = 4 };
-int dt_conv_sm90_supports(const dt_igemm_conv *p);
+int dt_conv_sm90_supports(const dt_conv_problem *p);
 typedef enum { DT_SM90_NONE = 0, DT_SM90_DENSE, DT_SM90_IM2COL, DT_SM90_COLUMNS } dt_sm90_read;
-dt_sm90_read dt_conv_sm90_read(const dt_igemm_conv *p, int pass); /* pass: one DT_SM90_* bit */
+dt_sm90_read dt_conv_sm90_read(const dt_conv_problem *p, int pass); /* pass: one DT_SM90_* bit */
 
 #ifdef __cplusplus
 }

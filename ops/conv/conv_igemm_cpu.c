@@ -9,7 +9,7 @@
 #include "core/dt_parallel.h"
 
 typedef struct {
-    const dt_igemm_conv *p;
+    const dt_conv_problem *p;
     const dt_bf16 *a, *b; /* fprop: x, w; dgrad: dy, w; wgrad: x, dy */
     const float *bias;
     float beta;
@@ -21,7 +21,7 @@ static float bf(const dt_bf16 *v, int64_t i) { return dt_bf16_to_float(v[i]); }
 /* y [N*Ho*Wo, Cout]: one output position (n, ho, wo) a task */
 static void fprop_range(void *ctx, int64_t m0, int64_t m1) {
     const twin_job *j = ctx;
-    const dt_igemm_conv *p = j->p;
+    const dt_conv_problem *p = j->p;
     const dt_conv_geom g = p->g;
     const int64_t K = (int64_t)g.kh * g.kw * p->C;
     dt_bf16 *y = j->out;
@@ -46,7 +46,8 @@ static void fprop_range(void *ctx, int64_t m0, int64_t m1) {
     }
 }
 
-void dt_conv_igemm_fprop_bf16_cpu(const dt_igemm_conv *p, const void *x, const void *w, const float *bias, void *y) {
+void dt_conv_igemm_fprop_bf16_cpu(const dt_conv_problem *p, dt_igemm_tile tile, const void *x, const void *w, const float *bias, void *y) {
+    (void)tile;
     twin_job j = {p, x, w, bias, 0.0f, y};
     dt_parallel_for(p->N * p->Ho * p->Wo, 16, fprop_range, &j);
 }
@@ -55,7 +56,7 @@ void dt_conv_igemm_fprop_bf16_cpu(const dt_igemm_conv *p, const void *x, const v
  * (ho, wo) = ((h + ph - r*dh) / sh, (w + pw - t*dw) / sw) divides exactly and lies inside */
 static void dgrad_range(void *ctx, int64_t m0, int64_t m1) {
     const twin_job *j = ctx;
-    const dt_igemm_conv *p = j->p;
+    const dt_conv_problem *p = j->p;
     const dt_conv_geom g = p->g;
     const int64_t K = (int64_t)g.kh * g.kw * p->C;
     dt_bf16 *dx = j->out;
@@ -80,7 +81,8 @@ static void dgrad_range(void *ctx, int64_t m0, int64_t m1) {
     }
 }
 
-void dt_conv_igemm_dgrad_bf16_cpu(const dt_igemm_conv *p, const void *dy, const void *w, float beta, void *dx) {
+void dt_conv_igemm_dgrad_bf16_cpu(const dt_conv_problem *p, dt_igemm_tile tile, const void *dy, const void *w, float beta, void *dx) {
+    (void)tile;
     twin_job j = {p, dy, w, NULL, beta, dx};
     dt_parallel_for(p->N * p->H * p->W, 16, dgrad_range, &j);
 }
@@ -88,7 +90,7 @@ void dt_conv_igemm_dgrad_bf16_cpu(const dt_igemm_conv *p, const void *dy, const 
 /* dw [Cout, kh*kw*C] fp32: one output channel a task, summed over (n, ho, wo) in order */
 static void wgrad_range(void *ctx, int64_t c0, int64_t c1) {
     const twin_job *j = ctx;
-    const dt_igemm_conv *p = j->p;
+    const dt_conv_problem *p = j->p;
     const dt_conv_geom g = p->g;
     const int64_t K = (int64_t)g.kh * g.kw * p->C;
     float *dw = j->out;
@@ -113,7 +115,8 @@ static void wgrad_range(void *ctx, int64_t c0, int64_t c1) {
                 }
 }
 
-void dt_conv_igemm_wgrad_bf16_cpu(const dt_igemm_conv *p, const void *x, const void *dy, float beta, float *dw) {
+void dt_conv_igemm_wgrad_bf16_cpu(const dt_conv_problem *p, dt_igemm_tile tile, const void *x, const void *dy, float beta, float *dw) {
+    (void)tile;
     twin_job j = {p, x, dy, NULL, beta, dw};
     dt_parallel_for(p->Cout, 1, wgrad_range, &j);
 }

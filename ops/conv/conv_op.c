@@ -64,7 +64,7 @@ typedef struct {
     dt_conv_geom g;
     dt_math math;
     dt_conv_plan plan;
-    dt_igemm_conv ip; /* the problem, for the passes the plan puts on the implicit GEMM */
+    dt_conv_problem pr; /* for the passes the plan puts on the implicit GEMM */
 } conv_ctx;
 
 /* ---- the plans made so far, for dt_conv_plan_print: one row per distinct problem (the first
@@ -72,7 +72,7 @@ typedef struct {
  * concurrently, hence the lock. */
 enum { DT_PLAN_ROWS = 128 };
 static struct {
-    dt_igemm_conv p;
+    dt_conv_problem p;
     dt_conv_algo algo;
     int sm90;
     dt_conv_plan plan;
@@ -80,15 +80,10 @@ static struct {
 static int g_n_plans, g_plans_dropped;
 static pthread_mutex_t g_plans_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static int same_problem(const dt_igemm_conv *a, const dt_igemm_conv *b) {
-    return a->N == b->N && a->C == b->C && a->H == b->H && a->W == b->W && a->Cout == b->Cout && a->Ho == b->Ho &&
-           a->Wo == b->Wo && !memcmp(&a->g, &b->g, sizeof a->g);
-}
-
-static void remember_plan(const dt_igemm_conv *p, dt_conv_algo algo, int sm90, dt_conv_plan plan) {
+static void remember_plan(const dt_conv_problem *p, dt_conv_algo algo, int sm90, dt_conv_plan plan) {
     pthread_mutex_lock(&g_plans_lock);
     int i = 0;
-    while (i < g_n_plans && !(same_problem(&g_plans[i].p, p) && g_plans[i].algo == algo && g_plans[i].sm90 == sm90)) i++;
+    while (i < g_n_plans && !(dt_conv_problem_same(&g_plans[i].p, p) && g_plans[i].algo == algo && g_plans[i].sm90 == sm90)) i++;
     if (i == g_n_plans) {
         if (i < DT_PLAN_ROWS) g_plans[g_n_plans++] = (__typeof__(g_plans[0])){*p, algo, sm90, plan};
         else g_plans_dropped = 1;
@@ -109,7 +104,7 @@ static const char *pass_engine(int tile) {
 void dt_conv_plan_print(FILE *f) {
     pthread_mutex_lock(&g_plans_lock);
     for (int i = 0; i < g_n_plans; i++) {
-        const dt_igemm_conv *p = &g_plans[i].p;
+        const dt_conv_problem *p = &g_plans[i].p;
         const dt_conv_plan *q = &g_plans[i].plan;
         fprintf(f, "conv plan: [%lld, %lld, %lld, %lld] -> %lld, %dx%d/%d pad %d%s (%s%s): fprop %s, dgrad %s, wgrad %s\n",
                 (long long)p->N, (long long)p->C, (long long)p->H, (long long)p->W, (long long)p->Cout, p->g.kh, p->g.kw,
@@ -122,7 +117,7 @@ void dt_conv_plan_print(FILE *f) {
 
 /* The conv's plan: bf16 NHWC only; on the CPU only when an implicit-GEMM algorithm is forced
  * (its twins are direct loops, for tests - "auto" keeps the CPU on im2col + GEMM). */
-static dt_conv_plan plan_of(const dt_tensor *x, const dt_igemm_conv *ip, dt_conv_algo a) {
+static dt_conv_plan plan_of(const dt_tensor *x, const dt_conv_problem *pr, dt_conv_algo a) {
     const dt_conv_plan none = {-1, -1, -1};
     if (x->dtype != DT_BF16 || x->layout != DT_NHWC) return none;
     if (x->dev != DT_GPU && (a == DT_CONV_ALGO_AUTO || a == DT_CONV_ALGO_GEMM)) return none;
@@ -130,16 +125,11 @@ static dt_conv_plan plan_of(const dt_tensor *x, const dt_igemm_conv *ip, dt_conv
     if (a == DT_CONV_ALGO_SM90 && x->dev == DT_GPU && !sm90)
         dt_fatal("conv_algo=sm90: this GPU or build has no Hopper engine (it needs compute capability 9.0 and a "
                  "CUDA_ARCH=sm_90 build); use auto");
-    const dt_conv_plan plan = dt_conv_plan_bf16(ip, a, sm90);
-    remember_plan(ip, a, sm90, plan);
+    const dt_conv_plan plan = dt_conv_plan_bf16(pr, a, sm90);
+    remember_plan(pr, a, sm90, plan);
     return plan;
 }
 
-static dt_igemm_conv igemm_problem(const dt_tensor *x, const dt_tensor *w, dt_conv_geom g, int64_t Ho, int64_t Wo) {
-    dt_igemm_conv ip = {.N = x->shape[0], .C = x->shape[1], .H = x->shape[2], .W = x->shape[3], .Cout = w->shape[0],
-                        .Ho = Ho, .Wo = Wo, .g = g, .tile = DT_IGEMM_TILE_128};
-    return ip;
-}
 
 /* The column source of a plain conv: im2col of the input, col2im of the gradient. */
 typedef struct {
@@ -212,10 +202,9 @@ static void conv_backward(dt_node *n) {
     conv_cols cols;
     dt_colconv cc = conv_skeleton(&cols, x, w, ctx->g, ctx->math, y->shape[2], y->shape[3]);
     cols.dx = dt_grad_dst(x, &cols.beta_x);
-    dt_igemm_conv ip = ctx->ip;
     if (cols.dx && ctx->plan.dgrad >= 0) { /* dx on the implicit GEMM: no column gradient */
-        ip.tile = (dt_igemm_tile)ctx->plan.dgrad;
-        DT_PICK(igemm_dgrad_k, x->dev, DT_BF16, DT_NHWC)(&ip, dy->data, w->data, cols.beta_x, cols.dx);
+        DT_PICK(igemm_dgrad_k, x->dev, DT_BF16, DT_NHWC)(&ctx->pr, (dt_igemm_tile)ctx->plan.dgrad, dy->data, w->data,
+                                                         cols.beta_x, cols.dx);
     } else if (cols.dx && cc.cols_direct) {
         cc.dcols_direct = conv_ddirect;
         cc.dcols_beta = cols.beta_x;
@@ -224,8 +213,8 @@ static void conv_backward(dt_node *n) {
     }
     float *dw = dt_grad_dst(w, &beta_w); /* before beta_w is read: argument order is unspecified */
     if (dw && ctx->plan.wgrad >= 0) {
-        ip.tile = (dt_igemm_tile)ctx->plan.wgrad;
-        DT_PICK(igemm_wgrad_k, x->dev, DT_BF16, DT_NHWC)(&ip, x->data, dy->data, beta_w, dw);
+        DT_PICK(igemm_wgrad_k, x->dev, DT_BF16, DT_NHWC)(&ctx->pr, (dt_igemm_tile)ctx->plan.wgrad, x->data, dy->data,
+                                                         beta_w, dw);
         dw = NULL; /* done: the column path below runs only what is left (dx), or nothing */
     }
     dt_colconv_backward(&cc, w->data, dy->data, dw, beta_w);
@@ -264,11 +253,11 @@ dt_tensor *dt_conv2d_algo(dt_tensor *x, dt_tensor *w, dt_tensor *bias, dt_conv_g
     int64_t Ho, Wo;
     dt_conv_out_hw("conv2d", x, g, &Ho, &Wo);
     dt_tensor *y = dt_tensor_new4_as(x->dev, x->dtype, x->layout, x->shape[0], w->shape[0], Ho, Wo);
-    dt_igemm_conv ip = igemm_problem(x, w, g, Ho, Wo);
-    const dt_conv_plan plan = plan_of(x, &ip, algo);
+    const dt_conv_problem pr = {x->shape[0], x->shape[1], x->shape[2], x->shape[3], w->shape[0], Ho, Wo, g, 1};
+    const dt_conv_plan plan = plan_of(x, &pr, algo);
     if (plan.fprop >= 0) {
-        ip.tile = (dt_igemm_tile)plan.fprop;
-        DT_PICK(igemm_fprop_k, x->dev, DT_BF16, DT_NHWC)(&ip, x->data, w->data, bias ? bias->data : NULL, y->data);
+        DT_PICK(igemm_fprop_k, x->dev, DT_BF16, DT_NHWC)(&pr, (dt_igemm_tile)plan.fprop, x->data, w->data,
+                                                         bias ? bias->data : NULL, y->data);
     } else {
         conv_cols cols;
         dt_colconv cc = conv_skeleton(&cols, x, w, g, math, Ho, Wo);
@@ -276,6 +265,6 @@ dt_tensor *dt_conv2d_algo(dt_tensor *x, dt_tensor *w, dt_tensor *bias, dt_conv_g
     }
     dt_tensor *in[3] = {x, w, bias};
     dt_node *n = dt_record("conv2d", conv_backward, y, 3, in, sizeof(conv_ctx));
-    if (n) *(conv_ctx *)n->ctx = (conv_ctx){g, math, plan, ip};
+    if (n) *(conv_ctx *)n->ctx = (conv_ctx){g, math, plan, pr};
     return y;
 }

@@ -23,9 +23,9 @@ int dt_conv_algo_parse(const char *s) {
     return -1;
 }
 
-int dt_igemm_supported(const dt_igemm_conv *p) {
+int dt_igemm_supported(const dt_conv_problem *p) {
     const int64_t lim = (int64_t)1 << 31, C8 = (p->C + 7) / 8 * 8;
-    if (p->Cout % 8 || p->C < 1 || p->Cout < 1 || p->N * p->Ho * p->Wo >= lim || p->N * p->H * p->W * C8 >= lim * 8 ||
+    if (p->groups != 1 || p->Cout % 8 || p->C < 1 || p->Cout < 1 || p->N * p->Ho * p->Wo >= lim || p->N * p->H * p->W * C8 >= lim * 8 ||
         p->g.kh * p->g.kw * (C8 > p->Cout ? C8 : p->Cout) >= lim)
         return 0;
     return DT_IGEMM_FPROP | (p->C % 8 == 0 ? DT_IGEMM_BACKWARD : 0);
@@ -50,10 +50,10 @@ static int im2col_ok(int64_t H, int64_t W, int64_t Ho, int64_t Wo, dt_conv_geom 
            (int64_t)(g.kh - 1) * g.dh < 65536 && (int64_t)(g.kw - 1) * g.dw < 65536;
 }
 
-dt_sm90_read dt_conv_sm90_read(const dt_igemm_conv *p, int pass) {
+dt_sm90_read dt_conv_sm90_read(const dt_conv_problem *p, int pass) {
     const dt_conv_geom g = p->g;
     const int64_t lim = (int64_t)1 << 31, taps = (int64_t)g.kh * g.kw;
-    if (p->C < 1 || p->Cout < 1 || p->N * p->H * p->W >= lim || p->N * p->Ho * p->Wo >= lim ||
+    if (p->groups != 1 || p->C < 1 || p->Cout < 1 || p->N * p->H * p->W >= lim || p->N * p->Ho * p->Wo >= lim ||
         taps * (p->C > p->Cout ? p->C : p->Cout) >= lim)
         return DT_SM90_NONE;
     const int pw = pointwise(g);
@@ -68,7 +68,7 @@ dt_sm90_read dt_conv_sm90_read(const dt_igemm_conv *p, int pass) {
     return p->C % 64 == 0 && im2col_ok(p->H, p->W, p->Ho, p->Wo, g) ? DT_SM90_IM2COL : DT_SM90_COLUMNS;
 }
 
-int dt_conv_sm90_supports(const dt_igemm_conv *p) {
+int dt_conv_sm90_supports(const dt_conv_problem *p) {
     int s = 0;
     for (int pass = DT_SM90_FPROP; pass <= DT_SM90_WGRAD; pass <<= 1)
         if (dt_conv_sm90_read(p, pass) != DT_SM90_NONE) s |= pass;
@@ -79,7 +79,7 @@ int dt_conv_sm90_supports(const dt_igemm_conv *p) {
 static int tile_for(int64_t cols) { return cols <= 64 ? DT_IGEMM_TILE_64 : DT_IGEMM_TILE_128; }
 
 /* The plan without the Hopper engine: the mma.sync implicit GEMM where it won, else cuBLAS. */
-static dt_conv_plan plan_mma(const dt_igemm_conv *p, dt_conv_algo algo) {
+static dt_conv_plan plan_mma(const dt_conv_problem *p, dt_conv_algo algo) {
     dt_conv_plan plan = {-1, -1, -1};
     const int sup = dt_igemm_supported(p);
     if (algo == DT_CONV_ALGO_GEMM || !sup) return plan;
@@ -118,7 +118,7 @@ static dt_conv_plan plan_mma(const dt_igemm_conv *p, dt_conv_algo algo) {
  * dgrad; wgrad where the reduction is long enough for its split to fill the SMs (M >= 12544:
  * layer4's 3136 rows at batch 64 stay on cuBLAS, 0.94x of the engine). sm90 forced: every
  * pass it supports. The rest as without it. */
-dt_conv_plan dt_conv_plan_bf16(const dt_igemm_conv *p, dt_conv_algo algo, int sm90) {
+dt_conv_plan dt_conv_plan_bf16(const dt_conv_problem *p, dt_conv_algo algo, int sm90) {
     const int forced = algo == DT_CONV_ALGO_SM90;
     dt_conv_plan plan = plan_mma(p, forced ? DT_CONV_ALGO_AUTO : algo);
     if (!forced && !(sm90 && algo == DT_CONV_ALGO_AUTO)) return plan;

@@ -234,14 +234,14 @@ struct columns {
     int K, Kp;
     int64_t per_chunk; /* images */
     bf16 *buf;         /* [per_chunk * Ho * Wo, Kp] */
-    explicit columns(const dt_igemm_conv *p) {
+    explicit columns(const dt_conv_problem *p) {
         K = p->g.kh * p->g.kw * (int)p->C, Kp = (K + 7) / 8 * 8;
         per_chunk = dt_conv_chunk(p->N, p->Ho * p->Wo * Kp, sizeof(bf16));
         buf = (bf16 *)dt_gpu_malloc(sizeof(bf16) * (size_t)(per_chunk * p->Ho * p->Wo * Kp));
     }
     ~columns() { dt_gpu_free(buf); } /* stream-ordered, as every buffer here */
     /* fills buf with images n0 .. n0+nc-1; returns its rows */
-    int64_t fill(const dt_igemm_conv *p, const void *x, int64_t n0, int64_t nc) {
+    int64_t fill(const dt_conv_problem *p, const void *x, int64_t n0, int64_t nc) {
         const int64_t rows = nc * p->Ho * p->Wo;
         const dt_conv_geom &g = p->g;
         const int PR = (g.kh - 1) * g.dh + 1, PC = (int)(p->Wo - 1) * g.sw + (g.kw - 1) * g.dw + 1;
@@ -258,7 +258,7 @@ struct columns {
 };
 
 /* fprop through the columns: per chunk, y rows = cols . wp^T (+ bias), a dense GEMM */
-void fprop_columns(const dt_igemm_conv *p, const void *x, const void *w, const float *bias, void *y) {
+void fprop_columns(const dt_conv_problem *p, const void *x, const void *w, const float *bias, void *y) {
     columns cols(p);
     bf16 *wp = (bf16 *)dt_gpu_malloc(sizeof(bf16) * (size_t)(p->Cout * cols.Kp));
     k_pad_weight<<<dt_grid_for(p->Cout * cols.Kp, 256), 256, 0, dt_stream()>>>((const bf16 *)w, (int)p->Cout, cols.K,
@@ -275,14 +275,14 @@ void fprop_columns(const dt_igemm_conv *p, const void *x, const void *w, const f
 
 } // namespace
 
-extern "C" void dt_conv_sm90_fprop(const dt_igemm_conv *p, const void *x, const void *w, const float *bias, void *y) {
+extern "C" void dt_conv_sm90_fprop(const dt_conv_problem *p, const void *x, const void *w, const float *bias, void *y) {
     if (p->N * p->Ho * p->Wo == 0) return;
     if (dt_conv_sm90_read(p, DT_SM90_FPROP) == DT_SM90_COLUMNS) return fprop_columns(p, x, w, bias, y);
     const a_source src = {x, p->N, p->H, p->W, p->C, p->Ho, p->Wo, p->g};
     conv_gemm(src, w, p->Cout, bias, 0.0f, y);
 }
 
-extern "C" void dt_conv_sm90_dgrad(const dt_igemm_conv *p, const void *dy, const void *w, float beta, void *dx) {
+extern "C" void dt_conv_sm90_dgrad(const dt_conv_problem *p, const void *dy, const void *w, float beta, void *dx) {
     if (p->N * p->H * p->W == 0) return;
     const dt_conv_geom g = p->g;
     const int64_t nw = p->Cout * g.kh * g.kw * p->C;
@@ -323,7 +323,7 @@ template <class CFG> void run_wgrad(wgrad_args a, const CUtensorMap &map_dy, con
 }
 
 template <int CO, int BNC, int STAGES>
-void wgrad_im2col(const dt_igemm_conv *p, const void *x, const void *dy, float beta, float *dw) {
+void wgrad_im2col(const dt_conv_problem *p, const void *x, const void *dy, float beta, float *dw) {
     wgrad_args a = {};
     a.M = (int)(p->N * p->Ho * p->Wo), a.Cout = (int)p->Cout, a.K = p->g.kh * p->g.kw * (int)p->C, a.dw = dw, a.beta = beta;
     a.C = (int)p->C, a.Ho = (int)p->Ho, a.Wo = (int)p->Wo, a.KW = p->g.kw, a.SH = p->g.sh, a.SW = p->g.sw;
@@ -334,7 +334,7 @@ void wgrad_im2col(const dt_igemm_conv *p, const void *x, const void *dy, float b
 
 /* through the columns, chunk by chunk: the first chunk with the caller's beta, the others onto it */
 template <int CO, int BNC, int STAGES>
-void wgrad_columns(const dt_igemm_conv *p, const void *x, const void *dy, float beta, float *dw) {
+void wgrad_columns(const dt_conv_problem *p, const void *x, const void *dy, float beta, float *dw) {
     columns cols(p);
     for (int64_t n0 = 0; n0 < p->N; n0 += cols.per_chunk) {
         const int64_t nc = p->N - n0 < cols.per_chunk ? p->N - n0 : cols.per_chunk, rows = cols.fill(p, x, n0, nc);
@@ -350,7 +350,7 @@ void wgrad_columns(const dt_igemm_conv *p, const void *x, const void *dy, float 
 
 /* wgrad tiles (the lab, batch 64): 64 channels x 256 columns of K for 64 output channels (l1:
  * 0.081 ms), 128 x 256 above (l2: 0.047, l3: 0.054, l4: 0.058). */
-extern "C" void dt_conv_sm90_wgrad(const dt_igemm_conv *p, const void *x, const void *dy, float beta, float *dw) {
+extern "C" void dt_conv_sm90_wgrad(const dt_conv_problem *p, const void *x, const void *dy, float beta, float *dw) {
     /* dw = beta dw over no positions: beta is 0 or 1 (the gradient convention, dt_grad_dst) */
     const int64_t K = (int64_t)p->g.kh * p->g.kw * p->C;
     if (p->N * p->Ho * p->Wo == 0) { /* no positions: dw = beta * dw */

@@ -16,9 +16,9 @@
 extern "C" {
 #endif
 
-void dt_conv_sm90_fprop(const dt_igemm_conv *p, const void *x, const void *w, const float *bias, void *y);
-void dt_conv_sm90_dgrad(const dt_igemm_conv *p, const void *dy, const void *w, float beta, void *dx);
-void dt_conv_sm90_wgrad(const dt_igemm_conv *p, const void *x, const void *dy, float beta, float *dw);
+void dt_conv_sm90_fprop(const dt_conv_problem *p, const void *x, const void *w, const float *bias, void *y);
+void dt_conv_sm90_dgrad(const dt_conv_problem *p, const void *dy, const void *w, float beta, void *dx);
+void dt_conv_sm90_wgrad(const dt_conv_problem *p, const void *x, const void *dy, float beta, float *dw);
 
 #ifdef __cplusplus
 }

@@ -359,9 +359,10 @@ static formats formats_of(const call *c) {
 static dt_deform_f64_shape f64_shape(const dt_deform_desc *d) {
     int ho, wo;
     dt_deform_api_out_size(d, &ho, &wo); /* validated before */
-    dt_deform_f64_shape s = {d->n, d->c, d->h, d->w, d->cout, ho, wo,
-                             {d->kh, d->kw, d->stride_h, d->stride_w, d->pad_h, d->pad_w, d->dil_h, d->dil_w},
-                             d->offset_groups, d->weight_groups};
+    dt_deform_f64_shape s = {{d->n, d->c, d->h, d->w, d->cout, ho, wo,
+                              {d->kh, d->kw, d->stride_h, d->stride_w, d->pad_h, d->pad_w, d->dil_h, d->dil_w},
+                              d->weight_groups},
+                             d->offset_groups};
     return s;
 }
 

@@ -37,10 +37,8 @@ extern "C" {
 #endif
 
 typedef struct {
-    int64_t N, C, H, W, Cout, Ho, Wo;
-    dt_conv_geom g;
-    int64_t G;  /* offset groups: C % G == 0 */
-    int64_t WG; /* weight groups: C % WG == 0 and Cout % WG == 0 */
+    dt_conv_problem p; /* p.groups: the weight groups (C % groups == 0 and Cout % groups == 0) */
+    int64_t G;         /* offset groups: C % G == 0 */
 } dt_deform_f64_shape;
 
 /* Every gradient pointer may be NULL (not wanted); the others are overwritten. */
@@ -64,11 +62,11 @@ DT_DECL_DEFORM_F64(cuda)
  * plane, and the tap's mask (1 without one). */
 DT_HD void dt_f64_tap(const dt_deform_f64_shape *s, const double *offset, const double *mask, int64_t n, int64_t g,
                       int64_t k, int64_t p, double *y, double *x, double *m) {
-    int64_t K = (int64_t)s->g.kh * s->g.kw, P = s->Ho * s->Wo, tap = (n * s->G + g) * K + k;
-    int64_t oy = p / s->Wo, ox = p % s->Wo, ky = k / s->g.kw, kx = k % s->g.kw;
+    int64_t K = (int64_t)s->p.g.kh * s->p.g.kw, P = s->p.Ho * s->p.Wo, tap = (n * s->G + g) * K + k;
+    int64_t oy = p / s->p.Wo, ox = p % s->p.Wo, ky = k / s->p.g.kw, kx = k % s->p.g.kw;
     *m = mask ? mask[tap * P + p] : 1.0;
-    *y = (double)(oy * s->g.sh - s->g.ph + ky * s->g.dh) + offset[tap * 2 * P + p];
-    *x = (double)(ox * s->g.sw - s->g.pw + kx * s->g.dw) + offset[(tap * 2 + 1) * P + p];
+    *y = (double)(oy * s->p.g.sh - s->p.g.ph + ky * s->p.g.dh) + offset[tap * 2 * P + p];
+    *x = (double)(ox * s->p.g.sw - s->p.g.pw + kx * s->p.g.dw) + offset[(tap * 2 + 1) * P + p];
 }
 
 /* The bilinear sample of an H x W plane at (y, x); with dvy / dvx not NULL also its derivatives
@@ -110,26 +108,26 @@ DT_HD void dt_f64_spread(double *plane, int64_t H, int64_t W, double y, double x
  * the sum over the output channels of c's weight group of w[o, c', k] * dy[n, o, p]. */
 DT_HD double dt_f64_sample_grad(const dt_deform_f64_shape *s, const double *w, const double *dy, int64_t n, int64_t c,
                                 int64_t k, int64_t p) {
-    int64_t K = (int64_t)s->g.kh * s->g.kw, P = s->Ho * s->Wo, Cw = s->C / s->WG, Ow = s->Cout / s->WG;
+    int64_t K = (int64_t)s->p.g.kh * s->p.g.kw, P = s->p.Ho * s->p.Wo, Cw = s->p.C / s->p.groups, Ow = s->p.Cout / s->p.groups;
     int64_t o0 = c / Cw * Ow, cw = c % Cw;
     double acc = 0.0;
-    for (int64_t o = o0; o < o0 + Ow; o++) acc += w[(o * Cw + cw) * K + k] * dy[(n * s->Cout + o) * P + p];
+    for (int64_t o = o0; o < o0 + Ow; o++) acc += w[(o * Cw + cw) * K + k] * dy[(n * s->p.Cout + o) * P + p];
     return acc;
 }
 
 /* y[i], i = (n*Cout + o)*P + p. */
 DT_HD double dt_f64_y_at(const dt_deform_f64_shape *s, const double *x, const double *offset, const double *mask,
                          const double *w, const double *bias, int64_t i) {
-    int64_t K = (int64_t)s->g.kh * s->g.kw, P = s->Ho * s->Wo, Cw = s->C / s->WG, Ow = s->Cout / s->WG;
-    int64_t p = i % P, o = (i / P) % s->Cout, n = i / (P * s->Cout), c0 = o / Ow * Cw;
+    int64_t K = (int64_t)s->p.g.kh * s->p.g.kw, P = s->p.Ho * s->p.Wo, Cw = s->p.C / s->p.groups, Ow = s->p.Cout / s->p.groups;
+    int64_t p = i % P, o = (i / P) % s->p.Cout, n = i / (P * s->p.Cout), c0 = o / Ow * Cw;
     double acc = bias ? bias[o] : 0.0;
     for (int64_t cw = 0; cw < Cw; cw++) {
         int64_t c = c0 + cw;
-        const double *plane = x + (n * s->C + c) * s->H * s->W;
+        const double *plane = x + (n * s->p.C + c) * s->p.H * s->p.W;
         for (int64_t k = 0; k < K; k++) {
             double yy, xx, m;
-            dt_f64_tap(s, offset, mask, n, c / (s->C / s->G), k, p, &yy, &xx, &m);
-            acc += w[(o * Cw + cw) * K + k] * m * dt_f64_sample(plane, s->H, s->W, yy, xx, NULL, NULL);
+            dt_f64_tap(s, offset, mask, n, c / (s->p.C / s->G), k, p, &yy, &xx, &m);
+            acc += w[(o * Cw + cw) * K + k] * m * dt_f64_sample(plane, s->p.H, s->p.W, yy, xx, NULL, NULL);
         }
     }
     return acc;
@@ -139,14 +137,14 @@ DT_HD double dt_f64_y_at(const dt_deform_f64_shape *s, const double *x, const do
  * spread back with its mask, in position and tap order. Writes the whole plane. */
 DT_HD void dt_f64_dx_plane(const dt_deform_f64_shape *s, const double *offset, const double *mask, const double *w,
                            const double *dy, int64_t nc, double *dx) {
-    int64_t K = (int64_t)s->g.kh * s->g.kw, P = s->Ho * s->Wo, n = nc / s->C, c = nc % s->C;
-    double *plane = dx + nc * s->H * s->W;
-    for (int64_t i = 0; i < s->H * s->W; i++) plane[i] = 0.0;
+    int64_t K = (int64_t)s->p.g.kh * s->p.g.kw, P = s->p.Ho * s->p.Wo, n = nc / s->p.C, c = nc % s->p.C;
+    double *plane = dx + nc * s->p.H * s->p.W;
+    for (int64_t i = 0; i < s->p.H * s->p.W; i++) plane[i] = 0.0;
     for (int64_t p = 0; p < P; p++)
         for (int64_t k = 0; k < K; k++) {
             double yy, xx, m;
-            dt_f64_tap(s, offset, mask, n, c / (s->C / s->G), k, p, &yy, &xx, &m);
-            dt_f64_spread(plane, s->H, s->W, yy, xx, m * dt_f64_sample_grad(s, w, dy, n, c, k, p));
+            dt_f64_tap(s, offset, mask, n, c / (s->p.C / s->G), k, p, &yy, &xx, &m);
+            dt_f64_spread(plane, s->p.H, s->p.W, yy, xx, m * dt_f64_sample_grad(s, w, dy, n, c, k, p));
         }
 }
 
@@ -154,13 +152,13 @@ DT_HD void dt_f64_dx_plane(const dt_deform_f64_shape *s, const double *offset, c
  * index): sums over the offset group's channels. doffset or dmask may be NULL. */
 DT_HD void dt_f64_doffset_at(const dt_deform_f64_shape *s, const double *x, const double *offset, const double *mask,
                              const double *w, const double *dy, int64_t t, double *doffset, double *dmask) {
-    int64_t K = (int64_t)s->g.kh * s->g.kw, P = s->Ho * s->Wo, Cg = s->C / s->G;
+    int64_t K = (int64_t)s->p.g.kh * s->p.g.kw, P = s->p.Ho * s->p.Wo, Cg = s->p.C / s->G;
     int64_t p = t % P, k = (t / P) % K, g = (t / (P * K)) % s->G, n = t / (P * K * s->G);
     double yy, xx, m, sy = 0.0, sx = 0.0, sm = 0.0;
     dt_f64_tap(s, offset, mask, n, g, k, p, &yy, &xx, &m);
     for (int64_t c = g * Cg; c < (g + 1) * Cg; c++) {
         double vy, vx, gs = dt_f64_sample_grad(s, w, dy, n, c, k, p);
-        double v = dt_f64_sample(x + (n * s->C + c) * s->H * s->W, s->H, s->W, yy, xx, &vy, &vx);
+        double v = dt_f64_sample(x + (n * s->p.C + c) * s->p.H * s->p.W, s->p.H, s->p.W, yy, xx, &vy, &vx);
         sy += gs * m * vy;
         sx += gs * m * vx;
         sm += gs * v;
@@ -176,15 +174,15 @@ DT_HD void dt_f64_doffset_at(const dt_deform_f64_shape *s, const double *x, cons
 /* dw[i], i = (o*(C/WG) + c')*K + k: the sum over images and positions. */
 DT_HD double dt_f64_dw_at(const dt_deform_f64_shape *s, const double *x, const double *offset, const double *mask,
                           const double *dy, int64_t i) {
-    int64_t K = (int64_t)s->g.kh * s->g.kw, P = s->Ho * s->Wo, Cw = s->C / s->WG, Ow = s->Cout / s->WG;
+    int64_t K = (int64_t)s->p.g.kh * s->p.g.kw, P = s->p.Ho * s->p.Wo, Cw = s->p.C / s->p.groups, Ow = s->p.Cout / s->p.groups;
     int64_t k = i % K, cw = (i / K) % Cw, o = i / (K * Cw), c = o / Ow * Cw + cw;
     double acc = 0.0;
-    for (int64_t n = 0; n < s->N; n++) {
-        const double *plane = x + (n * s->C + c) * s->H * s->W;
+    for (int64_t n = 0; n < s->p.N; n++) {
+        const double *plane = x + (n * s->p.C + c) * s->p.H * s->p.W;
         for (int64_t p = 0; p < P; p++) {
             double yy, xx, m;
-            dt_f64_tap(s, offset, mask, n, c / (s->C / s->G), k, p, &yy, &xx, &m);
-            acc += dy[(n * s->Cout + o) * P + p] * m * dt_f64_sample(plane, s->H, s->W, yy, xx, NULL, NULL);
+            dt_f64_tap(s, offset, mask, n, c / (s->p.C / s->G), k, p, &yy, &xx, &m);
+            acc += dy[(n * s->p.Cout + o) * P + p] * m * dt_f64_sample(plane, s->p.H, s->p.W, yy, xx, NULL, NULL);
         }
     }
     return acc;
@@ -192,10 +190,10 @@ DT_HD double dt_f64_dw_at(const dt_deform_f64_shape *s, const double *x, const d
 
 /* db[o]: the sum of dy over images and positions. */
 DT_HD double dt_f64_db_at(const dt_deform_f64_shape *s, const double *dy, int64_t o) {
-    int64_t P = s->Ho * s->Wo;
+    int64_t P = s->p.Ho * s->p.Wo;
     double acc = 0.0;
-    for (int64_t n = 0; n < s->N; n++)
-        for (int64_t p = 0; p < P; p++) acc += dy[(n * s->Cout + o) * P + p];
+    for (int64_t n = 0; n < s->p.N; n++)
+        for (int64_t p = 0; p < P; p++) acc += dy[(n * s->p.Cout + o) * P + p];
     return acc;
 }
 

@@ -18,7 +18,7 @@ static void y_range(void *ctx, int64_t i0, int64_t i1) {
 void dt_deform_f64_forward_cpu(const dt_deform_f64_shape *s, const double *x, const double *offset, const double *mask,
                                const double *w, const double *bias, double *y) {
     job j = {.s = s, .x = x, .offset = offset, .mask = mask, .w = w, .bias = bias, .out = y};
-    dt_parallel_for(s->N * s->Cout * s->Ho * s->Wo, 16, y_range, &j);
+    dt_parallel_for(s->p.N * s->p.Cout * s->p.Ho * s->p.Wo, 16, y_range, &j);
 }
 
 static void dx_range(void *ctx, int64_t i0, int64_t i1) {
@@ -44,23 +44,23 @@ static void db_range(void *ctx, int64_t i0, int64_t i1) {
 void dt_deform_f64_backward_cpu(const dt_deform_f64_shape *s, const double *x, const double *offset,
                                 const double *mask, const double *w, const double *dy, double *dx, double *doffset,
                                 double *dmask, double *dw, double *db) {
-    int64_t K = (int64_t)s->g.kh * s->g.kw, P = s->Ho * s->Wo;
+    int64_t K = (int64_t)s->p.g.kh * s->p.g.kw, P = s->p.Ho * s->p.Wo;
     job j = {.s = s, .x = x, .offset = offset, .mask = mask, .w = w, .dy = dy};
     if (dx) {
         j.out = dx;
-        dt_parallel_for(s->N * s->C, 1, dx_range, &j);
+        dt_parallel_for(s->p.N * s->p.C, 1, dx_range, &j);
     }
     if (doffset || dmask) {
         j.out = doffset;
         j.out2 = dmask;
-        dt_parallel_for(s->N * s->G * K * P, 16, doffset_range, &j);
+        dt_parallel_for(s->p.N * s->G * K * P, 16, doffset_range, &j);
     }
     if (dw) {
         j.out = dw;
-        dt_parallel_for(s->Cout * (s->C / s->WG) * K, 1, dw_range, &j);
+        dt_parallel_for(s->p.Cout * (s->p.C / s->p.groups) * K, 1, dw_range, &j);
     }
     if (db) {
         j.out = db;
-        dt_parallel_for(s->Cout, 1, db_range, &j);
+        dt_parallel_for(s->p.Cout, 1, db_range, &j);
     }
 }

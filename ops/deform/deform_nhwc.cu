@@ -12,10 +12,13 @@
  *
  * Every kernel is templated on the plan's tensor type T (float, or bf16 for bf16 plans): x,
  * the columns and their gradient are read as stored (a vector of 4 bf16 is one 8-byte load)
- * and widened; all arithmetic is fp32; a bf16 result is rounded once, on its store. */
+ * and widened; all arithmetic is fp32; a bf16 result is rounded once, on its store.
+ * The sampling and gather row kernels (k_sample, k_gather) are in deform_nhwc.cuh, which the
+ * kernel lab includes too. */
 #include <cub/device/device_radix_sort.cuh>
 
 #include "ops/deform/deform_chunk.h"
+#include "ops/deform/deform_nhwc.cuh"
 #include "ops/deform/deform_nhwc.h"
 #include "core/dt_kernel_util.cuh"
 #include "core/dt_lanes.cuh"
@@ -24,55 +27,7 @@
 
 namespace {
 
-const int THREADS = 256;
-
-/* Rows r = first, first + step, ... of this thread's lane group (grid-stride over groups). */
-#define FOR_ROWS(r, rows, L)                                                                             \
-    for (int r = blockIdx.x * (THREADS / (L)) + threadIdx.x / (L); r < (rows); r += gridDim.x * (THREADS / (L)))
-
-/* ------------------------------------------------------------------ sampling */
-
-/* Writes colT's segment of one sample (k, g) at position q for the lane's vectors. */
-template <int VEC, int L, typename T>
-__device__ __forceinline__ void sample_row(const dt_deform_chunk &c, const T *__restrict__ xT,
-                                           const float *__restrict__ om, int q, int k, int g, int lane,
-                                           T *__restrict__ colT) {
-    typedef typename dt_vec<VEC>::T V;
-    int i;
-    float m;
-    dt_bilin b = dt_sample_bilin(&c, om, q, k, g, &i, &m);
-    const T *corner[4]; /* the corners' channel rows of group g */
-    const T *plane = xT + (int64_t)i * c.H * c.W * c.C + (int64_t)g * c.Cg;
-#pragma unroll
-    for (int t = 0; t < 4; t++) corner[t] = b.ok[t] ? plane + dt_bilin_index(&b, t, c.W) * c.C : nullptr;
-    T *out = colT + (int64_t)q * c.KC + (int64_t)k * c.C + (int64_t)g * c.Cg;
-    const int NV = c.Cg / VEC;
-    for (int v = lane; v < NV; v += L) {
-        V val[4];
-#pragma unroll
-        for (int t = 0; t < 4; t++) {
-            if (corner[t]) cload(corner[t], v, val[t]);
-            else vzero(val[t]);
-        }
-        /* m * (w0 v0 + w1 v1 + w2 v2 + w3 v3), as dt_bilin_value */
-        V s = vscale(b.w[0], val[0]);
-        vfma(s, b.w[1], val[1]);
-        vfma(s, b.w[2], val[2]);
-        vfma(s, b.w[3], val[3]);
-        cstore(out, v, vscale(m, s));
-    }
-}
-
-template <int VEC, int L, typename T>
-__global__ void __launch_bounds__(THREADS) k_sample(dt_deform_chunk c, const T *__restrict__ xT,
-                                                   const float *__restrict__ om, T *__restrict__ colT) {
-    const int lane = threadIdx.x % L;
-    FOR_ROWS(s, c.S, L) {
-        int q, k, g;
-        dt_sample_decode(&c, (uint32_t)s, &q, &k, &g);
-        sample_row<VEC, L, T>(c, xT, om, q, k, g, lane, colT);
-    }
-}
+using namespace dt_deft;
 
 /* ------------------------------------------------------------------ tiled forward (DefT knobs) */
 
@@ -192,11 +147,7 @@ __global__ void __launch_bounds__(THREADS) k_tile(dt_deform_chunk c, tiling tl, 
                     else if (b.ok[t]) cload(xi + dt_bilin_index(&b, t, c.W) * c.C, v0 + v, val[t]);
                     else vzero(val[t]);
                 }
-                V s = vscale(b.w[0], val[0]);
-                vfma(s, b.w[1], val[1]);
-                vfma(s, b.w[2], val[2]);
-                vfma(s, b.w[3], val[3]);
-                cstore(colT + (int64_t)q * c.KC + (int64_t)k * c.C, v0 + v, vscale(m, s));
+                cstore(colT + (int64_t)q * c.KC + (int64_t)k * c.C, v0 + v, bilin_blend(b, m, val));
             }
         }
     }
@@ -274,77 +225,6 @@ index_ws index_layout(int64_t S, int64_t nkeys, void *ws) {
     return w;
 }
 
-/* ------------------------------------------------------------------ gather */
-
-/* A group of L lanes per (pixel, offset group), a vector a lane (VPL = 4 when the group is
- * wider than 32 vectors; channel chunks of L*VPL vectors beyond, re-walking the index). One hit
- * at a time: loading several ahead, or 4 vectors a lane, was measured slower (the lab).
- * x and dcol of T; the sums fp32; dx (of TO: T, or float for a sum another kernel finishes;
- * NULL: D only) written once, with beta. */
-template <int VEC, int L, int VPL, typename T, typename TO>
-__global__ void __launch_bounds__(THREADS) k_gather(dt_deform_chunk c, const uint32_t *__restrict__ order,
-                                                   const uint32_t *__restrict__ start, const float *__restrict__ wm,
-                                                   const T *__restrict__ xT, const T *__restrict__ dcolT, float beta,
-                                                   TO *__restrict__ dxT, float *__restrict__ D) {
-    typedef typename dt_vec<VEC>::T V;
-    const int lane = threadIdx.x % L, NV = c.Cg / VEC;
-    const unsigned mask = group_mask<L>();
-    FOR_ROWS(r, c.npix * c.G, L) {
-        uint32_t pix, rest, iu;
-        const int g = (int)dt_fastdiv_divmod((uint32_t)r, c.fG, &pix);
-        const int ix = (int)dt_fastdiv_divmod(pix, c.fW, &rest);
-        const int iy = (int)dt_fastdiv_divmod(rest, c.fH, &iu);
-        /* key of corner t: the pixel is the top-left (t=0), top-right (1), bottom-left (2) or
-         * bottom-right (3) corner of the samples whose top-left is (iy - t/2, ix - t%2) */
-        const int64_t base = ((int64_t)((int)iu * c.G + g) * (c.H + 1) + iy + 1) * (c.W + 1) + ix + 1;
-        const T *xr = xT + (int64_t)pix * c.C + (int64_t)g * c.Cg;
-        TO *out = dxT ? dxT + (int64_t)pix * c.C + (int64_t)g * c.Cg : nullptr;
-        for (int v0 = 0; v0 < NV; v0 += L * VPL) {
-            V xv[VPL], acc[VPL];
-#pragma unroll
-            for (int u = 0; u < VPL; u++) {
-                int v = v0 + lane + u * L;
-                if (v < NV) cload(xr, v, xv[u]);
-                else vzero(xv[u]);
-                vzero(acc[u]);
-            }
-#pragma unroll
-            for (int t = 0; t < 4; t++) {
-                const int64_t key = base - (t & 1) - (t >> 1) * (c.W + 1);
-                const uint32_t e1 = __ldg(start + key + 1);
-                for (uint32_t e = __ldg(start + key); e < e1; e++) {
-                    const uint32_t s = __ldg(order + e);
-                    const float w = __ldg(wm + 4 * (int64_t)s + t);
-                    /* s = (q*K + k)*G + g: its dcol row segment starts at (q*K + k)*C + g*Cg */
-                    uint32_t qk;
-                    dt_fastdiv_divmod(s, c.fG, &qk);
-                    const T *row = dcolT + (int64_t)qk * c.C + (int64_t)g * c.Cg;
-                    float part = 0.0f;
-#pragma unroll
-                    for (int u = 0; u < VPL; u++) {
-                        int v = v0 + lane + u * L;
-                        if (v < NV) {
-                            V d;
-                            cload(row, v, d);
-                            vfma(acc[u], w, d);
-                            part += vdot(d, xv[u]);
-                        }
-                    }
-                    part = group_sum<L>(part, mask);
-                    if (lane == 0) D[4 * (int64_t)s + t] = v0 == 0 ? part : D[4 * (int64_t)s + t] + part;
-                }
-            }
-            if (out) {
-#pragma unroll
-                for (int u = 0; u < VPL; u++) {
-                    int v = v0 + lane + u * L;
-                    if (v < NV) cstore_beta(out, v, acc[u], beta);
-                }
-            }
-        }
-    }
-}
-
 /* ------------------------------------------------------------------ offset gradients */
 
 __global__ void k_offset_grads(dt_deform_chunk c, const float *__restrict__ om, const float *__restrict__ D, int logits,
@@ -375,7 +255,7 @@ __global__ void __launch_bounds__(THREADS) k_scatter(dt_deform_chunk c, const T 
     typedef typename dt_vec<VEC>::T V;
     const int lane = threadIdx.x % L, NV = c.Cg / VEC;
     const unsigned mask = group_mask<L>();
-    FOR_ROWS(s, c.S, L) {
+    DT_DEFT_FOR_ROWS(s, c.S, L) {
         int q, k, g, i;
         float m;
         dt_sample_decode(&c, (uint32_t)s, &q, &k, &g);
