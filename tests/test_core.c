@@ -248,27 +248,44 @@ DT_TEST(parallel_for_covers_every_index) {
     EXPECT_EQ_INT(bad, 0);
 }
 
-DT_TEST(gemm_cpu_matches_naive_all_transposes) {
-    int64_t M = 37, N = 53, K = 301;
+/* op(A) op(B) of every transpose against a double-precision loop, with every kernel this CPU
+ * has (gemm_cpu.c: base, avx2, avx512): M, N and K cut tiles, panels and K panels at their
+ * edges, and a lopsided weight-gradient shape (16 rows, K >> N) spreads over the threads. */
+static void check_gemm_shape(const char *isa, int64_t M, int64_t N, int64_t K, float alpha, float beta) {
     for (int ta = 0; ta < 2; ta++)
         for (int tb = 0; tb < 2; tb++) {
             float *A = malloc(M * K * 4), *B = malloc(K * N * 4), *C = malloc(M * N * 4), *R = malloc(M * N * 4);
             dt_rng_fill_normal(dt_test_rng(), A, M * K, 0, 1);
             dt_rng_fill_normal(dt_test_rng(), B, K * N, 0, 1);
             dt_rng_fill_normal(dt_test_rng(), C, M * N, 0, 1);
+            if (beta == 0.0f)
+                for (int64_t i = 0; i < M * N; i++) C[i] = NAN; /* beta == 0 overwrites */
             for (int64_t i = 0; i < M; i++)
                 for (int64_t j = 0; j < N; j++) {
                     double s = 0;
                     for (int64_t k = 0; k < K; k++)
                         s += (double)(ta ? A[k * M + i] : A[i * K + k]) * (tb ? B[j * K + k] : B[k * N + j]);
-                    R[i * N + j] = (float)(0.5 * s + 2.0 * C[i * N + j]);
+                    R[i * N + j] = (float)(alpha * s + (beta == 0.0f ? 0.0 : beta * (double)C[i * N + j]));
                 }
-            dt_gemm_cpu(ta, tb, M, N, K, 0.5f, A, ta ? M : K, B, tb ? K : N, 2.0f, C, N);
-            char what[64];
-            snprintf(what, sizeof what, "gemm ta=%d tb=%d", ta, tb);
+            dt_gemm_cpu(ta, tb, M, N, K, alpha, A, ta ? M : K, B, tb ? K : N, beta, C, N);
+            char what[96];
+            snprintf(what, sizeof what, "gemm %s %lldx%lldx%lld ta=%d tb=%d", isa, (long long)M, (long long)N,
+                     (long long)K, ta, tb);
             dt_expect_close(what, C, R, M * N, 1e-5);
             free(A); free(B); free(C); free(R);
         }
+}
+
+DT_TEST(gemm_cpu_matches_naive_all_transposes) {
+    const char *was = dt_gemm_cpu_isa();
+    static const char *const isas[] = {"base", "avx2", "avx512"};
+    for (int k = 0; k < 3; k++) {
+        if (!dt_gemm_cpu_use(isas[k])) continue;
+        check_gemm_shape(isas[k], 37, 53, 301, 0.5f, 2.0f);
+        check_gemm_shape(isas[k], 16, 147, 1100, 1.0f, 0.0f);
+        check_gemm_shape(isas[k], 3, 5, 2, 1.0f, 1.0f);
+    }
+    EXPECT(dt_gemm_cpu_use(was));
 }
 
 DT_TEST(autograd_backward_leaves_other_graphs_alone) {

@@ -18,6 +18,7 @@
 #include "core/dt_autograd.h"
 #include "core/dt_device.h"
 #include "ops/dt_layers.h"
+#include "ops/linear/gemm.h"
 #include "train/atomic_file.h"
 #include "core/dt_file.h"
 #include "train/dt_weights.h"
@@ -332,7 +333,11 @@ static int describe_run(train_run *run, dt_ckpt_run *now, dt_err *err) {
         return dt_errf(err, "bad deft knob: %s", kerr), 2;
     char devs[256];
     dt_device_describe(devs, sizeof devs);
-    train_say(&run->out, "deftc train: %s%s", devs, run->dev == DT_CPU ? " -- running on the CPU (slow; use small image_size)" : "");
+    if (run->dev == DT_CPU) /* which matrix kernel runs says what speed to expect (gemm_cpu.c) */
+        train_say(&run->out, "deftc train: %s, %s matrix kernel -- running on the CPU (slow; use small image_size)",
+                  devs, dt_gemm_cpu_isa());
+    else
+        train_say(&run->out, "deftc train: %s", devs);
     if (run->have_data)
         train_say(&run->out, "data %s: %d classes, %lld train / %lld val images", c->data, run->classes,
                   (long long)run->train_ds.count, (long long)run->val_ds.count);

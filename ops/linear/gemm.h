@@ -17,6 +17,11 @@ extern "C" {
 
 void dt_gemm_cpu(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
                  int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
+/* The CPU kernel dt_gemm_cpu runs: "base", "avx2" (with FMA) or "avx512" (gemm_cpu.c), the
+ * best this CPU has unless DT_GEMM_ISA names a lower one. dt_gemm_cpu_use switches to the one
+ * named (the tests run each) and returns 0, changing nothing, when the CPU lacks it. */
+const char *dt_gemm_cpu_isa(void);
+int dt_gemm_cpu_use(const char *isa);
 void dt_gemm_cuda(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
                   int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
 /* count products C_i = op(A_i) op(B_i) with A_i = A + i*sA etc. (cuBLAS strided batched). */

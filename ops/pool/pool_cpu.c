@@ -2,10 +2,13 @@
  * backward gather visit the same elements in the same order with the same fp32 arithmetic, so
  * their results are the GPU's bit for bit; the average pool's sums (double) differ only in
  * order. One loop nest serves every format: an (image, channel) plane is addressed through
- * its base and the stride between its pixels, which is all that NCHW and NHWC change. */
+ * its base and the stride between its pixels, which is all that NCHW and NHWC change. The max
+ * pools are threaded over planes (each plane's arithmetic is the same on any thread): the stem's
+ * pool is a few percent of a CPU training step. */
 #include <math.h>
 
 #include "core/dt_dtype.h"
+#include "core/dt_parallel.h"
 #include "ops/pool/pool.h"
 
 /* Pixel q = y*W + x of plane (n, c) of a [N, C, P] (NCHW) or [N, P, C] (NHWC) tensor sits at
@@ -18,34 +21,67 @@ static plane plane_of(dt_layout l, int64_t n, int64_t c, int64_t C, int64_t P) {
     return l == DT_NHWC ? (plane){n * P * C + c, C} : (plane){(n * C + c) * P, 1};
 }
 
-static void maxpool_fwd(dt_dtype dt, dt_layout l, const void *x, int64_t N, int64_t C, int64_t H, int64_t W, int k,
-                        int s, int p, int64_t Ho, int64_t Wo, void *y, int32_t *idx) {
-    for (int64_t n = 0; n < N; n++)
-        for (int64_t c = 0; c < C; c++) {
-            plane xi = plane_of(l, n, c, C, H * W), yo = plane_of(l, n, c, C, Ho * Wo);
-            for (int64_t oy = 0; oy < Ho; oy++)
-                for (int64_t ox = 0; ox < Wo; ox++) {
-                    float best = -INFINITY;
-                    int32_t bi = -1;
-                    for (int ky = 0; ky < k; ky++) {
-                        int64_t iy = oy * s - p + ky;
-                        if (iy < 0 || iy >= H) continue;
-                        for (int kx = 0; kx < k; kx++) {
-                            int64_t ix = ox * s - p + kx;
-                            if (ix < 0 || ix >= W) continue;
-                            float v = dt_elem_ld(x, dt, xi.base + (iy * W + ix) * xi.stride);
-                            /* the first maximum wins; a NaN wins and stays */
-                            if (bi < 0 || v > best || (isnan(v) && !isnan(best))) {
-                                best = v;
-                                bi = (int32_t)(iy * W + ix);
-                            }
+/* One max pool call: its planes q = n * C + c are split over the threads. */
+typedef struct {
+    dt_dtype dt;
+    dt_layout l;
+    const void *x, *dy;
+    const int32_t *idx_in;
+    int64_t C, H, W, Ho, Wo;
+    int k, s, p;
+    float beta;
+    void *y, *dx;
+    int32_t *idx;
+} maxpool_job;
+
+/* planes of about 8 K window reads and up per thread */
+static int64_t maxpool_grain(int64_t Ho, int64_t Wo, int k) {
+    int64_t per = Ho * Wo * k * k;
+    return per >= 8192 ? 1 : 8192 / (per > 0 ? per : 1);
+}
+
+static void maxpool_fwd_planes(void *ctx, int64_t q0, int64_t q1) {
+    const maxpool_job *j = ctx;
+    dt_dtype dt = j->dt;
+    dt_layout l = j->l;
+    const void *x = j->x;
+    int64_t C = j->C, H = j->H, W = j->W, Ho = j->Ho, Wo = j->Wo;
+    int k = j->k, s = j->s, p = j->p;
+    void *y = j->y;
+    int32_t *idx = j->idx;
+    for (int64_t q = q0; q < q1; q++) {
+        int64_t n = q / C, c = q % C;
+        plane xi = plane_of(l, n, c, C, H * W), yo = plane_of(l, n, c, C, Ho * Wo);
+        for (int64_t oy = 0; oy < Ho; oy++)
+            for (int64_t ox = 0; ox < Wo; ox++) {
+                float best = -INFINITY;
+                int32_t bi = -1;
+                for (int ky = 0; ky < k; ky++) {
+                    int64_t iy = oy * s - p + ky;
+                    if (iy < 0 || iy >= H) continue;
+                    for (int kx = 0; kx < k; kx++) {
+                        int64_t ix = ox * s - p + kx;
+                        if (ix < 0 || ix >= W) continue;
+                        float v = dt_elem_ld(x, dt, xi.base + (iy * W + ix) * xi.stride);
+                        /* the first maximum wins; a NaN wins and stays */
+                        if (bi < 0 || v > best || (isnan(v) && !isnan(best))) {
+                            best = v;
+                            bi = (int32_t)(iy * W + ix);
                         }
                     }
-                    int64_t o = yo.base + (oy * Wo + ox) * yo.stride;
-                    dt_elem_st(y, dt, o, best);
-                    idx[o] = bi;
                 }
-        }
+                int64_t o = yo.base + (oy * Wo + ox) * yo.stride;
+                dt_elem_st(y, dt, o, best);
+                idx[o] = bi;
+            }
+    }
+}
+
+static void maxpool_fwd(dt_dtype dt, dt_layout l, const void *x, int64_t N, int64_t C, int64_t H, int64_t W, int k,
+                        int s, int p, int64_t Ho, int64_t Wo, void *y, int32_t *idx) {
+    maxpool_job j = {.dt = dt, .l = l, .x = x, .C = C, .H = H, .W = W, .Ho = Ho, .Wo = Wo, .k = k, .s = s, .p = p,
+                     .y = y, .idx = idx};
+    dt_parallel_for(N * C, maxpool_grain(Ho, Wo, k), maxpool_fwd_planes, &j);
 }
 
 /* The windows [*o0, *o1] of one axis that contain input coordinate i. */
@@ -54,25 +90,40 @@ static void windows_of(int64_t i, int k, int s, int p, int64_t On, int64_t *o0, 
     *o1 = (i + p) / s < On - 1 ? (i + p) / s : On - 1;
 }
 
+static void maxpool_bwd_planes(void *ctx, int64_t q0, int64_t q1) {
+    const maxpool_job *j = ctx;
+    dt_dtype dt = j->dt;
+    dt_layout l = j->l;
+    const void *dy = j->dy;
+    const int32_t *idx = j->idx_in;
+    int64_t C = j->C, H = j->H, W = j->W, Ho = j->Ho, Wo = j->Wo;
+    int k = j->k, s = j->s, p = j->p;
+    float beta = j->beta;
+    void *dx = j->dx;
+    for (int64_t q = q0; q < q1; q++) {
+        int64_t n = q / C, c = q % C;
+        plane xi = plane_of(l, n, c, C, H * W), yo = plane_of(l, n, c, C, Ho * Wo);
+        for (int64_t iy = 0; iy < H; iy++)
+            for (int64_t ix = 0; ix < W; ix++) {
+                int64_t oy0, oy1, ox0, ox1;
+                windows_of(iy, k, s, p, Ho, &oy0, &oy1);
+                windows_of(ix, k, s, p, Wo, &ox0, &ox1);
+                float acc = 0.0f;
+                for (int64_t oy = oy0; oy <= oy1; oy++)
+                    for (int64_t ox = ox0; ox <= ox1; ox++) {
+                        int64_t o = yo.base + (oy * Wo + ox) * yo.stride;
+                        if (idx[o] == iy * W + ix) acc += dt_elem_ld(dy, dt, o);
+                    }
+                dt_elem_st_beta(dx, dt, xi.base + (iy * W + ix) * xi.stride, acc, beta);
+            }
+    }
+}
+
 static void maxpool_bwd(dt_dtype dt, dt_layout l, const void *dy, const int32_t *idx, int64_t N, int64_t C,
                         int64_t H, int64_t W, int k, int s, int p, int64_t Ho, int64_t Wo, float beta, void *dx) {
-    for (int64_t n = 0; n < N; n++)
-        for (int64_t c = 0; c < C; c++) {
-            plane xi = plane_of(l, n, c, C, H * W), yo = plane_of(l, n, c, C, Ho * Wo);
-            for (int64_t iy = 0; iy < H; iy++)
-                for (int64_t ix = 0; ix < W; ix++) {
-                    int64_t oy0, oy1, ox0, ox1;
-                    windows_of(iy, k, s, p, Ho, &oy0, &oy1);
-                    windows_of(ix, k, s, p, Wo, &ox0, &ox1);
-                    float acc = 0.0f;
-                    for (int64_t oy = oy0; oy <= oy1; oy++)
-                        for (int64_t ox = ox0; ox <= ox1; ox++) {
-                            int64_t o = yo.base + (oy * Wo + ox) * yo.stride;
-                            if (idx[o] == iy * W + ix) acc += dt_elem_ld(dy, dt, o);
-                        }
-                    dt_elem_st_beta(dx, dt, xi.base + (iy * W + ix) * xi.stride, acc, beta);
-                }
-        }
+    maxpool_job j = {.dt = dt, .l = l, .dy = dy, .idx_in = idx, .C = C, .H = H, .W = W, .Ho = Ho, .Wo = Wo, .k = k,
+                     .s = s, .p = p, .beta = beta, .dx = dx};
+    dt_parallel_for(N * C, maxpool_grain(H, W, k), maxpool_bwd_planes, &j);
 }
 
 /* y [N, C] row-major whatever x's layout */
