@@ -70,17 +70,20 @@ typedef struct {
     dt_conv_problem pr; /* for the passes the plan puts on the implicit GEMM */
 } conv_ctx;
 
-/* ---- the plans made so far, for dt_conv_plan_print: one row per distinct problem (the first
- * DT_PLAN_ROWS of them; a ResNet-50 has 23 distinct conv shapes). Replicas on CPU threads plan
+/* ---- the plans made so far: one row per distinct (problem, algorithm, engine present), for
+ * dt_conv_plan_print and for conv_algo=measure, whose rows are its measurements - a dropped row
+ * would be measured again on every call, and its choice could differ from the first one (the
+ * process's runs must agree bit for bit), so the table grows instead (a ResNet-50 has 23
+ * distinct conv shapes; the GPU test suite plans a few hundred). Replicas on CPU threads plan
  * concurrently, hence the lock. */
-enum { DT_PLAN_ROWS = 128 };
-static struct {
+typedef struct {
     dt_conv_problem p;
     dt_conv_algo algo;
     int sm90;
     dt_conv_plan plan;
-} g_plans[DT_PLAN_ROWS];
-static int g_n_plans, g_plans_dropped;
+} plan_row;
+static plan_row *g_plans;
+static int g_n_plans, g_plans_cap, g_plans_dropped; /* dropped: a row that found no memory */
 static pthread_mutex_t g_plans_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t g_measure_lock = PTHREAD_MUTEX_INITIALIZER; /* one measurement at a time */
 
@@ -88,8 +91,13 @@ static void remember_plan(const dt_conv_problem *p, dt_conv_algo algo, int sm90,
     pthread_mutex_lock(&g_plans_lock);
     int i = 0;
     while (i < g_n_plans && !(dt_conv_problem_same(&g_plans[i].p, p) && g_plans[i].algo == algo && g_plans[i].sm90 == sm90)) i++;
+    if (i == g_n_plans && g_n_plans == g_plans_cap) {
+        const int cap = g_plans_cap ? 2 * g_plans_cap : 64;
+        plan_row *grown = realloc(g_plans, sizeof(plan_row) * (size_t)cap);
+        if (grown) g_plans = grown, g_plans_cap = cap;
+    }
     if (i == g_n_plans) {
-        if (i < DT_PLAN_ROWS) g_plans[g_n_plans++] = (__typeof__(g_plans[0])){*p, algo, sm90, plan};
+        if (g_n_plans < g_plans_cap) g_plans[g_n_plans++] = (plan_row){*p, algo, sm90, plan};
         else g_plans_dropped = 1;
     }
     pthread_mutex_unlock(&g_plans_lock);
@@ -115,7 +123,7 @@ void dt_conv_plan_print(FILE *f) {
                 p->g.sh, p->g.ph, p->g.dh > 1 ? " dilated" : "", dt_conv_algo_name(g_plans[i].algo),
                 g_plans[i].sm90 ? ", Hopper engine" : "", pass_engine(q->fprop), pass_engine(q->dgrad), pass_engine(q->wgrad));
     }
-    if (g_plans_dropped) fprintf(f, "conv plan: (more problems than the %d rows kept)\n", DT_PLAN_ROWS);
+    if (g_plans_dropped) fprintf(f, "conv plan: (some problems not kept: out of host memory)\n");
     pthread_mutex_unlock(&g_plans_lock);
 }
 
