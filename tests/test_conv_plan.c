@@ -28,13 +28,14 @@ static const plan_row PLAN[] = {
     {"l4a", 256, 14, 14, 512, 3, 2, 1, G, G, G, S, G, G},
     {"l4ds", 256, 14, 14, 512, 1, 2, 0, T128, G, G, S, G, G},
     {"l4", 512, 7, 7, 512, 3, 1, 1, G, G, G, S, S, G},
-    {"b1.c1 (pointwise)", 64, 56, 56, 64, 1, 1, 0, G, G, G, S, S, S},
-    {"b1.c3 (pointwise)", 64, 56, 56, 256, 1, 1, 0, G, G, G, S, S, S},
+    {"b1.c1 (pointwise, 0.8 G-MAC)", 64, 56, 56, 64, 1, 1, 0, G, G, G, S, S, S},
+    {"b1.c3 (pointwise, 3.3 G-MAC)", 64, 56, 56, 256, 1, 1, 0, G, G, G, G, G, G},
     {"b2.c2a", 128, 56, 56, 128, 3, 2, 1, T128, G, G, S, G, S},
     {"b2.ds (wide 1x1 s2)", 256, 56, 56, 512, 1, 2, 0, G, G, G, S, G, S},
     {"b3.c2a", 256, 28, 28, 256, 3, 2, 1, G, G, G, S, G, S},
-    {"b3.ds", 512, 28, 28, 1024, 1, 2, 0, G, G, G, S, G, S},
+    {"b3.ds (1x1 of K = 512)", 512, 28, 28, 1024, 1, 2, 0, G, G, G, S, G, G},
     {"b4.ds", 1024, 14, 14, 2048, 1, 2, 0, G, G, G, S, G, G},
+    {"b3.c1 (pointwise 512 -> 128)", 512, 28, 28, 128, 1, 1, 0, G, G, G, G, G, G},
 };
 
 static dt_conv_problem problem(int n, const plan_row *r) {
@@ -71,6 +72,12 @@ DT_TEST(conv_plan_follows_the_measured_table) {
         EXPECT_MSG(f.fprop == T64 && f.dgrad == back && f.wgrad == back, "%s: igemm64 gave %d %d %d", r->name, f.fprop,
                    f.dgrad, f.wgrad);
     }
+    /* batch 256, the engine's wgrad over 12544 rows: ResNet-18's l4a (K = 2304 <= M / 4) keeps
+     * it, ResNet-50's layer4 3x3 (K = 4608) is cuBLAS's, as conv_algo=measure chose */
+    const dt_conv_problem r18 = dt_conv_problem_of(256, 256, 14, 14, 512, dt_geom(3, 2, 1, 1), 1);
+    const dt_conv_problem r50 = dt_conv_problem_of(256, 512, 7, 7, 512, dt_geom(3, 1, 1, 1), 1);
+    EXPECT_EQ_INT(dt_conv_plan_bf16(&r18, DT_CONV_ALGO_AUTO, 1).wgrad, S);
+    EXPECT_EQ_INT(dt_conv_plan_bf16(&r50, DT_CONV_ALGO_AUTO, 1).wgrad, G);
 }
 
 DT_TEST(conv_plan_keeps_unsupported_shapes_on_gemm) {

@@ -115,13 +115,20 @@ static dt_conv_plan plan_mma(const dt_conv_problem *p, dt_conv_algo algo) {
 
 /* The plan on a Hopper GPU: every fprop the engine supports (the lab, batch 64: 0.37-0.79x of
  * cuDNN's fprop time on every ResNet-18 conv, docs/conv.md "The Hopper engine"); stride-1
- * dgrad; wgrad where the reduction is long enough for its split to fill the SMs (M >= 12544:
- * layer4's 3136 rows at batch 64 stay on cuBLAS, 0.94x of the engine). sm90 forced: every
- * pass it supports. The rest as without it. */
+ * dgrad; wgrad where the reduction is long enough for its split to fill the SMs: M >= 12544
+ * rows (layer4's 3136 at batch 64 stay on cuBLAS, 0.94x of the engine) and M >= 4 K (ResNet-50's
+ * 3x3s of K = 4608 over 12544 rows lose), except the 1x1s of K >= 512. The pointwise stride-1
+ * convs of >= 2^31 MACs stay on cuBLAS, every pass: conv_algo=measure chose it for each of
+ * ResNet-50's at batch 256 but one fprop, and auto with them ran 43.95 ms a step against
+ * measure's 38.86 (docs/logs/2026-12-03/call2_measured_plans). sm90 forced: every pass it
+ * supports. The rest as without it. */
 dt_conv_plan dt_conv_plan_bf16(const dt_conv_problem *p, dt_conv_algo algo, int sm90) {
     const int forced = algo == DT_CONV_ALGO_SM90;
     dt_conv_plan plan = plan_mma(p, forced ? DT_CONV_ALGO_AUTO : algo);
     if (!forced && !(sm90 && algo == DT_CONV_ALGO_AUTO)) return plan;
+    const int64_t M = p->N * p->Ho * p->Wo, K = (int64_t)p->g.kh * p->g.kw * p->C;
+    if (!forced && pointwise(p->g) && M * K * p->Cout >= ((int64_t)1 << 31)) return plan;
+    const int wgrad_long = M >= 12544 && M >= 4 * K && !(p->g.kh * p->g.kw == 1 && K >= 512);
     /* the column matrix is written and read once more than the other reads: measured for the
      * stem (C = 3), where the mma.sync path pads C to 8 and cuBLAS's wgrad materializes the
      * columns anyway; other C keep their measured paths unless forced */
@@ -129,7 +136,7 @@ dt_conv_plan dt_conv_plan_bf16(const dt_conv_problem *p, dt_conv_algo algo, int 
     const int columns_ok = forced || p->C % 8 != 0;
     if (rf != DT_SM90_NONE && (rf != DT_SM90_COLUMNS || columns_ok)) plan.fprop = DT_IGEMM_TILE_SM90;
     if (dt_conv_sm90_read(p, DT_SM90_DGRAD) != DT_SM90_NONE) plan.dgrad = DT_IGEMM_TILE_SM90;
-    if (rw != DT_SM90_NONE && (rw != DT_SM90_COLUMNS || columns_ok) && (forced || p->N * p->Ho * p->Wo >= 12544))
+    if (rw != DT_SM90_NONE && (rw != DT_SM90_COLUMNS || columns_ok) && (forced || wgrad_long))
         plan.wgrad = DT_IGEMM_TILE_SM90;
     return plan;
 }
