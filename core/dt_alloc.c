@@ -75,8 +75,14 @@ static void log_release(size_t mark) {
         if (b.dev == DT_GPU) dt_gpu_free(b.p); else dt_host_free(b.p, 0);
     }
 }
+/* The outermost guard gives the log's array back too: a thread-pool worker's log would
+ * otherwise outlive what owns it (a forked child has no workers, and their arrays leak). */
 static void log_leave(int outermost) {
-    if (outermost) t_nlog = 0;
+    if (!outermost) return;
+    t_nlog = 0;
+    free(t_log);
+    t_log = NULL;
+    t_caplog = 0;
 }
 /* Released last (order 3): the tape and the scopes free their tensors first. */
 __attribute__((constructor)) static void register_log(void) {

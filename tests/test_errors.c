@@ -22,7 +22,8 @@
 #include "train/dt_optim.h"
 
 #if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/allocator_interface.h>
+/* ASan's own count (sanitizer/allocator_interface.h, which not every compiler ships) */
+size_t __sanitizer_get_current_allocated_bytes(void);
 static size_t live_host_bytes(void) { return __sanitizer_get_current_allocated_bytes(); }
 #else
 /* glibc's counters (mallinfo2) count blocks parked in the thread caches as in use, so the test
@@ -305,8 +306,7 @@ static void sgd_case(dt_dev dev, dt_inject_kind kind, int min_points) {
         t[i] = dt_param_new(&ps, i ? "b" : "a", 2, shp[i], dev, DT_NCHW, 1);
         dt_tensor_upload(t[i], init[i]);
         float *g = randn(r, (size_t)n, 1);
-        t[i]->grad = dt_tensor_new_unscoped(2, shp[i], dev, DT_F32, DT_NCHW);
-        dt_tensor_upload(t[i]->grad, g);
+        dt_tensor_upload(t[i]->grad, g); /* the parameter's own gradient buffer */
         t[i]->grad_valid = 1;
         free(g);
     }
