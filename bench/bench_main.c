@@ -14,6 +14,9 @@
  * Tables go to stdout; --csv writes every number. The layers stay ResNet-18's whatever the
  * model (--help says how the other models' shapes relate); whole training steps of any model
  * are build/train's (configs/synthetic_timing.cfg model=..., bench/reproduce.sh MODEL=). */
+#include <stdlib.h>
+
+#include "core/dt_common.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +32,7 @@
 #include "ops/linear/gemm.h"
 
 int main(int argc, char **argv) {
+    dt_set_fatal_handler(exit); /* a failure outside a guarded call ends this program (dt_common.h) */
     dt_bench_opts o;
     dt_err err;
     if (dt_bench_parse(&o, argc, argv, &err) != 0) {

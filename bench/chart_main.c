@@ -2,6 +2,9 @@
  * rows (lines starting with # and blank lines are skipped), drawn by chart.c with stb_easy_font's
  * glyphs and written with stb_image_write - no plotting library needed. Bars of one group share
  * a colour, named in a legend. Used by `make reproduce` (bench/reproduce.sh). */
+#include <stdlib.h>
+
+#include "core/dt_common.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +24,7 @@ static char *field(char **s) {
 }
 
 int main(int argc, char **argv) {
+    dt_set_fatal_handler(exit); /* a failure outside a guarded call ends this program (dt_common.h) */
     if (argc < 3 || argc > 5) {
         fprintf(stderr, "usage: build/chart IN.csv OUT.png [TITLE [REF]]   (rows: label,value[,note[,group]]; REF: a "
                         "dashed line at that value, 1 for ratios)\n");

@@ -11,25 +11,93 @@
 
 void *dt_host_alloc(size_t bytes, int pinned) {
     void *p = NULL;
+    if (dt_inject_hit(DT_INJECT_HOST_ALLOC)) dt_fail(DT_ERR_OOM, "out of host memory allocating %zu bytes", bytes);
 #ifdef DT_CUDA
     if (pinned && dt_gpu_ready()) {
-        if (cudaMallocHost(&p, bytes ? bytes : 1) != cudaSuccess)
-            dt_fatal("cudaMallocHost of %zu bytes failed", bytes);
+        cudaError_t e = cudaMallocHost(&p, bytes ? bytes : 1);
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            dt_fail(e == cudaErrorMemoryAllocation ? DT_ERR_OOM : DT_ERR_DEVICE, "cudaMallocHost of %zu bytes failed: %s",
+                    bytes, cudaGetErrorString(e));
+        }
         return p;
     }
 #else
     (void)pinned;
 #endif
     if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0)
-        dt_fatal("out of host memory allocating %zu bytes", bytes);
+        dt_fail(DT_ERR_OOM, "out of host memory allocating %zu bytes", bytes);
     return p;
 }
 
+/* ---- the scratch log ----
+ * Scratch (dt_dev_alloc) lives for one call by the layering rule (dt_alloc.h), so a raise that
+ * unwinds the call must give back the scratch it held: while a guard is open on the thread,
+ * every dt_dev_alloc is logged and every dt_dev_free unlogs; a guard's unwind frees what is
+ * still logged since its entry, and leaving the outermost guard forgets the log (what is still
+ * live then is the caller's, as without a guard). Memory that outlives a call is not scratch:
+ * it comes from dt_gpu_malloc / dt_host_alloc directly (tensor storage, tables). */
+typedef struct {
+    void *p;
+    dt_dev dev;
+} logged;
+static __thread logged *t_log;
+static __thread size_t t_nlog, t_caplog;
+
+static void log_add(void *p, dt_dev dev) {
+    if (t_nlog == t_caplog) {
+        size_t cap = t_caplog ? 2 * t_caplog : 64;
+        logged *q = dt_try_malloc(cap * sizeof *q);
+        if (!q) {
+            dt_dev_free(dev, p); /* not logged yet: freed here, then the raise */
+            dt_fail(DT_ERR_OOM, "out of host memory logging a scratch block");
+        }
+        if (t_nlog) memcpy(q, t_log, t_nlog * sizeof *q);
+        free(t_log);
+        t_log = q;
+        t_caplog = cap;
+    }
+    t_log[t_nlog++] = (logged){p, dev};
+}
+
+static void log_remove(void *p) {
+    for (size_t i = t_nlog; i-- > 0;)
+        if (t_log[i].p == p) {
+            t_log[i] = t_log[--t_nlog];
+            return;
+        }
+}
+
+static size_t log_mark(void) { return t_nlog; }
+static void log_release(size_t mark) {
+    while (t_nlog > mark) {
+        logged b = t_log[--t_nlog];
+        if (b.dev == DT_GPU) dt_gpu_free(b.p); else dt_host_free(b.p, 0);
+    }
+}
+/* The outermost guard gives the log's array back too: a thread-pool worker's log would
+ * otherwise outlive what owns it (a forked child has no workers, and their arrays leak). */
+static void log_leave(int outermost) {
+    if (!outermost) return;
+    t_nlog = 0;
+    free(t_log);
+    t_log = NULL;
+    t_caplog = 0;
+}
+/* Released last (order 3): the tape and the scopes free their tensors first. */
+__attribute__((constructor)) static void register_log(void) {
+    dt_guard_register((dt_guard_participant){3, log_mark, log_release, log_leave});
+}
+
 void *dt_dev_alloc(dt_dev dev, size_t bytes) {
-    return dev == DT_GPU ? dt_gpu_malloc(bytes) : dt_host_alloc(bytes, 0);
+    void *p = dev == DT_GPU ? dt_gpu_malloc(bytes) : dt_host_alloc(bytes, 0);
+    if (dt_guard_active()) log_add(p, dev);
+    return p;
 }
 
 void dt_dev_free(dt_dev dev, void *ptr) {
+    if (!ptr) return;
+    if (t_nlog) log_remove(ptr);
     if (dev == DT_GPU) dt_gpu_free(ptr); else dt_host_free(ptr, 0);
 }
 
@@ -170,11 +238,18 @@ static cudaError_t device_malloc(void **p, size_t size) {
     enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
     DT_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
     cudaError_t e = cudaMalloc(p, size);
-    DT_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+    /* restored before anything can raise: the thread's capture mode must not stay relaxed */
+    cudaError_t e2 = cudaThreadExchangeStreamCaptureMode(&mode);
+    if (e2 != cudaSuccess) {
+        if (e == cudaSuccess) cudaFree(*p);
+        DT_CHECK(e2);
+    }
     return e;
 }
 
 void *dt_gpu_malloc(size_t bytes) {
+    if (dt_inject_hit(DT_INJECT_DEVICE_ALLOC))
+        dt_fail(DT_ERR_OOM, "out of GPU memory allocating %.1f MiB (injected)", bytes / 1048576.0);
     size_t size = round_size(bytes);
     void *p = NULL;
     pool *o = cur_pool(); /* initializes the device on first use */
@@ -195,7 +270,7 @@ void *dt_gpu_malloc(size_t bytes) {
             e = device_malloc(&p, size);
         }
         if (e != cudaSuccess)
-            dt_fatal("out of GPU memory allocating %.1f MiB on device %d (in use %.1f MiB, reserved %.1f MiB): %s",
+            dt_fail(e == cudaErrorMemoryAllocation ? DT_ERR_OOM : DT_ERR_DEVICE, "out of GPU memory allocating %.1f MiB on device %d (in use %.1f MiB, reserved %.1f MiB): %s",
                      size / 1048576.0, o->device, st->in_use / 1048576.0, st->reserved / 1048576.0,
                      cudaGetErrorString(e));
         st->device_mallocs++;
@@ -307,7 +382,7 @@ static void copy_rows_gpu(void *dst, size_t dpitch, const void *src, size_t spit
 #else /* CPU-only build: every device entry point explains that there is no CUDA. */
 
 static DT_NORETURN void no_cuda(const char *what) {
-    dt_fatal("%s: deftc was built without CUDA (CUDA=0)", what);
+    dt_fail(DT_ERR_DEVICE, "%s: deftc was built without CUDA (CUDA=0)", what);
 }
 void *dt_gpu_malloc(size_t bytes) { (void)bytes; no_cuda("dt_gpu_malloc"); }
 void dt_gpu_free(void *ptr) { if (ptr) no_cuda("dt_gpu_free"); }

@@ -22,6 +22,7 @@ static __thread int g_n, g_cap;
 static __thread int g_grad_on = 1;
 static __thread dt_grad_ready_fn g_ready_fn;
 static __thread void *g_ready_ctx;
+static __thread int g_in_backward; /* run_tape is running: a raise drops the whole tape */
 
 static void *arena_alloc(size_t bytes) {
     bytes = (bytes + 15) & ~(size_t)15;
@@ -68,7 +69,15 @@ dt_node *dt_record(const char *op, dt_backward_fn backward, dt_tensor *out, int 
     dt_graph_note_op(op, 0); /* a graph capture names the op a failure happened in */
     if (!dt_any_requires_grad(n_in, in)) return NULL;
     if (n_in > DT_NODE_MAX_IN) dt_fatal("dt_record(%s): %d inputs (at most %d)", op, n_in, DT_NODE_MAX_IN);
+    /* Everything that can raise first (the tape's room, the node, its ctx), then the links: a
+     * raise leaves the tape and the tensors as they were. */
+    if (g_n == g_cap) {
+        int cap = g_cap ? g_cap * 2 : 1024;
+        g_tape = dt_xrealloc(g_tape, cap * sizeof *g_tape);
+        g_cap = cap;
+    }
     dt_node *n = arena_alloc(sizeof *n);
+    void *ctx = ctx_bytes ? arena_alloc(ctx_bytes) : NULL;
     n->op = op;
     n->backward = backward;
     n->out = out;
@@ -78,13 +87,9 @@ dt_node *dt_record(const char *op, dt_backward_fn backward, dt_tensor *out, int 
         n->in[i] = in[i];
         if (in[i]) in[i]->tape_uses++;
     }
-    if (ctx_bytes) n->ctx = arena_alloc(ctx_bytes);
+    n->ctx = ctx;
     out->requires_grad = 1;
     out->node = n;
-    if (g_n == g_cap) {
-        g_cap = g_cap ? g_cap * 2 : 1024;
-        g_tape = dt_xrealloc(g_tape, g_cap * sizeof *g_tape);
-    }
     g_tape[g_n++] = n;
     return n;
 }
@@ -126,15 +131,23 @@ static void release_node(dt_node *n) {
     }
 }
 
+/* A node leaves the tape without its backward: its unscoped saved buffers are freed. */
+static void drop_node(dt_node *n) {
+    for (int j = 0; j < n->n_saved; j++)
+        if (n->saved[j] && !n->saved[j]->scoped) {
+            dt_tensor_free(n->saved[j]);
+            n->saved[j] = NULL;
+        }
+    if (n->out && n->out->node == n) n->out->node = NULL;
+    unlink_inputs(n);
+    n->done = 1;
+}
+
 void dt_tape_reset(void) {
-    for (int i = 0; i < g_n; i++) {
-        dt_node *n = g_tape[i];
-        for (int j = 0; j < n->n_saved; j++)
-            if (n->saved[j] && !n->saved[j]->scoped) dt_tensor_free(n->saved[j]);
-        if (n->out && n->out->node == n) n->out->node = NULL;
-        unlink_inputs(n);
-    }
+    for (int i = 0; i < g_n; i++)
+        if (g_tape[i] && !g_tape[i]->done) drop_node(g_tape[i]);
     g_n = 0;
+    g_in_backward = 0;
     g_cur = g_chunks;
     for (arena_chunk *c = g_chunks; c; c = c->next) c->used = 0;
 }
@@ -179,12 +192,14 @@ static void params_done(dt_node *n) {
 
 static void run_tape(void) {
     int kept = 0;
+    g_in_backward = 1;
     if (g_ready_fn) count_param_uses();
     for (int i = g_n - 1; i >= 0; i--) {
         dt_node *n = g_tape[i];
         if (!n->out) { /* its output was freed (dt_tape_forget_tensor): it leaves the tape */
             if (g_ready_fn) params_done(n);
             unlink_inputs(n);
+            n->done = 1;
         } else if (n->out->grad && n->out->grad_valid) {
             if (n->input_freed)
                 dt_fatal("backward: %s reads an input that was freed before the backward (free tensors after "
@@ -195,6 +210,7 @@ static void run_tape(void) {
             release_node(n);
             if (n->out->node == n) n->out->node = NULL;
             unlink_inputs(n);
+            n->done = 1;
         } else {
             if (g_ready_fn) params_done(n);
             g_tape[i] = NULL;
@@ -204,14 +220,31 @@ static void run_tape(void) {
     /* The kept nodes sit at the top of the array in their original order: move them down. */
     memmove(g_tape, g_tape + g_n - kept, kept * sizeof *g_tape);
     g_n = kept;
+    g_in_backward = 0;
     if (!g_n) {
         g_cur = g_chunks;
         for (arena_chunk *c = g_chunks; c; c = c->next) c->used = 0;
     }
 }
 
+/* A guard's unwind: the nodes the failed call recorded leave the tape (the tape is as before
+ * the call); a failed backward drops the whole tape - its graph is half consumed, and the
+ * forward must be run again. Released first (order 0): nodes point at the scopes' tensors. */
+static size_t tape_mark(void) { return (size_t)g_n; }
+static void tape_release(size_t mark) {
+    if (g_in_backward) {
+        dt_tape_reset();
+        return;
+    }
+    while ((size_t)g_n > mark) {
+        dt_node *n = g_tape[--g_n];
+        if (n && !n->done) drop_node(n);
+    }
+}
+
 __attribute__((constructor)) static void set_tape_hooks(void) {
     dt_tensor_set_tape_hooks((dt_tensor_tape_hooks){dt_tape_reset, dt_tape_forget_tensor});
+    dt_guard_register((dt_guard_participant){0, tape_mark, tape_release, NULL});
 }
 
 void dt_tape_forget_tensor(dt_tensor *t) {

@@ -51,6 +51,7 @@ struct dt_node {
     int n_saved;
     void *ctx;                          /* op parameters, lives on the tape's arena */
     int input_freed;                    /* an input was freed while the node was on the tape */
+    int done;                           /* left the tape in a backward (a raise's undo skips it) */
 };
 
 /* Gradient mode (on by default). dt_no_grad_begin/end nest. */

@@ -1,9 +1,12 @@
 /* dt_cuda.h: CUDA-only declarations: the stream/handles of the context and the checking
  * macros. Include it only from files compiled with CUDA on (DT_CUDA defined).
  *
- * DT_CHECK(call), DT_CUBLAS(call), DT_CURAND(call) print the failing call, its error string
- * and file:line, then exit non-zero - except while the thread captures a CUDA graph: then the
- * first error is the capture's failure (dt_graph.h) and the program goes on to dt_graph_end. DT_CHECK_LAUNCH() goes after every kernel launch: it
+ * DT_CHECK(call), DT_CUBLAS(call), DT_CURAND(call) raise (dt_common.h: DT_ERR_DEVICE, or
+ * DT_ERR_OOM for an allocation failure) with the failing call, its error string and file:line:
+ * the guarded entry returns the status, a program outside guards prints it and exits - except
+ * while the thread captures a CUDA graph: then the first error is the capture's failure
+ * (dt_graph.h) and the program goes on to dt_graph_end. Each check is also a failure-injection
+ * point (DT_INJECT_DEVICE_CALL). DT_CHECK_LAUNCH() goes after every kernel launch: it
  * catches launch errors at once and, in debug mode, synchronizes so that an error inside the
  * kernel is reported at the launch that caused it.
  */
@@ -47,6 +50,7 @@ void dt_check_launch_at(const char *file, int line);
 #define DT_CHECK(call)                                                                  \
     do {                                                                                \
         cudaError_t dt_e_ = (call);                                                     \
+        if (dt_e_ == cudaSuccess && dt_inject_hit(DT_INJECT_DEVICE_CALL)) dt_e_ = cudaErrorUnknown;                                                     \
         if (dt_e_ != cudaSuccess)                                                       \
             dt_cuda_fail("CUDA", #call, cudaGetErrorString(dt_e_), __FILE__, __LINE__); \
     } while (0)
@@ -54,6 +58,7 @@ void dt_check_launch_at(const char *file, int line);
 #define DT_CUBLAS(call)                                                                    \
     do {                                                                                   \
         cublasStatus_t dt_s_ = (call);                                                     \
+        if (dt_s_ == CUBLAS_STATUS_SUCCESS && dt_inject_hit(DT_INJECT_DEVICE_CALL)) dt_s_ = CUBLAS_STATUS_EXECUTION_FAILED;                                                     \
         if (dt_s_ != CUBLAS_STATUS_SUCCESS)                                                \
             dt_cuda_fail("cuBLAS", #call, dt_cublas_status_str(dt_s_), __FILE__, __LINE__); \
     } while (0)
@@ -61,6 +66,7 @@ void dt_check_launch_at(const char *file, int line);
 #define DT_CURAND(call)                                                                    \
     do {                                                                                   \
         curandStatus_t dt_s_ = (call);                                                     \
+        if (dt_s_ == CURAND_STATUS_SUCCESS && dt_inject_hit(DT_INJECT_DEVICE_CALL)) dt_s_ = CURAND_STATUS_LAUNCH_FAILURE;                                                     \
         if (dt_s_ != CURAND_STATUS_SUCCESS)                                                \
             dt_cuda_fail("cuRAND", #call, dt_curand_status_str(dt_s_), __FILE__, __LINE__); \
     } while (0)

@@ -61,17 +61,35 @@ int dt_gpu_count(void) {
 static dt_cuda_error_hook g_error_hook; /* set once at load time (core/dt_graph.c) */
 void dt_set_cuda_error_hook(dt_cuda_error_hook hook) { g_error_hook = hook; }
 
+/* Raises DT_ERR_DEVICE - or DT_ERR_OOM when the library ran out of memory - with the message
+ * "CUDA error at FILE:LINE: CALL failed: MSG" (dt_common.h: to the guard, or to the program). */
 void dt_cuda_fail(const char *what, const char *call, const char *msg, const char *file,
                   int line) {
     if (g_error_hook && g_error_hook(what, call, msg, file, line)) return;
-    fflush(stdout);
-    fprintf(stderr, "deftc: %s error at %s:%d: %s failed: %s\n", what, file, line, call, msg);
-    fflush(stderr);
-    exit(1);
+    int oom = strstr(msg, "out of memory") || strstr(msg, "ALLOC_FAILED") || strstr(msg, "ALLOCATION_FAILED");
+    char kind[32];
+    snprintf(kind, sizeof kind, "%s error", what);
+    dt_fail_at(oom ? DT_ERR_OOM : DT_ERR_DEVICE, kind, file, line, "%s failed: %s", call, msg);
+}
+
+/* A raise between dt_side_begin and dt_side_end leaves launches going to the side stream:
+ * the unwind sends them back to the main stream (the side work is joined by the next call's
+ * stream order anyway). */
+static size_t side_mark(void) { return 0; }
+static void side_release(size_t mark) {
+    (void)mark;
+    int d = t_dev >= 0 ? t_dev : g_default;
+    if (d < 0) return;
+    gpu_ctx *c = &g_ctxs[d];
+    if (c->ready && c->side && c->stream == c->side) c->stream = c->main;
+}
+__attribute__((constructor)) static void register_side(void) {
+    dt_guard_register((dt_guard_participant){2, side_mark, side_release, NULL});
 }
 
 void dt_check_launch_at(const char *file, int line) {
     cudaError_t e = cudaGetLastError();
+    if (dt_inject_hit(DT_INJECT_DEVICE_CALL)) e = cudaErrorLaunchFailure;
     if (e != cudaSuccess) dt_cuda_fail("CUDA", "kernel launch", cudaGetErrorString(e), file, line);
     if (dt_debug_sync()) {
         e = cudaStreamSynchronize(g_ctx.stream);
@@ -127,7 +145,7 @@ static void ctx_create(int device) {
 void dt_gpu_use(int device) {
     int n = dt_gpu_count();
     if (n == 0)
-        dt_fatal("no CUDA device is visible (cudaGetDeviceCount returned 0 or failed); "
+        dt_fail(DT_ERR_DEVICE, "no CUDA device is visible (cudaGetDeviceCount returned 0 or failed); "
                  "run on a machine with a GPU or use device=cpu");
     if (device < 0 || device >= n || device >= DT_MAX_GPUS)
         dt_fatal("CUDA device %d requested but only %d visible", device, n);
@@ -236,7 +254,7 @@ int dt_built_with_cuda(void) { return 0; }
 int dt_gpu_count(void) { return 0; }
 void dt_gpu_init(int device) {
     (void)device;
-    dt_fatal("deftc was built without CUDA (CUDA=0); rebuild with nvcc available or use device=cpu");
+    dt_fail(DT_ERR_DEVICE, "deftc was built without CUDA (CUDA=0); rebuild with nvcc available or use device=cpu");
 }
 int dt_gpu_ready(void) { return 0; }
 void dt_gpu_use(int device) { dt_gpu_init(device); }

@@ -91,6 +91,9 @@ static double now_s(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+static void (*g_stuck_handler)(int code);
+void dt_dist_set_stuck_handler(void (*handler)(int code)) { g_stuck_handler = handler; }
+
 void dt_dist_abort(dt_dist_group *g, const char *fmt, ...) {
     pthread_mutex_lock(&g->mu);
     if (!atomic_load(&g->aborted)) {
@@ -210,9 +213,13 @@ static void *watchdog_main(void *arg) {
         if (why[0]) dt_dist_abort(g, "%s", why); /* the communicators are aborted on the next round */
         if (aborted && stuck && since > GRACE_S) {
             fflush(NULL);
-            fprintf(stderr, "train: error: %s (a replica is stuck inside NCCL %.0f s after the run ended: exiting)\n",
-                    g->reason, since);
-            _exit(1);
+            fprintf(stderr, "train: error: %s (a replica is stuck inside NCCL %.0f s after the run ended%s)\n",
+                    g->reason, since, g_stuck_handler ? ": exiting" : "");
+            fflush(stderr);
+            /* Ending the process is the program's decision (build/train installs _exit); a
+             * library user keeps its process, and the watchdog stops watching. */
+            if (g_stuck_handler) g_stuck_handler(1);
+            return NULL;
         }
     }
     return NULL;

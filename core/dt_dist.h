@@ -94,6 +94,10 @@ int dt_dist_wait_event(dt_dist *d, void *event);
 void dt_dist_watch(dt_dist *d, int on);
 
 /* Ends the run on every replica; the first reason (printf-style) is kept. */
+/* What the watchdog calls (with 1) when a replica is still stuck inside NCCL after an abort:
+ * the program's policy (build/train: _exit, since the stuck threads cannot be joined); without
+ * one the watchdog reports it and stops. */
+void dt_dist_set_stuck_handler(void (*handler)(int code));
 void dt_dist_abort(dt_dist_group *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int dt_dist_aborted(dt_dist_group *g);
 const char *dt_dist_abort_reason(dt_dist_group *g); /* "" while not aborted */

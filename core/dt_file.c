@@ -29,7 +29,12 @@ int dt_file_read(const char *path, const char *what, size_t max_bytes, dt_scratc
         return rc;
     }
     size_t n = (size_t)st.st_size;
-    char *p = dt_scratch_get(buf, n + 1);
+    /* Not dt_scratch_get: a raise here would leave fd open. */
+    char *p = dt_scratch_try(buf, n + 1);
+    if (!p) {
+        close(fd);
+        dt_fail(DT_ERR_OOM, "out of host memory reading %s%s%s (%zu bytes)", what, sep, path, n + 1);
+    }
     size_t got = 0;
     while (got < n) {
         ssize_t r = read(fd, p + got, n - got);

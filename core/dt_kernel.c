@@ -38,6 +38,9 @@ int dt_kernel_has(const dt_op_table *t, dt_dev dev, dt_dtype dtype, dt_layout la
 }
 
 dt_kernel_fn dt_kernel_lookup(const dt_op_table *t, dt_dev dev, dt_dtype dtype, dt_layout layout) {
+    /* every dispatch is a device call the failure-injection tests can fail, on either device */
+    if (dt_inject_hit(DT_INJECT_DEVICE_CALL))
+        dt_fail(DT_ERR_DEVICE, "%s: the %s kernel failed (injected device failure)", t->op, dt_dev_name(dev));
     for (int i = 0; i < t->n; i++) {
         const dt_kernel_entry *e = &t->entries[i];
         if (!matches(e, dev, dtype, layout)) continue;

@@ -3,6 +3,8 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
 #include <time.h>
 
 #include "core/dt_common.h"
@@ -33,6 +35,8 @@ static struct {
     dt_range_fn fn;
     void *ctx;
     int64_t n, chunk;
+    _Atomic int failed;          /* a part of the current call raised: the first one's status */
+    char err[1024];              /* and message (written by the part that set failed) */
 } P = {.mu = PTHREAD_MUTEX_INITIALIZER, .submit = PTHREAD_MUTEX_INITIALIZER, .go = PTHREAD_COND_INITIALIZER, .done = PTHREAD_COND_INITIALIZER};
 
 static __thread int t_in_worker;
@@ -71,10 +75,22 @@ static int spin_for(_Atomic uint64_t *gen, uint64_t seen, _Atomic int *count) {
     }
 }
 
+/* Each part runs under its own guard: a raise must not unwind a worker's stack (nothing to
+ * return to) nor the caller's past the pool's locks. The first failure is kept and raised again
+ * on the calling thread once every part is done (dt_parallel_for). */
 static void run_part(int part) {
     int64_t b = part * P.chunk, e = b + P.chunk;
     if (e > P.n) e = P.n;
-    if (b < e) P.fn(P.ctx, b, e);
+    if (b >= e) return;
+    dt_guard g;
+    DT_GUARD(g) {
+        int st = dt_guard_unwind(&g), none = 0;
+        if (atomic_compare_exchange_strong(&P.failed, &none, st))
+            snprintf(P.err, sizeof P.err, "%s", dt_last_error());
+        return;
+    }
+    P.fn(P.ctx, b, e);
+    dt_guard_leave(&g);
 }
 
 static void *worker(void *arg) {
@@ -134,9 +150,13 @@ static void start_pool(void) {
     pthread_once(&once, register_fork_handler);
     int n = dt_parallel_threads();
     /* Part 0 runs on the calling thread; workers take parts 1..n-1. */
+    /* A worker that cannot start shrinks the pool (raising here would hold the submit lock). */
     for (int i = 1; i < n; i++)
-        if (pthread_create(&P.th[i], NULL, worker, (void *)(intptr_t)i) != 0)
-            dt_fatal("pthread_create failed for CPU worker %d", i);
+        if (pthread_create(&P.th[i], NULL, worker, (void *)(intptr_t)i) != 0) {
+            dt_warn("pthread_create failed for CPU worker %d: %d threads", i, i);
+            P.nthreads = i;
+            break;
+        }
     P.started = 1;
 }
 
@@ -151,7 +171,15 @@ void dt_parallel_for(int64_t n, int64_t grain, dt_range_fn fn, void *ctx) {
     /* Several host threads (replicas) may call at once: they take turns, each with the whole
      * pool and the same partition as alone, so results do not depend on the other caller. */
     pthread_mutex_lock(&P.submit);
-    if (!P.started) start_pool();
+    if (!P.started) {
+        start_pool();
+        nt = P.nthreads;
+        if (nt == 1) {
+            pthread_mutex_unlock(&P.submit);
+            fn(ctx, 0, n);
+            return;
+        }
+    }
     int64_t parts = dt_ceil_div(n, grain);
     if (parts > nt) parts = nt;
     /* The call's fields are published by the generation's release store: a worker reads them
@@ -161,6 +189,7 @@ void dt_parallel_for(int64_t n, int64_t grain, dt_range_fn fn, void *ctx) {
     P.n = n;
     P.chunk = dt_ceil_div(n, parts);
     atomic_store_explicit(&P.pending, nt - 1, memory_order_relaxed);
+    atomic_store_explicit(&P.failed, 0, memory_order_relaxed);
     atomic_fetch_add_explicit(&P.generation, 1, memory_order_release);
     /* A worker that went to sleep checked the generation under mu first: it either saw the new
      * one or is on go by the time this lock is ours. */
@@ -177,5 +206,12 @@ void dt_parallel_for(int64_t n, int64_t grain, dt_range_fn fn, void *ctx) {
         P.caller_asleep = 0;
         pthread_mutex_unlock(&P.mu);
     }
+    int failed = atomic_load(&P.failed);
+    char err[sizeof P.err];
+    if (failed) memcpy(err, P.err, sizeof err);
     pthread_mutex_unlock(&P.submit);
+    if (failed) {
+        dt_set_error(failed, "%s", err);
+        dt_rethrow();
+    }
 }

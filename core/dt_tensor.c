@@ -35,15 +35,34 @@ void dt_scope_release_thread(void) {
     }
 }
 
-static void scope_add(dt_tensor *t) {
+/* Room for one more tensor in the current scope, made before the tensor is: a raise then
+ * leaves nothing unowned. */
+static void scope_reserve(void) {
     if (!g_depth) return;
     tensor_list *s = &g_scopes[g_depth - 1];
     if (s->n == s->cap) {
-        s->cap = s->cap ? s->cap * 2 : 256;
-        s->items = dt_xrealloc(s->items, s->cap * sizeof *s->items);
+        int cap = s->cap ? s->cap * 2 : 256;
+        s->items = dt_xrealloc(s->items, cap * sizeof *s->items);
+        s->cap = cap;
     }
+}
+
+static void scope_add(dt_tensor *t) {
+    if (!g_depth) return;
+    tensor_list *s = &g_scopes[g_depth - 1];
+    if (s->n == s->cap) scope_reserve(); /* callers reserve first; this is the fallback */
     s->items[s->n++] = t;
     t->scoped = g_depth;
+}
+
+/* A guard's unwind ends the scopes the failed call opened (their tensors are freed, the tape
+ * dropped with the outermost), as the call's own dt_scope_end would have. */
+static size_t scope_mark(void) { return (size_t)g_depth; }
+static void scope_release(size_t mark) {
+    while ((size_t)g_depth > mark) dt_scope_end();
+}
+__attribute__((constructor)) static void register_scopes(void) {
+    dt_guard_register((dt_guard_participant){1, scope_mark, scope_release, NULL});
 }
 
 static void destroy(dt_tensor *t);
@@ -74,12 +93,18 @@ void dt_tensor_keep(dt_tensor *t) {
 
 /* ---- storage ---- */
 
+/* The memory first, then the record, so that a raise in either leaves nothing behind. */
 static dt_storage *storage_new(size_t bytes, dt_dev dev) {
-    dt_storage *s = dt_xmalloc(sizeof *s);
+    void *ptr = dev == DT_GPU ? dt_gpu_malloc(bytes ? bytes : 4) : dt_host_alloc(bytes ? bytes : 4, 0);
+    dt_storage *s = dt_try_malloc(sizeof *s);
+    if (!s) {
+        if (dev == DT_GPU) dt_gpu_free(ptr); else dt_host_free(ptr, 0);
+        dt_fail(DT_ERR_OOM, "out of host memory allocating a tensor's storage record");
+    }
     s->bytes = bytes;
     s->refs = 1;
     s->dev = dev;
-    s->ptr = dev == DT_GPU ? dt_gpu_malloc(bytes ? bytes : 4) : dt_host_alloc(bytes ? bytes : 4, 0);
+    s->ptr = ptr;
     return s;
 }
 
@@ -117,14 +142,24 @@ static dt_tensor *header(int ndim, const int64_t *shape, dt_dev dev, dt_dtype dt
     return t;
 }
 
+/* A raise in storage_new (out of memory: the common failure of a training step) must not leak
+ * the header made first: a guard frees it and raises again. */
 dt_tensor *dt_tensor_new_unscoped(int ndim, const int64_t *shape, dt_dev dev, dt_dtype dtype, dt_layout layout) {
-    dt_tensor *t = header(ndim, shape, dev, dtype, layout);
+    dt_tensor *volatile t = header(ndim, shape, dev, dtype, layout);
+    dt_guard g;
+    DT_GUARD(g) {
+        dt_guard_unwind(&g);
+        free(t);
+        dt_rethrow();
+    }
     t->storage = storage_new(dt_tensor_bytes(t), dev);
+    dt_guard_leave(&g);
     t->data = t->storage->ptr;
     return t;
 }
 
 dt_tensor *dt_tensor_new_as(int ndim, const int64_t *shape, dt_dev dev, dt_dtype dtype, dt_layout layout) {
+    scope_reserve();
     dt_tensor *t = dt_tensor_new_unscoped(ndim, shape, dev, dtype, layout);
     scope_add(t);
     return t;

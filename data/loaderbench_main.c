@@ -10,6 +10,9 @@
  * images/s in total and per worker. The consumer releases each batch at once, so the numbers
  * are the pipeline's ceiling; a training step slower than B / (images/s) never waits.
  */
+#include <stdlib.h>
+
+#include "core/dt_common.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -316,6 +319,7 @@ static int pipeline_bench(const dt_dataset *ds, const bench_opts *o) {
 }
 
 int main(int argc, char **argv) {
+    dt_set_fatal_handler(exit); /* a failure outside a guarded call ends this program (dt_common.h) */
     bench_opts o;
     int rc = parse_args(argc, argv, &o);
     if (rc >= 0) return rc;

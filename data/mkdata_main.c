@@ -2,11 +2,15 @@
  *   build/mkdata --out data/shapes                       # 10 classes, 12k 80x80 JPEGs
  *   build/mkdata --out /tmp/inet --classes 10 --train 200 --val 0 --width 500 --height 375
  */
+#include <stdlib.h>
+
+#include "core/dt_common.h"
 #include <stdio.h>
 
 #include "data/dt_synth.h"
 
 int main(int argc, char **argv) {
+    dt_set_fatal_handler(exit); /* a failure outside a guarded call ends this program (dt_common.h) */
     dt_synth_opts o;
     dt_synth_default_opts(&o);
     dt_err err;

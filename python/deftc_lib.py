@@ -40,8 +40,33 @@ class Desc(ctypes.Structure):
 
 
 class DeftcError(RuntimeError, ValueError):
-    """An argument or descriptor deftc refused; the message is deftc's. A RuntimeError, as
-    torchvision's own errors are (and a ValueError, as deftc's were before)."""
+    """A call deftc refused or that failed inside (a bad argument or descriptor, a CUDA error); the
+    message is deftc's. A RuntimeError, as torchvision's own errors are (and a ValueError, as
+    deftc's were before). .status is the C status (core/dt_common.h)."""
+
+    def __init__(self, msg, status=-1):
+        super().__init__(msg)
+        self.status = status
+
+
+# The statuses of core/dt_common.h (dt_status).
+ERR_ARG, ERR_OOM, ERR_DEVICE = -1, -2, -3
+
+
+def _oom_bases():
+    """MemoryError, and torch.OutOfMemoryError (itself a RuntimeError) when PyTorch is importable, so
+    that `except torch.OutOfMemoryError` - what batch-size finders catch - sees deftc's too."""
+    try:
+        import torch
+        oom = getattr(torch, 'OutOfMemoryError', None) or getattr(torch.cuda, 'OutOfMemoryError', None)
+    except Exception:  # no PyTorch (or a broken one): plain Python
+        oom = None
+    return (DeftcError, oom, MemoryError) if oom is not None else (DeftcError, MemoryError)
+
+
+class DeftcOutOfMemory(*_oom_bases()):
+    """deftc ran out of host or device memory (DT_ERR_OOM); the call released what it took, so a
+    smaller call may succeed."""
 
 
 _lib = None
@@ -82,7 +107,14 @@ def library():
     return lib
 
 
+def error_for(rc):
+    """The exception for a failed call's status rc, with deftc's message (the calling thread's)."""
+    msg = 'deftc: ' + library().dt_deform_api_error().decode(errors='replace')
+    return DeftcOutOfMemory(msg, rc) if rc == ERR_OOM else DeftcError(msg, rc)
+
+
 def check(rc):
-    """Raises DeftcError with deftc's message when a call returned non-zero."""
+    """Raises DeftcOutOfMemory (out of memory) or DeftcError (anything else) with deftc's message
+    when a call returned non-zero. The library is usable after either."""
     if rc != 0:
-        raise DeftcError('deftc: ' + library().dt_deform_api_error().decode())
+        raise error_for(rc)

@@ -9,11 +9,15 @@
   4. the code names of the docs (docs/*.md, README.md) exist: every file path (`core/dt_tensor.h`,
      `ops/conv/conv_igemm.{h,cu}`, `kernels/pool.*`) is in the tree, and every identifier written
      in backticks (one with an underscore: `dt_train_run`, `conv_algo`, `gpu_cases_*_parity`)
-     is a word of the sources or a test's name.
+     is a word of the sources or a test's name;
+  5. the library never ends the process: no exit( / _exit( / abort( / quick_exit( in library
+     sources (core/, ops/, models/, data/, train/ as the Makefile's LIB_C takes them: not the
+     programs' *_main.c nor build/train's command line, train/train_cli.c). Failures raise to a
+     guard and come back as statuses (core/dt_common.h); programs' main()s own the exit.
 
 usage: tests/check_tree.py [BUILD]   (the build folder: its objects give the file graph, its
                                      build/test --all --list the tests' names)
-Prints ok or FAIL for each of the four checks (each violation under it) and, last, "N passed, N
+Prints ok or FAIL for each of the five checks (each violation under it) and, last, "N passed, N
 failed, 0 skipped" (build/test --then counts them as a suite); exits 1 when one fails.
 """
 import os
@@ -310,6 +314,25 @@ def check_public_list(files):
         problems.append('README.md: the public headers name %s, which has no DT_PUBLIC_BEGIN block' % h)
 
 
+LIB_DIRS = ('core/', 'ops/', 'models/', 'data/', 'train/')
+PROGRAM_FILES = {'train/train_cli.c'}
+ENDS_PROCESS = re.compile(r'(?<![\w.>])(exit|_exit|_Exit|quick_exit|abort)\s*\(')
+
+
+def library_sources(files):
+    return [f for f in files if f.startswith(LIB_DIRS) and f.endswith(SRC_EXT) and not f.endswith('_main.c')
+            and f not in PROGRAM_FILES and f not in NOT_BUILT]
+
+
+def check_no_exit(files):
+    for f in library_sources(files):
+        code = strip_comments_strings(read(f))
+        for m in ENDS_PROCESS.finditer(code):
+            line = code.count('\n', 0, m.start()) + 1
+            problems.append('%s:%d: %s( in library code: raise (dt_fatal / dt_fail) and let the program decide' %
+                            (f, line, m.group(1)))
+
+
 def main():
     build = sys.argv[1] if len(sys.argv) > 1 else None
     testbin = os.path.join(build, 'test') if build and os.path.isfile(os.path.join(build, 'test')) else None
@@ -319,14 +342,15 @@ def main():
                         ('no stem shared by two folders', lambda: check_stems(files)),
                         ('no function in train/ or data/ over %d lines' % FUNC_LIMIT, lambda: check_functions(files)),
                         ('every code name of the docs exists, the README lists the public headers',
-                         lambda: (check_docs(files, testbin), check_public_list(files)))):
+                         lambda: (check_docs(files, testbin), check_public_list(files))),
+                        ('no exit or abort in library code', lambda: check_no_exit(files))):
         before = len(problems)
         check()
         for p in problems[before:]:
             print('      ' + p)
         print('%s  tree: %s' % ('ok  ' if len(problems) == before else 'FAIL', name))
         failed += len(problems) != before
-    print('%d passed, %d failed, 0 skipped' % (4 - failed, failed))
+    print('%d passed, %d failed, 0 skipped' % (5 - failed, failed))
     return 1 if failed else 0
 
 

@@ -10,6 +10,9 @@
  * counted, then ", N skipped (N C, N NAME, ...)", a group per suite - make test's three:
  * C, Python, torchvision); the exit status is 1 when any test failed
  * (or, with --gpu, when no GPU is visible). */
+#include <stdlib.h>
+
+#include "core/dt_common.h"
 #include <dirent.h>
 #include <fnmatch.h>
 #include <signal.h>
@@ -255,6 +258,7 @@ static void usage(void) {
 }
 
 int main(int argc, char **argv) {
+    dt_set_fatal_handler(exit); /* a failure outside a guarded call ends this program (dt_common.h) */
     int want_cpu = 1, want_gpu = 0, list = 0, nf = 0;
     char **filters = calloc(argc, sizeof *filters);
     suite *suites = calloc(argc, sizeof *suites);

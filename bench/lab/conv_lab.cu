@@ -62,6 +62,9 @@
  * Validation lines first, then one table: per shape, pass and variant PASS/FAIL, ms (median of
  * reps after warm-up, CUDA events), TFLOP/s (the conv's 2*N*Ho*Wo*Cout*kh*kw*C, the real C) and
  * the time relative to the pass's library path. A variant that fails a shape is not timed on it. */
+#include <stdlib.h>
+
+#include "core/dt_common.h"
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <limits.h>
@@ -848,6 +851,7 @@ static void usage(void) {
 }
 
 int main(int argc, char **argv) {
+    dt_set_fatal_handler(exit); /* a failure outside a guarded call ends this program (dt_common.h) */
     int batch = 64, reps = 20, warmup = 3, samples = 4096, do_time = 1, quick = 0, passes = 0;
     const char *shapes = NULL, *csv_path = NULL;
     uint64_t seed = (uint64_t)time(NULL);

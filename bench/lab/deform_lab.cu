@@ -20,6 +20,9 @@
  *   build/deform_lab [--batch 64] [--reps 20] [--shape l1] [--what offconv,gemm,gather,sample,bf16]
  *                    [--skip-validate]      (make lab; GPU only; --skip-validate for profilers)
  * Validation lines first (relative error against the CPU twin), then one table. */
+#include <stdlib.h>
+
+#include "core/dt_common.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -524,6 +527,7 @@ static void time_shapes(int batch, int reps, const char *only, const char *what)
 }
 
 int main(int argc, char **argv) {
+    dt_set_fatal_handler(exit); /* a failure outside a guarded call ends this program (dt_common.h) */
     int batch = 64, reps = 20, validate = 1;
     const char *only = NULL, *what = "offconv,gemm,gather,sample,bf16";
     for (int i = 1; i < argc; i++) {

@@ -12,6 +12,9 @@
  *   build/sm90_gemm_lab [--quick] [--shapes squares,r18,r50] [--batch N] [--csv FILE]
  *
  * Needs an sm_90 GPU (H100/H200) and a build for sm_90a (the Makefile's lab rule). */
+#include <stdlib.h>
+
+#include "core/dt_common.h"
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -513,6 +516,7 @@ static problem conv_problem(const conv_shape &c) {
 }
 
 int main(int argc, char **argv) {
+    dt_set_fatal_handler(exit); /* a failure outside a guarded call ends this program (dt_common.h) */
     std::string shapes = "squares,r18,r50";
     bool quick = false, all = false;
     int batch = 64;

@@ -37,19 +37,21 @@
 _Static_assert(offsetof(dt_deform_desc, weight_groups) == DT_DEFORM_DESC_SIZE_V1,
                "the 100-byte descriptor ends where weight_groups begins");
 
-static char g_err[512];
-
-const char *dt_deform_api_error(void) { return g_err; }
+/* The calling thread's last failure (dt_common.h): an argument check's message, or what a raise
+ * inside the call said. */
+const char *dt_deform_api_error(void) { return dt_last_error(); }
 
 static int fail(const char *fmt, ...) {
+    char msg[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(g_err, sizeof g_err, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    dt_set_error(DT_ERR_ARG, "%s", msg);
     return -1;
 }
 
-int dt_deform_api_out_size(const dt_deform_desc *d, int *ho, int *wo) {
+static int out_size(const dt_deform_desc *d, int *ho, int *wo) {
     if (!d) return fail("descriptor is NULL");
     if (d->n < 0 || d->c < 1 || d->h < 1 || d->w < 1 || d->cout < 1)
         return fail("sizes must be positive, the batch n >= 0 (n %d c %d h %d w %d cout %d)", d->n, d->c, d->h, d->w,
@@ -135,7 +137,7 @@ static int check_mode(int mode) {
 
 /* Everything a call checks of its descriptor and mode, without buffers or a GPU; fills *c. */
 static int check_desc(const dt_deform_desc *raw, int mode, call *c) {
-    if (dt_deform_api_out_size(raw, NULL, NULL) || check_mode(mode) || desc_read(raw, &c->d)) return -1;
+    if (out_size(raw, NULL, NULL) || check_mode(mode) || desc_read(raw, &c->d)) return -1;
     const dt_deform_desc *d = &c->d;
     if (d->device != DT_DEFORM_API_CUDA && d->device != DT_DEFORM_API_CPU)
         return fail("desc.device is %d: DT_DEFORM_API_CUDA (%d) or DT_DEFORM_API_CPU (%d)", d->device, DT_DEFORM_API_CUDA,
@@ -171,7 +173,7 @@ static int check_desc(const dt_deform_desc *raw, int mode, call *c) {
     return 0;
 }
 
-int dt_deform_api_check(const dt_deform_desc *d, int mode) {
+static int check(const dt_deform_desc *d, int mode) {
     call c;
     return check_desc(d, mode, &c);
 }
@@ -333,7 +335,7 @@ static formats formats_of(const call *c) {
 
 static dt_deform_f64_shape f64_shape(const dt_deform_desc *d) {
     int ho, wo;
-    dt_deform_api_out_size(d, &ho, &wo); /* validated before */
+    out_size(d, &ho, &wo); /* validated before */
     dt_deform_f64_shape s = {{d->n, d->c, d->h, d->w, d->cout, ho, wo,
                               {d->kh, d->kw, d->stride_h, d->stride_w, d->pad_h, d->pad_w, d->dil_h, d->dil_w},
                               d->weight_groups},
@@ -361,7 +363,7 @@ static int pointers_fit(const call *c, const void *x, const void *offset, const 
     return 0;
 }
 
-int dt_deform_api_forward(const dt_deform_desc *d, int mode, const void *x, const void *offset, const void *mask,
+static int forward(const dt_deform_desc *d, int mode, const void *x, const void *offset, const void *mask,
                           const void *weight, const void *bias, void *y, void *stream) {
     call c;
     if (call_of(d, mode, &c) || pointers_fit(&c, x, offset, mask, weight, y, "y")) return -1;
@@ -399,7 +401,7 @@ static void zero_param_grads(const call *c, void *grad_weight, void *grad_bias) 
     if (grad_bias) zero(c->dev, grad_bias, (size_t)d->cout * bsize);
 }
 
-int dt_deform_api_backward(const dt_deform_desc *d, int mode, const void *x, const void *offset, const void *mask,
+static int backward(const dt_deform_desc *d, int mode, const void *x, const void *offset, const void *mask,
                            const void *weight, const void *grad_y, void *grad_x, void *grad_offset, void *grad_mask,
                            void *grad_weight, void *grad_bias, void *stream) {
     call c;
@@ -446,4 +448,46 @@ int dt_deform_api_backward(const dt_deform_desc *d, int mode, const void *x, con
     grad_out(c.dev, dw, f.kdw, grad_weight, f.w);
     scratch_free(&s);
     return 0;
+}
+
+/* ---- the entries: each under a guard ----
+ * A raise inside (out of memory, a CUDA or cuBLAS failure, a check deep in an op) unwinds to the
+ * entry's guard, which frees the call's scratch (the scratch log, core/dt_alloc.c) and returns
+ * the status (DT_ERR_OOM, DT_ERR_DEVICE, DT_ERR_ARG) with the message in dt_deform_api_error();
+ * argument checks return -1 (DT_ERR_ARG) as before. The library stays usable for the next call. */
+
+int dt_deform_api_out_size(const dt_deform_desc *d, int *ho, int *wo) {
+    dt_guard g;
+    DT_GUARD(g) return dt_guard_unwind(&g);
+    int rc = out_size(d, ho, wo);
+    dt_guard_leave(&g);
+    return rc;
+}
+
+int dt_deform_api_check(const dt_deform_desc *d, int mode) {
+    dt_guard g;
+    DT_GUARD(g) return dt_guard_unwind(&g);
+    int rc = check(d, mode);
+    dt_guard_leave(&g);
+    return rc;
+}
+
+int dt_deform_api_forward(const dt_deform_desc *d, int mode, const void *x, const void *offset, const void *mask,
+                          const void *weight, const void *bias, void *y, void *stream) {
+    dt_guard g;
+    DT_GUARD(g) return dt_guard_unwind(&g);
+    int rc = forward(d, mode, x, offset, mask, weight, bias, y, stream);
+    dt_guard_leave(&g);
+    return rc;
+}
+
+int dt_deform_api_backward(const dt_deform_desc *d, int mode, const void *x, const void *offset, const void *mask,
+                           const void *weight, const void *grad_y, void *grad_x, void *grad_offset, void *grad_mask,
+                           void *grad_weight, void *grad_bias, void *stream) {
+    dt_guard g;
+    DT_GUARD(g) return dt_guard_unwind(&g);
+    int rc = backward(d, mode, x, offset, mask, weight, grad_y, grad_x, grad_offset, grad_mask, grad_weight, grad_bias,
+                      stream);
+    dt_guard_leave(&g);
+    return rc;
 }

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/dt_alloc.h"
 #include "ops/pointwise/convert.h"
 #include "ops/deform/deform_chunk.h"
 #include "core/dt_common.h"
@@ -21,7 +22,7 @@
 static const float *as_f32(dt_dtype t, const void *x, int64_t n, float **own) {
     *own = NULL;
     if (t == DT_F32) return x;
-    *own = dt_xmalloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    *own = dt_dev_alloc(DT_CPU, (size_t)(n > 0 ? n : 1) * sizeof(float));
     dt_bf16_to_f32_cpu(n, x, *own);
     return *own;
 }
@@ -56,12 +57,12 @@ static void sample_range(void *ctx, int64_t s0, int64_t s1) {
 void dt_deform_sample_nhwc_cpu(const dt_deform_plan *p, int64_t nb, const void *xT, const float *om, void *colT) {
     dt_deform_chunk c = dt_deform_chunk_make(p, nb);
     int64_t ncol = (int64_t)c.Q * c.KC;
-    float *xown, *cown = p->dtype == DT_F32 ? NULL : dt_xmalloc((size_t)(ncol > 0 ? ncol : 1) * sizeof(float));
+    float *xown, *cown = p->dtype == DT_F32 ? NULL : dt_dev_alloc(DT_CPU, (size_t)(ncol > 0 ? ncol : 1) * sizeof(float));
     job j = {.c = &c, .xT = as_f32(p->dtype, xT, (int64_t)c.npix * c.C, &xown), .om = om, .colT = cown ? cown : colT};
     dt_parallel_for(c.S, 64, sample_range, &j);
     if (cown) dt_f32_to_bf16_cpu(ncol, cown, colT); /* each column rounded once */
-    free(xown);
-    free(cown);
+    dt_dev_free(DT_CPU, xown);
+    dt_dev_free(DT_CPU, cown);
 }
 
 size_t dt_deform_tile_ws_bytes_cpu(const dt_deform_plan *p, int64_t nb) { return dt_offconv_ws_bytes_cpu(p, nb); }
@@ -113,7 +114,7 @@ void dt_deform_index_build_cpu(const dt_deform_plan *p, int64_t nb, const float 
 static void gather_range(void *ctx, int64_t r0, int64_t r1) {
     const job *j = ctx;
     const dt_deform_chunk *c = j->c;
-    double *acc = malloc(sizeof(double) * (size_t)c->Cg);
+    double *acc = dt_dev_alloc(DT_CPU, sizeof(double) * (size_t)c->Cg);
     for (int64_t r = r0; r < r1; r++) {
         int g = (int)(r % c->G);
         int64_t pix = r / c->G, ix = pix % c->W, iy = (pix / c->W) % c->H, i = pix / ((int64_t)c->W * c->H);
@@ -138,7 +139,7 @@ static void gather_range(void *ctx, int64_t r0, int64_t r1) {
         float *out = j->dxT + pix * c->C + (int64_t)g * c->Cg;
         for (int ch = 0; ch < c->Cg; ch++) out[ch] = (float)acc[ch];
     }
-    free(acc);
+    dt_dev_free(DT_CPU, acc);
 }
 
 void dt_deform_gather_dx_cpu(const dt_deform_plan *p, int64_t nb, const dt_deform_index *idx, const void *xT,
@@ -149,14 +150,14 @@ void dt_deform_gather_dx_cpu(const dt_deform_plan *p, int64_t nb, const dt_defor
     int64_t nx = (int64_t)c.npix * c.C;
     float *xown, *down;
     /* the adjoint in fp32 [nb, H, W, C], then dx = beta*dx + it, rounded once to dx_dtype */
-    float *t = dt_xmalloc((size_t)(nx > 0 ? nx : 1) * sizeof(float));
+    float *t = dt_dev_alloc(DT_CPU, (size_t)(nx > 0 ? nx : 1) * sizeof(float));
     job j = {.c = &c, .idx = idx, .xT = as_f32(p->dtype, xT, nx, &xown),
              .dcolT = as_f32(p->dtype, dcolT, (int64_t)c.Q * c.KC, &down), .dxT = t, .Dout = D};
     dt_parallel_for((int64_t)c.npix * c.G, 16, gather_range, &j);
     if (dx) dt_convert_cpu(1, 1, nx, t, DT_F32, DT_NCHW, beta, dx, dx_dtype, DT_NCHW);
-    free(t);
-    free(xown);
-    free(down);
+    dt_dev_free(DT_CPU, t);
+    dt_dev_free(DT_CPU, xown);
+    dt_dev_free(DT_CPU, down);
 }
 
 static void grads_range(void *ctx, int64_t s0, int64_t s1) {
@@ -206,6 +207,6 @@ void dt_deform_scatter_dx_cpu(const dt_deform_plan *p, int64_t nb, const void *x
         dt_sample_grads(&b, m, D, &gy, &gx, &gm);
         dt_sample_store_grads(&c, dom, q, k, g, m, gy, gx, gm, mask_logits);
     }
-    free(xown);
-    free(down);
+    dt_dev_free(DT_CPU, xown);
+    dt_dev_free(DT_CPU, down);
 }

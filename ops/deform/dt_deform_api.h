@@ -48,9 +48,13 @@
  * CPU (.device = DT_DEFORM_API_CPU): host buffers, the kernels' CPU twins (the same algorithms,
  * on deftc's thread pool; TF32 is fp32 there), done when the call returns; `stream` is ignored and
  * no CUDA call is made. The buffers are not checked to be host memory: device pointers crash.
- * Return value: 0 on success; -1 with a message in dt_deform_api_error() for a descriptor or
- * argument that does not fit (checked before any work is queued). A CUDA failure inside is
- * fatal (message and exit), as everywhere in deftc.
+ * Return value: 0 on success; otherwise a dt_status (core/dt_common.h) with the message in
+ * dt_deform_api_error() (the calling thread's): -1 (DT_ERR_ARG) for a descriptor or argument
+ * that does not fit (checked before any work is queued) or a check inside an op, -2
+ * (DT_ERR_OOM) when host or device memory ran out (a smaller call may succeed), -3
+ * (DT_ERR_DEVICE) when a CUDA, cuBLAS or cuRAND call failed (a graph-capture violation too).
+ * A failed call has released its scratch memory, and the library is usable for the next call;
+ * nothing in these entries ends the process.
  *
  * Example (Python): see docs/deform_api.md. */
 #ifndef DT_DEFORM_API_H

@@ -5,6 +5,9 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include <string.h>
+
+#include "core/dt_alloc.h"
 #include "ops/pointwise/convert.h"
 #include "ops/deform/deform_chunk.h"
 #include "core/dt_common.h"
@@ -16,7 +19,7 @@
  * keeps fp32. */
 static float *rounded(const dt_deform_plan *p, const float *x, int64_t n) {
     if (p->dtype != DT_BF16 || !dt_offconv_rounds(p)) return NULL;
-    float *y = dt_xmalloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    float *y = dt_dev_alloc(DT_CPU, (size_t)(n > 0 ? n : 1) * sizeof(float));
     for (int64_t i = 0; i < n; i++) y[i] = dt_bf16_round(x[i]);
     return y;
 }
@@ -26,7 +29,7 @@ static float *rounded(const dt_deform_plan *p, const float *x, int64_t n) {
 static const float *input_f32(const dt_deform_plan *p, const void *xT, int64_t n, float **own) {
     *own = NULL;
     if (p->dtype == DT_F32) return xT;
-    *own = dt_xmalloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    *own = dt_dev_alloc(DT_CPU, (size_t)(n > 0 ? n : 1) * sizeof(float));
     dt_bf16_to_f32_cpu(n, xT, *own);
     return *own;
 }
@@ -83,15 +86,16 @@ void dt_offconv_fwd_cpu(const dt_deform_plan *p, int64_t nb, const void *xT, con
     float *xown, *wr = rounded(p, w, c.OC * c.KC);
     job j = {.c = &c, .xT = input_f32(p, xT, (int64_t)c.npix * c.C, &xown), .w = wr ? wr : w, .b = b, .om = om};
     dt_parallel_for(c.Q, 16, fwd_range, &j);
-    free(xown);
-    free(wr);
+    dt_dev_free(DT_CPU, xown);
+    dt_dev_free(DT_CPU, wr);
 }
 
 /* One output channel o per index: dw[o] and db[o]. */
 static void dw_range(void *ctx, int64_t o0, int64_t o1) {
     const job *j = ctx;
     const dt_deform_chunk *c = j->c;
-    double *acc = calloc((size_t)c->C * c->K, sizeof(double));
+    double *acc = dt_dev_alloc(DT_CPU, (size_t)c->C * c->K * sizeof(double));
+    memset(acc, 0, (size_t)c->C * c->K * sizeof(double));
     for (int64_t o = o0; o < o1; o++) {
         for (int64_t e = 0; e < (int64_t)c->C * c->K; e++) acc[e] = 0;
         double sb = 0;
@@ -114,7 +118,7 @@ static void dw_range(void *ctx, int64_t o0, int64_t o1) {
         }
         if (j->db) j->db[o] = j->beta_b == 0.0f ? (float)sb : j->beta_b * j->db[o] + (float)sb;
     }
-    free(acc);
+    dt_dev_free(DT_CPU, acc);
 }
 
 void dt_offconv_bwd_weight_cpu(const dt_deform_plan *p, int64_t nb, const void *xT, const float *dom, float beta_w,
@@ -130,15 +134,15 @@ void dt_offconv_bwd_weight_cpu(const dt_deform_plan *p, int64_t nb, const void *
     }
     job j = {.c = &c, .xT = x, .dom = dr ? dr : dom, .dw = dw, .db = db, .beta = beta_w, .beta_b = beta_b};
     dt_parallel_for(c.OC, 1, dw_range, &j);
-    free(xown);
-    free(dr);
+    dt_dev_free(DT_CPU, xown);
+    dt_dev_free(DT_CPU, dr);
 }
 
 /* One input pixel per index: the taps (k) whose output position reads it. */
 static void dx_range(void *ctx, int64_t p0, int64_t p1) {
     const job *j = ctx;
     const dt_deform_chunk *c = j->c;
-    double *acc = malloc(sizeof(double) * (size_t)c->C);
+    double *acc = dt_dev_alloc(DT_CPU, sizeof(double) * (size_t)c->C);
     for (int64_t pix = p0; pix < p1; pix++) {
         int64_t ix = pix % c->W, iy = (pix / c->W) % c->H, i = pix / ((int64_t)c->W * c->H);
         for (int ch = 0; ch < c->C; ch++) acc[ch] = 0;
@@ -155,7 +159,7 @@ static void dx_range(void *ctx, int64_t p0, int64_t p1) {
         const float *add = j->add ? j->add + pix * c->C : NULL;
         for (int ch = 0; ch < c->C; ch++) out[ch] = add ? add[ch] + (float)acc[ch] : (float)acc[ch];
     }
-    free(acc);
+    dt_dev_free(DT_CPU, acc);
 }
 
 void dt_offconv_bwd_input_cpu(const dt_deform_plan *p, int64_t nb, const float *dom, const float *w, const float *add,
@@ -164,12 +168,12 @@ void dt_offconv_bwd_input_cpu(const dt_deform_plan *p, int64_t nb, const float *
     dt_deform_chunk c = dt_deform_chunk_make(p, nb);
     int64_t nx = (int64_t)c.npix * c.C;
     float *dr = rounded(p, dom, (int64_t)c.Q * c.OCS), *wr = rounded(p, w, c.OC * c.KC);
-    float *t = dt_xmalloc((size_t)(nx > 0 ? nx : 1) * sizeof(float)); /* add + the transposed conv, fp32 */
+    float *t = dt_dev_alloc(DT_CPU, (size_t)(nx > 0 ? nx : 1) * sizeof(float)); /* add + the transposed conv, fp32 */
     job j = {.c = &c, .dom = dr ? dr : dom, .w = wr ? wr : w, .add = add, .dxT = t};
     dt_parallel_for(c.npix, 16, dx_range, &j);
     /* dxT = beta*dxT + t: the sum in fp32, rounded once to the plan's dtype */
     dt_convert_cpu(1, 1, nx, t, DT_F32, DT_NCHW, beta, dxT, p->dtype, DT_NCHW);
-    free(t);
-    free(dr);
-    free(wr);
+    dt_dev_free(DT_CPU, t);
+    dt_dev_free(DT_CPU, dr);
+    dt_dev_free(DT_CPU, wr);
 }

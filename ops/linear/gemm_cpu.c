@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/dt_alloc.h"
 #include "core/dt_common.h"
 #include "core/dt_parallel.h"
 #include "ops/linear/gemm.h"
@@ -173,8 +174,8 @@ static inline __attribute__((always_inline)) void units_body(const gemm_job *j, 
         }
         u = (rb + 1) * j->panels;
     }
-    free(ap);
-    free(bp);
+    dt_dev_free(DT_CPU, ap);
+    dt_dev_free(DT_CPU, bp);
 }
 
 /* One instance of the body per instruction set: the same source, compiled for each. */
@@ -276,7 +277,7 @@ void dt_gemm_f32_cpu(dt_math math, int ta, int tb, int64_t M, int64_t N, int64_t
  * one rounding of C when it is bf16. */
 static float *widen(const dt_bf16 *x, int64_t rows, int64_t cols, int64_t ld) {
     int64_t n = rows > 0 ? (rows - 1) * ld + cols : 0;
-    float *y = dt_xmalloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    float *y = dt_dev_alloc(DT_CPU, (size_t)(n > 0 ? n : 1) * sizeof(float));
     for (int64_t i = 0; i < n; i++) y[i] = dt_bf16_to_float(x[i]);
     return y;
 }
@@ -290,12 +291,12 @@ void dt_gemm_bf16_cpu(dt_math math, int ta, int tb, int64_t M, int64_t N, int64_
     if (c_dtype == DT_F32) {
         dt_gemm_cpu(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, C, ldc);
     } else {
-        float *c = beta != 0.0f ? widen(C, M, N, ldc) : dt_xmalloc((size_t)((M - 1) * ldc + N) * sizeof(float));
+        float *c = beta != 0.0f ? widen(C, M, N, ldc) : dt_dev_alloc(DT_CPU, (size_t)((M - 1) * ldc + N) * sizeof(float));
         dt_gemm_cpu(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
         for (int64_t i = 0; i < M; i++)
             for (int64_t n = 0; n < N; n++) ((dt_bf16 *)C)[i * ldc + n] = dt_bf16_from_float(c[i * ldc + n]);
-        free(c);
+        dt_dev_free(DT_CPU, c);
     }
-    free(a);
-    free(b);
+    dt_dev_free(DT_CPU, a);
+    dt_dev_free(DT_CPU, b);
 }

@@ -2,6 +2,7 @@
 
 #include <stdlib.h>
 
+#include "core/dt_alloc.h"
 #include "core/dt_common.h"
 #include "core/dt_parallel.h"
 
@@ -39,11 +40,11 @@ void dt_sgd_step_cpu(const dt_sgd_tensor *ts, int count, const dt_sgd_chunk *chu
     (void)chunks;
     (void)nchunks;
     if (count <= 0) return;
-    int64_t *offset = dt_xmalloc(sizeof(int64_t) * (size_t)(count + 1));
+    int64_t *offset = dt_dev_alloc(DT_CPU, sizeof(int64_t) * (size_t)(count + 1)); /* scratch: a raise frees it */
     offset[0] = 0;
     for (int t = 0; t < count; t++) offset[t + 1] = offset[t] + ts[t].n;
     sgd_job j = {.ts = ts, .offset = offset, .count = count, .rate = *lr, .momentum = momentum,
                  .dampening = dampening, .nesterov = nesterov};
     dt_parallel_for(offset[count], DT_SGD_CHUNK, sgd_range, &j);
-    free(offset);
+    dt_dev_free(DT_CPU, offset);
 }

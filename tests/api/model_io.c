@@ -14,6 +14,9 @@
  *                              logical (NCHW) order
  * X is [N, 3, S, S] float32, Y [N] float32 holding the class indices. Exit status 0, 1 on a
  * runtime failure (a file), 2 on a usage error. */
+#include <stdlib.h>
+
+#include "core/dt_common.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,6 +130,7 @@ static int run(const io_args *a, const dt_train_cfg *c, dt_err *err) {
 }
 
 int main(int argc, char **argv) {
+    dt_set_fatal_handler(exit); /* a failure outside a guarded call ends this program (dt_common.h) */
     io_args a = {0};
     dt_train_cfg c;
     dt_config_defaults(&c);

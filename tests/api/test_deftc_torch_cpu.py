@@ -227,6 +227,41 @@ def cpu_device_runs():
         assert all(v == 0 for v in gw) and all(v == 0 for v in gb), '%s: an empty batch left gradients' % label
 
 
+def errors_are_exceptions():
+    """A failed call raises DeftcError (a RuntimeError) with deftc's message and status -1, and the
+    library stays usable: the next, good call runs. DeftcOutOfMemory is a MemoryError (and
+    torch.OutOfMemoryError with PyTorch) and a DeftcError, so one except catches every failure."""
+    lib = deftc_lib.library()
+    n, c, h, w, cout, k = 1, 2, 4, 4, 2, 3
+    d = deftc_lib.Desc(n, c, h, w, cout, k, k, 1, 1, 1, 1, 1, 1, 1, 0, 0, device=deftc_lib.CPU, weight_groups=3)
+    F = ctypes.c_float
+    x, off, wt, y = (F * (c * h * w))(), (F * (2 * k * k * h * w))(), (F * (cout * c * k * k))(), (F * (cout * h * w))()
+    p = [ctypes.cast(t, ctypes.c_void_p) for t in (x, off, wt, y)]
+
+    def bad():
+        deftc_lib.check(lib.dt_deform_api_forward(ctypes.byref(d), DEFT, p[0], p[1], None, p[2], None, p[3], None))
+    try:
+        bad()
+        raise AssertionError('no DeftcError raised')
+    except deftc_lib.DeftcError as e:
+        assert isinstance(e, RuntimeError) and e.status == deftc_lib.ERR_ARG, (type(e), e.status)
+        assert 'weight groups' in str(e) and str(e).startswith('deftc: '), str(e)
+    d.weight_groups = 1
+    for i in range(len(x)):
+        x[i] = 1.0
+    for i in range(len(wt)):
+        wt[i] = 0.5
+    deftc_lib.check(lib.dt_deform_api_forward(ctypes.byref(d), DEFT, p[0], p[1], None, p[2], None, p[3], None))
+    assert y[5] == 0.5 * c * k * k, 'the call after the failure: y[5] = %g' % y[5]
+    oom = deftc_lib.DeftcOutOfMemory('deftc: out of memory', deftc_lib.ERR_OOM)
+    assert isinstance(oom, MemoryError) and isinstance(oom, deftc_lib.DeftcError)
+    if _torch is not None and hasattr(_torch, 'OutOfMemoryError'):
+        assert isinstance(oom, _torch.OutOfMemoryError)
+    lib.dt_deform_api_error.restype = ctypes.c_char_p
+    assert isinstance(deftc_lib.error_for(deftc_lib.ERR_OOM), deftc_lib.DeftcOutOfMemory)
+    assert type(deftc_lib.error_for(deftc_lib.ERR_DEVICE)) is deftc_lib.DeftcError
+
+
 def missing_library():
     code = ('import sys; sys.path.insert(0, %r); import deftc_lib\n'
             'try:\n    deftc_lib.library()\nexcept ImportError as e:\n    print(e)\n' % os.path.join(HERE, '..', '..', 'python'))
@@ -338,7 +373,7 @@ def torch_autocast():
         y32, y16 = dtt.deform_conv2d(x, off, w, padding=1), dtt.deform_conv2d(x.half(), off, w, padding=1)
     assert (y32.dtype, y16.dtype) == (torch.float32, torch.float16), (y32.dtype, y16.dtype)
 
-for name, fn in [('out_size', out_size), ('bad offset groups', bad_groups), ('host pointers refused', host_pointers),
+for name, fn in [('errors are exceptions, the library usable after', errors_are_exceptions), ('out_size', out_size), ('bad offset groups', bad_groups), ('host pointers refused', host_pointers),
                  ('descriptor: formats the kernels run accepted', formats_accepted),
                  ('descriptor: other formats refused, named', formats_refused), ('Desc fields', desc_fields),
                  ('descriptor: weight groups, f64, device', groups_f64_device),
