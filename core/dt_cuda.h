@@ -6,7 +6,11 @@
  * the guarded entry returns the status, a program outside guards prints it and exits - except
  * while the thread captures a CUDA graph: then the first error is the capture's failure
  * (dt_graph.h) and the program goes on to dt_graph_end. Each check is also a failure-injection
- * point (DT_INJECT_DEVICE_CALL). DT_CHECK_LAUNCH() goes after every kernel launch: it
+ * point (DT_INJECT_DEVICE_CALL): an injected failure replaces the call, which then never runs -
+ * as a real failure leaves nothing behind, where failing a call that succeeded would leak the
+ * block a cudaMalloc made or keep the update a kernel wrote. A kernel's failure is injected at
+ * its op-table dispatch (core/dt_kernel.c), before it launches, so DT_CHECK_LAUNCH is not an
+ * injection point. DT_CHECK_LAUNCH() goes after every kernel launch: it
  * catches launch errors at once and, in debug mode, synchronizes so that an error inside the
  * kernel is reported at the launch that caused it.
  */
@@ -49,24 +53,21 @@ void dt_check_launch_at(const char *file, int line);
 
 #define DT_CHECK(call)                                                                  \
     do {                                                                                \
-        cudaError_t dt_e_ = (call);                                                     \
-        if (dt_e_ == cudaSuccess && dt_inject_hit(DT_INJECT_DEVICE_CALL)) dt_e_ = cudaErrorUnknown;                                                     \
+        cudaError_t dt_e_ = dt_inject_hit(DT_INJECT_DEVICE_CALL) ? cudaErrorUnknown : (call); \
         if (dt_e_ != cudaSuccess)                                                       \
             dt_cuda_fail("CUDA", #call, cudaGetErrorString(dt_e_), __FILE__, __LINE__); \
     } while (0)
 
 #define DT_CUBLAS(call)                                                                    \
     do {                                                                                   \
-        cublasStatus_t dt_s_ = (call);                                                     \
-        if (dt_s_ == CUBLAS_STATUS_SUCCESS && dt_inject_hit(DT_INJECT_DEVICE_CALL)) dt_s_ = CUBLAS_STATUS_EXECUTION_FAILED;                                                     \
+        cublasStatus_t dt_s_ = dt_inject_hit(DT_INJECT_DEVICE_CALL) ? CUBLAS_STATUS_EXECUTION_FAILED : (call); \
         if (dt_s_ != CUBLAS_STATUS_SUCCESS)                                                \
             dt_cuda_fail("cuBLAS", #call, dt_cublas_status_str(dt_s_), __FILE__, __LINE__); \
     } while (0)
 
 #define DT_CURAND(call)                                                                    \
     do {                                                                                   \
-        curandStatus_t dt_s_ = (call);                                                     \
-        if (dt_s_ == CURAND_STATUS_SUCCESS && dt_inject_hit(DT_INJECT_DEVICE_CALL)) dt_s_ = CURAND_STATUS_LAUNCH_FAILURE;                                                     \
+        curandStatus_t dt_s_ = dt_inject_hit(DT_INJECT_DEVICE_CALL) ? CURAND_STATUS_LAUNCH_FAILURE : (call); \
         if (dt_s_ != CURAND_STATUS_SUCCESS)                                                \
             dt_cuda_fail("cuRAND", #call, dt_curand_status_str(dt_s_), __FILE__, __LINE__); \
     } while (0)

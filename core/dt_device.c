@@ -89,7 +89,6 @@ __attribute__((constructor)) static void register_side(void) {
 
 void dt_check_launch_at(const char *file, int line) {
     cudaError_t e = cudaGetLastError();
-    if (dt_inject_hit(DT_INJECT_DEVICE_CALL)) e = cudaErrorLaunchFailure;
     if (e != cudaSuccess) dt_cuda_fail("CUDA", "kernel launch", cudaGetErrorString(e), file, line);
     if (dt_debug_sync()) {
         e = cudaStreamSynchronize(g_ctx.stream);
