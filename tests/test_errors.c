@@ -243,7 +243,9 @@ static void sweep_api(dt_dev dev, const dt_inject_kind *kinds, const int *want, 
                 EXPECT_MSG(dt_deform_api_error()[0], "no message at point %ld", n);
                 EXPECT_MSG(live_host_bytes() == host0, "%s point %ld of kind %d: %zd host bytes left behind",
                            which ? "backward" : "forward", n, (int)kinds[k], (ssize_t)(live_host_bytes() - host0));
-                EXPECT_MSG(live_device_bytes() == dev0, "point %ld: device bytes left behind", n);
+                EXPECT_MSG(live_device_bytes() == dev0, "%s point %ld of kind %d: %zd device bytes left behind (%s)",
+                           which ? "backward" : "forward", n, (int)kinds[k], (ssize_t)(live_device_bytes() - dev0),
+                           dt_deform_api_error());
                 EXPECT(!dt_guard_active());
             }
             EXPECT_MSG(points >= 2, "kind %d: only %d injection points reached", (int)kinds[k], points);
