@@ -280,7 +280,17 @@ void *dt_gpu_malloc(size_t bytes) {
     live_insert(o, p, size);
     st->in_use += size;
     if (st->in_use > st->peak_in_use) st->peak_in_use = st->in_use;
-    if (g_poison) DT_CHECK(cudaMemsetAsync(p, 0xFF, size, dt_stream()));
+    if (g_poison) {
+        /* a poison that fails gives the block back before the raise (no caller ever held it),
+         * except while the stream captures a graph: then dt_cuda_fail records the capture's
+         * failure and returns, and the caller gets the block as if the poison had run */
+        const cudaError_t e = dt_inject_hit(DT_INJECT_DEVICE_CALL) ? cudaErrorUnknown : cudaMemsetAsync(p, 0xFF, size, dt_stream());
+        if (e != cudaSuccess) {
+            enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+            if (cudaStreamIsCapturing(dt_stream(), &cs) != cudaSuccess || cs == cudaStreamCaptureStatusNone) dt_gpu_free(p);
+            dt_cuda_fail("CUDA", "cudaMemsetAsync(p, 0xFF, size, dt_stream())", cudaGetErrorString(e), __FILE__, __LINE__);
+        }
+    }
     return p;
 }
 
