@@ -10,7 +10,7 @@
 # another MODEL; bars coloured by model:
 # plain, deformable unfused, deformable deft). It needs a CUDA GPU and says so at once without
 # one; FROM_CSV=an earlier reproduce.csv makes the table and the chart from it, no GPU needed
-# (docs/reproduce.png: FROM_CSV=docs/logs/2026-12-01/precision/final/reproduce.csv).
+# (docs/reproduce.png: FROM_CSV=docs/logs/2026-12-03/s2_call1_suite_reproduce/reproduce.csv).
 #   STEPS=40 WARM=10 BATCHES="64 256" VERSION=1 PRECISIONS="tf32 bf16" MODEL=resnet18 bash bench/reproduce.sh
 # (make reproduce MODEL=resnet50 passes it on)
 set -euo pipefail
