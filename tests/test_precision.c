@@ -494,10 +494,18 @@ DT_GPU_TEST(gpu_offset_conv_tensor_cores_within_format_bound) {
         {"C 64 G1 DCNv1", 3, 64, 11, 9, 8, {3, 3, 1, 1, 1, 1, 1, 1}, 1, 0, 0, 0, 0},
         {"C 32 G1 DCNv2 s2", 2, 32, 13, 12, 8, {3, 3, 2, 2, 1, 1, 1, 1}, 1, 1, 0, 0, 0},
         {"C 96 G2 DCNv2 (two offset-channel tiles)", 2, 96, 9, 10, 8, {3, 3, 1, 1, 2, 2, 2, 2}, 2, 1, 0, 0, 0},
+        {"C 128 G2 DCNv2 s2 odd 13x11 (bf16: the Hopper engine)", 3, 128, 13, 11, 8, {3, 3, 2, 2, 1, 1, 1, 1}, 2, 1, 0, 0, 0},
+        {"C 64 G1 dilation 2 (bf16: the Hopper engine)", 2, 64, 12, 9, 8, {3, 3, 1, 1, 2, 2, 2, 2}, 1, 1, 0, 0, 0},
     };
-    for (int run = 0; run < 2 * 3 * 2; run++) { /* variant (halo, then flat) x case x precision */
-        const int variant = run / 6, ci = run / 2 % 3, pr = DT_PREC_TF32 + run % 2;
-        dt_offconv_use_halo(!variant);
+    enum { NC = sizeof cases / sizeof *cases };
+    /* variant 0: the defaults (bf16 plans with C % 64 == 0 on the Hopper engine where the GPU has
+     * it, the others on the tensor-core kernels by halo tiles); 1: the tensor-core kernels by halo
+     * tiles; 2: by the flat list of positions */
+    static const char *const variants[3] = {"default", "halo", "flat"};
+    for (int run = 0; run < 3 * NC * 2; run++) { /* variant x case x precision */
+        const int variant = run / (2 * NC), ci = run / 2 % NC, pr = DT_PREC_TF32 + run % 2;
+        dt_offconv_use_engine(variant == 0);
+        dt_offconv_use_halo(variant != 2);
         const dt_deform_case *c = &cases[ci];
         const double u = pr == DT_PREC_BF16 ? U_BF16 : U_TF32, prod = 2 * u + u * u;
         /* p: the fp32 plan of the CPU references; pg: the same in the reduced precision (a bf16
@@ -576,7 +584,7 @@ DT_GPU_TEST(gpu_offset_conv_tensor_cores_within_format_bound) {
         /* bf16: dxT is the fp32 sum rounded once more (3u + 4u^2) */
         const double dxk = bf ? 3 * u + 4 * u * u : prod;
         char what[160];
-#define W(s) (snprintf(what, sizeof what, "offset conv %s %s '%s': %s", variant ? "flat" : "halo", \
+#define W(s) (snprintf(what, sizeof what, "offset conv %s %s '%s': %s", variants[variant], \
                    dt_precision_name((dt_precision)pr), c->name, s), what)
         EXPECT(within(W("forward"), hom, om, omb, nom, prod, 2 * (p.KC + 1) * E32, pr == DT_PREC_BF16));
         EXPECT(within(W("weight gradient"), hdw, dw, dwb, nw, prod, 2 * Q * E32, 1));
@@ -590,6 +598,7 @@ DT_GPU_TEST(gpu_offset_conv_tensor_cores_within_format_bound) {
         free(xh), free(dxh);
     }
     dt_offconv_use_halo(1);
+    dt_offconv_use_engine(1);
 }
 
 DT_GPU_TEST(gpu_conv2d_reduced_precision_within_format_bound) {

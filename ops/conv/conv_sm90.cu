@@ -98,10 +98,12 @@ CUtensorMap map_a(const a_source &s, int box_rows) {
     return dt_sm90_map_im2col(s.x, s.N, s.H, s.W, s.C, s.g, s.Ho, s.Wo, box_rows);
 }
 
-/* One GEMM on the engine: y [M, N] = A . b^T (+ beta y, + bias), b [N, K], y [M, N]. */
+/* One GEMM on the engine: y [M, N] = A . b^T (+ beta y, + bias), b [N, K], y [M, N] bf16 (EPI_F32:
+ * a.yf [M, a.ldy] fp32, y unused). */
 template <class CFG> void run_gemm(gemm_args a, const a_source &src, const void *b, void *y) {
-    const CUtensorMap ma = map_a(src, CFG::BM), mb = dt_sm90_map_rows(b, a.N, a.K, CFG::BN);
-    const CUtensorMap my = dt_sm90_map_rows(y, a.M, a.N, CFG::WM);
+    const CUtensorMap mb = dt_sm90_map_rows(b, a.N, a.K, CFG::BN);
+    const CUtensorMap ma = CFG::AP == A_IM2COL ? mb : map_a(src, CFG::BM); /* A_IM2COL: cp.async, no map */
+    const CUtensorMap my = CFG::EPI == EPI_TMA ? dt_sm90_map_rows(y, a.M, a.N, CFG::WM) : mb; /* mb: not read */
     a.y = (bf16 *)y;
     a.tiles_m = (a.M + CFG::BM - 1) / CFG::BM;
     a.tiles_n = (a.N + CFG::BN - 1) / CFG::BN;
@@ -301,6 +303,39 @@ extern "C" void dt_conv_sm90_fprop(const dt_conv_problem *p, const void *x, cons
     if (dt_conv_sm90_read(p, DT_SM90_FPROP) == DT_SM90_COLUMNS) return fprop_columns(p, x, w, bias, y, sums);
     const a_source src = {x, p->N, p->H, p->W, p->C, p->Ho, p->Wo, p->g};
     conv_gemm(src, w, p->Cout, bias, 0.0f, y, sums);
+}
+
+/* The deformable layer's offset conv (ops/deform/offset_conv.h): fp32 rows, one 64-column tile
+ * for its 18 or 27 outputs (the A tile is what costs: the same 128-row im2col tiles as a plain
+ * conv's fprop, 8 stages). */
+extern "C" void dt_conv_sm90_fprop_f32(const dt_conv_problem *p, const void *x, const void *w, const float *bias,
+                                       float *y, int64_t ldy, int64_t sigmoid_from) {
+    if (p->N * p->Ho * p->Wo == 0) return;
+    const dt_conv_geom &g = p->g;
+    gemm_args a = {};
+    a.M = (int)(p->N * p->Ho * p->Wo), a.N = (int)p->Cout, a.K = g.kh * g.kw * (int)p->C, a.bias = bias;
+    a.yf = y, a.ldy = (int)ldy, a.sigmoid_from = (int)sigmoid_from;
+    a.x = (const bf16 *)x, a.H = (int)p->H, a.W = (int)p->W, a.C = (int)p->C, a.Ho = (int)p->Ho, a.Wo = (int)p->Wo;
+    a.KW = g.kw, a.SH = g.sh, a.SW = g.sw, a.PH = g.ph, a.PW = g.pw, a.DH = g.dh, a.DW = g.dw;
+    a.cblocks = (int)(p->C / 64);
+    const a_source src = {x, p->N, p->H, p->W, p->C, p->Ho, p->Wo, g};
+    run_gemm<tile_cfg<128, 64, 8, A_TMA_IM2COL, EPI_F32>>(a, src, w, NULL);
+}
+
+/* The offset conv's dgrad: dy's few channels (Cout % 8 == 0, not a multiple of 64) gathered by
+ * the producer warpgroup's cp.async, not TMA's 64-channel im2col boxes; add (fp32, or NULL) summed
+ * before the one rounding. wf is the flipped weight [C, kh, kw, Cout] (k_flip_weight's). */
+extern "C" void dt_conv_sm90_dgrad_narrow(const dt_conv_problem *p, const void *dy, const void *wf, const float *add,
+                                          float beta, void *dx) {
+    if (p->N * p->H * p->W == 0) return;
+    const dt_conv_geom g = dt_conv_dgrad_geom(p->g);
+    gemm_args a = {};
+    a.M = (int)(p->N * p->H * p->W), a.N = (int)p->C, a.K = g.kh * g.kw * (int)p->Cout, a.beta = beta, a.add = add;
+    a.x = (const bf16 *)dy, a.H = (int)p->Ho, a.W = (int)p->Wo, a.C = (int)p->Cout, a.Ho = (int)p->H, a.Wo = (int)p->W;
+    a.KW = g.kw, a.SH = g.sh, a.SW = g.sw, a.PH = g.ph, a.PW = g.pw, a.DH = g.dh, a.DW = g.dw;
+    const a_source src = {dy, p->N, p->Ho, p->Wo, p->Cout, p->H, p->W, g};
+    if (a.N <= 64) run_gemm<tile_cfg<128, 64, 6, A_IM2COL>>(a, src, wf, dx);
+    else run_gemm<tile_cfg<128, 128, 5, A_IM2COL>>(a, src, wf, dx);
 }
 
 extern "C" void dt_conv_sm90_dgrad(const dt_conv_problem *p, const void *dy, const void *w, float beta, void *dx) {

@@ -22,6 +22,19 @@ extern "C" {
  * double above, in an order fixed by the shape. */
 void dt_conv_sm90_fprop(const dt_conv_problem *p, const void *x, const void *w, const float *bias, void *y,
                         dt_conv_stats *stats);
+/* fprop with fp32 rows: y [N*Ho*Wo, ldy] fp32, columns co < Cout = conv(x, w) + bias (unrounded),
+ * those from sigmoid_from on through the logistic function 1 / (1 + e^-v), columns Cout .. ldy-1
+ * zero - the deformable layer's offset conv (offsets and mask, ops/deform/offset_conv.h). Any
+ * Cout (w [Cout, kh, kw, C] bf16, bias [Cout] fp32 or NULL), ldy even and >= Cout; x read by TMA's
+ * im2col mode: dt_conv_sm90_read of the problem with Cout rounded up to 8 is DT_SM90_IM2COL. */
+void dt_conv_sm90_fprop_f32(const dt_conv_problem *p, const void *x, const void *w, const float *bias, float *y,
+                            int64_t ldy, int64_t sigmoid_from);
+/* stride-1 dgrad with few output channels: dx [N, H, W, C] bf16 = round(beta * dx + add + conv^T(dy, w)),
+ * dy [N, Ho, Wo, Cout] bf16 with Cout % 8 == 0 (any multiple: gathered by cp.async), wf the
+ * weight flipped and transposed [C, kh, kw, Cout] bf16, add [N*H*W, C] fp32 or NULL, C % 8 == 0 -
+ * the deformable layer's offset conv (ops/deform/offset_conv_sm90.h) */
+void dt_conv_sm90_dgrad_narrow(const dt_conv_problem *p, const void *dy, const void *wf, const float *add, float beta,
+                               void *dx);
 void dt_conv_sm90_dgrad(const dt_conv_problem *p, const void *dy, const void *w, float beta, void *dx);
 void dt_conv_sm90_wgrad(const dt_conv_problem *p, const void *x, const void *dy, float beta, float *dw);
 

@@ -12,7 +12,8 @@
  *             m = (n, ho, wo) of the [Nimg, Ho, Wo] output and k = (r, t, c) - the weight's
  *             storage order; x [Nimg, H, W, C] bf16 NHWC with C % 8 == 0 (a 16-byte chunk of 8
  *             channels never straddles two taps). y [M, N] is then the NHWC output itself.
- * Requirements: K % 8 == 0 and N % 8 == 0 (TMA's 16-byte strides, the epilogue's pairs);
+ * Requirements: K % 8 == 0 and N % 8 == 0 (TMA's 16-byte strides, the epilogue's pairs; the
+ * fp32 epilogue EPI_F32 takes any N, its rows ldy wide);
  * pointers 16-byte aligned. Any M, N, K otherwise: the tails are zero-filled (TMA's out-of-
  * bounds fill, cp.async's zero fill) and masked in the epilogue.
  *
@@ -56,6 +57,13 @@ struct gemm_args {
      * stats [ceil(M / 64)][N][2] double = (sum y, sum y^2) of column n over the 64-row group g,
      * rows g*64 .. g*64+63 below M (EPI_TMA only: they are read back from the staging tile) */
     double *stats;
+    /* EPI_F32: yf [M, ldy] fp32 instead of y - columns n < N are acc + bias, those from
+     * sigmoid_from on through the logistic function, columns N .. ldy-1 zero (ldy even, >= N) */
+    float *yf;
+    int ldy, sigmoid_from;
+    /* EPI_DIRECT / EPI_TMA: or NULL, add [M, N] fp32 summed with acc + bias before beta y and the
+     * one rounding (the deformable layer's input gradient: its sampling part, summed in fp32) */
+    const float *add;
 };
 
 /* ---- PTX wrappers (PTX ISA: "mbarrier", "cp.async.bulk.tensor", "wgmma", "setmaxnreg"). */
@@ -172,8 +180,10 @@ template <int BN, int TRANS = 0> struct wgmma_op;
 
 /* The epilogue: EPI_DIRECT stores each thread's bf16 pairs to y; EPI_TMA writes the consumer's
  * WM x BN tile to a swizzled shared-memory staging buffer and stores it with TMA (full 128-byte
- * lines, the edges clipped by the map), overlapping the next tile's mainloop. */
-enum epilogue { EPI_DIRECT = 0, EPI_TMA = 1 };
+ * lines, the edges clipped by the map), overlapping the next tile's mainloop; EPI_F32 stores
+ * fp32 pairs to yf, unrounded (the deformable layer's offset conv: its offsets and mask stay
+ * fp32, gemm_args). */
+enum epilogue { EPI_DIRECT = 0, EPI_TMA = 1, EPI_F32 = 2 };
 
 template <int BM_, int BN_, int STAGES_, int AP_, int EPI_ = EPI_TMA> struct tile_cfg {
     static constexpr int BM = BM_, BN = BN_, STAGES = STAGES_, AP = AP_, EPI = EPI_;
@@ -407,6 +417,22 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
                 for (int jn = 0; jn < BN / 8; jn++) {
                     const int cloc = jn * 8 + 2 * (lane % 4), col = tn * BN + cloc;
+                    if (CFG::EPI == EPI_F32) {
+#pragma unroll
+                        for (int h = 0; h < 2; h++) {
+                            const int row = row0 + 8 * h;
+                            if (row >= p.M || col >= p.ldy) continue;
+                            float v[2];
+#pragma unroll
+                            for (int e = 0; e < 2; e++) {
+                                const int n = col + e;
+                                v[e] = n < p.N ? acc[mi][4 * jn + 2 * h + e] + (p.bias ? p.bias[n] : 0.0f) : 0.0f;
+                                if (n < p.N && n >= p.sigmoid_from) v[e] = 1.0f / (1.0f + expf(-v[e]));
+                            }
+                            *reinterpret_cast<float2 *>(p.yf + (int64_t)row * p.ldy + col) = make_float2(v[0], v[1]);
+                        }
+                        continue;
+                    }
                     const bool col_ok = col < p.N;
                     const float b0 = p.bias && col_ok ? p.bias[col] : 0.0f, b1 = p.bias && col_ok ? p.bias[col + 1] : 0.0f;
 #pragma unroll
@@ -414,6 +440,10 @@ __global__ void __launch_bounds__(384, 1)
                         const int row = row0 + 8 * h;
                         float v0 = acc[mi][4 * jn + 2 * h] + b0, v1 = acc[mi][4 * jn + 2 * h + 1] + b1;
                         __nv_bfloat162 *dst = reinterpret_cast<__nv_bfloat162 *>(p.y + (int64_t)row * p.N + col);
+                        if (p.add && row < p.M && col_ok) {
+                            const float2 a = *reinterpret_cast<const float2 *>(p.add + (int64_t)row * p.N + col);
+                            v0 += a.x, v1 += a.y;
+                        }
                         if (p.beta != 0.0f && row < p.M && col_ok) {
                             const float2 old = __bfloat1622float2(*dst);
                             v0 = fmaf(p.beta, old.x, v0), v1 = fmaf(p.beta, old.y, v1);

@@ -16,12 +16,14 @@
  * All three are deterministic. Each is templated on the plan's tensor type T (float or bf16):
  * x is read as stored and widened, the products are fp32 FMAs, dx is written in T (rounded
  * once, after the caller's fp32 `add` and beta). bf16 plans and TF32 products run the
- * tensor-core kernels of offset_conv_tc.cu instead when C % 32 == 0; these are their fallback
- * for other channel counts. */
+ * tensor-core kernels of offset_conv_tc.cu instead when C % 32 == 0 - and on the Hopper engine
+ * (offset_conv_sm90.h) the forward and weight gradient of bf16 plans with C % 64 == 0, and their
+ * input gradient at stride 1; these are the fallback for other channel counts. */
 #include "core/dt_kernel_util.cuh"
 #include "ops/pointwise/layout.h"
 #include "ops/deform/offset_conv.cuh"
 #include "ops/deform/offset_conv.h"
+#include "ops/deform/offset_conv_sm90.h"
 #include "ops/deform/offset_conv_tc.h"
 
 namespace {
@@ -142,14 +144,6 @@ __global__ void __launch_bounds__(DW_THREADS) k_dw(dt_deform_chunk c, int cvb, i
     }
 }
 
-/* out[e] = beta*out[e] + sum_z part[z*n + e], z in order (beta 0 overwrites). */
-__global__ void k_sum_parts(int64_t n, int nz, const float *__restrict__ part, float beta, float *__restrict__ out) {
-    DT_GRID_STRIDE(e, n) {
-        float s = 0.0f;
-        for (int z = 0; z < nz; z++) s += part[z * n + e];
-        out[e] = beta == 0.0f ? s : beta * out[e] + s;
-    }
-}
 
 const int DX_THREADS = 128, DX_TPX = 8;
 
@@ -680,7 +674,10 @@ static size_t ws_bytes(const dt_deform_plan *p, int64_t nb) {
     size_t dw = (size_t)nzw * p->OC * (p->C * p->K + 1);
     size_t dx = (size_t)p->OC * p->K * p->C;
     size_t m = fwd > dw ? fwd : dw, tc = dt_offconv_tc_ok(p) ? dt_offconv_tc_ws_bytes(p, nb) : 0;
+    /* the engine's, for every bf16 plan (whether a chunk runs on it is decided at the call) */
+    const size_t engine = p->dtype == DT_BF16 ? dt_offconv_sm90_ws_bytes(p, nb) : 0;
     m = (m > dx ? m : dx) * sizeof(float) + 256;
+    if (engine > tc) tc = engine;
     return m > tc ? m : tc;
 }
 
@@ -698,6 +695,10 @@ void dt_offconv_fwd_cuda(const dt_deform_plan *p, int64_t nb, const void *xT, co
     const int oct = offconv_oct(p->OC), nt = (int)((p->OC + oct - 1) / oct);
     float *part = (float *)ws + wpack_floats(p);
     int64_t npack = wpack_floats(p);
+    if (dt_offconv_sm90_ok(p, nb)) {
+        dt_offconv_sm90_fwd(p, nb, xT, w, b, om, ws);
+        return;
+    }
     if (use_tc(p)) {
         dt_offconv_tc_fwd(p, nb, xT, w, b, om, ws);
         return;
@@ -754,6 +755,10 @@ void dt_offconv_bwd_weight_cuda(const dt_deform_plan *p, int64_t nb, const void 
     const int oct = offconv_oct(p->OC), nt = (int)((p->OC + oct - 1) / oct);
     int nz = 0;
     float *partw = (float *)ws;
+    if (dt_offconv_sm90_ok(p, nb)) {
+        dt_offconv_sm90_bwd_weight(p, nb, xT, dom, beta_w, dw, beta_b, db, ws);
+        return;
+    }
     if (use_tc(p)) {
         float *pb;
         nz = dt_offconv_tc_bwd_weight(p, nb, xT, dom, partw, &pb);
@@ -820,6 +825,10 @@ void dt_offconv_bwd_input_cuda(const dt_deform_plan *p, int64_t nb, const float 
                                float beta, void *dxT, void *ws) {
     dt_deform_chunk c = dt_deform_chunk_make(p, nb);
     if (c.npix <= 0) return;
+    if (dt_offconv_sm90_dx_ok(p, nb)) {
+        dt_offconv_sm90_bwd_input(p, nb, dom, w, add, beta, dxT, ws);
+        return;
+    }
     float *wT = (float *)ws; /* [OC, K, C] */
     dt_nchw_to_nhwc_cuda(p->OC, p->C, p->K, w, p->C, wT);
     if (use_tc(p)) {

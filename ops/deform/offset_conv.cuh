@@ -21,6 +21,15 @@
 
 namespace { /* internal linkage in every .cu that includes this */
 
+/* out[e] = beta*out[e] + sum_z part[z*n + e], z in order (beta 0 overwrites). */
+__global__ void k_sum_parts(int64_t n, int nz, const float *__restrict__ part, float beta, float *__restrict__ out) {
+    DT_GRID_STRIDE(e, n) {
+        float s = 0.0f;
+        for (int z = 0; z < nz; z++) s += part[z * n + e];
+        out[e] = beta == 0.0f ? s : beta * out[e] + s;
+    }
+}
+
 #define OFF_S 8 /* lanes per position group: 8 x 16 B = one 128-byte line of a pixel's channels */
 
 /* Output channels per tile: 20 (OC <= 20: 18 = DCNv1 with one group) or 28 (27 = DCNv2),

@@ -43,7 +43,8 @@ DT_DECL_OFFCONV(cpu)
 DT_DECL_OFFCONV(cuda)
 
 /* Precision (the plan's dtype and math): bf16 plans and f32 plans with TF32 products run
- * tensor-core kernels on the GPU (offset_conv_tc.h) when C % 32 == 0: bf16 x as stored, the
+ * tensor-core kernels on the GPU (offset_conv_tc.h, or for the forward and weight gradient of bf16
+ * plans with C % 64 == 0 the Hopper engine, offset_conv_sm90.h: the same function) when C % 32 == 0: bf16 x as stored, the
  * fp32 operands (w, dom) rounded to bf16 - or, for TF32, every operand rounded to TF32 - sums
  * fp32. Other channel counts run the FFMA kernels: bf16 x widened, w and dom fp32, fp32 math.
  * The CPU twins round w and dom to bf16 under the same rule (tf32 is computed in fp32 on the
@@ -59,6 +60,10 @@ void dt_offconv_use_tiles(int on);
  * default) or by the flat list of positions (0: their fallback for K > 16 or footprints that
  * do not fit shared memory); the tests run both. CUDA builds only. */
 void dt_offconv_use_halo(int on);
+/* The forward and weight gradient of bf16 plans on the Hopper engine where it reads x (1, the
+ * default; offset_conv_sm90.h) or on the tensor-core kernels (0); the tests and the benchmarks
+ * run both. CUDA builds only. */
+void dt_offconv_use_engine(int on);
 
 #ifdef __cplusplus
 }
