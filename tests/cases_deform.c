@@ -319,7 +319,8 @@ DT_TEST(deform_case_table_feeds_every_suite) {
     } SUITES[] = {{DT_DC_OP, "the op's cases", 19},           {DT_DC_LAYER, "the layer's cases", 21},
                   {DT_DC_KERNELS, "test_deform_gpu.c's", 10},   {DT_DC_CPU_DEFT, "test_deft.c's", 7},
                   {DT_DC_REFERENCE, "test_deform.c's", 5},      {DT_DC_TF32, "test_precision.c's", 3},
-                  {DT_DC_GPU_LAYER, "test_deform_gpu.c's layers", 5}, {DT_DC_GPU_RESNET, "test_deform_gpu.c's ResNet shapes", 2},
+                  {DT_DC_GPU_LAYER, "test_deform_gpu.c's layers", 5},
+                  {DT_DC_GPU_RESNET, "test_deform_gpu.c's ResNet shapes", 2},
                   {DT_DC_CPU_LAYER, "test_deft.c's layers", 3}};
     for (size_t i = 0; i < sizeof SUITES / sizeof *SUITES; i++)
         EXPECT_MSG(rows_in(SUITES[i].suite) >= SUITES[i].at_least, "%s: %d rows, fewer than the %d it had", SUITES[i].name,
