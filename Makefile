@@ -144,9 +144,11 @@ $(shell mkdir -p $(BUILD) && echo 'CUDA=$(CUDA) ARCH=$(CUDA_ARCH) DEBUG=$(DEBUG)
   (cmp -s $(CONFIG).new $(CONFIG) || mv $(CONFIG).new $(CONFIG)); rm -f $(CONFIG).new)
 
 # Library sources: everything in the library folders (core/, one folder per op family under
-# ops/, models/, data/, train/) except programs (*_main.c), and the libjpeg-turbo and libpng
-# decoders when they are not built in.
-LIB_C := $(filter-out %_main.c train/train_cli.c $(if $(filter 1,$(JPEG)),,data/dt_jpeg.c) $(if $(filter 1,$(PNG)),,data/dt_png.c),\
+# ops/, models/, data/, train/) except programs (*_main.c), the libjpeg-turbo and libpng
+# decoders when they are not built in, and one of the GPU decode's two files: the loader's
+# nvJPEG decode thread (CUDA throughout) in CUDA builds, its refusing stand-in in CPU-only ones.
+GPU_DECODE_OUT := $(if $(filter 1,$(CUDA)),data/dt_gpu_decode_nocuda.c,data/dt_gpu_decode.c)
+LIB_C := $(filter-out %_main.c train/train_cli.c $(if $(filter 1,$(JPEG)),,data/dt_jpeg.c) $(if $(filter 1,$(PNG)),,data/dt_png.c) $(GPU_DECODE_OUT),\
            $(wildcard core/*.c ops/*/*.c models/*.c data/*.c train/*.c))
 LIB_CU := $(if $(filter 1,$(CUDA)),$(wildcard core/*.cu ops/*/*.cu models/*.cu data/*.cu),)
 LIB_OBJ := $(LIB_C:%.c=$(BUILD)/obj/%.o) $(LIB_CU:%.cu=$(BUILD)/obj/%.cu.o)
@@ -271,7 +273,8 @@ $(BUILD)/test: $(TEST_OBJ) $(BUILD)/obj/train/train_cli.o $(CHART_OBJ) $(BUILD)/
 PY_SUITE = $(if $(filter 0,$(SAN)),$(if $(shell command -v python3),python3 tests/api/test_deftc_torch_cpu.py $(BUILD)/libdeftc.so))
 PY_WEIGHTS = $(if $(PY_SUITE),python3 tests/api/test_torchvision_weights.py $(BUILD))
 # The tree's house rules (tests/check_tree.py: include circles, stems, long functions, the docs'
-# code names), on the build's objects; under the sanitizers too.
+# code names, no exit in the library, DT_CUDA in core/ alone), on the build's objects; under the
+# sanitizers too.
 TREE_CHECK = $(if $(shell command -v python3),python3 tests/check_tree.py $(BUILD))
 test: $(BUILD)/test $(BUILD)/libdeftc.so $(BUILD)/model_io
 	@if [ "$(SAN)" != 0 ]; then echo "SAN=$(SAN): the Python side is not tested (python cannot load an ASan-built library)"; \

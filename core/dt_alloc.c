@@ -382,6 +382,9 @@ void dt_copy_d2d(void *dst, const void *src, size_t bytes) {
 void dt_copy_h2d_async(void *dst, const void *src, size_t bytes) {
     DT_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, dt_stream()));
 }
+void dt_copy_d2h_async(void *dst, const void *src, size_t bytes) {
+    DT_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, dt_stream()));
+}
 void dt_memset_gpu(void *dst, int byte, size_t bytes) {
     DT_CHECK(cudaMemsetAsync(dst, byte, bytes, dt_stream()));
 }
@@ -407,6 +410,7 @@ void dt_copy_h2d(void *d, const void *s, size_t b) { (void)d; (void)s; (void)b; 
 void dt_copy_d2h(void *d, const void *s, size_t b) { (void)d; (void)s; (void)b; no_cuda("dt_copy_d2h"); }
 void dt_copy_d2d(void *d, const void *s, size_t b) { (void)d; (void)s; (void)b; no_cuda("dt_copy_d2d"); }
 void dt_copy_h2d_async(void *d, const void *s, size_t b) { (void)d; (void)s; (void)b; no_cuda("dt_copy_h2d_async"); }
+void dt_copy_d2h_async(void *d, const void *s, size_t b) { (void)d; (void)s; (void)b; no_cuda("dt_copy_d2h_async"); }
 void dt_memset_gpu(void *d, int v, size_t b) { (void)d; (void)v; (void)b; no_cuda("dt_memset_gpu"); }
 static void copy_rows_gpu(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t rows) {
     (void)dst, (void)dpitch, (void)src, (void)spitch, (void)width, (void)rows;

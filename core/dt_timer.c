@@ -14,61 +14,71 @@ double dt_now_ms(void) {
 
 #ifdef DT_CUDA
 #include "core/dt_cuda.h"
+
+void dt_event_init(dt_event *e, dt_dev dev) {
+    e->cuda = NULL;
+    e->host_ms = 0;
+    if (dev == DT_GPU) {
+        cudaEvent_t ev;
+        DT_CHECK(cudaEventCreate(&ev));
+        e->cuda = ev;
+    }
+}
+void dt_event_destroy(dt_event *e) {
+    if (e->cuda) cudaEventDestroy((cudaEvent_t)e->cuda);
+    e->cuda = NULL;
+}
+void dt_event_record(dt_event *e) {
+    if (e->cuda) DT_CHECK(cudaEventRecord((cudaEvent_t)e->cuda, dt_stream()));
+    else e->host_ms = dt_now_ms();
+}
+void dt_event_sync(const dt_event *e) {
+    if (e->cuda) DT_CHECK(cudaEventSynchronize((cudaEvent_t)e->cuda));
+}
+float dt_event_ms(const dt_event *from, const dt_event *to) {
+    if (!from->cuda) return (float)(to->host_ms - from->host_ms);
+    float ms;
+    DT_CHECK(cudaEventElapsedTime(&ms, (cudaEvent_t)from->cuda, (cudaEvent_t)to->cuda));
+    return ms;
+}
+
+#else /* CPU-only build: host-clock events only */
+
+void dt_event_init(dt_event *e, dt_dev dev) {
+    e->cuda = NULL;
+    e->host_ms = 0;
+    if (dev == DT_GPU) dt_fail(DT_ERR_DEVICE, "dt_event_init: deftc was built without CUDA (CUDA=0)");
+}
+void dt_event_destroy(dt_event *e) { (void)e; }
+void dt_event_record(dt_event *e) { e->host_ms = dt_now_ms(); }
+void dt_event_sync(const dt_event *e) { (void)e; }
+float dt_event_ms(const dt_event *from, const dt_event *to) { return (float)(to->host_ms - from->host_ms); }
+
 #endif
 
+/* A pair of events of the device in use when it is made. */
 struct dt_gpu_timer {
-    int gpu;
-    double t0, t1;
-#ifdef DT_CUDA
-    cudaEvent_t e0, e1;
-#endif
+    dt_event e0, e1;
 };
 
 dt_gpu_timer *dt_gpu_timer_new(void) {
     dt_gpu_timer *t = dt_xcalloc(1, sizeof *t);
-    t->gpu = dt_gpu_ready();
-#ifdef DT_CUDA
-    if (t->gpu) {
-        DT_CHECK(cudaEventCreate(&t->e0));
-        DT_CHECK(cudaEventCreate(&t->e1));
-    }
-#endif
+    dt_event_init(&t->e0, dt_gpu_ready() ? DT_GPU : DT_CPU);
+    dt_event_init(&t->e1, dt_gpu_ready() ? DT_GPU : DT_CPU);
     return t;
 }
 
 void dt_gpu_timer_free(dt_gpu_timer *t) {
     if (!t) return;
-#ifdef DT_CUDA
-    if (t->gpu) {
-        cudaEventDestroy(t->e0);
-        cudaEventDestroy(t->e1);
-    }
-#endif
+    dt_event_destroy(&t->e0);
+    dt_event_destroy(&t->e1);
     free(t);
 }
 
-void dt_gpu_timer_start(dt_gpu_timer *t) {
-#ifdef DT_CUDA
-    if (t->gpu) { DT_CHECK(cudaEventRecord(t->e0, dt_stream())); return; }
-#endif
-    t->t0 = dt_now_ms();
-}
-
-void dt_gpu_timer_stop(dt_gpu_timer *t) {
-#ifdef DT_CUDA
-    if (t->gpu) { DT_CHECK(cudaEventRecord(t->e1, dt_stream())); return; }
-#endif
-    t->t1 = dt_now_ms();
-}
+void dt_gpu_timer_start(dt_gpu_timer *t) { dt_event_record(&t->e0); }
+void dt_gpu_timer_stop(dt_gpu_timer *t) { dt_event_record(&t->e1); }
 
 float dt_gpu_timer_ms(dt_gpu_timer *t) {
-#ifdef DT_CUDA
-    if (t->gpu) {
-        float ms;
-        DT_CHECK(cudaEventSynchronize(t->e1));
-        DT_CHECK(cudaEventElapsedTime(&ms, t->e0, t->e1));
-        return ms;
-    }
-#endif
-    return (float)(t->t1 - t->t0);
+    dt_event_sync(&t->e1);
+    return dt_event_ms(&t->e0, &t->e1);
 }

@@ -30,10 +30,11 @@
  * (DT_DC_CPU_DEFT: deft against unfused on the CPU at every knob, the inverse index's
  * invariants) and tests/test_deform_gpu.c (DT_DC_KERNELS: each deft kernel against its twin,
  * the staged kernels' tiles, swizzle and halos, determinism), tests/test_deform.c (DT_DC_REFERENCE:
- * the reference against the sum written out) and tests/test_precision.c (DT_DC_TF32: the TF32
- * runs). Beside it: the layer-level problems (tests/test_deform_gpu.c's layer tiles and ResNet
- * shapes, tests/test_deft.c's layer at every knob: layers, not op problems), the 2^31 columns
- * and the offset conv's tensor cores (one problem each, or the offset conv's own). */
+ * the reference against the sum written out), tests/test_precision.c (DT_DC_TF32: the TF32
+ * runs), and the layers' problems: tests/test_deform_gpu.c's tiles and halos (DT_DC_GPU_LAYER)
+ * and ResNet shapes (DT_DC_GPU_RESNET), tests/test_deft.c's layer at every knob
+ * (DT_DC_CPU_LAYER). Beside it only the single problems of one check each: the 2^31 columns,
+ * zero offsets, the offset statistics and the offset conv's tensor cores. */
 #include <stdlib.h>
 
 #include "core/dt_common.h"
@@ -266,6 +267,24 @@ static const dt_deform_row DEFORM_CASES[] = {
     PROBLEM(DT_DC_TF32, "3x3 s1 G1 mask bias", 2, 8, 9, 7, 6, {3, 3, 1, 1, 1, 1, 1, 1}, 1, 1, 1, 0.0f, 1.0f),
     PROBLEM(DT_DC_TF32, "3x3 s2 G2 DCNv1", 3, 8, 10, 9, 5, {3, 3, 2, 2, 1, 1, 1, 1}, 2, 0, 0, 0.3f, 1.5f),
     PROBLEM(DT_DC_TF32, "offsets of 6 px, C 32", 2, 32, 12, 10, 16, {3, 3, 1, 1, 1, 1, 1, 1}, 1, 1, 1, 0.0f, 6.0f),
+    /* test_deform_gpu.c: the GPU layer's tiles, swizzle and halos against the CPU's unfused layer,
+     * bitwise determinism (the first row) (DT_DC_GPU_LAYER); mask: DCNv2; off_mean, off_std: the
+     * offset biases' integer part (tests/test_deform_gpu.c's init_layer_pair) */
+    PROBLEM(DT_DC_GPU_LAYER, "odd 3x3 s1 G2 v2 bias", 3, 8, 11, 13, 6, {3, 3, 1, 1, 1, 1, 1, 1}, 2, 1, 1, 0.0f, 1.5f),
+    PROBLEM(DT_DC_GPU_LAYER, "s2 G1 v1 batch 5", 5, 16, 17, 15, 8, {3, 3, 2, 2, 1, 1, 1, 1}, 1, 0, 0, 0.3f, 1.5f),
+    PROBLEM(DT_DC_GPU_LAYER, "dil2 G1 v2 batch 1, 6 channels", 1, 6, 12, 14, 5, {3, 3, 1, 1, 2, 2, 2, 2}, 1, 1, 0, 0.0f,
+            1.5f),
+    PROBLEM(DT_DC_GPU_LAYER, "beyond halo and image", 2, 8, 10, 9, 4, {3, 3, 1, 1, 1, 1, 1, 1}, 1, 1, 0, 5.0f, 8.0f),
+    PROBLEM(DT_DC_GPU_LAYER, "l4-like 512ch 7x7", 2, 512, 7, 7, 16, {3, 3, 1, 1, 1, 1, 1, 1}, 1, 0, 0, 0.0f, 1.5f),
+    /* test_deform_gpu.c: the deft layer against the unfused layer on the GPU on ResNet's shapes
+     * (DT_DC_GPU_RESNET; the offsets as DT_DC_GPU_LAYER's) */
+    PROBLEM(DT_DC_GPU_RESNET, "l1-like", 4, 64, 56, 56, 64, {3, 3, 1, 1, 1, 1, 1, 1}, 1, 0, 0, 0.0f, 1.5f),
+    PROBLEM(DT_DC_GPU_RESNET, "l2a-like", 4, 64, 56, 56, 128, {3, 3, 2, 2, 1, 1, 1, 1}, 1, 1, 0, 0.0f, 1.5f),
+    /* test_deft.c: the deft layer against the unfused layer on the CPU at every knob
+     * (DT_DC_CPU_LAYER; its offsets are the test's own, near +-0.5 px: no distribution here) */
+    PROBLEM(DT_DC_CPU_LAYER, "v1 G1 s1 d1", 2, 8, 9, 8, 4, {3, 3, 1, 1, 1, 1, 1, 1}, 1, 0, 1, 0.0f, 0.0f),
+    PROBLEM(DT_DC_CPU_LAYER, "v2 G2 s2 d1", 3, 8, 11, 10, 4, {3, 3, 2, 2, 1, 1, 1, 1}, 2, 1, 1, 0.0f, 0.0f),
+    PROBLEM(DT_DC_CPU_LAYER, "v2 G1 s1 d2", 1, 5, 9, 9, 4, {3, 3, 1, 1, 2, 2, 2, 2}, 1, 1, 1, 0.0f, 0.0f),
 };
 enum { NROWS = sizeof DEFORM_CASES / sizeof *DEFORM_CASES };
 
@@ -299,7 +318,10 @@ DT_TEST(deform_case_table_feeds_every_suite) {
         int at_least;
     } SUITES[] = {{DT_DC_OP, "the op's cases", 19},           {DT_DC_LAYER, "the layer's cases", 21},
                   {DT_DC_KERNELS, "test_deform_gpu.c's", 10},   {DT_DC_CPU_DEFT, "test_deft.c's", 7},
-                  {DT_DC_REFERENCE, "test_deform.c's", 5},      {DT_DC_TF32, "test_precision.c's", 3}};
+                  {DT_DC_REFERENCE, "test_deform.c's", 5},      {DT_DC_TF32, "test_precision.c's", 3},
+                  {DT_DC_GPU_LAYER, "test_deform_gpu.c's layers", 5},
+                  {DT_DC_GPU_RESNET, "test_deform_gpu.c's ResNet shapes", 2},
+                  {DT_DC_CPU_LAYER, "test_deft.c's layers", 3}};
     for (size_t i = 0; i < sizeof SUITES / sizeof *SUITES; i++)
         EXPECT_MSG(rows_in(SUITES[i].suite) >= SUITES[i].at_least, "%s: %d rows, fewer than the %d it had", SUITES[i].name,
                    rows_in(SUITES[i].suite), SUITES[i].at_least);

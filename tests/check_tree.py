@@ -13,11 +13,14 @@
   5. the library never ends the process: no exit( / _exit( / abort( / quick_exit( in library
      sources (core/, ops/, models/, data/, train/ as the Makefile's LIB_C takes them: not the
      programs' *_main.c nor build/train's command line, train/train_cli.c). Failures raise to a
-     guard and come back as statuses (core/dt_common.h); programs' main()s own the exit.
+     guard and come back as statuses (core/dt_common.h); programs' main()s own the exit;
+  6. no DT_CUDA dispatch outside core/'s device layer: library sources outside core/ never test
+     DT_CUDA (they call core's functions, which exist in both builds, or op tables; a file that
+     is CUDA throughout is a build-level choice in the Makefile, with its CPU-only stand-in).
 
 usage: tests/check_tree.py [BUILD]   (the build folder: its objects give the file graph, its
                                      build/test --all --list the tests' names)
-Prints ok or FAIL for each of the five checks (each violation under it) and, last, "N passed, N
+Prints ok or FAIL for each of the six checks (each violation under it) and, last, "N passed, N
 failed, 0 skipped" (build/test --then counts them as a suite); exits 1 when one fails.
 """
 import os
@@ -333,6 +336,19 @@ def check_no_exit(files):
                             (f, line, m.group(1)))
 
 
+TESTS_CUDA = re.compile(r'^\s*#\s*(?:if|ifdef|ifndef|elif)\b[^\n]*\bDT_CUDA\b', re.M)
+
+
+def check_no_cuda_dispatch(files):
+    for f in library_sources(files):
+        if f.startswith('core/'):
+            continue
+        code = strip_comments_strings(read(f))
+        for m in TESTS_CUDA.finditer(code):
+            line = code.count('\n', 0, m.start()) + 1
+            problems.append('%s:%d: tests DT_CUDA outside core/: call the device layer (core/) or an op table' % (f, line))
+
+
 def main():
     build = sys.argv[1] if len(sys.argv) > 1 else None
     testbin = os.path.join(build, 'test') if build and os.path.isfile(os.path.join(build, 'test')) else None
@@ -343,14 +359,15 @@ def main():
                         ('no function in train/ or data/ over %d lines' % FUNC_LIMIT, lambda: check_functions(files)),
                         ('every code name of the docs exists, the README lists the public headers',
                          lambda: (check_docs(files, testbin), check_public_list(files))),
-                        ('no exit or abort in library code', lambda: check_no_exit(files))):
+                        ('no exit or abort in library code', lambda: check_no_exit(files)),
+                        ('no DT_CUDA dispatch outside core/', lambda: check_no_cuda_dispatch(files))):
         before = len(problems)
         check()
         for p in problems[before:]:
             print('      ' + p)
         print('%s  tree: %s' % ('ok  ' if len(problems) == before else 'FAIL', name))
         failed += len(problems) != before
-    print('%d passed, %d failed, 0 skipped' % (5 - failed, failed))
+    print('%d passed, %d failed, 0 skipped' % (6 - failed, failed))
     return 1 if failed else 0
 
 

@@ -30,8 +30,16 @@ typedef struct {
  *   DT_DC_REFERENCE tests/test_deform.c: the NCHW reference against the sum written out
  *   DT_DC_TF32      tests/test_precision.c: both modes with TF32 products on the GPU, within the
  *                   format's bound of the fp32 CPU reference
+ *   DT_DC_GPU_LAYER tests/test_deform_gpu.c: the GPU's deft layer (dt_deform_conv) at every tile,
+ *                   swizzle and halo against the CPU's unfused layer; bitwise determinism (the
+ *                   first row)
+ *   DT_DC_GPU_RESNET tests/test_deform_gpu.c: the deft layer against the unfused layer on the GPU,
+ *                   ResNet's shapes
+ *   DT_DC_CPU_LAYER tests/test_deft.c: the deft layer against the unfused layer on the CPU at
+ *                   every knob
  * The op cases' fields (knobs, chunk, residual, offw, grad, bf16, types) are theirs; the other
- * suites read the problem (s) with its offsets' distribution. */
+ * suites read the problem (s) with its offsets' distribution (the layer suites: mask is DCNv2,
+ * and the suite makes the offsets from its layer's offset conv, see the rows). */
 enum {
     DT_DC_OP = 1u,
     DT_DC_LAYER = 2u,
@@ -39,7 +47,10 @@ enum {
     DT_DC_CPU_DEFT = 8u,
     DT_DC_REFERENCE = 16u,
     DT_DC_TF32 = 32u,
-    DT_DC_ALL = 63u
+    DT_DC_GPU_LAYER = 64u,
+    DT_DC_GPU_RESNET = 128u,
+    DT_DC_CPU_LAYER = 256u,
+    DT_DC_ALL = 511u
 };
 
 /* The knobs an op case sets (deform_plan.h); halo: the staged margin (stage only). */

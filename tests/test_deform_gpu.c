@@ -25,7 +25,8 @@
 #include "ops/pointwise/layout.h"
 #include "ops/deform/offset_conv.h"
 
-/* The problems: the DT_DC_KERNELS rows of the deformable tests' one table (tests/cases_deform.c). */
+/* The problems: the DT_DC_KERNELS, DT_DC_GPU_LAYER and DT_DC_GPU_RESNET rows of the deformable
+ * tests' one table (tests/cases_deform.c). */
 
 /* ---- every kernel against its CPU twin (calls the CUDA entry points: CUDA builds only) ---- */
 #ifdef DT_CUDA
@@ -281,37 +282,28 @@ DT_GPU_TEST(gpu_deform_op_deterministic_is_bitwise) {
 
 /* ---- the layer ---- */
 
-typedef struct {
-    const char *name;
-    int64_t n, c, h, w, cout;
-    dt_conv_geom g;
-    int groups, version, bias;
-    float off_w_std;             /* std (px) of the input-dependent part of the offsets */
-    float off_b_mean, off_b_std; /* offset biases: integer part ~ N(mean, std), see init_layer_pair */
-} layer_case;
+/* The layers' problems: the DT_DC_GPU_LAYER and DT_DC_GPU_RESNET rows of the one table
+ * (tests/cases_deform.c): mask is DCNv2 (version 2), off_mean and off_std the offset biases'
+ * integer part (init_layer_pair). */
 
-static const layer_case LAYERS[] = {
-    {"odd 3x3 s1 G2 v2 bias", 3, 8, 11, 13, 6, {3, 3, 1, 1, 1, 1, 1, 1}, 2, 2, 1, 0.05f, 0.0f, 1.5f},
-    {"s2 G1 v1 batch 5", 5, 16, 17, 15, 8, {3, 3, 2, 2, 1, 1, 1, 1}, 1, 1, 0, 0.05f, 0.3f, 1.5f},
-    {"dil2 G1 v2 batch 1, 6 channels", 1, 6, 12, 14, 5, {3, 3, 1, 1, 2, 2, 2, 2}, 1, 2, 0, 0.05f, 0.0f, 1.5f},
-    {"beyond halo and image", 2, 8, 10, 9, 4, {3, 3, 1, 1, 1, 1, 1, 1}, 1, 2, 0, 0.05f, 5.0f, 8.0f},
-    {"l4-like 512ch 7x7", 2, 512, 7, 7, 16, {3, 3, 1, 1, 1, 1, 1, 1}, 1, 1, 0, 0.05f, 0.0f, 1.5f},
-};
+/* std (px) of the input-dependent part of the layers' offsets */
+#define OFF_W_STD 0.05f
 
 /* The GPU computes the offsets with its implicit-GEMM offset conv, the CPU with conv2d: they
  * agree to float rounding, not bit for bit. A sample that lands within that rounding of an
  * integer coordinate sits on a kink of bilinear sampling, where its offset gradient jumps, so
  * the offsets are kept away from integers: biases of integer + 0.5 +- 0.15 and an
- * input-dependent part of std off_w_std <= 0.05 px keep every fractional part in ~[0.2, 0.8].
+ * input-dependent part of std OFF_W_STD <= 0.05 px keep every fractional part in ~[0.2, 0.8].
  * (The op-level tests give both sides the same offsets and need no such care.) */
-static void init_layer_pair(const layer_case *lc, dt_deform_conv *lc_cpu, dt_deform_conv *lc_gpu) {
-    dt_deform_conv_init(lc_cpu, NULL, "cpu", lc->c, lc->cout, lc->g, lc->groups, lc->version, lc->bias, 0.0f, DT_CPU, DT_NCHW);
-    dt_deform_conv_init(lc_gpu, NULL, "gpu", lc->c, lc->cout, lc->g, lc->groups, lc->version, lc->bias, 0.0f, DT_GPU, DT_NCHW);
+static void init_layer_pair(const dt_deform_case *lc, dt_deform_conv *lc_cpu, dt_deform_conv *lc_gpu) {
+    const int version = lc->mask ? 2 : 1;
+    dt_deform_conv_init(lc_cpu, NULL, "cpu", lc->c, lc->cout, lc->g, lc->groups, version, lc->bias, 0.0f, DT_CPU, DT_NCHW);
+    dt_deform_conv_init(lc_gpu, NULL, "gpu", lc->c, lc->cout, lc->g, lc->groups, version, lc->bias, 0.0f, DT_GPU, DT_NCHW);
     dt_tensor_fill_normal(lc_cpu->weight, dt_test_rng(), 0, 1.0f / sqrtf((float)(lc->c * 9)));
-    dt_tensor_fill_normal(lc_cpu->off_weight, dt_test_rng(), 0, lc->off_w_std / sqrtf((float)(lc->c * 9)));
+    dt_tensor_fill_normal(lc_cpu->off_weight, dt_test_rng(), 0, OFF_W_STD / sqrtf((float)(lc->c * 9)));
     int64_t n_off = 2 * lc->groups * 9;
     for (int64_t i = 0; i < lc_cpu->off_bias->numel; i++) {
-        float v = lc->off_b_mean + lc->off_b_std * dt_rng_normal(dt_test_rng());
+        float v = lc->off_mean + lc->off_std * dt_rng_normal(dt_test_rng());
         dt_data_f32(lc_cpu->off_bias)[i] = i < n_off ? floorf(v) + 0.5f + 0.3f * (dt_rng_uniform(dt_test_rng()) - 0.5f)
                                               : v; /* mask logits: smooth, no kinks */
     }
@@ -335,7 +327,7 @@ static void zero_grads(dt_deform_conv *l) {
 }
 
 /* Forward + backward of the CPU reference layer and the GPU layer; output and every gradient. */
-static int layer_parity(const layer_case *lc, dt_deform_conv *lcpu, dt_deform_conv *lgpu, const char *what, float tol) {
+static int layer_parity(const dt_deform_case *lc, dt_deform_conv *lcpu, dt_deform_conv *lgpu, const char *what, float tol) {
     int ok = 1;
     char name[256];
     dt_scope_begin();
@@ -371,8 +363,8 @@ static int layer_parity(const layer_case *lc, dt_deform_conv *lcpu, dt_deform_co
  * each layer, against the CPU's unfused layer. (The knobs themselves - dx, fuse_offset, stage,
  * deterministic and their combinations: the deform_deft op cases, tests/cases_deform.c.) */
 DT_GPU_TEST(gpu_parity_deft_layer_tiles_and_halos) {
-    for (size_t li = 0; li < sizeof LAYERS / sizeof *LAYERS; li++) {
-        const layer_case *lc = &LAYERS[li];
+    const dt_deform_case *lc;
+    for (int li = 0; (lc = dt_deform_case_at(DT_DC_GPU_LAYER, li)); li++) {
         dt_deform_conv lcpu, lgpu;
         init_layer_pair(lc, &lcpu, &lgpu);
         lgpu.mode = DT_DEFORM_DEFT;
@@ -414,7 +406,7 @@ static dt_tensor *b_layer_own_bias(dt_tensor **in, void *layer) {
 }
 
 DT_GPU_TEST(gpu_deft_layer_deterministic_is_bitwise) {
-    const layer_case *lc = &LAYERS[0];
+    const dt_deform_case *lc = dt_deform_case_at(DT_DC_GPU_LAYER, 0);
     dt_deform_conv lcpu, lgpu;
     init_layer_pair(lc, &lcpu, &lgpu);
     lgpu.mode = DT_DEFORM_DEFT;
@@ -453,14 +445,12 @@ DT_GPU_TEST(gpu_deft_zero_offsets_equal_conv2d) {
 
 /* deft against unfused on the GPU, forward and backward, on ResNet's l1 and l2a shapes. */
 DT_GPU_TEST(gpu_deft_matches_unfused_on_resnet_shapes) {
-    const layer_case cases[2] = {{"l1-like", 4, 64, 56, 56, 64, {3, 3, 1, 1, 1, 1, 1, 1}, 1, 1, 0, 0.05f, 0.0f, 1.5f},
-                                 {"l2a-like", 4, 64, 56, 56, 128, {3, 3, 2, 2, 1, 1, 1, 1}, 1, 2, 0, 0.05f, 0.0f, 1.5f}};
-    for (int ci = 0; ci < 2; ci++) {
-        const layer_case *lc = &cases[ci];
+    const dt_deform_case *lc;
+    for (int ci = 0; (lc = dt_deform_case_at(DT_DC_GPU_RESNET, ci)); ci++) {
         dt_deform_conv la, lb;
         init_layer_pair(lc, &lb, &la); /* lb is a CPU layer only for its initial values */
         dt_deform_conv lu;
-        dt_deform_conv_init(&lu, NULL, "u", lc->c, lc->cout, lc->g, 1, lc->version, 0, 0.0f, DT_GPU, DT_NCHW);
+        dt_deform_conv_init(&lu, NULL, "u", lc->c, lc->cout, lc->g, 1, lc->mask ? 2 : 1, 0, 0.0f, DT_GPU, DT_NCHW);
         dt_tensor_copy(lu.weight, la.weight);
         dt_tensor_copy(lu.off_weight, la.off_weight);
         dt_tensor_copy(lu.off_bias, la.off_bias);

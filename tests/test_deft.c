@@ -216,15 +216,14 @@ static op_out run_layer(dt_deform_conv *l, dt_tensor **in, dt_deform_mode mode, 
 /* The deft layer (offset conv as implicit GEMM, sigmoid inside, fused/staged tiles, both dx
  * methods) against the unfused layer (conv2d + sigmoid + op). */
 DT_TEST(deft_layer_matches_unfused_every_knob) {
-    struct { int version, G, stride, dil, n, c, h, w; } LC[] = {{1, 1, 1, 1, 2, 8, 9, 8}, {2, 2, 2, 1, 3, 8, 11, 10},
-                                                                 {2, 1, 1, 2, 1, 5, 9, 9}};
-    for (size_t li = 0; li < sizeof LC / sizeof *LC; li++) {
+    const dt_deform_case *c; /* the layers' problems of the one table (tests/cases_deform.c): mask is DCNv2 */
+    for (int li = 0; (c = dt_deform_case_at(DT_DC_CPU_LAYER, li)); li++) {
         dt_deform_conv l;
-        dt_conv_geom g = {3, 3, LC[li].stride, LC[li].stride, LC[li].dil, LC[li].dil, LC[li].dil, LC[li].dil};
-        dt_deform_conv_init(&l, NULL, "dcn", LC[li].c, 4, g, LC[li].G, LC[li].version, 1, 0.0f, DT_CPU, DT_NCHW);
+        const int version = c->mask ? 2 : 1;
+        dt_deform_conv_init(&l, NULL, "dcn", c->c, c->cout, c->g, c->groups, version, c->bias, 0.0f, DT_CPU, DT_NCHW);
         dt_tensor *own[4] = {l.weight, l.off_weight, l.off_bias, l.bias};
         dt_tensor *in[5];
-        layer_inputs(&l, LC[li].n, LC[li].h, LC[li].w, in);
+        layer_inputs(&l, c->n, c->h, c->w, in);
         dt_deform_knobs k0 = dt_deform_knobs_default();
         op_out ref = run_layer(&l, in, DT_DEFORM_UNFUSED, &k0);
         for (int m = 0; m < 8; m++) {
@@ -234,8 +233,8 @@ DT_TEST(deft_layer_matches_unfused_every_knob) {
             k.stage = !!(m & 4);
             op_out o = run_layer(&l, in, DT_DEFORM_DEFT, &k);
             char what[160];
-            snprintf(what, sizeof what, "deft layer v%d G%d s%d d%d [dx %s fuse %d stage %d]", LC[li].version, LC[li].G,
-                     LC[li].stride, LC[li].dil, dt_deform_dx_name(k.dx), k.fuse_offset, k.stage);
+            snprintf(what, sizeof what, "deft layer v%d G%d s%d d%d [dx %s fuse %d stage %d]", version, c->groups,
+                     c->g.sh, c->g.dh, dt_deform_dx_name(k.dx), k.fuse_offset, k.stage);
             static const char *names[5] = {"input", "weight", "offset weight", "offset bias", "bias"};
             char buf[256];
             snprintf(buf, sizeof buf, "%s: forward", what);

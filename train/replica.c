@@ -38,39 +38,23 @@
 static void marks_init(step_marks *m, int gpu) {
     memset(m, 0, sizeof *m);
     m->gpu = gpu;
-#ifdef DT_CUDA
-    if (gpu)
-        for (int i = 0; i < 4; i++) DT_CHECK(cudaEventCreate(&m->ev[i]));
-#endif
+    for (int i = 0; i < 4; i++) dt_event_init(&m->ev[i], gpu ? DT_GPU : DT_CPU);
     m->loss_host = dt_host_alloc(2 * sizeof(float), 1);
 }
 
 static void marks_free(step_marks *m) {
-#ifdef DT_CUDA
-    if (m->gpu)
-        for (int i = 0; i < 4; i++) cudaEventDestroy(m->ev[i]);
-#endif
+    for (int i = 0; i < 4; i++) dt_event_destroy(&m->ev[i]);
     dt_host_free(m->loss_host, 1);
 }
 
-static void mark(step_marks *m, int i) {
-#ifdef DT_CUDA
-    if (m->gpu) {
-        DT_CHECK(cudaEventRecord(m->ev[i], dt_stream()));
-        return;
-    }
-#endif
-    m->host[i] = dt_now_ms();
-}
+static void mark(step_marks *m, int i) { dt_event_record(&m->ev[i]); }
 
-#ifdef DT_CUDA
-/* Waits for an event; with peers, watching for the run's abort (then -1). */
+/* Waits for a GPU event; with peers, watching for the run's abort (then -1). */
 static int wait_event(replica *r, step_marks *m, int i) {
-    if (r->dist) return dt_dist_wait_event(r->dist, m->ev[i]);
-    DT_CHECK(cudaEventSynchronize(m->ev[i]));
+    if (r->dist) return dt_dist_wait_event(r->dist, m->ev[i].cuda);
+    dt_event_sync(&m->ev[i]);
     return 0;
 }
-#endif
 
 /* Waits for the step and returns its phase times t[0..2] and its period t[3]: from its start
  * to the start of the next step (`next`, already recorded), which includes any time the
@@ -78,26 +62,23 @@ static int wait_event(replica *r, step_marks *m, int i) {
  * phases. A step replayed from a CUDA graph (graphed) has no events between its phases:
  * t[0..2] are NaN. -1 when the run was aborted meanwhile. */
 static int marks_read(replica *r, step_marks *m, int graphed, step_marks *next, float t[4]) {
-#ifdef DT_CUDA
     if (m->gpu) {
         if (wait_event(r, m, 3)) return -1;
         for (int i = 0; i < 3; i++) t[i] = NAN;
         if (!graphed)
-            for (int i = 0; i < 3; i++) DT_CHECK(cudaEventElapsedTime(&t[i], m->ev[i], m->ev[i + 1]));
+            for (int i = 0; i < 3; i++) t[i] = dt_event_ms(&m->ev[i], &m->ev[i + 1]);
         if (next) {
             if (wait_event(r, next, 0)) return -1;
-            DT_CHECK(cudaEventElapsedTime(&t[3], m->ev[0], next->ev[0]));
+            t[3] = dt_event_ms(&m->ev[0], &next->ev[0]);
         } else {
-            DT_CHECK(cudaEventElapsedTime(&t[3], m->ev[0], m->ev[3]));
+            t[3] = dt_event_ms(&m->ev[0], &m->ev[3]);
         }
         return 0;
     }
-#else
-    (void)graphed;
-#endif
+    /* the CPU's events are host clocks, read when the step's work is done */
     if (r->dist && dt_dist_aborted(dt_dist_group_of(r->dist))) return -1;
-    for (int i = 0; i < 3; i++) t[i] = (float)(m->host[i + 1] - m->host[i]);
-    t[3] = next ? (float)(next->host[0] - m->host[0]) : t[0] + t[1] + t[2];
+    for (int i = 0; i < 3; i++) t[i] = dt_event_ms(&m->ev[i], &m->ev[i + 1]);
+    t[3] = next ? dt_event_ms(&m->ev[0], &next->ev[0]) : t[0] + t[1] + t[2];
     return 0;
 }
 
@@ -431,11 +412,8 @@ static int capture_step(replica *r, step_pending *p) {
 static void read_back(replica *r, step_pending *p, const float *loss_src) {
     const float *stop_src = r->dist ? dt_data_f32(r->stop_flag) : NULL;
     if (r->run->dev == DT_GPU) {
-#ifdef DT_CUDA
-        DT_CHECK(cudaMemcpyAsync(p->m.loss_host, loss_src, sizeof(float), cudaMemcpyDeviceToHost, dt_stream()));
-        if (stop_src)
-            DT_CHECK(cudaMemcpyAsync(p->m.loss_host + 1, stop_src, sizeof(float), cudaMemcpyDeviceToHost, dt_stream()));
-#endif
+        dt_copy_d2h_async(p->m.loss_host, loss_src, sizeof(float));
+        if (stop_src) dt_copy_d2h_async(p->m.loss_host + 1, stop_src, sizeof(float));
     } else {
         p->m.loss_host[0] = *loss_src;
         if (stop_src) p->m.loss_host[1] = *stop_src;

@@ -39,9 +39,7 @@
 #include "train/dt_trainer.h"
 #include "train/run_lock.h"
 #include "train/train_output.h"
-#ifdef DT_CUDA
-#include "core/dt_cuda.h"
-#endif
+#include "core/dt_timer.h"
 
 /* Shared by the replicas; written before they start, except where noted. */
 typedef struct {
@@ -75,12 +73,10 @@ typedef struct {
 int train_interrupt_pending(void);
 void train_interrupt_clear(void);
 
-/* Per-step device timing: events at start, after forward, after backward, after the update. */
+/* Per-step device timing: events at start, after forward, after backward, after the update
+ * (the run's device's: CUDA events on the GPU, host clocks on the CPU). */
 typedef struct {
-#ifdef DT_CUDA
-    cudaEvent_t ev[4];
-#endif
-    double host[4];
+    dt_event ev[4];
     float *loss_host; /* pinned, 2 floats: the loss averaged over the replicas, and the stop request
                        * (> 0: some replica's process was interrupted before this step) */
     int gpu;
