@@ -6,6 +6,9 @@
  *   build/loaderbench --scan-test N [--scan-classes C] [--tmp DIR]
  *                                                    time dt_dataset_open on N empty files
  *
+ * It prints the scan's time and memory (the index's heap bytes a file, the scan's peak), the
+ * loader's start, and for the first epochs their start (sampling, shuffle) and first batch: at
+ * ImageNet's scale on the tree bench/imagenet_tree.py makes (docs/data.md).
  * Without --workers it runs once with 1 worker and once with one per core, and prints
  * images/s in total and per worker. The consumer releases each batch at once, so the numbers
  * are the pipeline's ceiling; a training step slower than B / (images/s) never waits.
@@ -18,8 +21,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include "core/dt_alloc.h"
 #include "data/dt_dataset.h"
@@ -253,15 +260,38 @@ static int choose_decoder(bench_opts *o) {
     return 0;
 }
 
+/* Bytes of heap in use (glibc: small blocks and mmap'd ones), for the index's memory; 0 where
+ * the C library does not say. */
+static size_t heap_in_use(void) {
+#ifdef __GLIBC__
+    struct mallinfo2 mi = mallinfo2();
+    return mi.uordblks + mi.hblkhd;
+#else
+    return 0;
+#endif
+}
+
+/* This process's peak resident memory so far, bytes. */
+static size_t peak_rss(void) {
+    struct rusage ru;
+    return getrusage(RUSAGE_SELF, &ru) == 0 ? (size_t)ru.ru_maxrss * 1024 : 0;
+}
+
 /* One epoch of loader l, every batch released at once: one line of the table (and the loader's
- * statistics when they say more: skipped files, the GPU decode, the cache's last epoch). */
-static int time_epoch(dt_loader *l, const bench_opts *o, int workers, int e) {
+ * statistics when they say more: skipped files, the GPU decode, the cache's last epoch); for the
+ * first epoch of the first run also what an epoch's start costs (its sampling and shuffle) and
+ * when the first batch came. */
+static int time_epoch(dt_loader *l, const bench_opts *o, int workers, int e, int first) {
     double te = dt_now_ms();
     dt_loader_start_epoch(l, e);
+    const double start_ms = dt_now_ms() - te;
     dt_batch b = {0};
     int64_t images = 0, nb = 0;
     int rc;
     while ((rc = dt_loader_next(l, &b)) == 1) {
+        if (first && nb == 0)
+            printf("epoch %d: started (sampling, shuffle) in %.1f ms, first batch after %.1f ms\n", e, start_ms,
+                   dt_now_ms() - te);
         images += b.n;
         dt_loader_release(l, &b);
         if (o->max_batches && ++nb >= o->max_batches) break;
@@ -292,14 +322,21 @@ static int time_loader(const dt_dataset *ds, const bench_opts *o, int workers, i
     lo.decode = o->decode;
     lo.seed = 1;
     dt_err err;
+    const size_t heap0 = heap_in_use();
+    const double t0 = dt_now_ms();
     dt_loader *l = dt_loader_new(ds, &lo, &err);
     if (!l) {
         fprintf(stderr, "loaderbench: %s\n", err.msg);
         return 1;
     }
-    if (first) printf("decode: %s\n", dt_loader_decoder(l));
+    if (first) {
+        /* mostly the batch slots (their pixels); the per-file part is the epoch's draw and order
+         * (16 bytes a file) and the bad-file bits */
+        printf("decode: %s\nloader: ready in %.1f ms, %.1f MB of heap with its batch slots\n", dt_loader_decoder(l),
+               dt_now_ms() - t0, (heap_in_use() - heap0) / 1e6);
+    }
     int rc = 0;
-    for (int e = 0; e < o->epochs && !rc; e++) rc = time_epoch(l, o, workers, e);
+    for (int e = 0; e < o->epochs && !rc; e++) rc = time_epoch(l, o, workers, e, first && e < 2);
     dt_loader_free(l);
     return rc;
 }
@@ -330,13 +367,18 @@ int main(int argc, char **argv) {
     }
     dt_dataset ds;
     dt_err err;
+    const size_t heap0 = heap_in_use(), rss0 = peak_rss();
     double t0 = dt_now_ms();
     if (dt_dataset_open(&ds, o.data, o.split, NULL, &err) != 0) {
         fprintf(stderr, "loaderbench: %s\n", err.msg);
         return 1;
     }
-    printf("dataset %s: %lld images, %d classes, scanned in %.1f ms\n", ds.dir, (long long)ds.count, ds.num_classes,
-           dt_now_ms() - t0);
+    const double scan_ms = dt_now_ms() - t0;
+    const size_t index = heap_in_use() - heap0, peak = peak_rss() - rss0;
+    const double per = 1.0 / (double)(ds.count ? ds.count : 1);
+    printf("dataset %s: %lld images, %d classes, scanned in %.1f ms; index %.1f MB of heap (%.0f bytes a file), "
+           "the scan's peak resident memory +%.1f MB (%.0f bytes a file)\n",
+           ds.dir, (long long)ds.count, ds.num_classes, scan_ms, index / 1e6, index * per, peak / 1e6, peak * per);
     fflush(stdout); /* before any error on stderr: a caller reading both sees them in order */
     if (choose_decoder(&o)) return 1;
     rc = o.decode_only ? decode_only_bench(&ds, o.batch, o.size, o.max_batches) : pipeline_bench(&ds, &o);
