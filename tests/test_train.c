@@ -278,6 +278,40 @@ static void run_limited(void *arg) {
     exit(rc);
 }
 
+static int file_has(const char *path, const char *needle);
+
+/* A checkpoint after every step, each written in the background while the next steps run, and
+ * an interrupt: the run returns with the interrupt's checkpoint on disk, whole (written after
+ * the background one before it finished), at the step it stopped; resuming it finishes the run.
+ * The log says where each epoch's wall time went. */
+DT_TEST(train_background_checkpoints_survive_an_interrupt) {
+    dt_train_cfg c;
+    tiny_cfg(&c);
+    c.steps = 12;
+    c.checkpoint_every = 1;
+    snprintf(c.log, sizeof c.log, "%s/bg", dt_test_tmpdir());
+    dt_train_result r;
+    dt_err err;
+    dt_train_interrupt(SIGINT); /* pending: the run stops after a step or two */
+    EXPECT_EQ_INT(dt_train_run(&c, &r, &err), 128 + SIGINT);
+    const int64_t stopped = r.global_step;
+    dt_train_result_free(&r);
+    char p[480];
+    snprintf(p, sizeof p, "%s/bg.ckpt", dt_test_tmpdir());
+    dt_checkpoint k;
+    EXPECT_MSG(dt_checkpoint_read(p, &k, &err) == 0, "%s", err.msg);
+    if (k.blob) EXPECT_EQ_INT(k.pos.step, stopped);
+    dt_checkpoint_free(&k);
+    snprintf(c.resume, sizeof c.resume, "%s", p);
+    int rc = dt_train_run(&c, &r, &err);
+    EXPECT_MSG(rc == 0, "resume: %s", err.msg);
+    EXPECT_EQ_INT(r.global_step, 12);
+    dt_train_result_free(&r);
+    snprintf(p, sizeof p, "%s/bg.log", dt_test_tmpdir());
+    EXPECT_MSG(file_has(p, "wall time: training") && file_has(p, "being written in the background"),
+               "%s does not say where the epochs' time went, or that checkpoints were written in the background", p);
+}
+
 DT_TEST(train_write_failures_stop_the_run) {
     tiny_dataset();
     write_case logs = {600, 1, 0}, ckpt = {100000, 0, 1};

@@ -40,8 +40,8 @@ static void put(buf *b, const void *src, size_t n) {
 static void put_u32(buf *b, uint32_t v) { put(b, &v, 4); }
 static void put_i64(buf *b, int64_t v) { put(b, &v, 8); }
 
-int dt_checkpoint_save(const char *path, const char *config_text, const dt_ckpt_pos *pos, const dt_ckpt_item *items,
-                       int n, dt_err *err) {
+void dt_checkpoint_serialize(const char *config_text, const dt_ckpt_pos *pos, const dt_ckpt_item *items, int n,
+                            dt_ckpt_image *img) {
     buf b = {0};
     uint32_t cl = (uint32_t)strlen(config_text);
     put_u32(&b, cl);
@@ -61,15 +61,32 @@ int dt_checkpoint_save(const char *path, const char *config_text, const dt_ckpt_
         put(&b, h, (size_t)t->numel * sizeof(float));
         free(h);
     }
-    unsigned char head[8 + 4 + 8 + 8];
-    memcpy(head, MAGIC, 8);
+    memcpy(img->head, MAGIC, 8);
     uint32_t ver = VERSION;
     uint64_t len = b.n, sum = fnv1a(b.p, b.n);
-    memcpy(head + 8, &ver, 4);
-    memcpy(head + 12, &len, 8);
-    memcpy(head + 20, &sum, 8);
-    int rc = dt_atomic_write(path, "checkpoint", head, sizeof head, b.p, b.n, err);
-    free(b.p);
+    memcpy(img->head + 8, &ver, 4);
+    memcpy(img->head + 12, &len, 8);
+    memcpy(img->head + 20, &sum, 8);
+    img->body = b.p;
+    img->len = b.n;
+}
+
+int dt_ckpt_image_write(const char *path, const dt_ckpt_image *img, dt_err *err) {
+    return dt_atomic_write(path, "checkpoint", img->head, sizeof img->head, img->body, img->len, err);
+}
+
+void dt_ckpt_image_free(dt_ckpt_image *img) {
+    free(img->body);
+    img->body = NULL;
+    img->len = 0;
+}
+
+int dt_checkpoint_save(const char *path, const char *config_text, const dt_ckpt_pos *pos, const dt_ckpt_item *items,
+                       int n, dt_err *err) {
+    dt_ckpt_image img;
+    dt_checkpoint_serialize(config_text, pos, items, n, &img);
+    int rc = dt_ckpt_image_write(path, &img, err);
+    dt_ckpt_image_free(&img);
     return rc;
 }
 
@@ -356,8 +373,8 @@ int dt_checkpoint_plan_resume(const dt_checkpoint *ck, const dt_ckpt_run *now, i
 
 /* ---- a model's state ---- */
 
-int dt_checkpoint_save_state(const char *path, const char *config_text, const dt_ckpt_pos *pos, const dt_params *ps,
-                             dt_tensor *const *momentum, dt_tensor *const *buffers, int n_buffers, dt_err *err) {
+void dt_checkpoint_serialize_state(const char *config_text, const dt_ckpt_pos *pos, const dt_params *ps,
+                                   dt_tensor *const *momentum, dt_tensor *const *buffers, int n_buffers, dt_ckpt_image *img) {
     int cap = 2 * ps->n + n_buffers, n = 0;
     dt_ckpt_item *items = dt_xcalloc(cap ? cap : 1, sizeof *items);
     char(*names)[80] = dt_xcalloc(ps->n ? ps->n : 1, sizeof *names); /* "momentum/" + a name of < 64 */
@@ -368,10 +385,9 @@ int dt_checkpoint_save_state(const char *path, const char *config_text, const dt
             snprintf(names[i], sizeof names[i], "momentum/%s", ps->items[i]->t->name);
             items[n++] = (dt_ckpt_item){names[i], momentum[i]};
         }
-    int rc = dt_checkpoint_save(path, config_text, pos, items, n, err);
+    dt_checkpoint_serialize(config_text, pos, items, n, img);
     free(items);
     free(names);
-    return rc;
 }
 
 int dt_checkpoint_load_state(const dt_checkpoint *ck, dt_params *ps, dt_tensor **momentum, dt_tensor **buffers,

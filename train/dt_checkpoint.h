@@ -60,6 +60,25 @@ int dt_ckpt_run_of(const dt_train_cfg *c, int world, int64_t train_images, dt_ck
  * 64 bits, which only a position no run wrote can do (dt_checkpoint_plan_resume refuses it). */
 dt_ckpt_pos dt_ckpt_pos_rescale(dt_ckpt_pos pos, int64_t was, int64_t now, int64_t steps_per_epoch, int *exact);
 
+/* A checkpoint file's bytes in memory: the 28-byte header (magic, version, body length, FNV-1a
+ * checksum of the body) and the body (the config text, the position, the tensors). Serializing
+ * copies every tensor to the host (the snapshot: the tensors may change right after); writing
+ * is the file system's part, which train/ckpt_writer.h moves off the training thread. */
+typedef struct {
+    unsigned char head[28];
+    unsigned char *body;
+    size_t len;
+} dt_ckpt_image;
+
+/* The image of a checkpoint of items[n] at pos with the run's config text (an allocation that
+ * fails is fatal, as for every host buffer of the trainer). */
+void dt_checkpoint_serialize(const char *config_text, const dt_ckpt_pos *pos, const dt_ckpt_item *items, int n,
+                            dt_ckpt_image *img);
+/* Writes img as the whole new file `path` (atomic_file.h: a temporary file, fsync, rename; the
+ * previous file is untouched on failure). 0, or -1 with err set. */
+int dt_ckpt_image_write(const char *path, const dt_ckpt_image *img, dt_err *err);
+void dt_ckpt_image_free(dt_ckpt_image *img);
+/* Serialize + write, in the calling thread. */
 int dt_checkpoint_save(const char *path, const char *config_text, const dt_ckpt_pos *pos, const dt_ckpt_item *items,
                        int n, dt_err *err);
 
@@ -111,11 +130,11 @@ typedef struct {
 int dt_checkpoint_plan_resume(const dt_checkpoint *ck, const dt_ckpt_run *now, int processes, int64_t train_images,
                               const char *path, dt_ckpt_resume *out, dt_err *err);
 
-/* A model's training state as checkpoint tensors: every parameter by its name, every buffer
- * (batch-norm statistics) by its name, and each parameter's SGD momentum momentum[i] (NULL
- * before its first step: not stored) as "momentum/<name>". */
-int dt_checkpoint_save_state(const char *path, const char *config_text, const dt_ckpt_pos *pos, const dt_params *ps,
-                             dt_tensor *const *momentum, dt_tensor *const *buffers, int n_buffers, dt_err *err);
+/* A model's training state as checkpoint tensors, serialized into img: every parameter by its
+ * name, every buffer (batch-norm statistics) by its name, and each parameter's SGD momentum
+ * momentum[i] (NULL before its first step: not stored) as "momentum/<name>". */
+void dt_checkpoint_serialize_state(const char *config_text, const dt_ckpt_pos *pos, const dt_params *ps,
+                                   dt_tensor *const *momentum, dt_tensor *const *buffers, int n_buffers, dt_ckpt_image *img);
 /* The inverse: copies every parameter and buffer from the checkpoint, and each momentum the
  * checkpoint holds (making momentum[i] on the parameter's device when it is NULL); every
  * tensor of the checkpoint must be one of them. 0, or -1 naming the tensor that is missing,

@@ -662,9 +662,14 @@ static void log_offset_stats(replica *r, int64_t epoch) {
     }
 }
 
-/* Writes the checkpoint of this replica's state at `np` to the run's path (replica 0). */
-static int save_ckpt(replica *r, const dt_ckpt_pos *np) {
+/* The checkpoint of this replica's state at `np` (replica 0): serialized here - the tensors
+ * copied to the host, after which training may change them - and written to the run's path by
+ * its background writer (ckpt_writer.h) while the next steps run; wait: written before this
+ * returns (the run stops after it: an interrupt, stop_at). The previous write is waited for
+ * first, and its failure is this call's. */
+static int save_ckpt(replica *r, const dt_ckpt_pos *np, int wait) {
     train_run *run = r->run;
+    const double t0 = dt_now_ms();
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
@@ -672,15 +677,18 @@ static int save_ckpt(replica *r, const dt_ckpt_pos *np) {
     dt_config_write(run->c, f);
     fclose(f);
     if (r->dist) dt_dist_watch(r->dist, 0); /* no collective while writing: no stall timeout */
-    int rc = dt_checkpoint_save_state(run->ckpt_path, text, np, &r->model.params, r->opt.bufs, r->model.buffers,
-                                      r->model.n_buffers, &r->err);
-    if (r->dist) dt_dist_watch(r->dist, 1);
+    dt_ckpt_image img;
+    dt_checkpoint_serialize_state(text, np, &r->model.params, r->opt.bufs, r->model.buffers, r->model.n_buffers, &img);
     free(text);
+    int rc = dt_ckpt_writer_submit(run->ckpt_writer, run->ckpt_path, &img, &r->err);
+    if (!rc && wait) rc = dt_ckpt_writer_wait(run->ckpt_writer, NULL, &r->err);
+    if (r->dist) dt_dist_watch(r->dist, 1);
+    r->epoch_ckpt_ms += dt_now_ms() - t0;
     if (rc) return 1;
     r->last_ckpt_ms = dt_now_ms();
     snprintf(run->res->checkpoint, sizeof run->res->checkpoint, "%s", run->ckpt_path);
-    SAY(r, "checkpoint %s (epoch %lld, batch %lld, step %lld)", run->ckpt_path, (long long)np->epoch, (long long)np->batch,
-        (long long)np->step);
+    SAY(r, "checkpoint %s (epoch %lld, batch %lld, step %lld)%s", run->ckpt_path, (long long)np->epoch,
+        (long long)np->batch, (long long)np->step, wait ? "" : ": being written in the background");
     return 0;
 }
 
@@ -710,6 +718,7 @@ int replica_end_epoch(replica *r, int64_t epoch, int epoch_done, int64_t batches
                ((epoch_done && c->eval_every && (epoch + 1) % c->eval_every == 0) || last);
     /* m: top-1 hits, top-5 hits, loss sum, images (evaluation), skipped train images */
     double m[5] = {0, 0, 0, 0, r->train_ld ? (double)dt_loader_epoch_stats(r->train_ld).skipped : 0};
+    const double eval_t0 = dt_now_ms();
     if (eval) {
         if (r->dist) broadcast_state(r, 0); /* replica 0's BN statistics, as DDP's broadcast_buffers */
         if (r->dist) dt_dist_watch(r->dist, 0); /* no collective while evaluating: no stall timeout */
@@ -721,6 +730,8 @@ int replica_end_epoch(replica *r, int64_t epoch, int epoch_done, int64_t batches
         }
     }
     if (r->dist && dt_dist_allreduce_host(r->dist, m, 5)) return aborted_error(r);
+    const double eval_s = (dt_now_ms() - eval_t0) / 1e3;
+    double stats_s = 0;
     if (eval) {
         v1 = m[3] ? m[0] / m[3] : NAN;
         v5 = m[3] ? m[1] / m[3] : NAN;
@@ -732,7 +743,9 @@ int replica_end_epoch(replica *r, int64_t epoch, int epoch_done, int64_t batches
         SAY(r, "epoch %lld done in %.1f s: train loss %.4f, val loss %.4f, val top-1 %.2f%%, top-5 %.2f%%%s", (long long)epoch,
             ep_s, r->epoch_steps ? r->epoch_loss / r->epoch_steps : NAN, vl, 100 * v1, 100 * v5,
             run->world > 1 ? " (all replicas' shards)" : "");
+        const double stats_t0 = dt_now_ms();
         log_offset_stats(r, epoch);
+        stats_s = (dt_now_ms() - stats_t0) / 1e3;
         if (r->train_ld && r->rank == 0) {
             dt_loader_stats ls = dt_loader_epoch_stats(r->train_ld);
             char lb[1024];
@@ -752,8 +765,13 @@ int replica_end_epoch(replica *r, int64_t epoch, int epoch_done, int64_t batches
     int by_stop_at = r->step == run->stop && run->stop < run->total_steps;
     if (c->checkpoint[0] || by_stop_at || interrupted(r) || periodic_due(r)) {
         dt_ckpt_pos np = {epoch_done ? epoch + 1 : epoch, epoch_done ? 0 : batches_done, r->step};
-        if (save_ckpt(r, &np)) return 1;
+        if (save_ckpt(r, &np, by_stop_at || interrupted(r))) return 1;
     }
+    /* where the epoch's wall time went: its steps (with their data waits), the evaluation,
+     * the offset statistics' report, and the checkpoints' time on this thread */
+    SAY(r, "epoch %lld wall time: training %.2f s, evaluation %.2f s, offset statistics %.3f s, checkpoint %.3f s",
+        (long long)epoch, ep_s, eval_s, stats_s, r->epoch_ckpt_ms / 1e3);
+    r->epoch_ckpt_ms = 0;
     return 0;
 }
 
@@ -839,7 +857,7 @@ static int train_epochs(replica *r) {
             if (b < run->steps_per_epoch && r->step < run->stop && !r->stopping && periodic_due(r)) {
                 if (replica_finish_step(r, &r->pq[r->cur ^ 1], NULL)) return 1;
                 dt_ckpt_pos np = {epoch, b, r->step};
-                if (!r->stopping && save_ckpt(r, &np)) return 1;
+                if (!r->stopping && save_ckpt(r, &np, 0)) return 1;
             }
         }
         if (replica_finish_step(r, &r->pq[r->cur ^ 1], NULL) || replica_finish_step(r, &r->pq[r->cur], NULL)) return 1;
@@ -857,6 +875,8 @@ int replica_main(replica *r) {
         if (run->dev == DT_GPU) dt_gpu_reset_peak();
         r->run_t0 = r->last_ckpt_ms = dt_now_ms();
         rc = train_epochs(r);
+        /* the last checkpoint on disk before the run reports its end */
+        if (r->rank == 0 && dt_ckpt_writer_wait(run->ckpt_writer, NULL, rc ? NULL : &r->err)) rc = 1;
         if (!rc && r->rank == run->first_rank && interrupted(r)) run->interrupted = 1;
     }
     /* A replica that fails ends the run on all (the others' waits see the abort). */

@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "ops/batchnorm/batchnorm.h" /* dt_bn_sync: the replicas' sync BN */
+#include "train/ckpt_writer.h"
 #include "train/dt_checkpoint.h"
 #include "train/dt_config.h"
 #include "data/dt_dataset.h"
@@ -60,6 +61,7 @@ typedef struct {
     dt_safetensors init;      /* init_from's state_dict, read once for all replicas (have_init) */
     int have_init;
     char ckpt_path[1024];     /* where checkpoints go: checkpoint=, or derived (trainer.c) */
+    dt_ckpt_writer *ckpt_writer; /* writes them in the background (replica 0's process) */
     train_lock log_lock, ckpt_lock, export_lock;
     train_output out;         /* replica 0 writes (the process holding it) */
     dt_train_result *res;     /* replica 0 fills */
@@ -124,6 +126,7 @@ typedef struct {
     int cur, have_marks;
     int64_t step;             /* global optimizer steps done */
     double last_ckpt_ms;      /* when the last checkpoint was written (checkpoint_minutes) */
+    double epoch_ckpt_ms;     /* this epoch's checkpoint time on the training thread (the snapshot, a wait) */
     /* statistics (every replica keeps them; replica 0's are reported), grown as steps finish */
     int64_t cap, ntimed;
     double *t_step, *t_fwd, *t_bwd, *t_opt, *t_wait; /* [cap] */

@@ -303,6 +303,7 @@ static int check_settings(train_run *run, dt_err *err) {
 static int prepare_outputs(train_run *run, int writer, dt_err *err) {
     const dt_train_cfg *c = run->c;
     train_checkpoint_path(c, run->ckpt_path, sizeof run->ckpt_path);
+    run->ckpt_writer = dt_ckpt_writer_new();
     long stale[3] = {0, 0, 0};
     if (!writer) {
         run->out.quiet = 1;
@@ -433,6 +434,7 @@ static int end_run(train_run *run, int rc, int started, int writer, dt_err *err)
         }
     }
     if (!rc && writer && started) say_outputs(run);
+    dt_ckpt_writer_free(run->ckpt_writer); /* a write still running (a failed run's) finishes first */
     if (run->have_ck) dt_checkpoint_free(&run->ck);
     if (run->have_init) dt_safetensors_free(&run->init);
     dt_dist_group_free(run->group);
