@@ -166,7 +166,7 @@ LAB := $(if $(filter 1,$(CUDA)),$(BUILD)/deform_lab $(BUILD)/conv_lab $(if $(fil
 # Every target that is not a file, in the order `make help` lists them; each has a HELP_ line
 # below (make stops when one is missing, so that no target is left out of make help). A line
 # goes on under the text with HELP_MORE (printf pads the missing argument to the column).
-PHONY := run test all lib test-gpu data lab bench-loader reproduce scaling fuzz fuzz-run clean help
+PHONY := run test all lib torch-op test-gpu data lab bench-loader reproduce scaling fuzz fuzz-run clean help
 .PHONY: $(PHONY)
 # Keep the programs' objects (make would delete them as intermediates and rebuild them).
 .SECONDARY:
@@ -226,6 +226,23 @@ $(BUILD)/libdeftc.a: $(LIB_OBJ)
 
 $(BUILD)/libdeftc.so: $(LIB_OBJ)
 	$(CC) -shared -o $@ $^ $(IMG_SHARED) $(LDLIBS)
+
+# The compiled PyTorch operator (python/csrc/deftc_torch_op.cpp), built against the PyTorch that
+# TORCH_PYTHON imports (its headers, pybind11 and Python's, and its libraries, found through
+# torch.utils.cpp_extension; the Python symbols come from the process that loads it) and linked
+# with libdeftc.so beside it ($$ORIGIN), where python/deftc_torch.py looks for it. It has to be
+# rebuilt for another PyTorch version. Not part of `all`: PyTorch is optional (CI has none).
+TORCH_PYTHON ?= python3
+TORCH_FLAGS_PY := import sysconfig, torch, torch.utils.cpp_extension as c; \
+  print(' '.join(['-isystem ' + p for p in c.include_paths() + [sysconfig.get_paths()['include']]] + \
+  ['-D_GLIBCXX_USE_CXX11_ABI=%d' % torch._C._GLIBCXX_USE_CXX11_ABI] + \
+  ['-L%s -Wl,-rpath,%s' % (p, p) for p in c.library_paths()] + ['-lc10 -ltorch_cpu']))
+torch-op: $(BUILD)/deftc_torch_op.so
+
+$(BUILD)/deftc_torch_op.so: python/csrc/deftc_torch_op.cpp ops/deform/dt_deform_api.h core/dt_dtype.h core/dt_api.h $(BUILD)/libdeftc.so
+	@flags="$$($(TORCH_PYTHON) -c "$(TORCH_FLAGS_PY)")" || { echo "make torch-op: $(TORCH_PYTHON) cannot import torch: install PyTorch, or set TORCH_PYTHON to a Python that has it"; exit 1; }; \
+	cmd="$(CXX) -std=c++20 $(OPT) -Wall -Wextra -fPIC -fvisibility=hidden -shared -I. $< -o $@ $$flags -L$(BUILD) -ldeftc -Wl,-rpath,'\$$ORIGIN'"; \
+	echo "$$cmd"; eval "$$cmd"
 
 # build/train: its command line (train/train_cli.c) is program code, outside the library.
 $(BUILD)/train: $(BUILD)/obj/train/train_main.o $(BUILD)/obj/train/train_cli.o $(BUILD)/libdeftc.a
@@ -348,6 +365,7 @@ HELP_run = the main job: all-deformable ResNet-18 (deft) on the sample dataset, 
 HELP_test = the CPU test suite and the Python side (what CI runs; SAN=1: under ASan + UBSan, into build-san/)
 HELP_all = (or plain make) library, programs and tests into $(BUILD)/ (now CUDA=$(CUDA), CUDA_ARCH=$(CUDA_ARCH))$(HELP_MORE)make CUDA=0 builds for the CPU only
 HELP_lib = only the library, $(BUILD)/libdeftc.a and $(BUILD)/libdeftc.so
+HELP_torch-op = the compiled PyTorch operator $(BUILD)/deftc_torch_op.so for python/deftc_torch.py (TORCH_PYTHON=$(TORCH_PYTHON): a Python with torch)
 HELP_test-gpu = the GPU parity suite (needs a visible CUDA GPU)
 HELP_data = the sample dataset into $(DATA)/ (build/mkdata --help)
 HELP_lab = the kernel labs (build/deform_lab, build/conv_lab, build/sm90_gemm_lab: variants validated, then timed; GPU)

@@ -80,16 +80,20 @@ def candidates():
     return [os.path.join(here, 'libdeftc.so'), os.path.join(here, '..', 'build', 'libdeftc.so')]
 
 
+def found():
+    """The path of the libdeftc.so that library() loads (the first of candidates() that exists), or None."""
+    return next((c for c in candidates() if os.path.isfile(c)), None)
+
+
 def library():
     """The loaded libdeftc.so (loaded on first use); ImportError naming what to build if absent."""
     global _lib
     if _lib is not None:
         return _lib
-    tried = candidates()
-    path = next((c for c in tried if os.path.isfile(c)), None)
+    path = found()
     if path is None:
         raise ImportError('deftc: libdeftc.so not found (looked at: %s); build it with `make` in the deftc '
-                          'repository, or point DEFTC_LIB at it' % ', '.join(tried))
+                          'repository, or point DEFTC_LIB at it' % ', '.join(candidates()))
     lib = ctypes.CDLL(path)
     if not hasattr(lib, 'dt_deform_api_check'):
         raise ImportError('deftc: %s predates the descriptor with formats (dt_deform_api_check is missing); rebuild '
@@ -107,10 +111,15 @@ def library():
     return lib
 
 
+def error_of(rc, msg):
+    """The exception for status rc with message msg: DeftcOutOfMemory for ERR_OOM, else DeftcError.
+    The compiled operator (python/csrc/deftc_torch_op.cpp) raises its errors through it too."""
+    return DeftcOutOfMemory(msg, rc) if rc == ERR_OOM else DeftcError(msg, rc)
+
+
 def error_for(rc):
     """The exception for a failed call's status rc, with deftc's message (the calling thread's)."""
-    msg = 'deftc: ' + library().dt_deform_api_error().decode(errors='replace')
-    return DeftcOutOfMemory(msg, rc) if rc == ERR_OOM else DeftcError(msg, rc)
+    return error_of(rc, 'deftc: ' + library().dt_deform_api_error().decode(errors='replace'))
 
 
 def check(rc):

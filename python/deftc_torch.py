@@ -1,15 +1,17 @@
 """deftc's deformable convolution for PyTorch: drop-ins for torchvision.ops.deform_conv2d and
-torchvision.ops.DeformConv2d that run deftc's kernels (libdeftc.so, through ctypes - no compiled
-extension) on the tensors' own device - a CUDA GPU (on PyTorch's current stream) or the CPU.
+torchvision.ops.DeformConv2d that run deftc's kernels (libdeftc.so) on the tensors' own device - a
+CUDA GPU (on PyTorch's current stream) or the CPU - through the compiled operator when it is
+built (python/csrc/deftc_torch_op.cpp: `make torch-op`), else through ctypes; OP_PATH says which
+('compiled' or 'ctypes'), and $DEFTC_TORCH_OP=compiled|ctypes forces one.
 
     import deftc_torch as dtt
     y = dtt.deform_conv2d(x, offset, weight, bias, stride=1, padding=1, mask=mask)  # torchvision's signature
     conv = dtt.DeformConv2d(64, 64, 3, padding=1, groups=1)  # torchvision's constructor and state_dict keys
     dtt.swap_deform_convs(model)                          # replaces every torchvision DeformConv2d in place
 
-The op is a registered PyTorch operator, torch.ops.deftc.deform_conv2d (torch.library.custom_op,
-with a fake implementation and a second opaque op for its backward,
-torch.ops.deftc.deform_conv2d_backward), so torch.compile (fullgraph too), torch.export,
+The op is a registered PyTorch operator, torch.ops.deftc.deform_conv2d (defined in C++ by the
+compiled operator, else by torch.library.custom_op here; with a fake implementation and a second
+opaque op for its backward, torch.ops.deftc.deform_conv2d_backward), so torch.compile (fullgraph too), torch.export,
 torch.fx.symbolic_trace and torch.library.opcheck see one operator; a TorchScript function
 calls it as torch.ops.deftc.deform_conv2d(input, offset, weight, bias, stride, padding,
 dilation, mask, mode, deterministic, precision), and DeformConv2d is scriptable.
@@ -62,7 +64,7 @@ __all__ = ['deform_conv2d', 'DeformConv2d', 'swap_deform_convs', 'library']
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from deftc_lib import (BF16, CPU, CUDA, DETERMINISTIC, F32, F64, MODES, NCHW, NHWC, TF32, DeftcError,  # noqa: E402
-                       Desc, check as _check, library)
+                       Desc, check as _check, found as found_library, library)
 
 PRECISIONS = (None, 'fp32', 'tf32', 'bf16')
 _CODE = {torch.float32: F32, torch.bfloat16: BF16, torch.float64: F64}  # the dtypes deftc takes as they are
@@ -254,7 +256,23 @@ def _run(plan, entry, device, *tensors):
 
 # ---- the operator ----
 
-@torch.library.custom_op(_OP, mutates_args=(), device_types=('cpu', 'cuda'))
+def _choose_op_path():
+    """('compiled', the .so's path) when the compiled operator is built beside the libdeftc.so that
+    deftc_lib finds (`make torch-op`: build/deftc_torch_op.so), else ('ctypes', None);
+    $DEFTC_TORCH_OP=compiled or ctypes forces one (compiled: an ImportError when it is not built)."""
+    forced = os.environ.get('DEFTC_TORCH_OP', '')
+    if forced not in ('', 'compiled', 'ctypes'):
+        raise ImportError("deftc_torch: DEFTC_TORCH_OP must be 'compiled' or 'ctypes' (unset: compiled when it is "
+                          "built), got %r" % forced)
+    lib = found_library()
+    so = os.path.join(os.path.dirname(lib), 'deftc_torch_op.so') if lib else None
+    built = so is not None and os.path.isfile(so)
+    if forced == 'compiled' and not built:
+        raise ImportError('deftc_torch: DEFTC_TORCH_OP=compiled, but the compiled operator is not built beside %s: '
+                          'run `make torch-op`' % (lib or 'libdeftc.so (not found either)'))
+    return ('compiled', so) if built and forced != 'ctypes' else ('ctypes', None)
+
+
 def _deform_conv2d(input: Tensor, offset: Tensor, weight: Tensor, bias: Optional[Tensor], stride: Sequence[int],
                    padding: Sequence[int], dilation: Sequence[int], mask: Optional[Tensor], mode: str = 'deft',
                    deterministic: bool = False, precision: Optional[str] = None) -> Tensor:
@@ -265,14 +283,12 @@ def _deform_conv2d(input: Tensor, offset: Tensor, weight: Tensor, bias: Optional
     return _as(y, *plan.out)  # y itself unless precision= (or float16) differs from the input's dtype
 
 
-@_deform_conv2d.register_fake
 def _deform_conv2d_fake(input, offset, weight, bias, stride, padding, dilation, mask, mode='deft', deterministic=False,
                         precision=None):
     plan = _Plan(input, offset, weight, bias, stride, padding, dilation, mask, mode, deterministic, precision)
     return torch.empty(plan.shape, dtype=plan.out[0], device=input.device, memory_format=_MEMORY_FORMAT[plan.out[1]])
 
 
-@torch.library.custom_op('deftc::deform_conv2d_backward', mutates_args=(), device_types=('cpu', 'cuda'))
 def _deform_conv2d_backward(grad: Tensor, input: Tensor, offset: Tensor, weight: Tensor, bias: Optional[Tensor],
                             stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int],
                             mask: Optional[Tensor], mode: str, deterministic: bool, precision: Optional[str],
@@ -292,7 +308,6 @@ def _deform_conv2d_backward(grad: Tensor, input: Tensor, offset: Tensor, weight:
             if g is not None]
 
 
-@_deform_conv2d_backward.register_fake
 def _deform_conv2d_backward_fake(grad, input, offset, weight, bias, stride, padding, dilation, mask, mode,
                                  deterministic, precision, wanted):
     _Plan(input, offset, weight, bias, stride, padding, dilation, mask, mode, deterministic, precision)
@@ -316,7 +331,24 @@ def _backward(ctx, grad):
     return gx, goff, gw, gb, None, None, None, gm, None, None, None
 
 
-_deform_conv2d.register_autograd(_backward, setup_context=_setup_context)
+# OP_PATH: which kernels torch.ops.deftc.deform_conv2d and its backward run - 'compiled' (the C++
+# operator, python/csrc/deftc_torch_op.cpp, which defines both ops and their CPU and CUDA kernels)
+# or 'ctypes' (the Python functions above, defined as ops here). Fake kernels, autograd and
+# autocast are registered in Python on either.
+OP_PATH, _COMPILED_OP = _choose_op_path()
+if OP_PATH == 'compiled':
+    try:
+        torch.ops.load_library(_COMPILED_OP)
+    except OSError as e:  # built against another PyTorch (its C++ ABI is not stable across versions)
+        raise ImportError('deftc_torch: %s does not load into this PyTorch %s (%s): rebuild it with `make torch-op`, '
+                          'or set DEFTC_TORCH_OP=ctypes' % (_COMPILED_OP, torch.__version__, e)) from e
+else:
+    torch.library.custom_op(_OP, _deform_conv2d, mutates_args=(), device_types=('cpu', 'cuda'))
+    torch.library.custom_op('deftc::deform_conv2d_backward', _deform_conv2d_backward, mutates_args=(),
+                            device_types=('cpu', 'cuda'))
+torch.library.register_fake(_OP, _deform_conv2d_fake)
+torch.library.register_fake('deftc::deform_conv2d_backward', _deform_conv2d_backward_fake)
+torch.library.register_autograd(_OP, _backward, setup_context=_setup_context)
 
 
 def _autocast_kernel(device_type):

@@ -234,7 +234,7 @@ def check_docs(files, testbin):
     basenames = {os.path.basename(f) for f in files}
     stems = {re.sub(r'\.[^.]+$', '', b) for b in basenames}
     corpus_files = [f for f in files if f not in docs and not f.startswith('docs/')
-                    and (f.endswith(SRC_EXT + ('.py', '.sh', '.cfg')) or f in ('Makefile',) or f.startswith('.ci/'))]
+                    and (f.endswith(SRC_EXT + ('.cpp', '.py', '.sh', '.cfg')) or f in ('Makefile',) or f.startswith('.ci/'))]
     words = set()
     for f in corpus_files:
         words.update(re.findall(r'[A-Za-z_][A-Za-z0-9_]*', read(f)))

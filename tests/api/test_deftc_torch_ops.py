@@ -10,8 +10,12 @@ differentiated by autograd):
   CPU-vs-CUDA gradients (when CUDA is there); autocast (CPU bf16 and f16 here, CUDA f16 on a GPU);
   wrong sizes raising RuntimeError with torchvision's words; torch.jit.script of DeformConv2d;
   torch.compile against eager (fullgraph too), torch.fx.symbolic_trace, torch.export and
-  torch.library.opcheck on several inputs; the module against torchvision's (when installed).
-Runs on the CPU, and on CUDA too when a GPU is visible.
+  torch.library.opcheck on several inputs; the module against torchvision's (when installed);
+  the path in use (deftc_torch.OP_PATH: the compiled operator or ctypes, $DEFTC_TORCH_OP forces
+  one), its argument errors as deftc_lib.DeftcError, and both paths' results and gradients bit
+  for bit (skipped, saying so, when the compiled operator is not built: make torch-op).
+Runs on the CPU, and on CUDA too when a GPU is visible; run it once per path:
+DEFTC_TORCH_OP=compiled and DEFTC_TORCH_OP=ctypes.
 
     python3 tests/api/test_deftc_torch_ops.py [path/to/libdeftc.so]
 
@@ -41,6 +45,7 @@ import deftc_torch as dtt  # noqa: E402
 
 warnings.filterwarnings('ignore', category=FutureWarning)  # torch.jit.script's deprecation
 results = []
+skipped = []  # the checks this machine cannot run, each printed with its reason
 F64, F32, BF16, F16 = torch.float64, torch.float32, torch.bfloat16, torch.float16
 CL = torch.channels_last
 DEVICES = [torch.device('cpu')] + ([torch.device('cuda')] if torch.cuda.is_available() else [])
@@ -49,6 +54,11 @@ DEVICES = [torch.device('cpu')] + ([torch.device('cuda')] if torch.cuda.is_avail
 def check(name, ok, detail=''):
     results.append(bool(ok))
     print('%-5s %s%s' % ('ok' if ok else 'FAIL', name, ('  ' + detail) if detail else ''))
+
+
+def skip(name, why):
+    skipped.append(name)
+    print('skip  %s  (%s)' % (name, why))
 
 
 def raised(exc, fn):
@@ -482,6 +492,70 @@ def module_family(device):
           n == 1 and isinstance(model[0], dtt.DeformConv2d) and rel(model[0](xi, oi), before) <= 1e-5)
 
 
+# ---- the two paths: the compiled operator and ctypes ----
+
+# One process's results on one path ($DEFTC_TORCH_OP): y and the 5 gradients, with their strides,
+# of one DCNv2 layer with bias and 2 weight groups in each dtype / layout / mode, saved to argv[1].
+PATHS_CASE = '''
+import sys, torch
+sys.path.insert(0, %r)
+import deftc_torch as dtt
+g = torch.Generator().manual_seed(5)
+out = []
+for dtype, cl, mode in ((torch.float32, False, 'deft'), (torch.float32, True, 'deft'), (torch.bfloat16, True, 'deft'),
+                        (torch.float64, False, 'deft'), (torch.float16, False, 'deft'), (torch.float32, False, 'unfused')):
+    x = torch.randn(2, 6, 7, 6, generator=g).to(dtype)
+    x = x.contiguous(memory_format=torch.channels_last) if cl else x
+    off, m = torch.randn(2, 36, 7, 6, generator=g).to(dtype), torch.rand(2, 18, 7, 6, generator=g).to(dtype)
+    w, b = torch.randn(4, 3, 3, 3, generator=g).to(dtype), torch.randn(4, generator=g).to(dtype)
+    leaves = [t.requires_grad_() for t in (x, off, m, w, b)]
+    y = dtt.deform_conv2d(x, off, w, b, padding=1, mask=m, mode=mode, deterministic=True)
+    y.backward(torch.randn(y.shape, generator=g).to(y.dtype))
+    out.append([(y.detach(), y.stride())] + [(t.grad, t.grad.stride()) for t in leaves])
+torch.save((dtt.OP_PATH, out), sys.argv[1])
+'''
+
+
+def paths_family():
+    """This run's path is the one $DEFTC_TORCH_OP names (else compiled when built); its argument
+    errors are deftc_lib.DeftcError (RuntimeError and ValueError, status -1) with the op's name;
+    and, when the compiled operator is built, both paths give the same bits (results, every
+    gradient, their strides) in each dtype, layout and mode."""
+    import subprocess
+    import tempfile
+    import deftc_lib
+    forced = os.environ.get('DEFTC_TORCH_OP')
+    check('this run is on the %s path (%s)' % (dtt.OP_PATH, '$DEFTC_TORCH_OP' if forced else 'compiled when built'),
+          dtt.OP_PATH == (forced or dtt.OP_PATH) and dtt.OP_PATH in ('compiled', 'ctypes'))
+    x, off, w = torch.zeros(1, 4, 6, 6), torch.zeros(1, 18, 6, 6), torch.zeros(2, 4, 3, 3)
+    try:
+        dtt.deform_conv2d(x, off[:, :5], w, padding=1)
+        err = None
+    except Exception as e:
+        err = e
+    check('%s: an argument error is deftc_lib.DeftcError (RuntimeError, ValueError, status -1)' % dtt.OP_PATH,
+          isinstance(err, deftc_lib.DeftcError) and isinstance(err, ValueError) and err.status == -1
+          and str(err).startswith('deftc::deform_conv2d: the shape of the offset tensor'), repr(err))
+    lib = deftc_lib.found()
+    if not (lib and os.path.isfile(os.path.join(os.path.dirname(lib), 'deftc_torch_op.so'))):
+        skip('compiled and ctypes paths give the same bits', 'the compiled operator is not built: make torch-op')
+        return
+    got = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for path in ('compiled', 'ctypes'):
+            out = os.path.join(tmp, path + '.pt')
+            run = subprocess.run([sys.executable, '-c', PATHS_CASE % os.path.join(HERE, '..', '..', 'python'), out],
+                                 env=dict(os.environ, DEFTC_TORCH_OP=path), capture_output=True, text=True)
+            if run.returncode:
+                check('the %s path runs the comparison case' % path, False, run.stderr[-500:])
+                return
+            got[path] = torch.load(out)
+    same = all(torch.equal(ta, tb) and sa == sb for ca, cb in zip(got['compiled'][1], got['ctypes'][1])
+               for (ta, sa), (tb, sb) in zip(ca, cb))
+    check('compiled and ctypes paths give the same bits (6 dtypes / layouts / modes: y, 5 gradients, strides)',
+          (got['compiled'][0], got['ctypes'][0]) == ('compiled', 'ctypes') and same)
+
+
 for dev in DEVICES:
     for family in (forward_family, backward_family, grid_family, autocast_family, wrong_sizes_family, tools_family,
                    module_family):
@@ -489,10 +563,11 @@ for dev in DEVICES:
             family(dev)
         except Exception as ex:  # a family that cannot finish is a failure, named
             check('%s %s ran to its end' % (dev.type, family.__name__), False, '%s: %s' % (type(ex).__name__, ex))
+paths_family()
 if torch.cuda.is_available():
     cpu_cuda_family()
 else:
     print('(no CUDA device: the CUDA checks - every family on cuda, CPU-vs-CUDA gradients - did not run)')
 failed = results.count(False)
-print('%d passed, %d failed, 0 skipped' % (len(results) - failed, failed))
+print('%d passed, %d failed, %d skipped' % (len(results) - failed, failed, len(skipped)))
 sys.exit(1 if failed else 0)

@@ -1,0 +1,336 @@
+// deftc_torch_op.cpp: deftc::deform_conv2d and deftc::deform_conv2d_backward as compiled PyTorch
+// operators - the schemas (TORCH_LIBRARY) and their CPU and CUDA kernels (TORCH_LIBRARY_IMPL),
+// which call libdeftc.so's C API (ops/deform/dt_deform_api.h) on the tensors' data pointers. It
+// is python/deftc_torch.py's ctypes kernels in C++: the same argument checks and messages, the
+// same decisions of what is passed as it is and what is copied (deftc_torch.py's _Plan, _fmt, _as,
+// _grad_as), the same C calls. deftc_torch.py loads it (torch.ops.load_library) when it is built
+// (`make torch-op`) and registers the rest in Python on top of it, as for the ctypes op: the fake
+// kernels, autograd and autocast.
+//
+// ABI: PyTorch's regular C++ API (TORCH_LIBRARY, at::Tensor), not the LibTorch stable ABI
+// (STABLE_TORCH_LIBRARY): the kernels allocate and copy in a memory format (channels_last
+// empty_like, copy_), read the current CUDA stream generically, and raise deftc_lib's Python
+// exception classes through pybind11 - the stable ABI's C shims cover only part of that, and
+// libtorch_python has no stable ABI at all. So the .so is built against, and only loads into, the
+// PyTorch it was built with; `make torch-op` rebuilds it (deftc_torch.py says so when the load
+// fails).
+#include <ATen/ATen.h>
+#include <c10/core/DeviceGuard.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/util/generic_math.h>
+#include <pybind11/pybind11.h>
+#include <torch/library.h>
+
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "ops/deform/dt_deform_api.h"
+
+namespace {
+
+const char *const OP = "deftc::deform_conv2d";
+
+// An error as the ctypes path raises it: deftc_lib.error_of(status, message) - DeftcError (a
+// RuntimeError and a ValueError) or, for DT_ERR_OOM (-2), DeftcOutOfMemory (also
+// torch.OutOfMemoryError) - set as the Python error and thrown as pybind11's error_already_set,
+// which PyTorch's Python bindings of torch.ops hand back to the caller as that exception.
+[[noreturn]] void raise_deftc(int status, const std::string &message) {
+    pybind11::gil_scoped_acquire gil;
+    pybind11::object error = pybind11::module_::import("deftc_lib").attr("error_of")(status, message);
+    PyErr_SetObject(reinterpret_cast<PyObject *>(Py_TYPE(error.ptr())), error.ptr());
+    throw pybind11::error_already_set();
+}
+
+// A refused argument: deftc_torch.py's _fail, "deftc::deform_conv2d: <what>", status -1.
+[[noreturn]] void fail(const std::string &what) { raise_deftc(-1, std::string(OP) + ": " + what); }
+
+// Python's repr of a shape (tuple(t.shape)): "(3,)", "(1, 4, 6, 6)".
+std::string shape_repr(at::IntArrayRef shape) {
+    std::ostringstream s;
+    s << '(';
+    for (size_t i = 0; i < shape.size(); i++) s << (i ? ", " : "") << shape[i];
+    s << (shape.size() == 1 ? ",)" : ")");
+    return s.str();
+}
+
+// Python's repr of a dtype: "torch.int32".
+std::string dtype_repr(at::ScalarType t) { return "torch." + std::string(c10::getDtypeNames(t).first); }
+
+at::MemoryFormat memory_format(int layout) {
+    return layout == DT_NHWC ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
+}
+
+// dt_dtype code of a dtype deftc takes as it is (float32, bfloat16, float64).
+int dtype_code(at::ScalarType t) {
+    return t == at::kFloat ? int(DT_F32) : t == at::kBFloat16 ? int(DT_BF16) : int(DT_DEFORM_API_F64);
+}
+
+// NCHW or NHWC when t is dense in that memory format, `prefer` when it is both (C == 1, or 1x1
+// images: the same bytes), -1 when it is neither (deftc_torch.py's _layout).
+int layout_of(const at::Tensor &t, int prefer) {
+    if (t.dim() != 4) return t.is_contiguous() ? DT_NCHW : -1;
+    bool nchw = t.is_contiguous(), nhwc = t.is_contiguous(at::MemoryFormat::ChannelsLast);
+    if (nchw && nhwc) return prefer;
+    return nchw ? DT_NCHW : nhwc ? DT_NHWC : -1;
+}
+
+struct Format {
+    at::ScalarType dtype;
+    int layout;
+};
+
+// The format deftc gets t in, in an f32 / bf16 call (_fmt): t's own when it is float32 or
+// bfloat16 and dense NCHW or NHWC; else - as_format then copies it - the kernels' layout `prefer`
+// and copy_dtype (none: t's dtype if float32 or bfloat16, else float32).
+Format format_of(const at::Tensor &t, int prefer, std::optional<at::ScalarType> copy_dtype = std::nullopt) {
+    int layout = layout_of(t, prefer);
+    bool kept = t.scalar_type() == at::kFloat || t.scalar_type() == at::kBFloat16;
+    if (kept && layout >= 0) return {t.scalar_type(), layout};
+    return {copy_dtype.value_or(kept ? t.scalar_type() : at::kFloat), prefer};
+}
+
+// t in format f, 16-byte aligned: t itself when it is so already, else one copy (_as).
+at::Tensor as_format(const at::Tensor &t, Format f) {
+    at::MemoryFormat mf = memory_format(f.layout);
+    if (t.scalar_type() == f.dtype && t.is_contiguous(mf) && reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0)
+        return t;
+    return at::empty_like(t, t.options().dtype(f.dtype), mf).copy_(t);
+}
+
+// A gradient g as autograd keeps it for the input `own`: in own's dtype with the strides
+// at::empty_like(own) has - g itself when it is so already, else one copy (_grad_as).
+at::Tensor as_grad_of(const at::Tensor &g, const at::Tensor &own) {
+    if (g.scalar_type() == own.scalar_type() && g.strides() == at::empty_like(own, own.options().device(at::kMeta)).strides())
+        return g;
+    return at::empty_like(own, own.options().device(g.device())).copy_(g);
+}
+
+std::pair<int64_t, int64_t> pair_of(at::IntArrayRef v, const char *name) {
+    if (v.size() != 2) {
+        std::ostringstream s;
+        s << name << " must be an int or a pair of ints, got [";
+        for (size_t i = 0; i < v.size(); i++) s << (i ? ", " : "") << v[i];
+        s << ']';
+        fail(s.str());
+    }
+    return {v[0], v[1]};
+}
+
+std::string format(const char *fmt, std::initializer_list<int64_t> args) {
+    std::ostringstream s;
+    auto a = args.begin();
+    for (const char *p = fmt; *p; p++) {
+        if (*p == '%' && a != args.end()) s << *a++;
+        else s << *p;
+    }
+    return s.str();
+}
+
+// One call as deftc gets it, decided from the tensors' metadata (deftc_torch.py's _Plan, its
+// checks and messages in its order): the descriptor, each tensor's format, the result's.
+struct Plan {
+    dt_deform_desc desc{};
+    Format x_format, offset_format, mask_format, weight_format, out_format;
+    at::ScalarType bias_dtype;
+    std::vector<int64_t> shape;  // y: [n, cout, ho, wo]
+    int flags;
+
+    Plan(const at::Tensor &input, const at::Tensor &offset, const at::Tensor &weight,
+         const std::optional<at::Tensor> &bias, at::IntArrayRef stride, at::IntArrayRef padding,
+         at::IntArrayRef dilation, const std::optional<at::Tensor> &mask_t, c10::string_view mode, bool deterministic,
+         std::optional<c10::string_view> precision);
+};
+
+void check_tensor(const char *name, const at::Tensor &t, const at::Tensor &input) {
+    if (!t.is_floating_point()) fail(std::string(name) + " must be a floating-point tensor, got " + dtype_repr(t.scalar_type()));
+    if (t.device() != input.device())
+        fail(std::string(name) + " is on " + t.device().str() + ", the input on " + input.device().str());
+    int64_t want = std::string(name) == "bias" ? 1 : 4;
+    if (t.dim() != want) fail(std::string(name) + format(" must be %-D, got % dimensions", {want, t.dim()}));
+}
+
+// x, y and their gradients' format and the result's from x's metadata and the options (_compute).
+void decide_compute(Plan &p, const at::Tensor &x, c10::string_view mode, std::optional<c10::string_view> precision) {
+    at::ScalarType t = x.scalar_type();
+    at::ScalarType dtype;
+    if (!precision) dtype = (t == at::kFloat || t == at::kBFloat16 || t == at::kDouble) ? t : at::kFloat;
+    else dtype = *precision == "bf16" ? at::kBFloat16 : at::kFloat;
+    int layout;
+    if (dtype == at::kBFloat16) {
+        if (mode == "unfused")
+            fail("mode='unfused' is the float32 NCHW baseline; bf16 runs with mode='deft' (or pass precision='fp32' "
+                 "to compute in float32)");
+        layout = DT_NHWC;  // deftc's bf16 kernels are channels-last
+    } else if (dtype == at::kDouble) {
+        layout = DT_NCHW;  // deftc's f64 kernels are NCHW
+    } else {
+        layout = mode == "deft" && layout_of(x, DT_NCHW) == DT_NHWC ? DT_NHWC : DT_NCHW;
+    }
+    p.x_format = {dtype, layout};
+    int own = layout_of(x, DT_NCHW);
+    p.out_format = t == dtype ? p.x_format : Format{t, own >= 0 ? own : DT_NCHW};
+}
+
+Plan::Plan(const at::Tensor &input, const at::Tensor &offset, const at::Tensor &weight,
+           const std::optional<at::Tensor> &bias, at::IntArrayRef stride, at::IntArrayRef padding,
+           at::IntArrayRef dilation, const std::optional<at::Tensor> &mask_t, c10::string_view mode, bool deterministic,
+           std::optional<c10::string_view> precision) {
+    if (mode != "deft" && mode != "unfused") fail("mode must be 'deft' or 'unfused', got '" + std::string(mode) + "'");
+    if (precision && *precision != "fp32" && *precision != "tf32" && *precision != "bf16")
+        fail("precision must be None, 'fp32', 'tf32' or 'bf16', got '" + std::string(*precision) + "'");
+    check_tensor("input", input, input);
+    check_tensor("offset", offset, input);
+    check_tensor("weight", weight, input);
+    if (bias) check_tensor("bias", *bias, input);
+    if (mask_t) check_tensor("mask", *mask_t, input);
+    auto [sh, sw] = pair_of(stride, "stride");
+    auto [ph, pw] = pair_of(padding, "padding");
+    auto [dh, dw] = pair_of(dilation, "dilation");
+    int64_t n = input.size(0), c = input.size(1), h = input.size(2), w = input.size(3);
+    int64_t cout = weight.size(0), cw = weight.size(1), kh = weight.size(2), kw = weight.size(3);
+    if (std::min({c, h, w, cout, cw, kh, kw}) < 1)
+        fail("input " + shape_repr(input.sizes()) + " and weight " + shape_repr(weight.sizes()) +
+             " must have positive sizes (but the batch)");
+    if (sh < 1 || sw < 1 || ph < 0 || pw < 0 || dh < 1 || dw < 1)
+        fail(format("stride (%, %) and dilation (%, %) must be positive, padding (%, %) not negative",
+                    {sh, sw, dh, dw, ph, pw}));
+    if (c % cw || cout % (c / cw))
+        fail(format("weight.shape[1] = % does not divide the input channels % into weight groups of which the % "
+                    "output channels are a multiple", {cw, c, cout}));
+    int64_t groups = offset.size(1) / (2 * kh * kw);
+    if (groups == 0)
+        fail(format("the shape of the offset tensor at dimension 1 is not valid. It should be a multiple of 2 * "
+                    "weight.size[2] * weight.size[3].\nGot offset.shape[1]=%, while 2 * weight.size[2] * "
+                    "weight.size[3]=%", {offset.size(1), 2 * kh * kw}));
+    if (offset.size(1) != groups * 2 * kh * kw)
+        fail(format("offset.shape[1] is not valid: got: % expected: %", {offset.size(1), groups * 2 * kh * kw}));
+    if (mask_t && mask_t->size(1) != groups * kh * kw)
+        fail(format("mask.shape[1] is not valid: got: % expected: %", {mask_t->size(1), groups * kh * kw}));
+    if (c % groups) fail(format("% input channels cannot be split into % offset groups", {c, groups}));
+    // Python's // floors: the numerator is negative when the input is too small for the kernel.
+    int64_t ho = c10::div_floor_integer(h + 2 * ph - dh * (kh - 1) - 1, sh) + 1;
+    int64_t wo = c10::div_floor_integer(w + 2 * pw - dw * (kw - 1) - 1, sw) + 1;
+    if (ho < 1 || wo < 1)
+        fail(format("Calculated output size too small - out_h: % out_w: % (input %x% is too small for the kernel)",
+                    {ho, wo, h, w}));
+    if (offset.size(0) != n) fail(format("invalid batch size of offset (%, the input %)", {offset.size(0), n}));
+    if (offset.size(2) != ho || offset.size(3) != wo)
+        fail(format("offset output dims: (%, %) - computed output dims: (%, %)", {offset.size(2), offset.size(3), ho, wo}));
+    if (mask_t && mask_t->size(0) != n) fail(format("invalid batch size of mask (%, the input %)", {mask_t->size(0), n}));
+    if (mask_t && (mask_t->size(2) != ho || mask_t->size(3) != wo))
+        fail(format("mask output dims: (%, %) - computed output dims: (%, %)", {mask_t->size(2), mask_t->size(3), ho, wo}));
+    if (bias && bias->size(0) != cout)
+        fail(format("bias has % elements, the weight % output channels", {bias->size(0), cout}));
+    decide_compute(*this, input, mode, precision);
+    if (x_format.dtype == at::kDouble) {  // every tensor double NCHW
+        offset_format = mask_format = weight_format = {at::kDouble, DT_NCHW};
+        bias_dtype = at::kDouble;
+    } else {  // offsets and mask that must be copied anyway are copied into what the kernels read, f32 NCHW
+        offset_format = format_of(offset, DT_NCHW, at::kFloat);
+        mask_format = mask_t ? format_of(*mask_t, DT_NCHW, at::kFloat) : Format{at::kFloat, DT_NCHW};
+        weight_format = format_of(weight, x_format.layout);
+        bias_dtype = at::kFloat;
+    }
+    int64_t geometry[] = {n, c, h, w, cout, kh, kw, sh, sw, ph, pw, dh, dw, groups, mask_t.has_value(), bias.has_value()};
+    int *fields = &desc.n;  // the descriptor's first 16 ints are the geometry, in this order
+    for (int i = 0; i < 16; i++) fields[i] = static_cast<int>(geometry[i]);
+    desc.size = sizeof(dt_deform_desc);
+    desc.dtype = dtype_code(x_format.dtype), desc.layout = x_format.layout;
+    desc.offset_dtype = dtype_code(offset_format.dtype), desc.offset_layout = offset_format.layout;
+    desc.mask_dtype = dtype_code(mask_format.dtype), desc.mask_layout = mask_format.layout;
+    desc.weight_dtype = dtype_code(weight_format.dtype), desc.weight_layout = weight_format.layout;
+    desc.weight_groups = static_cast<int>(c / cw);
+    desc.device = input.device().is_cpu() ? DT_DEFORM_API_CPU : DT_DEFORM_API_CUDA;
+    shape = {n, cout, ho, wo};
+    flags = (mode == "deft" ? DT_DEFORM_API_DEFT : DT_DEFORM_API_UNFUSED) |
+            (deterministic ? DT_DEFORM_API_DETERMINISTIC : 0) | (precision && *precision == "tf32" ? DT_DEFORM_API_TF32 : 0);
+}
+
+const void *ptr(const std::optional<at::Tensor> &t) { return t ? t->data_ptr() : nullptr; }
+
+// The C API's stream argument: PyTorch's current stream on `device`, its default stream (handle
+// 0) passed as cudaStreamLegacy (handle 1), since NULL would mean deftc's own, unsynchronized
+// stream; NULL on the CPU, where there is none. Read through the device guard interface, so that
+// this file needs no CUDA header and builds against a CPU-only PyTorch as well.
+void *stream_of(const at::Device &device) {
+    if (device.is_cpu()) return nullptr;
+    void *s = c10::impl::getDeviceGuardImpl(device.type())->getStream(device).native_handle();
+    return s ? s : reinterpret_cast<void *>(1);
+}
+
+// One C API call's status: deftc's message (the calling thread's) as deftc_lib's exception.
+void check_status(int rc) {
+    if (rc != 0) raise_deftc(rc, std::string("deftc: ") + dt_deform_api_error());
+}
+
+at::Tensor forward(const at::Tensor &input, const at::Tensor &offset, const at::Tensor &weight,
+                   const std::optional<at::Tensor> &bias, at::IntArrayRef stride, at::IntArrayRef padding,
+                   at::IntArrayRef dilation, const std::optional<at::Tensor> &mask, c10::string_view mode,
+                   bool deterministic, std::optional<c10::string_view> precision) {
+    Plan p(input, offset, weight, bias, stride, padding, dilation, mask, mode, deterministic, precision);
+    at::Tensor xs = as_format(input, p.x_format), os = as_format(offset, p.offset_format), ws = as_format(weight, p.weight_format);
+    std::optional<at::Tensor> ms, bs;
+    if (mask) ms = as_format(*mask, p.mask_format);
+    if (bias) bs = as_format(*bias, {p.bias_dtype, DT_NCHW});
+    at::Tensor y = at::empty(p.shape, input.options().dtype(p.x_format.dtype), memory_format(p.x_format.layout));
+    c10::OptionalDeviceGuard guard(input.device());
+    check_status(dt_deform_api_forward(&p.desc, p.flags, xs.data_ptr(), os.data_ptr(), ptr(ms), ws.data_ptr(), ptr(bs),
+                                       y.data_ptr(), stream_of(input.device())));
+    return as_format(y, p.out_format);  // y itself unless precision= (or float16) differs from the input's dtype
+}
+
+// The gradients wanted of (input, offset, weight, bias, mask), in that order, each in its input's
+// dtype and strides (at::empty_like's).
+std::vector<at::Tensor> backward(const at::Tensor &grad, const at::Tensor &input, const at::Tensor &offset,
+                                 const at::Tensor &weight, const std::optional<at::Tensor> &bias, at::IntArrayRef stride,
+                                 at::IntArrayRef padding, at::IntArrayRef dilation,
+                                 const std::optional<at::Tensor> &mask, c10::string_view mode, bool deterministic,
+                                 std::optional<c10::string_view> precision, const c10::List<bool> &wanted) {
+    Plan p(input, offset, weight, bias, stride, padding, dilation, mask, mode, deterministic, precision);
+    at::Tensor xs = as_format(input, p.x_format), os = as_format(offset, p.offset_format), ws = as_format(weight, p.weight_format);
+    std::optional<at::Tensor> ms, gx, goff, gw, gb, gm;
+    if (mask) ms = as_format(*mask, p.mask_format);
+    if (wanted[0]) gx = at::empty_like(xs);
+    if (wanted[1]) goff = at::empty_like(os);
+    if (wanted[2]) gw = at::empty_like(ws);
+    if (wanted[3]) gb = at::empty(bias->sizes(), input.options().dtype(p.bias_dtype));
+    if (wanted[4]) gm = at::empty_like(*ms);
+    at::Tensor gy = as_format(grad, p.x_format);
+    c10::OptionalDeviceGuard guard(input.device());
+    auto out = [](std::optional<at::Tensor> &t) { return t ? t->data_ptr() : nullptr; };
+    check_status(dt_deform_api_backward(&p.desc, p.flags, xs.data_ptr(), os.data_ptr(), ptr(ms), ws.data_ptr(),
+                                        gy.data_ptr(), out(gx), out(goff), out(gm), out(gw), out(gb),
+                                        stream_of(input.device())));
+    std::vector<at::Tensor> grads;
+    const std::optional<at::Tensor> *got[] = {&gx, &goff, &gw, &gb, &gm};
+    const at::Tensor *own[] = {&input, &offset, &weight, bias ? &*bias : nullptr, mask ? &*mask : nullptr};
+    for (int i = 0; i < 5; i++)
+        if (*got[i]) grads.push_back(as_grad_of(**got[i], *own[i]));
+    return grads;
+}
+
+}  // namespace
+
+// The schemas and tag torch.library.custom_op gives deftc_torch.py's ctypes op (from its type
+// hints), so that both paths are the same operator to every caller, TorchScript and export included.
+TORCH_LIBRARY(deftc, m) {
+    m.def("deform_conv2d(Tensor input, Tensor offset, Tensor weight, Tensor? bias, SymInt[] stride, SymInt[] padding, "
+          "SymInt[] dilation, Tensor? mask, str mode=\"deft\", bool deterministic=False, str? precision=None) -> Tensor",
+          {at::Tag::pt2_compliant_tag});
+    m.def("deform_conv2d_backward(Tensor grad, Tensor input, Tensor offset, Tensor weight, Tensor? bias, "
+          "SymInt[] stride, SymInt[] padding, SymInt[] dilation, Tensor? mask, str mode, bool deterministic, "
+          "str? precision, bool[] wanted) -> Tensor[]",
+          {at::Tag::pt2_compliant_tag});
+}
+
+TORCH_LIBRARY_IMPL(deftc, CPU, m) {
+    m.impl("deform_conv2d", &forward);
+    m.impl("deform_conv2d_backward", &backward);
+}
+
+TORCH_LIBRARY_IMPL(deftc, CUDA, m) {
+    m.impl("deform_conv2d", &forward);
+    m.impl("deform_conv2d_backward", &backward);
+}
