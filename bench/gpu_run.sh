@@ -4,6 +4,7 @@
 # repository root on a machine with the GPU(s):
 #   bash bench/gpu_run.sh [tests] [api] [conv] [deform] [deform2] [resnet] [resnet_mp] [repro] [run] [seeds]
 #                         [bf16] [graphs] [graph_idle] [conv_lab] [conv_algo] [loader_gpu] [yard_amp] [breakdown] [resnet50] [dropin]
+#                         [dropin_paths] [graph_pairs]
 #                         [scaling] [scaling_sync] [scaling_bf16] [scaling_buckets] [dp_equiv] [dp_equiv_syn] [dp_run]
 #                         [dp_multiproc] [dp_fail] [dp_resume]   (the last ten: 2 GPUs or more; GPUS="2 4 8" the
 #                         counts the scaling steps time, DP_N the count of dp_equiv / dp_fail / dp_resume, default 2)
@@ -80,6 +81,29 @@ for s in $STEPS; do
             # shellcheck disable=SC2086
             T 600 python3 bench/torch_deftc.py "$YARD" --batches ${DBATCHES:-64 256} $f > "$W/torch_deftc$(echo "$f" | tr -d ' -').txt" 2>&1
             tail -8 "$W/torch_deftc$(echo "$f" | tr -d ' -').txt" | tee -a "$OUT/summary.txt"
+        done ;;
+    dropin_paths)
+        # The drop-in's two paths on the GPU (issue 36): the compiled operator (make torch-op,
+        # against this machine's PyTorch) and ctypes, the same suites on each
+        log "PyTorch drop-in: compiled operator and ctypes"
+        make torch-op > "$W/torch_op_build.txt" 2>&1 || tail -5 "$W/torch_op_build.txt" | tee -a "$OUT/summary.txt"
+        for path in compiled ctypes; do
+            for t in test_deftc_torch test_deftc_torch_ops; do
+                DEFTC_TORCH_OP=$path T 600 python3 tests/api/$t.py build/libdeftc.so > "$W/${t}_$path.txt" 2>&1
+                echo "$t ($path): $(tail -1 "$W/${t}_$path.txt")" | tee -a "$OUT/summary.txt"
+                grep -E '^FAIL' "$W/${t}_$path.txt" | head -10
+            done
+        done ;;
+    graph_pairs)
+        # The deft bf16 graph test after each test that made it fail in one process (docs/PERF.md
+        # section 21), eagerly synchronized (DT_DEBUG_SYNC=1: a race goes away, a stale read stays)
+        # and not
+        log "gpu_train_graph_deft_bf16_matches_eager_bitwise after the tests that upset it"
+        for t in gpu_errors_sgd_failed_step_leaves_params_consistent gpu_deft_more_than_2e31_column_elements; do
+            for sync in 0 1; do
+                DT_DEBUG_SYNC=$sync T 120 build/test --gpu -v $t gpu_train_graph_deft_bf16_matches_eager_bitwise > "$W/pair_${t}_$sync.txt" 2>&1
+                echo "after $t, DT_DEBUG_SYNC=$sync: $(tail -1 "$W/pair_${t}_$sync.txt") $(grep -o 'losses [0-9.]* -> [0-9.]*' "$W/pair_${t}_$sync.txt")" | tee -a "$OUT/summary.txt"
+            done
         done ;;
     conv)
         [ -f "$W/torch_layers.txt" ] || T 200 python3 "$YARD" layers --batch 64 > "$W/torch_layers.txt" 2>&1
