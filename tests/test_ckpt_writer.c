@@ -32,7 +32,8 @@ static int64_t step_of(const char *path, float *v) {
     dt_err err;
     if (dt_checkpoint_read(path, &ck, &err)) return -1;
     int64_t s = ck.pos.step;
-    *v = ck.n == 1 && ck.shape[0][0] > 0 ? ck.data[0][0] : NAN;
+    *v = NAN;
+    if (ck.n == 1 && ck.shape[0][0] > 0) memcpy(v, ck.data[0], sizeof *v); /* the file's floats are not aligned */
     dt_checkpoint_free(&ck);
     return s;
 }
