@@ -516,6 +516,32 @@ torch.save((dtt.OP_PATH, out), sys.argv[1])
 '''
 
 
+def pair_python_calls():
+    """'file:function' of each Python function of deftc_torch, deftc_lib or torch.library that one
+    forward + backward pair of the op (float32 [1, 4, 4, 4], 3x3, bias, every input requiring grad)
+    runs, the op and torch.autograd.grad called directly; the profiler sees this thread's calls,
+    and the CPU backward runs on it."""
+    g = torch.Generator().manual_seed(8)
+    x, off = torch.randn(1, 4, 4, 4, generator=g), torch.randn(1, 18, 4, 4, generator=g)
+    w, b = torch.randn(4, 4, 3, 3, generator=g), torch.randn(4, generator=g)
+    ins = [t.requires_grad_() for t in (x, off, w, b)]
+    gy = torch.ones(1, 4, 4, 4)
+    ran = []
+
+    def probe(frame, event, arg):
+        path = frame.f_code.co_filename
+        if event == 'call' and (path.endswith(('deftc_torch.py', 'deftc_lib.py')) or
+                                os.sep + '_library' + os.sep in path):
+            ran.append('%s:%s' % (os.path.basename(path), frame.f_code.co_name))
+    sys.setprofile(probe)
+    try:
+        y = torch.ops.deftc.deform_conv2d(x, off, w, b, (1, 1), (1, 1), (1, 1), None, 'deft', False, None)
+        torch.autograd.grad(y, ins, gy)
+    finally:
+        sys.setprofile(None)
+    return ran
+
+
 def paths_family():
     """This run's path is the one $DEFTC_TORCH_OP names (else compiled when built); its argument
     errors are deftc_lib.DeftcError (RuntimeError and ValueError, status -1) with the op's name;
@@ -536,6 +562,13 @@ def paths_family():
     check('%s: an argument error is deftc_lib.DeftcError (RuntimeError, ValueError, status -1)' % dtt.OP_PATH,
           isinstance(err, deftc_lib.DeftcError) and isinstance(err, ValueError) and err.status == -1
           and str(err).startswith('deftc::deform_conv2d: the shape of the offset tensor'), repr(err))
+    ran = pair_python_calls()
+    if dtt.OP_PATH == 'compiled':
+        check('compiled: a forward + backward pair runs no Python of deftc_torch or torch.library (the autograd '
+              'formula is C++)', not ran, ', '.join(ran[:8]))
+    else:
+        check('ctypes: a forward + backward pair runs its kernels and autograd formula in Python (the probe sees '
+              'them)', any(name.endswith(':_backward') for name in ran), ', '.join(ran[:8]))
     lib = deftc_lib.found()
     if not (lib and os.path.isfile(os.path.join(os.path.dirname(lib), 'deftc_torch_op.so'))):
         skip('compiled and ctypes paths give the same bits', 'the compiled operator is not built: make torch-op')
