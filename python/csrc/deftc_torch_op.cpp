@@ -104,7 +104,11 @@ at::Tensor as_format(const at::Tensor &t, Format f) {
 // A gradient g as autograd keeps it for the input `own`: in own's dtype with the strides
 // at::empty_like(own) has - g itself when it is so already, else one copy (_grad_as).
 at::Tensor as_grad_of(const at::Tensor &g, const at::Tensor &own) {
-    if (g.scalar_type() == own.scalar_type() && g.strides() == at::empty_like(own, own.options().device(at::kMeta)).strides())
+    if (g.scalar_type() != own.scalar_type()) return at::empty_like(own, own.options().device(g.device())).copy_(g);
+    // A dense `own` (the usual case) gets its own strides from at::empty_like: compared directly,
+    // without the meta tensor (an allocation through the dispatcher for each gradient).
+    if (own.is_non_overlapping_and_dense() && g.strides() == own.strides()) return g;
+    if (g.strides() == at::empty_like(own, own.options().device(at::kMeta)).strides())
         return g;
     return at::empty_like(own, own.options().device(g.device())).copy_(g);
 }
