@@ -542,6 +542,27 @@ def pair_python_calls():
     return ran
 
 
+def backward_oom():
+    """(the exception y.backward raises when deftc's first host allocation in the backward fails,
+    whether a pair works after it): on the compiled path it crosses PyTorch's C++ autograd engine."""
+    import ctypes
+    import deftc_lib
+    lib = deftc_lib.library()
+    x, off = torch.randn(1, 4, 5, 5, requires_grad=True), torch.randn(1, 18, 5, 5, requires_grad=True)
+    w, b = torch.randn(4, 4, 3, 3, requires_grad=True), torch.randn(4, requires_grad=True)
+    y = dtt.deform_conv2d(x, off, w, b, padding=1)
+    err = None
+    lib.dt_inject_arm(ctypes.c_int(0), ctypes.c_long(1))  # DT_INJECT_HOST_ALLOC: the next host allocation fails
+    try:
+        y.backward(torch.ones_like(y))
+    except Exception as e:
+        err = e
+    lib.dt_inject_arm(ctypes.c_int(0), ctypes.c_long(0))  # disarmed
+    y = dtt.deform_conv2d(x, off, w, b, padding=1)
+    y.backward(torch.ones_like(y))
+    return err, x.grad is not None
+
+
 def paths_family():
     """This run's path is the one $DEFTC_TORCH_OP names (else compiled when built); its argument
     errors are deftc_lib.DeftcError (RuntimeError and ValueError, status -1) with the op's name;
@@ -569,6 +590,10 @@ def paths_family():
     else:
         check('ctypes: a forward + backward pair runs its kernels and autograd formula in Python (the probe sees '
               'them)', any(name.endswith(':_backward') for name in ran), ', '.join(ran[:8]))
+    err, again = backward_oom()
+    check('%s: an out of memory in the backward (host allocation failed by injection) reaches the caller as '
+          'DeftcOutOfMemory (torch.OutOfMemoryError), and the next pair works' % dtt.OP_PATH,
+          isinstance(err, deftc_lib.DeftcOutOfMemory) and isinstance(err, torch.OutOfMemoryError) and again, repr(err))
     lib = deftc_lib.found()
     if not (lib and os.path.isfile(os.path.join(os.path.dirname(lib), 'deftc_torch_op.so'))):
         skip('compiled and ctypes paths give the same bits', 'the compiled operator is not built: make torch-op')
