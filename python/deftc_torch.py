@@ -332,9 +332,10 @@ def _backward(ctx, grad):
 
 
 # OP_PATH: which kernels torch.ops.deftc.deform_conv2d and its backward run - 'compiled' (the C++
-# operator, python/csrc/deftc_torch_op.cpp, which defines both ops and their CPU and CUDA kernels)
-# or 'ctypes' (the Python functions above, defined as ops here). Fake kernels, autograd and
-# autocast are registered in Python on either.
+# operator, python/csrc/deftc_torch_op.cpp, which defines both ops, their CPU and CUDA kernels and
+# the autograd formula, so that a forward + backward pair runs no Python of its own) or 'ctypes'
+# (the Python functions above, defined as ops here, with _setup_context and _backward as their
+# autograd formula). Fake kernels and autocast are registered in Python on either.
 OP_PATH, _COMPILED_OP = _choose_op_path()
 if OP_PATH == 'compiled':
     try:
@@ -348,7 +349,8 @@ else:
                             device_types=('cpu', 'cuda'))
 torch.library.register_fake(_OP, _deform_conv2d_fake)
 torch.library.register_fake('deftc::deform_conv2d_backward', _deform_conv2d_backward_fake)
-torch.library.register_autograd(_OP, _backward, setup_context=_setup_context)
+if OP_PATH == 'ctypes':
+    torch.library.register_autograd(_OP, _backward, setup_context=_setup_context)
 
 
 def _autocast_kernel(device_type):

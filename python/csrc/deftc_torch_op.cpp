@@ -1,11 +1,12 @@
 // deftc_torch_op.cpp: deftc::deform_conv2d and deftc::deform_conv2d_backward as compiled PyTorch
-// operators - the schemas (TORCH_LIBRARY) and their CPU and CUDA kernels (TORCH_LIBRARY_IMPL),
-// which call libdeftc.so's C API (ops/deform/dt_deform_api.h) on the tensors' data pointers. It
-// is python/deftc_torch.py's ctypes kernels in C++: the same argument checks and messages, the
-// same decisions of what is passed as it is and what is copied (deftc_torch.py's _Plan, _fmt, _as,
-// _grad_as), the same C calls. deftc_torch.py loads it (torch.ops.load_library) when it is built
+// operators - the schemas (TORCH_LIBRARY), their CPU and CUDA kernels, which call libdeftc.so's
+// C API (ops/deform/dt_deform_api.h) on the tensors' data pointers, and the forward's autograd
+// formula (TORCH_LIBRARY_IMPL). It is python/deftc_torch.py's ctypes kernels and autograd formula
+// in C++: the same argument checks and messages, the same decisions of what is passed as it is
+// and what is copied (deftc_torch.py's _Plan, _fmt, _as, _grad_as), the same C calls, the same
+// gradients wanted. deftc_torch.py loads it (torch.ops.load_library) when it is built
 // (`make torch-op`) and registers the rest in Python on top of it, as for the ctypes op: the fake
-// kernels, autograd and autocast.
+// kernels and autocast.
 //
 // ABI: PyTorch's regular C++ API (TORCH_LIBRARY, at::Tensor), not the LibTorch stable ABI
 // (STABLE_TORCH_LIBRARY): the kernels allocate and copy in a memory format (channels_last
@@ -19,6 +20,7 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/generic_math.h>
 #include <pybind11/pybind11.h>
+#include <torch/autograd.h>
 #include <torch/library.h>
 
 #include <optional>
@@ -102,7 +104,11 @@ at::Tensor as_format(const at::Tensor &t, Format f) {
 // A gradient g as autograd keeps it for the input `own`: in own's dtype with the strides
 // at::empty_like(own) has - g itself when it is so already, else one copy (_grad_as).
 at::Tensor as_grad_of(const at::Tensor &g, const at::Tensor &own) {
-    if (g.scalar_type() == own.scalar_type() && g.strides() == at::empty_like(own, own.options().device(at::kMeta)).strides())
+    if (g.scalar_type() != own.scalar_type()) return at::empty_like(own, own.options().device(g.device())).copy_(g);
+    // A dense `own` (the usual case) gets its own strides from at::empty_like: compared directly,
+    // without the meta tensor (an allocation through the dispatcher for each gradient).
+    if (own.is_non_overlapping_and_dense() && g.strides() == own.strides()) return g;
+    if (g.strides() == at::empty_like(own, own.options().device(at::kMeta)).strides())
         return g;
     return at::empty_like(own, own.options().device(g.device())).copy_(g);
 }
@@ -311,6 +317,103 @@ std::vector<at::Tensor> backward(const at::Tensor &grad, const at::Tensor &input
     return grads;
 }
 
+// deftc::deform_conv2d's autograd formula (the Autograd key's kernel, so that a forward +
+// backward pair runs no Python beyond the caller's): the forward redispatches below autograd to
+// the CPU / CUDA kernel (or the fake one under torch.compile), the backward calls
+// deftc::deform_conv2d_backward through the dispatcher. deftc_torch.py's _setup_context and
+// _backward in C++ - the ctypes path registers those; the behaviour is the same:
+//  - the gradients wanted are those of the inputs that required grad at the forward (Python's
+//    ctx.needs_input_grad is fixed then too), bias and mask only when given;
+//  - an undefined incoming gradient is materialized as zeros (set_materialize_grads' default);
+//  - a double backward goes through deform_conv2d_backward, which has no autograd formula, as
+//    Python's backward calling it does.
+at::Tensor forward_below_autograd(const at::Tensor &input, const at::Tensor &offset, const at::Tensor &weight,
+                                  const std::optional<at::Tensor> &bias, c10::SymIntArrayRef stride,
+                                  c10::SymIntArrayRef padding, c10::SymIntArrayRef dilation,
+                                  const std::optional<at::Tensor> &mask, c10::string_view mode, bool deterministic,
+                                  std::optional<c10::string_view> precision) {
+    static auto op = c10::Dispatcher::singleton()
+                         .findSchemaOrThrow("deftc::deform_conv2d", "")
+                         .typed<at::Tensor(const at::Tensor &, const at::Tensor &, const at::Tensor &,
+                                           const std::optional<at::Tensor> &, c10::SymIntArrayRef, c10::SymIntArrayRef,
+                                           c10::SymIntArrayRef, const std::optional<at::Tensor> &, c10::string_view,
+                                           bool, std::optional<c10::string_view>)>();
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    return op.call(input, offset, weight, bias, stride, padding, dilation, mask, mode, deterministic, precision);
+}
+
+class DeformConv2dAutograd : public torch::autograd::Function<DeformConv2dAutograd> {
+  public:
+    static at::Tensor forward(torch::autograd::AutogradContext *ctx, const at::Tensor &input, const at::Tensor &offset,
+                              const at::Tensor &weight, const std::optional<at::Tensor> &bias, c10::SymIntArrayRef stride,
+                              c10::SymIntArrayRef padding, c10::SymIntArrayRef dilation,
+                              const std::optional<at::Tensor> &mask, c10::string_view mode, bool deterministic,
+                              std::optional<c10::string_view> precision) {
+        at::Tensor y = forward_below_autograd(input, offset, weight, bias, stride, padding, dilation, mask, mode,
+                                              deterministic, precision);
+        at::Tensor none;  // an absent bias or mask is saved as an undefined tensor
+        ctx->save_for_backward({input, offset, weight, bias.value_or(none), mask.value_or(none)});
+        c10::List<bool> wanted({input.requires_grad(), offset.requires_grad(), weight.requires_grad(),
+                                bias && bias->requires_grad(), mask && mask->requires_grad()});
+        ctx->saved_data["wanted"] = wanted;
+        ctx->saved_data["stride"] = stride;
+        ctx->saved_data["padding"] = padding;
+        ctx->saved_data["dilation"] = dilation;
+        ctx->saved_data["mode"] = std::string(mode);
+        ctx->saved_data["deterministic"] = deterministic;
+        ctx->saved_data["precision"] = precision ? c10::IValue(std::string(*precision)) : c10::IValue();
+        return y;
+    }
+
+    // One gradient for each of the op's 11 arguments (undefined for the options and for the
+    // inputs that wanted none): input, offset, weight, bias, stride, padding, dilation, mask, ...
+    static torch::autograd::variable_list backward(torch::autograd::AutogradContext *ctx,
+                                                   torch::autograd::variable_list grads) {
+        static auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("deftc::deform_conv2d_backward", "")
+                             .typed<std::vector<at::Tensor>(
+                                 const at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Tensor &,
+                                 const std::optional<at::Tensor> &, c10::SymIntArrayRef, c10::SymIntArrayRef,
+                                 c10::SymIntArrayRef, const std::optional<at::Tensor> &, c10::string_view, bool,
+                                 std::optional<c10::string_view>, const c10::List<bool> &)>();
+        torch::autograd::variable_list saved = ctx->get_saved_variables();
+        auto given = [](const at::Tensor &t) { return t.defined() ? std::optional<at::Tensor>(t) : std::nullopt; };
+        const c10::IValue &precision = ctx->saved_data["precision"];
+        c10::List<bool> wanted = ctx->saved_data["wanted"].toBoolList();
+        // Without create_graph there is no graph to record: past the backward op's autograd
+        // fallback (a boxed call that would only redispatch); with it, through the fallback, as
+        // Python's backward calling the op goes.
+        std::optional<at::AutoDispatchBelowADInplaceOrView> below_autograd;
+        if (!at::GradMode::is_enabled()) below_autograd.emplace();
+        std::vector<at::Tensor> got = op.call(
+            grads[0], saved[0], saved[1], saved[2], given(saved[3]), ctx->saved_data["stride"].toSymIntVector(),
+            ctx->saved_data["padding"].toSymIntVector(), ctx->saved_data["dilation"].toSymIntVector(),
+            given(saved[4]), ctx->saved_data["mode"].toStringRef(), ctx->saved_data["deterministic"].toBool(),
+            precision.isNone() ? std::nullopt : std::optional<c10::string_view>(precision.toStringRef()), wanted);
+        torch::autograd::variable_list out(11);
+        const int argument[] = {0, 1, 2, 3, 7};  // (input, offset, weight, bias, mask) among the op's arguments
+        size_t next = 0;
+        for (int i = 0; i < 5; i++)
+            if (wanted[i]) out[argument[i]] = got[next++];
+        return out;
+    }
+};
+
+at::Tensor forward_autograd(const at::Tensor &input, const at::Tensor &offset, const at::Tensor &weight,
+                            const std::optional<at::Tensor> &bias, c10::SymIntArrayRef stride,
+                            c10::SymIntArrayRef padding, c10::SymIntArrayRef dilation,
+                            const std::optional<at::Tensor> &mask, c10::string_view mode, bool deterministic,
+                            std::optional<c10::string_view> precision) {
+    bool recorded = at::GradMode::is_enabled() && (input.requires_grad() || offset.requires_grad() ||
+                                                   weight.requires_grad() || (bias && bias->requires_grad()) ||
+                                                   (mask && mask->requires_grad()));
+    if (!recorded)  // no graph to record (no_grad, or no input requiring grad): the kernel alone, no node
+        return forward_below_autograd(input, offset, weight, bias, stride, padding, dilation, mask, mode,
+                                      deterministic, precision);
+    return DeformConv2dAutograd::apply(input, offset, weight, bias, stride, padding, dilation, mask, mode,
+                                       deterministic, precision);
+}
+
 }  // namespace
 
 // The schemas and tag torch.library.custom_op gives deftc_torch.py's ctypes op (from its type
@@ -334,3 +437,5 @@ TORCH_LIBRARY_IMPL(deftc, CUDA, m) {
     m.impl("deform_conv2d", &forward);
     m.impl("deform_conv2d_backward", &backward);
 }
+
+TORCH_LIBRARY_IMPL(deftc, Autograd, m) { m.impl("deform_conv2d", &forward_autograd); }

@@ -516,6 +516,53 @@ torch.save((dtt.OP_PATH, out), sys.argv[1])
 '''
 
 
+def pair_python_calls():
+    """'file:function' of each Python function of deftc_torch, deftc_lib or torch.library that one
+    forward + backward pair of the op (float32 [1, 4, 4, 4], 3x3, bias, every input requiring grad)
+    runs, the op and torch.autograd.grad called directly; the profiler sees this thread's calls,
+    and the CPU backward runs on it."""
+    g = torch.Generator().manual_seed(8)
+    x, off = torch.randn(1, 4, 4, 4, generator=g), torch.randn(1, 18, 4, 4, generator=g)
+    w, b = torch.randn(4, 4, 3, 3, generator=g), torch.randn(4, generator=g)
+    ins = [t.requires_grad_() for t in (x, off, w, b)]
+    gy = torch.ones(1, 4, 4, 4)
+    ran = []
+
+    def probe(frame, event, arg):
+        path = frame.f_code.co_filename
+        if event == 'call' and (path.endswith(('deftc_torch.py', 'deftc_lib.py')) or
+                                os.sep + '_library' + os.sep in path):
+            ran.append('%s:%s' % (os.path.basename(path), frame.f_code.co_name))
+    sys.setprofile(probe)
+    try:
+        y = torch.ops.deftc.deform_conv2d(x, off, w, b, (1, 1), (1, 1), (1, 1), None, 'deft', False, None)
+        torch.autograd.grad(y, ins, gy)
+    finally:
+        sys.setprofile(None)
+    return ran
+
+
+def backward_oom():
+    """(the exception y.backward raises when deftc's first host allocation in the backward fails,
+    whether a pair works after it): on the compiled path it crosses PyTorch's C++ autograd engine."""
+    import ctypes
+    import deftc_lib
+    lib = deftc_lib.library()
+    x, off = torch.randn(1, 4, 5, 5, requires_grad=True), torch.randn(1, 18, 5, 5, requires_grad=True)
+    w, b = torch.randn(4, 4, 3, 3, requires_grad=True), torch.randn(4, requires_grad=True)
+    y = dtt.deform_conv2d(x, off, w, b, padding=1)
+    err = None
+    lib.dt_inject_arm(ctypes.c_int(0), ctypes.c_long(1))  # DT_INJECT_HOST_ALLOC: the next host allocation fails
+    try:
+        y.backward(torch.ones_like(y))
+    except Exception as e:
+        err = e
+    lib.dt_inject_arm(ctypes.c_int(0), ctypes.c_long(0))  # disarmed
+    y = dtt.deform_conv2d(x, off, w, b, padding=1)
+    y.backward(torch.ones_like(y))
+    return err, x.grad is not None
+
+
 def paths_family():
     """This run's path is the one $DEFTC_TORCH_OP names (else compiled when built); its argument
     errors are deftc_lib.DeftcError (RuntimeError and ValueError, status -1) with the op's name;
@@ -536,6 +583,17 @@ def paths_family():
     check('%s: an argument error is deftc_lib.DeftcError (RuntimeError, ValueError, status -1)' % dtt.OP_PATH,
           isinstance(err, deftc_lib.DeftcError) and isinstance(err, ValueError) and err.status == -1
           and str(err).startswith('deftc::deform_conv2d: the shape of the offset tensor'), repr(err))
+    ran = pair_python_calls()
+    if dtt.OP_PATH == 'compiled':
+        check('compiled: a forward + backward pair runs no Python of deftc_torch or torch.library (the autograd '
+              'formula is C++)', not ran, ', '.join(ran[:8]))
+    else:
+        check('ctypes: a forward + backward pair runs its kernels and autograd formula in Python (the probe sees '
+              'them)', any(name.endswith(':_backward') for name in ran), ', '.join(ran[:8]))
+    err, again = backward_oom()
+    check('%s: an out of memory in the backward (host allocation failed by injection) reaches the caller as '
+          'DeftcOutOfMemory (torch.OutOfMemoryError), and the next pair works' % dtt.OP_PATH,
+          isinstance(err, deftc_lib.DeftcOutOfMemory) and isinstance(err, torch.OutOfMemoryError) and again, repr(err))
     lib = deftc_lib.found()
     if not (lib and os.path.isfile(os.path.join(os.path.dirname(lib), 'deftc_torch_op.so'))):
         skip('compiled and ctypes paths give the same bits', 'the compiled operator is not built: make torch-op')
