@@ -11,13 +11,14 @@
 #include "ops/deform/offset_conv.cuh" /* k_sum_parts */
 #include "ops/deform/offset_conv.h"
 #include "ops/deform/offset_conv_sm90.h"
+#include "ops/deform/offset_conv_tc.h" /* dt_offconv_db_parts */
 #include "ops/pointwise/layout.h"
 
 namespace {
 
 typedef __nv_bfloat16 bf16;
 
-const int COLSUM_ROWS = 1024; /* positions a block of the bias gradient's column sums */
+const int COLSUM_ROWS = 1024; /* positions a slab of the bias gradient's column sums */
 
 int64_t round8(int64_t v) { return (v + 7) / 8 * 8; }
 size_t align256(size_t b) { return (b + 255) / 256 * 256; }
@@ -53,29 +54,6 @@ __global__ void k_dom_bf16(int64_t Q, int OC, int OCS, int OC8, const float *__r
         const int64_t q = i / OC8;
         const int o = (int)(i - q * OC8);
         domb[i] = __float2bfloat16_rn(o < OC ? dom[q * OCS + o] : 0.0f);
-    }
-}
-
-/* part [blocks][OC] = the column sums of dom [Q, OCS] over slab blockIdx.x (COLSUM_ROWS positions):
- * 256 threads = 32 columns x 8 row lanes, each lane every 8th row, the 8 lanes added in lane
- * order - an order fixed by the shape */
-__global__ void k_dom_colsum(int Q, int OC, int OCS, const float *__restrict__ dom, float *__restrict__ part) {
-    __shared__ float lanes[8][33];
-    const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
-    const int q0 = blockIdx.x * COLSUM_ROWS, q1 = min(Q, q0 + COLSUM_ROWS);
-    for (int o0 = 0; o0 < OC; o0 += 32) {
-        const int o = o0 + tx;
-        float s = 0.0f;
-        if (o < OC)
-            for (int q = q0 + ty; q < q1; q += 8) s += dom[(int64_t)q * OCS + o];
-        lanes[ty][tx] = s;
-        __syncthreads();
-        if (ty == 0 && o < OC) {
-            float t = lanes[0][tx];
-            for (int r = 1; r < 8; r++) t += lanes[r][tx];
-            part[(int64_t)blockIdx.x * OC + o] = t;
-        }
-        __syncthreads();
     }
 }
 
@@ -118,10 +96,10 @@ void dt_offconv_sm90_fwd(const dt_deform_plan *p, int64_t nb, const void *xT, co
 
 void dt_offconv_sm90_bwd_weight(const dt_deform_plan *p, int64_t nb, const void *xT, const float *dom, float beta_w,
                                 float *dw, float beta_b, float *db, void *ws) {
-    const int64_t Q = nb * p->P, OC8 = round8(p->OC), slabs = (Q + COLSUM_ROWS - 1) / COLSUM_ROWS;
+    const int64_t Q = nb * p->P, OC8 = round8(p->OC);
     bf16 *domb = (bf16 *)ws;                                                     /* [Q, OC8] */
     float *dwe = (float *)((char *)ws + align256(sizeof(bf16) * (size_t)(Q * OC8))); /* [OC8, K, C] */
-    float *part = (float *)((char *)dwe + align256(sizeof(float) * (size_t)(OC8 * p->KC))); /* [slabs][OC] */
+    float *part = (float *)((char *)dwe + align256(sizeof(float) * (size_t)(OC8 * p->KC))); /* [ceil(Q / COLSUM_ROWS)][OC] */
     if (dw) {
         k_dom_bf16<<<dt_grid_for(Q * OC8, 256), 256, 0, dt_stream()>>>(Q, (int)p->OC, (int)p->OCS, (int)OC8, dom, domb);
         DT_CHECK_LAUNCH();
@@ -131,11 +109,8 @@ void dt_offconv_sm90_bwd_weight(const dt_deform_plan *p, int64_t nb, const void 
         dt_nhwc_to_nchw_cuda(p->OC, p->C, p->K, dwe, p->C, NULL, beta_w, dw);
     }
     if (db) {
-        if (slabs) {
-            k_dom_colsum<<<(unsigned)slabs, 256, 0, dt_stream()>>>((int)Q, (int)p->OC, (int)p->OCS, dom, part);
-            DT_CHECK_LAUNCH();
-        }
-        k_sum_parts<<<1, 256, 0, dt_stream()>>>(p->OC, (int)slabs, part, beta_b, db);
+        const int nz = dt_offconv_db_parts(p, nb, dom, COLSUM_ROWS, part);
+        k_sum_parts<<<1, 256, 0, dt_stream()>>>(p->OC, nz, part, beta_b, db);
         DT_CHECK_LAUNCH();
     }
 }
