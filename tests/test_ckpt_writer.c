@@ -1,6 +1,7 @@
-/* The background checkpoint writer (train/ckpt_writer.h): writes one at a time, the last one
- * wins, a failed write is reported at the next call (and the file it would have replaced stays
- * whole), the writer goes on after it. The trainer's use of it - checkpoints written while the
+/* The background checkpoint writer (train/ckpt_writer.h): a submit never waits, one write at a
+ * time, the newest image wins (an image still waiting is superseded), a failed write is reported
+ * by the next call (and the file it would have replaced stays whole), the writer goes on after
+ * it. The trainer's use of it - checkpoints written while the
  * run goes on, an interrupt's checkpoint on disk before the run returns, a full disk - is in
  * tests/test_train.c (train_resume_is_bit_identical, train_write_failures_stop_the_run,
  * train_background_checkpoints_survive_an_interrupt). */
@@ -38,24 +39,30 @@ static int64_t step_of(const char *path, float *v) {
     return s;
 }
 
-DT_TEST(ckpt_writer_writes_in_the_background_one_at_a_time) {
+DT_TEST(ckpt_writer_never_waits_and_the_newest_image_wins) {
     char path[700];
     snprintf(path, sizeof path, "%s/run.ckpt", dt_test_tmpdir());
     dt_ckpt_writer *w = dt_ckpt_writer_new();
     dt_err err;
-    /* three in a row, 4 MB each: each submit waits for the one before, the last one wins */
-    for (int i = 1; i <= 3; i++) {
+    /* six in a row, 16 MB each: a submit is a hand-over (microseconds), a write takes
+     * milliseconds, so the images submitted while one is written replace each other */
+    for (int i = 1; i <= 6; i++) {
         dt_ckpt_image img;
-        image_of((int64_t)1 << 20, (float)i, 10 * i, &img);
+        image_of((int64_t)1 << 22, (float)i, 10 * i, &img);
         EXPECT_MSG(dt_ckpt_writer_submit(w, path, &img, &err) == 0, "write %d: %s", i, err.msg);
         EXPECT(img.body == NULL); /* the writer took it */
     }
     double ms = -1;
     EXPECT_MSG(dt_ckpt_writer_wait(w, &ms, &err) == 0, "%s", err.msg);
-    EXPECT(ms >= 0);
+    EXPECT(ms > 0);
     float v = 0;
-    EXPECT_EQ_INT(step_of(path, &v), 30);
-    EXPECT(v == 3.0f);
+    EXPECT_EQ_INT(step_of(path, &v), 60); /* the newest, whole */
+    EXPECT(v == 6.0f);
+    dt_ckpt_writer_counts c = dt_ckpt_writer_counts_of(w);
+    EXPECT_EQ_INT(c.submitted, 6);
+    EXPECT_EQ_INT(c.written + c.superseded, 6);
+    EXPECT_MSG(c.superseded >= 1 && c.written >= 1, "%lld written, %lld superseded", (long long)c.written,
+               (long long)c.superseded);
     char tmp[760];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     EXPECT_MSG(access(tmp, F_OK) != 0, "%s left behind", tmp);
@@ -76,16 +83,25 @@ DT_TEST(ckpt_writer_reports_a_failed_write_at_the_next_call) {
     image_of(64, 1.0f, 2, &img);
     EXPECT_EQ_INT(dt_ckpt_writer_submit(w, good, &img, &err), 0);
     EXPECT_EQ_INT(dt_ckpt_writer_wait(w, NULL, &err), 0);
-    /* the failing write is started; its failure is the next submit's, which writes nothing */
+    /* the failing write is accepted; its failure is the next call's */
     image_of(64, 2.0f, 4, &img);
     EXPECT_EQ_INT(dt_ckpt_writer_submit(w, bad, &img, &err), 0); /* the target is checked in the writer */
-    image_of(64, 3.0f, 6, &img);
-    EXPECT_EQ_INT(dt_ckpt_writer_submit(w, good, &img, &err), -1);
+    EXPECT_EQ_INT(dt_ckpt_writer_wait(w, NULL, &err), -1);
     EXPECT_MSG(strstr(err.msg, "checkpoint") && strstr(err.msg, "a_folder.ckpt"), "the failure's message: %s", err.msg);
-    EXPECT(img.body == NULL); /* freed unwritten */
+    EXPECT_EQ_INT(dt_ckpt_writer_wait(w, NULL, &err), 0); /* reported once */
     float v = 0;
     EXPECT_EQ_INT(step_of(good, &v), 2); /* the good file is the first write's, whole */
     EXPECT(v == 1.0f);
+    /* a failure seen by a submit: that image is freed unwritten */
+    image_of(64, 3.0f, 6, &img);
+    EXPECT_EQ_INT(dt_ckpt_writer_submit(w, bad, &img, &err), 0);
+    for (int i = 0; i < 10000 && dt_ckpt_writer_counts_of(w).failed < 2; i++) usleep(1000); /* the write is done */
+    EXPECT_EQ_INT(dt_ckpt_writer_counts_of(w).failed, 2);
+    image_of(64, 3.5f, 7, &img);
+    EXPECT_EQ_INT(dt_ckpt_writer_submit(w, good, &img, &err), -1);
+    EXPECT_MSG(strstr(err.msg, "a_folder.ckpt"), "the failure's message: %s", err.msg);
+    EXPECT(img.body == NULL); /* freed unwritten */
+    EXPECT_EQ_INT(step_of(good, &v), 2);
     /* the writer goes on */
     image_of(64, 4.0f, 8, &img);
     EXPECT_EQ_INT(dt_ckpt_writer_submit(w, good, &img, &err), 0);

@@ -1,5 +1,5 @@
-/* Checkpoints written in the background (ckpt_writer.h): one thread a write, joined before
- * the next starts. */
+/* Checkpoints written in the background (ckpt_writer.h): one writer thread for the run's life,
+ * a slot for the image being written and one for the newest image waiting; the newest wins. */
 #include "train/ckpt_writer.h"
 
 #include <pthread.h>
@@ -9,67 +9,139 @@
 #include "core/dt_timer.h"
 
 struct dt_ckpt_writer {
+    pthread_mutex_t mu;
+    pthread_cond_t work; /* a pending image, or the end: the thread wakes */
+    pthread_cond_t idle; /* nothing pending, nothing being written: waiters wake */
     pthread_t thread;
-    int busy;          /* a thread was started and not joined */
-    char path[1024];   /* the write in progress */
-    dt_ckpt_image img; /* its bytes, freed by the join */
-    int rc;            /* its result, and its error */
+    int started, ending;
+    int have_pending, writing;
+    char pending_path[1024];
+    dt_ckpt_image pending; /* the newest submitted image not yet started */
+    int failed;            /* a write failed and no call has reported it yet */
     dt_err err;
-    double ms;         /* its time in the writer thread */
+    double ms;             /* the last finished write's time in the writer thread */
+    dt_ckpt_writer_counts counts;
 };
 
+/* The writer thread: takes the pending image, writes it with the lock released, records the
+ * result, and sleeps until the next one or the end. */
 static void *write_main(void *arg) {
     dt_ckpt_writer *w = arg;
-    const double t0 = dt_now_ms();
-    w->rc = dt_ckpt_image_write(w->path, &w->img, &w->err);
-    w->ms = dt_now_ms() - t0;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (!w->have_pending && !w->ending) pthread_cond_wait(&w->work, &w->mu);
+        if (!w->have_pending) break; /* ending, nothing left */
+        char path[sizeof w->pending_path];
+        memcpy(path, w->pending_path, sizeof path);
+        dt_ckpt_image img = w->pending;
+        memset(&w->pending, 0, sizeof w->pending);
+        w->have_pending = 0;
+        w->writing = 1;
+        pthread_mutex_unlock(&w->mu);
+        dt_err err;
+        const double t0 = dt_now_ms();
+        const int rc = dt_ckpt_image_write(path, &img, &err);
+        const double ms = dt_now_ms() - t0;
+        dt_ckpt_image_free(&img);
+        pthread_mutex_lock(&w->mu);
+        w->writing = 0;
+        w->ms = ms;
+        if (rc) {
+            if (!w->failed) w->err = err; /* the first failure is the one reported */
+            w->failed = 1;
+            w->counts.failed++;
+        } else {
+            w->counts.written++;
+        }
+        if (!w->have_pending) pthread_cond_broadcast(&w->idle);
+    }
+    pthread_mutex_unlock(&w->mu);
     return NULL;
 }
 
-dt_ckpt_writer *dt_ckpt_writer_new(void) { return dt_xcalloc(1, sizeof(dt_ckpt_writer)); }
+dt_ckpt_writer *dt_ckpt_writer_new(void) {
+    dt_ckpt_writer *w = dt_xcalloc(1, sizeof(dt_ckpt_writer));
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->work, NULL);
+    pthread_cond_init(&w->idle, NULL);
+    w->started = pthread_create(&w->thread, NULL, write_main, w) == 0; /* no thread: submit writes in place */
+    return w;
+}
+
+/* Reports (and clears) a failure no call has reported yet; the lock is held. */
+static int take_failure(dt_ckpt_writer *w, dt_err *err) {
+    if (!w->failed) return 0;
+    w->failed = 0;
+    if (err) *err = w->err;
+    return -1;
+}
 
 int dt_ckpt_writer_wait(dt_ckpt_writer *w, double *write_ms, dt_err *err) {
     if (write_ms) *write_ms = 0;
-    if (!w || !w->busy) return 0;
-    pthread_join(w->thread, NULL);
-    w->busy = 0;
-    dt_ckpt_image_free(&w->img);
-    if (write_ms) *write_ms = w->ms;
-    if (w->rc) {
-        if (err) *err = w->err;
-        return -1;
-    }
-    return 0;
+    if (!w) return 0;
+    pthread_mutex_lock(&w->mu);
+    const int busy = w->have_pending || w->writing;
+    while (w->have_pending || w->writing) pthread_cond_wait(&w->idle, &w->mu);
+    if (write_ms && busy) *write_ms = w->ms;
+    const int rc = take_failure(w, err);
+    pthread_mutex_unlock(&w->mu);
+    return rc;
 }
 
 int dt_ckpt_writer_submit(dt_ckpt_writer *w, const char *path, dt_ckpt_image *img, dt_err *err) {
-    if (dt_ckpt_writer_wait(w, NULL, err)) {
+    if (strlen(path) >= sizeof w->pending_path) {
+        dt_ckpt_image_free(img);
+        return dt_errf(err, "checkpoint path %.64s... is longer than %zu bytes", path, sizeof w->pending_path - 1);
+    }
+    pthread_mutex_lock(&w->mu);
+    if (take_failure(w, err)) {
+        pthread_mutex_unlock(&w->mu);
         dt_ckpt_image_free(img);
         return -1;
     }
-    if (strlen(path) >= sizeof w->path) {
+    w->counts.submitted++;
+    if (!w->started) { /* no writer thread: the write happens here, as a synchronous one would */
+        pthread_mutex_unlock(&w->mu);
+        const int rc = dt_ckpt_image_write(path, img, err);
         dt_ckpt_image_free(img);
-        return dt_errf(err, "checkpoint path %.64s... is longer than %zu bytes", path, sizeof w->path - 1);
+        pthread_mutex_lock(&w->mu);
+        if (rc) w->counts.failed++;
+        else w->counts.written++;
+        pthread_mutex_unlock(&w->mu);
+        return rc;
     }
-    snprintf(w->path, sizeof w->path, "%s", path);
-    w->img = *img;
+    if (w->have_pending) { /* never started: the newer image replaces it */
+        dt_ckpt_image_free(&w->pending);
+        w->counts.superseded++;
+    }
+    snprintf(w->pending_path, sizeof w->pending_path, "%s", path);
+    w->pending = *img;
     memset(img, 0, sizeof *img);
-    w->rc = 0;
-    if (pthread_create(&w->thread, NULL, write_main, w) != 0) { /* no thread: write it here */
-        write_main(w);
-        dt_ckpt_image_free(&w->img);
-        if (w->rc) {
-            *err = w->err;
-            return -1;
-        }
-        return 0;
-    }
-    w->busy = 1;
+    w->have_pending = 1;
+    pthread_cond_signal(&w->work);
+    pthread_mutex_unlock(&w->mu);
     return 0;
+}
+
+dt_ckpt_writer_counts dt_ckpt_writer_counts_of(dt_ckpt_writer *w) {
+    pthread_mutex_lock(&w->mu);
+    dt_ckpt_writer_counts c = w->counts;
+    pthread_mutex_unlock(&w->mu);
+    return c;
 }
 
 void dt_ckpt_writer_free(dt_ckpt_writer *w) {
     if (!w) return;
     dt_ckpt_writer_wait(w, NULL, NULL);
+    if (w->started) {
+        pthread_mutex_lock(&w->mu);
+        w->ending = 1;
+        pthread_cond_signal(&w->work);
+        pthread_mutex_unlock(&w->mu);
+        pthread_join(w->thread, NULL);
+    }
+    pthread_cond_destroy(&w->idle);
+    pthread_cond_destroy(&w->work);
+    pthread_mutex_destroy(&w->mu);
     free(w);
 }

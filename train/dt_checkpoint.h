@@ -63,7 +63,8 @@ dt_ckpt_pos dt_ckpt_pos_rescale(dt_ckpt_pos pos, int64_t was, int64_t now, int64
 /* A checkpoint file's bytes in memory: the 28-byte header (magic, version, body length, FNV-1a
  * checksum of the body) and the body (the config text, the position, the tensors). Serializing
  * copies every tensor to the host (the snapshot: the tensors may change right after); writing
- * is the file system's part, which train/ckpt_writer.h moves off the training thread. */
+ * - the header's checksum, then the file system's part - is what train/ckpt_writer.h moves off
+ * the training thread. */
 typedef struct {
     unsigned char head[28];
     unsigned char *body;
@@ -74,9 +75,9 @@ typedef struct {
  * fails is fatal, as for every host buffer of the trainer). */
 void dt_checkpoint_serialize(const char *config_text, const dt_ckpt_pos *pos, const dt_ckpt_item *items, int n,
                             dt_ckpt_image *img);
-/* Writes img as the whole new file `path` (atomic_file.h: a temporary file, fsync, rename; the
- * previous file is untouched on failure). 0, or -1 with err set. */
-int dt_ckpt_image_write(const char *path, const dt_ckpt_image *img, dt_err *err);
+/* Fills img's header and writes img as the whole new file `path` (atomic_file.h: a temporary
+ * file, fsync, rename; the previous file is untouched on failure). 0, or -1 with err set. */
+int dt_ckpt_image_write(const char *path, dt_ckpt_image *img, dt_err *err);
 void dt_ckpt_image_free(dt_ckpt_image *img);
 /* Serialize + write, in the calling thread. */
 int dt_checkpoint_save(const char *path, const char *config_text, const dt_ckpt_pos *pos, const dt_ckpt_item *items,

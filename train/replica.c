@@ -664,9 +664,10 @@ static void log_offset_stats(replica *r, int64_t epoch) {
 
 /* The checkpoint of this replica's state at `np` (replica 0): serialized here - the tensors
  * copied to the host, after which training may change them - and written to the run's path by
- * its background writer (ckpt_writer.h) while the next steps run; wait: written before this
- * returns (the run stops after it: an interrupt, stop_at). The previous write is waited for
- * first, and its failure is this call's. */
+ * its background writer (ckpt_writer.h) while the next steps run - never waiting for the
+ * disk, which a slower disk answers by superseding a checkpoint still waiting for it; wait:
+ * written before this returns (the run stops after it: an interrupt, stop_at). An earlier
+ * write's failure is this call's. */
 static int save_ckpt(replica *r, const dt_ckpt_pos *np, int wait) {
     train_run *run = r->run;
     const double t0 = dt_now_ms();
@@ -877,6 +878,10 @@ int replica_main(replica *r) {
         rc = train_epochs(r);
         /* the last checkpoint on disk before the run reports its end */
         if (r->rank == 0 && dt_ckpt_writer_wait(run->ckpt_writer, NULL, rc ? NULL : &r->err)) rc = 1;
+        const dt_ckpt_writer_counts wc = dt_ckpt_writer_counts_of(run->ckpt_writer);
+        if (!rc && r->rank == 0 && wc.superseded)
+            SAY(r, "checkpoints: %lld written, %lld superseded by a newer one before the disk took them",
+                (long long)wc.written, (long long)wc.superseded);
         if (!rc && r->rank == run->first_rank && interrupted(r)) run->interrupted = 1;
     }
     /* A replica that fails ends the run on all (the others' waits see the abort). */
