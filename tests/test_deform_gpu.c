@@ -186,15 +186,13 @@ DT_GPU_TEST(gpu_deft_kernels_match_cpu_twins) {
             memcpy(rw, dw0, p.OC * p.KC * 4);
             memcpy(rb, db0, p.OC * 4);
             memcpy(rx, dx0, nx * 4);
-            dt_offconv_bwd_weight_cpu(&p, nb, xT, dom, (float)beta, rw, (float)beta, rb, NULL);
-            dt_offconv_bwd_input_cpu(&p, nb, dom, woff, NULL, (float)beta, rx, NULL);
+            dt_offconv_bwd_cpu(&p, nb, xT, dom, woff, (float)beta, rw, (float)beta, rb, NULL, (float)beta, rx, NULL);
             for (int tiles = 0; tiles < 2; tiles++) {
                 dt_offconv_use_tiles(tiles);
                 dt_copy_h2d(gdw, dw0, p.OC * p.KC * 4);
                 dt_copy_h2d(gdb, db0, p.OC * 4);
                 dt_copy_h2d(gdxT, dx0, nx * 4);
-                dt_offconv_bwd_weight_cuda(&p, nb, gx, gdom, (float)beta, gdw, (float)beta, gdb, gws);
-                dt_offconv_bwd_input_cuda(&p, nb, gdom, gwoff, NULL, (float)beta, gdxT, gws);
+                dt_offconv_bwd_cuda(&p, nb, gx, gdom, gwoff, (float)beta, gdw, (float)beta, gdb, NULL, (float)beta, gdxT, gws);
                 EXPECT(close_gpu(NAME("%s: offset conv dW [beta %d tiles %d]", c->name, beta, tiles), gdw, rw, p.OC * p.KC, 1e-5));
                 EXPECT(close_gpu(NAME("%s: offset conv db [beta %d tiles %d]", c->name, beta, tiles), gdb, rb, p.OC, 1e-5));
                 EXPECT(close_gpu(NAME("%s: offset conv dx [beta %d tiles %d]", c->name, beta, tiles), gdxT, rx, nx, 1e-5));

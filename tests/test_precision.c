@@ -553,11 +553,9 @@ DT_GPU_TEST(gpu_offset_conv_tensor_cores_within_format_bound) {
                 omb[q * p.OCS + oc] = (float)(oc >= 2 * p.GK ? sabs / 4 : sabs);
             }
         }
-        dt_offconv_bwd_weight_cpu(&p, n, x, dom, 0.0f, dw, 0.0f, db, NULL);
-        dt_offconv_bwd_weight_cpu(&p, n, xa, doma, 0.0f, dwb, 0.0f, dbb, NULL);
         memcpy(dx, dx0, nx * 4);
-        dt_offconv_bwd_input_cpu(&p, n, dom, w, NULL, 1.0f, dx, NULL);
-        dt_offconv_bwd_input_cpu(&p, n, doma, wa, NULL, 0.0f, dxb, NULL);
+        dt_offconv_bwd_cpu(&p, n, x, dom, w, 0.0f, dw, 0.0f, db, NULL, 1.0f, dx, NULL);
+        dt_offconv_bwd_cpu(&p, n, xa, doma, wa, 0.0f, dwb, 0.0f, dbb, NULL, 0.0f, dxb, NULL);
         for (int64_t e = 0; e < nx; e++) dxb[e] += fabsf(dx0[e]);
         /* the GPU in the reduced precision: x and dxT of the plan's dtype (bf16: x rounded, as the
          * bf16 kernels of the old policy rounded it inside) */
@@ -571,8 +569,7 @@ DT_GPU_TEST(gpu_offset_conv_tensor_cores_within_format_bound) {
         void *gws = dt_gpu_malloc(dt_offconv_ws_bytes_cuda(&pg, n));
         dt_memset_gpu(gom, 0xff, nom * 4);
         dt_offconv_fwd_cuda(&pg, n, gx, gw, gb, gom, gws);
-        dt_offconv_bwd_weight_cuda(&pg, n, gx, gdom, 0.0f, gdw, 0.0f, gdb, gws);
-        dt_offconv_bwd_input_cuda(&pg, n, gdom, gw, NULL, 1.0f, gdx, gws);
+        dt_offconv_bwd_cuda(&pg, n, gx, gdom, gw, 0.0f, gdw, 0.0f, gdb, NULL, 1.0f, gdx, gws);
         float *hom = malloc(nom * 4), *hdw = malloc(nw * 4), *hdb = malloc(p.OC * 4), *hdx = malloc(nx * 4);
         dt_copy_d2h(hom, gom, nom * 4), dt_copy_d2h(hdw, gdw, nw * 4), dt_copy_d2h(hdb, gdb, p.OC * 4);
         if (bf) {

@@ -295,15 +295,13 @@ static void validate_offconv(int tiles) {
         float *dx = (float *)malloc(nx * 4);
         memcpy(dx, dx0, nx * 4);
         dt_offconv_fwd_cpu(&p, nb, xT, w, b, om, NULL);
-        dt_offconv_bwd_weight_cpu(&p, nb, xT, dom, 0.0f, dw, 0.0f, db, NULL);
-        dt_offconv_bwd_input_cpu(&p, nb, dom, w, NULL, 1.0f, dx, NULL);
+        dt_offconv_bwd_cpu(&p, nb, xT, dom, w, 0.0f, dw, 0.0f, db, NULL, 1.0f, dx, NULL);
         float *gx = up(xT, nx), *gw = up(w, p.OC * p.KC), *gb = up(b, p.OC), *gdom = up(dom, Q * p.OCS), *gdx = up(dx0, nx);
         float *gom = (float *)dt_gpu_malloc(Q * p.OCS * 4), *gdw = (float *)dt_gpu_malloc(p.OC * p.KC * 4);
         float *gdb = (float *)dt_gpu_malloc(p.OC * 4);
         void *ws = dt_gpu_malloc(dt_offconv_ws_bytes_cuda(&p, nb));
         dt_offconv_fwd_cuda(&p, nb, gx, gw, gb, gom, ws);
-        dt_offconv_bwd_weight_cuda(&p, nb, gx, gdom, 0.0f, gdw, 0.0f, gdb, ws);
-        dt_offconv_bwd_input_cuda(&p, nb, gdom, gw, NULL, 1.0f, gdx, ws);
+        dt_offconv_bwd_cuda(&p, nb, gx, gdom, gw, 0.0f, gdw, 0.0f, gdb, NULL, 1.0f, gdx, ws);
         printf("validate offconv %-5s C %3lld s%d d%d G%d mask %d: fwd %.1e  dW %.1e  db %.1e  dx %.1e\n",
                tiles ? "tiles" : "lanes", (long long)p.C, V[vi].stride, V[vi].dil, V[vi].G, V[vi].mask,
                err_vs(gom, om, Q * p.OCS), err_vs(gdw, dw, p.OC * p.KC), err_vs(gdb, db, p.OC), err_vs(gdx, dx, nx));
@@ -378,8 +376,7 @@ static void validate_bf16(void) {
         dt_deform_gather_dx_cpu(&pb, nb, &ic, xh, dcolh, 0.0f, dxg, DT_BF16, D);
         dt_deform_gather_dx_cpu(&pb, nb, &ic, xh, dcolh, 0.0f, dxs, DT_F32, D);
         dt_offconv_fwd_cpu(&pb, nb, xh, w, b, om2, NULL);
-        dt_offconv_bwd_weight_cpu(&pb, nb, xh, dom, 0.0f, dw, 0.0f, db, NULL);
-        dt_offconv_bwd_input_cpu(&pb, nb, dom, w, sum, 0.0f, dxo, NULL);
+        dt_offconv_bwd_cpu(&pb, nb, xh, dom, w, 0.0f, dw, 0.0f, db, sum, 0.0f, dxo, NULL);
         /* the GPU */
         void *gx = up_bf16(x, nx), *gdcol = up_bf16(dcol, nc), *gcol = dt_gpu_malloc(nc * 2), *gdxg = dt_gpu_malloc(nx * 2);
         void *gdxo = dt_gpu_malloc(nx * 2);
@@ -395,8 +392,7 @@ static void validate_bf16(void) {
         dt_deform_gather_dx_cuda(&pb, nb, &ig, gx, gdcol, 0.0f, gdxg, DT_BF16, gD);
         dt_deform_gather_dx_cuda(&pb, nb, &ig, gx, gdcol, 0.0f, gdxs, DT_F32, gD);
         dt_offconv_fwd_cuda(&pb, nb, gx, gw, gb, gom2, ws);
-        dt_offconv_bwd_weight_cuda(&pb, nb, gx, gdom, 0.0f, gdw, 0.0f, gdb, ws);
-        dt_offconv_bwd_input_cuda(&pb, nb, gdom, gw, gsum, 0.0f, gdxo, ws);
+        dt_offconv_bwd_cuda(&pb, nb, gx, gdom, gw, 0.0f, gdw, 0.0f, gdb, gsum, 0.0f, gdxo, ws);
         printf("validate bf16 C %3d G%d mask %d: sample %.1e  gather dx %.1e  sum %.1e  D %.1e  offconv fwd %.1e  dW %.1e  "
                "db %.1e  dx %.1e\n", V[vi].c, V[vi].G, V[vi].mask, err_vs_bf16(gcol, col, nc), err_vs_bf16(gdxg, dxg, nx),
                err_vs(gdxs, dxs, nx), err_vs(gD, D, S * 4), err_vs(gom2, om2, nom), err_vs(gdw, dw, nw), err_vs(gdb, db, pb.OC),
@@ -442,8 +438,8 @@ static void run(void *v) {
     dt_offconv_use_tiles(!(w == T_FWD_L || w == T_DW_L || w == T_DX_L));
     switch (w) {
     case T_FWD_L: case T_FWD_T: dt_offconv_fwd_cuda(p, a->nb, a->xT, a->w, a->b, a->om, a->ws); break;
-    case T_DW_L: case T_DW_T: dt_offconv_bwd_weight_cuda(p, a->nb, a->xT, a->dom, 0.0f, a->dw, 0.0f, a->db, a->ws); break;
-    case T_DX_L: case T_DX_T: dt_offconv_bwd_input_cuda(p, a->nb, a->dom, a->w, NULL, 0.0f, a->dxT, a->ws); break;
+    case T_DW_L: case T_DW_T: dt_offconv_bwd_cuda(p, a->nb, a->xT, a->dom, a->w, 0.0f, a->dw, 0.0f, a->db, NULL, 0.0f, NULL, a->ws); break;
+    case T_DX_L: case T_DX_T: dt_offconv_bwd_cuda(p, a->nb, a->xT, a->dom, a->w, 0.0f, NULL, 0.0f, NULL, NULL, 0.0f, a->dxT, a->ws); break;
     case T_GEMM_DW: dt_gemm_cuda(1, 0, p->Cout, p->KC, bP, 1.0f, a->dyt, p->Cout, a->col, p->KC, 0.0f, a->dW, p->KC); break;
     case T_GEMM_DWT:
         dt_gemm_cuda(1, 0, p->KC, p->Cout, bP, 1.0f, a->col, p->KC, a->dyt, p->Cout, 0.0f, a->dWt, p->Cout);
@@ -459,8 +455,8 @@ static void run(void *v) {
     case T_GATHER_B: dt_deform_gather_dx_cuda(&a->pb, a->nb, &a->idx, a->xh, a->colh, 0.0f, a->dxh, DT_BF16, a->D); break;
     case T_GATHER_BS: dt_deform_gather_dx_cuda(&a->pb, a->nb, &a->idx, a->xh, a->colh, 0.0f, a->dxT, DT_F32, a->D); break;
     case T_FWD_B: dt_offconv_fwd_cuda(&a->pb, a->nb, a->xh, a->w, a->b, a->om, a->ws); break;
-    case T_DW_B: dt_offconv_bwd_weight_cuda(&a->pb, a->nb, a->xh, a->dom, 0.0f, a->dw, 0.0f, a->db, a->ws); break;
-    case T_DX_B: dt_offconv_bwd_input_cuda(&a->pb, a->nb, a->dom, a->w, a->dxT, 0.0f, a->dxh, a->ws); break;
+    case T_DW_B: dt_offconv_bwd_cuda(&a->pb, a->nb, a->xh, a->dom, a->w, 0.0f, a->dw, 0.0f, a->db, NULL, 0.0f, NULL, a->ws); break;
+    case T_DX_B: dt_offconv_bwd_cuda(&a->pb, a->nb, a->xh, a->dom, a->w, 0.0f, NULL, 0.0f, NULL, a->dxT, 0.0f, a->dxh, a->ws); break;
     case T_BRIDGE_X: dt_convert_cuda(1, 1, nx, a->xh, DT_BF16, DT_NCHW, 0.0f, a->xT, DT_F32, DT_NCHW); break;
     case T_BRIDGE_DX: dt_convert_cuda(1, 1, nx, a->dxT, DT_F32, DT_NCHW, 0.0f, a->dxh, DT_BF16, DT_NCHW); break;
     }

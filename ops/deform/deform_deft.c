@@ -55,8 +55,7 @@ DEFT_TABLE(gather_k, "deft (input-gradient gather)", dt_deform_gather_dx)
 DEFT_TABLE(offset_grads_k, "deft (offset gradients)", dt_deform_offset_grads)
 DEFT_TABLE(scatter_k, "deft (atomic input gradient)", dt_deform_scatter_dx)
 DEFT_TABLE(offconv_fwd_k, "deft (offset conv)", dt_offconv_fwd)
-DEFT_TABLE(offconv_bwd_weight_k, "deft (offset conv weight gradient)", dt_offconv_bwd_weight)
-DEFT_TABLE(offconv_bwd_input_k, "deft (offset conv input gradient)", dt_offconv_bwd_input)
+DEFT_TABLE(offconv_bwd_k, "deft (offset conv gradients)", dt_offconv_bwd)
 DEFT_TABLE(tile_ws_k, "deft (tile workspace)", dt_deform_tile_ws_bytes)
 DEFT_TABLE(index_ws_k, "deft (index workspace)", dt_deform_index_ws_bytes)
 DEFT_TABLE(offconv_ws_k, "deft (offset conv workspace)", dt_offconv_ws_bytes)
@@ -196,16 +195,18 @@ static void deft_adjoint(void *rv, int64_t n0, int64_t nb, void *dcol) {
         DT_PICK(scatter_k, dev, p->dtype, DT_NHWC)(p, nb, r->xT, om, dcol, layer, sum, r->dom);
     }
     if (layer) {
-        if (g->dwoff || g->dboff)
-            DT_PICK(offconv_bwd_weight_k, dev, p->dtype, DT_NHWC)(p, nb, r->xT, r->dom, n0 == 0 ? g->bwoff : 1.0f, g->dwoff, n0 == 0 ? g->bboff : 1.0f, g->dboff, r->ws);
-        if (g->dx) {
-            if (p->layout == DT_NCHW) /* into the fp32 sum, relaid out below */
-                DT_PICK(offconv_bwd_input_k, dev, p->dtype, DT_NHWC)(p, nb, r->dom, r->a->woff, NULL, 1.0f, acc, r->ws);
-            else if (r->dx_direct) /* an f32 dx holding the sampling's part: added in place */
-                DT_PICK(offconv_bwd_input_k, dev, p->dtype, DT_NHWC)(p, nb, r->dom, r->a->woff, NULL, 1.0f, dx, r->ws);
-            else /* the sampling's fp32 sum + the offset conv's, written into dx once */
-                DT_PICK(offconv_bwd_input_k, dev, p->dtype, DT_NHWC)(p, nb, r->dom, r->a->woff, acc, g->bx, dx, r->ws);
-        }
+        /* the input gradient's destination: NCHW - into the fp32 sum, relaid out below; an f32
+         * dx holding the sampling's part - added in place; else the sampling's fp32 sum + the
+         * offset conv's, written into dx once */
+        const float *add = NULL;
+        float beta = 1.0f;
+        void *dst = NULL;
+        if (g->dx && p->layout == DT_NCHW) dst = acc;
+        else if (g->dx && r->dx_direct) dst = dx;
+        else if (g->dx) dst = dx, add = acc, beta = g->bx;
+        const float bw = n0 == 0 ? g->bwoff : 1.0f, bb = n0 == 0 ? g->bboff : 1.0f;
+        if (g->dwoff || g->dboff || dst)
+            DT_PICK(offconv_bwd_k, dev, p->dtype, DT_NHWC)(p, nb, r->xT, r->dom, r->a->woff, bw, g->dwoff, bb, g->dboff, add, beta, dst, r->ws);
     } else {
         if (g->doff)
             DT_PICK(dt_nhwc_to_nchw_k, dev, DT_F32, DT_NCHW)(nb, 2 * p->GK, p->P, r->dom, p->OCS, NULL, g->boff, g->doff + n0 * 2 * p->GK * p->P);

@@ -749,16 +749,13 @@ void dt_offconv_fwd_cuda(const dt_deform_plan *p, int64_t nb, const void *xT, co
     }
 }
 
-void dt_offconv_bwd_weight_cuda(const dt_deform_plan *p, int64_t nb, const void *xT, const float *dom, float beta_w,
-                                float *dw, float beta_b, float *db, void *ws) {
+/* The weight and bias gradients on the tensor-core or FFMA kernels. */
+static void bwd_weight(const dt_deform_plan *p, int64_t nb, const void *xT, const float *dom, float beta_w, float *dw,
+                       float beta_b, float *db, void *ws) {
     dt_deform_chunk c = dt_deform_chunk_make(p, nb);
     const int oct = offconv_oct(p->OC), nt = (int)((p->OC + oct - 1) / oct);
     int nz = 0;
     float *partw = (float *)ws;
-    if (dt_offconv_sm90_ok(p, nb)) {
-        dt_offconv_sm90_bwd_weight(p, nb, xT, dom, beta_w, dw, beta_b, db, ws);
-        return;
-    }
     if (use_tc(p)) {
         float *pb;
         nz = dt_offconv_tc_bwd_weight(p, nb, xT, dom, partw, &pb);
@@ -821,14 +818,11 @@ void dt_offconv_bwd_weight_cuda(const dt_deform_plan *p, int64_t nb, const void 
     }
 }
 
-void dt_offconv_bwd_input_cuda(const dt_deform_plan *p, int64_t nb, const float *dom, const float *w, const float *add,
-                               float beta, void *dxT, void *ws) {
+/* The input gradient on the tensor-core or FFMA kernels. */
+static void bwd_input(const dt_deform_plan *p, int64_t nb, const float *dom, const float *w, const float *add, float beta,
+                      void *dxT, void *ws) {
     dt_deform_chunk c = dt_deform_chunk_make(p, nb);
     if (c.npix <= 0) return;
-    if (dt_offconv_sm90_dx_ok(p, nb)) {
-        dt_offconv_sm90_bwd_input(p, nb, dom, w, add, beta, dxT, ws);
-        return;
-    }
     float *wT = (float *)ws; /* [OC, K, C] */
     dt_nchw_to_nhwc_cuda(p->OC, p->C, p->K, w, p->C, wT);
     if (use_tc(p)) {
@@ -854,5 +848,21 @@ void dt_offconv_bwd_input_cuda(const dt_deform_plan *p, int64_t nb, const float 
         else k_dx<1, T><<<blocks, DX_THREADS, 0, dt_stream()>>>(c, L, nchunks, wT, dom, add, beta, (T *)dxT);
     });
     DT_CHECK_LAUNCH();
+}
+
+/* The engine (offset_conv_sm90.h) takes the chunk's weight gradient - and at stride 1 its input
+ * gradient, from the same bf16 copy of dom; what it does not take runs on the other kernels,
+ * the weight gradient first (both use ws, in stream order). */
+void dt_offconv_bwd_cuda(const dt_deform_plan *p, int64_t nb, const void *xT, const float *dom, const float *w,
+                         float beta_w, float *dw, float beta_b, float *db, const float *add, float beta, void *dxT,
+                         void *ws) {
+    if (dt_offconv_sm90_ok(p, nb)) {
+        const int dx_here = dxT && dt_offconv_sm90_dx_ok(p, nb);
+        dt_offconv_sm90_bwd(p, nb, xT, dom, w, beta_w, dw, beta_b, db, add, beta, dx_here ? dxT : NULL, ws);
+        if (dxT && !dx_here) bwd_input(p, nb, dom, w, add, beta, dxT, ws);
+        return;
+    }
+    if (dw || db) bwd_weight(p, nb, xT, dom, beta_w, dw, beta_b, db, ws);
+    if (dxT) bwd_input(p, nb, dom, w, add, beta, dxT, ws);
 }
 }

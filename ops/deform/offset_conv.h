@@ -4,10 +4,12 @@
  *
  *   fwd          om [Q, OCS] = conv(xT, w) + b, the mask columns through the sigmoid, the
  *                padding columns 0:  a GEMM of Q positions x OC outputs over K*C
- *   bwd_weight   dw [OC, C, kh, kw] = beta_w*dw + sum_q dom[q] x patch(q)^T,
- *                db [OC] = beta_b*db + sum_q dom[q] (either may be NULL):  OC x K*C over Q (split over Q, then a
- *                reduction of the parts in a fixed order: deterministic)
- *   bwd_input    dxT [nb, H, W, C] = beta*dxT + (add + the transposed conv of dom):  pixels x C
+ *   bwd          the three gradients from one dom (one op, so that a kernel reading dom once
+ *                can serve all three; each output may be NULL: not wanted):
+ *                dw [OC, C, kh, kw] = beta_w*dw + sum_q dom[q] x patch(q)^T,
+ *                db [OC] = beta_b*db + sum_q dom[q]:  OC x K*C over Q (split over Q, then a
+ *                reduction of the parts in a fixed order: deterministic);
+ *                dxT [nb, H, W, C] = beta*dxT + (add + the transposed conv of dom):  pixels x C
  *                over K*OC (each pixel gathers the taps that read it: no atomics). add [nb, H, W, C]
  *                fp32 (or NULL) is the rest of the input gradient, summed in fp32 before the
  *                one rounding into dxT: the deft layer's sampling gradient lands in the same
@@ -34,10 +36,9 @@ extern "C" {
     size_t dt_offconv_ws_bytes_##sfx(const dt_deform_plan *p, int64_t nb);                                         \
     void dt_offconv_fwd_##sfx(const dt_deform_plan *p, int64_t nb, const void *xT, const float *w, const float *b,  \
                               float *om, void *ws);                                                                \
-    void dt_offconv_bwd_weight_##sfx(const dt_deform_plan *p, int64_t nb, const void *xT, const float *dom,       \
-                                     float beta_w, float *dw, float beta_b, float *db, void *ws);                  \
-    void dt_offconv_bwd_input_##sfx(const dt_deform_plan *p, int64_t nb, const float *dom, const float *w,        \
-                                    const float *add, float beta, void *dxT, void *ws);
+    void dt_offconv_bwd_##sfx(const dt_deform_plan *p, int64_t nb, const void *xT, const float *dom, const float *w, \
+                              float beta_w, float *dw, float beta_b, float *db, const float *add, float beta,      \
+                              void *dxT, void *ws);
 
 DT_DECL_OFFCONV(cpu)
 DT_DECL_OFFCONV(cuda)

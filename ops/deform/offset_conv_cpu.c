@@ -121,9 +121,8 @@ static void dw_range(void *ctx, int64_t o0, int64_t o1) {
     dt_dev_free(DT_CPU, acc);
 }
 
-void dt_offconv_bwd_weight_cpu(const dt_deform_plan *p, int64_t nb, const void *xT, const float *dom, float beta_w,
-                               float *dw, float beta_b, float *db, void *ws) {
-    (void)ws;
+static void bwd_weight(const dt_deform_plan *p, int64_t nb, const void *xT, const float *dom, float beta_w, float *dw,
+                       float beta_b, float *db) {
     dt_deform_chunk c = dt_deform_chunk_make(p, nb);
     float *xown, *dr = rounded(p, dom, (int64_t)c.Q * c.OCS);
     const float *x = input_f32(p, xT, (int64_t)c.npix * c.C, &xown);
@@ -154,7 +153,7 @@ static void dx_range(void *ctx, int64_t p0, int64_t p1) {
             for (int o = 0; o < c->OC; o++)
                 for (int ch = 0; ch < c->C; ch++) acc[ch] += (double)d[o] * j->w[((int64_t)o * c->C + ch) * c->K + k];
         }
-        /* add + sum in fp32, as the GPU's epilogue (the beta step: dt_offconv_bwd_input_cpu) */
+        /* add + sum in fp32, as the GPU's epilogue (the beta step: bwd_input) */
         float *out = j->dxT + pix * c->C;
         const float *add = j->add ? j->add + pix * c->C : NULL;
         for (int ch = 0; ch < c->C; ch++) out[ch] = add ? add[ch] + (float)acc[ch] : (float)acc[ch];
@@ -162,9 +161,8 @@ static void dx_range(void *ctx, int64_t p0, int64_t p1) {
     dt_dev_free(DT_CPU, acc);
 }
 
-void dt_offconv_bwd_input_cpu(const dt_deform_plan *p, int64_t nb, const float *dom, const float *w, const float *add,
-                              float beta, void *dxT, void *ws) {
-    (void)ws;
+static void bwd_input(const dt_deform_plan *p, int64_t nb, const float *dom, const float *w, const float *add,
+                      float beta, void *dxT) {
     dt_deform_chunk c = dt_deform_chunk_make(p, nb);
     int64_t nx = (int64_t)c.npix * c.C;
     float *dr = rounded(p, dom, (int64_t)c.Q * c.OCS), *wr = rounded(p, w, c.OC * c.KC);
@@ -176,4 +174,12 @@ void dt_offconv_bwd_input_cpu(const dt_deform_plan *p, int64_t nb, const float *
     dt_dev_free(DT_CPU, t);
     dt_dev_free(DT_CPU, dr);
     dt_dev_free(DT_CPU, wr);
+}
+
+void dt_offconv_bwd_cpu(const dt_deform_plan *p, int64_t nb, const void *xT, const float *dom, const float *w,
+                        float beta_w, float *dw, float beta_b, float *db, const float *add, float beta, void *dxT,
+                        void *ws) {
+    (void)ws;
+    if (dw || db) bwd_weight(p, nb, xT, dom, beta_w, dw, beta_b, db);
+    if (dxT) bwd_input(p, nb, dom, w, add, beta, dxT);
 }

@@ -11,7 +11,6 @@
 #include "ops/deform/offset_conv.cuh" /* k_sum_parts */
 #include "ops/deform/offset_conv.h"
 #include "ops/deform/offset_conv_sm90.h"
-#include "ops/deform/offset_conv_tc.h" /* dt_offconv_db_parts */
 #include "ops/pointwise/layout.h"
 
 namespace {
@@ -48,12 +47,37 @@ __global__ void k_pack_w_flipped(int64_t OC, int64_t C, int64_t K, int64_t OC8, 
     }
 }
 
-/* domb [Q, OC8] bf16 = dom [Q, OCS] fp32 rounded, columns OC .. OC8-1 zero */
-__global__ void k_dom_bf16(int64_t Q, int OC, int OCS, int OC8, const float *__restrict__ dom, bf16 *__restrict__ domb) {
-    DT_GRID_STRIDE(i, Q * OC8) {
-        const int64_t q = i / OC8;
-        const int o = (int)(i - q * OC8);
-        domb[i] = __float2bfloat16_rn(o < OC ? dom[q * OCS + o] : 0.0f);
+/* One read of dom [Q, OCS] fp32 for the whole backward: domb [Q, OC8] bf16 = dom rounded
+ * (columns OC .. OC8-1 zero: the engine's operand for the weight and the input gradient), and,
+ * when part is not NULL, part [blockIdx.x][OC] = the fp32 column sums of dom over the block's slab
+ * of COLSUM_ROWS positions (the bias gradient's parts). Block = 8 position lanes x 32 columns; a
+ * lane sums positions lane, lane + 8, ... of the slab and the 8 lanes are added in order - the
+ * order of the tensor-core path's k_db_parts, so the bias gradient is the same bits on both. */
+__global__ void k_dom_prep(int64_t Q, int OC, int OCS, int OC8, const float *__restrict__ dom, bf16 *__restrict__ domb,
+                           float *__restrict__ part) {
+    __shared__ float red[8][32];
+    const int o = threadIdx.x & 31, l = threadIdx.x >> 5;
+    const int64_t q0 = (int64_t)blockIdx.x * COLSUM_ROWS, q1 = min(Q, q0 + COLSUM_ROWS);
+    for (int oc0 = 0; oc0 < OC8; oc0 += 32) {
+        const int oc = oc0 + o;
+        float s = 0.0f;
+        if (oc < OC8) {
+#pragma unroll 8
+            for (int64_t q = q0 + l; q < q1; q += 8) {
+                const float v = oc < OC ? __ldg(dom + q * OCS + oc) : 0.0f;
+                domb[q * OC8 + oc] = __float2bfloat16_rn(v);
+                s += v;
+            }
+        }
+        if (!part) continue;
+        red[l][o] = s;
+        __syncthreads();
+        if (l == 0 && oc < OC) {
+            float t = 0.0f;
+            for (int j = 0; j < 8; j++) t += red[j][o];
+            part[(int64_t)blockIdx.x * OC + oc] = t;
+        }
+        __syncthreads();
     }
 }
 
@@ -74,14 +98,12 @@ int dt_offconv_sm90_dx_ok(const dt_deform_plan *p, int64_t nb) {
     return p->g.sh == 1 && p->g.sw == 1 && dt_offconv_sm90_ok(p, nb);
 }
 
-/* fwd: wb; bwd_weight: domb, dwe and the column sums' slabs; bwd_input: domb and wf */
+/* fwd: wb; bwd: domb, then dwe (or wf, which replaces it after its last use) and the column sums' slabs */
 size_t dt_offconv_sm90_ws_bytes(const dt_deform_plan *p, int64_t nb) {
     const int64_t Q = nb * p->P, OC8 = round8(p->OC), slabs = (Q + COLSUM_ROWS - 1) / COLSUM_ROWS;
     const size_t fwd = align256(sizeof(bf16) * (size_t)(p->OC * p->KC)), domb = align256(sizeof(bf16) * (size_t)(Q * OC8));
-    const size_t dw = domb + align256(sizeof(float) * (size_t)(OC8 * p->KC)) + align256(sizeof(float) * (size_t)(slabs * p->OC));
-    const size_t dx = domb + align256(sizeof(bf16) * (size_t)(OC8 * p->KC));
-    const size_t m = fwd > dw ? fwd : dw;
-    return m > dx ? m : dx;
+    const size_t bwd = domb + align256(sizeof(float) * (size_t)(OC8 * p->KC)) + align256(sizeof(float) * (size_t)(slabs * p->OC));
+    return fwd > bwd ? fwd : bwd;
 }
 
 void dt_offconv_sm90_fwd(const dt_deform_plan *p, int64_t nb, const void *xT, const float *w, const float *b, float *om,
@@ -94,36 +116,32 @@ void dt_offconv_sm90_fwd(const dt_deform_plan *p, int64_t nb, const void *xT, co
     dt_conv_sm90_fprop_f32(&cp, xT, wb, b, om, p->OCS, p->has_mask ? 2 * p->GK : p->OC);
 }
 
-void dt_offconv_sm90_bwd_weight(const dt_deform_plan *p, int64_t nb, const void *xT, const float *dom, float beta_w,
-                                float *dw, float beta_b, float *db, void *ws) {
+void dt_offconv_sm90_bwd(const dt_deform_plan *p, int64_t nb, const void *xT, const float *dom, const float *w,
+                         float beta_w, float *dw, float beta_b, float *db, const float *add, float beta, void *dxT,
+                         void *ws) {
     const int64_t Q = nb * p->P, OC8 = round8(p->OC);
-    bf16 *domb = (bf16 *)ws;                                                     /* [Q, OC8] */
-    float *dwe = (float *)((char *)ws + align256(sizeof(bf16) * (size_t)(Q * OC8))); /* [OC8, K, C] */
-    float *part = (float *)((char *)dwe + align256(sizeof(float) * (size_t)(OC8 * p->KC))); /* [ceil(Q / COLSUM_ROWS)][OC] */
+    if (Q <= 0 || (!dw && !db && !dxT)) return;
+    const size_t domb_bytes = align256(sizeof(bf16) * (size_t)(Q * OC8));
+    bf16 *domb = (bf16 *)ws;                                         /* [Q, OC8] */
+    float *dwe = (float *)((char *)ws + domb_bytes);                 /* [OC8, K, C] */
+    bf16 *wf = (bf16 *)dwe;                                          /* [C, K, OC8], after dwe's last use */
+    float *part = (float *)((char *)dwe + align256(sizeof(float) * (size_t)(OC8 * p->KC))); /* [slabs][OC] */
+    const int slabs = (int)((Q + COLSUM_ROWS - 1) / COLSUM_ROWS);
+    k_dom_prep<<<slabs, 256, 0, dt_stream()>>>(Q, (int)p->OC, (int)p->OCS, (int)OC8, dom, domb, db ? part : NULL);
+    DT_CHECK_LAUNCH();
+    const dt_conv_problem cp = problem(p, nb, OC8);
     if (dw) {
-        k_dom_bf16<<<dt_grid_for(Q * OC8, 256), 256, 0, dt_stream()>>>(Q, (int)p->OC, (int)p->OCS, (int)OC8, dom, domb);
-        DT_CHECK_LAUNCH();
-        const dt_conv_problem cp = problem(p, nb, OC8);
         dt_conv_sm90_wgrad(&cp, xT, domb, 0.0f, dwe);
         /* rows o < OC of dwe, [OC, K, C] -> the parameter's [OC, C, K], with beta */
         dt_nhwc_to_nchw_cuda(p->OC, p->C, p->K, dwe, p->C, NULL, beta_w, dw);
     }
     if (db) {
-        const int nz = dt_offconv_db_parts(p, nb, dom, COLSUM_ROWS, part);
-        k_sum_parts<<<1, 256, 0, dt_stream()>>>(p->OC, nz, part, beta_b, db);
+        k_sum_parts<<<1, 256, 0, dt_stream()>>>(p->OC, slabs, part, beta_b, db);
         DT_CHECK_LAUNCH();
     }
-}
-
-void dt_offconv_sm90_bwd_input(const dt_deform_plan *p, int64_t nb, const float *dom, const float *w, const float *add,
-                               float beta, void *dxT, void *ws) {
-    const int64_t Q = nb * p->P, OC8 = round8(p->OC);
-    bf16 *domb = (bf16 *)ws;                                                      /* [Q, OC8] */
-    bf16 *wf = (bf16 *)((char *)ws + align256(sizeof(bf16) * (size_t)(Q * OC8))); /* [C, K, OC8] */
-    k_dom_bf16<<<dt_grid_for(Q * OC8, 256), 256, 0, dt_stream()>>>(Q, (int)p->OC, (int)p->OCS, (int)OC8, dom, domb);
-    DT_CHECK_LAUNCH();
-    k_pack_w_flipped<<<dt_grid_for(p->C * p->K * OC8, 256), 256, 0, dt_stream()>>>(p->OC, p->C, p->K, OC8, w, wf);
-    DT_CHECK_LAUNCH();
-    const dt_conv_problem cp = problem(p, nb, OC8);
-    dt_conv_sm90_dgrad_narrow(&cp, domb, wf, add, beta, dxT);
+    if (dxT) {
+        k_pack_w_flipped<<<dt_grid_for(p->C * p->K * OC8, 256), 256, 0, dt_stream()>>>(p->OC, p->C, p->K, OC8, w, wf);
+        DT_CHECK_LAUNCH();
+        dt_conv_sm90_dgrad_narrow(&cp, domb, wf, add, beta, dxT);
+    }
 }

@@ -9,11 +9,12 @@
  *   fwd          om [Q, OCS] fp32 = the engine's implicit GEMM over TMA im2col tiles of xT with the
  *                weight repacked to wb [OC, kh, kw, C] bf16, the bias, the mask's sigmoid and the
  *                zero padding columns in its fp32 epilogue (dt_conv_sm90_fprop_f32)
- *   bwd_weight   dom rounded to domb [Q, OC8] bf16 (OC8 = OC rounded up to 8: TMA's 16-byte rows,
- *                zero columns past OC), the engine's wgrad into dwe [OC8, kh, kw, C] fp32, relaid
- *                out into the parameter's [OC, C, kh, kw] with beta; db by column sums of dom over
- *                slabs of 1024 positions added in slab order (deterministic)
- *   bwd_input    (stride 1) dxT [nb, H, W, C] bf16 = round(beta dxT + add + conv^T(domb, w)): the engine's
+ *   bwd          dom read once: rounded to domb [Q, OC8] bf16 (OC8 = OC rounded up to 8: TMA's 16-byte
+ *                rows, zero columns past OC) in the pass that sums its columns over slabs of 1024
+ *                positions for db (added in slab order: deterministic); then
+ *                the weight gradient: the engine's wgrad into dwe [OC8, kh, kw, C] fp32, relaid
+ *                out into the parameter's [OC, C, kh, kw] with beta;
+ *                the input gradient (stride 1): dxT [nb, H, W, C] bf16 = round(beta dxT + add + conv^T(domb, w)): the engine's
  *                dgrad as a conv of domb with the weight mirrored and transposed to wf [C, kh, kw, OC8]
  *                bf16, domb's OC8 channels gathered by cp.async (TMA's im2col boxes are 64 channels),
  *                add (the sampling's fp32 part of the input gradient) summed in its epilogue before the
@@ -33,12 +34,14 @@ int dt_offconv_sm90_ok(const dt_deform_plan *p, int64_t nb);
 size_t dt_offconv_sm90_ws_bytes(const dt_deform_plan *p, int64_t nb);
 void dt_offconv_sm90_fwd(const dt_deform_plan *p, int64_t nb, const void *xT, const float *w, const float *b, float *om,
                          void *ws);
-/* bwd_input on the engine too: stride 1 (dgrad as a conv of dom; strided plans keep the
- * tensor-core kernel) */
+/* The input gradient on the engine too: stride 1 (dgrad as a conv of dom; strided plans keep
+ * the tensor-core kernel) */
 int dt_offconv_sm90_dx_ok(const dt_deform_plan *p, int64_t nb);
-void dt_offconv_sm90_bwd_input(const dt_deform_plan *p, int64_t nb, const float *dom, const float *w, const float *add,
-                               float beta, void *dxT, void *ws);
-void dt_offconv_sm90_bwd_weight(const dt_deform_plan *p, int64_t nb, const void *xT, const float *dom, float beta_w,
-                                float *dw, float beta_b, float *db, void *ws);
+/* offset_conv.h's bwd for a chunk that dt_offconv_sm90_ok takes: dom read once into domb and
+ * the bias gradient's slab sums (k_dom_prep), then the wgrad, the sums, and - dxT not NULL,
+ * which needs dt_offconv_sm90_dx_ok - the dgrad. */
+void dt_offconv_sm90_bwd(const dt_deform_plan *p, int64_t nb, const void *xT, const float *dom, const float *w,
+                         float beta_w, float *dw, float beta_b, float *db, const float *add, float beta, void *dxT,
+                         void *ws);
 
 #endif

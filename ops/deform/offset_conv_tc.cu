@@ -784,13 +784,3 @@ void dt_offconv_tc_bwd_input(const dt_deform_plan *p, int64_t nb, const float *d
     }
     DT_CHECK_LAUNCH();
 }
-
-int dt_offconv_db_parts(const dt_deform_plan *p, int64_t nb, const float *dom, int qchunk, float *partb) {
-    const dt_deform_chunk c = dt_deform_chunk_make(p, nb);
-    const int nz = c.Q > 0 ? (c.Q + qchunk - 1) / qchunk : 0;
-    if (nz) {
-        k_db_parts<<<nz, 256, 0, dt_stream()>>>(c, qchunk, dom, partb);
-        DT_CHECK_LAUNCH();
-    }
-    return nz;
-}

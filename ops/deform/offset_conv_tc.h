@@ -21,10 +21,6 @@ void dt_offconv_tc_fwd(const dt_deform_plan *p, int64_t nb, const void *xT, cons
  * (*partb set into partw's workspace); returns nz (sum them in order). */
 int dt_offconv_tc_bwd_weight(const dt_deform_plan *p, int64_t nb, const void *xT, const float *dom, float *partw,
                              float **partb);
-/* The bias gradient's parts: partb [nz][OC] = the fp32 sums of dom over slabs of qchunk positions
- * (8 position lanes a channel, then the lanes in order: deterministic); returns nz (add them in
- * order, k_sum_parts). The halo weight gradient's, and the Hopper engine's (offset_conv_sm90.h). */
-int dt_offconv_db_parts(const dt_deform_plan *p, int64_t nb, const float *dom, int qchunk, float *partb);
 /* dxT = beta*dxT + (add + the transposed conv of dom), dxT of the plan's dtype, add fp32 or
  * NULL; wT [OC, K, C]. */
 void dt_offconv_tc_bwd_input(const dt_deform_plan *p, int64_t nb, const float *dom, const float *wT, const float *add,
