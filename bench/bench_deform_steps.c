@@ -97,8 +97,8 @@ static void step_run(void *v) {
         dt_fill_cuda(nb * a->HW * C, 0.0f, a->dxT);
         dt_deform_scatter_dx_cuda(p, nb, a->xT, a->om, a->dcol, 1, a->dxT, a->dom);
         break;
-    case S_OFFCONV_DW: dt_offconv_bwd_weight_cuda(p, nb, a->xT, a->dom, 0.0f, a->dwoff, 0.0f, a->dboff, a->ws); break;
-    case S_OFFCONV_DX: dt_offconv_bwd_input_cuda(p, nb, a->dom, a->woff, NULL, 1.0f, a->dxT, a->ws); break;
+    case S_OFFCONV_DW: dt_offconv_bwd_cuda(p, nb, a->xT, a->dom, a->woff, 0.0f, a->dwoff, 0.0f, a->dboff, NULL, 0.0f, NULL, a->ws); break;
+    case S_OFFCONV_DX: dt_offconv_bwd_cuda(p, nb, a->xT, a->dom, a->woff, 0.0f, NULL, 0.0f, NULL, NULL, 1.0f, a->dxT, a->ws); break;
     case S_DX_NCHW: dt_nhwc_to_nchw_cuda(nb, C, a->HW, a->dxT, C, NULL, 0.0f, a->dx); break;
     case S_COORD: dt_deform_col2im_coord_cuda(p, nb, a->dcolcn, a->x, a->off, a->mask, a->offn, 0.0f, NULL, 0.0f); break;
     case S_COL2IM: dt_deform_col2im_cuda(p, nb, a->dcolcn, a->off, a->mask, a->dx); break;
