@@ -275,7 +275,10 @@ def _run(plan, entry, device, *tensors):
     if device.type == 'cuda':
         with torch.cuda.device(device):
             _check(lib.dt_deform_api_set_cuda(ctypes.byref(_cuda())))
-            _check(getattr(lib, entry)(ctypes.byref(desc), plan.flags, *ptrs, _stream(device)))
+            try:
+                _check(getattr(lib, entry)(ctypes.byref(desc), plan.flags, *ptrs, _stream(device)))
+            finally:  # the thread's setting is this call's alone
+                lib.dt_deform_api_set_cuda(None)
     else:
         _check(getattr(lib, entry)(ctypes.byref(desc), plan.flags, *ptrs, None))
 

@@ -297,15 +297,22 @@ void torch_free(void *, void *ptr, void *) {
     }
 }
 
-// The calling thread's CUDA setting for the call on `device` (the forward runs on the caller's
-// thread, the backward on the autograd engine's thread of the device): the device stated (no
-// pointer queries) and PyTorch's allocator; the CPU needs none.
-void use_cuda(const at::Device &device) {
-    scratch_blocks = 0;
-    if (device.is_cpu()) return;
-    dt_deform_cuda cuda{device.index() >= 0 ? int(device.index()) : 0, torch_alloc, torch_free, nullptr};
-    check_status(dt_deform_api_set_cuda(&cuda));
-}
+// The calling thread's CUDA setting for the one call on `device` (the forward runs on the
+// caller's thread, the backward on the autograd engine's thread of the device): the device stated
+// (no pointer queries) and PyTorch's allocator, put back to the defaults when the call is over, so
+// that the thread's other C API calls (ctypes ones too) are not affected; the CPU needs none.
+struct UseCuda {
+    bool set;
+    explicit UseCuda(const at::Device &device) : set(!device.is_cpu()) {
+        scratch_blocks = 0;
+        if (!set) return;
+        dt_deform_cuda cuda{device.index() >= 0 ? int(device.index()) : 0, torch_alloc, torch_free, nullptr};
+        check_status(dt_deform_api_set_cuda(&cuda));
+    }
+    ~UseCuda() {
+        if (set) dt_deform_api_set_cuda(nullptr);
+    }
+};
 
 // The data pointers of the last forward and backward C call (the order of their arguments: x,
 // offset, mask, weight, bias, y; x, offset, mask, weight, grad_y, grad_x, grad_offset,
@@ -337,7 +344,7 @@ at::Tensor forward(const at::Tensor &input, const at::Tensor &offset, const at::
     if (bias) bs = as_format(*bias, {p.bias_dtype, DT_NCHW});
     at::Tensor y = at::empty(p.shape, input.options().dtype(p.x_format.dtype), memory_format(p.x_format.layout));
     c10::OptionalDeviceGuard guard(input.device());
-    use_cuda(input.device());
+    UseCuda cuda(input.device());
     record(0, {xs.data_ptr(), os.data_ptr(), ptr(ms), ws.data_ptr(), ptr(bs), y.data_ptr()});
     check_status(dt_deform_api_forward(&p.desc, p.flags, xs.data_ptr(), os.data_ptr(), ptr(ms), ws.data_ptr(), ptr(bs),
                                        y.data_ptr(), stream_of(input.device())));
@@ -363,7 +370,7 @@ std::vector<at::Tensor> backward(const at::Tensor &grad, const at::Tensor &input
     if (wanted[4]) gm = at::empty_like(*ms);
     at::Tensor gy = as_format(grad, p.x_format);
     c10::OptionalDeviceGuard guard(input.device());
-    use_cuda(input.device());
+    UseCuda cuda(input.device());
     auto out = [](std::optional<at::Tensor> &t) { return t ? t->data_ptr() : nullptr; };
     record(1, {xs.data_ptr(), os.data_ptr(), ptr(ms), ws.data_ptr(), gy.data_ptr(), out(gx), out(goff), out(gm), out(gw),
                out(gb)});
