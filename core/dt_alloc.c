@@ -247,9 +247,44 @@ static cudaError_t device_malloc(void **p, size_t size) {
     return e;
 }
 
+/* The caller's scratch allocator of this thread (dt_gpu_scratch_use), and the blocks it gave
+ * that are not freed yet (a call holds a few dozen at most: a linear search). */
+static __thread const dt_gpu_allocator *t_scratch;
+static __thread void **t_lent;
+static __thread size_t t_nlent, t_caplent;
+
+const dt_gpu_allocator *dt_gpu_scratch_use(const dt_gpu_allocator *a) {
+    const dt_gpu_allocator *prev = t_scratch;
+    t_scratch = a;
+    return prev;
+}
+
+static void *lent_alloc(size_t bytes) {
+    if (t_nlent == t_caplent) {
+        t_caplent = t_caplent ? 2 * t_caplent : 32;
+        t_lent = dt_xrealloc(t_lent, t_caplent * sizeof *t_lent);
+    }
+    void *p = t_scratch->alloc(t_scratch->ctx, bytes ? bytes : 1, dt_stream());
+    if (!p) dt_fail(DT_ERR_OOM, "out of GPU memory allocating %.1f MiB (the caller's allocator)", bytes / 1048576.0);
+    t_lent[t_nlent++] = p;
+    return p;
+}
+
+/* 1 when ptr came from the caller's allocator (then it went back to it). */
+static int lent_free(void *ptr) {
+    for (size_t i = t_nlent; i-- > 0;)
+        if (t_lent[i] == ptr) {
+            t_lent[i] = t_lent[--t_nlent];
+            t_scratch->free(t_scratch->ctx, ptr, dt_stream());
+            return 1;
+        }
+    return 0;
+}
+
 void *dt_gpu_malloc(size_t bytes) {
     if (dt_inject_hit(DT_INJECT_DEVICE_ALLOC))
         dt_fail(DT_ERR_OOM, "out of GPU memory allocating %.1f MiB (injected)", bytes / 1048576.0);
+    if (t_scratch) return lent_alloc(bytes);
     size_t size = round_size(bytes);
     void *p = NULL;
     pool *o = cur_pool(); /* initializes the device on first use */
@@ -309,6 +344,7 @@ static void drop_if_empty(pool *o) {
 
 void dt_gpu_free(void *ptr) {
     if (!ptr) return;
+    if (t_nlent && t_scratch && lent_free(ptr)) return;
     pool *o = cur_pool();
     size_t size = live_remove(o, ptr);
     for (int d = 0; !size && d < DT_MAX_GPUS; d++) { /* another pool: the device's, a private one, another device's */
@@ -405,6 +441,7 @@ void dt_gpu_reset_peak(void) {}
 void dt_gpu_set_poison(int on) { (void)on; }
 dt_gpu_pool *dt_gpu_pool_new(void) { no_cuda("dt_gpu_pool_new"); }
 dt_gpu_pool *dt_gpu_pool_use(dt_gpu_pool *p) { (void)p; return NULL; }
+const dt_gpu_allocator *dt_gpu_scratch_use(const dt_gpu_allocator *a) { (void)a; return NULL; }
 void dt_gpu_pool_retire(dt_gpu_pool *p) { (void)p; }
 void dt_copy_h2d(void *d, const void *s, size_t b) { (void)d; (void)s; (void)b; no_cuda("dt_copy_h2d"); }
 void dt_copy_d2h(void *d, const void *s, size_t b) { (void)d; (void)s; (void)b; no_cuda("dt_copy_d2h"); }

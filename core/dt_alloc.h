@@ -48,6 +48,21 @@ typedef struct dt_gpu_pool dt_gpu_pool;
 dt_gpu_pool *dt_gpu_pool_new(void); /* on the current device */
 dt_gpu_pool *dt_gpu_pool_use(dt_gpu_pool *p);
 void dt_gpu_pool_retire(dt_gpu_pool *p);
+/* A caller's scratch allocator (a framework's own caching allocator, e.g. PyTorch's, so that
+ * scratch follows its stream and CUDA-graph rules): while a is this thread's (dt_gpu_scratch_use),
+ * every dt_gpu_malloc comes from a->alloc(ctx, bytes, stream) - stream: dt_stream(), the
+ * cudaStream_t the block is used on - and goes back through a->free(ctx, ptr, stream) at its
+ * dt_gpu_free, in stream order (work queued before may still read it: the allocator must not
+ * give it to another stream before that work is done). Blocks that outlive one call must not be
+ * made meanwhile: it is for calls whose every allocation is scratch (the deform C API). A NULL
+ * from alloc raises DT_ERR_OOM. dt_gpu_scratch_use returns the previous one (NULL: deftc's
+ * pools). */
+typedef struct {
+    void *(*alloc)(void *ctx, size_t bytes, void *stream);
+    void (*free)(void *ctx, void *ptr, void *stream);
+    void *ctx;
+} dt_gpu_allocator;
+const dt_gpu_allocator *dt_gpu_scratch_use(const dt_gpu_allocator *a);
 /* Poison mode (tests): every block handed out is filled with 0xFF bytes (a NaN in float32),
  * so an element a kernel forgot to write shows up as NaN in the comparison. */
 void dt_gpu_set_poison(int on);

@@ -32,6 +32,7 @@ typedef struct {
     cudaStream_t main, side;  /* side: created on first use */
     cudaStream_t own;         /* deftc's own stream (dt_set_stream(NULL) returns to it) */
     cudaEvent_t forked, done;
+    cudaEvent_t switched;     /* dt_set_stream: the previous stream's work, waited for by the next */
     cublasHandle_t cublas;
     curandGenerator_t curand;
     struct cudaDeviceProp props;
@@ -142,6 +143,9 @@ static void ctx_create(int device) {
 }
 
 void dt_gpu_use(int device) {
+    /* the steady state of a caller that names the device on every call (the deform C API):
+     * nothing to query */
+    if (device >= 0 && device < DT_MAX_GPUS && g_ctxs[device].ready && t_dev == device) return;
     int n = dt_gpu_count();
     if (n == 0)
         dt_fail(DT_ERR_DEVICE, "no CUDA device is visible (cudaGetDeviceCount returned 0 or failed); "
@@ -176,11 +180,29 @@ void dt_gpu_sync(void) {
     if (g_ctx.ready) DT_CHECK(cudaStreamSynchronize(g_ctx.stream));
 }
 
+static int capturing(cudaStream_t s) {
+    enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    DT_CHECK(cudaStreamIsCapturing(s, &cs));
+    return cs != cudaStreamCaptureStatusNone;
+}
+
+/* The new stream is ordered after everything queued on the previous one, so that a block of
+ * deftc's pool freed by work there and handed out again is no longer in use (and cuBLAS's
+ * workspace neither): an event the new stream waits for - no host wait - except when the new
+ * stream captures a graph and the previous one does not (a captured wait on work outside the
+ * capture is refused by CUDA): then the host waits for the previous stream, once, before the
+ * capture's first call. */
 void dt_set_stream(void *stream) {
     dt_gpu_init(0);
     cudaStream_t s = stream ? (cudaStream_t)stream : g_ctx.own;
     if (s == g_ctx.stream) return;
-    DT_CHECK(cudaStreamSynchronize(g_ctx.stream));
+    if (capturing(s) && !capturing(g_ctx.stream)) {
+        DT_CHECK(cudaStreamSynchronize(g_ctx.stream));
+    } else {
+        if (!g_ctx.switched) DT_CHECK(cudaEventCreateWithFlags(&g_ctx.switched, cudaEventDisableTiming));
+        DT_CHECK(cudaEventRecord(g_ctx.switched, g_ctx.stream));
+        DT_CHECK(cudaStreamWaitEvent(s, g_ctx.switched, 0));
+    }
     g_ctx.stream = s;
     DT_CUBLAS(cublasSetStream(g_ctx.cublas, s));
     DT_CURAND(curandSetStream(g_ctx.curand, s));

@@ -55,8 +55,10 @@ void dt_set_seed(uint64_t seed);
 uint64_t dt_seed(void);
 
 /* Runs deftc's work on a caller's CUDA stream (a cudaStream_t passed as void*; NULL gives
- * deftc's own stream back). Switching synchronizes the previous stream first, so that
- * memory deftc frees and reuses is never still in use on another stream. */
+ * deftc's own stream back). Switching orders the new stream after the work queued on the
+ * previous one (an event it waits for; the host waits only when the new stream captures a graph
+ * and the previous one does not), so that memory deftc frees and reuses is never still in use on
+ * another stream. */
 void dt_set_stream(void *stream);
 
 /* A side stream for work that can overlap the main stream's (the deformable inverse index is

@@ -39,6 +39,18 @@ class Desc(ctypes.Structure):
         super().__init__(*geometry, **fields)
 
 
+# dt_deform_cuda's scratch allocator: alloc(ctx, bytes, stream) -> pointer (None: out of memory),
+# free(ctx, ptr, stream).
+ALLOC_FN = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p)
+FREE_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+
+
+class Cuda(ctypes.Structure):
+    """dt_deform_cuda (dt_deform_api_set_cuda): the CUDA device the calling thread's next calls'
+    buffers are on (-1: found from the buffers) and an optional scratch allocator."""
+    _fields_ = [('device', ctypes.c_int), ('alloc', ALLOC_FN), ('free', FREE_FN), ('ctx', ctypes.c_void_p)]
+
+
 class DeftcError(RuntimeError, ValueError):
     """A call deftc refused or that failed inside (a bad argument or descriptor, a CUDA error); the
     message is deftc's. A RuntimeError, as torchvision's own errors are (and a ValueError, as
@@ -107,6 +119,8 @@ def library():
     lib.dt_deform_api_check.argtypes = [desc, ctypes.c_int]
     lib.dt_deform_api_check.restype = ctypes.c_int
     lib.dt_deform_api_error.restype = ctypes.c_char_p
+    lib.dt_deform_api_set_cuda.argtypes = [ctypes.POINTER(Cuda)]
+    lib.dt_deform_api_set_cuda.restype = ctypes.c_int
     _lib = lib
     return lib
 

@@ -63,8 +63,8 @@ from torch import Tensor, nn
 __all__ = ['deform_conv2d', 'DeformConv2d', 'swap_deform_convs', 'library']
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from deftc_lib import (BF16, CPU, CUDA, DETERMINISTIC, F32, F64, MODES, NCHW, NHWC, TF32, DeftcError,  # noqa: E402
-                       Desc, check as _check, found as found_library, library)
+from deftc_lib import (ALLOC_FN, BF16, CPU, CUDA, DETERMINISTIC, F32, F64, FREE_FN, MODES, NCHW, NHWC, TF32,  # noqa: E402
+                       Cuda, DeftcError, Desc, check as _check, found as found_library, library)
 
 PRECISIONS = (None, 'fp32', 'tf32', 'bf16')
 _CODE = {torch.float32: F32, torch.bfloat16: BF16, torch.float64: F64}  # the dtypes deftc takes as they are
@@ -240,6 +240,31 @@ class _Plan:
                 _as(weight, *self.w), _as(bias, self.bias_dtype, NCHW) if bias is not None else None)
 
 
+@ALLOC_FN
+def _torch_alloc(ctx, nbytes, stream):
+    """Scratch from PyTorch's caching allocator, for the current stream (the call's); None (NULL)
+    when it is out of memory - no Python exception may cross deftc's C frames."""
+    try:
+        return torch.cuda.caching_allocator_alloc(nbytes)
+    except Exception:
+        return None
+
+
+@FREE_FN
+def _torch_free(ctx, ptr, stream):
+    torch.cuda.caching_allocator_delete(ptr)
+
+
+def _cuda():
+    """The thread's dt_deform_cuda for a call on the current CUDA device: the device stated (deftc queries no
+    pointer), and while PyTorch captures a CUDA graph on the current stream the scratch from
+    PyTorch's allocator (the graph's private pool: deftc's own pool would hand the graph's
+    addresses to later work); else deftc's pool, which costs no Python call per block."""
+    if torch.cuda.is_current_stream_capturing():
+        return Cuda(torch.cuda.current_device(), _torch_alloc, _torch_free, None)
+    return Cuda(torch.cuda.current_device(), ALLOC_FN(), FREE_FN(), None)
+
+
 def _run(plan, entry, device, *tensors):
     """One call of the C API on the tensors' device: checked first (before any work), then queued on
     PyTorch's current CUDA stream, or run on the CPU."""
@@ -249,7 +274,11 @@ def _run(plan, entry, device, *tensors):
     ptrs = [_ptr(t) for t in tensors]
     if device.type == 'cuda':
         with torch.cuda.device(device):
-            _check(getattr(lib, entry)(ctypes.byref(desc), plan.flags, *ptrs, _stream(device)))
+            _check(lib.dt_deform_api_set_cuda(ctypes.byref(_cuda())))
+            try:
+                _check(getattr(lib, entry)(ctypes.byref(desc), plan.flags, *ptrs, _stream(device)))
+            finally:  # the thread's setting is this call's alone
+                lib.dt_deform_api_set_cuda(None)
     else:
         _check(getattr(lib, entry)(ctypes.byref(desc), plan.flags, *ptrs, None))
 

@@ -157,3 +157,41 @@ DT_TEST(deform_api_empty_batch) {
     EXPECT_EQ_INT(dt_deform_api_backward(&d, 1, NULL, NULL, NULL, w, NULL, NULL, NULL, NULL, NULL, gb, NULL), -1);
     EXPECT_MSG(has("grad_bias requested but has_bias is 0"), "%s", dt_deform_api_error());
 }
+
+/* A caller's allocator that counts its calls and has no memory. */
+static void *counting_alloc(void *ctx, size_t bytes, void *stream) {
+    (void)bytes, (void)stream;
+    ++*(int *)ctx;
+    return NULL;
+}
+static void counting_free(void *ctx, void *ptr, void *stream) {
+    (void)ptr, (void)stream;
+    ++*(int *)ctx;
+}
+
+/* dt_deform_api_set_cuda's checks; a CPU call does not touch the thread's CUDA setting (its
+ * scratch is host memory, never the caller's device allocator). */
+DT_TEST(deform_api_set_cuda) {
+    int calls = 0;
+    dt_deform_cuda cu = {.device = 0, .alloc = counting_alloc, .free = NULL, .ctx = &calls};
+    EXPECT_EQ_INT(dt_deform_api_set_cuda(&cu), -1);
+    EXPECT_MSG(has("alloc and free are given together"), "%s", dt_deform_api_error());
+    cu.free = counting_free;
+    cu.device = -2;
+    EXPECT_EQ_INT(dt_deform_api_set_cuda(&cu), -1);
+    EXPECT_MSG(has("dt_deform_cuda.device is -2"), "%s", dt_deform_api_error());
+    cu.device = 0;
+    EXPECT_EQ_INT(dt_deform_api_set_cuda(&cu), 0);
+    dt_deform_desc d = base();
+    d.device = DT_DEFORM_API_CPU;
+    /* [2, 6, 9, 9] x, [2, 18, 9, 9] offsets, [4, 6, 3, 3] weight, [2, 4, 9, 9] y */
+    static _Alignas(16) float x[2 * 6 * 81], off[2 * 18 * 81], w[4 * 6 * 9], y[2 * 4 * 81];
+    EXPECT_EQ_INT(dt_deform_api_forward(&d, DT_DEFORM_API_DEFT, x, off, NULL, w, NULL, y, NULL), 0);
+    EXPECT_EQ_INT(calls, 0);
+    if (dt_gpu_count() == 0) { /* a CUDA call here fails before any allocation */
+        d.device = DT_DEFORM_API_CUDA;
+        EXPECT_EQ_INT(dt_deform_api_forward(&d, DT_DEFORM_API_DEFT, x, off, NULL, w, NULL, y, NULL), -1);
+        EXPECT_EQ_INT(calls, 0);
+    }
+    EXPECT_EQ_INT(dt_deform_api_set_cuda(NULL), 0);
+}

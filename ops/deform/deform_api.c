@@ -200,11 +200,27 @@ static int aligned(const void *const *ptrs, const char *const *names, int n) {
     return 0;
 }
 
-/* A CUDA call: the device all of its buffers live on becomes the calling thread's deftc device
- * (dt_gpu_use) and `stream` its stream. A CPU call has nothing to find. */
-static int use_device(const call *c, const void *const *ptrs, const char *const *names, int n, void *stream) {
-    if (c->dev == DT_CPU) return 0;
-    if (!dt_built_with_cuda()) return fail("libdeftc was built without CUDA");
+/* This thread's dt_deform_api_set_cuda: the device its CUDA calls' buffers are on (-1: found
+ * from the buffers) and the scratch allocator (alloc NULL: deftc's pool). */
+static __thread dt_deform_cuda t_cuda = {.device = -1};
+static __thread dt_gpu_allocator t_alloc;
+
+static int set_cuda(const dt_deform_cuda *cu) {
+    if (!cu) {
+        t_cuda = (dt_deform_cuda){.device = -1};
+        t_alloc = (dt_gpu_allocator){0};
+        return 0;
+    }
+    if ((cu->alloc == NULL) != (cu->free == NULL)) return fail("dt_deform_cuda: alloc and free are given together");
+    if (cu->device < -1) return fail("dt_deform_cuda.device is %d: a CUDA device, or -1 (found from the buffers)", cu->device);
+    t_cuda = *cu;
+    t_alloc = (dt_gpu_allocator){cu->alloc, cu->free, cu->ctx};
+    return 0;
+}
+
+/* The CUDA device all the buffers live on (a cudaPointerGetAttributes each), or -1 with the
+ * message. */
+static int find_device(const void *const *ptrs, const char *const *names, int n) {
     int dev = -1;
     for (int i = 0; i < n; i++) {
         if (!ptrs[i]) continue;
@@ -216,9 +232,22 @@ static int use_device(const call *c, const void *const *ptrs, const char *const 
         if (dev < 0) dev = d;
         else if (d != dev) return fail("%s is on CUDA device %d, the input on device %d", names[i], d, dev);
     }
-    if (dev < 0) return fail("no device buffer given");
+    return dev < 0 ? fail("no device buffer given") : dev;
+}
+
+/* A CUDA call: the device its buffers live on - the one dt_deform_api_set_cuda states, else
+ * found from the buffers - becomes the calling thread's deftc device (dt_gpu_use), `stream` its
+ * stream, and the caller's allocator (if any) its scratch allocator until the entry returns
+ * (the entry puts deftc's pool back). A CPU call has nothing to find. */
+static int use_device(const call *c, const void *const *ptrs, const char *const *names, int n, void *stream) {
+    if (c->dev == DT_CPU) return 0;
+    if (!dt_built_with_cuda()) return fail("libdeftc was built without CUDA");
+    int dev = t_cuda.device;
+    if (dev >= dt_gpu_count()) return fail("dt_deform_cuda.device is %d: there are %d CUDA devices", dev, dt_gpu_count());
+    if (dev < 0 && (dev = find_device(ptrs, names, n)) < 0) return -1;
     dt_gpu_use(dev);
     dt_set_stream(stream);
+    if (t_alloc.alloc) dt_gpu_scratch_use(&t_alloc);
     return 0;
 }
 
@@ -472,22 +501,37 @@ int dt_deform_api_check(const dt_deform_desc *d, int mode) {
     return rc;
 }
 
+/* The caller's allocator (use_device) serves one entry: put back after the guard, whose unwind
+ * frees the call's scratch through it. */
+static int own_pool(int rc) {
+    dt_gpu_scratch_use(NULL);
+    return rc;
+}
+
 int dt_deform_api_forward(const dt_deform_desc *d, int mode, const void *x, const void *offset, const void *mask,
                           const void *weight, const void *bias, void *y, void *stream) {
     dt_guard g;
-    DT_GUARD(g) return dt_guard_unwind(&g);
+    DT_GUARD(g) return own_pool(dt_guard_unwind(&g));
     int rc = forward(d, mode, x, offset, mask, weight, bias, y, stream);
     dt_guard_leave(&g);
-    return rc;
+    return own_pool(rc);
 }
 
 int dt_deform_api_backward(const dt_deform_desc *d, int mode, const void *x, const void *offset, const void *mask,
                            const void *weight, const void *grad_y, void *grad_x, void *grad_offset, void *grad_mask,
                            void *grad_weight, void *grad_bias, void *stream) {
     dt_guard g;
-    DT_GUARD(g) return dt_guard_unwind(&g);
+    DT_GUARD(g) return own_pool(dt_guard_unwind(&g));
     int rc = backward(d, mode, x, offset, mask, weight, grad_y, grad_x, grad_offset, grad_mask, grad_weight, grad_bias,
                       stream);
+    dt_guard_leave(&g);
+    return own_pool(rc);
+}
+
+int dt_deform_api_set_cuda(const dt_deform_cuda *cu) {
+    dt_guard g;
+    DT_GUARD(g) return dt_guard_unwind(&g);
+    int rc = set_cuda(cu);
     dt_guard_leave(&g);
     return rc;
 }

@@ -43,8 +43,12 @@
  * CUDA (.device = DT_DEFORM_API_CUDA): deftc runs on the CUDA device the buffers live on (all on
  * one device, else an error) and queues the work on `stream` (a cudaStream_t of that device; NULL
  * for deftc's own stream, which does not synchronize with the legacy default stream: pass
- * cudaStreamLegacy to run there); the calls return without waiting for it. Workspace and scratch
- * come from deftc's caching allocator (a pool per device), released in stream order.
+ * cudaStreamLegacy to run there); the calls return without waiting for it, and make no host
+ * synchronization and no read-back (a stream other than the last call's waits for that one's
+ * work through an event; the host waits only for the first call captured into a CUDA graph after
+ * work on another stream). Scratch comes from deftc's caching allocator (a pool per device, no
+ * cudaMalloc once warm), released in stream order, or from the caller's (dt_deform_api_set_cuda,
+ * which can also state the device instead of deftc querying each buffer).
  * CPU (.device = DT_DEFORM_API_CPU): host buffers, the kernels' CPU twins (the same algorithms,
  * on deftc's thread pool; TF32 is fp32 there), done when the call returns; `stream` is ignored and
  * no CUDA call is made. The buffers are not checked to be host memory: device pointers crash.
@@ -59,6 +63,8 @@
  * Example (Python): see docs/deform_api.md. */
 #ifndef DT_DEFORM_API_H
 #define DT_DEFORM_API_H
+
+#include <stddef.h>
 
 #include "core/dt_api.h"
 #include "core/dt_dtype.h"
@@ -126,6 +132,30 @@ int dt_deform_api_backward(const dt_deform_desc *d, int mode, const void *x, con
                            const void *weight, const void *grad_y, void *grad_x, void *grad_offset, void *grad_mask,
                            void *grad_weight, void *grad_bias, void *stream);
 const char *dt_deform_api_error(void);
+
+/* What a framework states once for the CUDA calls the calling thread makes next (a thread's
+ * own setting; forward and backward running on different threads each set theirs):
+ *   device  the CUDA device every buffer is on: the buffers are then not queried (the caller's
+ *           word, as for host buffers on the CPU; a wrong device is undefined behaviour); -1 (the
+ *           default): found from the buffers, one cudaPointerGetAttributes each, checked to be
+ *           device memory of one device.
+ *   alloc, free  the call's scratch (the converted inputs, the kernels' buffers: each lives within
+ *           the call) from the caller's allocator instead of deftc's pool: alloc(ctx, bytes,
+ *           stream) returns device memory of `device` (NULL: out of memory, the call fails with
+ *           DT_ERR_OOM) for use on `stream` (the call's); free(ctx, ptr, stream) takes it back
+ *           before the call returns while work queued on `stream` may still use it - a
+ *           stream-ordered allocator, e.g. PyTorch's caching allocator, for which scratch made
+ *           while a CUDA graph is captured comes from the graph's private pool. Both NULL: deftc's
+ *           pool (which does not know about a caller's graph capture). Neither may raise a C++
+ *           exception or longjmp.
+ * NULL restores the defaults. 0, or -1 with the message (alloc without free). */
+typedef struct {
+    int device;
+    void *(*alloc)(void *ctx, size_t bytes, void *stream);
+    void (*free)(void *ctx, void *ptr, void *stream);
+    void *ctx;
+} dt_deform_cuda;
+int dt_deform_api_set_cuda(const dt_deform_cuda *cuda);
 
 DT_PUBLIC_END
 #ifdef __cplusplus

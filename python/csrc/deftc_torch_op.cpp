@@ -16,6 +16,7 @@
 // PyTorch it was built with; `make torch-op` rebuilds it (deftc_torch.py says so when the load
 // fails).
 #include <ATen/ATen.h>
+#include <c10/core/Allocator.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/generic_math.h>
@@ -23,6 +24,7 @@
 #include <torch/autograd.h>
 #include <torch/library.h>
 
+#include <mutex>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -271,6 +273,66 @@ void check_status(int rc) {
     if (rc != 0) raise_deftc(rc, std::string("deftc: ") + dt_deform_api_error());
 }
 
+// The C API's scratch from PyTorch's CUDA caching allocator (c10::GetAllocator(CUDA) is it, read
+// without a CUDA header): raw_allocate takes a block for the current stream of the current
+// device - the guard's device and the stream the call is queued on - so PyTorch reuses it in that
+// stream's order, and while a CUDA graph is captured it comes from the graph's private pool. No
+// C++ exception may cross deftc's C frames: an out of memory is a NULL (deftc raises DT_ERR_OOM).
+thread_local int scratch_blocks;  // taken by this thread's current call (for the tests' allocation counts)
+
+void *torch_alloc(void *, size_t bytes, void *) {
+    try {
+        void *p = c10::GetAllocator(c10::DeviceType::CUDA)->raw_allocate(bytes);
+        scratch_blocks++;
+        return p;
+    } catch (...) {
+        return nullptr;
+    }
+}
+
+void torch_free(void *, void *ptr, void *) {
+    try {
+        c10::GetAllocator(c10::DeviceType::CUDA)->raw_deallocate(ptr);
+    } catch (...) {
+    }
+}
+
+// The calling thread's CUDA setting for the one call on `device` (the forward runs on the
+// caller's thread, the backward on the autograd engine's thread of the device): the device stated
+// (no pointer queries) and PyTorch's allocator, put back to the defaults when the call is over, so
+// that the thread's other C API calls (ctypes ones too) are not affected; the CPU needs none.
+struct UseCuda {
+    bool set;
+    explicit UseCuda(const at::Device &device) : set(!device.is_cpu()) {
+        scratch_blocks = 0;
+        if (!set) return;
+        dt_deform_cuda cuda{device.index() >= 0 ? int(device.index()) : 0, torch_alloc, torch_free, nullptr};
+        check_status(dt_deform_api_set_cuda(&cuda));
+    }
+    ~UseCuda() {
+        if (set) dt_deform_api_set_cuda(nullptr);
+    }
+};
+
+// The data pointers of the last forward and backward C call (the order of their arguments: x,
+// offset, mask, weight, bias, y; x, offset, mask, weight, grad_y, grad_x, grad_offset,
+// grad_mask, grad_weight, grad_bias) and the scratch blocks it took from PyTorch's allocator, for
+// the tests that check nothing was copied on this path (deftc_torch_op_last_call below). The
+// backward may run on another thread than the forward.
+std::mutex last_mutex;
+uintptr_t last_call[2][11];  // [10]: the scratch blocks
+
+void record(int which, std::initializer_list<const void *> ptrs) {
+    std::lock_guard<std::mutex> lock(last_mutex);
+    int i = 0;
+    for (const void *p : ptrs) last_call[which][i++] = reinterpret_cast<uintptr_t>(p);
+}
+
+void record_scratch(int which) {
+    std::lock_guard<std::mutex> lock(last_mutex);
+    last_call[which][10] = static_cast<uintptr_t>(scratch_blocks);
+}
+
 at::Tensor forward(const at::Tensor &input, const at::Tensor &offset, const at::Tensor &weight,
                    const std::optional<at::Tensor> &bias, at::IntArrayRef stride, at::IntArrayRef padding,
                    at::IntArrayRef dilation, const std::optional<at::Tensor> &mask, c10::string_view mode,
@@ -282,8 +344,11 @@ at::Tensor forward(const at::Tensor &input, const at::Tensor &offset, const at::
     if (bias) bs = as_format(*bias, {p.bias_dtype, DT_NCHW});
     at::Tensor y = at::empty(p.shape, input.options().dtype(p.x_format.dtype), memory_format(p.x_format.layout));
     c10::OptionalDeviceGuard guard(input.device());
+    UseCuda cuda(input.device());
+    record(0, {xs.data_ptr(), os.data_ptr(), ptr(ms), ws.data_ptr(), ptr(bs), y.data_ptr()});
     check_status(dt_deform_api_forward(&p.desc, p.flags, xs.data_ptr(), os.data_ptr(), ptr(ms), ws.data_ptr(), ptr(bs),
                                        y.data_ptr(), stream_of(input.device())));
+    record_scratch(0);
     return as_format(y, p.out_format);  // y itself unless precision= (or float16) differs from the input's dtype
 }
 
@@ -305,10 +370,14 @@ std::vector<at::Tensor> backward(const at::Tensor &grad, const at::Tensor &input
     if (wanted[4]) gm = at::empty_like(*ms);
     at::Tensor gy = as_format(grad, p.x_format);
     c10::OptionalDeviceGuard guard(input.device());
+    UseCuda cuda(input.device());
     auto out = [](std::optional<at::Tensor> &t) { return t ? t->data_ptr() : nullptr; };
+    record(1, {xs.data_ptr(), os.data_ptr(), ptr(ms), ws.data_ptr(), gy.data_ptr(), out(gx), out(goff), out(gm), out(gw),
+               out(gb)});
     check_status(dt_deform_api_backward(&p.desc, p.flags, xs.data_ptr(), os.data_ptr(), ptr(ms), ws.data_ptr(),
                                         gy.data_ptr(), out(gx), out(goff), out(gm), out(gw), out(gb),
                                         stream_of(input.device())));
+    record_scratch(1);
     std::vector<at::Tensor> grads;
     const std::optional<at::Tensor> *got[] = {&gx, &goff, &gw, &gb, &gm};
     const at::Tensor *own[] = {&input, &offset, &weight, bias ? &*bias : nullptr, mask ? &*mask : nullptr};
@@ -439,3 +508,11 @@ TORCH_LIBRARY_IMPL(deftc, CUDA, m) {
 }
 
 TORCH_LIBRARY_IMPL(deftc, Autograd, m) { m.impl("deform_conv2d", &forward_autograd); }
+
+// For the tests (ctypes on this .so): the data pointers the last forward (which = 0: 6 of them)
+// or backward (which = 1: 10) handed to the C API, NULL for an absent tensor, into out[0..9], and
+// the scratch blocks that call took from PyTorch's allocator into out[10].
+extern "C" __attribute__((visibility("default"))) void deftc_torch_op_last_call(int which, uintptr_t *out) {
+    std::lock_guard<std::mutex> lock(last_mutex);
+    for (int i = 0; i < 11; i++) out[i] = last_call[which != 0][i];
+}
