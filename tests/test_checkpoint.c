@@ -357,7 +357,7 @@ DT_TEST(checkpoint_state_round_trips_and_must_match) {
     snprintf(path, sizeof path, "%s/state.ckpt", dt_test_tmpdir());
     dt_ckpt_pos pos = {1, 2, 3};
     dt_err err;
-    dt_ckpt_image img;
+    dt_ckpt_image img = {0};
     dt_checkpoint_serialize_state("", &pos, &ps, mom, &bn, 1, &img);
     EXPECT_MSG(dt_ckpt_image_write(path, &img, &err) == 0, "%s", err.msg);
     dt_ckpt_image_free(&img);
@@ -426,4 +426,44 @@ DT_TEST(checkpoint_refuses_devices_fifos_and_folders_and_writes_through_symlinks
     EXPECT_MSG(dt_checkpoint_read(real, &ck, &err) == 0, "the link's target was not written: %s", err.msg);
     if (ck.blob) EXPECT(ck.pos.step == 1 && ck.n == 1);
     dt_checkpoint_free(&ck);
+}
+
+/* A GPU run's snapshot (train/dt_checkpoint.h: page-locked body, copies queued on the stream,
+ * other dtypes and layouts converted on the GPU) is byte for byte the CPU's of the same tensors:
+ * fp32 NCHW, fp32 channels last (a bf16 run's conv masters), bf16 channels last, a vector, an
+ * empty tensor. Serialized twice into the same body (a writer's spare), the second time too. */
+DT_GPU_TEST(gpu_checkpoint_snapshot_matches_the_cpus) {
+    const int64_t s4[4] = {5, 7, 3, 3}, s1[1] = {37}, s0[1] = {0};
+    const struct { int ndim; const int64_t *shape; dt_dtype dtype; dt_layout layout; } T[] = {
+        {4, s4, DT_F32, DT_NCHW}, {4, s4, DT_F32, DT_NHWC}, {4, s4, DT_BF16, DT_NHWC}, {1, s1, DT_F32, DT_NCHW},
+        {1, s0, DT_F32, DT_NCHW}};
+    enum { NT = sizeof T / sizeof *T };
+    dt_tensor *cpu[NT], *gpu[NT];
+    dt_ckpt_item ci[NT], gi[NT];
+    static const char *const names[NT] = {"a", "b_cl", "c_bf16_cl", "d", "e"};
+    dt_rng *r = dt_test_rng();
+    for (int i = 0; i < NT; i++) {
+        cpu[i] = dt_tensor_new_unscoped(T[i].ndim, T[i].shape, DT_CPU, T[i].dtype, T[i].layout);
+        dt_tensor_fill_normal(cpu[i], r, 0.0f, 1.0f);
+        gpu[i] = dt_tensor_new_unscoped(T[i].ndim, T[i].shape, DT_GPU, T[i].dtype, T[i].layout);
+        dt_tensor_copy(gpu[i], cpu[i]);
+        ci[i] = (dt_ckpt_item){names[i], cpu[i]};
+        gi[i] = (dt_ckpt_item){names[i], gpu[i]};
+    }
+    dt_ckpt_pos pos = {3, 1, 7};
+    dt_ckpt_image a = {0}, b = {0};
+    dt_checkpoint_serialize("lr = 0.1\n", &pos, ci, NT, &a);
+    for (int pass = 0; pass < 2; pass++) {
+        unsigned char *body = b.body;
+        dt_checkpoint_serialize("lr = 0.1\n", &pos, gi, NT, &b);
+        EXPECT(b.pinned);
+        if (pass) EXPECT_MSG(b.body == body, "the second snapshot did not reuse the body");
+        EXPECT_EQ_INT((int64_t)b.len, (int64_t)a.len);
+        EXPECT_MSG(a.len == b.len && !memcmp(a.body, b.body, a.len), "pass %d: the GPU's snapshot differs from the CPU's", pass);
+        for (int i = 0; i < NT; i++) dt_tensor_fill_normal(gpu[i], r, 0.0f, 1.0f); /* changed after: the snapshot stays */
+        for (int i = 0; i < NT; i++) dt_tensor_copy(gpu[i], cpu[i]);
+    }
+    dt_ckpt_image_free(&a);
+    dt_ckpt_image_free(&b);
+    for (int i = 0; i < NT; i++) dt_tensor_free(cpu[i]), dt_tensor_free(gpu[i]);
 }

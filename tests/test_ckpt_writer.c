@@ -47,7 +47,7 @@ DT_TEST(ckpt_writer_never_waits_and_the_newest_image_wins) {
     /* six in a row, 16 MB each: a submit is a hand-over (microseconds), a write takes
      * milliseconds, so the images submitted while one is written replace each other */
     for (int i = 1; i <= 6; i++) {
-        dt_ckpt_image img;
+        dt_ckpt_image img = {0};
         image_of((int64_t)1 << 22, (float)i, 10 * i, &img);
         EXPECT_MSG(dt_ckpt_writer_submit(w, path, &img, &err) == 0, "write %d: %s", i, err.msg);
         EXPECT(img.body == NULL); /* the writer took it */
@@ -69,6 +69,17 @@ DT_TEST(ckpt_writer_never_waits_and_the_newest_image_wins) {
     /* nothing in progress: waiting again is a no-op */
     EXPECT_EQ_INT(dt_ckpt_writer_wait(w, &ms, &err), 0);
     EXPECT(ms == 0);
+    /* a written image's body comes back for the next snapshot, which fills it again */
+    dt_ckpt_image img = {0};
+    dt_ckpt_writer_spare(w, &img);
+    EXPECT(img.body != NULL && img.cap >= ((size_t)1 << 24));
+    unsigned char *body = img.body;
+    image_of(1000, 7.0f, 70, &img);
+    EXPECT(img.body == body);
+    EXPECT_EQ_INT(dt_ckpt_writer_submit(w, path, &img, &err), 0);
+    EXPECT_EQ_INT(dt_ckpt_writer_wait(w, NULL, &err), 0);
+    EXPECT_EQ_INT(step_of(path, &v), 70);
+    EXPECT(v == 7.0f);
     dt_ckpt_writer_free(w);
 }
 
@@ -79,7 +90,7 @@ DT_TEST(ckpt_writer_reports_a_failed_write_at_the_next_call) {
     EXPECT_EQ_INT(mkdir(bad, 0755), 0); /* a folder where the file should go: the rename fails */
     dt_ckpt_writer *w = dt_ckpt_writer_new();
     dt_err err;
-    dt_ckpt_image img;
+    dt_ckpt_image img = {0};
     image_of(64, 1.0f, 2, &img);
     EXPECT_EQ_INT(dt_ckpt_writer_submit(w, good, &img, &err), 0);
     EXPECT_EQ_INT(dt_ckpt_writer_wait(w, NULL, &err), 0);

@@ -1,7 +1,10 @@
 #include "train/dt_checkpoint.h"
 
 #include "train/atomic_file.h"
+#include "core/dt_alloc.h"
+#include "core/dt_device.h"
 #include "core/dt_file.h"
+#include "ops/pointwise/dt_shared_kernels.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -37,13 +40,52 @@ static void put(buf *b, const void *src, size_t n) {
 static void put_u32(buf *b, uint32_t v) { put(b, &v, 4); }
 static void put_i64(buf *b, int64_t v) { put(b, &v, 8); }
 
+/* t's values as fp32 in logical order at dst (t->numel floats; dst may be unaligned: the file's
+ * floats are packed). pinned: dst is page-locked and a GPU tensor's bytes are queued on the
+ * stream (a tensor of another dtype or layout converted on the GPU first, into a scratch block
+ * given back at once - the stream orders its reuse); the caller waits once for all of them. */
+static void snapshot_tensor(const dt_tensor *t, unsigned char *dst, int pinned) {
+    const size_t bytes = (size_t)t->numel * sizeof(float);
+    if (!bytes) return;
+    const int direct = t->dtype == DT_F32 && t->layout == DT_NCHW;
+    if (t->dev == DT_GPU && pinned) {
+        if (direct) {
+            dt_copy_d2h_async(dst, t->data, bytes);
+            return;
+        }
+        const int64_t N = t->ndim == 4 ? t->shape[0] : 1, C = t->ndim == 4 ? t->shape[1] : 1,
+                      P = t->ndim == 4 ? t->shape[2] * t->shape[3] : t->numel;
+        void *tmp = dt_gpu_malloc(bytes); /* [N, C, P] fp32 */
+        DT_PICK(dt_convert_k, DT_GPU, t->dtype, DT_NCHW)(N, C, P, t->data, t->dtype, t->layout, 0.0f, tmp, DT_F32, DT_NCHW);
+        dt_copy_d2h_async(dst, tmp, bytes);
+        dt_gpu_free(tmp);
+        return;
+    }
+    if (direct) {
+        dt_tensor_download(t, dst);
+        return;
+    }
+    float *h = dt_tensor_host_copy(t);
+    memcpy(dst, h, bytes);
+    free(h);
+}
+
 void dt_checkpoint_serialize(const char *config_text, const dt_ckpt_pos *pos, const dt_ckpt_item *items, int n,
                             dt_ckpt_image *img) {
     uint32_t cl = (uint32_t)strlen(config_text);
     size_t len = 4 + cl + 3 * 8 + 4;
-    for (int i = 0; i < n; i++)
+    int pinned = 0; /* a GPU's tensors: copied into page-locked memory at the link's speed */
+    for (int i = 0; i < n; i++) {
         len += 4 + strlen(items[i].name) + 4 + (size_t)items[i].t->ndim * 8 + (size_t)items[i].t->numel * sizeof(float);
-    buf b = {dt_xmalloc(len), 0};
+        if (items[i].t->dev == DT_GPU) pinned = 1;
+    }
+    if (img->body && (img->cap < len || img->pinned != pinned)) dt_ckpt_image_free(img); /* not reusable */
+    if (!img->body) {
+        img->body = dt_host_alloc(len, pinned);
+        img->cap = len;
+        img->pinned = pinned;
+    }
+    buf b = {img->body, 0};
     put_u32(&b, cl);
     put(&b, config_text, cl);
     put_i64(&b, pos->epoch);
@@ -57,17 +99,10 @@ void dt_checkpoint_serialize(const char *config_text, const dt_ckpt_pos *pos, co
         put(&b, items[i].name, nl);
         put_u32(&b, (uint32_t)t->ndim);
         for (int d = 0; d < t->ndim; d++) put_i64(&b, t->shape[d]);
-        const size_t bytes = (size_t)t->numel * sizeof(float);
-        if (t->dtype == DT_F32 && t->layout == DT_NCHW) { /* the file's order: straight into the body */
-            if (bytes) dt_tensor_download(t, b.p + b.n);
-        } else {
-            float *h = dt_tensor_host_copy(t);
-            memcpy(b.p + b.n, h, bytes);
-            free(h);
-        }
-        b.n += bytes;
+        snapshot_tensor(t, b.p + b.n, pinned);
+        b.n += (size_t)t->numel * sizeof(float);
     }
-    img->body = b.p;
+    if (pinned) dt_gpu_sync(); /* the queued copies have landed: the snapshot is whole */
     img->len = b.n;
 }
 
@@ -84,14 +119,13 @@ int dt_ckpt_image_write(const char *path, dt_ckpt_image *img, dt_err *err) {
 }
 
 void dt_ckpt_image_free(dt_ckpt_image *img) {
-    free(img->body);
-    img->body = NULL;
-    img->len = 0;
+    dt_host_free(img->body, img->pinned);
+    memset(img, 0, sizeof *img);
 }
 
 int dt_checkpoint_save(const char *path, const char *config_text, const dt_ckpt_pos *pos, const dt_ckpt_item *items,
                        int n, dt_err *err) {
-    dt_ckpt_image img;
+    dt_ckpt_image img = {0};
     dt_checkpoint_serialize(config_text, pos, items, n, &img);
     int rc = dt_ckpt_image_write(path, &img, err);
     dt_ckpt_image_free(&img);

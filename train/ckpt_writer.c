@@ -17,11 +17,19 @@ struct dt_ckpt_writer {
     int have_pending, writing;
     char pending_path[1024];
     dt_ckpt_image pending; /* the newest submitted image not yet started */
+    dt_ckpt_image spare;   /* a written (or superseded) image's body, for the next snapshot */
     int failed;            /* a write failed and no call has reported it yet */
     dt_err err;
     double ms;             /* the last finished write's time in the writer thread */
     dt_ckpt_writer_counts counts;
 };
+
+/* Keeps img's body as the spare (freeing the older spare) and empties img; the lock is held. */
+static void keep_spare(dt_ckpt_writer *w, dt_ckpt_image *img) {
+    dt_ckpt_image_free(&w->spare);
+    w->spare = *img;
+    memset(img, 0, sizeof *img);
+}
 
 /* The writer thread: takes the pending image, writes it with the lock released, records the
  * result, and sleeps until the next one or the end. */
@@ -42,8 +50,8 @@ static void *write_main(void *arg) {
         const double t0 = dt_now_ms();
         const int rc = dt_ckpt_image_write(path, &img, &err);
         const double ms = dt_now_ms() - t0;
-        dt_ckpt_image_free(&img);
         pthread_mutex_lock(&w->mu);
+        keep_spare(w, &img);
         w->writing = 0;
         w->ms = ms;
         if (rc) {
@@ -111,7 +119,7 @@ int dt_ckpt_writer_submit(dt_ckpt_writer *w, const char *path, dt_ckpt_image *im
         return rc;
     }
     if (w->have_pending) { /* never started: the newer image replaces it */
-        dt_ckpt_image_free(&w->pending);
+        keep_spare(w, &w->pending);
         w->counts.superseded++;
     }
     snprintf(w->pending_path, sizeof w->pending_path, "%s", path);
@@ -121,6 +129,15 @@ int dt_ckpt_writer_submit(dt_ckpt_writer *w, const char *path, dt_ckpt_image *im
     pthread_cond_signal(&w->work);
     pthread_mutex_unlock(&w->mu);
     return 0;
+}
+
+void dt_ckpt_writer_spare(dt_ckpt_writer *w, dt_ckpt_image *img) {
+    pthread_mutex_lock(&w->mu);
+    if (!img->body) {
+        *img = w->spare;
+        memset(&w->spare, 0, sizeof w->spare);
+    }
+    pthread_mutex_unlock(&w->mu);
 }
 
 dt_ckpt_writer_counts dt_ckpt_writer_counts_of(dt_ckpt_writer *w) {
@@ -140,6 +157,7 @@ void dt_ckpt_writer_free(dt_ckpt_writer *w) {
         pthread_mutex_unlock(&w->mu);
         pthread_join(w->thread, NULL);
     }
+    dt_ckpt_image_free(&w->spare);
     pthread_cond_destroy(&w->idle);
     pthread_cond_destroy(&w->work);
     pthread_mutex_destroy(&w->mu);

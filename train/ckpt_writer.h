@@ -26,6 +26,10 @@ int dt_ckpt_writer_submit(dt_ckpt_writer *w, const char *path, dt_ckpt_image *im
  * failed write not yet reported. *write_ms (or NULL): how long the last write took in the
  * writer thread, 0 when nothing was in progress. */
 int dt_ckpt_writer_wait(dt_ckpt_writer *w, double *write_ms, dt_err *err);
+/* An empty img receives the body of an image already written or superseded (if the writer
+ * holds one), for dt_checkpoint_serialize to fill again: a GPU run's page-locked bodies are
+ * allocated once, not per checkpoint. */
+void dt_ckpt_writer_spare(dt_ckpt_writer *w, dt_ckpt_image *img);
 /* What the writer did with the images submitted so far. */
 typedef struct {
     int64_t submitted, written, superseded, failed; /* submitted = the other three + those waiting */

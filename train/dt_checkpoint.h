@@ -67,12 +67,16 @@ dt_ckpt_pos dt_ckpt_pos_rescale(dt_ckpt_pos pos, int64_t was, int64_t now, int64
  * the training thread. */
 typedef struct {
     unsigned char head[28];
-    unsigned char *body;
-    size_t len;
+    unsigned char *body; /* [len] of [cap] bytes, page-locked when pinned (a GPU run's: dt_host_alloc) */
+    size_t len, cap;
+    int pinned;
 } dt_ckpt_image;
 
-/* The image of a checkpoint of items[n] at pos with the run's config text (an allocation that
- * fails is fatal, as for every host buffer of the trainer). */
+/* The image of a checkpoint of items[n] at pos with the run's config text. img is empty ({0})
+ * or holds a body to fill again (a writer's spare, dt_ckpt_writer_spare: no allocation, no page
+ * locking per checkpoint) - used when large enough and of the kind wanted, else replaced. The
+ * tensors of a GPU are copied on its stream into a pinned body (converted to fp32 in logical
+ * order on the GPU), then waited for once. */
 void dt_checkpoint_serialize(const char *config_text, const dt_ckpt_pos *pos, const dt_ckpt_item *items, int n,
                             dt_ckpt_image *img);
 /* Fills img's header and writes img as the whole new file `path` (atomic_file.h: a temporary

@@ -678,7 +678,8 @@ static int save_ckpt(replica *r, const dt_ckpt_pos *np, int wait) {
     dt_config_write(run->c, f);
     fclose(f);
     if (r->dist) dt_dist_watch(r->dist, 0); /* no collective while writing: no stall timeout */
-    dt_ckpt_image img;
+    dt_ckpt_image img = {0};
+    dt_ckpt_writer_spare(run->ckpt_writer, &img);
     dt_checkpoint_serialize_state(text, np, &r->model.params, r->opt.bufs, r->model.buffers, r->model.n_buffers, &img);
     free(text);
     int rc = dt_ckpt_writer_submit(run->ckpt_writer, run->ckpt_path, &img, &r->err);
