@@ -16,10 +16,16 @@
  *            gather into bf16 dx or an fp32 sum, the tensor-core offset conv), next to the two
  *            conversion passes of the bridge they replaced (x widened to fp32, the fp32 input
  *            gradient rounded to bf16); compare with the f32 rows of the other groups
+ *   sampler  the bf16 forward's sampling + main GEMM: k_sample's columns through the Hopper
+ *            engine's GEMM or cuBLAS's, against the engine's fprop with the sampling as its A
+ *            producer (dt_conv_sm90_fprop_deform: one launch, no columns in memory); validated
+ *            bit for bit against the first on every shape, and against the CPU twins (sampling +
+ *            a double GEMM) within bf16 rounding on small odd shapes; a mismatch exits 1
  *
- *   build/deform_lab [--batch 64] [--reps 20] [--shape l1] [--what offconv,gemm,gather,sample,bf16]
+ *   build/deform_lab [--batch 64] [--reps 20] [--shape l1] [--what offconv,gemm,gather,sample,bf16,sampler]
  *                    [--skip-validate]      (make lab; GPU only; --skip-validate for profilers)
- * Validation lines first (relative error against the CPU twin), then one table. */
+ * Validation lines first (relative error against the CPU twin; only the groups of --what), then
+ * one table. */
 #include <stdlib.h>
 
 #include "core/dt_common.h"
@@ -43,6 +49,7 @@
 #include "ops/linear/gemm.h"
 #include "ops/pointwise/layout.h"
 #include "ops/deform/offset_conv.h"
+#include "ops/conv/conv_sm90.h"
 
 /* ------------------------------------------------------------------ lab variants */
 
@@ -194,6 +201,14 @@ static void sample_variant(int blocked, const dt_deform_plan *p, int64_t nb, con
 }
 
 /* ------------------------------------------------------------------ helpers */
+
+/* whether the comma-separated list `what` names group g ("sample" is not "sampler") */
+static int has_group(const char *what, const char *g) {
+    const size_t n = strlen(g);
+    for (const char *t = what; t; t = strchr(t, ',') ? strchr(t, ',') + 1 : NULL)
+        if (!strncmp(t, g, n) && (t[n] == ',' || t[n] == 0)) return 1;
+    return 0;
+}
 
 static float *randn_host(int64_t n, float std, uint64_t seed) {
     dt_rng r;
@@ -404,21 +419,141 @@ static void validate_bf16(void) {
     }
 }
 
+/* The sampler's checks (a mismatch counted in g_sampler_bad: the lab exits 1). Every launch is
+ * followed by a synchronization and its line printed and flushed first, so that a kernel that
+ * never finishes (an mbarrier waiting forever) names itself under `timeout`. */
+static int g_sampler_bad;
+
+static void sampler_step(const char *what) {
+    printf("  ... %s\n", what);
+    fflush(stdout);
+}
+
+/* The fused forward of a bf16 plan's chunk against k_sample's columns through the engine's GEMM on
+ * the same tile (dt_conv_sm90_fprop_deform_cols): every element the same bits. The outputs are
+ * poisoned with different patterns, so that an element neither writes differs too. Returns the
+ * fused y on the host (bf16, [Q, Cout]). */
+static dt_bf16 *sampler_bitwise(const char *name, const dt_deform_plan *pb, int64_t nb, const void *gx, const float *gom,
+                                const void *gw, const float *gbias) {
+    const dt_deform_chunk c = dt_deform_chunk_make(pb, nb);
+    const int64_t Q = nb * pb->P, ny = Q * pb->Cout;
+    void *gy = dt_gpu_malloc(ny * 2), *gref = dt_gpu_malloc(ny * 2), *gcol = dt_gpu_malloc(Q * pb->KC * 2);
+    dt_memset_gpu(gy, 0xff, ny * 2), dt_memset_gpu(gref, 0x7f, ny * 2);
+    char what[160];
+    snprintf(what, sizeof what, "%s: fused launch", name);
+    sampler_step(what);
+    dt_conv_sm90_fprop_deform(&c, pb->Cout, gx, gom, gw, gbias, gy);
+    dt_gpu_sync();
+    snprintf(what, sizeof what, "%s: k_sample + the engine's GEMM", name);
+    sampler_step(what);
+    dt_deform_sample_nhwc_cuda(pb, nb, gx, gom, gcol);
+    dt_conv_sm90_fprop_deform_cols(&c, pb->Cout, gcol, gw, gbias, gref);
+    dt_gpu_sync();
+    dt_bf16 *y = (dt_bf16 *)malloc(ny * 2), *ref = (dt_bf16 *)malloc(ny * 2);
+    dt_copy_d2h(y, gy, ny * 2), dt_copy_d2h(ref, gref, ny * 2);
+    int64_t differ = 0, first = -1;
+    for (int64_t i = 0; i < ny; i++)
+        if (y[i] != ref[i]) differ++, first = first < 0 ? i : first;
+    g_sampler_bad += differ != 0;
+    if (differ)
+        printf("validate sampler %-40s FAIL: %lld of %lld elements differ from k_sample + the engine's GEMM (first at "
+               "%lld: 0x%04x vs 0x%04x)\n", name, (long long)differ, (long long)ny, (long long)first, y[first], ref[first]);
+    else
+        printf("validate sampler %-40s bitwise equal to k_sample + the engine's GEMM (%lld elements)\n", name, (long long)ny);
+    free(ref);
+    dt_gpu_free(gy), dt_gpu_free(gref), dt_gpu_free(gcol);
+    return y;
+}
+
+/* (a) small odd shapes against the CPU twins - the bf16 sampling (dt_deform_sample_nhwc_cpu) and a
+ * double GEMM over its columns - within one bf16 rounding plus fp32 reassociation: |y - ref| <=
+ * 2^-7 |ref| + 2^-9 max |ref|; (b) the ResNet-18 shapes at `batch` (one chunk), offsets ~ N(0, 1 px),
+ * bit for bit against the engine's GEMM over k_sample's columns. */
+static void validate_sampler(int batch, const char *only) {
+    if (!dt_gpu_has_sm90a()) {
+        printf("validate sampler: this GPU or build has no Hopper engine (sm_90a): skipped\n");
+        return;
+    }
+    static const struct { int n, c, h, w, cout, stride, dil, G, mask; } V[] = {
+        {3, 128, 13, 11, 72, 1, 1, 2, 1}, {3, 64, 13, 11, 64, 2, 1, 1, 1}, {1, 192, 9, 7, 128, 1, 2, 3, 0}};
+    for (size_t vi = 0; vi < sizeof V / sizeof *V; vi++) {
+        const size_t budget = (size_t)1 << 40;
+        dt_deform_plan p = plan_for(V[vi].n, V[vi].c, V[vi].h, V[vi].w, V[vi].cout, dt_geom(3, V[vi].stride, 1, V[vi].dil),
+                                    V[vi].G, V[vi].mask, budget);
+        dt_deform_plan pb = bf16_plan(&p, budget);
+        const int64_t nb = pb.N, Q = nb * pb.P, nx = nb * pb.H * pb.W * pb.C, nw = pb.Cout * pb.KC;
+        float *x = randn_host(nx, 1.0f, 60 + vi), *w = randn_host(nw, 1.0f / sqrtf((float)pb.KC), 61 + vi);
+        float *bias = randn_host(pb.Cout, 1.0f, 62 + vi), *om = om_host(&pb, nb, 1.0f, 63 + vi);
+        dt_bf16 *xh = bf16_host(x, nx), *wh = bf16_host(w, nw), *col = (dt_bf16 *)malloc(Q * pb.KC * 2);
+        dt_deform_sample_nhwc_cpu(&pb, nb, xh, om, col);
+        double *ref = (double *)malloc(sizeof(double) * Q * pb.Cout), big = 0;
+        for (int64_t q = 0; q < Q; q++)
+            for (int64_t o = 0; o < pb.Cout; o++) {
+                double acc = bias[o];
+                for (int64_t k = 0; k < pb.KC; k++)
+                    acc += (double)dt_bf16_to_float(col[q * pb.KC + k]) * dt_bf16_to_float(wh[o * pb.KC + k]);
+                ref[q * pb.Cout + o] = acc;
+                big = fmax(big, fabs(acc));
+            }
+        void *gx = up_bf16(x, nx), *gw = up_bf16(w, nw);
+        float *gom = up(om, Q * pb.OCS), *gbias = up(bias, pb.Cout);
+        char name[96];
+        snprintf(name, sizeof name, "N %d C %d %dx%d s%d d%d G%d mask %d -> %d", V[vi].n, V[vi].c, V[vi].h, V[vi].w,
+                 V[vi].stride, V[vi].dil, V[vi].G, V[vi].mask, V[vi].cout);
+        dt_bf16 *y = sampler_bitwise(name, &pb, nb, gx, gom, gw, gbias);
+        int64_t over = 0;
+        double worst = 0;
+        for (int64_t i = 0; i < Q * pb.Cout; i++) {
+            const double e = fabs(dt_bf16_to_float(y[i]) - ref[i]), bound = ldexp(fabs(ref[i]), -7) + ldexp(big, -9);
+            over += !(e <= bound); /* NaN counts */
+            worst = fmax(worst, e / bound);
+        }
+        g_sampler_bad += over != 0;
+        printf("validate sampler %-40s %s against the CPU twins: %lld elements past the bound, worst %.2f of it\n", name,
+               over ? "FAIL" : "ok", (long long)over, worst);
+        free(x), free(w), free(bias), free(om), free(xh), free(wh), free(col), free(ref), free(y);
+        dt_gpu_free(gx), dt_gpu_free(gw), dt_gpu_free(gom), dt_gpu_free(gbias);
+    }
+    for (int si = 0; si < 7; si++) {
+        const dt_bench_shape *sh = &DT_RESNET18_SHAPES[si];
+        if (only && strcmp(only, sh->name)) continue;
+        dt_deform_plan p = plan_for(batch, sh->cin, sh->h, sh->h, sh->cout, dt_geom(3, sh->stride, 1, 1), 1, 0,
+                                    dt_conv_col_budget());
+        dt_deform_plan pb = bf16_plan(&p, dt_conv_col_budget());
+        const int64_t nb = pb.nb, Q = nb * pb.P, nx = nb * pb.H * pb.W * pb.C, nw = pb.Cout * pb.KC;
+        float *h;
+        void *gx = up_bf16(h = randn_host(nx, 1.0f, 70 + si), nx);
+        free(h);
+        void *gw = up_bf16(h = randn_host(nw, 1.0f / sqrtf((float)pb.KC), 71 + si), nw);
+        free(h);
+        float *gbias = up(h = randn_host(pb.Cout, 1.0f, 72 + si), pb.Cout);
+        free(h);
+        float *gom = up(h = om_host(&pb, nb, 1.0f, 73 + si), Q * pb.OCS);
+        free(h);
+        char name[96];
+        snprintf(name, sizeof name, "%s (batch %lld)", sh->name, (long long)nb);
+        free(sampler_bitwise(name, &pb, nb, gx, gom, gw, gbias));
+        dt_gpu_free(gx), dt_gpu_free(gw), dt_gpu_free(gbias), dt_gpu_free(gom);
+    }
+}
+
 /* ------------------------------------------------------------------ timing */
 
 enum { T_FWD_L, T_FWD_T, T_DW_L, T_DW_T, T_DX_L, T_DX_T, T_GEMM_DW, T_GEMM_DWT, T_GATHER0, T_GATHER1, T_GATHER2,
        T_GATHER_P, T_SAMPLE0, T_SAMPLE1, T_SAMPLE_P, T_SAMPLE_B, T_GATHER_B, T_GATHER_BS, T_FWD_B, T_DW_B, T_DX_B,
-       T_BRIDGE_X, T_BRIDGE_DX, T_N };
+       T_BRIDGE_X, T_BRIDGE_DX, T_SAMPLER_BLAS, T_SAMPLER_COLS, T_SAMPLER_FUSED, T_N };
 static const char *NAMES[T_N] = {"offconv fwd, lanes", "offconv fwd, tiles", "offconv dW+db, lanes", "offconv dW+db, tiles",
                                  "offconv dx, lanes", "offconv dx, tiles", "main dW = dYT^T col", "main dW^T = col^T dYT",
                                  "gather 1 vec/lane strided", "gather 1 vec/lane, HB4", "gather 1 vec/lane, blocked",
                                  "gather (product)", "sample 1 vec/lane", "sample 1 vec/lane, blocked", "sample (product)",
                                  "bf16 sample", "bf16 gather -> bf16 dx", "bf16 gather -> fp32 sum",
                                  "bf16 offconv fwd (tc)", "bf16 offconv dW+db (tc)", "bf16 offconv dx + sum (tc)",
-                                 "bridge: x to fp32 (gone)", "bridge: dx to bf16 (gone)"};
+                                 "bridge: x to fp32 (gone)", "bridge: dx to bf16 (gone)",
+                                 "k_sample + cuBLAS (no bias)", "k_sample + engine GEMM", "engine, sampling producer"};
 static const char *GROUP[T_N] = {"offconv", "offconv", "offconv", "offconv", "offconv", "offconv", "gemm", "gemm",
                                  "gather", "gather", "gather", "gather", "sample", "sample", "sample",
-                                 "bf16", "bf16", "bf16", "bf16", "bf16", "bf16", "bf16", "bf16"};
+                                 "bf16", "bf16", "bf16", "bf16", "bf16", "bf16", "bf16", "bf16",
+                                 "sampler", "sampler", "sampler"};
 
 typedef struct {
     int which;
@@ -426,6 +561,8 @@ typedef struct {
     int64_t nb;
     float *xT, *w, *b, *om, *dom, *dw, *db, *dxT, *col, *dyt, *dW, *dWt, *D;
     void *xh, *colh, *dxh; /* bf16: x, the columns, dx */
+    void *wh, *yh;         /* bf16: the main weight [Cout, K*C], its output [Q, Cout] (sampler) */
+    float *bias;           /* [Cout] */
     void *ws;
     dt_deform_index idx;
 } arg;
@@ -459,6 +596,17 @@ static void run(void *v) {
     case T_DX_B: dt_offconv_bwd_cuda(&a->pb, a->nb, a->xh, a->dom, a->w, 0.0f, NULL, 0.0f, NULL, a->dxT, 0.0f, a->dxh, a->ws); break;
     case T_BRIDGE_X: dt_convert_cuda(1, 1, nx, a->xh, DT_BF16, DT_NCHW, 0.0f, a->xT, DT_F32, DT_NCHW); break;
     case T_BRIDGE_DX: dt_convert_cuda(1, 1, nx, a->dxT, DT_F32, DT_NCHW, 0.0f, a->dxh, DT_BF16, DT_NCHW); break;
+    case T_SAMPLER_BLAS: case T_SAMPLER_COLS: case T_SAMPLER_FUSED: {
+        const dt_deform_chunk c = dt_deform_chunk_make(&a->pb, a->nb);
+        if (w == T_SAMPLER_FUSED) {
+            dt_conv_sm90_fprop_deform(&c, p->Cout, a->xh, a->om, a->wh, a->bias, a->yh);
+            break;
+        }
+        dt_deform_sample_nhwc_cuda(&a->pb, a->nb, a->xh, a->om, a->colh);
+        if (w == T_SAMPLER_COLS) dt_conv_sm90_fprop_deform_cols(&c, p->Cout, a->colh, a->wh, a->bias, a->yh);
+        else dt_gemm_bf16_cuda(DT_MATH_FP32, 0, 1, bP, p->Cout, p->KC, 1.0f, a->colh, p->KC, a->wh, p->KC, 0.0f, a->yh, DT_BF16, p->Cout);
+        break;
+    }
     }
     dt_offconv_use_tiles(1);
 }
@@ -488,6 +636,9 @@ static void time_shapes(int batch, int reps, const char *only, const char *what)
         a.xh = up_bf16(h = randn_host(nx, 1.0f, 17 + si), nx), free(h);
         a.colh = up_bf16(h = randn_host(Q * p->KC, 1.0f, 18 + si), Q * p->KC), free(h);
         a.dxh = dt_gpu_malloc(nx * 2);
+        a.wh = up_bf16(h = randn_host(p->Cout * p->KC, 1.0f / sqrtf((float)p->KC), 19 + si), p->Cout * p->KC), free(h);
+        a.bias = up(h = randn_host(p->Cout, 1.0f, 20 + si), p->Cout), free(h);
+        a.yh = dt_gpu_malloc(Q * p->Cout * 2);
         a.dw = (float *)dt_gpu_malloc(p->OC * p->KC * 4);
         a.db = (float *)dt_gpu_malloc(p->OC * 4);
         a.dxT = (float *)dt_gpu_malloc(nx * 4);
@@ -502,11 +653,12 @@ static void time_shapes(int batch, int reps, const char *only, const char *what)
         double scale = (double)batch / nb;
         for (int w = 0; w < T_N; w++) {
             a.which = w;
-            t[ns][w] = strstr(what, GROUP[w]) ? dt_bench_time(run, &a, 2, reps) * scale : NAN;
+            const int engine = w == T_SAMPLER_COLS || w == T_SAMPLER_FUSED; /* sm_90a only */
+            t[ns][w] = has_group(what, GROUP[w]) && (!engine || dt_gpu_has_sm90a()) ? dt_bench_time(run, &a, 2, reps) * scale : NAN;
         }
         float *gs[] = {a.xT, a.w, a.b, a.dom, a.col, a.dyt, a.om, a.dw, a.db, a.dxT, a.dW, a.dWt, a.D};
         for (size_t i = 0; i < sizeof gs / sizeof *gs; i++) dt_gpu_free(gs[i]);
-        dt_gpu_free(a.xh), dt_gpu_free(a.colh), dt_gpu_free(a.dxh);
+        dt_gpu_free(a.xh), dt_gpu_free(a.colh), dt_gpu_free(a.dxh), dt_gpu_free(a.wh), dt_gpu_free(a.yh), dt_gpu_free(a.bias);
         dt_gpu_free(a.ws);
         dt_gpu_free(iws);
         ns++;
@@ -515,7 +667,7 @@ static void time_shapes(int batch, int reps, const char *only, const char *what)
     for (int k = 0; k < ns; k++) printf(" %7s", DT_RESNET18_SHAPES[shown[k]].name);
     printf("\n");
     for (int w = 0; w < T_N; w++) {
-        if (!strstr(what, GROUP[w])) continue;
+        if (!has_group(what, GROUP[w])) continue;
         printf("%-26s", NAMES[w]);
         for (int k = 0; k < ns; k++) printf(" %7.3f", t[k][w]);
         printf("\n");
@@ -525,7 +677,7 @@ static void time_shapes(int batch, int reps, const char *only, const char *what)
 int main(int argc, char **argv) {
     dt_set_fatal_handler(exit); /* a failure outside a guarded call ends this program (dt_common.h) */
     int batch = 64, reps = 20, validate = 1;
-    const char *only = NULL, *what = "offconv,gemm,gather,sample,bf16";
+    const char *only = NULL, *what = "offconv,gemm,gather,sample,bf16,sampler";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--batch") && i + 1 < argc) batch = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
@@ -533,7 +685,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--what") && i + 1 < argc) what = argv[++i];
         else if (!strcmp(argv[i], "--skip-validate")) validate = 0;
         else {
-            fprintf(stderr, "usage: deform_lab [--batch N] [--reps N] [--shape l1|l2a|...] [--what offconv,gemm,gather,sample,bf16] "
+            fprintf(stderr, "usage: deform_lab [--batch N] [--reps N] [--shape l1|l2a|...] [--what offconv,gemm,gather,sample,bf16,sampler] "
                             "[--skip-validate]\n");
             return 2;
         }
@@ -544,11 +696,15 @@ int main(int argc, char **argv) {
     }
     dt_gpu_init(0);
     if (validate) {
-        validate_offconv(0);
-        validate_offconv(1);
-        validate_gather_sample();
-        validate_bf16();
+        if (has_group(what, "offconv")) validate_offconv(0), validate_offconv(1);
+        if (has_group(what, "gather") || has_group(what, "sample")) validate_gather_sample();
+        if (has_group(what, "bf16")) validate_bf16();
+        if (has_group(what, "sampler")) validate_sampler(batch, only);
     }
     time_shapes(batch, reps, only, what);
+    if (g_sampler_bad) {
+        printf("\nsampler: %d validation(s) FAILED\n", g_sampler_bad);
+        return 1;
+    }
     return 0;
 }

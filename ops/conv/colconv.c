@@ -58,12 +58,17 @@ void dt_colconv_forward(const dt_colconv *cc, const void *w, const float *bias, 
     dt_dev dev = cc->dev;
     int64_t P = cc->P, R = cc->R, Cout = cc->Cout;
     size_t el = dt_colconv_elem(cc);
-    void *col = cc->cols_direct ? NULL : dt_dev_alloc(dev, (size_t)R * cc->nb * P * el);
+    void *col = NULL; /* the column buffer, at the first chunk that fills it */
     int direct = cc->layout == DT_COLS_NC ? cc->nhwc : cc->nb == 1; /* the GEMM writes y itself */
+    if (cc->forward_direct && !(cc->layout == DT_COLS_NC && direct))
+        dt_fatal("column conv: a direct forward writes channels-last y");
     float *t = direct ? NULL : dt_dev_alloc(dev, (size_t)Cout * cc->nb * P * sizeof(float)); /* GEMM result */
     for (int64_t n0 = 0; n0 < cc->N; n0 += cc->nb) {
         int64_t b = cc->N - n0 < cc->nb ? cc->N - n0 : cc->nb, bP = b * P;
         if (cc->begin) cc->begin(cc->ctx, n0, b, 0);
+        if (cc->forward_direct && cc->forward_direct(cc->ctx, n0, b, w, bias, (char *)y + (size_t)(n0 * Cout * P) * el))
+            continue;
+        if (!col && !cc->cols_direct) col = dt_dev_alloc(dev, (size_t)R * cc->nb * P * el);
         const void *cols = cols_of(cc, col, n0, b);
         if (cc->layout == DT_COLS_NC) { /* yT [bP, Cout] = col [bP, R] . w^T */
             void *yc = (char *)y + (size_t)(n0 * Cout * P) * el;
