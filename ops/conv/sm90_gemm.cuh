@@ -206,10 +206,15 @@ template <int BM_, int BN_, int STAGES_, int AP_, int EPI_ = EPI_TMA> struct til
     static constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2;
     static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
     static constexpr int GROUP_M = 8;
-    /* registers after setmaxnreg: 128 * (producer + 2 * consumer) <= 65536; A_DEFORM's producer
-     * keeps 4 rows x 4 corners of 16-byte loads in flight (64 registers of data) */
-    static constexpr int PRODUCER_REGS = AP == A_IM2COL ? 56 : AP == A_DEFORM ? 128 : 40;
+    /* registers after setmaxnreg: the CTA keeps what it was launched with, 384 threads x 168
+     * (__launch_bounds__(384, 1): 65536 / 384 rounded down to 8), and a setmaxnreg.inc that
+     * asks for more than the others gave back waits forever - so 128 * (producer + 2 * consumer)
+     * <= 64512. A_DEFORM's producer keeps 4 rows x 4 corners of 16-byte loads in flight (64
+     * registers of data) */
+    static constexpr int PRODUCER_REGS = AP == A_IM2COL ? 56 : AP == A_DEFORM ? 120 : 40;
     static constexpr int CONSUMER_REGS = AP == A_IM2COL ? 224 : AP == A_DEFORM ? 192 : 232;
+    static_assert(128 * (PRODUCER_REGS + CONSUMERS * CONSUMER_REGS) <= 384 * 168,
+                  "setmaxnreg: the warpgroups' registers within the CTA's launch allocation");
     /* the producer's per-row table: A_IM2COL (image's first pixel, h0, w0, -) int4; A_DEFORM the
      * bilinear sample of the current (tap, group): corner pixels int4, weights float4, mask float */
     static constexpr int ROWS_BYTES = AP == A_DEFORM ? BM * 36 : BM * 16;
