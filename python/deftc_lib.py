@@ -126,8 +126,7 @@ def library():
 
 
 def error_of(rc, msg):
-    """The exception for status rc with message msg: DeftcOutOfMemory for ERR_OOM, else DeftcError.
-    The compiled operator (python/csrc/deftc_torch_op.cpp) raises its errors through it too."""
+    """The exception for status rc with message msg: DeftcOutOfMemory for ERR_OOM, else DeftcError."""
     return DeftcOutOfMemory(msg, rc) if rc == ERR_OOM else DeftcError(msg, rc)
 
 

@@ -46,8 +46,9 @@ bf16 first); offsets and mask are passed as they are.
 Semantics are torchvision's: weight groups from weight.shape[1] (the main convolution of a
 grouped layer runs on a block-diagonal weight: groups times the dense GEMMs' work), offset groups
 from offset.shape[1], DCNv2 with a mask, a batch of 0 gives an empty result (and zero parameter
-gradients). Errors are RuntimeErrors (deftc_lib.DeftcError, also a ValueError) with torchvision's
-wording for wrong sizes, raised before any work.
+gradients). Errors are RuntimeErrors with torchvision's wording for wrong sizes, raised before any
+work, and torch.OutOfMemoryError when memory runs out (on the ctypes path deftc_lib's DeftcError,
+also a ValueError, and DeftcOutOfMemory; the compiled operator raises PyTorch's own classes).
 
 The library (deftc_lib.py) is $DEFTC_LIB when set, else libdeftc.so next to this module or in
 ../build/; build it with `make`."""

@@ -10,17 +10,17 @@
 //
 // ABI: PyTorch's regular C++ API (TORCH_LIBRARY, at::Tensor), not the LibTorch stable ABI
 // (STABLE_TORCH_LIBRARY): the kernels allocate and copy in a memory format (channels_last
-// empty_like, copy_), read the current CUDA stream generically, and raise deftc_lib's Python
-// exception classes through pybind11 - the stable ABI's C shims cover only part of that, and
-// libtorch_python has no stable ABI at all. So the .so is built against, and only loads into, the
-// PyTorch it was built with; `make torch-op` rebuilds it (deftc_torch.py says so when the load
-// fails).
+// empty_like, copy_) and read the current CUDA stream generically - the stable ABI's C shims
+// cover only part of that. So the .so is built against, and only loads into, the PyTorch it was
+// built with; `make torch-op` rebuilds it (deftc_torch.py says so when the load fails). Its
+// errors are PyTorch's C++ exceptions (c10::Error, c10::OutOfMemoryError), which PyTorch turns
+// into RuntimeError and torch.OutOfMemoryError wherever the op is called from - Python, the C++
+// autograd engine's threads, a compiled graph - with no Python of its own on the error path.
 #include <ATen/ATen.h>
 #include <c10/core/Allocator.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/generic_math.h>
-#include <pybind11/pybind11.h>
 #include <torch/autograd.h>
 #include <torch/library.h>
 
@@ -36,15 +36,19 @@ namespace {
 
 const char *const OP = "deftc::deform_conv2d";
 
-// An error as the ctypes path raises it: deftc_lib.error_of(status, message) - DeftcError (a
-// RuntimeError and a ValueError) or, for DT_ERR_OOM (-2), DeftcOutOfMemory (also
-// torch.OutOfMemoryError) - set as the Python error and thrown as pybind11's error_already_set,
-// which PyTorch's Python bindings of torch.ops hand back to the caller as that exception.
+// The C API's status for an out of memory (-2, DT_ERR_OOM of core/dt_common.h: a header of the
+// library's inside, which the operator, a client of dt_deform_api.h alone, does not include)
+constexpr int STATUS_OOM = -2;
+
+// An error of the op: c10::OutOfMemoryError for deftc's DT_ERR_OOM (torch.OutOfMemoryError in
+// Python: a smaller call may succeed), c10::Error (RuntimeError) with deftc's message otherwise.
+// Not deftc_lib's Python classes, which the ctypes path raises: a C++ exception that carries a
+// Python object across PyTorch's bindings depends on the two libraries' pybind11 builds agreeing
+// (on the H200's PyTorch 2.11 the first one raised ended the process), PyTorch's own do not.
 [[noreturn]] void raise_deftc(int status, const std::string &message) {
-    pybind11::gil_scoped_acquire gil;
-    pybind11::object error = pybind11::module_::import("deftc_lib").attr("error_of")(status, message);
-    PyErr_SetObject(reinterpret_cast<PyObject *>(Py_TYPE(error.ptr())), error.ptr());
-    throw pybind11::error_already_set();
+    const c10::SourceLocation where{__func__, __FILE__, static_cast<uint32_t>(__LINE__)};
+    if (status == STATUS_OOM) throw c10::OutOfMemoryError(where, message);
+    throw c10::Error(where, message);
 }
 
 // A refused argument: deftc_torch.py's _fail, "deftc::deform_conv2d: <what>", status -1.

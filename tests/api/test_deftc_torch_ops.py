@@ -12,7 +12,7 @@ differentiated by autograd):
   torch.compile against eager (fullgraph too), torch.fx.symbolic_trace, torch.export and
   torch.library.opcheck on several inputs; the module against torchvision's (when installed);
   the path in use (deftc_torch.OP_PATH: the compiled operator or ctypes, $DEFTC_TORCH_OP forces
-  one), its argument errors as deftc_lib.DeftcError, and both paths' results and gradients bit
+  one), its argument errors as RuntimeError (deftc_lib.DeftcError on ctypes), and both paths' results and gradients bit
   for bit (skipped, saying so, when the compiled operator is not built: make torch-op).
 Runs on the CPU, and on CUDA too when a GPU is visible; run it once per path:
 DEFTC_TORCH_OP=compiled and DEFTC_TORCH_OP=ctypes.
@@ -565,7 +565,8 @@ def backward_oom():
 
 def paths_family():
     """This run's path is the one $DEFTC_TORCH_OP names (else compiled when built); its argument
-    errors are deftc_lib.DeftcError (RuntimeError and ValueError, status -1) with the op's name;
+    errors are RuntimeErrors with the op's name (on ctypes deftc_lib.DeftcError: also a ValueError,
+    status -1);
     and, when the compiled operator is built, both paths give the same bits (results, every
     gradient, their strides) in each dtype, layout and mode."""
     import subprocess
@@ -580,9 +581,13 @@ def paths_family():
         err = None
     except Exception as e:
         err = e
-    check('%s: an argument error is deftc_lib.DeftcError (RuntimeError, ValueError, status -1)' % dtt.OP_PATH,
-          isinstance(err, deftc_lib.DeftcError) and isinstance(err, ValueError) and err.status == -1
-          and str(err).startswith('deftc::deform_conv2d: the shape of the offset tensor'), repr(err))
+    if dtt.OP_PATH == 'compiled':  # PyTorch's own exception classes (deftc_torch_op.cpp: raise_deftc)
+        check('compiled: an argument error is a RuntimeError with the op\'s message', isinstance(err, RuntimeError)
+              and str(err).startswith('deftc::deform_conv2d: the shape of the offset tensor'), repr(err))
+    else:
+        check('ctypes: an argument error is deftc_lib.DeftcError (RuntimeError, ValueError, status -1)',
+              isinstance(err, deftc_lib.DeftcError) and isinstance(err, ValueError) and err.status == -1
+              and str(err).startswith('deftc::deform_conv2d: the shape of the offset tensor'), repr(err))
     ran = pair_python_calls()
     if dtt.OP_PATH == 'compiled':
         check('compiled: a forward + backward pair runs no Python of deftc_torch or torch.library (the autograd '
@@ -592,8 +597,9 @@ def paths_family():
               'them)', any(name.endswith(':_backward') for name in ran), ', '.join(ran[:8]))
     err, again = backward_oom()
     check('%s: an out of memory in the backward (host allocation failed by injection) reaches the caller as '
-          'DeftcOutOfMemory (torch.OutOfMemoryError), and the next pair works' % dtt.OP_PATH,
-          isinstance(err, deftc_lib.DeftcOutOfMemory) and isinstance(err, torch.OutOfMemoryError) and again, repr(err))
+          'torch.OutOfMemoryError (on ctypes deftc_lib.DeftcOutOfMemory, one), and the next pair works' % dtt.OP_PATH,
+          isinstance(err, torch.OutOfMemoryError) and 'out of host memory' in str(err) and again and
+          (dtt.OP_PATH == 'compiled' or isinstance(err, deftc_lib.DeftcOutOfMemory)), repr(err))
     lib = deftc_lib.found()
     if not (lib and os.path.isfile(os.path.join(os.path.dirname(lib), 'deftc_torch_op.so'))):
         skip('compiled and ctypes paths give the same bits', 'the compiled operator is not built: make torch-op')
