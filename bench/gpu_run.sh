@@ -4,7 +4,7 @@
 # repository root on a machine with the GPU(s):
 #   bash bench/gpu_run.sh [tests] [api] [conv] [deform] [deform2] [resnet] [resnet_mp] [repro] [run] [seeds]
 #                         [bf16] [graphs] [graph_idle] [conv_lab] [conv_algo] [loader_gpu] [yard_amp] [breakdown] [resnet50] [dropin]
-#                         [dropin_paths] [graph_pairs]
+#                         [dropin_paths] [graph_pairs] [graph_bisect]
 #                         [scaling] [scaling_sync] [scaling_bf16] [scaling_buckets] [dp_equiv] [dp_equiv_syn] [dp_run]
 #                         [dp_multiproc] [dp_fail] [dp_resume]   (the last ten: 2 GPUs or more; GPUS="2 4 8" the
 #                         counts the scaling steps time, DP_N the count of dp_equiv / dp_fail / dp_resume, default 2)
@@ -105,6 +105,36 @@ for s in $STEPS; do
                 echo "after $t, DT_DEBUG_SYNC=$sync: $(tail -1 "$W/pair_${t}_$sync.txt") $(grep -o 'losses [0-9.]* -> [0-9.]*' "$W/pair_${t}_$sync.txt")" | tee -a "$OUT/summary.txt"
             done
         done ;;
+    graph_bisect)
+        # What of the earlier tests' leftovers moves the deft bf16 graph test's losses (docs/PERF.md
+        # section 21), one line a run: the tests before it, the runner's --seed (the earlier tests'
+        # inputs, so the bits they leave, follow it: one failing loss for a seed is a stale read, one
+        # that changes between runs of a seed a race) and DT_TEST_POISON (2: freed blocks NaN too).
+        # The line has both runs' first and last losses and, on a mismatch, the first step that
+        # differs; the runs' whole loss lists are in the files.
+        log "gpu_train_graph_deft_bf16_matches_eager_bitwise after each leftover alone"
+        G=gpu_train_graph_deft_bf16_matches_eager_bitwise B=gpu_deft_more_than_2e31_column_elements
+        E=gpu_errors_sgd_failed_step_leaves_params_consistent
+        i=0
+        while read -r poison seed before; do
+            i=$((i + 1))
+            DT_TEST_PROBE=1 DT_TEST_POISON=$poison T 150 build/test --gpu -v --seed "$seed" $before $G > "$W/bisect_$i.txt" 2>&1
+            echo "$i. after ${before:-nothing}, seed $seed, poison $poison: $(tail -1 "$W/bisect_$i.txt") $(grep -o 'losses .*' "$W/bisect_$i.txt") $(grep -o 'differ from the eager run.s from step .*' "$W/bisect_$i.txt")" | tee -a "$OUT/summary.txt"
+        done <<LIST
+1 1
+1 1 $B
+1 1 $B
+1 2 $B
+1 1 $B gpu_probe_empties_the_cache
+2 1 $B
+1 1 $E
+2 1 $E
+1 1 gpu_probe_leaves_finite_cached_blocks
+1 2 gpu_probe_leaves_finite_cached_blocks
+1 1 gpu_probe_leaves_nan_cached_blocks
+1 1 gpu_probe_sets_the_col_budget_and_reseeds
+LIST
+        ;;
     conv)
         [ -f "$W/torch_layers.txt" ] || T 200 python3 "$YARD" layers --batch 64 > "$W/torch_layers.txt" 2>&1
         log "bench conv"

@@ -354,6 +354,15 @@ void dt_gpu_free(void *ptr) {
     }
     if (!size) dt_fatal("dt_gpu_free(%p): not a block from dt_gpu_malloc (double free?)", ptr);
     g_stats[o->device].in_use -= size;
+    if (g_poison > 1 && o->device == dt_gpu_current()) {
+        /* Not while capturing: a block of the device's pool freed then goes back to the driver
+         * before the first replay (dt_gpu_empty_cache), and the node would write it. A free
+         * does not raise: a poison that fails is left out. */
+        enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusActive;
+        if (cudaStreamIsCapturing(dt_stream(), &cs) == cudaSuccess && cs == cudaStreamCaptureStatusNone &&
+            cudaMemsetAsync(ptr, 0xFF, size, dt_stream()) != cudaSuccess)
+            cudaGetLastError();
+    }
     if (o->retired) {
         free_insert(device_pool(o->device), ptr, size);
         drop_if_empty(o);

@@ -64,7 +64,10 @@ typedef struct {
 } dt_gpu_allocator;
 const dt_gpu_allocator *dt_gpu_scratch_use(const dt_gpu_allocator *a);
 /* Poison mode (tests): every block handed out is filled with 0xFF bytes (a NaN in float32),
- * so an element a kernel forgot to write shows up as NaN in the comparison. */
+ * so an element a kernel forgot to write shows up as NaN in the comparison. on = 2 also fills
+ * every block given back (outside a capture), so that a read of a freed block - a dangling
+ * pointer, or a read past a block's end into a cached neighbour - shows up as NaN too, not as
+ * the finite values an earlier user left there (the test runner's DT_TEST_POISON). */
 void dt_gpu_set_poison(int on);
 
 /* Host memory, 64-byte aligned. pinned=1 gives page-locked memory (cudaMallocHost) when a GPU

@@ -300,7 +300,9 @@ int main(int argc, char **argv) {
             return 1;
         }
         dt_gpu_init(0);
-        dt_gpu_set_poison(1); /* every device block handed out starts as NaN */
+        /* every device block handed out starts as NaN; DT_TEST_POISON=2 also every block given
+         * back, 0 none (dt_alloc.h) */
+        dt_gpu_set_poison(getenv("DT_TEST_POISON") ? atoi(getenv("DT_TEST_POISON")) : 1);
         char d[256];
         dt_device_describe(d, sizeof d);
         printf("device: %s\n", d);
