@@ -77,10 +77,10 @@ for s in $STEPS; do
         done
         T 600 python3 tests/api/test_torchvision_weights.py build > "$W/torchvision_weights.txt" 2>&1
         grep -E 'cuda|passed' "$W/torchvision_weights.txt" | tee -a "$OUT/summary.txt"
-        for f in "" "--amp --channels-last"; do
+        for f in "" "--amp --channels-last --graphs"; do
             # shellcheck disable=SC2086
             T 600 python3 bench/torch_deftc.py "$YARD" --batches ${DBATCHES:-64 256} $f > "$W/torch_deftc$(echo "$f" | tr -d ' -').txt" 2>&1
-            tail -8 "$W/torch_deftc$(echo "$f" | tr -d ' -').txt" | tee -a "$OUT/summary.txt"
+            tail -10 "$W/torch_deftc$(echo "$f" | tr -d ' -').txt" | tee -a "$OUT/summary.txt"
         done ;;
     dropin_paths)
         # The drop-in's two paths on the GPU (issue 36): the compiled operator (make torch-op,

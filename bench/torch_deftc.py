@@ -5,7 +5,7 @@ train step time side by side, against PyTorch's plain ResNet-18 in the same conf
 bitwise reproducibility with deterministic=True in that configuration.
 
     python3 bench/torch_deftc.py [bench/torch_yardstick.py] [--batches 64 256] [--lib build/libdeftc.so] [--tf32]
-                                 [--amp] [--channels-last] [--precision fp32|tf32|bf16]
+                                 [--amp] [--channels-last] [--precision fp32|tf32|bf16] [--graphs]
 
 --amp runs every arm under torch.autocast('cuda', dtype=torch.bfloat16); --channels-last puts
 the model and input in channels_last (the yardstick's two flags). With both - the issue's
@@ -13,7 +13,10 @@ configuration, deftc's all-deformable step <= 2.5x PyTorch's plain bf16 step - d
 bf16 channels_last activations and bf16 channels_last offsets from PyTorch's convs, and the
 channels_last fp32 weights, and uses all of them as they are; torchvision's deform_conv2d runs
 in fp32 under autocast (it has no bf16 kernel). --precision forces the deftc arm's precision
-(default: the drop-in's - bf16 under bf16 autocast, else the tensors' fp32)."""
+(default: the drop-in's - bf16 under bf16 autocast, else the tensors' fp32). --graphs adds the
+arm issue 36 asks for: deftc's all-deformable step and PyTorch's plain one each captured whole
+by torch.cuda.graph (warm-up on a side stream, the replays timed), beside the eager arms; the
+line says which path the op runs on (deftc_torch.OP_PATH)."""
 import argparse
 import functools
 import importlib.util
@@ -34,7 +37,22 @@ def load_yardstick(path):
     return mod
 
 
-def step_fn(m, batch, seed=0, amp=False, channels_last=False):
+def graphed(step, warmup=3):
+    """step captured whole by torch.cuda.graph after warm-up steps on a side stream (as
+    torch.cuda.graph asks): the graph's replay, a function of nothing."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        step()
+    return g.replay
+
+
+def step_fn(m, batch, seed=0, amp=False, channels_last=False, keep_grads=False):
     g = torch.Generator(device='cpu').manual_seed(seed)
     x = torch.randn(batch, 3, 224, 224, generator=g).cuda()
     y = torch.randint(0, 1000, (batch,), generator=g).cuda()
@@ -44,8 +62,9 @@ def step_fn(m, batch, seed=0, amp=False, channels_last=False):
     opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
 
     def step():
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast('cuda', dtype=torch.bfloat16, enabled=amp):
+        opt.zero_grad(set_to_none=not keep_grads)  # a graph keeps its gradient buffers
+        # no autocast cache in a graph (PyTorch's advice): the casts are redone in each replay
+        with torch.autocast('cuda', dtype=torch.bfloat16, enabled=amp, cache_enabled=not keep_grads):
             loss = F.cross_entropy(m(x), y)
         loss.backward()
         opt.step()
@@ -63,6 +82,7 @@ def main():
     p.add_argument('--channels-last', action='store_true', help='channels_last model and input for every arm')
     p.add_argument('--precision', choices=['fp32', 'tf32', 'bf16'], default=None,
                    help="deftc's precision (default: the drop-in's own: bf16 under --amp, else fp32)")
+    p.add_argument('--graphs', action='store_true', help="also deftc's and the plain step as one CUDA graph each")
     a = p.parse_args()
     prec = a.precision
     mode = dict(amp=a.amp, channels_last=a.channels_last)
@@ -101,6 +121,23 @@ def main():
         print('batch %4d deftc is %.2fx faster than torchvision; its step is %.2fx PyTorch\'s plain step%s' % (
             batch, times['torchvision'] / times['deftc'], times['deftc'] / plain,
             ' (target with --amp --channels-last: <= 2.5x)' if a.amp and a.channels_last else ''))
+        if a.graphs:
+            tr.deform_conv2d = functools.partial(dtt.deform_conv2d, precision=prec)
+            got = {}
+            for label, deform in (('deftc', True), ('plain', False)):
+                torch.manual_seed(0)
+                m = tr.resnet18(deform, False)
+                try:
+                    got[label] = tr.bench(graphed(step_fn(m, batch, keep_grads=True, **mode)), 5, 20)
+                except Exception as e:  # a step that cannot be captured is a result, said
+                    print('batch %4d %s: the step cannot be captured: %s: %s' % (batch, label, type(e).__name__, e))
+                del m
+                torch.cuda.empty_cache()
+            if len(got) == 2:
+                print('batch %4d one CUDA graph (op path %s): deftc all-deformable %.2f ms/step, plain %.2f ms/step '
+                      '(the deformable layers add %.2f ms)' % (batch, dtt.OP_PATH, got['deftc'], got['plain'],
+                                                               got['deftc'] - got['plain']))
+            tr.deform_conv2d = tv_op
     # bitwise reproducibility: two fresh runs of 3 steps in the measured configuration, deftc
     # deterministic, cuDNN deterministic
     torch.backends.cudnn.benchmark = False
