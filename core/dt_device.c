@@ -188,17 +188,17 @@ static int capturing(cudaStream_t s) {
 
 /* The new stream is ordered after everything queued on the previous one, so that a block of
  * deftc's pool freed by work there and handed out again is no longer in use (and cuBLAS's
- * workspace neither): an event the new stream waits for - no host wait - except when the new
- * stream captures a graph and the previous one does not (a captured wait on work outside the
- * capture is refused by CUDA): then the host waits for the previous stream, once, before the
- * capture's first call. */
+ * workspace neither): an event the new stream waits for - no host wait. Not across a capture's
+ * boundary (one stream capturing a graph, the other not): CUDA refuses a captured wait on work
+ * outside the capture, and a host wait while a capture runs ends the capture (the error a
+ * torch.cuda.graph of the drop-in got, issue 36). There the caller's order holds: a capture
+ * begins after the device has finished what came before (torch.cuda.graph synchronizes first),
+ * and what the graph allocates comes from the caller's allocator during it (deform C API). */
 void dt_set_stream(void *stream) {
     dt_gpu_init(0);
     cudaStream_t s = stream ? (cudaStream_t)stream : g_ctx.own;
     if (s == g_ctx.stream) return;
-    if (capturing(s) && !capturing(g_ctx.stream)) {
-        DT_CHECK(cudaStreamSynchronize(g_ctx.stream));
-    } else {
+    if (capturing(s) == capturing(g_ctx.stream)) { /* not across a capture's boundary (above) */
         if (!g_ctx.switched) DT_CHECK(cudaEventCreateWithFlags(&g_ctx.switched, cudaEventDisableTiming));
         DT_CHECK(cudaEventRecord(g_ctx.switched, g_ctx.stream));
         DT_CHECK(cudaStreamWaitEvent(s, g_ctx.switched, 0));
