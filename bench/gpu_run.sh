@@ -4,7 +4,7 @@
 # repository root on a machine with the GPU(s):
 #   bash bench/gpu_run.sh [tests] [api] [conv] [deform] [deform2] [resnet] [resnet_mp] [repro] [run] [seeds]
 #                         [bf16] [graphs] [graph_idle] [conv_lab] [conv_algo] [loader_gpu] [yard_amp] [breakdown] [resnet50] [dropin]
-#                         [dropin_paths] [graph_pairs] [graph_bisect]
+#                         [dropin_paths] [graph_pairs] [graph_bisect] [sampler] [run_wall]
 #                         [scaling] [scaling_sync] [scaling_bf16] [scaling_buckets] [dp_equiv] [dp_equiv_syn] [dp_run]
 #                         [dp_multiproc] [dp_fail] [dp_resume]   (the last ten: 2 GPUs or more; GPUS="2 4 8" the
 #                         counts the scaling steps time, DP_N the count of dp_equiv / dp_fail / dp_resume, default 2)
@@ -135,6 +135,32 @@ for s in $STEPS; do
 1 1 gpu_probe_sets_the_col_budget_and_reseeds
 LIST
         ;;
+    sampler)
+        # The deformable forward's sampling as the Hopper engine's A producer (docs/deft.md, the
+        # engine_sampler knob, issue 35): the lab validates it bit for bit and times it per shape,
+        # then the all-deformable bf16 step with the knob off and on
+        log "deform_lab --what sampler; the deft bf16 step, engine_sampler 0 / 1"
+        T 150 build/deform_lab --what sampler --reps 20 > "$W/lab_sampler.txt" 2>&1
+        echo "lab rc $?" | tee -a "$OUT/summary.txt"
+        tail -24 "$W/lab_sampler.txt" | tee -a "$OUT/summary.txt"
+        for b in 64 256; do
+            for v in 0 1; do step sampler_b${b}_$v "deft bf16 b$b engine_sampler=$v" deform=all precision=bf16 batch=$b engine_sampler=$v; done
+        done ;;
+    run_wall)
+        # make run's wall time against its steps (issue 37: <= 1.3x steps x median + capture), both
+        # precisions, and where each epoch's time went
+        log "make run's job: wall time vs steps, bf16 and fp32"
+        [ -d data_sample/train ] || build/mkdata --out data_sample --quiet
+        for prec in bf16 fp32; do
+            t0=$(date +%s.%N)
+            T 300 build/train configs/sample_deft.cfg precision=$prec overwrite=1 progress=0 log=$W/run_$prec checkpoint=$W/run_$prec.ckpt > "$W/run_$prec.out" 2>&1
+            t1=$(date +%s.%N)
+            awk -v t0="$t0" -v t1="$t1" -v p=$prec 'BEGIN { w = t1 - t0 } /^summary/ { n = $2; for (i = 1; i <= NF; i++) if ($i == "median") m = $(i + 1) }
+                END { printf "%s: %.2f s wall, %d steps x %.2f ms = %.2f s: %.2fx\n", p, w, n, m, n * m / 1e3, w / (n * m / 1e3) }' "$W/run_$prec.out" | tee -a "$OUT/summary.txt"
+            grep -E "^final|^checkpoints:" "$W/run_$prec.out" | tee -a "$OUT/summary.txt"
+            grep -m2 "wall time" "$W/run_$prec.out" | tee -a "$OUT/summary.txt"
+        done
+        rm -f "$W"/*.ckpt ;;
     conv)
         [ -f "$W/torch_layers.txt" ] || T 200 python3 "$YARD" layers --batch 64 > "$W/torch_layers.txt" 2>&1
         log "bench conv"
