@@ -44,6 +44,13 @@ dt_tensor *dt_conv2d_algo(dt_tensor *x, dt_tensor *w, dt_tensor *bias, dt_conv_g
  * dt_conv_bn is its user. */
 dt_tensor *dt_conv2d_stats(dt_tensor *x, dt_tensor *w, dt_tensor *bias, dt_conv_geom g, dt_math math,
                            dt_conv_algo algo, dt_conv_stats *stats);
+/* The same in `groups` groups (ResNeXt's grouped 3x3, groups = Cin: depthwise): w [Cout, Cin /
+ * groups, kh, kw] (NHWC: stored [Cout, kh, kw, Cin / groups]), output channels [j*Cout/groups,
+ * (j+1)*Cout/groups) of group j from its input channels [j*Cin/groups, (j+1)*Cin/groups);
+ * groups divides Cin and Cout; 1 is dt_conv2d. Every pass on im2col + one GEMM per group (per
+ * group and tap in NHWC) on the grouped weight as stored, whatever the plan would pick (no
+ * engine takes groups; docs/conv.md "Groups"). */
+dt_tensor *dt_conv2d_grouped(dt_tensor *x, dt_tensor *w, dt_tensor *bias, dt_conv_geom g, int64_t groups, dt_math math);
 void dt_conv_set_col_budget(size_t bytes); /* default 256 MiB; env DT_COL_BUDGET_MB */
 /* One line per distinct bf16 NHWC conv problem planned so far in this process: its shape, the
  * algorithm, whether the Hopper engine was there, and the engine of each pass (gemm, igemm128,

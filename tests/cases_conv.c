@@ -3,7 +3,8 @@
  * stride-1 conv that is three GEMMs on the tensors themselves: x read as its columns, dx
  * written by the GEMM, accumulated when x has another use); the Bottleneck's 1x1 shapes; and
  * the batch split into chunks by the column budget: one image a chunk (NCHW: the GEMM writes y
- * itself) and uneven chunks (the weight gradient accumulated over them). */
+ * itself) and uneven chunks (the weight gradient accumulated over them). The grouped conv
+ * (dt_conv2d_grouped: per-group GEMMs on the column skeleton) has its own table, conv_groups. */
 #include "ops/dt_layers.h"
 #include "tests/dt_opcase.h"
 #include "ops/dt_ops.h"
@@ -12,6 +13,7 @@
 typedef struct {
     dt_conv_geom g;
     int chunk; /* images per chunk (0: the default column budget, one chunk here) */
+    int groups; /* 0 or 1: dt_conv2d; > 1: dt_conv2d_grouped */
 } conv_arg;
 
 /* A chunked case's budget has to hold until its backward, which sizes its chunks from the
@@ -42,7 +44,9 @@ static dt_tensor *build(const dt_opcase *c, dt_tensor **in, void *state) {
         int64_t Wo = dt_conv_out_size(x->shape[3], a->g.kw, a->g.sw, a->g.pw, a->g.dw);
         dt_conv_set_col_budget((size_t)(a->chunk * x->shape[1] * a->g.kh * a->g.kw * Ho * Wo) * dt_dtype_size(x->dtype));
     }
-    return dt_conv2d(in[0], in[1], c->in[2].grad ? in[2] : NULL, a->g, DT_MATH_FP32);
+    dt_tensor *bias = c->in[2].grad ? in[2] : NULL;
+    if (a->groups > 1) return dt_conv2d_grouped(in[0], in[1], bias, a->g, a->groups, DT_MATH_FP32);
+    return dt_conv2d(in[0], in[1], bias, a->g, DT_MATH_FP32);
 }
 
 /* conv(x) + x (Cout = Cin): the add's backward runs first, so the conv's dx accumulates onto
@@ -59,7 +63,7 @@ static dt_tensor *build_residual(const dt_opcase *c, dt_tensor **in, void *state
      .in = {{4, {n, cin, h, w}, DT_IN_ACT, 1.0f, 1},                                                               \
             {4, {cout, cin, kh, kw}, DT_IN_WEIGHT, wstd, 1},                                                       \
             {1, {cout}, DT_IN_F32, 1.0f, with_bias}},                                                             \
-     .build = build, .arg = &(const conv_arg){{__VA_ARGS__}, chunk_}, .state_new = chunked_new,                   \
+     .build = build, .arg = &(const conv_arg){{__VA_ARGS__}, chunk_, 0}, .state_new = chunked_new,                \
      .state_free = chunked_free}
 /* k: the (square) kernel size; one chunk; the bf16 mode */
 #define CONV(label, n, cin, h, w, cout, k, with_bias, wstd, gradcheck, ...)                                        \
@@ -72,7 +76,7 @@ static const dt_opcase conv_cases[] = {
     CONV("1x1 s2 downsample", 5, 32, 14, 14, 64, 1, 0, 0.1f, 0, 1, 1, 2, 2, 0, 0, 1, 1),
     {.name = "1x1 s1 + x (dx accumulated)", .ops = {"conv2d (im2col, nchw)", "conv2d (im2col, nhwc)"}, .n_in = 3,
      .in = {{4, {3, 24, 9, 7}, DT_IN_ACT, 1.0f, 1}, {4, {24, 24, 1, 1}, DT_IN_WEIGHT, 0.1f, 1}, {1, {24}, DT_IN_F32, 1.0f, 0}},
-     .build = build_residual, .arg = &(const conv_arg){{1, 1, 1, 1, 0, 0, 1, 1}, 0}, .state_new = chunked_new,
+     .build = build_residual, .arg = &(const conv_arg){{1, 1, 1, 1, 0, 0, 1, 1}, 0, 0}, .state_new = chunked_new,
      .state_free = chunked_free},
     CONV("1x1 s1, C = 13 (no vector loads), bias", 2, 13, 5, 6, 7, 1, 1, 0.2f, 0, 1, 1, 1, 1, 0, 0, 1, 1),
     CONV("7x7 s2 stem (C = 3)", 2, 3, 45, 45, 16, 7, 0, 0.1f, 0, 7, 7, 2, 2, 3, 3, 1, 1),
@@ -94,3 +98,38 @@ static const dt_opcase conv_cases[] = {
          0, 0, 1, 1),
 };
 DT_OPCASES(conv, conv_cases)
+
+/* Grouped convs: `groups` groups of cin/groups -> cout/groups channels, the weight
+ * [cout, cin/groups, kh, kw] as stored; the geometry {kh, kw, sh, sw, ph, pw, dh, dw} last. NCHW
+ * runs one GEMM a group (its column rows are contiguous), NHWC one per group and tap (a group's
+ * channels are C/groups of each tap's C) and bf16 sums the taps in fp32; the 1x1 s1 cases run
+ * on the tensors themselves (x as the columns, dx written by the GEMM blocks). */
+#define CONV_GROUPS(label, n, cin, h, w, cout, groups_, kh, kw, with_bias, wstd, chunk_, ...)                      \
+    {.name = label, .ops = {"conv2d (im2col, nchw)", "conv2d (im2col, nhwc)"}, .n_in = 3,                           \
+     .in = {{4, {n, cin, h, w}, DT_IN_ACT, 1.0f, 1},                                                               \
+            {4, {cout, (cin) / (groups_), kh, kw}, DT_IN_WEIGHT, wstd, 1},                                         \
+            {1, {cout}, DT_IN_F32, 1.0f, with_bias}},                                                             \
+     .build = build, .arg = &(const conv_arg){{__VA_ARGS__}, chunk_, groups_}, .state_new = chunked_new,          \
+     .state_free = chunked_free}
+
+static const dt_opcase conv_groups_cases[] = {
+    CONV_GROUPS("groups 2, 3x3 s1 pad 1, odd sizes, bias", 3, 6, 7, 9, 4, 2, 3, 3, 1, 0.3f, 0, 3, 3, 1, 1, 1, 1, 1, 1),
+    CONV_GROUPS("groups 3, 3x3 s2 pad 1", 2, 9, 9, 11, 6, 3, 3, 3, 0, 0.3f, 0, 3, 3, 2, 2, 1, 1, 1, 1),
+    CONV_GROUPS("groups 3, 3x3 dilation 2 pad 2, bias", 2, 6, 10, 9, 9, 3, 3, 3, 1, 0.3f, 0, 3, 3, 1, 1, 2, 2, 2, 2),
+    CONV_GROUPS("groups 2, 2x3 kernel, stride 2x1, padding 1x0", 3, 4, 7, 6, 6, 2, 2, 3, 0, 0.3f, 0, 2, 3, 2, 1, 1, 0, 1, 1),
+    CONV_GROUPS("depthwise C = 5, 3x3 s1 pad 1, bias", 2, 5, 7, 6, 5, 5, 3, 3, 1, 0.4f, 0, 3, 3, 1, 1, 1, 1, 1, 1),
+    CONV_GROUPS("depthwise C = 6, multiplier 2, 3x3 s2 pad 1", 3, 6, 9, 7, 12, 6, 3, 3, 0, 0.4f, 0, 3, 3, 2, 2, 1, 1, 1, 1),
+    CONV_GROUPS("depthwise C = 4, 5x5 dilation 2 pad 4", 2, 4, 11, 10, 4, 4, 5, 5, 0, 0.3f, 0, 5, 5, 1, 1, 4, 4, 2, 2),
+    CONV_GROUPS("groups 2, 1x1 s1 (columns = input), bias", 3, 6, 5, 7, 8, 2, 1, 1, 1, 0.3f, 0, 1, 1, 1, 1, 0, 0, 1, 1),
+    CONV_GROUPS("groups 3, 1x1 s2", 2, 9, 7, 7, 6, 3, 1, 1, 0, 0.3f, 0, 1, 1, 2, 2, 0, 0, 1, 1),
+    {.name = "groups 3, 1x1 s1 + x (dx accumulated by the GEMM blocks)",
+     .ops = {"conv2d (im2col, nchw)", "conv2d (im2col, nhwc)"}, .n_in = 3,
+     .in = {{4, {2, 12, 5, 6}, DT_IN_ACT, 1.0f, 1}, {4, {12, 4, 1, 1}, DT_IN_WEIGHT, 0.3f, 1}, {1, {12}, DT_IN_F32, 1.0f, 0}},
+     .build = build_residual, .arg = &(const conv_arg){{1, 1, 1, 1, 0, 0, 1, 1}, 0, 3}, .state_new = chunked_new,
+     .state_free = chunked_free},
+    CONV_GROUPS("groups 2, 3x3, prime batch 5 in chunks of 2 (2 + 2 + 1), bias", 5, 4, 6, 7, 6, 2, 3, 3, 1, 0.3f, 2, 3,
+                3, 1, 1, 1, 1, 1, 1),
+    CONV_GROUPS("groups 3, 3x3 s2, one image a chunk", 3, 6, 7, 7, 3, 3, 3, 3, 0, 0.3f, 1, 3, 3, 2, 2, 1, 1, 1, 1),
+    CONV_GROUPS("ResNeXt-like groups 8, 3x3, 64 -> 64", 2, 64, 9, 9, 64, 8, 3, 3, 0, 0.1f, 0, 3, 3, 1, 1, 1, 1, 1, 1),
+};
+DT_OPCASES(conv_groups, conv_groups_cases)

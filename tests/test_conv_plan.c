@@ -106,6 +106,13 @@ DT_TEST(conv_plan_keeps_unsupported_shapes_on_gemm) {
     EXPECT_MSG(!dt_igemm_supported(&grouped) && !dt_conv_sm90_supports(&grouped),
                "a grouped problem reported supported: %d %d", dt_igemm_supported(&grouped),
                dt_conv_sm90_supports(&grouped));
+    /* ... under every algorithm, with or without the engine: dt_conv2d_grouped's passes all run there */
+    for (int a = DT_CONV_ALGO_AUTO; a <= DT_CONV_ALGO_SM90; a++)
+        for (int sm90 = 0; sm90 < 2; sm90++) {
+            const dt_conv_plan pl = dt_conv_plan_bf16(&grouped, (dt_conv_algo)a, sm90);
+            EXPECT_MSG(pl.fprop < 0 && pl.dgrad < 0 && pl.wgrad < 0, "grouped under %s (engine %d): %d %d %d",
+                       dt_conv_algo_name((dt_conv_algo)a), sm90, pl.fprop, pl.dgrad, pl.wgrad);
+        }
 }
 
 DT_TEST(conv_algo_names_round_trip) {

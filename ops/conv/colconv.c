@@ -39,7 +39,34 @@ static void gemm(const dt_colconv *cc, int ta, int tb, int64_t M, int64_t N, int
     dt_gemm_call(cc->dev, cc->dtype, cc->math, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, c_dtype, ldc);
 }
 
+/* The GEMM blocks of a conv in `groups` groups (dt_colconv.h): group j's outputs
+ * [j*Og, (j+1)*Og) read, for each of nt blocks t, the kb column channels starting at K index
+ * t*stride + j*kb of the columns and at t*kb of its weight rows [Og, Rg] (Rg = R / G). Dense:
+ * one block, the whole K. CN (channels outermost): one block of Rg rows a group. NC grouped
+ * (channels innermost): one block of C/G a tap, C = R / taps apart. */
+typedef struct {
+    int64_t G, Og, Rg, nt, kb, stride;
+} blocks;
+
+static blocks blocks_of(const dt_colconv *cc) {
+    blocks b = {cc->groups > 1 ? cc->groups : 1, 0, 0, 1, 0, cc->R};
+    b.Og = cc->Cout / b.G, b.Rg = cc->R / b.G;
+    if (cc->layout == DT_COLS_NC && b.G > 1) b.nt = cc->taps, b.stride = cc->R / cc->taps;
+    b.kb = b.Rg / b.nt;
+    return b;
+}
+static int64_t col_k(const blocks *b, int64_t j, int64_t t) { return t * b->stride + j * b->kb; }
+/* element e of p, elements of el bytes */
+static const void *at(const void *p, int64_t e, size_t el) { return (const char *)p + (size_t)e * el; }
+static void *at_w(void *p, int64_t e, size_t el) { return (char *)p + (size_t)e * el; }
+
 static void check(const dt_colconv *cc) {
+    const int64_t G = cc->groups > 1 ? cc->groups : 1;
+    if (G > 1 && (cc->Cout % G || cc->R % G || (cc->layout == DT_COLS_NC && (cc->taps < 1 || cc->R % cc->taps ||
+                                                                          (cc->R / cc->taps) % G))))
+        dt_fatal("column conv: %lld output channels and %lld column rows (%lld taps) do not split into %lld groups",
+                 (long long)cc->Cout, (long long)cc->R, (long long)cc->taps, (long long)G);
+    if (G > 1 && cc->forward_direct) dt_fatal("column conv: a direct forward is dense (groups %lld)", (long long)G);
     if (cc->dtype != DT_F32 && cc->dtype != DT_BF16)
         dt_fatal("column conv: no %s products (f32 or bf16)", dt_dtype_name(cc->dtype));
     if ((cc->layout == DT_COLS_CN || !cc->nhwc) && cc->dtype != DT_F32)
@@ -58,11 +85,14 @@ void dt_colconv_forward(const dt_colconv *cc, const void *w, const float *bias, 
     dt_dev dev = cc->dev;
     int64_t P = cc->P, R = cc->R, Cout = cc->Cout;
     size_t el = dt_colconv_elem(cc);
+    const blocks k = blocks_of(cc);
     void *col = NULL; /* the column buffer, at the first chunk that fills it */
     int direct = cc->layout == DT_COLS_NC ? cc->nhwc : cc->nb == 1; /* the GEMM writes y itself */
+    /* NC grouped bf16 sums its taps in the fp32 buffer, then rounds y once */
+    const int acc32 = cc->layout == DT_COLS_NC && k.nt > 1 && cc->dtype != DT_F32;
     if (cc->forward_direct && !(cc->layout == DT_COLS_NC && direct))
         dt_fatal("column conv: a direct forward writes channels-last y");
-    float *t = direct ? NULL : dt_dev_alloc(dev, (size_t)Cout * cc->nb * P * sizeof(float)); /* GEMM result */
+    float *t = direct && !acc32 ? NULL : dt_dev_alloc(dev, (size_t)Cout * cc->nb * P * sizeof(float)); /* GEMM result */
     for (int64_t n0 = 0; n0 < cc->N; n0 += cc->nb) {
         int64_t b = cc->N - n0 < cc->nb ? cc->N - n0 : cc->nb, bP = b * P;
         if (cc->begin) cc->begin(cc->ctx, n0, b, 0);
@@ -70,18 +100,24 @@ void dt_colconv_forward(const dt_colconv *cc, const void *w, const float *bias, 
             continue;
         if (!col && !cc->cols_direct) col = dt_dev_alloc(dev, (size_t)R * cc->nb * P * el);
         const void *cols = cols_of(cc, col, n0, b);
-        if (cc->layout == DT_COLS_NC) { /* yT [bP, Cout] = col [bP, R] . w^T */
+        if (cc->layout == DT_COLS_NC) { /* yT [bP, Cout] = col [bP, R] . w^T, group j's [bP, Og] block per tap */
             void *yc = (char *)y + (size_t)(n0 * Cout * P) * el;
-            gemm(cc, 0, 1, bP, Cout, R, cols, R, w, R, 0.0f, direct ? yc : t, cc->dtype, Cout);
+            void *out = direct && !acc32 ? yc : t;
+            dt_dtype out_dtype = out == yc ? cc->dtype : DT_F32;
+            for (int64_t j = 0; j < k.G; j++)
+                for (int64_t tp = 0; tp < k.nt; tp++)
+                    gemm(cc, 0, 1, bP, k.Og, k.kb, at(cols, col_k(&k, j, tp), el), R, at(w, j * k.Og * k.Rg + tp * k.kb, el),
+                         k.Rg, tp ? 1.0f : 0.0f, at_w(out, j * k.Og, dt_dtype_size(out_dtype)), out_dtype, Cout);
+            if (direct && acc32) DT_PICK(dt_convert_k, dev, DT_F32, DT_NCHW)(1, Cout, bP, t, DT_F32, DT_NHWC, 0.0f, yc, cc->dtype, DT_NHWC);
             if (direct && bias) DT_PICK(dt_bias_rows_fwd_k, dev, cc->dtype, DT_NCHW)(bP, Cout, bias, yc);
             if (!direct) DT_PICK(dt_nhwc_to_nchw_k, dev, DT_F32, DT_NCHW)(b, Cout, P, t, Cout, bias, 0.0f, yc);
-        } else if (direct) {
-            float *yc = (float *)y + n0 * Cout * P;
-            gemm(cc, 0, 0, Cout, P, R, w, R, cols, P, 0.0f, yc, DT_F32, P);
-            if (bias) DT_PICK(bias_nchw_k, dev, DT_F32, DT_NCHW)(1, Cout, P, bias, yc);
-        } else { /* t [Cout, bP] = w . col */
-            gemm(cc, 0, 0, Cout, bP, R, w, R, cols, bP, 0.0f, t, DT_F32, bP);
-            DT_PICK(cnhw_to_nchw_k, dev, DT_F32, DT_NCHW)(t, b, Cout, P, bias, (float *)y + n0 * Cout * P);
+        } else { /* [Cout, bP] = w . col (direct: y itself, b = 1), group j's rows from its rows of col */
+            float *out = direct ? (float *)y + n0 * Cout * P : t;
+            for (int64_t j = 0; j < k.G; j++)
+                gemm(cc, 0, 0, k.Og, bP, k.kb, at(w, j * k.Og * k.Rg, el), k.Rg, at(cols, col_k(&k, j, 0) * bP, el), bP,
+                     0.0f, out + j * k.Og * bP, DT_F32, bP);
+            if (direct && bias) DT_PICK(bias_nchw_k, dev, DT_F32, DT_NCHW)(1, Cout, P, bias, out);
+            if (!direct) DT_PICK(cnhw_to_nchw_k, dev, DT_F32, DT_NCHW)(t, b, Cout, P, bias, (float *)y + n0 * Cout * P);
         }
     }
     if (col) dt_dev_free(dev, col);
@@ -96,6 +132,7 @@ void dt_colconv_backward(const dt_colconv *cc, const void *w, const void *dy, fl
     dt_dev dev = cc->dev;
     int64_t P = cc->P, R = cc->R, Cout = cc->Cout;
     size_t el = dt_colconv_elem(cc);
+    const blocks k = blocks_of(cc);
     /* the column buffer also holds the column gradient */
     void *col = cc->cols_direct && !cc->adjoint ? NULL : dt_dev_alloc(dev, (size_t)R * cc->nb * P * el);
     int direct = cc->layout == DT_COLS_NC ? cc->nhwc : cc->nb == 1; /* dy is already the GEMM's operand */
@@ -110,12 +147,24 @@ void dt_colconv_backward(const dt_colconv *cc, const void *w, const void *dy, fl
                 DT_PICK(dt_nchw_to_nhwc_k, dev, DT_F32, DT_NCHW)(b, Cout, P, dyc, Cout, dyt); /* [bP, Cout] */
                 dyc = dyt;
             }
-            /* dW [Cout, R] += dYT^T col;  dcol [bP, R] = dYT w */
-            if (dw) gemm(cc, 1, 0, Cout, R, bP, dyc, Cout, cols_of(cc, col, n0, b), R, bw, dw, DT_F32, R);
-            if (cc->dcols_direct)
-                gemm(cc, 0, 0, bP, R, Cout, dyc, Cout, w, R, cc->dcols_beta, cc->dcols_direct(cc->ctx, n0), cc->dtype, R);
-            if (cc->adjoint) {
-                gemm(cc, 0, 0, bP, R, Cout, dyc, Cout, w, R, 0.0f, col, cc->dtype, R);
+            /* dW [Cout, Rg] += dYT^T col;  dcol [bP, R] = dYT w - per (group, tap) block, each
+             * written once: group j's dYT columns [j*Og, +Og), its column block, its weight block */
+            const void *cols = dw ? cols_of(cc, col, n0, b) : NULL;
+            void *dd = cc->dcols_direct ? cc->dcols_direct(cc->ctx, n0) : NULL;
+            for (int64_t j = 0; j < k.G; j++)
+                for (int64_t tp = 0; tp < k.nt; tp++) {
+                    const int64_t ck = col_k(&k, j, tp), wk = j * k.Og * k.Rg + tp * k.kb;
+                    const void *dyj = at(dyc, j * k.Og, el);
+                    if (dw) gemm(cc, 1, 0, k.Og, k.kb, bP, dyj, Cout, at(cols, ck, el), R, bw, dw + wk, DT_F32, k.Rg);
+                    if (dd) gemm(cc, 0, 0, bP, k.kb, k.Og, dyj, Cout, at(w, wk, el), k.Rg, cc->dcols_beta, at_w(dd, ck, el), cc->dtype, R);
+                }
+            if (cc->adjoint) { /* into the buffer that held the columns: after every dW block read them */
+                for (int64_t j = 0; j < k.G; j++)
+                    for (int64_t tp = 0; tp < k.nt; tp++) {
+                        const int64_t ck = col_k(&k, j, tp), wk = j * k.Og * k.Rg + tp * k.kb;
+                        gemm(cc, 0, 0, bP, k.kb, k.Og, at(dyc, j * k.Og, el), Cout, at(w, wk, el), k.Rg, 0.0f,
+                             at_w(col, ck, el), cc->dtype, R);
+                    }
                 cc->adjoint(cc->ctx, n0, b, col);
             }
         } else {
@@ -123,9 +172,18 @@ void dt_colconv_backward(const dt_colconv *cc, const void *w, const void *dy, fl
                 DT_PICK(nchw_to_cnhw_k, dev, DT_F32, DT_NCHW)(dyc, b, Cout, P, dyt); /* [Cout, bP] */
                 dyc = dyt;
             }
-            if (dw) gemm(cc, 0, 1, Cout, R, bP, dyc, bP, cols_of(cc, col, n0, b), bP, bw, dw, DT_F32, R);
+            /* dW [Cout, Rg] += dY' col^T;  dcol [R, bP] = w^T dY' - group j's rows of each */
+            const float *dyf = dyc;
+            if (dw) {
+                const float *cols = cols_of(cc, col, n0, b);
+                for (int64_t j = 0; j < k.G; j++)
+                    gemm(cc, 0, 1, k.Og, k.kb, bP, dyf + j * k.Og * bP, bP, cols + col_k(&k, j, 0) * bP, bP, bw,
+                         dw + j * k.Og * k.Rg, DT_F32, k.Rg);
+            }
             if (cc->adjoint) {
-                gemm(cc, 1, 0, R, bP, Cout, w, R, dyc, bP, 0.0f, col, DT_F32, bP);
+                for (int64_t j = 0; j < k.G; j++)
+                    gemm(cc, 1, 0, k.kb, bP, k.Og, at(w, j * k.Og * k.Rg, el), k.Rg, dyf + j * k.Og * bP, bP, 0.0f,
+                         (float *)col + col_k(&k, j, 0) * bP, DT_F32, bP);
                 cc->adjoint(cc->ctx, n0, b, col);
             }
         }

@@ -13,6 +13,9 @@
  *   dW += dy^T . col,  dx = col2im_nhwc(dy . W)
  *   A 1x1 stride-1 unpadded conv is three GEMMs on the tensors themselves, the whole batch at
  *   once and no column buffer: x [N*H*W, Cin] is its columns, and dx = beta dx + dy . W.
+ * Groups (dt_conv2d_grouped): the same columns, and per group GEMMs on their blocks with the
+ * grouped weight [Cout, Cin/groups, kh, kw] as it is (dt_colconv.h); every pass on the column
+ * path (the implicit GEMM and the Hopper engine are dense).
  * db = sum of dy over (N, P) either way. The chunk is sized so that the column buffer stays
  * within a budget: memory is bounded for any batch size.
  * bf16 NHWC on the GPU: each pass may run on the implicit GEMM instead (conv_igemm.h: no
@@ -118,9 +121,9 @@ void dt_conv_plan_print(FILE *f) {
     for (int i = 0; i < g_n_plans; i++) {
         const dt_conv_problem *p = &g_plans[i].p;
         const dt_conv_plan *q = &g_plans[i].plan;
-        fprintf(f, "conv plan: [%lld, %lld, %lld, %lld] -> %lld, %dx%d/%d pad %d%s (%s%s): fprop %s, dgrad %s, wgrad %s\n",
+        fprintf(f, "conv plan: [%lld, %lld, %lld, %lld] -> %lld, %dx%d/%d pad %d%s%s (%s%s): fprop %s, dgrad %s, wgrad %s\n",
                 (long long)p->N, (long long)p->C, (long long)p->H, (long long)p->W, (long long)p->Cout, p->g.kh, p->g.kw,
-                p->g.sh, p->g.ph, p->g.dh > 1 ? " dilated" : "", dt_conv_algo_name(g_plans[i].algo),
+                p->g.sh, p->g.ph, p->g.dh > 1 ? " dilated" : "", p->groups > 1 ? " grouped" : "", dt_conv_algo_name(g_plans[i].algo),
                 g_plans[i].sm90 ? ", Hopper engine" : "", pass_engine(q->fprop), pass_engine(q->dgrad), pass_engine(q->wgrad));
     }
     if (g_plans_dropped) fprintf(f, "conv plan: (some problems not kept: out of host memory)\n");
@@ -216,15 +219,15 @@ static void *conv_ddirect(void *ctx, int64_t n0) {
     return (char *)c->dx + n0 * image_bytes(c);
 }
 
-static dt_colconv conv_skeleton(conv_cols *cols, const dt_tensor *x, const dt_tensor *w, dt_conv_geom g, dt_math math,
-                                int64_t Ho, int64_t Wo) {
+static dt_colconv conv_skeleton(conv_cols *cols, const dt_tensor *x, const dt_tensor *w, dt_conv_geom g, int64_t groups,
+                                dt_math math, int64_t Ho, int64_t Wo) {
     *cols = (conv_cols){.dev = x->dev, .dtype = x->dtype, .layout = x->layout, .x = x->data, .Cin = x->shape[1],
                         .H = x->shape[2], .W = x->shape[3], .Ho = Ho, .Wo = Wo, .g = g};
     int64_t R = cols->Cin * g.kh * g.kw;
     dt_colconv cc = {.dev = x->dev, .layout = x->layout == DT_NHWC ? DT_COLS_NC : DT_COLS_CN, .dtype = x->dtype,
                      .math = math, .nhwc = x->layout == DT_NHWC, .N = x->shape[0], .Cout = w->shape[0],
                      .P = Ho * Wo, .R = R, .nb = dt_conv_chunk(x->shape[0], R * Ho * Wo, dt_dtype_size(x->dtype)),
-                     .ctx = cols, .fill = conv_fill};
+                     .groups = groups, .taps = (int64_t)g.kh * g.kw, .ctx = cols, .fill = conv_fill};
     if (is_pointwise(cols)) {
         cc.cols_direct = conv_direct;
         cc.nb = x->shape[0];
@@ -239,7 +242,7 @@ static dt_colconv conv_skeleton(conv_cols *cols, const dt_tensor *x, const dt_te
 static void conv_backward_passes(const dt_tensor *x, const dt_tensor *w, const dt_conv_problem *pr, dt_conv_plan plan,
                                  dt_math math, const void *dy, void *dx, float beta_x, float *dw, float beta_w) {
     conv_cols cols;
-    dt_colconv cc = conv_skeleton(&cols, x, w, pr->g, math, pr->Ho, pr->Wo);
+    dt_colconv cc = conv_skeleton(&cols, x, w, pr->g, pr->groups, math, pr->Ho, pr->Wo);
     cols.dx = dx, cols.beta_x = beta_x;
     if (dx && plan.dgrad >= 0) { /* dx on the implicit GEMM: no column gradient */
         DT_PICK(igemm_dgrad_k, x->dev, DT_BF16, DT_NHWC)(pr, (dt_igemm_tile)plan.dgrad, dy, w->data, beta_x, dx);
@@ -298,7 +301,7 @@ static void run_pass(const dt_tensor *x, const dt_tensor *w, dt_math math, const
             DT_PICK(igemm_fprop_k, x->dev, DT_BF16, DT_NHWC)(pr, (dt_igemm_tile)engine, x->data, w->data, NULL, b->y, NULL);
         } else {
             conv_cols cols;
-            dt_colconv cc = conv_skeleton(&cols, x, w, pr->g, math, pr->Ho, pr->Wo);
+            dt_colconv cc = conv_skeleton(&cols, x, w, pr->g, pr->groups, math, pr->Ho, pr->Wo);
             dt_colconv_forward(&cc, w->data, NULL, b->y);
         }
     } else if (pass == DT_SM90_DGRAD) {
@@ -315,7 +318,7 @@ static void run_pass(const dt_tensor *x, const dt_tensor *w, dt_math math, const
  * events; the fprop first, whose output is the backward passes' dy. */
 static dt_conv_plan measure_plan(const dt_tensor *x, const dt_tensor *w, dt_math math, const dt_conv_problem *pr,
                                  int sm90) {
-    const int64_t K = (int64_t)pr->g.kh * pr->g.kw * pr->C;
+    const int64_t K = (int64_t)pr->g.kh * pr->g.kw * (pr->C / pr->groups);
     measure_bufs b = {dt_gpu_malloc(sizeof(dt_bf16) * (size_t)(pr->N * pr->Ho * pr->Wo * pr->Cout)),
                       dt_gpu_malloc(sizeof(dt_bf16) * (size_t)(pr->N * pr->H * pr->W * pr->C)),
                       dt_gpu_malloc(sizeof(float) * (size_t)(pr->Cout * K))};
@@ -363,8 +366,9 @@ dt_tensor *dt_conv2d_algo(dt_tensor *x, dt_tensor *w, dt_tensor *bias, dt_conv_g
     return dt_conv2d_stats(x, w, bias, g, math, algo, NULL);
 }
 
-dt_tensor *dt_conv2d_stats(dt_tensor *x, dt_tensor *w, dt_tensor *bias, dt_conv_geom g, dt_math math,
-                           dt_conv_algo algo, dt_conv_stats *stats) {
+/* conv2d in `groups` groups under algo (1: the dense conv of dt_conv2d_stats). */
+static dt_tensor *conv2d_groups(dt_tensor *x, dt_tensor *w, dt_tensor *bias, dt_conv_geom g, int64_t groups,
+                                dt_math math, dt_conv_algo algo, dt_conv_stats *stats) {
     if (stats) *stats = (dt_conv_stats){NULL, 0};
     dt_require_ndim("conv2d", "input", x, 4);
     dt_require_ndim("conv2d", "weight", w, 4);
@@ -372,27 +376,41 @@ dt_tensor *dt_conv2d_stats(dt_tensor *x, dt_tensor *w, dt_tensor *bias, dt_conv_
     dt_require_live("conv2d", x);
     dt_require_live("conv2d", w);
     char a[128], b[128];
-    if (w->shape[1] != x->shape[1] || w->shape[2] != g.kh || w->shape[3] != g.kw)
-        dt_fatal("conv2d: weight %s does not fit input %s with a %dx%d kernel (expected [Cout, %lld, %d, %d])",
-                 dt_shape_str(w, a, sizeof a), dt_shape_str(x, b, sizeof b), g.kh, g.kw, (long long)x->shape[1], g.kh, g.kw);
+    if (groups < 1 || x->shape[1] % groups || w->shape[0] % groups)
+        dt_fatal("conv2d: %lld groups do not divide input %s's %lld channels and weight %s's %lld output channels",
+                 (long long)groups, dt_shape_str(x, a, sizeof a), (long long)x->shape[1], dt_shape_str(w, b, sizeof b),
+                 (long long)w->shape[0]);
+    if (w->shape[1] != x->shape[1] / groups || w->shape[2] != g.kh || w->shape[3] != g.kw)
+        dt_fatal("conv2d: weight %s does not fit input %s with a %dx%d kernel in %lld groups (expected [Cout, %lld, %d, %d])",
+                 dt_shape_str(w, a, sizeof a), dt_shape_str(x, b, sizeof b), g.kh, g.kw, (long long)groups,
+                 (long long)(x->shape[1] / groups), g.kh, g.kw);
     if (bias && (bias->ndim != 1 || bias->shape[0] != w->shape[0]))
         dt_fatal("conv2d: bias %s must be [%lld]", dt_shape_str(bias, a, sizeof a), (long long)w->shape[0]);
     check_types(x, w, bias);
     int64_t Ho, Wo;
     dt_conv_out_hw("conv2d", x, g, &Ho, &Wo);
     dt_tensor *y = dt_tensor_new4_as(x->dev, x->dtype, x->layout, x->shape[0], w->shape[0], Ho, Wo);
-    const dt_conv_problem pr = {x->shape[0], x->shape[1], x->shape[2], x->shape[3], w->shape[0], Ho, Wo, g, 1};
-    const dt_conv_plan plan = plan_of(x, w, math, &pr, algo);
+    const dt_conv_problem pr = {x->shape[0], x->shape[1], x->shape[2], x->shape[3], w->shape[0], Ho, Wo, g, groups};
+    const dt_conv_plan plan = plan_of(x, w, math, &pr, algo); /* grouped: every pass on the columns (no engine takes groups) */
     if (plan.fprop >= 0) {
         DT_PICK(igemm_fprop_k, x->dev, DT_BF16, DT_NHWC)(&pr, (dt_igemm_tile)plan.fprop, x->data, w->data,
                                                          bias ? bias->data : NULL, y->data, stats);
     } else {
         conv_cols cols;
-        dt_colconv cc = conv_skeleton(&cols, x, w, g, math, Ho, Wo);
+        dt_colconv cc = conv_skeleton(&cols, x, w, g, groups, math, Ho, Wo);
         dt_colconv_forward(&cc, w->data, bias ? bias->data : NULL, y->data);
     }
     dt_tensor *in[3] = {x, w, bias};
     dt_node *n = dt_record("conv2d", conv_backward, y, 3, in, sizeof(conv_ctx));
     if (n) *(conv_ctx *)n->ctx = (conv_ctx){g, math, plan, pr};
     return y;
+}
+
+dt_tensor *dt_conv2d_stats(dt_tensor *x, dt_tensor *w, dt_tensor *bias, dt_conv_geom g, dt_math math,
+                           dt_conv_algo algo, dt_conv_stats *stats) {
+    return conv2d_groups(x, w, bias, g, 1, math, algo, stats);
+}
+
+dt_tensor *dt_conv2d_grouped(dt_tensor *x, dt_tensor *w, dt_tensor *bias, dt_conv_geom g, int64_t groups, dt_math math) {
+    return conv2d_groups(x, w, bias, g, groups, math, DT_CONV_ALGO_DEFAULT, NULL);
 }

@@ -14,6 +14,17 @@
  *               With NHWC tensors (nhwc = 1) yT is the output's own memory and dYT the
  *               gradient's: no relayout at all. The deft mode on NCHW tensors (nhwc = 0)
  *               relays yT into NCHW and dy into dYT.
+ * Groups (groups > 1): output channels [j*Cout/G, (j+1)*Cout/G) of group j see only its C/G
+ * column channels, and the weight holds only those: w [Cout, R/G] (the grouped weight as stored,
+ * NCHW [Cout, C/G, kh, kw], NHWC [Cout, kh, kw, C/G]) - no block-diagonal weight. Each GEMM
+ * above becomes one per group on sub-matrices addressed by leading dimensions, in place:
+ *   DT_COLS_CN  the rows of group j's channels, (c, tap) with c outermost, are contiguous:
+ *               col rows [j*R/G, (j+1)*R/G), one GEMM a group and pass.
+ *   DT_COLS_NC  a column row is (tap, c) with c innermost (R = taps * C): group j's columns are
+ *               `taps` blocks of C/G, C apart - one GEMM per (group, tap), K = C/G (so a
+ *               depthwise conv's are K = 1 products: correct, not fast). The forward sums its
+ *               taps in fp32 (bf16 y is rounded once, from an fp32 buffer); dW and dcol write
+ *               each block once.
  * The chunk keeps the column buffer within dt_conv_col_budget(): memory is bounded for any
  * batch; nb = images per chunk (the caller's choice, usually dt_conv_chunk()).
  *
@@ -43,6 +54,8 @@ typedef struct {
     int nhwc;              /* DT_COLS_NC only: y and dy are NHWC [N*P, Cout] */
     int64_t N, Cout, P, R; /* images, output channels, positions an image, column rows */
     int64_t nb;            /* images per chunk */
+    int64_t groups;        /* weight groups (0 or 1: dense); divides Cout and the column channels */
+    int64_t taps;          /* DT_COLS_NC with groups > 1: the kernel taps of a column row (R = taps * C) */
     void *ctx;             /* the caller's state, passed to the callbacks */
     /* optional: called first for each chunk (e.g. to relayout the chunk's input) */
     void (*begin)(void *ctx, int64_t n0, int64_t nb, int backward);
@@ -64,9 +77,9 @@ typedef struct {
     int (*forward_direct)(void *ctx, int64_t n0, int64_t nb, const void *w, const float *bias, void *y);
 } dt_colconv;
 
-/* y = conv (+ bias [Cout] or NULL), [N, Cout, P] (NCHW) or [N*P, Cout] (NHWC); w [Cout, R]. */
+/* y = conv (+ bias [Cout] or NULL), [N, Cout, P] (NCHW) or [N*P, Cout] (NHWC); w [Cout, R / groups]. */
 void dt_colconv_forward(const dt_colconv *cc, const void *w, const float *bias, void *y);
-/* dy like y. dw (NULL: not wanted) = beta_w * dw + dW, [Cout, R], fp32; the column gradient
+/* dy like y. dw (NULL: not wanted) = beta_w * dw + dW, [Cout, R / groups], fp32; the column gradient
  * goes to adjoint or dcols_direct when one is set. */
 void dt_colconv_backward(const dt_colconv *cc, const void *w, const void *dy, float *dw, float beta_w);
 /* Bytes of one column element. */

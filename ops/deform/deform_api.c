@@ -11,9 +11,9 @@
  *               in the format the kernels read (the weight in x's dtype and layout, offsets and
  *               mask f32 NCHW); otherwise each goes through a scratch buffer in that format,
  *               converted with one dt_convert kernel on the way in (inputs) or out (gradients).
- *               Weight groups: the grouped weight (in the kernels' format) is copied onto the
- *               diagonal blocks of a zeroed dense [cout, c, K] weight, and the dense weight
- *               gradient's diagonal blocks are read back - the plan is the dense problem.
+ *               Weight groups: the grouped weight (in the kernels' format) and its gradient
+ *               as they are, the column skeleton's GEMMs one per group (dt_deform_args.groups;
+ *               dt_colconv.h) - no dense block-diagonal weight.
  * On the CPU (.device DT_DEFORM_API_CPU) the same runs on the kernels' CPU twins, with no CUDA
  * call at all. */
 #include <stdarg.h>
@@ -307,38 +307,6 @@ static void grad_out(dt_dev dev, const void *made, fmt k, void *dst, fmt f) {
     if (made != dst) DT_PICK(dt_convert_k, dev, k.dtype, DT_NCHW)(f.N, f.C, f.P, made, k.dtype, k.layout, 0.0f, dst, f.dtype, f.layout);
 }
 
-/* Weight groups as one dense weight [cout, c, K] (NHWC: [cout, K, c]) in which the cout/g
- * output channels of group j see only input channels [j*c/g, (j+1)*c/g): the grouped weight
- * (format f: N = cout, C = c/g) sits on the diagonal blocks, zeros elsewhere. to_dense copies
- * the grouped weight onto the blocks; else the blocks are read back into it (a gradient). In
- * either layout a group's block is a set of equally spaced rows: one 2-D copy per group. */
-static void diagonal_blocks(dt_dev dev, void *dense, void *grouped, fmt f, int groups, int to_dense) {
-    size_t es = dt_dtype_size(f.dtype);
-    int64_t cg = f.C, c = cg * groups, og = f.N / groups;
-    int nchw = f.layout == DT_NCHW;
-    size_t width = (size_t)(nchw ? cg * f.P : cg) * es;  /* one row of a block */
-    size_t dld = (size_t)(nchw ? c * f.P : c) * es;      /* rows of the dense weight */
-    int64_t rows = nchw ? og : og * f.P;                 /* a block's rows: (o) or (o, tap) */
-    for (int j = 0; j < groups; j++) {
-        char *dp = (char *)dense + (size_t)(j * rows) * dld + (size_t)j * width;
-        char *gp = (char *)grouped + (size_t)(j * rows) * width;
-        if (to_dense) dt_copy_rows(dev, dp, dld, gp, width, width, (size_t)rows);
-        else dt_copy_rows(dev, gp, width, dp, dld, width, (size_t)rows);
-    }
-}
-
-/* The dense weight of format k (grouped sizes) the plan multiplies by: w itself without groups,
- * else a zeroed scratch buffer with w on its diagonal blocks. */
-static const void *dense_weight(scratch *s, const void *w, fmt k, int groups) {
-    if (groups == 1) return w;
-    fmt dk = k;
-    dk.C *= groups;
-    void *dense = scratch_alloc(s, bytes_of(dk));
-    zero(s->dev, dense, bytes_of(dk));
-    diagonal_blocks(s->dev, dense, (void *)w, k, groups, 1);
-    return dense;
-}
-
 /* The caller's formats of the weight, offsets and mask, and what the kernels take (the weight's
  * with the grouped sizes: N = cout, C = c/groups). */
 typedef struct {
@@ -414,8 +382,9 @@ static int forward(const dt_deform_desc *d, int mode, const void *x, const void 
     dt_deform_args a = {.x = x,
                         .offset = input_as(&s, offset, f.off, f.koff),
                         .mask = input_as(&s, mask, f.mask, f.kmask),
-                        .w = dense_weight(&s, input_as(&s, weight, f.w, f.kw), f.kw, c.d.weight_groups),
-                        .bias = bias};
+                        .w = input_as(&s, weight, f.w, f.kw),
+                        .bias = bias,
+                        .groups = c.d.weight_groups};
     dt_deform_forward_raw(&c.p, c.dev, &a, y);
     scratch_free(&s);
     return 0;
@@ -457,21 +426,18 @@ static int backward(const dt_deform_desc *d, int mode, const void *x, const void
     }
     formats f = formats_of(&c);
     scratch s = {.dev = c.dev};
-    int groups = c.d.weight_groups;
     dt_deform_args a = {.x = x,
                         .offset = input_as(&s, offset, f.off, f.koff),
                         .mask = input_as(&s, mask, f.mask, f.kmask),
-                        .w = dense_weight(&s, input_as(&s, weight, f.w, f.kw), f.kw, groups)};
+                        .w = input_as(&s, weight, f.w, f.kw),
+                        .groups = c.d.weight_groups};
     void *dw = grad_as(&s, grad_weight, f.w, f.kdw); /* the grouped gradient in the kernels' format */
-    fmt dense_dw = f.kdw;
-    dense_dw.C *= groups;
     dt_deform_grads gr = {.dx = grad_x,
                           .doff = grad_as(&s, grad_offset, f.off, f.koff),
                           .dmask = grad_as(&s, grad_mask, f.mask, f.kmask),
-                          .dw = dw && groups > 1 ? scratch_alloc(&s, bytes_of(dense_dw)) : dw,
+                          .dw = dw,
                           .db = grad_bias};
     dt_deform_backward_raw(&c.p, c.dev, &a, grad_y, &gr);
-    if (dw && groups > 1) diagonal_blocks(c.dev, gr.dw, dw, f.kdw, groups, 0);
     grad_out(c.dev, gr.doff, f.koff, grad_offset, f.off);
     grad_out(c.dev, gr.dmask, f.kmask, grad_mask, f.mask);
     grad_out(c.dev, dw, f.kdw, grad_weight, f.w);

@@ -25,6 +25,7 @@
  *            backward (weight, bias, and its input gradient), or the op's dom relaid out into
  *            doffset/dmask.
  * close: NCHW plans: dW back from the skeleton's [Cout, K*C] to [Cout, C, kh, kw] (with beta).
+ * Weight groups (args.groups = WG): the same with C/WG for C in the weight's shapes.
  *
  * The input gradient is summed in fp32 and written into dx once, with the caller's beta,
  * rounded once (docs/deft.md, "The bf16 path"):
@@ -93,6 +94,9 @@ static int dx_direct(const dt_deform_run *r) {
     return !is_layer(r) && p->dx == DT_DX_GATHER;
 }
 
+/* The input channels of the weight: C / WG (C without weight groups). */
+static int64_t weight_channels(const dt_deform_run *r) { return r->p->C / (r->a->groups > 1 ? r->a->groups : 1); }
+
 static void deft_open(dt_deform_run *r) {
     const dt_deform_plan *p = r->p;
     const dt_deform_args *a = r->a;
@@ -101,11 +105,12 @@ static void deft_open(dt_deform_run *r) {
     int backward = r->g != NULL;
     if (!a->woff && !a->offset) dt_fatal("deform_conv2d (deft): neither offsets nor an offset conv were given");
     if (p->layout == DT_NCHW) { /* the weight channels last for the GEMMs, and its gradient back */
-        r->wT = dt_dev_alloc(dev, (size_t)p->Cout * p->KC * sizeof(float));
-        DT_PICK(dt_nchw_to_nhwc_k, dev, DT_F32, DT_NCHW)(p->Cout, p->C, p->K, a->w, p->C, r->wT);
+        const int64_t cw = weight_channels(r), KCw = p->K * cw;
+        r->wT = dt_dev_alloc(dev, (size_t)p->Cout * KCw * sizeof(float));
+        DT_PICK(dt_nchw_to_nhwc_k, dev, DT_F32, DT_NCHW)(p->Cout, cw, p->K, a->w, cw, r->wT);
         r->gemm_w = r->wT;
         if (backward && r->g->dw) {
-            r->dwT = dt_dev_alloc(dev, (size_t)p->Cout * p->KC * sizeof(float));
+            r->dwT = dt_dev_alloc(dev, (size_t)p->Cout * KCw * sizeof(float));
             r->gemm_dw = r->dwT;
             r->gemm_bw = 0.0f;
         }
@@ -232,8 +237,9 @@ static void deft_adjoint(void *rv, int64_t n0, int64_t nb, void *dcol) {
 static void deft_close(dt_deform_run *r) {
     const dt_deform_plan *p = r->p;
     dt_dev dev = r->dev;
-    if (r->dwT) /* [Cout, K, C] -> [Cout, C, K], with beta */
-        DT_PICK(dt_nhwc_to_nchw_k, dev, DT_F32, DT_NCHW)(p->Cout, p->C, p->K, r->dwT, p->C, NULL, r->g->bw, r->g->dw);
+    const int64_t cw = weight_channels(r);
+    if (r->dwT) /* [Cout, K, C/WG] -> [Cout, C/WG, K], with beta */
+        DT_PICK(dt_nhwc_to_nchw_k, dev, DT_F32, DT_NCHW)(p->Cout, cw, p->K, r->dwT, cw, NULL, r->g->bw, r->g->dw);
     void *bufs[] = {r->wT, r->dwT, r->own_om ? r->om : NULL, r->xT_buf, r->dxT_buf, r->dom, r->D, r->ws, r->idx_ws};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (bufs[i]) dt_dev_free(dev, bufs[i]);

@@ -17,8 +17,10 @@ static dt_colconv skeleton(const dt_deform_impl *im, dt_deform_run *r) {
     const dt_deform_plan *p = r->p;
     dt_colconv cc = {.dev = r->dev, .layout = im->layout, .dtype = p->dtype, .math = p->math,
                      .nhwc = p->layout == DT_NHWC, .N = p->N, .Cout = p->Cout, .P = p->P, .R = p->KC, .nb = p->nb,
-                     .ctx = r, .begin = im->begin, .fill = im->fill, .adjoint = NULL,
-                     .forward_direct = !r->g && p->layout == DT_NHWC ? im->forward_direct : NULL};
+                     .groups = r->a->groups, .taps = p->K, .ctx = r, .begin = im->begin, .fill = im->fill,
+                     .adjoint = NULL,
+                     /* the engine's sampled forward is dense: grouped chunks fill their columns */
+                     .forward_direct = !r->g && p->layout == DT_NHWC && r->a->groups <= 1 ? im->forward_direct : NULL};
     return cc;
 }
 

@@ -59,10 +59,12 @@ typedef struct {
     const void *x;              /* [N, C, H, W] */
     const float *offset, *mask; /* the op: [N, 2GK, Ho, Wo], [N, GK, Ho, Wo] or NULL */
     const float *woff, *boff;   /* the deft layer instead: offset conv [OC, C, kh, kw], [OC] */
-    const void *w;              /* [Cout, C, kh, kw] */
+    const void *w;              /* [Cout, C / groups, kh, kw] (the grouped weight as stored) */
     const float *bias;          /* [Cout] or NULL */
     float *om;                  /* the deft layer: [N*P, OCS] offsets and mask (deform_plan.h), written by
                                    the forward, read by the backward */
+    int64_t groups;             /* weight groups (torchvision's groups; 0 or 1: dense): the column
+                                   skeleton's per-group GEMMs (dt_colconv.h), dw [Cout, C / groups, kh, kw] */
 } dt_deform_args;
 typedef struct {
     void *dx;                                   /* like x; NULL: not wanted (every one) */

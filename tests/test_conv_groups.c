@@ -1,0 +1,155 @@
+/* A grouped conv (dt_conv2d_grouped) is the dense conv of its block-diagonal weight: the dense
+ * weight [Cout, C, kh, kw] holds group j's [Cout/G, C/G, kh, kw] block at output rows
+ * [j*Cout/G, +Cout/G) and input channels [j*C/G, +C/G), zeros elsewhere. Both run on the same
+ * device and inputs in f32 NCHW, f32 NHWC and bf16 NHWC: y and dx must agree, and the grouped dW
+ * must be the dense dW's diagonal blocks - within 1e-5 in f32 (the same products, summed in
+ * another blocking), and within the bf16 format bound (2^-6 relative L2) of the f32 NCHW dense
+ * conv in bf16. The CPU test and its GPU twin (device memory NaN-poisoned by the runner). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/dt_param.h"
+#include "ops/dt_layers.h"
+#include "tests/dt_check.h"
+#include "tests/dt_test.h"
+
+typedef struct {
+    const char *name;
+    int64_t N, C, H, W, Cout, groups;
+    dt_conv_geom g;
+    int chunk; /* images per chunk (0: the default budget) */
+} groups_case;
+
+static const groups_case cases[] = {
+    {"groups 2, 3x3 s1 pad 1, odd sizes", 3, 6, 7, 9, 4, 2, {3, 3, 1, 1, 1, 1, 1, 1}, 0},
+    {"groups 3, 3x3 s2 pad 1, dilation 2", 2, 9, 11, 10, 6, 3, {3, 3, 2, 2, 1, 1, 2, 2}, 0},
+    {"depthwise C = 5, 3x3 s2 pad 1", 3, 5, 9, 8, 5, 5, {3, 3, 2, 2, 1, 1, 1, 1}, 0},
+    {"depthwise C = 4, multiplier 3, 2x3 dilation 2", 2, 4, 8, 9, 12, 4, {2, 3, 1, 1, 1, 2, 2, 2}, 0},
+    {"groups 2, 1x1 s1 (columns = input)", 3, 6, 5, 7, 8, 2, {1, 1, 1, 1, 0, 0, 1, 1}, 0},
+    {"groups 3, 3x3, prime batch 5 in chunks of 2", 5, 6, 6, 7, 9, 3, {3, 3, 1, 1, 1, 1, 1, 1}, 2},
+};
+
+typedef struct {
+    float *y, *dx, *dw; /* logical values, host */
+} result;
+
+static void result_free(result *r) { free(r->y), free(r->dx), free(r->dw); }
+
+/* conv of x (logical values) by w [Cout, C/groups, kh, kw] on dev in (dtype, layout), then its
+ * backward from R: y, dx, dw (the f32 master's gradient) as logical values. */
+static result run(const groups_case *k, dt_dev dev, dt_dtype dtype, dt_layout layout, const float *xv,
+                  const float *wv, int64_t groups, const float *R) {
+    dt_params ps = {0};
+    int64_t xs[4] = {k->N, k->C, k->H, k->W}, ws[4] = {k->Cout, k->C / groups, k->g.kh, k->g.kw};
+    dt_tensor *x = dt_tensor_from_values(4, xs, dev, dtype, layout, xv);
+    dt_requires_grad(x);
+    dt_tensor *m = dt_param_new(&ps, "w", 4, ws, dev, layout, 1);
+    dt_tensor_set_values(m, wv);
+    dt_tensor *w = m;
+    if (dtype == DT_BF16) {
+        w = dt_param_make_work(&ps, m);
+        dt_params_refresh_work(&ps);
+    }
+    size_t saved = dt_conv_col_budget();
+    if (k->chunk) {
+        int64_t Ho = dt_conv_out_size(k->H, k->g.kh, k->g.sh, k->g.ph, k->g.dh);
+        int64_t Wo = dt_conv_out_size(k->W, k->g.kw, k->g.sw, k->g.pw, k->g.dw);
+        dt_conv_set_col_budget((size_t)(k->chunk * k->C * k->g.kh * k->g.kw * Ho * Wo) * dt_dtype_size(dtype));
+    }
+    dt_tensor *y = groups > 1 ? dt_conv2d_grouped(x, w, NULL, k->g, groups, DT_MATH_FP32)
+                              : dt_conv2d(x, w, NULL, k->g, DT_MATH_FP32);
+    y->retain = 1;
+    dt_backward_with(y, dt_tensor_from_values(4, y->shape, dev, y->dtype, y->layout, R));
+    dt_conv_set_col_budget(saved);
+    result r = {dt_tensor_host_copy(y), dt_tensor_host_copy(x->grad), dt_tensor_host_copy(m->grad)};
+    dt_params_free(&ps);
+    return r;
+}
+
+/* w's blocks [Cout/G, C/G, kh, kw] onto the diagonal of dense [Cout, C, kh, kw] (to_dense), or
+ * the diagonal blocks of dense back into w */
+static void diagonal(const groups_case *k, float *dense, float *w, int to_dense) {
+    const int64_t cg = k->C / k->groups, og = k->Cout / k->groups, taps = (int64_t)k->g.kh * k->g.kw;
+    for (int64_t o = 0; o < k->Cout; o++)
+        for (int64_t c = 0; c < cg; c++)
+            for (int64_t t = 0; t < taps; t++) {
+                float *d = &dense[(o * k->C + (o / og) * cg + c) * taps + t], *g = &w[(o * cg + c) * taps + t];
+                if (to_dense) *d = *g;
+                else *g = *d;
+            }
+}
+
+static void check_case(const groups_case *k, dt_dev dev) {
+    const int64_t Ho = dt_conv_out_size(k->H, k->g.kh, k->g.sh, k->g.ph, k->g.dh);
+    const int64_t Wo = dt_conv_out_size(k->W, k->g.kw, k->g.sw, k->g.pw, k->g.dw);
+    const int64_t nx = k->N * k->C * k->H * k->W, nw = k->Cout * (k->C / k->groups) * k->g.kh * k->g.kw;
+    const int64_t ny = k->N * k->Cout * Ho * Wo, nd = k->Cout * k->C * k->g.kh * k->g.kw;
+    float *xv = malloc(sizeof(float) * nx), *wv = malloc(sizeof(float) * nw), *R = malloc(sizeof(float) * ny);
+    float *dense = calloc((size_t)nd, sizeof(float)), *dw_diag = malloc(sizeof(float) * nw);
+    dt_rng_fill_normal(dt_test_rng(), xv, nx, 0.0f, 1.0f);
+    dt_rng_fill_normal(dt_test_rng(), wv, nw, 0.0f, 0.3f);
+    dt_rng_fill_normal(dt_test_rng(), R, ny, 0.0f, 1.0f);
+    diagonal(k, dense, wv, 1);
+    result ref = run(k, dev, DT_F32, DT_NCHW, xv, dense, 1, R); /* the f32 NCHW dense conv */
+    const struct {
+        dt_dtype dtype;
+        dt_layout layout;
+        const char *name;
+    } combos[] = {{DT_F32, DT_NCHW, "f32 nchw"}, {DT_F32, DT_NHWC, "f32 nhwc"}, {DT_BF16, DT_NHWC, "bf16 nhwc"}};
+    for (int i = 0; i < 3; i++) {
+        const double tol = combos[i].dtype == DT_BF16 ? 1.0 / 64 : 1e-5;
+        result gr = run(k, dev, combos[i].dtype, combos[i].layout, xv, wv, k->groups, R);
+        /* f32: against the dense conv in the same layout (the same products); bf16: the reference */
+        result de = combos[i].dtype == DT_BF16 ? (result){0} : run(k, dev, combos[i].dtype, combos[i].layout, xv, dense, 1, R);
+        const result *want = combos[i].dtype == DT_BF16 ? &ref : &de;
+        diagonal(k, want->dw, dw_diag, 0);
+        char what[192];
+        snprintf(what, sizeof what, "%s %s %s: y", dt_dev_name(dev), k->name, combos[i].name);
+        EXPECT(dt_expect_close(what, gr.y, want->y, ny, tol));
+        snprintf(what, sizeof what, "%s %s %s: dx", dt_dev_name(dev), k->name, combos[i].name);
+        EXPECT(dt_expect_close(what, gr.dx, want->dx, nx, tol));
+        snprintf(what, sizeof what, "%s %s %s: dW", dt_dev_name(dev), k->name, combos[i].name);
+        EXPECT(dt_expect_close(what, gr.dw, dw_diag, nw, tol));
+        result_free(&gr), result_free(&de);
+    }
+    result_free(&ref);
+    free(xv), free(wv), free(R), free(dense), free(dw_diag);
+}
+
+DT_TEST(conv2d_grouped_is_dense_block_diagonal) {
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(&cases[i], DT_CPU);
+}
+
+DT_GPU_TEST(gpu_conv2d_grouped_is_dense_block_diagonal) {
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(&cases[i], DT_GPU);
+}
+
+/* ---- argument checks */
+
+static void groups_not_dividing_c(void *a) {
+    (void)a;
+    dt_conv2d_grouped(dt_tensor_new4(DT_CPU, 1, 6, 8, 8), dt_tensor_new4(DT_CPU, 4, 1, 3, 3), NULL, dt_geom(3, 1, 1, 1), 4,
+                      DT_MATH_FP32);
+}
+static void groups_not_dividing_cout(void *a) {
+    (void)a;
+    dt_conv2d_grouped(dt_tensor_new4(DT_CPU, 1, 6, 8, 8), dt_tensor_new4(DT_CPU, 4, 2, 3, 3), NULL, dt_geom(3, 1, 1, 1), 3,
+                      DT_MATH_FP32);
+}
+static void weight_not_grouped(void *a) {
+    (void)a;
+    dt_conv2d_grouped(dt_tensor_new4(DT_CPU, 1, 6, 8, 8), dt_tensor_new4(DT_CPU, 6, 6, 3, 3), NULL, dt_geom(3, 1, 1, 1), 3,
+                      DT_MATH_FP32);
+}
+static void zero_groups(void *a) {
+    (void)a;
+    dt_conv2d_grouped(dt_tensor_new4(DT_CPU, 1, 6, 8, 8), dt_tensor_new4(DT_CPU, 6, 6, 3, 3), NULL, dt_geom(3, 1, 1, 1), 0,
+                      DT_MATH_FP32);
+}
+
+DT_TEST(conv2d_grouped_bad_shapes_are_clear_errors) {
+    EXPECT_DEATH(groups_not_dividing_c, NULL, "4 groups do not divide input [1, 6, 8, 8]'s 6 channels");
+    EXPECT_DEATH(groups_not_dividing_cout, NULL, "3 groups do not divide input [1, 6, 8, 8]'s 6 channels and weight [4, 2, 3, 3]'s 4 output channels");
+    EXPECT_DEATH(weight_not_grouped, NULL, "weight [6, 6, 3, 3] does not fit input [1, 6, 8, 8] with a 3x3 kernel in 3 groups (expected [Cout, 2, 3, 3])");
+    EXPECT_DEATH(zero_groups, NULL, "0 groups do not divide");
+}
