@@ -433,9 +433,6 @@ void dt_copy_d2h_async(void *dst, const void *src, size_t bytes) {
 void dt_memset_gpu(void *dst, int byte, size_t bytes) {
     DT_CHECK(cudaMemsetAsync(dst, byte, bytes, dt_stream()));
 }
-static void copy_rows_gpu(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t rows) {
-    DT_CHECK(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows, cudaMemcpyDeviceToDevice, dt_stream()));
-}
 
 #else /* CPU-only build: every device entry point explains that there is no CUDA. */
 
@@ -458,18 +455,6 @@ void dt_copy_d2d(void *d, const void *s, size_t b) { (void)d; (void)s; (void)b; 
 void dt_copy_h2d_async(void *d, const void *s, size_t b) { (void)d; (void)s; (void)b; no_cuda("dt_copy_h2d_async"); }
 void dt_copy_d2h_async(void *d, const void *s, size_t b) { (void)d; (void)s; (void)b; no_cuda("dt_copy_d2h_async"); }
 void dt_memset_gpu(void *d, int v, size_t b) { (void)d; (void)v; (void)b; no_cuda("dt_memset_gpu"); }
-static void copy_rows_gpu(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t rows) {
-    (void)dst, (void)dpitch, (void)src, (void)spitch, (void)width, (void)rows;
-    no_cuda("dt_copy_rows");
-}
 
 #endif
 
-void dt_copy_rows(dt_dev dev, void *dst, size_t dst_pitch, const void *src, size_t src_pitch, size_t width,
-                  size_t rows) {
-    if (dev == DT_GPU) {
-        copy_rows_gpu(dst, dst_pitch, src, src_pitch, width, rows);
-        return;
-    }
-    for (size_t r = 0; r < rows; r++) memcpy((char *)dst + r * dst_pitch, (const char *)src + r * src_pitch, width);
-}

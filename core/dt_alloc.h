@@ -88,10 +88,6 @@ void dt_copy_d2d(void *dst, const void *src, size_t bytes);
 void dt_copy_h2d_async(void *dst, const void *src, size_t bytes); /* src must be pinned */
 void dt_copy_d2h_async(void *dst, const void *src, size_t bytes); /* dst must be pinned; read it after an event */
 void dt_memset_gpu(void *dst, int byte, size_t bytes);
-/* rows x width bytes from src (rows src_pitch bytes apart) to dst (dst_pitch apart): on the
- * GPU queued on the context stream, on the CPU a loop of memcpy. */
-void dt_copy_rows(dt_dev dev, void *dst, size_t dst_pitch, const void *src, size_t src_pitch, size_t width,
-                  size_t rows);
 
 DT_PUBLIC_END
 #ifdef __cplusplus
