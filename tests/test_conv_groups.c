@@ -126,30 +126,21 @@ DT_GPU_TEST(gpu_conv2d_grouped_is_dense_block_diagonal) {
 
 /* ---- argument checks */
 
-static void groups_not_dividing_c(void *a) {
-    (void)a;
-    dt_conv2d_grouped(dt_tensor_new4(DT_CPU, 1, 6, 8, 8), dt_tensor_new4(DT_CPU, 4, 1, 3, 3), NULL, dt_geom(3, 1, 1, 1), 4,
-                      DT_MATH_FP32);
-}
-static void groups_not_dividing_cout(void *a) {
-    (void)a;
-    dt_conv2d_grouped(dt_tensor_new4(DT_CPU, 1, 6, 8, 8), dt_tensor_new4(DT_CPU, 4, 2, 3, 3), NULL, dt_geom(3, 1, 1, 1), 3,
-                      DT_MATH_FP32);
-}
-static void weight_not_grouped(void *a) {
-    (void)a;
-    dt_conv2d_grouped(dt_tensor_new4(DT_CPU, 1, 6, 8, 8), dt_tensor_new4(DT_CPU, 6, 6, 3, 3), NULL, dt_geom(3, 1, 1, 1), 3,
-                      DT_MATH_FP32);
-}
-static void zero_groups(void *a) {
-    (void)a;
-    dt_conv2d_grouped(dt_tensor_new4(DT_CPU, 1, 6, 8, 8), dt_tensor_new4(DT_CPU, 6, 6, 3, 3), NULL, dt_geom(3, 1, 1, 1), 0,
-                      DT_MATH_FP32);
+/* dt_conv2d_grouped of x [1, 6, 8, 8] with a weight [cout, cin_per_group, 3, 3] in `groups` groups */
+typedef struct {
+    int64_t cout, cin_per_group;
+    int groups;
+} bad_grouping;
+static void conv_bad_grouping(void *a) {
+    const bad_grouping *b = a;
+    dt_conv2d_grouped(dt_tensor_new4(DT_CPU, 1, 6, 8, 8), dt_tensor_new4(DT_CPU, b->cout, b->cin_per_group, 3, 3), NULL,
+                      dt_geom(3, 1, 1, 1), b->groups, DT_MATH_FP32);
 }
 
 DT_TEST(conv2d_grouped_bad_shapes_are_clear_errors) {
-    EXPECT_DEATH(groups_not_dividing_c, NULL, "4 groups do not divide input [1, 6, 8, 8]'s 6 channels");
-    EXPECT_DEATH(groups_not_dividing_cout, NULL, "3 groups do not divide input [1, 6, 8, 8]'s 6 channels and weight [4, 2, 3, 3]'s 4 output channels");
-    EXPECT_DEATH(weight_not_grouped, NULL, "weight [6, 6, 3, 3] does not fit input [1, 6, 8, 8] with a 3x3 kernel in 3 groups (expected [Cout, 2, 3, 3])");
-    EXPECT_DEATH(zero_groups, NULL, "0 groups do not divide");
+    bad_grouping c = {4, 1, 4}, cout = {4, 2, 3}, weight = {6, 6, 3}, zero = {6, 6, 0};
+    EXPECT_DEATH(conv_bad_grouping, &c, "4 groups do not divide input [1, 6, 8, 8]'s 6 channels");
+    EXPECT_DEATH(conv_bad_grouping, &cout, "3 groups do not divide input [1, 6, 8, 8]'s 6 channels and weight [4, 2, 3, 3]'s 4 output channels");
+    EXPECT_DEATH(conv_bad_grouping, &weight, "weight [6, 6, 3, 3] does not fit input [1, 6, 8, 8] with a 3x3 kernel in 3 groups (expected [Cout, 2, 3, 3])");
+    EXPECT_DEATH(conv_bad_grouping, &zero, "0 groups do not divide");
 }

@@ -60,6 +60,17 @@ static int64_t col_k(const blocks *b, int64_t j, int64_t t) { return t * b->stri
 static const void *at(const void *p, int64_t e, size_t el) { return (const char *)p + (size_t)e * el; }
 static void *at_w(void *p, int64_t e, size_t el) { return (char *)p + (size_t)e * el; }
 
+/* NC columns' gradient dcol [bP, R] = beta dcol + dYT [bP, Cout] . w, a GEMM per (group, tap)
+ * block: group j's dYT columns [j*Og, +Og), its weight block, its column block */
+static void nc_dcols(const dt_colconv *cc, const blocks *k, int64_t bP, const void *dyc, const void *w, float beta,
+                     void *dcol) {
+    const size_t el = dt_colconv_elem(cc);
+    for (int64_t j = 0; j < k->G; j++)
+        for (int64_t tp = 0; tp < k->nt; tp++)
+            gemm(cc, 0, 0, bP, k->kb, k->Og, at(dyc, j * k->Og, el), cc->Cout, at(w, j * k->Og * k->Rg + tp * k->kb, el),
+                 k->Rg, beta, at_w(dcol, col_k(k, j, tp), el), cc->dtype, cc->R);
+}
+
 static void check(const dt_colconv *cc) {
     const int64_t G = cc->groups > 1 ? cc->groups : 1;
     if (G > 1 && (cc->Cout % G || cc->R % G || (cc->layout == DT_COLS_NC && (cc->taps < 1 || cc->R % cc->taps ||
@@ -149,22 +160,16 @@ void dt_colconv_backward(const dt_colconv *cc, const void *w, const void *dy, fl
             }
             /* dW [Cout, Rg] += dYT^T col;  dcol [bP, R] = dYT w - per (group, tap) block, each
              * written once: group j's dYT columns [j*Og, +Og), its column block, its weight block */
-            const void *cols = dw ? cols_of(cc, col, n0, b) : NULL;
-            void *dd = cc->dcols_direct ? cc->dcols_direct(cc->ctx, n0) : NULL;
-            for (int64_t j = 0; j < k.G; j++)
-                for (int64_t tp = 0; tp < k.nt; tp++) {
-                    const int64_t ck = col_k(&k, j, tp), wk = j * k.Og * k.Rg + tp * k.kb;
-                    const void *dyj = at(dyc, j * k.Og, el);
-                    if (dw) gemm(cc, 1, 0, k.Og, k.kb, bP, dyj, Cout, at(cols, ck, el), R, bw, dw + wk, DT_F32, k.Rg);
-                    if (dd) gemm(cc, 0, 0, bP, k.kb, k.Og, dyj, Cout, at(w, wk, el), k.Rg, cc->dcols_beta, at_w(dd, ck, el), cc->dtype, R);
-                }
-            if (cc->adjoint) { /* into the buffer that held the columns: after every dW block read them */
+            if (dw) {
+                const void *cols = cols_of(cc, col, n0, b);
                 for (int64_t j = 0; j < k.G; j++)
-                    for (int64_t tp = 0; tp < k.nt; tp++) {
-                        const int64_t ck = col_k(&k, j, tp), wk = j * k.Og * k.Rg + tp * k.kb;
-                        gemm(cc, 0, 0, bP, k.kb, k.Og, at(dyc, j * k.Og, el), Cout, at(w, wk, el), k.Rg, 0.0f,
-                             at_w(col, ck, el), cc->dtype, R);
-                    }
+                    for (int64_t tp = 0; tp < k.nt; tp++)
+                        gemm(cc, 1, 0, k.Og, k.kb, bP, at(dyc, j * k.Og, el), Cout, at(cols, col_k(&k, j, tp), el), R, bw,
+                             dw + j * k.Og * k.Rg + tp * k.kb, DT_F32, k.Rg);
+            }
+            if (cc->dcols_direct) nc_dcols(cc, &k, bP, dyc, w, cc->dcols_beta, cc->dcols_direct(cc->ctx, n0));
+            if (cc->adjoint) { /* into the buffer that held the columns: after every dW block read them */
+                nc_dcols(cc, &k, bP, dyc, w, 0.0f, col);
                 cc->adjoint(cc->ctx, n0, b, col);
             }
         } else {

@@ -16,6 +16,8 @@
 #ifndef DT_OFFSET_CONV_CUH
 #define DT_OFFSET_CONV_CUH
 
+#include <cuda_bf16.h>
+
 #include "ops/deform/deform_chunk.h"
 #include "core/dt_lanes.cuh"
 
@@ -27,6 +29,41 @@ __global__ void k_sum_parts(int64_t n, int nz, const float *__restrict__ part, f
         float s = 0.0f;
         for (int z = 0; z < nz; z++) s += part[z * n + e];
         out[e] = beta == 0.0f ? s : beta * out[e] + s;
+    }
+}
+
+/* The bias gradient's part of one slab of positions [q0, q1) of dom [Q, OCS] fp32: part[o] =
+ * the fp32 sum of dom's column o < OC, by a 256-thread block of 8 position lanes x 32 columns -
+ * lane l sums positions q0 + l, q0 + l + 8, ... and the 8 lanes are added in order
+ * (deterministic). domb not NULL: the same read also stores dom rounded to bf16, domb [Q, ldb]
+ * with columns OC .. ncols-1 zero (ncols = OC without domb). part NULL: no sums. The halo and
+ * flat dW's k_db_parts and the Hopper engine's k_dom_prep are this loop, so their bias
+ * gradients are the same bits. */
+__device__ __forceinline__ void dom_slab_sums(const float *__restrict__ dom, int64_t OCS, int OC, int ncols, int64_t q0,
+                                              int64_t q1, __nv_bfloat16 *__restrict__ domb, int64_t ldb,
+                                              float *__restrict__ part) {
+    __shared__ float red[8][32];
+    const int o = threadIdx.x & 31, l = threadIdx.x >> 5;
+    for (int oc0 = 0; oc0 < ncols; oc0 += 32) {
+        const int oc = oc0 + o;
+        float s = 0.0f;
+        if (oc < ncols) {
+#pragma unroll 8
+            for (int64_t q = q0 + l; q < q1; q += 8) {
+                const float v = oc < OC ? __ldg(dom + q * OCS + oc) : 0.0f;
+                if (domb) domb[q * ldb + oc] = __float2bfloat16_rn(v);
+                s += v;
+            }
+        }
+        if (!part) continue; /* the same for the whole block */
+        red[l][o] = s;
+        __syncthreads();
+        if (l == 0 && oc < OC) {
+            float t = 0.0f;
+            for (int j = 0; j < 8; j++) t += red[j][o];
+            part[oc] = t;
+        }
+        __syncthreads();
     }
 }
 

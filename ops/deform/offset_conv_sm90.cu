@@ -49,36 +49,12 @@ __global__ void k_pack_w_flipped(int64_t OC, int64_t C, int64_t K, int64_t OC8, 
 
 /* One read of dom [Q, OCS] fp32 for the whole backward: domb [Q, OC8] bf16 = dom rounded
  * (columns OC .. OC8-1 zero: the engine's operand for the weight and the input gradient), and,
- * when part is not NULL, part [blockIdx.x][OC] = the fp32 column sums of dom over the block's slab
- * of COLSUM_ROWS positions (the bias gradient's parts). Block = 8 position lanes x 32 columns; a
- * lane sums positions lane, lane + 8, ... of the slab and the 8 lanes are added in order - the
- * order of the tensor-core path's k_db_parts, so the bias gradient is the same bits on both. */
+ * when part is not NULL, part [blockIdx.x][OC] = the column sums of dom over the block's slab of
+ * COLSUM_ROWS positions (the bias gradient's parts, in k_db_parts' order: dom_slab_sums). */
 __global__ void k_dom_prep(int64_t Q, int OC, int OCS, int OC8, const float *__restrict__ dom, bf16 *__restrict__ domb,
                            float *__restrict__ part) {
-    __shared__ float red[8][32];
-    const int o = threadIdx.x & 31, l = threadIdx.x >> 5;
     const int64_t q0 = (int64_t)blockIdx.x * COLSUM_ROWS, q1 = min(Q, q0 + COLSUM_ROWS);
-    for (int oc0 = 0; oc0 < OC8; oc0 += 32) {
-        const int oc = oc0 + o;
-        float s = 0.0f;
-        if (oc < OC8) {
-#pragma unroll 8
-            for (int64_t q = q0 + l; q < q1; q += 8) {
-                const float v = oc < OC ? __ldg(dom + q * OCS + oc) : 0.0f;
-                domb[q * OC8 + oc] = __float2bfloat16_rn(v);
-                s += v;
-            }
-        }
-        if (!part) continue;
-        red[l][o] = s;
-        __syncthreads();
-        if (l == 0 && oc < OC) {
-            float t = 0.0f;
-            for (int j = 0; j < 8; j++) t += red[j][o];
-            part[(int64_t)blockIdx.x * OC + oc] = t;
-        }
-        __syncthreads();
-    }
+    dom_slab_sums(dom, OCS, OC, OC8, q0, q1, domb, OC8, part ? part + (int64_t)blockIdx.x * OC : nullptr);
 }
 
 int g_use_engine = 1;

@@ -506,23 +506,8 @@ __global__ void k_dw_halo(dt_deform_chunk c, halo h, int tiles_per_split, const 
 /* Bias-gradient parts for the halo dW: part z = the fp32 sum of dom over positions [z*qchunk,
  * (z+1)*qchunk), 8 position lanes a channel then the lanes in order (deterministic). */
 __global__ void k_db_parts(dt_deform_chunk c, int qchunk, const float *__restrict__ dom, float *__restrict__ partb) {
-    __shared__ float red[8][32];
-    const int o = threadIdx.x & 31, l = threadIdx.x >> 5, z = blockIdx.x;
-    const int q0 = z * qchunk, q1 = min(c.Q, q0 + qchunk);
-    for (int oc0 = 0; oc0 < c.OC; oc0 += 32) {
-        const int oc = oc0 + o;
-        float s = 0.0f;
-        if (oc < c.OC)
-            for (int q = q0 + l; q < q1; q += 8) s += __ldg(dom + (int64_t)q * c.OCS + oc);
-        red[l][o] = s;
-        __syncthreads();
-        if (l == 0 && oc < c.OC) {
-            float t = 0.0f;
-            for (int j = 0; j < 8; j++) t += red[j][o];
-            partb[(int64_t)z * c.OC + oc] = t;
-        }
-        __syncthreads();
-    }
+    const int64_t q0 = (int64_t)blockIdx.x * qchunk, q1 = min((int64_t)c.Q, q0 + qchunk);
+    dom_slab_sums(dom, c.OCS, c.OC, c.OC, q0, q1, nullptr, 0, partb + (int64_t)blockIdx.x * c.OC);
 }
 
 /* ------------------------------------------------------------------ input gradient */
