@@ -44,13 +44,18 @@ DT_TEST(ckpt_writer_never_waits_and_the_newest_image_wins) {
     snprintf(path, sizeof path, "%s/run.ckpt", dt_test_tmpdir());
     dt_ckpt_writer *w = dt_ckpt_writer_new();
     dt_err err;
-    /* six in a row, 16 MB each: a submit is a hand-over (microseconds), a write takes
-     * milliseconds, so the images submitted while one is written replace each other */
-    for (int i = 1; i <= 6; i++) {
-        dt_ckpt_image img = {0};
-        image_of((int64_t)1 << 22, (float)i, 10 * i, &img);
-        EXPECT_MSG(dt_ckpt_writer_submit(w, path, &img, &err) == 0, "write %d: %s", i, err.msg);
-        EXPECT(img.body == NULL); /* the writer took it */
+    /* six of 16 MB each, made first, then submitted back to back: a submit is a hand-over
+     * (microseconds), a write takes milliseconds, so the images submitted while the first is
+     * written replace each other (made between the submits, under ASan each image took longer
+     * than a write) */
+    dt_ckpt_image imgs[6];
+    for (int i = 0; i < 6; i++) {
+        memset(&imgs[i], 0, sizeof imgs[i]);
+        image_of((int64_t)1 << 22, (float)(i + 1), 10 * (i + 1), &imgs[i]);
+    }
+    for (int i = 0; i < 6; i++) {
+        EXPECT_MSG(dt_ckpt_writer_submit(w, path, &imgs[i], &err) == 0, "write %d: %s", i + 1, err.msg);
+        EXPECT(imgs[i].body == NULL); /* the writer took it */
     }
     double ms = -1;
     EXPECT_MSG(dt_ckpt_writer_wait(w, &ms, &err) == 0, "%s", err.msg);
