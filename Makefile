@@ -224,8 +224,9 @@ $(BUILD)/libdeftc.a: $(LIB_OBJ)
 	rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/libdeftc.so: $(LIB_OBJ)
-	$(CC) -shared -o $@ $^ $(IMG_SHARED) $(LDLIBS)
+# Only the dt_ symbols are exported (core/libdeftc.map says why).
+$(BUILD)/libdeftc.so: $(LIB_OBJ) core/libdeftc.map
+	$(CC) -shared -Wl,--version-script=core/libdeftc.map -o $@ $(LIB_OBJ) $(IMG_SHARED) $(LDLIBS)
 
 # The compiled PyTorch operator (python/csrc/deftc_torch_op.cpp), built against the PyTorch that
 # TORCH_PYTHON imports (its headers, pybind11 and Python's, and its libraries, found through
@@ -290,8 +291,8 @@ $(BUILD)/test: $(TEST_OBJ) $(BUILD)/obj/train/train_cli.o $(CHART_OBJ) $(BUILD)/
 PY_SUITE = $(if $(filter 0,$(SAN)),$(if $(shell command -v python3),python3 tests/api/test_deftc_torch_cpu.py $(BUILD)/libdeftc.so))
 PY_WEIGHTS = $(if $(PY_SUITE),python3 tests/api/test_torchvision_weights.py $(BUILD))
 # The tree's house rules (tests/check_tree.py: include circles, stems, long functions, the docs'
-# code names, no exit in the library, DT_CUDA in core/ alone), on the build's objects; under the
-# sanitizers too.
+# code names, no exit in the library, DT_CUDA in core/ alone, libdeftc.so's exports), on the
+# build's objects; under the sanitizers too.
 TREE_CHECK = $(if $(shell command -v python3),python3 tests/check_tree.py $(BUILD))
 test: $(BUILD)/test $(BUILD)/libdeftc.so $(BUILD)/model_io
 	@if [ "$(SAN)" != 0 ]; then echo "SAN=$(SAN): the Python side is not tested (python cannot load an ASan-built library)"; \

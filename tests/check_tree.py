@@ -16,11 +16,14 @@
      guard and come back as statuses (core/dt_common.h); programs' main()s own the exit;
   6. no DT_CUDA dispatch outside core/'s device layer: library sources outside core/ never test
      DT_CUDA (they call core's functions, which exist in both builds, or op tables; a file that
-     is CUDA throughout is a build-level choice in the Makefile, with its CPU-only stand-in).
+     is CUDA throughout is a build-level choice in the Makefile, with its CPU-only stand-in);
+  7. libdeftc.so (in BUILD) exports deftc's C API alone: every defined dynamic symbol starts
+     with dt_ (core/libdeftc.map; a CUDA build's C++ runtime symbols, exported, stood in for a
+     host process's own libstdc++).
 
 usage: tests/check_tree.py [BUILD]   (the build folder: its objects give the file graph, its
                                      build/test --all --list the tests' names)
-Prints ok or FAIL for each of the six checks (each violation under it) and, last, "N passed, N
+Prints ok or FAIL for each of the seven checks (each violation under it) and, last, "N passed, N
 failed, 0 skipped" (build/test --then counts them as a suite); exits 1 when one fails.
 """
 import os
@@ -349,6 +352,24 @@ def check_no_cuda_dispatch(files):
             problems.append('%s:%d: tests DT_CUDA outside core/: call the device layer (core/) or an op table' % (f, line))
 
 
+def check_exports(build):
+    lib = os.path.join(build, 'libdeftc.so') if build else None
+    if not lib or not os.path.isfile(lib):
+        problems.append('%s: not built (make lib): its exports are not checked' % (lib or 'BUILD/libdeftc.so'))
+        return
+    out = subprocess.run(['nm', '-D', '--defined-only', lib], capture_output=True, text=True)
+    if out.returncode != 0:
+        problems.append('nm -D %s failed: %s' % (lib, out.stderr.strip()))
+        return
+    names = [line.split()[-1] for line in out.stdout.splitlines() if line.strip()]
+    foreign = [n for n in names if not n.startswith('dt_')]
+    if not any(n.startswith('dt_') for n in names):
+        problems.append('%s exports no dt_ function' % lib)
+    if foreign:
+        problems.append('%s exports %d symbols that are not dt_ (core/libdeftc.map), e.g. %s'
+                        % (lib, len(foreign), ', '.join(foreign[:5])))
+
+
 def main():
     build = sys.argv[1] if len(sys.argv) > 1 else None
     testbin = os.path.join(build, 'test') if build and os.path.isfile(os.path.join(build, 'test')) else None
@@ -360,14 +381,15 @@ def main():
                         ('every code name of the docs exists, the README lists the public headers',
                          lambda: (check_docs(files, testbin), check_public_list(files))),
                         ('no exit or abort in library code', lambda: check_no_exit(files)),
-                        ('no DT_CUDA dispatch outside core/', lambda: check_no_cuda_dispatch(files))):
+                        ('no DT_CUDA dispatch outside core/', lambda: check_no_cuda_dispatch(files)),
+                        ('libdeftc.so exports only dt_ symbols', lambda: check_exports(build))):
         before = len(problems)
         check()
         for p in problems[before:]:
             print('      ' + p)
         print('%s  tree: %s' % ('ok  ' if len(problems) == before else 'FAIL', name))
         failed += len(problems) != before
-    print('%d passed, %d failed, 0 skipped' % (6 - failed, failed))
+    print('%d passed, %d failed, 0 skipped' % (7 - failed, failed))
     return 1 if failed else 0
 
 
