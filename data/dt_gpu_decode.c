@@ -13,12 +13,30 @@
 #include "core/dt_timer.h"
 #include "core/dt_cuda.h"
 
+/* One nvJPEG batched decoding state and the host arrays of its last call. A state is not
+ * reusable while its last call is in flight: the call copies the batch's bitstreams into the
+ * state's own staging and queues their upload and the decode on the stream, and a second call
+ * on the state refills that staging while the first upload may still read it - which decoded
+ * some of a batch's images from the next batch's files (whole images wrong: 2 of 192 on the
+ * H200 with a training job beside it, gpu_loader_gpu_decode_matches_cpu). So the decoder
+ * alternates two states and waits, before a state's call, for the one two batches back
+ * (`decoded`): one batch decodes while the next one stages. */
+typedef struct {
+    dt_nvjpeg_state st;
+    int init_n;               /* the batch size st is initialized for (0: none) */
+    cudaEvent_t decoded;      /* recorded on the decoder's stream after the call's decode */
+    /* [B] each: the call's inputs (the selected jobs' files, sizes, output images) */
+    const unsigned char **data;
+    size_t *len;
+    dt_nvjpeg_image *img;
+} nj_call;
+
 struct dt_gpu_decoder {
     int device, B, S, K, hw;
     const dt_nvjpeg_api *nj;
     dt_nvjpeg_handle h;
-    dt_nvjpeg_state st;
-    int init_n;               /* the batch size st is initialized for (0: none) */
+    nj_call calls[2];         /* used in turn, batch by batch */
+    int turn;                 /* the next batch's call */
     cudaStream_t stream;
     uint8_t *out;             /* K buffers u8 [B, S, S, 3], one allocation */
     /* [K] events; one never recorded counts as complete in CUDA (a wait on it returns at once),
@@ -28,10 +46,7 @@ struct dt_gpu_decoder {
     uint8_t *pix;             /* the batch's decoded images, packed: [h_i, w_i, 3] at 256-byte offsets */
     size_t pix_cap;
     dt_augment_scratch *aug;  /* [K] the augmentation's table staging, one per buffer (reused after done[k]) */
-    /* per batch, [B] each: the selected jobs' inputs to nvJPEG and to the augmentation */
-    const unsigned char **data;
-    size_t *len;
-    dt_nvjpeg_image *img;
+    /* per batch, [B] each: the selected jobs' inputs to the augmentation */
     dt_augment_sample *as;
     int *sel, *arow;
     char desc[640];
@@ -79,10 +94,21 @@ dt_gpu_decoder *dt_gpu_decoder_new(int device, int B, int S, int K, dt_err *err)
         nj_err(err, "nvjpegCreateEx", s);
         goto fail;
     }
-    if ((s = nj->JpegStateCreate(d->h, &d->st))) {
-        d->st = NULL;
-        nj_err(err, "nvjpegJpegStateCreate", s);
-        goto fail;
+    for (int c = 0; c < 2; c++) {
+        nj_call *call = &d->calls[c];
+        if ((s = nj->JpegStateCreate(d->h, &call->st))) {
+            call->st = NULL;
+            nj_err(err, "nvjpegJpegStateCreate", s);
+            goto fail;
+        }
+        if ((ce = cudaEventCreateWithFlags(&call->decoded, cudaEventDisableTiming)) != cudaSuccess) {
+            call->decoded = NULL;
+            cuda_err(err, "cudaEventCreate", ce);
+            goto fail;
+        }
+        call->data = dt_xcalloc((size_t)B, sizeof *call->data);
+        call->len = dt_xcalloc((size_t)B, sizeof *call->len);
+        call->img = dt_xcalloc((size_t)B, sizeof *call->img);
     }
     /* The highest priority: the augmentation's blocks are scheduled ahead of the training
      * step's queued ones, so that a batch is not held up behind a whole step (measured: the
@@ -109,9 +135,6 @@ dt_gpu_decoder *dt_gpu_decoder_new(int device, int B, int S, int K, dt_err *err)
             cuda_err(err, "cudaEventCreate", ce);
             goto fail;
         }
-    d->data = dt_xcalloc((size_t)B, sizeof *d->data);
-    d->len = dt_xcalloc((size_t)B, sizeof *d->len);
-    d->img = dt_xcalloc((size_t)B, sizeof *d->img);
     d->as = dt_xcalloc((size_t)B, sizeof *d->as);
     d->sel = dt_xcalloc((size_t)B, sizeof *d->sel);
     d->arow = dt_xcalloc((size_t)B, sizeof *d->arow);
@@ -132,11 +155,11 @@ const uint8_t *dt_gpu_decoder_images(const dt_gpu_decoder *d, int k) {
     return d->out + (size_t)k * d->B * d->S * d->S * 3;
 }
 
-/* (Re)initializes the batched decoder for n images when it is set up for another count. */
-static dt_nvjpeg_status init_batch(dt_gpu_decoder *d, int n) {
-    if (d->init_n == n) return 0;
-    dt_nvjpeg_status s = d->nj->DecodeBatchedInitialize(d->h, d->st, n, 1, DT_NVJPEG_OUTPUT_RGBI);
-    d->init_n = s ? 0 : n;
+/* (Re)initializes a call's batched state for n images when it is set up for another count. */
+static dt_nvjpeg_status init_batch(const dt_gpu_decoder *d, nj_call *call, int n) {
+    if (call->init_n == n) return 0;
+    dt_nvjpeg_status s = d->nj->DecodeBatchedInitialize(d->h, call->st, n, 1, DT_NVJPEG_OUTPUT_RGBI);
+    call->init_n = s ? 0 : n;
     return s;
 }
 
@@ -153,6 +176,10 @@ int dt_gpu_decoder_decode(dt_gpu_decoder *d, int k, const dt_gpu_decode_job *job
     /* the consumer's reads of out_k come before this batch's writes */
     if ((ce = cudaStreamWaitEvent(d->stream, d->released[k], 0)) != cudaSuccess)
         return cuda_err(err, "cudaStreamWaitEvent", ce);
+    /* this batch's nvJPEG state: free once its call two batches back has decoded (nj_call) */
+    nj_call *call = &d->calls[d->turn];
+    d->turn ^= 1;
+    if ((ce = cudaEventSynchronize(call->decoded)) != cudaSuccess) return cuda_err(err, "the decode stream", ce);
     times->wait_ms += dt_now_ms() - t0;
     /* Choose the jobs within the budget (the workers asked dt_gpu_decoder_supported first). */
     int m = 0;
@@ -182,24 +209,27 @@ int dt_gpu_decoder_decode(dt_gpu_decoder *d, int k, const dt_gpu_decode_job *job
     }
     for (int j = 0; j < m; j++) {
         const dt_gpu_decode_job *jb = &jobs[d->sel[j]];
-        d->data[j] = jb->jpeg;
-        d->len[j] = jb->bytes;
-        memset(&d->img[j], 0, sizeof d->img[j]);
-        d->img[j].channel[0] = d->pix + d->as[j].offset;
-        d->img[j].pitch[0] = (size_t)jb->w * 3;
+        call->data[j] = jb->jpeg;
+        call->len[j] = jb->bytes;
+        memset(&call->img[j], 0, sizeof call->img[j]);
+        call->img[j].channel[0] = d->pix + d->as[j].offset;
+        call->img[j].pitch[0] = (size_t)jb->w * 3;
     }
     t0 = dt_now_ms();
-    dt_nvjpeg_status s = init_batch(d, m);
-    if (!s) s = nj->DecodeBatched(d->h, d->st, d->data, d->len, d->img, d->stream);
+    dt_nvjpeg_status s = init_batch(d, call, m);
+    if (!s) s = nj->DecodeBatched(d->h, call->st, call->data, call->len, call->img, d->stream);
     if (s) {
         /* One file of the batch that nvJPEG cannot decode fails the whole call: decode them one
-         * by one to find it (a rare path: the CPU checks passed these files). */
+         * by one to find it (a rare path: the CPU checks passed these files), each call on the
+         * state after the one before it has decoded (nj_call). */
         for (int j = 0; j < m; j++) {
-            dt_nvjpeg_status s1 = init_batch(d, 1);
-            if (!s1) s1 = nj->DecodeBatched(d->h, d->st, &d->data[j], &d->len[j], &d->img[j], d->stream);
+            if ((ce = cudaStreamSynchronize(d->stream)) != cudaSuccess) return cuda_err(err, "the decode stream", ce);
+            dt_nvjpeg_status s1 = init_batch(d, call, 1);
+            if (!s1) s1 = nj->DecodeBatched(d->h, call->st, &call->data[j], &call->len[j], &call->img[j], d->stream);
             if (s1) refused[d->sel[j]] = DT_GPU_DECODE_FAILED;
         }
     }
+    if ((ce = cudaEventRecord(call->decoded, d->stream)) != cudaSuccess) return cuda_err(err, "cudaEventRecord", ce);
     times->nvjpeg_ms += dt_now_ms() - t0;
     t0 = dt_now_ms();
     int na = 0;
@@ -270,7 +300,12 @@ void dt_gpu_decoder_free(dt_gpu_decoder *d) {
     cudaGetDevice(&prev);
     cudaSetDevice(d->device);
     if (d->stream) cudaStreamSynchronize(d->stream);
-    if (d->st) d->nj->JpegStateDestroy(d->st);
+    for (int c = 0; c < 2; c++) {
+        nj_call *call = &d->calls[c];
+        if (call->st) d->nj->JpegStateDestroy(call->st);
+        if (call->decoded) cudaEventDestroy(call->decoded);
+        free(call->data), free(call->len), free(call->img);
+    }
     if (d->h) d->nj->Destroy(d->h);
     for (int k = 0; d->aug && k < d->K; k++) dt_augment_scratch_free(&d->aug[k]);
     cudaFree(d->pix);
@@ -281,7 +316,7 @@ void dt_gpu_decoder_free(dt_gpu_decoder *d) {
     }
     if (d->stream) cudaStreamDestroy(d->stream);
     free(d->released), free(d->done), free(d->aug);
-    free(d->data), free(d->len), free(d->img), free(d->as), free(d->sel), free(d->arow);
+    free(d->as), free(d->sel), free(d->arow);
     free(d);
     cudaSetDevice(prev);
 }

@@ -11,11 +11,13 @@
  * hardware JPEG engines where the GPU has them (A100, H100/H200: baseline files of one scan),
  * else the hybrid backend (Huffman decoding on the calling CPU thread, the rest on the GPU).
  *
- * Nothing waits on the host in the steady state: a batch's work ends in an event that the
- * consumer's stream waits for (dt_gpu_decoder_acquire) before it reads out_k, and
+ * The consumer never waits on the host: a batch's work ends in an event that the consumer's
+ * stream waits for (dt_gpu_decoder_acquire) before it reads out_k, and
  * dt_gpu_decoder_released(k) records an event on the consumer's stream that the decoder's
- * stream waits for before it writes out_k again; so the decode thread prepares batch k + 1
- * while the engines and the kernel still work on batch k. */
+ * stream waits for before it writes out_k again. The decode thread prepares batch k + 1 while
+ * the engines and the kernel still work on batch k; it waits only for batch k - 1's decode
+ * before it hands batch k + 1 to nvJPEG (two nvJPEG states in turn: a state's staging is
+ * refilled by its next call, dt_gpu_decode.c). */
 #ifndef DT_GPU_DECODE_H
 #define DT_GPU_DECODE_H
 
