@@ -484,8 +484,10 @@ for amp, cl in ((False, False), (True, True)):
         same = torch.equal(le, lg) and all(torch.equal(a, b) for a, b in zip(pe, pg))
         check(label + ': the losses and the parameters of the replays are the eager run\'s, bit for bit', same,
               'losses %s vs %s' % (le.tolist(), lg.tolist()))
-        check(label + ': the replays ran on new inputs (their losses differ, finite)',
-              bool(lg[2] != lg[3]) and bool(lg.isfinite().all()), str(lg.tolist()))
+        # not two neighbours: a bf16 loss is a coarse number, and two steps' may round alike (the
+        # H200's 3rd and 4th did); a replay that reran one input would show as a mismatch above
+        check(label + ': the replays ran on new inputs (their losses are not all one value, finite)',
+              len(set(lg[2:].tolist())) > 1 and bool(lg.isfinite().all()), str(lg.tolist()))
     except Exception as e:  # a capture that fails is this check's failure, named, not the suite's end
         check(label + ': captured and replayed', False, '%s: %s' % (type(e).__name__, e))
 torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = cudnn_flags
