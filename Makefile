@@ -216,8 +216,10 @@ $(BUILD)/obj/%.cu.o: %.cu $(CONFIG)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
-# The sm_90a objects: the engine's launchers and its lab (see SM90A above).
-$(BUILD)/obj/ops/conv/conv_sm90.cu.o $(BUILD)/obj/bench/lab/sm90_gemm_lab.cu.o: NVCCFLAGS := $(filter-out -arch=%,$(NVCCFLAGS)) $(SM90A_FLAGS)
+# The sm_90a objects: the engine's launchers, its lab and the deformable lab's sampling producer
+# (see SM90A above).
+SM90A_OBJ := $(addprefix $(BUILD)/obj/,ops/conv/conv_sm90.cu.o bench/lab/sm90_gemm_lab.cu.o bench/lab/deform_sampler_sm90.cu.o)
+$(SM90A_OBJ): NVCCFLAGS := $(filter-out -arch=%,$(NVCCFLAGS)) $(SM90A_FLAGS)
 
 $(BUILD)/libdeftc.a: $(LIB_OBJ)
 	@mkdir -p $(dir $@)
@@ -261,8 +263,11 @@ $(BUILD)/bench: $(BUILD)/obj/bench/bench_main.o $(BENCH_OBJ) $(BUILD)/libdeftc.a
 $(BUILD)/chart: $(BUILD)/obj/bench/chart_main.o $(CHART_OBJ) $(BUILD)/libdeftc.a
 	$(CC) -o $@ $< $(CHART_OBJ) $(BUILD)/libdeftc.a $(IMG_STATIC) $(LDLIBS)
 
-$(BUILD)/deform_lab: $(BUILD)/obj/bench/lab/deform_lab.cu.o $(BUILD)/obj/bench/bench_common.o $(BUILD)/libdeftc.a
-	$(CC) -o $@ $< $(BUILD)/obj/bench/bench_common.o $(BUILD)/libdeftc.a $(IMG_STATIC) $(LDLIBS)
+# build/deform_lab: the deformable kernel lab (docs/deft.md), with its sm_90a part (the sampling
+# as the Hopper engine's A producer, bench/lab/deform_sampler_sm90.cu).
+DEFORM_LAB_OBJ := $(addprefix $(BUILD)/obj/bench/,lab/deform_sampler_sm90.cu.o bench_common.o)
+$(BUILD)/deform_lab: $(BUILD)/obj/bench/lab/deform_lab.cu.o $(DEFORM_LAB_OBJ) $(BUILD)/libdeftc.a
+	$(CC) -o $@ $< $(DEFORM_LAB_OBJ) $(BUILD)/libdeftc.a $(IMG_STATIC) $(LDLIBS)
 
 # build/conv_lab: the implicit-GEMM convolution lab (docs/conv.md), linked the same way.
 $(BUILD)/conv_lab: $(BUILD)/obj/bench/lab/conv_lab.cu.o $(BUILD)/obj/bench/bench_common.o $(BUILD)/libdeftc.a

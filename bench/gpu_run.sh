@@ -136,16 +136,13 @@ for s in $STEPS; do
 LIST
         ;;
     sampler)
-        # The deformable forward's sampling as the Hopper engine's A producer (docs/deft.md, the
-        # engine_sampler knob, issue 35): the lab validates it bit for bit and times it per shape,
-        # then the all-deformable bf16 step with the knob off and on
-        log "deform_lab --what sampler; the deft bf16 step, engine_sampler 0 / 1"
+        # The deformable forward's sampling as the Hopper engine's A producer, a lab variant
+        # (docs/deft.md, "The sampling inside the Hopper engine: a lab record"; issue 35): the lab
+        # validates it bit for bit and times it per shape
+        log "deform_lab --what sampler"
         T 150 build/deform_lab --what sampler --reps 20 > "$W/lab_sampler.txt" 2>&1
         echo "lab rc $?" | tee -a "$OUT/summary.txt"
-        tail -24 "$W/lab_sampler.txt" | tee -a "$OUT/summary.txt"
-        for b in 64 256; do
-            for v in 0 1; do step sampler_b${b}_$v "deft bf16 b$b engine_sampler=$v" deform=all precision=bf16 batch=$b engine_sampler=$v; done
-        done ;;
+        tail -24 "$W/lab_sampler.txt" | tee -a "$OUT/summary.txt" ;;
     run_wall)
         # make run's wall time against its steps (issue 37: <= 1.3x steps x median + capture), both
         # precisions, and where each epoch's time went

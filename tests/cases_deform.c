@@ -33,7 +33,7 @@
  * the reference against the sum written out), tests/test_precision.c (DT_DC_TF32: the TF32
  * runs), and the layers' problems: tests/test_deform_gpu.c's tiles and halos (DT_DC_GPU_LAYER)
  * and ResNet shapes (DT_DC_GPU_RESNET), tests/test_deft.c's layer at every knob
- * (DT_DC_CPU_LAYER), tests/test_deform_gpu.c's engine_sampler knob (DT_DC_GPU_SAMPLER). Beside it only the single problems of one check each: the 2^31 columns,
+ * (DT_DC_CPU_LAYER). Beside it only the single problems of one check each: the 2^31 columns,
  * zero offsets, the offset statistics and the offset conv's tensor cores. */
 #include <stdlib.h>
 
@@ -292,22 +292,6 @@ static const dt_deform_row DEFORM_CASES[] = {
     PROBLEM(DT_DC_CPU_LAYER, "v1 G1 s1 d1", 2, 8, 9, 8, 4, {3, 3, 1, 1, 1, 1, 1, 1}, 1, 0, 1, 0.0f, 0.0f),
     PROBLEM(DT_DC_CPU_LAYER, "v2 G2 s2 d1", 3, 8, 11, 10, 4, {3, 3, 2, 2, 1, 1, 1, 1}, 2, 1, 1, 0.0f, 0.0f),
     PROBLEM(DT_DC_CPU_LAYER, "v2 G1 s1 d2", 1, 5, 9, 9, 4, {3, 3, 1, 1, 2, 2, 2, 2}, 1, 1, 1, 0.0f, 0.0f),
-    /* test_deform_gpu.c: the engine_sampler knob on the bf16 layer (DT_DC_GPU_SAMPLER; mask: DCNv2;
-     * off_mean, off_std: the offset biases' spread in px, the offset conv adding ~1 px) */
-    PROBLEM(DT_DC_GPU_SAMPLER, "v1 C 64 odd 13x11, prime batch 3", 3, 64, 13, 11, 64, {3, 3, 1, 1, 1, 1, 1, 1}, 1, 0, 1,
-            0.0f, 1.0f),
-    PROBLEM(DT_DC_GPU_SAMPLER, "v2 batch 1, s2 odd 15x9, 128 outputs", 1, 64, 15, 9, 128, {3, 3, 2, 2, 1, 1, 1, 1}, 1, 1, 1,
-            0.0f, 1.0f),
-    PROBLEM(DT_DC_GPU_SAMPLER, "v2 C 128 G2 (Cg 64), prime batch 5, 72 outputs (a partial tile)", 5, 128, 9, 10, 72,
-            {3, 3, 1, 1, 1, 1, 1, 1}, 2, 1, 0, 0.0f, 1.5f),
-    PROBLEM(DT_DC_GPU_SAMPLER, "v1 C 192 s2 dilation 2, far outside the image", 2, 192, 12, 11, 64, {3, 3, 2, 2, 2, 2, 2, 2},
-            1, 0, 1, 3.0f, 6.0f),
-    PROBLEM(DT_DC_GPU_SAMPLER, "v2 ResNet l3a-like, batch 3", 3, 128, 28, 28, 256, {3, 3, 2, 2, 1, 1, 1, 1}, 1, 1, 1, 0.0f,
-            1.0f),
-    PROBLEM(DT_DC_GPU_SAMPLER, "fallback: C 32", 2, 32, 9, 9, 16, {3, 3, 1, 1, 1, 1, 1, 1}, 1, 1, 1, 0.0f, 1.0f),
-    PROBLEM(DT_DC_GPU_SAMPLER, "fallback: C 64 in 2 groups of 32", 2, 64, 9, 8, 16, {3, 3, 1, 1, 1, 1, 1, 1}, 2, 0, 1, 0.0f,
-            1.0f),
-    PROBLEM(DT_DC_GPU_SAMPLER, "fallback: 12 outputs", 2, 64, 8, 9, 12, {3, 3, 1, 1, 1, 1, 1, 1}, 1, 0, 0, 0.0f, 1.0f),
 };
 enum { NROWS = sizeof DEFORM_CASES / sizeof *DEFORM_CASES };
 
@@ -344,8 +328,7 @@ DT_TEST(deform_case_table_feeds_every_suite) {
                   {DT_DC_REFERENCE, "test_deform.c's", 5},      {DT_DC_TF32, "test_precision.c's", 3},
                   {DT_DC_GPU_LAYER, "test_deform_gpu.c's layers", 5},
                   {DT_DC_GPU_RESNET, "test_deform_gpu.c's ResNet shapes", 2},
-                  {DT_DC_CPU_LAYER, "test_deft.c's layers", 3},
-                  {DT_DC_GPU_SAMPLER, "test_deform_gpu.c's engine_sampler rows", 8}};
+                  {DT_DC_CPU_LAYER, "test_deft.c's layers", 3}};
     for (size_t i = 0; i < sizeof SUITES / sizeof *SUITES; i++)
         EXPECT_MSG(rows_in(SUITES[i].suite) >= SUITES[i].at_least, "%s: %d rows, fewer than the %d it had", SUITES[i].name,
                    rows_in(SUITES[i].suite), SUITES[i].at_least);

@@ -41,7 +41,7 @@ FUNC_LIMIT = 100
 EXTERNAL = {'jpeglib.h', 'png.h', 'nccl.h', 'stb_image.h', 'stb_image_write.h', 'cublas_v2.h',
             'torch_reference.py'}
 PLACEHOLDER_STEMS = {'name', 'NAME', 'CONFIG', 'FILE', 'x', 'X'}
-REMOVED = {'main_igemm', 'DT_DEFORM_API_BF16'}
+REMOVED = {'main_igemm', 'DT_DEFORM_API_BF16', 'engine_sampler'}
 OUTSIDE = ('build/', 'build-', 'runs/', 'shared/', '/', 'data_sample/', 'http')
 FORMULA = re.compile(r' [-+=.*/] ')
 

@@ -37,9 +37,6 @@ typedef struct {
  *                   ResNet's shapes
  *   DT_DC_CPU_LAYER tests/test_deft.c: the deft layer against the unfused layer on the CPU at
  *                   every knob
- *   DT_DC_GPU_SAMPLER tests/test_deform_gpu.c: the deft layer's bf16 forward with the
- *                   engine_sampler knob against it off and against k_sample's columns through
- *                   the engine's GEMM (rows named "fallback" are shapes the engine declines)
  * The op cases' fields (knobs, chunk, residual, offw, grad, bf16, types) are theirs; the other
  * suites read the problem (s) with its offsets' distribution (the layer suites: mask is DCNv2,
  * and the suite makes the offsets from its layer's offset conv, see the rows). */
@@ -53,8 +50,7 @@ enum {
     DT_DC_GPU_LAYER = 64u,
     DT_DC_GPU_RESNET = 128u,
     DT_DC_CPU_LAYER = 256u,
-    DT_DC_GPU_SAMPLER = 512u,
-    DT_DC_ALL = 1023u
+    DT_DC_ALL = 511u
 };
 
 /* The knobs an op case sets (deform_plan.h); halo: the staged margin (stage only). */

@@ -1,11 +1,10 @@
 /* The bf16 conv's plan (ops/conv/conv_igemm.h): the choices docs/conv.md's plan table states for
  * every ResNet-18 / -50 conv at batch 64 (each one the conv lab's measured winner), without and
- * with the Hopper engine, the shapes the implicit GEMM and the engine cannot run (the deformable
- * forward's too), the forced algorithms, and the algorithms' names. */
+ * with the Hopper engine, the shapes the implicit GEMM and the engine cannot run, the forced
+ * algorithms, and the algorithms' names. */
 #include <stddef.h>
 
 #include "ops/conv/conv_igemm.h"
-#include "ops/conv/conv_sm90.h"
 #include "tests/dt_test.h"
 
 typedef struct {
@@ -120,43 +119,6 @@ DT_TEST(conv_algo_names_round_trip) {
         EXPECT_EQ_INT(dt_conv_algo_parse(dt_conv_algo_name((dt_conv_algo)a)), a);
     EXPECT_EQ_INT(dt_conv_algo_parse("cudnn"), -1);
     EXPECT_EQ_INT(dt_conv_algo_parse(""), -1);
-}
-
-/* The deformable forward's chunks the engine takes (conv_sm90.h, dt_conv_sm90_deform_supports): a
- * k-slice is 64 channels of one tap and one offset group, TMA moves w and y in 16-byte rows, the
- * GEMM's sizes are 32-bit, every operand is 16-byte aligned. */
-DT_TEST(conv_sm90_deform_supports_its_chunks) {
-    static _Alignas(16) unsigned char buf[64];
-    const struct {
-        const char *name;
-        int64_t n, c, h, w, cout;
-        int s, G, misalign, want;
-    } rows[] = {
-        {"C 64 -> 64", 2, 64, 9, 9, 64, 1, 1, 0, 1},
-        {"C 128 G2 (Cg 64) s2 -> 72", 3, 128, 11, 9, 72, 2, 2, 0, 1},
-        {"C 512 -> 512, 7x7", 2, 512, 7, 7, 512, 1, 1, 0, 1},
-        {"C 96: not 64-channel slices", 2, 96, 9, 9, 64, 1, 1, 0, 0},
-        {"C 64 G2: Cg 32, a slice across two groups", 2, 64, 9, 9, 64, 1, 2, 0, 0},
-        {"C 192 G3: Cg 64", 2, 192, 9, 9, 64, 1, 3, 0, 1},
-        {"C 256 G2: Cg 128", 2, 256, 9, 9, 64, 1, 2, 0, 1},
-        {"Cout 12: y's rows not 16 bytes", 2, 64, 9, 9, 12, 1, 1, 0, 0},
-        {"x 8 bytes off", 2, 64, 9, 9, 64, 1, 1, 1, 0},
-        {"w 8 bytes off", 2, 64, 9, 9, 64, 1, 1, 2, 0},
-        {"y 8 bytes off", 2, 64, 9, 9, 64, 1, 1, 3, 0},
-    };
-    for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
-        dt_deform_plan p;
-        dt_deform_knobs k = dt_deform_knobs_default();
-        const char *bad = dt_deform_plan_init(&p, rows[i].n, rows[i].c, rows[i].h, rows[i].w, rows[i].cout,
-                                              dt_geom(3, rows[i].s, 1, 1), rows[i].G, 0, DT_DEFORM_DEFT, &k, (size_t)1 << 30);
-        EXPECT_MSG(!bad, "%s: %s", rows[i].name, bad ? bad : "");
-        if (bad) continue;
-        const dt_deform_chunk c = dt_deform_chunk_make(&p, p.N);
-        const void *x = buf + (rows[i].misalign == 1 ? 8 : 0), *w = buf + (rows[i].misalign == 2 ? 8 : 0);
-        const void *y = buf + (rows[i].misalign == 3 ? 8 : 0);
-        EXPECT_MSG(dt_conv_sm90_deform_supports(&c, p.Cout, x, w, y) == rows[i].want, "%s: expected %s", rows[i].name,
-                   rows[i].want ? "taken" : "declined");
-    }
 }
 
 /* How the engine reads each pass's operand (conv_igemm.h, dt_conv_sm90_read) on its edges */

@@ -8,9 +8,7 @@
  *    on its own problems and offset mixes (NaN, inf, integers, 20 px), in a CUDA graph, and
  *    through the op and the layer (every gradient);
  *  - bitwise determinism, zero offsets = conv2d, deft = unfused on ResNet shapes, a chunk
- *    whose column buffer has more than 2^31 elements, a second device;
- *  - the engine_sampler knob: the sampling inside the Hopper engine's GEMM is k_sample's columns
- *    through that GEMM, bit for bit, and falls back where the engine declines.
+ *    whose column buffer has more than 2^31 elements, a second device.
  * (The op and the layer's node in every mode and knob against their CPU twins, chunked
  * evenly and unevenly: the op cases of tests/cases_deform.c.) */
 #include <math.h>
@@ -29,7 +27,6 @@
 #include "tests/dt_test.h"
 #include "ops/pointwise/layout.h"
 #include "ops/deform/offset_conv.h"
-#include "ops/conv/conv_sm90.h"
 #include "core/dt_graph.h"
 
 /* The problems: the DT_DC_KERNELS, DT_DC_GPU_LAYER and DT_DC_GPU_RESNET rows of the deformable
@@ -736,118 +733,3 @@ DT_GPU_TEST(gpu_deform_on_second_device) {
         EXPECT(dt_parity(name, b_op, &ref, &a, 5, in, 2e-5f));
     }
 }
-
-/* ---- the engine_sampler knob (calls the CUDA entry points: CUDA builds only) ---- */
-#ifdef DT_CUDA
-
-static void *bf16_to_gpu(const float *h, int64_t n) {
-    dt_bf16 *b = malloc(sizeof(dt_bf16) * (size_t)(n > 0 ? n : 1));
-    for (int64_t i = 0; i < n; i++) b[i] = dt_bf16_from_float(h[i]);
-    void *d = dt_gpu_malloc(sizeof(dt_bf16) * (size_t)(n > 0 ? n : 1));
-    dt_copy_h2d(d, b, sizeof(dt_bf16) * (size_t)n);
-    free(b);
-    return d;
-}
-static void *bytes_from_gpu(const void *d, size_t bytes) {
-    void *h = malloc(bytes ? bytes : 1);
-    dt_copy_d2h(h, d, bytes);
-    return h;
-}
-static float *bf16_widened(const dt_bf16 *b, int64_t n) {
-    float *f = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
-    for (int64_t i = 0; i < n; i++) f[i] = dt_bf16_to_float(b[i]);
-    return f;
-}
-
-/* The deft layer's forward (offset conv + sampling + main conv) on a bf16 NHWC plan, knob on
- * against knob off, in the default chunks and in chunks of 2 images (a prime batch: a short last
- * chunk). Offsets from the offset conv vary by ~1 px with x, around offset biases of spread
- * off_std px. Both runs' om must be the same bits (the same offset conv); where the engine takes
- * the chunks (dt_conv_sm90_deform_supports, on a GPU with the engine) y must be, bit for bit, k_sample's
- * columns through the engine's GEMM on the fused kernel's tile (dt_conv_sm90_fprop_deform_cols),
- * and within bf16 rounding of the knob-off y (cuBLAS's GEMM, the bias added after its rounding);
- * elsewhere the knob falls back and y is the knob-off y bit for bit. The rows (DT_DC_GPU_SAMPLER)
- * name which they expect. */
-DT_GPU_TEST(gpu_deft_engine_sampler_is_the_columns_gemm) {
-    const dt_deform_case *c;
-    for (int ci = 0; (c = dt_deform_case_at(DT_DC_GPU_SAMPLER, ci)); ci++) {
-        const int expect_taken = strstr(c->name, "fallback") == NULL;
-        for (int chunked = 0; chunked < 2; chunked++) {
-            dt_deform_plan p[2];
-            const dt_conv_geom g = c->g;
-            const int64_t Ho = dt_conv_out_size(c->h, g.kh, g.sh, g.ph, g.dh), Wo = dt_conv_out_size(c->w, g.kw, g.sw, g.pw, g.dw);
-            const size_t budget = chunked ? (size_t)(2 * Ho * Wo * g.kh * g.kw * c->c * 2) : dt_conv_col_budget();
-            for (int on = 0; on < 2; on++) {
-                dt_deform_knobs k = dt_deform_knobs_default();
-                k.engine_sampler = on;
-                const char *bad = dt_deform_plan_init(&p[on], c->n, c->c, c->h, c->w, c->cout, g, c->groups, c->mask,
-                                                      DT_DEFORM_DEFT, &k, budget);
-                if (!bad) bad = dt_deform_plan_types(&p[on], DT_BF16, DT_NHWC, DT_MATH_FP32, budget);
-                EXPECT_MSG(!bad, "%s: %s", c->name, bad ? bad : "");
-                if (bad) return;
-            }
-            const dt_deform_plan *pp = &p[1];
-            const int64_t nx = pp->N * pp->H * pp->W * pp->C, nw = pp->Cout * pp->KC, Q = pp->N * pp->P;
-            const int64_t nom = Q * pp->OCS, ny = Q * pp->Cout, n_off = 2 * pp->GK;
-            float *x = host_randn(nx, 1.0f), *w = host_randn(nw, 1.0f / sqrtf((float)pp->KC));
-            float *woff = host_randn(pp->OC * pp->KC, 1.0f / sqrtf((float)pp->KC)), *boff = host_randn(pp->OC, 1.0f);
-            float *bias = host_randn(pp->Cout, 1.0f);
-            for (int64_t o = 0; o < n_off; o++) boff[o] = c->off_mean + c->off_std * boff[o];
-            void *gx = bf16_to_gpu(x, nx), *gw = bf16_to_gpu(w, nw);
-            float *gwoff = to_gpu(woff, pp->OC * pp->KC), *gboff = to_gpu(boff, pp->OC), *gbias = to_gpu(bias, pp->Cout);
-            float *gom[2];
-            void *gy[2];
-            for (int on = 0; on < 2; on++) {
-                gom[on] = dt_gpu_malloc(sizeof(float) * (size_t)nom);
-                gy[on] = dt_gpu_malloc(sizeof(dt_bf16) * (size_t)ny);
-                dt_memset_gpu(gy[on], 0xff, sizeof(dt_bf16) * (size_t)ny); /* NaN: every element must be written */
-                const dt_deform_args a = {.x = gx, .woff = gwoff, .boff = gboff, .w = gw,
-                                          .bias = c->bias ? gbias : NULL, .om = gom[on]};
-                dt_deform_forward_raw(&p[on], DT_GPU, &a, gy[on]);
-            }
-            char what[200];
-            snprintf(what, sizeof what, "%s%s", c->name, chunked ? ", chunks of 2 images" : "");
-            void *om0 = bytes_from_gpu(gom[0], sizeof(float) * (size_t)nom), *om1 = bytes_from_gpu(gom[1], sizeof(float) * (size_t)nom);
-            EXPECT_MSG(!memcmp(om0, om1, sizeof(float) * (size_t)nom), "%s: the offset conv's om differs with the knob", what);
-            dt_bf16 *y0 = bytes_from_gpu(gy[0], sizeof(dt_bf16) * (size_t)ny), *y1 = bytes_from_gpu(gy[1], sizeof(dt_bf16) * (size_t)ny);
-            /* the knob takes every chunk or none: the chunks share the shape rules, and the pointers are aligned alike */
-            const dt_deform_chunk first = dt_deform_chunk_make(pp, pp->nb);
-            const int taken = dt_gpu_has_sm90a() && dt_conv_sm90_deform_supports(&first, pp->Cout, gx, gw, gy[1]);
-            if (dt_gpu_has_sm90a()) EXPECT_MSG(taken == expect_taken, "%s: the engine %s the chunks", what, taken ? "takes" : "declines");
-            if (taken) {
-                void *col = dt_gpu_malloc(sizeof(dt_bf16) * (size_t)(pp->nb * pp->P * pp->KC));
-                void *gref = dt_gpu_malloc(sizeof(dt_bf16) * (size_t)ny);
-                dt_memset_gpu(gref, 0x7f, sizeof(dt_bf16) * (size_t)ny); /* another poison than y's: unwritten differs */
-                for (int64_t n0 = 0; n0 < pp->N; n0 += pp->nb) {
-                    const int64_t nb = pp->N - n0 < pp->nb ? pp->N - n0 : pp->nb;
-                    const dt_deform_chunk ch = dt_deform_chunk_make(pp, nb);
-                    dt_deform_sample_nhwc_cuda(pp, nb, (const dt_bf16 *)gx + n0 * pp->H * pp->W * pp->C,
-                                               gom[1] + n0 * pp->P * pp->OCS, col);
-                    dt_conv_sm90_fprop_deform_cols(&ch, pp->Cout, col, gw, c->bias ? gbias : NULL,
-                                                   (dt_bf16 *)gref + n0 * pp->P * pp->Cout);
-                }
-                dt_bf16 *ref = bytes_from_gpu(gref, sizeof(dt_bf16) * (size_t)ny);
-                int64_t differ = 0, first_bad = -1;
-                for (int64_t i = 0; i < ny; i++)
-                    if (y1[i] != ref[i]) differ++, first_bad = first_bad < 0 ? i : first_bad;
-                EXPECT_MSG(differ == 0, "%s: %lld of %lld elements of y differ from k_sample's columns through the engine's "
-                           "GEMM (the first at %lld: 0x%04x against 0x%04x)", what, (long long)differ, (long long)ny,
-                           (long long)first_bad, first_bad < 0 ? 0 : y1[first_bad], first_bad < 0 ? 0 : ref[first_bad]);
-                float *f0 = bf16_widened(y0, ny), *f1 = bf16_widened(y1, ny);
-                char name[256];
-                snprintf(name, sizeof name, "%s: knob on against knob off (cuBLAS)", what);
-                EXPECT(dt_expect_close(name, f1, f0, ny, 1e-2));
-                free(f0), free(f1), free(ref);
-                dt_gpu_free(col), dt_gpu_free(gref);
-            } else {
-                EXPECT_MSG(!memcmp(y0, y1, sizeof(dt_bf16) * (size_t)ny), "%s: the knob falls back, yet y differs", what);
-            }
-            free(om0), free(om1), free(y0), free(y1);
-            free(x), free(w), free(woff), free(boff), free(bias);
-            void *gs[] = {gx, gw, gwoff, gboff, gbias, gom[0], gom[1], gy[0], gy[1]};
-            for (size_t i = 0; i < sizeof gs / sizeof *gs; i++) dt_gpu_free(gs[i]);
-        }
-    }
-}
-
-#endif /* DT_CUDA */

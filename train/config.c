@@ -101,8 +101,6 @@ static const key_spec KEYS[] = {
     {"dx", T_ENUM, F(dx), "gather", "gather|atomic|scan", 0, 0, 0,
      "deft: input gradient by inverse index + gather, float4 atomics, or the gather scanning the offsets (no index)"},
     {"deterministic", T_BOOL, F(deterministic), "0", NULL, 0, 1, 0, "bitwise-reproducible deformable backward (deft: dx=gather or scan)"},
-    {"engine_sampler", T_BOOL, F(engine_sampler), "0", NULL, 0, 1, 0,
-     "deft, bf16 on Hopper: the forward's sampling inside the engine's GEMM (one launch, no column matrix)"},
     {"seed", T_U64, F(seed), "0", NULL, 0, 1.8e19, 1, "seed of initialization, shuffling and augmentation"},
     {"checkpoint", T_STR, F(checkpoint), "", NULL, 0, 0, 0, "write a checkpoint here after every epoch and at the end (stop_at, checkpoint_every and an interrupt write one "
      "anyway: here, or to PREFIX.ckpt of log=)"},

@@ -22,7 +22,8 @@
  *            gradient rounded to bf16); compare with the f32 rows of the other groups
  *   sampler  the bf16 forward's sampling + main GEMM: k_sample's columns through the Hopper
  *            engine's GEMM or cuBLAS's, against the engine's fprop with the sampling as its A
- *            producer (dt_conv_sm90_fprop_deform: one launch, no columns in memory); validated
+ *            producer (dt_conv_sm90_fprop_deform, this lab's bench/lab/deform_sampler_sm90.cu: one
+ *            launch, no columns in memory; it lost on every shape and left the library); validated
  *            bit for bit against the first on every shape, and against the CPU twins (sampling +
  *            a double GEMM) within bf16 rounding on small odd shapes; a mismatch exits 1
  *
@@ -53,7 +54,7 @@
 #include "ops/linear/gemm.h"
 #include "ops/pointwise/layout.h"
 #include "ops/deform/offset_conv.h"
-#include "ops/conv/conv_sm90.h"
+#include "bench/lab/deform_sampler_sm90.h"
 
 /* ------------------------------------------------------------------ lab variants */
 

@@ -77,7 +77,6 @@ static void check(const dt_colconv *cc) {
                                                                           (cc->R / cc->taps) % G))))
         dt_fatal("column conv: %lld output channels and %lld column rows (%lld taps) do not split into %lld groups",
                  (long long)cc->Cout, (long long)cc->R, (long long)cc->taps, (long long)G);
-    if (G > 1 && cc->forward_direct) dt_fatal("column conv: a direct forward is dense (groups %lld)", (long long)G);
     if (cc->dtype != DT_F32 && cc->dtype != DT_BF16)
         dt_fatal("column conv: no %s products (f32 or bf16)", dt_dtype_name(cc->dtype));
     if ((cc->layout == DT_COLS_CN || !cc->nhwc) && cc->dtype != DT_F32)
@@ -97,19 +96,14 @@ void dt_colconv_forward(const dt_colconv *cc, const void *w, const float *bias, 
     int64_t P = cc->P, R = cc->R, Cout = cc->Cout;
     size_t el = dt_colconv_elem(cc);
     const blocks k = blocks_of(cc);
-    void *col = NULL; /* the column buffer, at the first chunk that fills it */
+    void *col = cc->cols_direct ? NULL : dt_dev_alloc(dev, (size_t)R * cc->nb * P * el);
     int direct = cc->layout == DT_COLS_NC ? cc->nhwc : cc->nb == 1; /* the GEMM writes y itself */
     /* NC grouped bf16 sums its taps in the fp32 buffer, then rounds y once */
     const int acc32 = cc->layout == DT_COLS_NC && k.nt > 1 && cc->dtype != DT_F32;
-    if (cc->forward_direct && !(cc->layout == DT_COLS_NC && direct))
-        dt_fatal("column conv: a direct forward writes channels-last y");
     float *t = direct && !acc32 ? NULL : dt_dev_alloc(dev, (size_t)Cout * cc->nb * P * sizeof(float)); /* GEMM result */
     for (int64_t n0 = 0; n0 < cc->N; n0 += cc->nb) {
         int64_t b = cc->N - n0 < cc->nb ? cc->N - n0 : cc->nb, bP = b * P;
         if (cc->begin) cc->begin(cc->ctx, n0, b, 0);
-        if (cc->forward_direct && cc->forward_direct(cc->ctx, n0, b, w, bias, (char *)y + (size_t)(n0 * Cout * P) * el))
-            continue;
-        if (!col && !cc->cols_direct) col = dt_dev_alloc(dev, (size_t)R * cc->nb * P * el);
         const void *cols = cols_of(cc, col, n0, b);
         if (cc->layout == DT_COLS_NC) { /* yT [bP, Cout] = col [bP, R] . w^T, group j's [bP, Og] block per tap */
             void *yc = (char *)y + (size_t)(n0 * Cout * P) * el;

@@ -8,7 +8,6 @@
  * GPU the engine of conv_sm90.h (wgmma + TMA) takes the passes it supports, as measured by its
  * own lab (bench/lab/sm90_gemm_lab.cu, docs/conv.md "The Hopper engine"). */
 #include "ops/conv/conv_igemm.h"
-#include "ops/conv/conv_sm90.h" /* dt_conv_sm90_deform_supports */
 
 #include <string.h>
 
@@ -74,13 +73,6 @@ int dt_conv_sm90_supports(const dt_conv_problem *p) {
     for (int pass = DT_SM90_FPROP; pass <= DT_SM90_WGRAD; pass <<= 1)
         if (dt_conv_sm90_read(p, pass) != DT_SM90_NONE) s |= pass;
     return s;
-}
-
-int dt_conv_sm90_deform_supports(const dt_deform_chunk *c, int64_t Cout, const void *x, const void *w, const void *y) {
-    const int64_t lim = (int64_t)1 << 31;
-    const uintptr_t ptrs = (uintptr_t)x | (uintptr_t)w | (uintptr_t)y;
-    return c->C > 0 && c->C % 64 == 0 && c->Cg > 0 && c->Cg % 64 == 0 && Cout > 0 && Cout % 8 == 0 && Cout < lim &&
-           (int64_t)c->K * c->C < lim && c->Q > 0 && ptrs % 16 == 0;
 }
 
 /* the measured backward tile: 64x64 for 64 output columns, 128x128 above */

@@ -102,8 +102,7 @@ CUtensorMap map_a(const a_source &s, int box_rows) {
  * a.yf [M, a.ldy] fp32, y unused). */
 template <class CFG> void run_gemm(gemm_args a, const a_source &src, const void *b, void *y) {
     const CUtensorMap mb = dt_sm90_map_rows(b, a.N, a.K, CFG::BN);
-    /* A_IM2COL, A_DEFORM: the producer warpgroup's loads, no map */
-    const CUtensorMap ma = CFG::AP == A_IM2COL || CFG::AP == A_DEFORM ? mb : map_a(src, CFG::BM);
+    const CUtensorMap ma = CFG::AP == A_IM2COL ? mb : map_a(src, CFG::BM); /* A_IM2COL: cp.async, no map */
     const CUtensorMap my = CFG::EPI == EPI_TMA ? dt_sm90_map_rows(y, a.M, a.N, CFG::WM) : mb; /* mb: not read */
     a.y = (bf16 *)y;
     a.tiles_m = (a.M + CFG::BM - 1) / CFG::BM;
@@ -337,49 +336,6 @@ extern "C" void dt_conv_sm90_dgrad_narrow(const dt_conv_problem *p, const void *
     const a_source src = {dy, p->N, p->Ho, p->Wo, p->Cout, p->H, p->W, g};
     if (a.N <= 64) run_gemm<tile_cfg<128, 64, 6, A_IM2COL>>(a, src, wf, dx);
     else run_gemm<tile_cfg<128, 128, 5, A_IM2COL>>(a, src, wf, dx);
-}
-
-namespace {
-
-/* The deformable forward's tile, the fused kernel's and its reference's over the columns: 128 x 64
- * for 64 output channels, 128 x 128 above - the plain fprop's 128-row tiles (for 256 channels it
- * takes 256 x 128, whose 128-row consumers need more than the 192 registers a consumer keeps
- * beside the sampling producer). */
-template <int AP> void deform_gemm(const gemm_args &a, const a_source &src, const void *w, void *y) {
-    if (a.N <= 64) run_gemm<tile_cfg<128, 64, 8, AP>>(a, src, w, y);
-    else run_gemm<tile_cfg<128, 128, 5, AP>>(a, src, w, y);
-}
-
-/* y [Q, Cout] = A . w^T + bias of the chunk c, K = K*C */
-gemm_args deform_args(const dt_deform_chunk *c, int64_t Cout, const float *bias) {
-    gemm_args a = {};
-    a.M = c->Q, a.N = (int)Cout, a.K = c->KC, a.bias = bias;
-    return a;
-}
-
-void require_deform(const dt_deform_chunk *c, int64_t Cout, const void *x, const void *w, const void *y) {
-    if (!dt_conv_sm90_deform_supports(c, Cout, x, w, y))
-        dt_fatal("the Hopper engine's deformable forward does not take C %d (offset groups of %d), %lld output channels, "
-                 "%d positions (dt_conv_sm90_deform_supports)", c->C, c->Cg, (long long)Cout, c->Q);
-}
-
-} // namespace
-
-extern "C" void dt_conv_sm90_fprop_deform(const dt_deform_chunk *c, int64_t Cout, const void *x, const float *om,
-                                          const void *w, const float *bias, void *y) {
-    require_deform(c, Cout, x, w, y);
-    gemm_args a = deform_args(c, Cout, bias);
-    a.x = (const bf16 *)x, a.om = om, a.dc = *c;
-    const a_source src = {}; /* A_DEFORM reads x through a.x: no map */
-    deform_gemm<A_DEFORM>(a, src, w, y);
-}
-
-extern "C" void dt_conv_sm90_fprop_deform_cols(const dt_deform_chunk *c, int64_t Cout, const void *colT, const void *w,
-                                               const float *bias, void *y) {
-    require_deform(c, Cout, colT, w, y);
-    const dt_conv_geom dense = {1, 1, 1, 1, 0, 0, 1, 1};
-    const a_source src = {colT, c->Q, 1, 1, c->KC, 1, 1, dense}; /* colT [Q, K*C]: a dense A by TMA */
-    deform_gemm<A_TMA>(deform_args(c, Cout, bias), src, w, y);
 }
 
 extern "C" void dt_conv_sm90_dgrad(const dt_conv_problem *p, const void *dy, const void *w, float beta, void *dx) {

@@ -11,7 +11,6 @@
 #define DT_CONV_SM90_H
 
 #include "ops/conv/conv_igemm.h"
-#include "ops/deform/deform_chunk.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -38,23 +37,6 @@ void dt_conv_sm90_dgrad_narrow(const dt_conv_problem *p, const void *dy, const v
                                void *dx);
 void dt_conv_sm90_dgrad(const dt_conv_problem *p, const void *dy, const void *w, float beta, void *dx);
 
-/* The deformable layer's forward for a chunk c of a bf16 plan (ops/deform/deform_chunk.h, layouts
- * in deform_plan.h) in one launch: y [Q, Cout] bf16 = colT . w^T + bias, rounded once, the
- * columns colT [Q, K*C] (the bilinear samples of x [nb, H, W, C] bf16 at the offsets and mask of
- * om [Q, OCS] fp32) made by the engine's producer in shared memory (A_DEFORM, sm90_gemm.cuh) with
- * k_sample's arithmetic, never written to memory. w [Cout, kh, kw, C] bf16, bias [Cout] fp32 or
- * NULL. Fatal unless dt_conv_sm90_deform_supports. */
-void dt_conv_sm90_fprop_deform(const dt_deform_chunk *c, int64_t Cout, const void *x, const float *om, const void *w,
-                               const float *bias, void *y);
-/* The same GEMM over materialized columns colT [Q, K*C] bf16 (k_sample's), by TMA, on the tile
- * dt_conv_sm90_fprop_deform runs: the same bits when colT is k_sample's (its reference: the
- * deformable lab, tests/test_deform_gpu.c). */
-void dt_conv_sm90_fprop_deform_cols(const dt_deform_chunk *c, int64_t Cout, const void *colT, const void *w,
-                                    const float *bias, void *y);
-/* Whether the engine takes chunk c with Cout output channels (any device; ops/conv/conv_plan.c): C and
- * the offset group's Cg multiples of 64 (a k-slice is 64 channels of one tap and one group), Cout
- * % 8 == 0 (TMA's 16-byte rows of w and y), K*C and Cout below 2^31, x, w and y 16-byte aligned. */
-int dt_conv_sm90_deform_supports(const dt_deform_chunk *c, int64_t Cout, const void *x, const void *w, const void *y);
 void dt_conv_sm90_wgrad(const dt_conv_problem *p, const void *x, const void *dy, float beta, float *dw);
 
 #ifdef __cplusplus

@@ -71,10 +71,6 @@ typedef struct {
      * there, and no column buffer is needed */
     void *(*dcols_direct)(void *ctx, int64_t n0);
     float dcols_beta;
-    /* optional, NC with NHWC tensors only (forward): the chunk's y [nb*P, Cout] (+ bias) computed by
-     * the caller from its own inputs after begin, instead of fill + the GEMM - the deft layer's
-     * sampling inside the Hopper engine's GEMM; returns 0 for a chunk it does not take */
-    int (*forward_direct)(void *ctx, int64_t n0, int64_t nb, const void *w, const float *bias, void *y);
 } dt_colconv;
 
 /* y = conv (+ bias [Cout] or NULL), [N, Cout, P] (NCHW) or [N*P, Cout] (NHWC); w [Cout, R / groups]. */

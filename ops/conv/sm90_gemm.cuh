@@ -2,7 +2,8 @@
  * swizzled shared-memory tiles, TMA bulk copies, an mbarrier ring of stages, a producer
  * warpgroup feeding two consumer warpgroups, a persistent grid. One mainloop; what varies is
  * the A-operand producer (a TMA copy of a dense row-major A, an implicit im2col gather of an
- * NHWC image by TMA or cp.async, or the deformable layer's bilinear sampling) and the epilogue. The plan and the numbers: docs/conv.md.
+ * NHWC image by TMA or cp.async, or a producer defined outside this header) and the epilogue.
+ * The plan and the numbers: docs/conv.md.
  *
  * The GEMM, shapes on every buffer (row-major, bf16 operands, fp32 accumulation):
  *   y [M, N] bf16 = A [M, K] . B^T + bias,   B = b [N, K] (K contiguous: a weight [Cout, kh, kw, C]
@@ -12,11 +13,10 @@
  *             m = (n, ho, wo) of the [Nimg, Ho, Wo] output and k = (r, t, c) - the weight's
  *             storage order; x [Nimg, H, W, C] bf16 NHWC with C % 8 == 0 (a 16-byte chunk of 8
  *             channels never straddles two taps). y [M, N] is then the NHWC output itself.
- *   A_DEFORM: A = colT [Q, K*C] of the deformable layer's chunk (ops/deform/deform_plan.h): A[q][k*C + c]
- *             = the bilinear sample of x [nb, H, W, C] bf16 at tap k of position q, offset by
- *             om [Q, OCS] fp32, times the mask - k_sample's (ops/deform/deform_nhwc.cuh) values
- *             bit for bit, made in shared memory and never written to global memory; C % 64 == 0
- *             and Cg % 64 == 0, so that a k-slice is 64 channels of one tap and one offset group.
+ *   A_EXT:    A made in shared memory by a producer class outside this header (tile_cfg's EXT,
+ *             a_needs below), on the engine's ring, mainloop and epilogue. The library has none:
+ *             it is how a lab runs a producer that lost (the deformable lab's bilinear sampling,
+ *             bench/lab/deform_sampler_sm90.cu).
  * Requirements: K % 8 == 0 and N % 8 == 0 (TMA's 16-byte strides, the epilogue's pairs; the
  * fp32 epilogue EPI_F32 takes any N, its rows ldy wide);
  * pointers 16-byte aligned. Any M, N, K otherwise: the tails are zero-filled (TMA's out-of-
@@ -27,7 +27,7 @@
  * stage s of the ring: A tile [BM][64] and B tile [BN][64] bf16, each row 128 bytes with the
  * 16-byte chunks XOR-swizzled by (row % 8) - the layout TMA writes with SWIZZLE_128B and wgmma's
  * 128B-swizzle descriptors read; full[s] (the producer's copies landed: TMA transaction bytes
- * plus, for A_IM2COL and A_DEFORM, one arrival per producer thread) and empty[s] (every consumer
+ * plus, for A_IM2COL and A_EXT, one arrival per producer thread) and empty[s] (every consumer
  * warp has finished reading it). Each CTA walks tiles blockIdx.x, + gridDim.x, ... in a grouped
  * order (GROUP_M tile rows at a time, so an A row band and the B panels stay in L2). */
 #ifndef DT_SM90_GEMM_CUH
@@ -38,9 +38,6 @@
 #include <limits.h>
 #include <stdint.h>
 
-#include "ops/deform/deform_chunk.h"
-#include "ops/deform/deform_nhwc.cuh" /* A_DEFORM: the sampling's blend (bilin_blend) */
-
 namespace dt_sm90 {
 
 typedef __nv_bfloat16 bf16;
@@ -48,8 +45,9 @@ typedef __nv_bfloat16 bf16;
 /* A_TMA: a dense A by TMA. A_TMA_IM2COL: the im2col of x by TMA's im2col mode - one copy per
  * (tap, 64-channel block) brings BM consecutive output positions' pixels, wrapping across rows
  * and images, 0 outside the image (needs C % 64 == 0, so that a k-slice is one tap's channel
- * block). A_IM2COL: the same gather by the producer warpgroup's cp.async, any C % 8 == 0. */
-enum a_producer { A_TMA = 0, A_IM2COL = 1, A_TMA_IM2COL = 2, A_DEFORM = 3 };
+ * block). A_IM2COL: the same gather by the producer warpgroup's cp.async, any C % 8 == 0.
+ * A_EXT: tile_cfg's producer class (a_needs). */
+enum a_producer { A_TMA = 0, A_IM2COL = 1, A_TMA_IM2COL = 2, A_EXT = 3 };
 
 /* What a launch computes (see the header comment). The im2col fields are read by A_IM2COL only. */
 struct gemm_args {
@@ -72,10 +70,6 @@ struct gemm_args {
     /* EPI_DIRECT / EPI_TMA: or NULL, add [M, N] fp32 summed with acc + bias before beta y and the
      * one rounding (the deformable layer's input gradient: its sampling part, summed in fp32) */
     const float *add;
-    /* A_DEFORM: the chunk (dc: its sizes, geometry and divisors; x above is its [nb, H, W, C]
-     * input) and om [Q, OCS] its offsets and mask; M = Q, K = K*C */
-    const float *om;
-    dt_deform_chunk dc;
 };
 
 /* ---- PTX wrappers (PTX ISA: "mbarrier", "cp.async.bulk.tensor", "wgmma", "setmaxnreg"). */
@@ -197,8 +191,33 @@ template <int BN, int TRANS = 0> struct wgmma_op;
  * fp32, gemm_args). */
 enum epilogue { EPI_DIRECT = 0, EPI_TMA = 1, EPI_F32 = 2 };
 
-template <int BM_, int BN_, int STAGES_, int AP_, int EPI_ = EPI_TMA> struct tile_cfg {
+/* What producer AP asks of the CTA: the registers of the producer and of each consumer after
+ * setmaxnreg, the bytes of its row table a tile row, and the launch's arguments (gemm_args, or a
+ * struct derived from it that carries the producer's own inputs). The built-in producers' are
+ * here (A_IM2COL's table: per tile row the image's first pixel, h0, w0, -); A_EXT's come from its
+ * class EXT, which also makes the A tiles: all 128 producer threads call
+ *   EXT::produce<CFG>(p, sA, sB, full, empty, table, &map_b, ntiles, nk, tid)
+ * and it walks the CTA's tiles and k-slices as the built-in producers do - per slice: wait on
+ * empty[s], thread 0 brings the B tile by TMA (expecting B_BYTES on full[s]), every thread writes
+ * its part of the swizzled A tile, fences it towards the async proxy and arrives on full[s]. */
+template <int AP, class EXT> struct a_needs {
+    static_assert(AP == A_EXT, "a producer class is A_EXT's");
+    static constexpr int PRODUCER_REGS = EXT::PRODUCER_REGS, CONSUMER_REGS = EXT::CONSUMER_REGS;
+    static constexpr int ROW_BYTES = EXT::ROW_BYTES;
+    typedef typename EXT::args args;
+};
+template <int AP> struct a_needs<AP, void> {
+    static_assert(AP != A_EXT, "A_EXT: tile_cfg names its producer class");
+    static constexpr int PRODUCER_REGS = AP == A_IM2COL ? 56 : 40, CONSUMER_REGS = AP == A_IM2COL ? 224 : 232;
+    static constexpr int ROW_BYTES = 16;
+    typedef gemm_args args;
+};
+
+template <int BM_, int BN_, int STAGES_, int AP_, int EPI_ = EPI_TMA, class EXT_ = void> struct tile_cfg {
     static constexpr int BM = BM_, BN = BN_, STAGES = STAGES_, AP = AP_, EPI = EPI_;
+    typedef EXT_ EXT;                            /* A_EXT: the producer class; void otherwise */
+    typedef a_needs<AP_, EXT_> needs;            /* what the producer asks of the CTA */
+    typedef typename needs::args args;           /* the kernel's arguments */
     static constexpr int BK = 64;                /* 64 bf16 = one 128-byte swizzled row */
     static constexpr int CONSUMERS = 2;          /* consumer warpgroups */
     static constexpr int WM = BM / CONSUMERS;    /* rows per consumer */
@@ -209,15 +228,11 @@ template <int BM_, int BN_, int STAGES_, int AP_, int EPI_ = EPI_TMA> struct til
     /* registers after setmaxnreg: the CTA keeps what it was launched with, 384 threads x 168
      * (__launch_bounds__(384, 1): 65536 / 384 rounded down to 8), and a setmaxnreg.inc that
      * asks for more than the others gave back waits forever - so 128 * (producer + 2 * consumer)
-     * <= 64512. A_DEFORM's producer keeps 4 rows x 4 corners of 16-byte loads in flight (64
-     * registers of data) */
-    static constexpr int PRODUCER_REGS = AP == A_IM2COL ? 56 : AP == A_DEFORM ? 120 : 40;
-    static constexpr int CONSUMER_REGS = AP == A_IM2COL ? 224 : AP == A_DEFORM ? 192 : 232;
+     * <= 64512 */
+    static constexpr int PRODUCER_REGS = needs::PRODUCER_REGS, CONSUMER_REGS = needs::CONSUMER_REGS;
     static_assert(128 * (PRODUCER_REGS + CONSUMERS * CONSUMER_REGS) <= 384 * 168,
                   "setmaxnreg: the warpgroups' registers within the CTA's launch allocation");
-    /* the producer's per-row table: A_IM2COL (image's first pixel, h0, w0, -) int4; A_DEFORM the
-     * bilinear sample of the current (tap, group): corner pixels int4, weights float4, mask float */
-    static constexpr int ROWS_BYTES = AP == A_DEFORM ? BM * 36 : BM * 16;
+    static constexpr int ROWS_BYTES = BM * needs::ROW_BYTES; /* the producer's row table */
     /* EPI_TMA: per consumer a [BN/64][WM][64] bf16 staging tile, 128-byte swizzled */
     static constexpr int STAGING_BYTES = EPI == EPI_TMA ? BM * BN * 2 : 0;
     /* EPI_TMA: per consumer a [128 threads][4] double scratch for the statistics' slab sums */
@@ -229,7 +244,6 @@ template <int BM_, int BN_, int STAGES_, int AP_, int EPI_ = EPI_TMA> struct til
     static_assert(WM == 64 || WM == 128, "a consumer takes 64 or 128 rows");
     static_assert(BN == 64 || BN == 128 || BN == 256, "BN is a wgmma N");
     static_assert(MI * BN <= 256, "accumulators: at most 128 fp32 registers a thread");
-    static_assert(AP != A_DEFORM || MI == 1, "A_DEFORM: 64-row consumers (192 registers beside its producer)");
 };
 
 /* tile t of the grouped order -> (tile row tm, tile column tn) */
@@ -283,112 +297,10 @@ __device__ __forceinline__ void tile_stats(const gemm_args &p, const uint8_t *st
     bar_sync(2 + cw, 128); /* the scratch is free for the next tile */
 }
 
-/* A_DEFORM's producer, all 128 threads of warpgroup 0. Per (tap k, offset group g) - the run of
- * k-slices of one group of one tap, C / Cg = G runs a tap - the threads first compute the
- * bilinear samples of the tile's rows tid, tid + 128, ... (dt_sample_bilin: k_sample's weights,
- * once a row instead of once a chunk) into the row table: the four corner pixels (-1 outside the
- * image), the weights, the mask (rows past M: no corners, weights and mask 0). Then per k-slice
- * thread tid makes the 16-byte chunk j = tid % 8 (channels 8j..8j+7 of the slice) of rows
- * tid/8 + 16 i: the 4 corners' chunks of x loaded for U rows at a time (16 loads in flight),
- * blended by bilin_blend in fp32 - m * (w0 v0 + w1 v1 + w2 v2 + w3 v3), a corner outside the
- * image 0 - rounded to nearest even as k_sample's bf16 store rounds, and stored into the
- * swizzled A tile at chunk j ^ (row % 8) (row % 8 = (tid / 8) % 8 for all of them). The same
- * operations on the same values as k_sample: the tile is colT's rows bit for bit. The stores
- * are generic-proxy writes: each thread fences them towards the async proxy (wgmma) and arrives
- * on full[s]; tid 0 also brings the B tile by TMA. */
-/* two values rounded to bf16 (nearest even) as one word, the first in the low half: k_sample's store */
-__device__ __forceinline__ uint32_t bf16x2_bits(float lo, float hi) {
-    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&h);
-}
-
-template <class CFG>
-__device__ __forceinline__ void deform_producer(const gemm_args &p, uint8_t *sA, uint8_t *sB, uint64_t *full,
-                                                uint64_t *empty, int4 *table, const CUtensorMap *map_b, int ntiles,
-                                                int nk, int tid) {
-    constexpr int BM = CFG::BM, BN = CFG::BN, STAGES = CFG::STAGES, BK = CFG::BK, ROWS = BM / 16, U = 4;
-    static_assert(ROWS % U == 0, "rows a thread: a multiple of the loads' unroll");
-    const dt_deform_chunk &c = p.dc;
-    int4 *corners = table;                                    /* [BM] pixel of corner t, or -1 */
-    float4 *weights = reinterpret_cast<float4 *>(table + BM); /* [BM] w0..w3 */
-    float *masks = reinterpret_cast<float *>(weights + BM);   /* [BM] */
-    const int j = tid & 7, r0 = tid >> 3, sw = ((r0 & 7) ^ j) << 4;
-    int it = 0;
-    for (int t = blockIdx.x; t < ntiles; t += gridDim.x) {
-        int tm, tn;
-        tile_coords(t, p.tiles_m, p.tiles_n, CFG::GROUP_M, tm, tn);
-        for (int kt = 0; kt < nk; kt++, it++) {
-            const int k0 = kt * BK, tap = k0 / c.C, c0 = k0 - tap * c.C;
-            if (c0 % c.Cg == 0) { /* the first slice of (tap, group): the table of its samples */
-                const int g = c0 / c.Cg;
-                bar_sync(1, 128); /* the previous run's table is no longer read */
-                for (int r = tid; r < BM; r += 128) {
-                    const int q = tm * BM + r;
-                    int4 e = make_int4(-1, -1, -1, -1);
-                    float4 w = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-                    float m = 0.0f;
-                    if (q < p.M) {
-                        int img;
-                        const dt_bilin b = dt_sample_bilin(&c, p.om, q, tap, g, &img, &m);
-                        const int base = img * c.H * c.W;
-                        e = make_int4(b.ok[0] ? base + (int)dt_bilin_index(&b, 0, c.W) : -1,
-                                      b.ok[1] ? base + (int)dt_bilin_index(&b, 1, c.W) : -1,
-                                      b.ok[2] ? base + (int)dt_bilin_index(&b, 2, c.W) : -1,
-                                      b.ok[3] ? base + (int)dt_bilin_index(&b, 3, c.W) : -1);
-                        w = make_float4(b.w[0], b.w[1], b.w[2], b.w[3]);
-                    }
-                    corners[r] = e, weights[r] = w, masks[r] = m;
-                }
-                bar_sync(1, 128);
-            }
-            const int s = it % STAGES;
-            mbar_wait(&empty[s], ((it / STAGES) & 1) ^ 1);
-            if (tid == 0) {
-                mbar_arrive_expect_tx(&full[s], CFG::B_BYTES);
-                tma_load_2d(sB + s * CFG::B_BYTES, map_b, &full[s], k0, tn * BN);
-            }
-            const bf16 *xc = p.x + c0 + 8 * j; /* this thread's 8 channels of pixel 0 */
-            uint8_t *dst = sA + s * CFG::A_BYTES + r0 * 128 + sw;
-#pragma unroll
-            for (int i0 = 0; i0 < ROWS; i0 += U) {
-                uint4 v[U][4];
-#pragma unroll
-                for (int u = 0; u < U; u++) {
-                    const int4 e = corners[r0 + 16 * (i0 + u)];
-                    const int pix[4] = {e.x, e.y, e.z, e.w};
-#pragma unroll
-                    for (int q = 0; q < 4; q++)
-                        v[u][q] = pix[q] >= 0 ? __ldg(reinterpret_cast<const uint4 *>(xc + (int64_t)pix[q] * c.C))
-                                              : make_uint4(0u, 0u, 0u, 0u);
-                }
-#pragma unroll
-                for (int u = 0; u < U; u++) {
-                    const int r = r0 + 16 * (i0 + u);
-                    const float4 w = weights[r];
-                    dt_bilin b;
-                    b.w[0] = w.x, b.w[1] = w.y, b.w[2] = w.z, b.w[3] = w.w;
-                    float4 lo[4], hi[4]; /* channels 0-3 and 4-7 of the chunk, widened */
-#pragma unroll
-                    for (int q = 0; q < 4; q++) {
-                        lo[q] = bf16x4_to_float4(make_uint2(v[u][q].x, v[u][q].y));
-                        hi[q] = bf16x4_to_float4(make_uint2(v[u][q].z, v[u][q].w));
-                    }
-                    const float m = masks[r];
-                    const float4 a = dt_deft::bilin_blend(b, m, lo), z = dt_deft::bilin_blend(b, m, hi);
-                    *reinterpret_cast<uint4 *>(dst + (i0 + u) * 16 * 128) =
-                        make_uint4(bf16x2_bits(a.x, a.y), bf16x2_bits(a.z, a.w), bf16x2_bits(z.x, z.y), bf16x2_bits(z.z, z.w));
-                }
-            }
-            fence_proxy_async(); /* the stores before wgmma (async proxy) reads them */
-            mbar_arrive(&full[s]);
-        }
-    }
-}
-
 template <class CFG>
 __global__ void __launch_bounds__(384, 1)
     k_sm90_gemm(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                const __grid_constant__ CUtensorMap map_y, const __grid_constant__ gemm_args p) {
+                const __grid_constant__ CUtensorMap map_y, const __grid_constant__ typename CFG::args p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int BM = CFG::BM, BN = CFG::BN, STAGES = CFG::STAGES, BK = CFG::BK;
     extern __shared__ uint8_t smem_raw[];
@@ -400,12 +312,12 @@ __global__ void __launch_bounds__(384, 1)
     double *stats_scratch = (double *)(staging + CFG::STAGING_BYTES); /* [CONSUMERS][128][4] */
     uint64_t *full = (uint64_t *)((uint8_t *)stats_scratch + CFG::STATS_BYTES);
     uint64_t *empty = full + STAGES;
-    int4 *rows = (int4 *)(empty + STAGES); /* A_IM2COL, A_DEFORM: the producer's row table (ROWS_BYTES) */
+    int4 *rows = (int4 *)(empty + STAGES); /* A_IM2COL, A_EXT: the producer's row table (ROWS_BYTES) */
 
     const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; s++) {
-            mbar_init(&full[s], CFG::AP == A_IM2COL || CFG::AP == A_DEFORM ? 1 + 128 : 1);
+            mbar_init(&full[s], CFG::AP == A_IM2COL || CFG::AP == A_EXT ? 1 + 128 : 1);
             mbar_init(&empty[s], CFG::CONSUMERS * 4); /* lane 0 of every consumer warp */
         }
         fence_mbar_init();
@@ -448,8 +360,8 @@ __global__ void __launch_bounds__(384, 1)
                     tma_load_2d(sB + s * CFG::B_BYTES, &map_b, &full[s], kt * BK, tn * BN);
                 }
             }
-        } else if (CFG::AP == A_DEFORM) {
-            deform_producer<CFG>(p, sA, sB, full, empty, rows, &map_b, ntiles, nk, tid);
+        } else if constexpr (CFG::AP == A_EXT) {
+            CFG::EXT::template produce<CFG>(p, sA, sB, full, empty, rows, &map_b, ntiles, nk, tid);
         } else {
             /* im2col: thread tid copies the 16-byte chunk j = tid % 8 (channels 8j..8j+7 of the
              * k-slice) of rows tid/8 + 16 i; a row's swizzled chunk is j ^ (row % 8), and
@@ -511,8 +423,8 @@ __global__ void __launch_bounds__(384, 1)
             for (int kt = 0; kt < nk; kt++, it++) {
                 const int s = it % STAGES;
                 mbar_wait(&full[s], (it / STAGES) & 1);
-                /* cp.async or st.shared wrote it (generic proxy) */
-                if (CFG::AP == A_IM2COL || CFG::AP == A_DEFORM) fence_proxy_async();
+                /* cp.async or the producer's stores wrote it (generic proxy) */
+                if (CFG::AP == A_IM2COL || CFG::AP == A_EXT) fence_proxy_async();
                 const uint8_t *a = sA + s * CFG::A_BYTES + cw * CFG::WM * 128;
                 const uint64_t db = desc_sw128(sB + s * CFG::B_BYTES);
                 wgmma_fence();

@@ -15,10 +15,6 @@
  *   fill     colT = sampling (deform_nhwc.h): the plain kernel, or the tiled one when a DefT
  *            knob asks for it (fuse_offset: offset conv + sampling per tile; stage: footprint
  *            + halo in shared memory)
- *   forward_direct  with the engine_sampler knob, instead of fill and the skeleton's GEMM for
- *            a chunk the Hopper engine takes: y = sampling . W^T + bias in one launch, the
- *            sampling in the engine's producer (conv_sm90.h: dt_conv_sm90_fprop_deform), colT
- *            never in memory - the same bits as k_sample's colT through the engine's GEMM
  *   adjoint  dom and the input gradient from dcolT - inverse index (built in begin, on the
  *            GPU's side stream while the GEMMs run) + gather + offset gradients (dx=gather,
  *            deterministic), or the offsets' bound + the gather scanning the offsets for each
@@ -49,7 +45,6 @@
 #include "ops/pointwise/elementwise.h"
 #include "ops/pointwise/layout.h"
 #include "ops/deform/offset_conv.h"
-#include "ops/conv/conv_sm90.h" /* dt_conv_sm90_fprop_deform, dt_conv_sm90_deform_supports */
 
 /* The deft kernels (deform_nhwc.h, offset_conv.h): one CPU twin and one CUDA kernel each,
  * for f32 and bf16 plans (the plan carries the dtype to the kernel; the kernels work channels
@@ -70,11 +65,6 @@ DEFT_TABLE(tile_ws_k, "deft (tile workspace)", dt_deform_tile_ws_bytes)
 DEFT_TABLE(index_ws_k, "deft (index workspace)", dt_deform_index_ws_bytes)
 DEFT_TABLE(offconv_ws_k, "deft (offset conv workspace)", dt_offconv_ws_bytes)
 #define WS_BYTES(t, p, nb) DT_PICK(t, dev, (p)->dtype, DT_NHWC)(p, nb)
-/* The forward's sampling in the Hopper engine's producer (engine_sampler): bf16 NHWC on the GPU only */
-typedef void sampler_fn(const dt_deform_chunk *c, int64_t Cout, const void *x, const float *om, const void *w,
-                        const float *bias, void *y);
-DT_OP_TABLE(sampler_k, "deft (sampling in the engine's GEMM)", sampler_fn,
-            DT_KERNEL_CUDA(sampler_k, DT_GPU, DT_BF16, DT_NHWC, dt_conv_sm90_fprop_deform))
 
 static int is_layer(const dt_deform_run *r) { return r->a->woff != NULL; }
 /* DefT's fused offset conv: the layer's forward, fuse_offset on. */
@@ -255,21 +245,4 @@ static void deft_close(dt_deform_run *r) {
         if (bufs[i]) dt_dev_free(dev, bufs[i]);
 }
 
-/* The engine_sampler knob: a chunk whose forward the engine takes - a bf16 NHWC plan on a GPU with
- * the engine (the table has the combination; dt_gpu_has_sm90a), not the tiled kernel's (whose
- * fused offset conv runs in fill), and the shapes and pointers dt_conv_sm90_deform_supports
- * takes. Otherwise fill + the skeleton's GEMM, as without the knob. */
-static int deft_forward_direct(void *rv, int64_t n0, int64_t nb, const void *w, const float *bias, void *y) {
-    dt_deform_run *r = rv;
-    const dt_deform_plan *p = r->p;
-    if (!p->knobs.engine_sampler || tiled(r, 0) || !dt_kernel_has(&sampler_k, r->dev, p->dtype, p->layout) ||
-        !dt_gpu_has_sm90a())
-        return 0;
-    const dt_deform_chunk c = dt_deform_chunk_make(p, nb);
-    if (!dt_conv_sm90_deform_supports(&c, p->Cout, r->xT, w, y)) return 0;
-    DT_PICK(sampler_k, r->dev, p->dtype, p->layout)(&c, p->Cout, r->xT, r->om + n0 * p->P * p->OCS, w, bias, y);
-    return 1;
-}
-
-const dt_deform_impl dt_deform_deft_impl = {DT_COLS_NC, deft_open,  deft_begin,         deft_fill,
-                                            deft_adjoint, deft_close, deft_forward_direct};
+const dt_deform_impl dt_deform_deft_impl = {DT_COLS_NC, deft_open, deft_begin, deft_fill, deft_adjoint, deft_close};

@@ -23,7 +23,7 @@ int dt_deform_dx_parse(const char *s) {
 /* The measured-fastest settings (docs/deft.md, docs/PERF.md). */
 dt_deform_knobs dt_deform_knobs_default(void) {
     dt_deform_knobs k = {.dx = DT_DX_GATHER, .fuse_offset = 0, .stage = 0, .swizzle = 1, .tile_h = 0, .tile_w = 0,
-                         .halo = -1, .halo_refresh = 200, .deterministic = 0, .engine_sampler = 0};
+                         .halo = -1, .halo_refresh = 200, .deterministic = 0};
     return k;
 }
 

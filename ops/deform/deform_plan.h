@@ -64,9 +64,6 @@ typedef struct {
     int halo;           /* px staged around the footprint; -1: from the offset statistics */
     int halo_refresh;   /* calls between automatic halo updates */
     int deterministic;  /* bitwise-reproducible backward: deft uses the gather; unfused fixed point */
-    int engine_sampler; /* the forward's sampling as the Hopper engine's A producer: sampling and main
-                           GEMM in one launch, the columns never in memory (bf16 NHWC plans on the
-                           engine's GPUs, C and Cg multiples of 64, not with fuse_offset or stage) */
 } dt_deform_knobs;
 
 int dt_deform_mode_parse(const char *s); /* -1 when unknown */

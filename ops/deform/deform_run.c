@@ -18,9 +18,7 @@ static dt_colconv skeleton(const dt_deform_impl *im, dt_deform_run *r) {
     dt_colconv cc = {.dev = r->dev, .layout = im->layout, .dtype = p->dtype, .math = p->math,
                      .nhwc = p->layout == DT_NHWC, .N = p->N, .Cout = p->Cout, .P = p->P, .R = p->KC, .nb = p->nb,
                      .groups = r->a->groups, .taps = p->K, .ctx = r, .begin = im->begin, .fill = im->fill,
-                     .adjoint = NULL,
-                     /* the engine's sampled forward is dense: grouped chunks fill their columns */
-                     .forward_direct = !r->g && p->layout == DT_NHWC && r->a->groups <= 1 ? im->forward_direct : NULL};
+                     .adjoint = NULL};
     return cc;
 }
 

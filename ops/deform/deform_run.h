@@ -47,9 +47,6 @@ typedef struct {
     void (*fill)(void *r, int64_t n0, int64_t nb, void *col);
     void (*adjoint)(void *r, int64_t n0, int64_t nb, void *dcol);
     void (*close)(dt_deform_run *r);
-    /* may be NULL: the chunk's forward in one piece, instead of fill + the skeleton's GEMM
-     * (dt_colconv's forward_direct) */
-    int (*forward_direct)(void *r, int64_t n0, int64_t nb, const void *w, const float *bias, void *y);
 } dt_deform_impl;
 
 /* The column budget (bytes) a plan is made with. */

@@ -66,4 +66,4 @@ static void unfused_adjoint(void *rv, int64_t n0, int64_t nb, void *dcol) {
 static void unfused_close(dt_deform_run *r) { (void)r; }
 
 const dt_deform_impl dt_deform_unfused_impl = {DT_COLS_CN, unfused_open, NULL, unfused_fill, unfused_adjoint,
-                                                unfused_close, NULL}; /* no direct forward: columns always */
+                                                unfused_close};
