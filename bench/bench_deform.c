@@ -51,7 +51,7 @@ static int parse_mode(const char *s, mode_spec *m, char *err, int errlen) {
         else if (sscanf(t, "det=%d", &a) == 1) m->k.deterministic = a;
         else if (sscanf(t, "tile=%dx%d", &a, &b) == 2) { m->k.tile_h = a; m->k.tile_w = b; }
         else if (sscanf(t, "dx=%15s", w) == 1 && dt_deform_dx_parse(w) >= 0) m->k.dx = dt_deform_dx_parse(w);
-        else return snprintf(err, errlen, "unknown knob '%s' in mode %s (stage= fuse= swizzle= halo= det= tile=HxW dx=gather|atomic|scan)", t, s), -1;
+        else return snprintf(err, errlen, "unknown knob '%s' in mode %s (stage= fuse= swizzle= halo= det= tile=HxW dx=gather|atomic)", t, s), -1;
     }
     if (dt_deform_knobs_validate(&m->k, err, errlen)) return -1;
     return 0;

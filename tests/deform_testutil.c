@@ -2,7 +2,6 @@
 
 #include <math.h>
 #include <stddef.h>
-#include <stdlib.h>
 
 #include "core/dt_autograd.h"
 #include "tests/dt_check.h"
@@ -88,47 +87,4 @@ void dt_test_deform_direct(const dt_deform_case *c, const float *x, const float 
                     }
                     y[((n * c->cout + o) * Ho + oy) * Wo + ox] = (float)s;
                 }
-}
-
-/* ---- the scan's problems ---- */
-
-static const dt_deform_case SCAN_CASES[] = {
-    {"scan 3x3 s1 p1", 2, 8, 9, 11, 4, {3, 3, 1, 1, 1, 1, 1, 1}, 1, 0, 0, 0, 0},
-    {"scan 3x3 s2 p1 G2 mask", 3, 12, 10, 9, 4, {3, 3, 2, 2, 1, 1, 1, 1}, 2, 1, 0, 0, 0},
-    {"scan 3x3 s1 p2 d2 mask", 1, 5, 8, 8, 4, {3, 3, 1, 1, 2, 2, 2, 2}, 1, 1, 0, 0, 0},
-    {"scan 3x3 s2 p0 d2", 2, 4, 12, 11, 4, {3, 3, 2, 2, 0, 0, 2, 2}, 1, 0, 0, 0, 0},
-    {"scan 5x5 s1 p2 G3", 2, 9, 7, 10, 4, {5, 5, 1, 1, 2, 2, 1, 1}, 3, 0, 0, 0, 0},
-    {"scan 5x5 s2 p2 d2 G2 mask", 2, 16, 13, 12, 4, {5, 5, 2, 2, 2, 2, 2, 2}, 2, 1, 0, 0, 0},
-    {"scan 1x1 s1 p0 mask", 2, 4, 6, 5, 4, {1, 1, 1, 1, 0, 0, 1, 1}, 1, 1, 0, 0, 0},
-    {"scan 1x1 s2 p0 G2", 3, 8, 7, 9, 4, {1, 1, 2, 2, 0, 0, 1, 1}, 2, 0, 0, 0, 0},
-    {"scan 3x3 s(2,1) p(0,2) d(1,2) 133ch", 2, 133, 9, 10, 4, {3, 3, 2, 1, 0, 2, 1, 2}, 1, 1, 0, 0, 0},
-};
-
-int dt_test_scan_case_count(void) { return (int)(sizeof SCAN_CASES / sizeof *SCAN_CASES); }
-const dt_deform_case *dt_test_scan_case(int i) { return &SCAN_CASES[i]; }
-
-static float scan_offset(int kind) {
-    dt_rng *r = dt_test_rng();
-    if (kind == DT_SCAN_OM_SMALL) return 0.7f * dt_rng_normal(r);
-    if (kind == DT_SCAN_OM_LARGE) return 40.0f * dt_rng_uniform(r) - 20.0f;
-    float u = dt_rng_uniform(r);
-    if (u < 0.60f) return 0.7f * dt_rng_normal(r);
-    if (u < 0.75f) return 40.0f * dt_rng_uniform(r) - 20.0f;
-    if (u < 0.90f) return (float)((int)(7.0f * dt_rng_uniform(r)) - 3);
-    if (u < 0.95f) return NAN;
-    return u < 0.975f ? INFINITY : -INFINITY;
-}
-
-float *dt_test_scan_om(const dt_deform_plan *p, int64_t nb, int kind) {
-    const int64_t Q = nb * p->P;
-    float *om = calloc((size_t)(Q * p->OCS), sizeof(float));
-    for (int64_t q = 0; q < Q; q++) {
-        float *row = om + q * p->OCS;
-        for (int64_t j = 0; j < 2 * p->GK; j++) row[j] = scan_offset(kind);
-        for (int64_t j = 0; p->has_mask && j < p->GK; j++) {
-            float u = dt_rng_uniform(dt_test_rng());
-            row[2 * p->GK + j] = u < 0.05f ? 0.0f : u > 0.95f ? 1.0f : dt_rng_uniform(dt_test_rng());
-        }
-    }
-    return om;
 }

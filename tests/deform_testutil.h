@@ -88,21 +88,4 @@ dt_tensor *dt_test_deform_layer_forward(dt_tensor **in, void *layer);
 void dt_test_deform_direct(const dt_deform_case *c, const float *x, const float *off, const float *mask, const float *w,
                            const float *bias, int64_t Ho, int64_t Wo, float *y);
 
-/* ---- the scan's problems (dx=scan against the index gather, bit for bit: tests/test_deft.c on
- * the CPU twins, tests/test_deform_gpu.c on the kernels) ---- */
-
-/* The geometries: strides 2, dilation 2, padding 0/1/2, kernels 1x1/3x3/5x5, offset groups, masks,
- * batches of 1-3 images, group widths that take float4 vectors and ones that do not (133: more
- * scalar vectors than the GPU gather's 32 lanes x 4 take at once, so two channel chunks). */
-int dt_test_scan_case_count(void);
-const dt_deform_case *dt_test_scan_case(int i);
-/* The offset mixes of dt_test_scan_om. */
-enum { DT_SCAN_OM_SMALL, DT_SCAN_OM_MIXED, DT_SCAN_OM_LARGE, DT_SCAN_OM_KINDS };
-/* om [nb*P, OCS] of a deft plan: offsets by `kind` - SMALL ~ N(0, 0.7) px; MIXED: 60 % of them
- * small, 15 % uniform in +-20 px, 15 % integers in [-3, 3] (samples exactly on pixels and image
- * edges), 5 % NaN, 5 % +-inf (each coordinate drawn alone, so a sample may have one finite and
- * one non-finite coordinate); LARGE uniform in +-20 px - so that samples fall partly outside
- * the image. The mask (with one) uniform in [0, 1) with some exact 0s and 1s; padding 0. */
-float *dt_test_scan_om(const dt_deform_plan *p, int64_t nb, int kind);
-
 #endif

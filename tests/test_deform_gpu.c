@@ -4,9 +4,6 @@
  *    strides, dilation, groups of odd sizes, masks, batch 1 and a prime batch, offsets far
  *    outside the image and of 20 px;
  *  - the layer's staged / fused tiles, swizzle and halos against the CPU's unfused layer;
- *  - the scan (dx=scan: k_gather_scan + k_offset_bound) against the index gather, bit for bit,
- *    on its own problems and offset mixes (NaN, inf, integers, 20 px), in a CUDA graph, and
- *    through the op and the layer (every gradient);
  *  - bitwise determinism, zero offsets = conv2d, deft = unfused on ResNet shapes, a chunk
  *    whose column buffer has more than 2^31 elements, a second device.
  * (The op and the layer's node in every mode and knob against their CPU twins, chunked
@@ -27,7 +24,6 @@
 #include "tests/dt_test.h"
 #include "ops/pointwise/layout.h"
 #include "ops/deform/offset_conv.h"
-#include "core/dt_graph.h"
 
 /* The problems: the DT_DC_KERNELS, DT_DC_GPU_LAYER and DT_DC_GPU_RESNET rows of the deformable
  * tests' one table (tests/cases_deform.c). */
@@ -220,166 +216,6 @@ DT_GPU_TEST(gpu_deft_kernels_match_cpu_twins) {
     }
 }
 
-/* n values of the host's f32 src on the device as dtype (f32, or bf16 rounded to nearest even) */
-static void *to_gpu_as(dt_dtype dtype, const float *src, int64_t n) {
-    const size_t es = dt_dtype_size(dtype);
-    void *h = malloc((size_t)(n > 0 ? n : 1) * es), *d = dt_gpu_malloc((size_t)(n > 0 ? n : 1) * es);
-    for (int64_t e = 0; e < n; e++) dt_elem_st(h, dtype, e, src[e]);
-    dt_copy_h2d(d, h, (size_t)n * es);
-    free(h);
-    return d;
-}
-/* whether the device's bytes equal the host's */
-static int same_bytes_gpu(const void *d, const void *h, size_t bytes) {
-    void *g = malloc(bytes > 0 ? bytes : 1);
-    dt_copy_d2h(g, d, bytes);
-    int same = !memcmp(g, h, bytes);
-    free(g);
-    return same;
-}
-
-/* The scan kernel (k_gather_scan, with k_offset_bound) against the index gather kernel
- * (k_gather) on the GPU, bit for bit - dx and D, D's unwritten entries and beta-0 dx poisoned
- * with NaN on both sides - on the scan's problems (strides, dilation, paddings, 1x1/3x3/5x5,
- * offset groups, masks, f32 and bf16 plans, dx of the plan's dtype and f32, beta 0 and 0.5, dx
- * NULL) and offset mixes (NaN, inf, integers, +-20 px; tests/deform_testutil.h), at the
- * computed bound and at inf; the bound = the CPU twin's bit for bit; and both against the CPU
- * twins (which sum in double: within rounding). */
-DT_GPU_TEST(gpu_deft_scan_matches_index_gather) {
-    for (int ci = 0; ci < dt_test_scan_case_count(); ci++) {
-        const dt_deform_case *c = dt_test_scan_case(ci);
-        for (int bf = 0; bf < 2; bf++)
-            for (int kind = 0; kind < DT_SCAN_OM_KINDS; kind++) {
-                const dt_dtype dt = bf ? DT_BF16 : DT_F32;
-                dt_deform_plan p;
-                dt_deform_knobs k = dt_deform_knobs_default();
-                const char *bad = dt_deform_plan_init(&p, c->n, c->c, c->h, c->w, c->cout, c->g, c->groups, c->mask,
-                                                      DT_DEFORM_DEFT, &k, (size_t)1 << 40);
-                if (!bad && bf) bad = dt_deform_plan_types(&p, DT_BF16, DT_NHWC, DT_MATH_FP32, (size_t)1 << 40);
-                EXPECT_MSG(!bad, "%s: %s", c->name, bad ? bad : "");
-                if (bad) continue;
-                const int64_t nb = p.N, Q = nb * p.P, S = Q * p.K * p.G, nx = nb * p.H * p.W * p.C, nc = Q * p.KC;
-                float *om = dt_test_scan_om(&p, nb, kind), *x = host_randn(nx, 1.0f), *dcol = host_randn(nc, 1.0f);
-                float *gom = to_gpu(om, Q * p.OCS), bound[2], *gbound = dt_gpu_malloc(2 * sizeof(float));
-                float *ginf = to_gpu((const float[2]){INFINITY, INFINITY}, 2);
-                void *gx = to_gpu_as(dt, x, nx), *gdcol = to_gpu_as(dt, dcol, nc);
-                /* the CPU twins read the same (rounded) values */
-                void *hx = malloc((size_t)nx * dt_dtype_size(dt)), *hdcol = malloc((size_t)nc * dt_dtype_size(dt));
-                dt_copy_d2h(hx, gx, (size_t)nx * dt_dtype_size(dt));
-                dt_copy_d2h(hdcol, gdcol, (size_t)nc * dt_dtype_size(dt));
-                dt_deform_offset_bound_cpu(&p, nb, om, bound);
-                dt_memset_gpu(gbound, 0xff, 2 * sizeof(float));
-                dt_deform_offset_bound_cuda(&p, nb, gom, gbound);
-                EXPECT_MSG(same_bytes_gpu(gbound, bound, sizeof bound), "%s [offsets %d]: GPU bound differs from the CPU's (%g, %g)",
-                           c->name, kind, bound[0], bound[1]);
-                void *gws = dt_gpu_malloc(dt_deform_index_ws_bytes_cuda(&p, nb)), *cws = malloc(dt_deform_index_ws_bytes_cpu(&p, nb));
-                dt_deform_index ig, ic;
-                dt_deform_index_build_cuda(&p, nb, gom, gws, &ig);
-                dt_deform_index_build_cpu(&p, nb, om, cws, &ic);
-                for (int v = 0; v < 4; v++) { /* dx: the plan's dtype beta 0, f32 beta 0, the plan's dtype beta 0.5, none */
-                    const dt_dtype dxt = v == 1 ? DT_F32 : dt;
-                    const float beta = v == 2 ? 0.5f : 0.0f;
-                    const size_t es = dt_dtype_size(dxt), dxb = (size_t)nx * es;
-                    float *dx0 = host_randn(nx, 1.0f);
-                    void *gdx0 = to_gpu_as(dxt, dx0, nx), *gdx = dt_gpu_malloc(dxb), *gdxs = dt_gpu_malloc(dxb);
-                    float *gD = dt_gpu_malloc((size_t)S * 16), *gDs = dt_gpu_malloc((size_t)S * 16);
-                    void *ref = malloc(dxb);
-                    float *Dref = malloc((size_t)S * 16);
-                    /* the index gather: the reference bits */
-                    if (beta != 0.0f) dt_copy_d2d(gdx, gdx0, dxb);
-                    else dt_memset_gpu(gdx, 0xff, dxb);
-                    dt_memset_gpu(gD, 0xff, (size_t)S * 16);
-                    dt_deform_gather_dx_cuda(&p, nb, &ig, gx, gdcol, beta, v == 3 ? NULL : gdx, dxt, gD);
-                    dt_copy_d2h(ref, gdx, dxb);
-                    dt_copy_d2h(Dref, gD, (size_t)S * 16);
-                    for (int b = 0; b < 2; b++) { /* the computed bound, then inf (every position) */
-                        if (beta != 0.0f) dt_copy_d2d(gdxs, gdx0, dxb);
-                        else dt_memset_gpu(gdxs, 0xff, dxb);
-                        dt_memset_gpu(gDs, 0xff, (size_t)S * 16);
-                        dt_deform_gather_scan_cuda(&p, nb, gom, b ? ginf : gbound, gx, gdcol, beta, v == 3 ? NULL : gdxs, dxt, gDs);
-                        EXPECT_MSG(same_bytes_gpu(gdxs, ref, dxb), "%s [%s, offsets %d, dx %s beta %g, bound %s]: scan dx differs "
-                                   "from the index gather's", c->name, dt_dtype_name(dt), kind, dt_dtype_name(dxt), beta,
-                                   b ? "inf" : "computed");
-                        EXPECT_MSG(same_bytes_gpu(gDs, Dref, (size_t)S * 16), "%s [%s, offsets %d, dx %s beta %g, bound %s]: scan "
-                                   "D differs from the index gather's", c->name, dt_dtype_name(dt), kind, dt_dtype_name(dxt), beta,
-                                   b ? "inf" : "computed");
-                    }
-                    if (v == 1) { /* against the CPU twins: dx (f32) and D, NaN exactly where the twin left NaN */
-                        float *cdx = malloc(dxb), *cD = malloc((size_t)S * 16), *cDi = malloc((size_t)S * 16);
-                        float *cdxi = malloc(dxb);
-                        for (int64_t e = 0; e < 4 * S; e++) cD[e] = cDi[e] = NAN;
-                        dt_deform_gather_scan_cpu(&p, nb, om, bound, hx, hdcol, 0.0f, cdx, DT_F32, cD);
-                        dt_deform_gather_dx_cpu(&p, nb, &ic, hx, hdcol, 0.0f, cdxi, DT_F32, cDi);
-                        EXPECT_MSG(!memcmp(cdx, cdxi, dxb) && !memcmp(cD, cDi, (size_t)S * 16),
-                                   "%s [%s, offsets %d]: the CPU twins of the scan and the index gather differ", c->name,
-                                   dt_dtype_name(dt), kind);
-                        char what[200];
-                        snprintf(what, sizeof what, "%s [%s, offsets %d]: scan dx against the CPU twin", c->name,
-                                 dt_dtype_name(dt), kind);
-                        EXPECT(close_gpu(what, gdxs, cdx, nx, 1e-5));
-                        float *Dg = from_gpu(gDs, 4 * S);
-                        int64_t nan_mismatch = 0;
-                        for (int64_t e = 0; e < 4 * S; e++) {
-                            nan_mismatch += isnan(cD[e]) != isnan(Dg[e]);
-                            if (isnan(cD[e]) || isnan(Dg[e])) cD[e] = Dg[e] = 0.0f;
-                        }
-                        EXPECT_MSG(nan_mismatch == 0, "%s [%s, offsets %d]: the scan wrote %lld corner dots the CPU twin "
-                                   "did not, or missed them", c->name, dt_dtype_name(dt), kind, (long long)nan_mismatch);
-                        snprintf(what, sizeof what, "%s [%s, offsets %d]: scan D against the CPU twin", c->name,
-                                 dt_dtype_name(dt), kind);
-                        EXPECT(dt_expect_close(what, Dg, cD, 4 * S, 1e-5));
-                        free(Dg), free(cdx), free(cD), free(cDi), free(cdxi);
-                    }
-                    free(dx0), free(ref), free(Dref);
-                    dt_gpu_free(gdx0), dt_gpu_free(gdx), dt_gpu_free(gdxs), dt_gpu_free(gD), dt_gpu_free(gDs);
-                }
-                free(om), free(x), free(dcol), free(hx), free(hdcol), free(cws);
-                dt_gpu_free(gom), dt_gpu_free(gbound), dt_gpu_free(ginf), dt_gpu_free(gx), dt_gpu_free(gdcol), dt_gpu_free(gws);
-            }
-    }
-}
-
-/* The scan's bound and gather captured into a CUDA graph (no host synchronization inside) and
- * replayed on new offsets written into the same buffer: the replay's dx and D are the index
- * gather's on those offsets, bit for bit. */
-DT_GPU_TEST(gpu_deft_scan_in_a_graph) {
-    const dt_deform_case *c = dt_test_scan_case(1); /* stride 2, groups, mask */
-    dt_deform_plan p;
-    dt_deform_knobs k = dt_deform_knobs_default();
-    EXPECT(!dt_deform_plan_init(&p, c->n, c->c, c->h, c->w, c->cout, c->g, c->groups, c->mask, DT_DEFORM_DEFT, &k,
-                                (size_t)1 << 40));
-    const int64_t nb = p.N, Q = nb * p.P, S = Q * p.K * p.G, nx = nb * p.H * p.W * p.C, nc = Q * p.KC;
-    float *om0 = dt_test_scan_om(&p, nb, DT_SCAN_OM_SMALL), *om1 = dt_test_scan_om(&p, nb, DT_SCAN_OM_MIXED);
-    float *x = host_randn(nx, 1.0f), *dcol = host_randn(nc, 1.0f);
-    float *gom = to_gpu(om0, Q * p.OCS), *gx = to_gpu(x, nx), *gdcol = to_gpu(dcol, nc), *gbound = dt_gpu_malloc(8);
-    float *gdx = dt_gpu_malloc(nx * 4), *gD = dt_gpu_malloc(S * 16), *rdx = dt_gpu_malloc(nx * 4), *rD = dt_gpu_malloc(S * 16);
-    dt_graph *g = dt_graph_begin();
-    dt_deform_offset_bound_cuda(&p, nb, gom, gbound);
-    dt_deform_gather_scan_cuda(&p, nb, gom, gbound, gx, gdcol, 0.0f, gdx, DT_F32, gD);
-    char why[256] = "";
-    double ms;
-    const int captured = dt_graph_end(g, why, sizeof why, &ms) == 0;
-    EXPECT_MSG(captured, "the scan could not be captured: %s", why);
-    if (captured) {
-        dt_copy_h2d(gom, om1, Q * p.OCS * 4); /* new offsets, another bound */
-        dt_memset_gpu(gD, 0xff, S * 16);
-        dt_graph_launch(g);
-        void *gws = dt_gpu_malloc(dt_deform_index_ws_bytes_cuda(&p, nb));
-        dt_deform_index ig;
-        dt_deform_index_build_cuda(&p, nb, gom, gws, &ig);
-        dt_memset_gpu(rD, 0xff, S * 16);
-        dt_deform_gather_dx_cuda(&p, nb, &ig, gx, gdcol, 0.0f, rdx, DT_F32, rD);
-        float *a = from_gpu(gdx, nx), *b = from_gpu(rdx, nx), *Da = from_gpu(gD, 4 * S), *Db = from_gpu(rD, 4 * S);
-        EXPECT_MSG(!memcmp(a, b, nx * 4) && !memcmp(Da, Db, S * 16), "the replayed scan differs from the index gather");
-        free(a), free(b), free(Da), free(Db);
-        dt_gpu_free(gws);
-        dt_graph_free(g);
-    }
-    free(om0), free(om1), free(x), free(dcol);
-    float *gs[] = {gom, gx, gdcol, gbound, gdx, gD, rdx, rD};
-    for (size_t e = 0; e < sizeof gs / sizeof *gs; e++) dt_gpu_free(gs[e]);
-}
-
 #endif /* DT_CUDA */
 
 /* ---- the op against the CPU reference ---- */
@@ -395,15 +231,11 @@ static dt_tensor *b_op(dt_tensor **in, void *a) {
     return dt_deform_conv2d_mode(in[0], in[1], in[2], in[3], in[4], o->c->g, o->c->groups, o->mode, &o->k, DT_MATH_FP32);
 }
 
-/* Runs build on the GPU with the same inputs twice, with arg0 and then arg1 (the same run twice,
- * or two knobs that must agree: the scan and the index gather); every gradient must match bit
- * for bit. */
-static int same_bits(dt_tensor *(*build)(dt_tensor **, void *), void *arg0, void *arg1, dt_tensor **in_cpu, int n_in,
-                     const char *what) {
+/* Runs build twice on the GPU with the same inputs; every gradient must match bit for bit. */
+static int same_bits_twice(dt_tensor *(*build)(dt_tensor **, void *), void *arg, dt_tensor **in_cpu, int n_in, const char *what) {
     float *first[8] = {0};
     int ok = 1;
     for (int run = 0; run < 2; run++) {
-        void *arg = run ? arg1 : arg0;
         dt_scope_begin();
         dt_tensor *in[8];
         for (int i = 0; i < n_in; i++) {
@@ -421,7 +253,7 @@ static int same_bits(dt_tensor *(*build)(dt_tensor **, void *), void *arg0, void
             if (!run) first[i] = h;
             else {
                 if (memcmp(h, first[i], in[i]->numel * sizeof(float))) {
-                    dt_test_fail(__FILE__, __LINE__, "%s: gradient of input %d differs between the two runs", what, i);
+                    dt_test_fail(__FILE__, __LINE__, "%s: gradient of input %d differs between two runs", what, i);
                     ok = 0;
                 }
                 free(h);
@@ -431,9 +263,6 @@ static int same_bits(dt_tensor *(*build)(dt_tensor **, void *), void *arg0, void
         dt_scope_end();
     }
     return ok;
-}
-static int same_bits_twice(dt_tensor *(*build)(dt_tensor **, void *), void *arg, dt_tensor **in_cpu, int n_in, const char *what) {
-    return same_bits(build, arg, arg, in_cpu, n_in, what);
 }
 
 DT_GPU_TEST(gpu_deform_op_deterministic_is_bitwise) {
@@ -446,10 +275,6 @@ DT_GPU_TEST(gpu_deform_op_deterministic_is_bitwise) {
         EXPECT(same_bits_twice(b_op, &u, in, 5, "unfused deterministic"));
         op_arg d = {c, DT_DEFORM_DEFT, dt_deform_knobs_default()}; /* the gather: deterministic by construction */
         EXPECT(same_bits_twice(b_op, &d, in, 5, "deft (gather)"));
-        op_arg sc = d; /* the scan: the gather's hits in its order, so its bits (every gradient, through the op) */
-        sc.k.dx = DT_DX_SCAN;
-        EXPECT(same_bits_twice(b_op, &sc, in, 5, "deft (scan)"));
-        EXPECT(same_bits(b_op, &d, &sc, in, 5, "deft scan against the index gather"));
     }
 }
 
@@ -589,9 +414,6 @@ DT_GPU_TEST(gpu_deft_layer_deterministic_is_bitwise) {
     dt_tensor *in[4] = {x, dt_tensor_to(lgpu.weight, DT_CPU), dt_tensor_to(lgpu.off_weight, DT_CPU),
                         dt_tensor_to(lgpu.off_bias, DT_CPU)};
     EXPECT(same_bits_twice(b_layer_own_bias, &lgpu, in, 4, "deft layer deterministic"));
-    dt_deform_conv lscan = lgpu; /* the same tensors, the scan */
-    lscan.knobs.dx = DT_DX_SCAN;
-    EXPECT(same_bits(b_layer_own_bias, &lgpu, &lscan, in, 4, "deft layer: scan against the index gather"));
     lgpu.knobs.fuse_offset = lgpu.knobs.stage = 1;
     EXPECT(same_bits_twice(b_layer_own_bias, &lgpu, in, 4, "deft layer deterministic, fuse + stage"));
     lgpu.weight = own[0];

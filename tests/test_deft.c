@@ -1,7 +1,6 @@
 /* The deft mode on the CPU: its channels-last twins (deform_nhwc.h, offset_conv.h) driven
  * through the same orchestration as on the GPU, against the NCHW reference (the unfused
- * mode), op and layer, every knob; the inverse index's invariants; the scan (dx=scan) against
- * the index gather, bit for bit, and its window's edges; the pieces it is built
+ * mode), op and layer, every knob; the inverse index's invariants; the pieces it is built
  * from (fast division, relayouts, the plan). (Finite differences through the op and the
  * layer's node: the op-case tables of tests/cases_deform.c.) */
 #include <math.h>
@@ -11,7 +10,6 @@
 
 #include "ops/deform/deform_chunk.h"
 #include "ops/deform/deform_nhwc.h"
-#include "ops/deform/deform_scan.h"
 #include "tests/deform_testutil.h"
 #include "tests/dt_check.h"
 #include "ops/deform/dt_deform.h"
@@ -76,12 +74,12 @@ DT_TEST(deft_op_matches_reference_every_knob) {
         dt_tensor *in[5];
         dt_test_deform_inputs(c, 0, in);
         op_out ref = run_op(c, in, DT_DEFORM_UNFUSED, NULL, 7);
-        for (int variant = 0; variant < 8; variant++) {
+        for (int variant = 0; variant < 6; variant++) {
             dt_deform_knobs k = dt_deform_knobs_default();
-            k.dx = variant >= 6 ? DT_DX_SCAN : variant & 1 ? DT_DX_ATOMIC : DT_DX_GATHER;
+            k.dx = variant & 1 ? DT_DX_ATOMIC : DT_DX_GATHER;
             k.stage = variant >= 2 && variant < 4;
             k.halo = 1;
-            dt_conv_set_col_budget(variant >= 4 && variant != 6 ? 1 : old); /* variants 4, 5, 7: one image a chunk */
+            dt_conv_set_col_budget(variant >= 4 ? 1 : old); /* variants 4, 5: one image a chunk */
             op_out o = run_op(c, in, DT_DEFORM_DEFT, &k, 7);
             char what[160];
             snprintf(what, sizeof what, "deft op %s [dx %s stage %d%s]", c->name, dt_deform_dx_name(k.dx), k.stage,
@@ -175,176 +173,6 @@ DT_TEST(deft_index_invariants) {
     }
 }
 
-/* ---- the scan (dx=scan): the index gather's results without the index ---- */
-
-/* The deft plan of a scan problem (tests/deform_testutil.h), f32 or bf16 (NHWC), one chunk. */
-static const char *scan_plan(const dt_deform_case *c, dt_dtype dtype, dt_deform_plan *p) {
-    dt_deform_knobs k = dt_deform_knobs_default();
-    const char *bad = dt_deform_plan_init(p, c->n, c->c, c->h, c->w, c->cout, c->g, c->groups, c->mask, DT_DEFORM_DEFT, &k,
-                                          (size_t)1 << 40);
-    if (!bad && dtype == DT_BF16) bad = dt_deform_plan_types(p, DT_BF16, DT_NHWC, DT_MATH_FP32, (size_t)1 << 40);
-    return bad;
-}
-
-/* n random N(0, 1) values stored as dtype (f32 or bf16) */
-static void *randn_as(dt_dtype dtype, int64_t n) {
-    void *v = malloc((size_t)(n > 0 ? n : 1) * dt_dtype_size(dtype));
-    for (int64_t e = 0; e < n; e++) dt_elem_st(v, dtype, e, dt_rng_normal(dt_test_rng()));
-    return v;
-}
-
-/* The bound as its definition says: the largest |dy| and |dx| over om's (dy, dx) columns, NaN
- * left out, inf kept. */
-static void scan_bound_ref(const dt_deform_plan *p, int64_t nb, const float *om, float *bound) {
-    bound[0] = bound[1] = 0.0f;
-    for (int64_t q = 0; q < nb * p->P; q++)
-        for (int64_t j = 0; j < 2 * p->GK; j++) {
-            float a = fabsf(om[q * p->OCS + j]);
-            if (!isnan(a) && a > bound[j & 1]) bound[j & 1] = a;
-        }
-}
-
-/* The hits of every (pixel, group, corner) in k_gather_scan's walk - position rows oy of the
- * window, in each the candidates j = (ox - ox0)*K + k in increasing j (the kernel's lanes take
- * them L at a time and sum the hits in lane order: this order) - against the index's list of
- * that key, element by element: the same samples in the same order. Returns the mismatches. */
-static int64_t scan_walk_mismatches(const dt_deform_plan *p, int64_t nb, const float *om, const float *bound,
-                                    const dt_deform_index *idx) {
-    const dt_deform_chunk c = dt_deform_chunk_make(p, nb);
-    int64_t bad = 0;
-    for (int64_t r = 0; r < (int64_t)c.npix * c.G; r++) {
-        const int g = (int)(r % c.G);
-        const int64_t pix = r / c.G;
-        const int ix = (int)(pix % c.W), iy = (int)(pix / c.W % c.H), i = (int)(pix / ((int64_t)c.W * c.H));
-        const int64_t base = (((int64_t)i * c.G + g) * (c.H + 1) + iy + 1) * (c.W + 1) + ix + 1;
-        for (int t = 0; t < 4; t++) {
-            const int64_t key = base - (t & 1) - (t >> 1) * (c.W + 1);
-            const dt_scan_window w = dt_scan_window_make(&c, bound[0], bound[1], iy - (t >> 1), ix - (t & 1));
-            const int n = w.ox1 >= w.ox0 ? (w.ox1 - w.ox0 + 1) * c.K : 0;
-            uint32_t e = idx->start[key];
-            for (int oy = w.oy0; oy <= w.oy1; oy++)
-                for (int j = 0; j < n; j++) {
-                    const int ox = w.ox0 + j / c.K, k = j % c.K, q = (i * c.Ho + oy) * c.Wo + ox;
-                    float wt;
-                    if (!dt_scan_hit(&c, &w, om, q, oy, ox, k, g, t, (uint32_t)key, &wt)) continue;
-                    const uint32_t s = ((uint32_t)q * c.K + k) * c.G + g;
-                    bad += e >= idx->start[key + 1] || idx->order[e] != s || wt != idx->wm[4 * (int64_t)s + t];
-                    e++;
-                }
-            bad += e != idx->start[key + 1]; /* a hit of the index the walk missed */
-        }
-    }
-    return bad;
-}
-
-/* On every scan problem, f32 and bf16 plans, every offset mix (NaN, inf, integers, +-20 px):
- * the scan twin's dx and D are the index gather twin's bit for bit - dx of the plan's dtype
- * and of f32, beta 0 and 0.5, and dx NULL (D only) - at the computed bound and at bounds that
- * are larger, inf and NaN (which only widen the window); and the bound is its definition. The
- * twins sum in double, where another order of the same hits seldom changes a bit: the order
- * itself is checked by scan_walk_mismatches. */
-DT_TEST(deft_scan_matches_index_gather) {
-    for (int ci = 0; ci < dt_test_scan_case_count(); ci++) {
-        const dt_deform_case *c = dt_test_scan_case(ci);
-        for (int bf = 0; bf < 2; bf++)
-            for (int kind = 0; kind < DT_SCAN_OM_KINDS; kind++) {
-                const dt_dtype dt = bf ? DT_BF16 : DT_F32;
-                dt_deform_plan p;
-                const char *bad = scan_plan(c, dt, &p);
-                EXPECT_MSG(!bad, "%s: %s", c->name, bad ? bad : "");
-                if (bad) continue;
-                const int64_t nb = p.N, S = nb * p.P * p.K * p.G, nx = nb * p.H * p.W * p.C;
-                float *om = dt_test_scan_om(&p, nb, kind), bound[2], ref[2];
-                void *x = randn_as(dt, nx), *dcol = randn_as(dt, nb * p.P * p.KC);
-                dt_deform_offset_bound_cpu(&p, nb, om, bound);
-                scan_bound_ref(&p, nb, om, ref);
-                EXPECT_MSG(!memcmp(bound, ref, sizeof bound), "%s kind %d: bound (%g, %g), by its definition (%g, %g)",
-                           c->name, kind, bound[0], bound[1], ref[0], ref[1]);
-                void *ws = malloc(dt_deform_index_ws_bytes_cpu(&p, nb));
-                dt_deform_index idx;
-                dt_deform_index_build_cpu(&p, nb, om, ws, &idx);
-                const float bounds[4][2] = {{bound[0], bound[1]}, {3.0f * bound[0] + 5.0f, bound[1] + 0.5f},
-                                            {INFINITY, INFINITY}, {NAN, bound[1]}};
-                for (int b = 0; b < (bf ? 1 : 4); b++) { /* the walk reads only om: once per problem and mix */
-                    int64_t bad_walk = scan_walk_mismatches(&p, nb, om, bounds[b], &idx);
-                    EXPECT_MSG(bad_walk == 0, "%s [offsets %d, bound (%g, %g)]: %lld hits of the scan's walk differ from "
-                               "the index's (sample, order or weight)", c->name, kind, bounds[b][0], bounds[b][1],
-                               (long long)bad_walk);
-                }
-                for (int v = 0; v < 4; v++) { /* dx: the plan's dtype beta 0, f32 beta 0, the plan's dtype beta 0.5, none */
-                    const dt_dtype dxt = v == 1 ? DT_F32 : dt;
-                    const float beta = v == 2 ? 0.5f : 0.0f;
-                    const size_t dxb = (size_t)nx * dt_dtype_size(dxt);
-                    void *dx0 = randn_as(dxt, nx), *dxr = malloc(dxb), *dxs = malloc(dxb);
-                    float *Dr = malloc((size_t)S * 16), *Ds = malloc((size_t)S * 16);
-                    memcpy(dxr, dx0, dxb);
-                    memset(Dr, 0xff, (size_t)S * 16); /* NaN where nothing is written */
-                    dt_deform_gather_dx_cpu(&p, nb, &idx, x, dcol, beta, v == 3 ? NULL : dxr, dxt, Dr);
-                    int64_t written = 0;
-                    for (int64_t e = 0; e < 4 * S; e++) written += !isnan(Dr[e]);
-                    if (kind == DT_SCAN_OM_SMALL) /* the comparison is not vacuous: most samples read pixels */
-                        EXPECT_MSG(written > S, "%s: only %lld corner dots written for %lld samples", c->name,
-                                   (long long)written, (long long)S);
-                    for (int b = 0; b < (v == 0 ? 4 : 1); b++) {
-                        memcpy(dxs, dx0, dxb);
-                        memset(Ds, 0xff, (size_t)S * 16);
-                        dt_deform_gather_scan_cpu(&p, nb, om, bounds[b], x, dcol, beta, v == 3 ? NULL : dxs, dxt, Ds);
-                        EXPECT_MSG(!memcmp(dxs, dxr, dxb), "%s [%s, offsets %d, dx %s beta %g, bound (%g, %g)]: scan dx differs "
-                                   "from the index gather's", c->name, dt_dtype_name(dt), kind, dt_dtype_name(dxt), beta,
-                                   bounds[b][0], bounds[b][1]);
-                        EXPECT_MSG(!memcmp(Ds, Dr, (size_t)S * 16), "%s [%s, offsets %d, dx %s beta %g, bound (%g, %g)]: scan "
-                                   "D differs from the index gather's", c->name, dt_dtype_name(dt), kind, dt_dtype_name(dxt),
-                                   beta, bounds[b][0], bounds[b][1]);
-                    }
-                    free(dx0), free(dxr), free(dxs), free(Dr), free(Ds);
-                }
-                free(om), free(x), free(dcol), free(ws);
-            }
-    }
-}
-
-/* The window arithmetic at its edges: a bound of 0 with an exact-integer offset (the sample on
- * its top-left), a bound just below an integer, negative positions, and the every-position
- * fallbacks (a NaN, negative or huge bound). */
-DT_TEST(deft_scan_window_edges) {
-    dt_deform_plan p;
-    const dt_deform_case *c = dt_test_scan_case(1); /* 3x3 stride 2 padding 1 */
-    EXPECT(!scan_plan(c, DT_F32, &p));
-    const dt_deform_chunk ch = dt_deform_chunk_make(&p, p.N);
-    /* bound 0: by in [ty, ty + 1] (the margin) */
-    dt_scan_window w = dt_scan_window_make(&ch, 0.0f, 0.0f, 4, -1);
-    EXPECT_EQ_INT(w.ylo, 4);
-    EXPECT_EQ_INT(w.yhi, 5);
-    EXPECT_EQ_INT(w.xlo, -1);
-    EXPECT_EQ_INT(w.xhi, 0);
-    /* oy*2 - 1 + ky in [4, 5] for ky in 0..2: oy in [2, 3]; ox*2 - 1 + kx in [-1, 0]: ox = 0 */
-    EXPECT_EQ_INT(w.oy0, 2);
-    EXPECT_EQ_INT(w.oy1, 3);
-    EXPECT_EQ_INT(w.ox0, 0);
-    EXPECT_EQ_INT(w.ox1, 0);
-    /* 1.99: floor(2.49) = 2 below, ceil(2.49) = 3 above */
-    w = dt_scan_window_make(&ch, 1.99f, 1.99f, 0, 0);
-    EXPECT_EQ_INT(w.ylo, -2);
-    EXPECT_EQ_INT(w.yhi, 3);
-    EXPECT_EQ_INT(w.oy0, 0);
-    EXPECT_EQ_INT(w.oy1, 2);
-    const float every[3] = {NAN, -1.0f, 1e30f};
-    for (int e = 0; e < 3; e++) {
-        w = dt_scan_window_make(&ch, every[e], 0.0f, 3, 3);
-        EXPECT_MSG(w.oy0 == 0 && w.oy1 == ch.Ho - 1 && w.ylo == INT32_MIN && w.yhi == INT32_MAX,
-                   "bound %g: window [%d, %d] of %d rows, not every row", every[e], w.oy0, w.oy1, ch.Ho);
-    }
-    w = dt_scan_window_make(&ch, INFINITY, INFINITY, 3, 3);
-    EXPECT(w.ox0 == 0 && w.ox1 == ch.Wo - 1);
-    /* a target far below the image: an empty window, not a negative count */
-    w = dt_scan_window_make(&ch, 0.0f, 0.0f, 40, 40);
-    EXPECT(w.oy0 > w.oy1 && w.ox0 > w.ox1);
-    EXPECT_EQ_INT(dt_scan_floor_div(-1, 2), -1);
-    EXPECT_EQ_INT(dt_scan_floor_div(-4, 2), -2);
-    EXPECT_EQ_INT(dt_scan_floor_div(-5, 2), -3);
-    EXPECT_EQ_INT(dt_scan_floor_div(5, 2), 2);
-}
-
 /* ---- the layer ---- */
 
 /* Layer inputs with offsets near +-0.5 px (away from kinks) that vary a little with x. */
@@ -398,11 +226,11 @@ DT_TEST(deft_layer_matches_unfused_every_knob) {
         layer_inputs(&l, c->n, c->h, c->w, in);
         dt_deform_knobs k0 = dt_deform_knobs_default();
         op_out ref = run_layer(&l, in, DT_DEFORM_UNFUSED, &k0);
-        for (int m = 0; m < 10; m++) { /* 8, 9: the scan, unfused and fused */
+        for (int m = 0; m < 8; m++) {
             dt_deform_knobs k = dt_deform_knobs_default();
-            k.dx = m >= 8 ? DT_DX_SCAN : m & 1 ? DT_DX_ATOMIC : DT_DX_GATHER;
-            k.fuse_offset = m >= 8 ? m & 1 : !!(m & 2);
-            k.stage = m < 8 && (m & 4);
+            k.dx = m & 1 ? DT_DX_ATOMIC : DT_DX_GATHER;
+            k.fuse_offset = !!(m & 2);
+            k.stage = !!(m & 4);
             op_out o = run_layer(&l, in, DT_DEFORM_DEFT, &k);
             char what[160];
             snprintf(what, sizeof what, "deft layer v%d G%d s%d d%d [dx %s fuse %d stage %d]", version, c->groups,
@@ -486,14 +314,9 @@ DT_TEST(deform_plan_chunks_and_errors) {
     k = dt_deform_knobs_default();
     EXPECT(!dt_deform_plan_init(&p, 100000, 4, 64, 64, 4, dt_geom(3, 1, 1, 1), 1, 0, DT_DEFORM_DEFT, &k, (size_t)1 << 50));
     EXPECT(p.nb * p.P * p.K * p.G < INT32_MAX && p.nb * (p.H + 1) * (p.W + 1) < INT32_MAX);
-    /* deterministic forces the gather over the atomics, and keeps the scan (the gather's bits) */
+    /* deterministic forces the gather */
     k.dx = DT_DX_ATOMIC;
     k.deterministic = 1;
     EXPECT(!dt_deform_plan_init(&p, 1, 4, 8, 8, 4, dt_geom(3, 1, 1, 1), 1, 0, DT_DEFORM_DEFT, &k, 1 << 20));
     EXPECT_EQ_INT(p.dx, DT_DX_GATHER);
-    k.dx = DT_DX_SCAN;
-    EXPECT(!dt_deform_plan_init(&p, 1, 4, 8, 8, 4, dt_geom(3, 1, 1, 1), 1, 0, DT_DEFORM_DEFT, &k, 1 << 20));
-    EXPECT_EQ_INT(p.dx, DT_DX_SCAN);
-    EXPECT_EQ_INT(dt_deform_dx_parse("scan"), DT_DX_SCAN);
-    EXPECT(!strcmp(dt_deform_dx_name(DT_DX_SCAN), "scan"));
 }

@@ -8,11 +8,7 @@
  *   gemm     the main dW GEMM on channels-last columns: dW = dYT^T col vs dW^T = col^T dYT
  *   gather   the dx gather (the library's k_gather, a lane a vector) against the lab's
  *            k_gather_ahead: 4 hits loaded ahead (2 for 256 channels), rows grid-strided or in a
- *            contiguous range a block; and the index's whole cost (index build + k_gather)
- *            against the scan's (k_offset_bound + k_gather_scan, dx=scan: no index), f32 and
- *            bf16, at offsets uniform in +-2 px (the bound ~2) and, for the scan, +-4 and +-8:
- *            how its window's cost grows. The scan is validated against k_gather on each
- *            ResNet-18 shape and offset spread first, bit for bit (dx and D); a mismatch exits 1
+ *            contiguous range a block
  *   sample   the sampling with a lane a vector (the library's k_sample at 16 or 32 lanes,
  *            strided; k_sample_blocked: the library's row body in blocked rows) against the
  *            product's (about 4 vectors a lane)
@@ -542,66 +538,21 @@ static void validate_sampler(int batch, const char *only) {
     }
 }
 
-/* om [Q, OCS] with offsets uniform in +-spread px (the scan's bound ~spread), no mask. */
-static float *om_uniform(const dt_deform_plan *p, int64_t nb, float spread, uint64_t seed) {
-    dt_rng r;
-    dt_rng_seed(&r, seed);
-    const int64_t Q = nb * p->P;
-    float *om = (float *)calloc((size_t)(Q * p->OCS), sizeof(float));
-    for (int64_t q = 0; q < Q; q++)
-        for (int64_t j = 0; j < 2 * p->GK; j++) om[q * p->OCS + j] = spread * (2.0f * dt_rng_uniform(&r) - 1.0f);
-    return om;
-}
-
-static int g_scan_bad; /* scan validations that failed: the lab exits 1 */
-
-/* The scan against k_gather on plan q's chunk (the lab's inputs x, col of q's dtype), offsets
- * om: dx (an fp32 sum, as the layer's) and D bit for bit, both poisoned with NaN first. */
-static void validate_scan(const char *shape, const char *spread, const dt_deform_plan *q, int64_t nb, const float *om,
-                          const void *x, const void *col, void *iws, float *bound) {
-    const int64_t nx = nb * q->H * q->W * q->C, S = nb * q->P * q->K * q->G;
-    float *dx[2], *D[2];
-    for (int v = 0; v < 2; v++) {
-        dx[v] = (float *)dt_gpu_malloc(nx * 4), D[v] = (float *)dt_gpu_malloc(S * 16);
-        dt_memset_gpu(dx[v], 0xff, nx * 4), dt_memset_gpu(D[v], 0xff, S * 16);
-    }
-    dt_deform_index idx;
-    dt_deform_index_build_cuda(q, nb, om, iws, &idx);
-    dt_deform_gather_dx_cuda(q, nb, &idx, x, col, 0.0f, dx[0], DT_F32, D[0]);
-    dt_deform_offset_bound_cuda(q, nb, om, bound);
-    dt_deform_gather_scan_cuda(q, nb, om, bound, x, col, 0.0f, dx[1], DT_F32, D[1]);
-    void *h[4];
-    const size_t bytes[4] = {(size_t)nx * 4, (size_t)nx * 4, (size_t)S * 16, (size_t)S * 16};
-    const void *d[4] = {dx[0], dx[1], D[0], D[1]};
-    for (int e = 0; e < 4; e++) h[e] = malloc(bytes[e]), dt_copy_d2h(h[e], d[e], bytes[e]);
-    float hb[2];
-    dt_copy_d2h(hb, bound, sizeof hb);
-    const int same_dx = !memcmp(h[0], h[1], bytes[0]), same_d = !memcmp(h[2], h[3], bytes[2]);
-    g_scan_bad += !(same_dx && same_d);
-    printf("validate scan %-4s %s %s: bound (%.2f, %.2f) px  dx %s  D %s\n", shape, dt_dtype_name(q->dtype), spread, hb[0],
-           hb[1], same_dx ? "same bits" : "DIFFERS", same_d ? "same bits" : "DIFFERS");
-    for (int e = 0; e < 4; e++) free(h[e]);
-    for (int v = 0; v < 2; v++) dt_gpu_free(dx[v]), dt_gpu_free(D[v]);
-}
-
 /* ------------------------------------------------------------------ timing */
 
 enum { T_FWD_L, T_FWD_T, T_DW_L, T_DW_T, T_DX_L, T_DX_T, T_GEMM_DW, T_GEMM_DWT, T_GATHER0, T_GATHER1, T_GATHER2,
-       T_GATHER_P, T_INDEX_GATHER2, T_INDEX_GATHER8, T_SCAN2, T_SCAN4, T_SCAN8, T_INDEX_GATHER2_B, T_SCAN2_B, T_SAMPLE0, T_SAMPLE1, T_SAMPLE_P, T_SAMPLE_B, T_GATHER_B, T_GATHER_BS, T_FWD_B, T_DW_B, T_DX_B,
+       T_GATHER_P, T_SAMPLE0, T_SAMPLE1, T_SAMPLE_P, T_SAMPLE_B, T_GATHER_B, T_GATHER_BS, T_FWD_B, T_DW_B, T_DX_B,
        T_BRIDGE_X, T_BRIDGE_DX, T_SAMPLER_BLAS, T_SAMPLER_COLS, T_SAMPLER_FUSED, T_N };
 static const char *NAMES[T_N] = {"offconv fwd, lanes", "offconv fwd, tiles", "offconv dW+db, lanes", "offconv dW+db, tiles",
                                  "offconv dx, lanes", "offconv dx, tiles", "main dW = dYT^T col", "main dW^T = col^T dYT",
                                  "gather 1 vec/lane strided", "gather 1 vec/lane, HB4", "gather 1 vec/lane, blocked",
-                                 "gather (product)", "index + gather, +-2 px", "index + gather, +-8 px",
-                                 "bound + scan, +-2 px", "bound + scan, +-4 px", "bound + scan, +-8 px",
-                                 "bf16 index + gather, +-2", "bf16 bound + scan, +-2", "sample 1 vec/lane", "sample 1 vec/lane, blocked", "sample (product)",
+                                 "gather (product)", "sample 1 vec/lane", "sample 1 vec/lane, blocked", "sample (product)",
                                  "bf16 sample", "bf16 gather -> bf16 dx", "bf16 gather -> fp32 sum",
                                  "bf16 offconv fwd (tc)", "bf16 offconv dW+db (tc)", "bf16 offconv dx + sum (tc)",
                                  "bridge: x to fp32 (gone)", "bridge: dx to bf16 (gone)",
                                  "k_sample + cuBLAS (no bias)", "k_sample + engine GEMM", "engine, sampling producer"};
 static const char *GROUP[T_N] = {"offconv", "offconv", "offconv", "offconv", "offconv", "offconv", "gemm", "gemm",
-                                 "gather", "gather", "gather", "gather", "gather", "gather", "gather", "gather",
-                                 "gather", "gather", "gather", "sample", "sample", "sample",
+                                 "gather", "gather", "gather", "gather", "sample", "sample", "sample",
                                  "bf16", "bf16", "bf16", "bf16", "bf16", "bf16", "bf16", "bf16",
                                  "sampler", "sampler", "sampler"};
 
@@ -615,10 +566,6 @@ typedef struct {
     float *bias;           /* [Cout] */
     void *ws;
     dt_deform_index idx;
-    float *om_u[3]; /* the scan's rows: offsets uniform in +-2, +-4, +-8 px */
-    void *iws;      /* the index's workspace (the index rows rebuild it) */
-    float *bound;   /* [2] the scan's bound */
-    dt_deform_index idx_u; /* the index rows' index */
 } arg;
 
 static void run(void *v) {
@@ -640,21 +587,6 @@ static void run(void *v) {
         gather_variant(w - T_GATHER0, p, a->nb, &a->idx, a->xT, a->col, a->dxT, a->D);
         break;
     case T_GATHER_P: dt_deform_gather_dx_cuda(p, a->nb, &a->idx, a->xT, a->col, 0.0f, a->dxT, DT_F32, a->D); break;
-    case T_INDEX_GATHER2: case T_INDEX_GATHER8: case T_INDEX_GATHER2_B: {
-        const dt_deform_plan *q = w == T_INDEX_GATHER2_B ? &a->pb : p;
-        dt_deform_index_build_cuda(q, a->nb, a->om_u[w == T_INDEX_GATHER8 ? 2 : 0], a->iws, &a->idx_u);
-        dt_deform_gather_dx_cuda(q, a->nb, &a->idx_u, q == p ? a->xT : a->xh, q == p ? a->col : a->colh, 0.0f, a->dxT,
-                                 DT_F32, a->D);
-        break;
-    }
-    case T_SCAN2: case T_SCAN4: case T_SCAN8: case T_SCAN2_B: {
-        const dt_deform_plan *q = w == T_SCAN2_B ? &a->pb : p;
-        const float *om = a->om_u[w == T_SCAN4 ? 1 : w == T_SCAN8 ? 2 : 0];
-        dt_deform_offset_bound_cuda(q, a->nb, om, a->bound);
-        dt_deform_gather_scan_cuda(q, a->nb, om, a->bound, q == p ? a->xT : a->xh, q == p ? a->col : a->colh, 0.0f,
-                                   a->dxT, DT_F32, a->D);
-        break;
-    }
     case T_SAMPLE0: case T_SAMPLE1: sample_variant(w - T_SAMPLE0, p, a->nb, a->xT, a->om, a->col); break;
     case T_SAMPLE_P: dt_deform_sample_nhwc_cuda(p, a->nb, a->xT, a->om, a->col); break;
     case T_SAMPLE_B: dt_deform_sample_nhwc_cuda(&a->pb, a->nb, a->xh, a->om, a->colh); break;
@@ -680,7 +612,7 @@ static void run(void *v) {
     dt_offconv_use_tiles(1);
 }
 
-static void time_shapes(int batch, int reps, const char *only, const char *what, int validate) {
+static void time_shapes(int batch, int reps, const char *only, const char *what) {
     double t[7][T_N];
     int shown[7], ns = 0;
     for (int si = 0; si < 7; si++) {
@@ -719,18 +651,6 @@ static void time_shapes(int batch, int reps, const char *only, const char *what,
         a.ws = dt_gpu_malloc(wmax > w3 ? wmax : w3);
         void *iws = dt_gpu_malloc(w2);
         dt_deform_index_build_cuda(p, nb, a.om, iws, &a.idx);
-        const int scan = has_group(what, "gather");
-        if (scan) {
-            static const float SPREAD[3] = {2.0f, 4.0f, 8.0f};
-            static const char *SNAME[3] = {"+-2 px", "+-4 px", "+-8 px"};
-            a.iws = dt_gpu_malloc(w2 > dt_deform_index_ws_bytes_cuda(&a.pb, nb) ? w2 : dt_deform_index_ws_bytes_cuda(&a.pb, nb));
-            a.bound = (float *)dt_gpu_malloc(2 * sizeof(float));
-            for (int u = 0; u < 3; u++) {
-                a.om_u[u] = up(h = om_uniform(p, nb, SPREAD[u], 30 + 3 * si + u), Q * p->OCS), free(h);
-                if (validate) validate_scan(sh->name, SNAME[u], p, nb, a.om_u[u], a.xT, a.col, a.iws, a.bound);
-            }
-            if (validate) validate_scan(sh->name, SNAME[0], &a.pb, nb, a.om_u[0], a.xh, a.colh, a.iws, a.bound);
-        }
         double scale = (double)batch / nb;
         for (int w = 0; w < T_N; w++) {
             a.which = w;
@@ -742,10 +662,6 @@ static void time_shapes(int batch, int reps, const char *only, const char *what,
         dt_gpu_free(a.xh), dt_gpu_free(a.colh), dt_gpu_free(a.dxh), dt_gpu_free(a.wh), dt_gpu_free(a.yh), dt_gpu_free(a.bias);
         dt_gpu_free(a.ws);
         dt_gpu_free(iws);
-        if (scan) {
-            for (int u = 0; u < 3; u++) dt_gpu_free(a.om_u[u]);
-            dt_gpu_free(a.iws), dt_gpu_free(a.bound);
-        }
         ns++;
     }
     printf("\n## lab timings (ms for the whole batch of %d)\n%-26s", batch, "kernel");
@@ -786,9 +702,10 @@ int main(int argc, char **argv) {
         if (has_group(what, "bf16")) validate_bf16();
         if (has_group(what, "sampler")) validate_sampler(batch, only);
     }
-    time_shapes(batch, reps, only, what, validate);
-    if (g_scan_bad) printf("\nscan: %d validation(s) FAILED\n", g_scan_bad);
-    if (g_sampler_bad) printf("\nsampler: %d validation(s) FAILED\n", g_sampler_bad);
-    if (g_scan_bad || g_sampler_bad) return 1;
+    time_shapes(batch, reps, only, what);
+    if (g_sampler_bad) {
+        printf("\nsampler: %d validation(s) FAILED\n", g_sampler_bad);
+        return 1;
+    }
     return 0;
 }

@@ -245,30 +245,6 @@ __global__ void k_offset_grads(dt_deform_chunk c, const float *__restrict__ om, 
     }
 }
 
-/* ------------------------------------------------------------------ the scan's offset bound */
-
-/* bound[0] = max |dy|, bound[1] = max |dx| over the Q*G*K (dy, dx) pairs of om [Q, OCS] (zeroed by
- * the caller). fmaxf drops NaN (a NaN offset's sample reads no pixel: in no key); an infinite one
- * gives inf (the scan then takes every position). The maxima of non-negative floats as their bit
- * patterns (ordered alike), by atomicMax: the result does not depend on the order. */
-__global__ void k_offset_bound(dt_deform_chunk c, const float *__restrict__ om, unsigned *__restrict__ bound) {
-    float my = 0.0f, mx = 0.0f;
-    DT_GRID_STRIDE(e, (int64_t)c.Q * c.GK) { /* Q*G*K = S < 2^31: 32-bit division */
-        const int q = (int)e / c.GK, j = (int)e - q * c.GK;
-        const float2 d = __ldg(reinterpret_cast<const float2 *>(om + (int64_t)q * c.OCS) + j);
-        my = fmaxf(my, fabsf(d.x));
-        mx = fmaxf(mx, fabsf(d.y));
-    }
-    for (int o = 16; o > 0; o >>= 1) {
-        my = fmaxf(my, __shfl_xor_sync(0xffffffffu, my, o));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    }
-    if ((threadIdx.x & 31u) == 0) {
-        atomicMax(bound, __float_as_uint(my));
-        atomicMax(bound + 1, __float_as_uint(mx));
-    }
-}
-
 /* ------------------------------------------------------------------ atomic scatter */
 
 /* x and dcol of T; dxT fp32 (the atomics' sums; NULL: dom only). */
@@ -484,10 +460,9 @@ void dt_deform_index_build_cuda(const dt_deform_plan *p, int64_t nb, const float
 
 }  // extern "C"
 
-/* idx: the index (k_gather), or NULL: the scan (k_gather_scan) of om under bound. */
 template <typename T, typename TO>
-static void gather_dx(const dt_deform_plan *p, int64_t nb, const dt_deform_index *idx, const float *om,
-                      const float *bound, const T *xT, const T *dcolT, float beta, TO *dxT, float *D) {
+static void gather_dx(const dt_deform_plan *p, int64_t nb, const dt_deform_index *idx, const T *xT, const T *dcolT,
+                      float beta, TO *dxT, float *D) {
     dt_deform_chunk c = dt_deform_chunk_make(p, nb);
     int64_t rows = (int64_t)c.npix * c.G;
     if (rows <= 0) return;
@@ -495,11 +470,9 @@ static void gather_dx(const dt_deform_plan *p, int64_t nb, const dt_deform_index
     /* a lane a vector here (the row kernels' 4 a lane was measured 2x slower for the gather) */
     int64_t nv = v4 ? p->Cg / 4 : p->Cg;
     int L = dt_lanes_for(nv, 4);
-#define GATHER(V, VPL)                                                                                              \
-    DISPATCH_L(L, if (idx) k_gather<V, L_, VPL, T, TO><<<blocks_for_rows(rows, L_), THREADS, 0, dt_stream()>>>(     \
-                      c, idx->order, idx->start, idx->wm, xT, dcolT, beta, dxT, D);                                 \
-               else k_gather_scan<V, L_, VPL, T, TO><<<blocks_for_rows(rows, L_), THREADS, 0, dt_stream()>>>(       \
-                      c, om, bound, xT, dcolT, beta, dxT, D))
+#define GATHER(V, VPL)                                                                                           \
+    DISPATCH_L(L, k_gather<V, L_, VPL, T, TO><<<blocks_for_rows(rows, L_), THREADS, 0, dt_stream()>>>(          \
+                      c, idx->order, idx->start, idx->wm, xT, dcolT, beta, dxT, D))
     if (v4) {
         if (nv <= L) { GATHER(4, 1); }
         else { GATHER(4, 4); }
@@ -513,40 +486,15 @@ static void gather_dx(const dt_deform_plan *p, int64_t nb, const dt_deform_index
 
 extern "C" {
 
-/* Both gathers: the index's (idx) or the scan's (om, bound). */
-static void gather_either(const dt_deform_plan *p, int64_t nb, const dt_deform_index *idx, const float *om,
-                          const float *bound, const void *xT, const void *dcolT, float beta, void *dx, dt_dtype dx_dtype,
-                          float *D) {
+void dt_deform_gather_dx_cuda(const dt_deform_plan *p, int64_t nb, const dt_deform_index *idx, const void *xT,
+                              const void *dcolT, float beta, void *dx, dt_dtype dx_dtype, float *D) {
     if (dx_dtype != p->dtype && dx_dtype != DT_F32)
         dt_fatal("deform gather: dx in %s for a %s plan (its dtype, or f32)", dt_dtype_name(dx_dtype), dt_dtype_name(p->dtype));
     dt_dispatch_plan_dtype(p->dtype, [&](auto *tag) {
         typedef DT_TAG_TYPE(tag) T;
-        if (dx_dtype == DT_F32) gather_dx(p, nb, idx, om, bound, (const T *)xT, (const T *)dcolT, beta, (float *)dx, D);
-        else gather_dx(p, nb, idx, om, bound, (const T *)xT, (const T *)dcolT, beta, (T *)dx, D);
+        if (dx_dtype == DT_F32) gather_dx(p, nb, idx, (const T *)xT, (const T *)dcolT, beta, (float *)dx, D);
+        else gather_dx(p, nb, idx, (const T *)xT, (const T *)dcolT, beta, (T *)dx, D);
     });
-}
-
-void dt_deform_gather_dx_cuda(const dt_deform_plan *p, int64_t nb, const dt_deform_index *idx, const void *xT,
-                              const void *dcolT, float beta, void *dx, dt_dtype dx_dtype, float *D) {
-    gather_either(p, nb, idx, NULL, NULL, xT, dcolT, beta, dx, dx_dtype, D);
-}
-
-void dt_deform_gather_scan_cuda(const dt_deform_plan *p, int64_t nb, const float *om, const float *bound, const void *xT,
-                                const void *dcolT, float beta, void *dx, dt_dtype dx_dtype, float *D) {
-    gather_either(p, nb, NULL, om, bound, xT, dcolT, beta, dx, dx_dtype, D);
-}
-
-/* The grid from the sizes alone (at most 4 blocks an SM: few atomics), the bound left in device
- * memory: nothing waits for the host, and a CUDA graph can capture it. */
-void dt_deform_offset_bound_cuda(const dt_deform_plan *p, int64_t nb, const float *om, float *bound) {
-    dt_deform_chunk c = dt_deform_chunk_make(p, nb);
-    DT_CHECK(cudaMemsetAsync(bound, 0, 2 * sizeof(float), dt_stream()));
-    if (c.Q <= 0 || c.GK <= 0) return;
-    int64_t n = (int64_t)c.Q * c.GK, cap = 4 * (int64_t)dt_gpu_sm_count();
-    int blocks = dt_grid_for(n, 256);
-    if (blocks > cap) blocks = (int)cap;
-    k_offset_bound<<<blocks, 256, 0, dt_stream()>>>(c, om, (unsigned *)bound);
-    DT_CHECK_LAUNCH();
 }
 
 void dt_deform_offset_grads_cuda(const dt_deform_plan *p, int64_t nb, const float *om, const float *D, int mask_logits,

@@ -1,11 +1,9 @@
 /* deform_nhwc.cuh: the row kernels of the channels-last deformable path - the sampling
- * (k_sample, a row a sample, its body sample_row) and the dx gather, a row a (pixel, group):
- * through the inverse index (k_gather, dx=gather) or by scanning the offsets for the row's
- * samples (k_gather_scan, dx=scan), the two sharing their hit body (gather_hit) - shared by their
- * launchers (deform_nhwc.cu: contracts in deform_nhwc.h, thread mapping in its header comment)
- * and the deformable kernel lab (bench/lab/deform_lab.cu, which runs them at other lane counts
- * beside its own variants of the row walk and the gather's hit loop). Included by .cu files
- * only. */
+ * (k_sample, a row a sample, its body sample_row) and the dx gather (k_gather, a row a (pixel,
+ * group)) - shared by their launchers (deform_nhwc.cu: contracts in deform_nhwc.h, thread
+ * mapping in its header comment) and the deformable kernel lab (bench/lab/deform_lab.cu, which
+ * runs them at other lane counts beside its own variants of the row walk and the gather's hit
+ * loop). Included by .cu files only. */
 #ifndef DT_K_DEFORM_NHWC_CUH
 #define DT_K_DEFORM_NHWC_CUH
 
@@ -13,7 +11,6 @@
 
 #include "core/dt_lanes.cuh"
 #include "ops/deform/deform_chunk.h"
-#include "ops/deform/deform_scan.h"
 
 namespace dt_deft {
 
@@ -74,22 +71,16 @@ __global__ void __launch_bounds__(THREADS) k_sample(dt_deform_chunk c, const T *
 
 /* ------------------------------------------------------------------ gather */
 
-/* The gather's row r = (pixel pix of the chunk, offset group g), r = pix*G + g: pix = (i*H + iy)*W +
- * ix. Returns the index key of the samples whose top-left corner is the pixel; the pixel is
- * corner t - the top-left (t=0), top-right (1), bottom-left (2) or bottom-right (3) - of the
- * samples whose top-left is (iy - t/2, ix - t%2), key gather_key(c, base, t). */
-__device__ __forceinline__ int64_t gather_pixel(const dt_deform_chunk &c, int r, uint32_t &pix, int &g, int &i, int &iy,
-                                                int &ix) {
+/* The gather's row r = (pixel pix of the chunk, offset group g), r = pix*G + g. Returns the
+ * index key of the samples whose top-left corner is the pixel; the pixel is corner t - the
+ * top-left (t=0), top-right (1), bottom-left (2) or bottom-right (3) - of the samples whose
+ * top-left is (iy - t/2, ix - t%2), key gather_key(c, base, t). */
+__device__ __forceinline__ int64_t gather_row(const dt_deform_chunk &c, int r, uint32_t &pix, int &g) {
     uint32_t rest, iu;
     g = (int)dt_fastdiv_divmod((uint32_t)r, c.fG, &pix);
-    ix = (int)dt_fastdiv_divmod(pix, c.fW, &rest);
-    iy = (int)dt_fastdiv_divmod(rest, c.fH, &iu);
-    i = (int)iu;
-    return ((int64_t)(i * c.G + g) * (c.H + 1) + iy + 1) * (c.W + 1) + ix + 1;
-}
-__device__ __forceinline__ int64_t gather_row(const dt_deform_chunk &c, int r, uint32_t &pix, int &g) {
-    int i, iy, ix;
-    return gather_pixel(c, r, pix, g, i, iy, ix);
+    const int ix = (int)dt_fastdiv_divmod(pix, c.fW, &rest);
+    const int iy = (int)dt_fastdiv_divmod(rest, c.fH, &iu);
+    return ((int64_t)((int)iu * c.G + g) * (c.H + 1) + iy + 1) * (c.W + 1) + ix + 1;
 }
 __device__ __forceinline__ int64_t gather_key(const dt_deform_chunk &c, int64_t base, int t) {
     return base - (t & 1) - (t >> 1) * (c.W + 1);
@@ -115,33 +106,6 @@ __device__ __forceinline__ void gather_end(TO *out, int v0, int lane, int NV, co
         int v = v0 + lane + u * L;
         if (v < NV) cstore_beta(out, v, acc[u], beta);
     }
-}
-
-/* One hit of the row's channel chunk v0: sample s at corner t with weight w (corner weight x
- * mask) - acc += w * its dcol vectors, and D[4s + t] = its dcol row . x's row over the group's
- * channels (added to for the chunks past the first). The group's lanes call it together. Both
- * gathers run it, so the same hits in the same order give the same bits. */
-template <int L, int VPL, typename T, typename V>
-__device__ __forceinline__ void gather_hit(const dt_deform_chunk &c, const T *__restrict__ dcolT, uint32_t s, int t,
-                                           float w, int g, int v0, int lane, int NV, const V (&xv)[VPL], V (&acc)[VPL],
-                                           unsigned mask, float *__restrict__ D) {
-    /* s = (q*K + k)*G + g: its dcol row segment starts at (q*K + k)*C + g*Cg */
-    uint32_t qk;
-    dt_fastdiv_divmod(s, c.fG, &qk);
-    const T *row = dcolT + (int64_t)qk * c.C + (int64_t)g * c.Cg;
-    float part = 0.0f;
-#pragma unroll
-    for (int u = 0; u < VPL; u++) {
-        int v = v0 + lane + u * L;
-        if (v < NV) {
-            V d;
-            cload(row, v, d);
-            vfma(acc[u], w, d);
-            part += vdot(d, xv[u]);
-        }
-    }
-    part = group_sum<L>(part, mask);
-    if (lane == 0) D[4 * (int64_t)s + t] = v0 == 0 ? part : D[4 * (int64_t)s + t] + part;
 }
 
 /* A group of L lanes per (pixel, offset group), a vector a lane (VPL = 4 when the group is
@@ -172,69 +136,24 @@ __global__ void __launch_bounds__(THREADS) k_gather(dt_deform_chunk c, const uin
                 const uint32_t e1 = __ldg(start + key + 1);
                 for (uint32_t e = __ldg(start + key); e < e1; e++) {
                     const uint32_t s = __ldg(order + e);
-                    gather_hit<L>(c, dcolT, s, t, __ldg(wm + 4 * (int64_t)s + t), g, v0, lane, NV, xv, acc, mask, D);
-                }
-            }
-            if (out) gather_end<L>(out, v0, lane, NV, acc, beta);
-        }
-    }
-}
-
-/* k_gather without the index: the same rows, lanes, hits and order, the hits found by scanning
- * the offsets (deform_scan.h). For corner t (outer, as k_gather), the group walks the window's
- * position rows oy in increasing order; in each, the candidates j = (ox - ox0)*K + k, in
- * increasing (ox, k) - increasing sample id s = (q*K + k)*G + g, q = (i*Ho + oy)*Wo + ox - are
- * tested L at a time, candidate j0 + lane by lane `lane` (dt_scan_hit: the index's key test);
- * a ballot collects the group's hits and the whole group sums them in lane order, that is in
- * increasing s: the index's order within a key. bound [2] = (max |dy|, max |dx|) of the chunk's
- * offsets (dt_deform_offset_bound, device memory: no host synchronization, the grid does not
- * depend on it). Same types and outputs as k_gather. */
-template <int VEC, int L, int VPL, typename T, typename TO>
-__global__ void __launch_bounds__(THREADS) k_gather_scan(dt_deform_chunk c, const float *__restrict__ om,
-                                                        const float *__restrict__ bound, const T *__restrict__ xT,
-                                                        const T *__restrict__ dcolT, float beta, TO *__restrict__ dxT,
-                                                        float *__restrict__ D) {
-    typedef typename dt_vec<VEC>::T V;
-    const int lane = threadIdx.x % L, NV = c.Cg / VEC;
-    const unsigned mask = group_mask<L>();
-    const int first = (int)(threadIdx.x & 31u) & ~(L - 1); /* the group's first lane in the warp */
-    const float hy = __ldg(bound), hx = __ldg(bound + 1);
-    DT_DEFT_FOR_ROWS(r, c.npix * c.G, L) {
-        uint32_t pix;
-        int g, i, iy, ix;
-        const int64_t base = gather_pixel(c, r, pix, g, i, iy, ix);
-        const T *xr = xT + (int64_t)pix * c.C + (int64_t)g * c.Cg;
-        TO *out = dxT ? dxT + (int64_t)pix * c.C + (int64_t)g * c.Cg : nullptr;
-        for (int v0 = 0; v0 < NV; v0 += L * VPL) {
-            V xv[VPL], acc[VPL];
-            gather_begin<L>(xr, v0, lane, NV, xv, acc);
-            for (int t = 0; t < 4; t++) {
-                const uint32_t key = (uint32_t)gather_key(c, base, t);
-                const dt_scan_window w = dt_scan_window_make(&c, hy, hx, iy - (t >> 1), ix - (t & 1));
-                const int n = w.ox1 >= w.ox0 ? (w.ox1 - w.ox0 + 1) * c.K : 0; /* candidates of a position row */
-                for (int oy = w.oy0; oy <= w.oy1; oy++) {
-                    const int q0 = (i * c.Ho + oy) * c.Wo + w.ox0;
-                    for (int j0 = 0; j0 < n; j0 += L) {
-                        const int j = j0 + lane;
-                        uint32_t s = 0;
-                        float wt = 0.0f;
-                        int hit = 0;
-                        if (j < n) {
-                            uint32_t dox;
-                            const int k = (int)dt_fastdiv_divmod((uint32_t)j, c.fK, &dox);
-                            const int q = q0 + (int)dox;
-                            hit = dt_scan_hit(&c, &w, om, q, oy, w.ox0 + (int)dox, k, g, t, key, &wt);
-                            s = ((uint32_t)q * c.K + k) * c.G + g;
-                        }
-                        unsigned hits = (__ballot_sync(mask, hit) & mask) >> first; /* bit l: lane l's candidate */
-                        while (hits) {
-                            const int src = __ffs(hits) - 1; /* the lowest candidate left: increasing s */
-                            hits &= hits - 1;
-                            const uint32_t hs = __shfl_sync(mask, s, src, L);
-                            const float hw = __shfl_sync(mask, wt, src, L);
-                            gather_hit<L>(c, dcolT, hs, t, hw, g, v0, lane, NV, xv, acc, mask, D);
+                    const float w = __ldg(wm + 4 * (int64_t)s + t);
+                    /* s = (q*K + k)*G + g: its dcol row segment starts at (q*K + k)*C + g*Cg */
+                    uint32_t qk;
+                    dt_fastdiv_divmod(s, c.fG, &qk);
+                    const T *row = dcolT + (int64_t)qk * c.C + (int64_t)g * c.Cg;
+                    float part = 0.0f;
+#pragma unroll
+                    for (int u = 0; u < VPL; u++) {
+                        int v = v0 + lane + u * L;
+                        if (v < NV) {
+                            V d;
+                            cload(row, v, d);
+                            vfma(acc[u], w, d);
+                            part += vdot(d, xv[u]);
                         }
                     }
+                    part = group_sum<L>(part, mask);
+                    if (lane == 0) D[4 * (int64_t)s + t] = v0 == 0 ? part : D[4 * (int64_t)s + t] + part;
                 }
             }
             if (out) gather_end<L>(out, v0, lane, NV, acc, beta);

@@ -25,13 +25,6 @@
  *                 and writes its gradient once - no atomics, bitwise deterministic. It also
  *                 stores D [S, 4]: D[s][c] = the dot product of sample s's dcol row with x at
  *                 its corner c (over the group's channels), from which:
- *   gather_scan   the same without the index (dx=scan): for each corner, the pixel's row
- *                 scans the positions and taps whose sample can have that top-left corner under
- *                 offset_bound's bound (deform_scan.h: a window, then the index's own key test)
- *                 in increasing sample id, so the same hits in the same order: dx and D bit
- *                 for bit those of gather_dx. offset_bound [2] = (max |dy|, max |dx|) over the
- *                 chunk's offsets (fp32, NaN ignored, inf kept), computed on the device into
- *                 device memory (no host synchronization: capturable)
  *   offset_grads  dom [Q, OCS]: d offset = m * sum_c dw_c/d(y or x) * D[c], d mask =
  *                 sum_c w_c * D[c] (times m(1 - m) for mask logits), corners in a fixed order
  *   scatter_dx    the alternative: dxT += adjoint with float4 atomics into an fp32 dxT
@@ -80,12 +73,6 @@ static inline int64_t dt_deform_index_keys(const dt_deform_plan *p, int64_t nb) 
      * sum another kernel finishes; NULL: only D is wanted); D [S, 4] */                                            \
     void dt_deform_gather_dx_##sfx(const dt_deform_plan *p, int64_t nb, const dt_deform_index *idx, const void *xT,  \
                                    const void *dcolT, float beta, void *dx, dt_dtype dx_dtype, float *D);            \
-    /* bound [2] = (max |dy|, max |dx|) over om's (dy, dx) columns; fp32 in the device's memory */                 \
-    void dt_deform_offset_bound_##sfx(const dt_deform_plan *p, int64_t nb, const float *om, float *bound);          \
-    /* gather_dx's outputs from om and a bound at least offset_bound's (a larger one is exact, only slower) */      \
-    void dt_deform_gather_scan_##sfx(const dt_deform_plan *p, int64_t nb, const float *om, const float *bound,      \
-                                     const void *xT, const void *dcolT, float beta, void *dx, dt_dtype dx_dtype,     \
-                                     float *D);                                                                      \
     void dt_deform_offset_grads_##sfx(const dt_deform_plan *p, int64_t nb, const float *om, const float *D,         \
                                       int mask_logits, float *dom);                                                  \
     /* xT, dcolT of p->dtype; dxT fp32 += (zero it first; NULL: only dom is wanted); dom written */                 \

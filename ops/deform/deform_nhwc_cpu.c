@@ -1,14 +1,11 @@
 /* CPU twins of deform_nhwc.h: the plainest loops over the same sample arithmetic
  * (deform_chunk.h) the CUDA kernels run. The index is a counting sort (stable by
  * construction), so the CPU and GPU indexes are identical; the gather visits a pixel's samples
- * in the same order as the GPU, summing in double. The scan (dx=scan) visits the same samples in
- * the same order without the index, by k_gather_scan's candidate logic (deform_scan.h), so its
- * results are the index gather's bit for bit. Threaded where each output has one writer.
+ * in the same order as the GPU, summing in double. Threaded where each output has one writer.
  *
  * bf16 plans: the loops run on fp32 copies of the bf16 inputs (widening is exact) and round
  * their results where the GPU rounds them - each column once, on its store; dx once, after
  * beta (dt_convert_cpu: the sum in fp32, one rounding). */
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,7 +14,6 @@
 #include "ops/deform/deform_chunk.h"
 #include "core/dt_common.h"
 #include "ops/deform/deform_nhwc.h"
-#include "ops/deform/deform_scan.h"
 #include "core/dt_parallel.h"
 #include "ops/deform/offset_conv.h"
 
@@ -35,7 +31,6 @@ typedef struct {
     const dt_deform_chunk *c;
     const dt_deform_index *idx;
     const float *xT, *om, *dcolT, *D;
-    const float *bound; /* the scan: (max |dy|, max |dx|) */
     float *colT, *dxT, *dom, *Dout;
     int mask_logits;
 } job;
@@ -115,136 +110,54 @@ void dt_deform_index_build_cpu(const dt_deform_plan *p, int64_t nb, const float 
     for (int64_t s = 0; s < S; s++) idx->order[cnt[key[s]]++] = (uint32_t)s;
 }
 
-/* One hit of a row of group g: sample s at corner t with weight w - acc += w * its dcol row (in
- * double), D[4s + t] = its dcol row . x's row xr. Both gathers run it: the same hits in the same
- * order give the same bits. */
-static void gather_hit(const job *j, int g, const float *xr, uint32_t s, int t, float w, double *acc) {
-    const dt_deform_chunk *c = j->c;
-    int q, k, gg;
-    dt_sample_decode(c, s, &q, &k, &gg);
-    const float *row = j->dcolT + (int64_t)q * c->KC + (int64_t)k * c->C + (int64_t)g * c->Cg;
-    double d = 0;
-    for (int ch = 0; ch < c->Cg; ch++) {
-        acc[ch] += (double)w * row[ch];
-        d += (double)row[ch] * xr[ch];
-    }
-    j->Dout[4 * (int64_t)s + t] = (float)d;
-}
-
-/* Row r = (pixel, group): its pixel (iy, ix) of image i, x's row and the index key of its
- * top-left-corner samples (deform_nhwc.h). */
-static int64_t gather_pixel(const job *j, int64_t r, int *g, int64_t *pix, int *i, int *iy, int *ix,
-                            const float **xr) {
-    const dt_deform_chunk *c = j->c;
-    *g = (int)(r % c->G);
-    *pix = r / c->G;
-    *ix = (int)(*pix % c->W);
-    *iy = (int)((*pix / c->W) % c->H);
-    *i = (int)(*pix / ((int64_t)c->W * c->H));
-    *xr = j->xT + *pix * c->C + (int64_t)*g * c->Cg;
-    return (((int64_t)*i * c->G + *g) * (c->H + 1) + *iy + 1) * (c->W + 1) + *ix + 1;
-}
-
-/* The key of the samples whose corner t is the row's pixel (top-left at (iy - t/2, ix - t%2)). */
-static int64_t corner_key(const dt_deform_chunk *c, int64_t base, int t) { return base - (t & 1) - (t >> 1) * (c->W + 1); }
-
 /* One (pixel, group) per index; corners 0..3 in order, samples in index order. */
 static void gather_range(void *ctx, int64_t r0, int64_t r1) {
     const job *j = ctx;
     const dt_deform_chunk *c = j->c;
     double *acc = dt_dev_alloc(DT_CPU, sizeof(double) * (size_t)c->Cg);
     for (int64_t r = r0; r < r1; r++) {
-        int g, i, iy, ix;
-        int64_t pix;
-        const float *xr;
-        const int64_t base = gather_pixel(j, r, &g, &pix, &i, &iy, &ix, &xr);
+        int g = (int)(r % c->G);
+        int64_t pix = r / c->G, ix = pix % c->W, iy = (pix / c->W) % c->H, i = pix / ((int64_t)c->W * c->H);
+        const float *xr = j->xT + pix * c->C + (int64_t)g * c->Cg;
+        int64_t base = ((i * c->G + g) * (c->H + 1) + iy + 1) * (c->W + 1) + ix + 1;
+        int64_t kc[4] = {base, base - 1, base - (c->W + 1), base - (c->W + 1) - 1};
         for (int ch = 0; ch < c->Cg; ch++) acc[ch] = 0;
-        for (int t = 0; t < 4; t++) {
-            const int64_t key = corner_key(c, base, t);
-            for (uint32_t e = j->idx->start[key]; e < j->idx->start[key + 1]; e++) {
-                const uint32_t s = j->idx->order[e];
-                gather_hit(j, g, xr, s, t, j->idx->wm[4 * (int64_t)s + t], acc);
-            }
-        }
-        float *out = j->dxT + pix * c->C + (int64_t)g * c->Cg;
-        for (int ch = 0; ch < c->Cg; ch++) out[ch] = (float)acc[ch];
-    }
-    dt_dev_free(DT_CPU, acc);
-}
-
-/* The scan (k_gather_scan's candidates, one at a time): per corner, the window's positions in
- * raster order and their taps in order - increasing sample id, the index's order within a key -
- * each decided by dt_scan_hit (deform_scan.h). */
-static void scan_range(void *ctx, int64_t r0, int64_t r1) {
-    const job *j = ctx;
-    const dt_deform_chunk *c = j->c;
-    double *acc = dt_dev_alloc(DT_CPU, sizeof(double) * (size_t)c->Cg);
-    for (int64_t r = r0; r < r1; r++) {
-        int g, i, iy, ix;
-        int64_t pix;
-        const float *xr;
-        const int64_t base = gather_pixel(j, r, &g, &pix, &i, &iy, &ix, &xr);
-        for (int ch = 0; ch < c->Cg; ch++) acc[ch] = 0;
-        for (int t = 0; t < 4; t++) {
-            const uint32_t key = (uint32_t)corner_key(c, base, t);
-            const dt_scan_window w = dt_scan_window_make(c, j->bound[0], j->bound[1], iy - (t >> 1), ix - (t & 1));
-            for (int oy = w.oy0; oy <= w.oy1; oy++)
-                for (int ox = w.ox0; ox <= w.ox1; ox++) {
-                    const int q = (i * c->Ho + oy) * c->Wo + ox;
-                    for (int k = 0; k < c->K; k++) {
-                        float wt;
-                        if (dt_scan_hit(c, &w, j->om, q, oy, ox, k, g, t, key, &wt))
-                            gather_hit(j, g, xr, ((uint32_t)q * c->K + k) * c->G + g, t, wt, acc);
-                    }
+        for (int t = 0; t < 4; t++)
+            for (uint32_t e = j->idx->start[kc[t]]; e < j->idx->start[kc[t] + 1]; e++) {
+                uint32_t s = j->idx->order[e];
+                int q, k, gg;
+                dt_sample_decode(c, s, &q, &k, &gg);
+                float w = j->idx->wm[4 * (int64_t)s + t];
+                const float *row = j->dcolT + (int64_t)q * c->KC + (int64_t)k * c->C + (int64_t)g * c->Cg;
+                double d = 0;
+                for (int ch = 0; ch < c->Cg; ch++) {
+                    acc[ch] += (double)w * row[ch];
+                    d += (double)row[ch] * xr[ch];
                 }
-        }
+                j->Dout[4 * (int64_t)s + t] = (float)d;
+            }
         float *out = j->dxT + pix * c->C + (int64_t)g * c->Cg;
         for (int ch = 0; ch < c->Cg; ch++) out[ch] = (float)acc[ch];
     }
     dt_dev_free(DT_CPU, acc);
 }
 
-/* Either gather (range: gather_range or scan_range): the adjoint in fp32 [nb, H, W, C], then
- * dx = beta*dx + it, rounded once to dx_dtype. */
-static void gather_either(const dt_deform_plan *p, int64_t nb, const dt_deform_index *idx, const float *om,
-                          const float *bound, const void *xT, const void *dcolT, float beta, void *dx,
-                          dt_dtype dx_dtype, float *D, void (*range)(void *, int64_t, int64_t)) {
+void dt_deform_gather_dx_cpu(const dt_deform_plan *p, int64_t nb, const dt_deform_index *idx, const void *xT,
+                             const void *dcolT, float beta, void *dx, dt_dtype dx_dtype, float *D) {
     if (dx_dtype != p->dtype && dx_dtype != DT_F32)
         dt_fatal("deform gather: dx in %s for a %s plan (its dtype, or f32)", dt_dtype_name(dx_dtype), dt_dtype_name(p->dtype));
     dt_deform_chunk c = dt_deform_chunk_make(p, nb);
     int64_t nx = (int64_t)c.npix * c.C;
     float *xown, *down;
+    /* the adjoint in fp32 [nb, H, W, C], then dx = beta*dx + it, rounded once to dx_dtype */
     float *t = dt_dev_alloc(DT_CPU, (size_t)(nx > 0 ? nx : 1) * sizeof(float));
-    job j = {.c = &c, .idx = idx, .xT = as_f32(p->dtype, xT, nx, &xown), .om = om, .bound = bound,
+    job j = {.c = &c, .idx = idx, .xT = as_f32(p->dtype, xT, nx, &xown),
              .dcolT = as_f32(p->dtype, dcolT, (int64_t)c.Q * c.KC, &down), .dxT = t, .Dout = D};
-    dt_parallel_for((int64_t)c.npix * c.G, 16, range, &j);
+    dt_parallel_for((int64_t)c.npix * c.G, 16, gather_range, &j);
     if (dx) dt_convert_cpu(1, 1, nx, t, DT_F32, DT_NCHW, beta, dx, dx_dtype, DT_NCHW);
     dt_dev_free(DT_CPU, t);
     dt_dev_free(DT_CPU, xown);
     dt_dev_free(DT_CPU, down);
-}
-
-void dt_deform_gather_dx_cpu(const dt_deform_plan *p, int64_t nb, const dt_deform_index *idx, const void *xT,
-                             const void *dcolT, float beta, void *dx, dt_dtype dx_dtype, float *D) {
-    gather_either(p, nb, idx, NULL, NULL, xT, dcolT, beta, dx, dx_dtype, D, gather_range);
-}
-
-void dt_deform_gather_scan_cpu(const dt_deform_plan *p, int64_t nb, const float *om, const float *bound, const void *xT,
-                               const void *dcolT, float beta, void *dx, dt_dtype dx_dtype, float *D) {
-    gather_either(p, nb, NULL, om, bound, xT, dcolT, beta, dx, dx_dtype, D, scan_range);
-}
-
-/* fmaxf drops NaN; an infinite offset gives inf (the scan's every-position window). */
-void dt_deform_offset_bound_cpu(const dt_deform_plan *p, int64_t nb, const float *om, float *bound) {
-    dt_deform_chunk c = dt_deform_chunk_make(p, nb);
-    float hy = 0.0f, hx = 0.0f;
-    for (int64_t q = 0; q < c.Q; q++)
-        for (int e = 0; e < c.GK; e++) {
-            hy = fmaxf(hy, fabsf(om[q * c.OCS + 2 * e]));
-            hx = fmaxf(hx, fabsf(om[q * c.OCS + 2 * e + 1]));
-        }
-    bound[0] = hy;
-    bound[1] = hx;
 }
 
 static void grads_range(void *ctx, int64_t s0, int64_t s1) {

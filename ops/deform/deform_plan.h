@@ -14,8 +14,7 @@
  *   deft     the fast path, channels-last inside the op (deform_nhwc.h, offset_conv.h):
  *            the offset conv as an implicit GEMM, sampling with one bilinear weight
  *            computation per sample for all channels, the input gradient gathered through an
- *            inverse index or found by scanning the offsets (both deterministic by
- *            construction, the same bits), or scattered with float4 atomics.
+ *            inverse index (deterministic by construction) or scattered with float4 atomics.
  *            DefT's choices - offset conv fused into the sampling, tile + halo staging,
  *            block-ID swizzle - are knobs on top.
  *
@@ -49,9 +48,7 @@ typedef enum { DT_DEFORM_UNFUSED = 0, DT_DEFORM_DEFT = 1 } dt_deform_mode;
 /* How the deft mode computes the input gradient. */
 typedef enum {
     DT_DX_GATHER = 0, /* inverse index + gather: each dx element written once, deterministic */
-    DT_DX_ATOMIC = 1, /* float4 atomics into a channels-last dx: not bitwise reproducible */
-    DT_DX_SCAN = 2    /* the gather without the index: each pixel scans the offsets for its samples
-                         (deform_scan.h); the gather's hits in its order, so its bits */
+    DT_DX_ATOMIC = 1  /* float4 atomics into a channels-last dx: not bitwise reproducible */
 } dt_deform_dx;
 
 /* The switchable choices of the deft mode (each one can be ablated). */
@@ -84,7 +81,7 @@ typedef struct {
     dt_deform_mode mode;
     dt_deform_knobs knobs;
     int halo;   /* the halo in use (deft with stage): knobs.halo, or the layer's automatic one */
-    int dx;     /* the dx method in use: knobs.dx, or DT_DX_GATHER for atomics when deterministic */
+    int dx;     /* the dx method in use: knobs.dx, or DT_DX_GATHER when deterministic */
     int64_t nb; /* images per chunk: the column buffer (nb*P x K*C elements) fits the budget */
     /* the tensors: x, y, the main weight and their gradients in dtype and layout (deft: f32
      * NCHW - relaid out inside - or f32 / bf16 NHWC, which every deft kernel reads and writes

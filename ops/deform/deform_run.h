@@ -33,10 +33,9 @@ typedef struct {
     float *dxT_buf;    /* [nb, H, W, C] fp32: the sampling's input gradient when it is not dx
                           itself (NULL when dx is not wanted) */
     float *dom;        /* [nb*P, OCS] gradient w.r.t. om */
-    float *D;          /* gather, scan: [nb*P*K*G, 4] corner dot products */
+    float *D;          /* gather: [nb*P*K*G, 4] corner dot products */
     dt_deform_index idx; /* gather: the chunk's inverse index (in idx_ws) */
     void *idx_ws;      /* its workspace: written on the GPU's side stream while the GEMMs run */
-    float *bound;      /* scan: [2] the chunk's offset bound (max |dy|, max |dx|), on the device */
     void *ws;          /* offset conv and tile workspace */
 } dt_deform_run;
 

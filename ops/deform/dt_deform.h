@@ -14,8 +14,7 @@
  *   DT_DEFORM_UNFUSED  the three-operator NCHW baseline, as PyTorch runs it (the layer: a
  *                      conv2d node, a sigmoid node and the op's node)
  *   DT_DEFORM_DEFT     channels-last inside one node: implicit-GEMM offset conv, sampling,
- *                      cuBLAS main conv, the input gradient by gather through an index
- *                      (default), by the same gather scanning the offsets (no index), or atomics */
+ *                      cuBLAS main conv, the input gradient by gather (default) or atomics */
 #ifndef DT_DEFORM_H
 #define DT_DEFORM_H
 
