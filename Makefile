@@ -51,6 +51,12 @@ SAN_FUZZ := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=al
 SANFLAGS := $(if $(filter 1,$(SAN)),$(SAN_ON),$(if $(filter fuzz,$(SAN)),$(SAN_FUZZ),))
 CFLAGS := -std=gnu11 $(OPT) $(WARN) -fPIC -fvisibility=hidden -pthread -MMD -MP $(INCLUDES) $(SANFLAGS)
 LDLIBS := -lm -lpthread $(SANFLAGS)
+# The C++ runtime (the CUDA objects', the compiled PyTorch operator's) by soname: where a
+# toolchain lacks the libstdc++.so development link (the H200's g++ 13), -lstdc++ takes
+# libstdc++.a, and a static copy of the C++ runtime inside libdeftc.so or the operator is a
+# second one in a PyTorch process - its iostreams crashed the operator at its first error
+# message. The process's own libstdc++.so.6 serves every library instead.
+CXXRT := -l:libstdc++.so.6
 
 # libjpeg-turbo (optional). Programs and tests link its static library, so they run where it
 # is not installed (a machine the binaries are copied to); libdeftc.so links the shared one, because Debian's
@@ -109,8 +115,9 @@ ifeq ($(CUDA),1)
   SM90A_FLAGS := $(if $(filter 1,$(SM90A)),-gencode arch=compute_90a$(COMMA)code=sm_90a,-arch=$(CUDA_ARCH))
   CFLAGS += $(if $(filter 1,$(SM90A)),-DDT_SM90A,)
   # cudart is linked statically (no runtime version to match on the target machine);
-  # cuBLAS and cuRAND come from the toolkit's shared libraries.
-  LDLIBS += -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcublas -lcurand -lcudart_static -ldl -lrt -lstdc++
+  # cuBLAS and cuRAND come from the toolkit's shared libraries. The C++ runtime is the system's
+  # shared one by its soname (CXXRT, above), never libstdc++.a.
+  LDLIBS += -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcublas -lcurand -lcudart_static -ldl -lrt $(CXXRT)
   # NCCL: the first folder holding both include/nccl.h and a libnccl.so (NCCL_HOME first). The
   # library is linked shared, with its folder as rpath; a system-wide NCCL of the same major
   # version (libnccl.so.2) serves on a machine that lacks the build's folder.
@@ -244,7 +251,7 @@ torch-op: $(BUILD)/deftc_torch_op.so
 
 $(BUILD)/deftc_torch_op.so: python/csrc/deftc_torch_op.cpp ops/deform/dt_deform_api.h core/dt_dtype.h core/dt_api.h $(BUILD)/libdeftc.so
 	@flags="$$($(TORCH_PYTHON) -c "$(TORCH_FLAGS_PY)")" || { echo "make torch-op: $(TORCH_PYTHON) cannot import torch: install PyTorch, or set TORCH_PYTHON to a Python that has it"; exit 1; }; \
-	cmd="$(CXX) -std=c++20 $(OPT) -Wall -Wextra -fPIC -fvisibility=hidden -shared -I. $< -o $@ $$flags -L$(BUILD) -ldeftc -Wl,-rpath,'\$$ORIGIN'"; \
+	cmd="$(CXX) -std=c++20 $(OPT) -Wall -Wextra -fPIC -fvisibility=hidden -shared -I. $< -o $@ $$flags -L$(BUILD) -ldeftc -Wl,-rpath,'\$$ORIGIN' $(CXXRT)"; \
 	echo "$$cmd"; eval "$$cmd"
 
 # build/train: its command line (train/train_cli.c) is program code, outside the library.

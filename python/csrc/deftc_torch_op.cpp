@@ -26,7 +26,6 @@
 
 #include <mutex>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -54,13 +53,26 @@ constexpr int STATUS_OOM = -2;
 // A refused argument: deftc_torch.py's _fail, "deftc::deform_conv2d: <what>", status -1.
 [[noreturn]] void fail(const std::string &what) { raise_deftc(-1, std::string(OP) + ": " + what); }
 
+// Messages are built with std::string and std::to_string alone, no iostreams: nothing of the
+// C++ runtime's locale machinery on the error path (the Makefile's CXXRT says what a second copy
+// of that runtime in the process did to it).
+
+// ints joined by ", " ("1, 4, 6, 6")
+std::string join(at::IntArrayRef v) {
+    std::string s;
+    for (size_t i = 0; i < v.size(); i++) {
+        if (i) s += ", ";
+        s += std::to_string(v[i]);
+    }
+    return s;
+}
+
 // Python's repr of a shape (tuple(t.shape)): "(3,)", "(1, 4, 6, 6)".
 std::string shape_repr(at::IntArrayRef shape) {
-    std::ostringstream s;
-    s << '(';
-    for (size_t i = 0; i < shape.size(); i++) s << (i ? ", " : "") << shape[i];
-    s << (shape.size() == 1 ? ",)" : ")");
-    return s.str();
+    std::string s = "(";
+    s += join(shape);
+    s += shape.size() == 1 ? ",)" : ")";
+    return s;
 }
 
 // Python's repr of a dtype: "torch.int32".
@@ -121,23 +133,19 @@ at::Tensor as_grad_of(const at::Tensor &g, const at::Tensor &own) {
 
 std::pair<int64_t, int64_t> pair_of(at::IntArrayRef v, const char *name) {
     if (v.size() != 2) {
-        std::ostringstream s;
-        s << name << " must be an int or a pair of ints, got [";
-        for (size_t i = 0; i < v.size(); i++) s << (i ? ", " : "") << v[i];
-        s << ']';
-        fail(s.str());
+        fail(std::string(name) + " must be an int or a pair of ints, got [" + join(v) + "]");
     }
     return {v[0], v[1]};
 }
 
 std::string format(const char *fmt, std::initializer_list<int64_t> args) {
-    std::ostringstream s;
+    std::string s;
     auto a = args.begin();
     for (const char *p = fmt; *p; p++) {
-        if (*p == '%' && a != args.end()) s << *a++;
-        else s << *p;
+        if (*p == '%' && a != args.end()) s += std::to_string(*a++);
+        else s += *p;
     }
-    return s.str();
+    return s;
 }
 
 // One call as deftc gets it, decided from the tensors' metadata (deftc_torch.py's _Plan, its
