@@ -51,11 +51,10 @@ SAN_FUZZ := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=al
 SANFLAGS := $(if $(filter 1,$(SAN)),$(SAN_ON),$(if $(filter fuzz,$(SAN)),$(SAN_FUZZ),))
 CFLAGS := -std=gnu11 $(OPT) $(WARN) -fPIC -fvisibility=hidden -pthread -MMD -MP $(INCLUDES) $(SANFLAGS)
 LDLIBS := -lm -lpthread $(SANFLAGS)
-# The C++ runtime (the CUDA objects', the compiled PyTorch operator's) by soname: where a
-# toolchain lacks the libstdc++.so development link (the H200's g++ 13), -lstdc++ takes
-# libstdc++.a, and a static copy of the C++ runtime inside libdeftc.so or the operator is a
-# second one in a PyTorch process - its iostreams crashed the operator at its first error
-# message. The process's own libstdc++.so.6 serves every library instead.
+# The C++ runtime (the CUDA objects', the compiled PyTorch operator's) by soname, the process's
+# own libstdc++.so.6, so that one C++ runtime serves a PyTorch process: the H200's CUDA build of
+# libdeftc.so carried and exported C++ runtime code of its own (std::ostream::_M_insert<long>),
+# and the compiled operator's first error message crashed in it (docs/PERF.md section 24).
 CXXRT := -l:libstdc++.so.6
 
 # libjpeg-turbo (optional). Programs and tests link its static library, so they run where it
