@@ -331,6 +331,13 @@ dim3 grid_of(const dt_conv_problem *p, const dt_dw_tile &t, int64_t classes_h, i
     return dim3((unsigned)nx, (unsigned)ny);
 }
 
+/* threads a block: one an item (position, channel vector) up to 256, whole warps - a tile of a
+ * residue class can hold few positions (1-D at dilation 128: 8 a class of 1024 outputs) */
+int threads_for(const dt_dw_tile &t, int V) {
+    const int items = t.TH * t.TW * (t.CB / V), warps = (items + 31) / 32;
+    return warps >= 8 ? 256 : warps * 32;
+}
+
 template <typename T, bool NHWC>
 void fwd(const dt_conv_problem *p, const void *x, const void *w, const float *bias, void *y) {
     dt_dw_tile t;
@@ -339,10 +346,10 @@ void fwd(const dt_conv_problem *p, const void *x, const void *w, const float *bi
     const T *xt = (const T *)x, *wt = (const T *)w;
     T *yt = (T *)y;
     if constexpr (NHWC) {
-        if (vec_ok<T>(p, x, y)) k_dw_fwd<T, true, 16 / sizeof(T)><<<grid, 256, t.smem, dt_stream()>>>(*p, t, xt, wt, bias, yt);
-        else k_dw_fwd<T, true, 1><<<grid, 256, t.smem, dt_stream()>>>(*p, t, xt, wt, bias, yt);
+        if (vec_ok<T>(p, x, y)) k_dw_fwd<T, true, 16 / sizeof(T)><<<grid, threads_for(t, 16 / sizeof(T)), t.smem, dt_stream()>>>(*p, t, xt, wt, bias, yt);
+        else k_dw_fwd<T, true, 1><<<grid, threads_for(t, 1), t.smem, dt_stream()>>>(*p, t, xt, wt, bias, yt);
     } else {
-        k_dw_fwd<T, false, 1><<<grid, 256, t.smem, dt_stream()>>>(*p, t, xt, wt, bias, yt);
+        k_dw_fwd<T, false, 1><<<grid, threads_for(t, 1), t.smem, dt_stream()>>>(*p, t, xt, wt, bias, yt);
     }
     DT_CHECK_LAUNCH();
 }
@@ -355,10 +362,10 @@ void dgrad(const dt_conv_problem *p, const void *dy, const void *w, float beta, 
     const T *dyt = (const T *)dy, *wt = (const T *)w;
     T *dxt = (T *)dx;
     if constexpr (NHWC) {
-        if (vec_ok<T>(p, dy, dx)) k_dw_dgrad<T, true, 16 / sizeof(T)><<<grid, 256, t.smem, dt_stream()>>>(*p, t, dyt, wt, beta, dxt);
-        else k_dw_dgrad<T, true, 1><<<grid, 256, t.smem, dt_stream()>>>(*p, t, dyt, wt, beta, dxt);
+        if (vec_ok<T>(p, dy, dx)) k_dw_dgrad<T, true, 16 / sizeof(T)><<<grid, threads_for(t, 16 / sizeof(T)), t.smem, dt_stream()>>>(*p, t, dyt, wt, beta, dxt);
+        else k_dw_dgrad<T, true, 1><<<grid, threads_for(t, 1), t.smem, dt_stream()>>>(*p, t, dyt, wt, beta, dxt);
     } else {
-        k_dw_dgrad<T, false, 1><<<grid, 256, t.smem, dt_stream()>>>(*p, t, dyt, wt, beta, dxt);
+        k_dw_dgrad<T, false, 1><<<grid, threads_for(t, 1), t.smem, dt_stream()>>>(*p, t, dyt, wt, beta, dxt);
     }
     DT_CHECK_LAUNCH();
 }

@@ -42,8 +42,8 @@ int dt_dw_problem(const dt_conv_problem *p);
  *   fwd    x  ((TH-1)*mh + kh) x ((TW-1)*mw + kw) x CB     (m = s / gcd(d, s) on each axis)
  *   dgrad  dy (TH + kh - 1) x (TW + kw - 1) x CB*M          (the positions u/s of the virtual
  *                                                            stride-1 grid u, zero where s does not divide)
- *   wgrad  the fwd's x footprint and the tile's dy, TH x TW x CB*M, plus its sums, kh*kw*M*CB
- * and the weights of its channels, kh*kw*M*CB. The footprint does not grow with the dilation:
+ *   wgrad  the fwd's x footprint and the tile's dy, TH x TW x CB*M
+ * and kh*kw*M*CB floats more: the weights of its channels (fwd, dgrad) or its sums (wgrad). The footprint does not grow with the dilation:
  * a dilated window is a unit-step walk of a tile staged d apart. */
 typedef struct {
     int TH, TW, CB;
