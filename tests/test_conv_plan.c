@@ -180,13 +180,15 @@ DT_TEST(conv_plan_sends_depthwise_to_its_family) {
     EXPECT(dt_dw_gpu_supported(&dw) && dt_dw_gpu_supported(&dw1d) && !dt_dw_gpu_supported(&huge));
     EXPECT_EQ_INT(dt_conv_plan_grouped(&huge, DT_CONV_ALGO_AUTO, 1).fprop, DT_CONV_PASS_GEMM);
     EXPECT_EQ_INT(dt_conv_plan_grouped(&huge, DT_CONV_ALGO_AUTO, 0).fprop, DT_CONV_PASS_DEPTHWISE);
-    /* the tiles: the 1024 outputs in 128 classes of 8 (ox mod 128), a tile a class, its inputs
-     * staged 128 apart: 8 + 63 of them, each input element staged once (a contiguous tile of 8
-     * outputs would stage 7 + 63*128 + 1) */
+    /* the tiles: the 1024 outputs in 128 classes of 8 (ox mod 128), a tile 4 classes of 8,
+     * each class's inputs staged 128 apart - 8 + 63 of them, each input element staged once (a
+     * contiguous tile of 32 outputs would stage 31 + 63*128 + 1) - within 48 KiB */
     dt_dw_tile t;
     EXPECT(dt_dw_tile_of(&dw1d, DT_DW_FWD, DT_DW_SMEM_LIMIT, &t));
-    EXPECT_MSG(t.TH == 1 && t.TW == 8 && t.qw == 128 && t.mw == 1 && t.IW == 8 + 63 && t.CB == 32 && t.ntw == 1,
-               "1-D tile %dx%d step %d staged %d CB %d tiles %lld", t.TH, t.TW, t.qw, t.IW, t.CB, (long long)t.ntw);
+    EXPECT_MSG(t.TH == 1 && t.TW == 8 && t.RW == 4 && t.qw == 128 && t.mw == 1 && t.IW == 8 + 63 && t.CB == 32 &&
+                   t.ntw == 1 && t.ngw == 32,
+               "1-D tile %dx%d of %d classes step %d staged %d CB %d tiles %lld groups %lld", t.TH, t.TW, t.RW, t.qw,
+               t.IW, t.CB, (long long)t.ntw, (long long)t.ngw);
     EXPECT(t.smem <= DT_DW_SMEM_LIMIT);
 
     /* the log's line */

@@ -35,21 +35,25 @@ extern "C" {
 /* 1 when p is a depthwise problem this family computes: groups == C, Cout a multiple of C. */
 int dt_dw_problem(const dt_conv_problem *p);
 
-/* The CUDA kernels' output tile (docs/conv.md "Depthwise"). A block computes TH x TW output
- * positions (fwd, wgrad) or input positions (dgrad) of one residue class - positions `q` apart
- * on each axis, q = d / gcd(d, s) for fwd and wgrad and q = d for dgrad - for CB channels, and
- * stages in shared memory (fp32) each element of its input footprint once:
- *   fwd    x  ((TH-1)*mh + kh) x ((TW-1)*mw + kw) x CB     (m = s / gcd(d, s) on each axis)
- *   dgrad  dy (TH + kh - 1) x (TW + kw - 1) x CB*M          (the positions u/s of the virtual
- *                                                            stride-1 grid u, zero where s does not divide)
- *   wgrad  the fwd's x footprint and the tile's dy, TH x TW x CB*M
- * and kh*kw*M*CB floats more: the weights of its channels (fwd, dgrad) or its sums (wgrad). The footprint does not grow with the dilation:
- * a dilated window is a unit-step walk of a tile staged d apart. */
+/* The CUDA kernels' tile (docs/conv.md "Depthwise"). Positions of one axis fall into q
+ * residue classes, q = d / gcd(d, s) for fwd and wgrad (outputs) and q = d for dgrad (inputs):
+ * the outputs of a class, q apart, read inputs d apart (m = s / gcd(d, s) of them an output
+ * step), and two classes read disjoint inputs. A block owns R consecutive classes x T positions
+ * of each (RH*TH rows x RW*TW columns) of one image and CB channels, and stages in shared memory
+ * (fp32) each element of its input footprint once:
+ *   fwd    x  R*((T-1)*m + k) a axis, x CB channels
+ *   dgrad  dy R*(T + k - 1) a axis of the virtual stride-1 grid (dy at u/s where s divides
+ *          u, zero elsewhere), x CB*M
+ *   wgrad  the fwd's x footprint and the tile's dy, RH*TH x RW*TW x CB*M
+ * and kh*kw*M*CB floats more: the weights of its channels (fwd, dgrad) or its sums (wgrad).
+ * The footprint does not grow with the dilation: a dilated window is a unit-step walk of a
+ * class staged d apart. */
 typedef struct {
-    int TH, TW, CB;
-    int qh, qw, mh, mw; /* class step and staged step per output step, rows and columns */
-    int IH, IW;         /* the staged footprint */
+    int TH, TW, RH, RW, CB;
+    int qh, qw, mh, mw; /* classes and staged step per position step, rows and columns */
+    int IH, IW;         /* one class's staged footprint, rows and columns (x R: the tile's) */
     int64_t nth, ntw;   /* tiles per class, rows and columns */
+    int64_t ngh, ngw;   /* groups of R classes, rows and columns */
     size_t smem;        /* bytes of shared memory a block */
 } dt_dw_tile;
 

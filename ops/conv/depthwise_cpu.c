@@ -25,23 +25,18 @@ static int gcd(int a, int b) {
 }
 
 static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-static int pow2_at_least(int64_t n, int cap) {
-    int v = 1;
-    while (v < n && v < cap) v *= 2;
-    return v;
-}
 
-/* The footprint and shared memory of tile (TH, TW, CB) for the pass; returns the bytes. */
+/* The footprint and shared memory of tile t for the pass; returns the bytes. */
 static size_t tile_bytes(const dt_conv_problem *p, int pass, dt_dw_tile *t) {
     const dt_conv_geom g = p->g;
     const int64_t M = p->Cout / p->C, taps = (int64_t)g.kh * g.kw;
     if (pass == DT_DW_DGRAD) {
         t->IH = t->TH + g.kh - 1, t->IW = t->TW + g.kw - 1;
-        return sizeof(float) * (size_t)((int64_t)t->IH * t->IW * t->CB * M + taps * M * t->CB);
+        return sizeof(float) * (size_t)((int64_t)t->IH * t->RH * t->IW * t->RW * t->CB * M + taps * M * t->CB);
     }
     t->IH = (t->TH - 1) * t->mh + g.kh, t->IW = (t->TW - 1) * t->mw + g.kw;
-    size_t b = sizeof(float) * (size_t)((int64_t)t->IH * t->IW * t->CB + taps * M * t->CB);
-    if (pass == DT_DW_WGRAD) b += sizeof(float) * (size_t)((int64_t)t->TH * t->TW * t->CB * M);
+    size_t b = sizeof(float) * (size_t)((int64_t)t->IH * t->RH * t->IW * t->RW * t->CB + taps * M * t->CB);
+    if (pass == DT_DW_WGRAD) b += sizeof(float) * (size_t)((int64_t)t->TH * t->RH * t->TW * t->RW * t->CB * M);
     return b;
 }
 
@@ -56,19 +51,26 @@ int dt_dw_tile_of(const dt_conv_problem *p, int pass, size_t smem_limit, dt_dw_t
     }
     const int64_t rows = pass == DT_DW_DGRAD ? p->H : p->Ho, cols = pass == DT_DW_DGRAD ? p->W : p->Wo;
     const int64_t crow = cdiv(rows, t->qh), ccol = cdiv(cols, t->qw); /* positions of class 0 */
-    /* a row of 256 for 1-D problems, 8 x 16 for 2-D ones, never more than a class holds */
-    t->TW = pow2_at_least(ccol, crow == 1 ? 256 : 16);
-    t->TH = pow2_at_least(crow, 8);
+    /* a row of 256 positions for 1-D problems, 8 x 16 for 2-D ones: within a class first (no
+     * class holds more), then over consecutive classes */
+    const int one_d = rows == 1, want_w = one_d ? 256 : 16, want_h = one_d ? 1 : 8;
+    t->TW = (int)(ccol < want_w ? ccol : want_w);
+    t->TH = (int)(crow < want_h ? crow : want_h);
+    t->RW = (int)(cdiv(want_w, t->TW) < t->qw ? cdiv(want_w, t->TW) : t->qw);
+    t->RH = (int)(cdiv(want_h, t->TH) < t->qh ? cdiv(want_h, t->TH) : t->qh);
     t->CB = p->C >= 32 ? 32 : (int)cdiv(p->C, 8) * 8;
     for (;;) {
         t->smem = tile_bytes(p, pass, t);
         if (t->smem <= smem_limit) break;
-        if (t->TW > 1 && t->TW >= t->TH) t->TW /= 2;
+        if (t->RW > 1 && t->RW >= t->RH) t->RW /= 2;
+        else if (t->RH > 1) t->RH /= 2;
+        else if (t->TW > 1 && t->TW >= t->TH) t->TW /= 2;
         else if (t->TH > 1) t->TH /= 2;
         else if (t->CB > 8) t->CB /= 2;
         else return 0;
     }
     t->nth = cdiv(crow, t->TH), t->ntw = cdiv(ccol, t->TW);
+    t->ngh = cdiv(t->qh, t->RH), t->ngw = cdiv(t->qw, t->RW);
     return 1;
 }
 
