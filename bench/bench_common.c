@@ -80,7 +80,7 @@ int dt_bench_parse(dt_bench_opts *o, int argc, char **argv, dt_err *err) {
         int has = v != NULL;
         if (!strcmp(a, "--mask")) { o->mask = 1; continue; }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            return dt_errf(err, "usage: build/bench [--what conv|deform|all] [--batch N] [--shapes l1,l2a,...] [--reps N] "
+            return dt_errf(err, "usage: build/bench [--what conv|deform|all|depthwise] [--batch N] [--shapes l1,l2a,...] [--reps N] "
                                 "[--warmup N] [--budgets MB,MB,...] [--sigma PX] [--mask] [--modes m1,m2,...] [--precision fp32|tf32|bf16] "
                                 "[--conv-algo auto|gemm|igemm128|igemm64|sm90|measure] [--torch FILE] [--csv FILE]\n"
                                 "Times single layers at ResNet-18's 3x3 conv shapes (224x224 input; a Bottleneck's 3x3 convs "
@@ -112,7 +112,9 @@ int dt_bench_parse(dt_bench_opts *o, int argc, char **argv, dt_err *err) {
         } else if (!strcmp(a, "--what")) {
             o->what_conv = !strcmp(v, "conv") || !strcmp(v, "all");
             o->what_deform = !strcmp(v, "deform") || !strcmp(v, "all");
-            if (!o->what_conv && !o->what_deform) return dt_errf(err, "--what %s: one of conv, deform, all", v);
+            o->what_depthwise = !strcmp(v, "depthwise");
+            if (!o->what_conv && !o->what_deform && !o->what_depthwise)
+                return dt_errf(err, "--what %s: one of conv, deform, all, depthwise", v);
         } else if (!strcmp(a, "--shapes")) {
             o->nshapes = 0;
             char buf[256];

@@ -24,7 +24,7 @@ extern const dt_bench_shape DT_RESNET18_SHAPES[7];
 
 typedef struct {
     int batch, reps, warmup, mask;
-    int what_conv, what_deform;
+    int what_conv, what_deform, what_depthwise; /* --what: depthwise only when named */
     float sigma;
     char precision[8]; /* fp32 | tf32 | bf16 (dt_dtype.h), and what it means for the tensors: */
     dt_dtype dtype;    /* activations and products: f32 (fp32, tf32) or bf16 */
@@ -47,6 +47,8 @@ int dt_bench_parse(dt_bench_opts *o, int argc, char **argv, dt_err *err);
 double dt_bench_time(void (*fn)(void *), void *arg, int warmup, int reps);
 void dt_bench_conv(const dt_bench_opts *o, FILE *csv);
 void dt_bench_deform(const dt_bench_opts *o, FILE *csv);
+/* The depthwise sweep (bench_depthwise.c): the 1-D grid of issue 38 and MobileNetV2's 3x3s. */
+void dt_bench_depthwise(const dt_bench_opts *o, FILE *csv);
 /* The per-step table of the deformable paths (CUDA builds; bench_deform_steps.c). */
 void dt_bench_deform_breakdown(const dt_bench_opts *o, FILE *csv);
 /* GEMM floor: the three full-batch cuBLAS GEMMs of a conv (fwd, data grad, weight grad), in the

@@ -1,6 +1,6 @@
 /* build/bench: layerwise benchmark of convolutions on the GPU.
  *
- *   build/bench [--what conv|deform|all] [--batch 64] [--shapes l1,l2a,...] [--reps 30]
+ *   build/bench [--what conv|deform|all|depthwise] [--batch 64] [--shapes l1,l2a,...] [--reps 30]
  *               [--warmup 5] [--budgets 64] [--sigma 1.0] [--mask] [--modes unfused,deft,...]
  *               [--precision fp32|tf32|bf16] [--conv-algo auto|gemm|igemm128|igemm64|sm90|measure] [--torch FILE]
  *               [--csv FILE]
@@ -13,7 +13,9 @@
  * here too: the three cuBLAS GEMMs of the main conv at full batch, nothing else.
  * Tables go to stdout; --csv writes every number. The layers stay ResNet-18's whatever the
  * model (--help says how the other models' shapes relate); whole training steps of any model
- * are build/train's (configs/synthetic_timing.cfg model=..., bench/reproduce.sh MODEL=). */
+ * are build/train's (configs/synthetic_timing.cfg model=..., bench/reproduce.sh MODEL=).
+ * --what depthwise (not part of all) is the depthwise sweep of bench_depthwise.c, beside
+ * bench/torch_depthwise.py's cuDNN numbers (--torch). */
 #include <stdlib.h>
 
 #include "core/dt_common.h"
@@ -59,6 +61,7 @@ int main(int argc, char **argv) {
     }
     if (o.what_conv) dt_bench_conv(&o, csv);
     if (o.what_deform) dt_bench_deform(&o, csv);
+    if (o.what_depthwise) dt_bench_depthwise(&o, csv);
     if (csv) fclose(csv);
     return 0;
 }

@@ -47,14 +47,20 @@ dt_tensor *dt_conv2d_stats(dt_tensor *x, dt_tensor *w, dt_tensor *bias, dt_conv_
 /* The same in `groups` groups (ResNeXt's grouped 3x3, groups = Cin: depthwise): w [Cout, Cin /
  * groups, kh, kw] (NHWC: stored [Cout, kh, kw, Cin / groups]), output channels [j*Cout/groups,
  * (j+1)*Cout/groups) of group j from its input channels [j*Cin/groups, (j+1)*Cin/groups);
- * groups divides Cin and Cout; 1 is dt_conv2d. Every pass on im2col + one GEMM per group (per
- * group and tap in NHWC) on the grouped weight as stored, whatever the plan would pick (no
- * engine takes groups; docs/conv.md "Groups"). */
+ * groups divides Cin and Cout; 1 is dt_conv2d. A depthwise conv (groups = Cin, Cout a multiple
+ * of Cin) runs every pass on the depthwise family (ops/conv/depthwise.h: a direct stencil, no
+ * columns; on the GPU where its tiles fit); any other runs im2col + one GEMM per group (per
+ * group and tap in NHWC) on the grouped weight as stored (docs/conv.md "Groups", "Depthwise").
+ * The plan is dt_conv_plan_grouped's (conv_igemm.h) under DT_CONV_ALGO_DEFAULT. */
 dt_tensor *dt_conv2d_grouped(dt_tensor *x, dt_tensor *w, dt_tensor *bias, dt_conv_geom g, int64_t groups, dt_math math);
+/* The same under algo: DT_CONV_ALGO_GEMM keeps a depthwise conv on the column path (the
+ * reference, for comparison); every other algorithm plans as auto (the engines take no groups). */
+dt_tensor *dt_conv2d_grouped_algo(dt_tensor *x, dt_tensor *w, dt_tensor *bias, dt_conv_geom g, int64_t groups,
+                                  dt_math math, dt_conv_algo algo);
 void dt_conv_set_col_budget(size_t bytes); /* default 256 MiB; env DT_COL_BUDGET_MB */
-/* One line per distinct bf16 NHWC conv problem planned so far in this process: its shape, the
- * algorithm, whether the Hopper engine was there, and the engine of each pass (gemm, igemm128,
- * igemm64, sm90). The trainer writes it to the run's log after its first step. */
+/* One line per distinct bf16 NHWC conv problem, and per grouped problem of any format, planned
+ * so far in this process: its shape, the algorithm, whether the Hopper engine was there, and the
+ * engine of each pass (gemm, igemm128, igemm64, sm90, depthwise). The trainer writes it to the run's log after its first step. */
 void dt_conv_plan_print(FILE *f);
 size_t dt_conv_col_budget(void);
 /* Images per chunk for a column buffer of `col_elems_per_image` elements of elem_bytes each. */

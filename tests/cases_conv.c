@@ -4,7 +4,8 @@
  * written by the GEMM, accumulated when x has another use); the Bottleneck's 1x1 shapes; and
  * the batch split into chunks by the column budget: one image a chunk (NCHW: the GEMM writes y
  * itself) and uneven chunks (the weight gradient accumulated over them). The grouped conv
- * (dt_conv2d_grouped: per-group GEMMs on the column skeleton) has its own table, conv_groups. */
+ * (dt_conv2d_grouped: per-group GEMMs on the column skeleton, and the depthwise family when
+ * groups = C) has its own table, conv_groups. */
 #include "ops/dt_layers.h"
 #include "tests/dt_opcase.h"
 #include "ops/dt_ops.h"
@@ -112,6 +113,16 @@ DT_OPCASES(conv, conv_cases)
      .build = build, .arg = &(const conv_arg){{__VA_ARGS__}, chunk_, groups_}, .state_new = chunked_new,          \
      .state_free = chunked_free}
 
+/* A depthwise conv (groups = cin, cout a multiple of it) on the depthwise family's tables. */
+#define CONV_DW(label, n, cin, h, w, cout, kh, kw, with_bias, wstd, ...)                                           \
+    {.name = label, .ops = {"conv2d (depthwise, fwd)", "conv2d (depthwise, dgrad)", "conv2d (depthwise, wgrad)"},   \
+     .n_in = 3,                                                                                                    \
+     .in = {{4, {n, cin, h, w}, DT_IN_ACT, 1.0f, 1},                                                               \
+            {4, {cout, 1, kh, kw}, DT_IN_WEIGHT, wstd, 1},                                                         \
+            {1, {cout}, DT_IN_F32, 1.0f, with_bias}},                                                             \
+     .build = build, .arg = &(const conv_arg){{__VA_ARGS__}, 0, cin}, .state_new = chunked_new,                   \
+     .state_free = chunked_free}
+
 static const dt_opcase conv_groups_cases[] = {
     CONV_GROUPS("groups 2, 3x3 s1 pad 1, odd sizes, bias", 3, 6, 7, 9, 4, 2, 3, 3, 1, 0.3f, 0, 3, 3, 1, 1, 1, 1, 1, 1),
     CONV_GROUPS("groups 3, 3x3 s2 pad 1", 2, 9, 9, 11, 6, 3, 3, 3, 0, 0.3f, 0, 3, 3, 2, 2, 1, 1, 1, 1),
@@ -131,5 +142,18 @@ static const dt_opcase conv_groups_cases[] = {
                 3, 1, 1, 1, 1, 1, 1),
     CONV_GROUPS("groups 3, 3x3 s2, one image a chunk", 3, 6, 7, 7, 3, 3, 3, 3, 0, 0.3f, 1, 3, 3, 2, 2, 1, 1, 1, 1),
     CONV_GROUPS("ResNeXt-like groups 8, 3x3, 64 -> 64", 2, 64, 9, 9, 64, 8, 3, 3, 0, 0.1f, 0, 3, 3, 1, 1, 1, 1, 1, 1),
+    /* depthwise (groups = C: the depthwise family, ops/conv/depthwise.h; the rows above with
+     * groups = C run there too): 1-D and 2-D, dilations up to 128, multipliers, vector and odd C */
+    CONV_DW("depthwise 3x3 s1 pad 1, C = 16 (vectors), bias", 2, 16, 8, 9, 16, 3, 3, 1, 0.3f, 3, 3, 1, 1, 1, 1, 1, 1),
+    CONV_DW("depthwise 3x3 s2 pad 1, C = 24, multiplier 2, MobileNet-like", 3, 24, 11, 10, 48, 3, 3, 0, 0.3f, 3, 3, 2,
+            2, 1, 1, 1, 1),
+    CONV_DW("depthwise 7x7 pad 3 dilation 2, C = 8, bias", 1, 8, 13, 14, 8, 7, 7, 1, 0.2f, 7, 7, 1, 1, 6, 6, 2, 2),
+    CONV_DW("depthwise 5x5 s2 pad 2, C = 7 (odd), multiplier 2", 2, 7, 12, 11, 14, 5, 5, 0, 0.2f, 5, 5, 2, 2, 2, 2, 1, 1),
+    CONV_DW("depthwise 1-D k 4 dilation 8 pad 12, C = 32", 2, 32, 1, 64, 32, 1, 4, 1, 0.3f, 1, 4, 1, 1, 0, 12, 1, 8),
+    CONV_DW("depthwise 1-D k 16 dilation 2, C = 13 (odd), multiplier 3", 2, 13, 1, 60, 39, 1, 16, 0, 0.2f, 1, 16, 1,
+            1, 0, 0, 1, 2),
+    CONV_DW("depthwise 1-D k 64 dilation 128 pad 100, C = 8, long input", 1, 8, 1, 8100, 8, 1, 64, 0, 0.1f, 1, 64, 1,
+            1, 0, 100, 1, 128),
+    CONV_DW("depthwise 1-D k 1 s2 dilation 4, C = 9", 3, 9, 1, 33, 9, 1, 1, 1, 0.4f, 1, 1, 1, 2, 0, 0, 1, 4),
 };
 DT_OPCASES(conv_groups, conv_groups_cases)

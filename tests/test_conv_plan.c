@@ -3,8 +3,13 @@
  * with the Hopper engine, the shapes the implicit GEMM and the engine cannot run, the forced
  * algorithms, and the algorithms' names. */
 #include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "ops/conv/conv_igemm.h"
+#include "ops/conv/depthwise.h"
+#include "ops/dt_layers.h"
 #include "tests/dt_test.h"
 
 typedef struct {
@@ -150,4 +155,52 @@ DT_TEST(conv_sm90_reads_its_operands) {
         const int sup = (got[0] ? DT_SM90_FPROP : 0) | (got[1] ? DT_SM90_DGRAD : 0) | (got[2] ? DT_SM90_WGRAD : 0);
         EXPECT_EQ_INT(dt_conv_sm90_supports(&p), sup);
     }
+}
+
+/* A grouped problem's plan (dt_conv_plan_grouped): depthwise (groups = C, Cout a multiple) on
+ * the depthwise family every pass, on the CPU and - where its tiles fit - the GPU; under
+ * conv_algo=gemm, for other group counts and for a kernel too large for the GPU's tiles, the
+ * column path. The run log's plan line says `depthwise`. */
+DT_TEST(conv_plan_sends_depthwise_to_its_family) {
+    const dt_conv_problem dw = dt_conv_problem_of(8, 32, 28, 28, 64, dt_geom(3, 1, 1, 1), 32);
+    const dt_conv_problem dw1d = dt_conv_problem_of(32, 512, 1, 1024 + 63 * 128, 512, (dt_conv_geom){1, 64, 1, 1, 0, 0, 1, 128}, 512);
+    const dt_conv_problem g2 = dt_conv_problem_of(8, 32, 28, 28, 64, dt_geom(3, 1, 1, 1), 2);
+    const dt_conv_problem huge = dt_conv_problem_of(1, 8, 80, 80, 64, dt_geom(63, 1, 31, 1), 8); /* 63x63 taps x 8 outputs */
+    for (int gpu = 0; gpu < 2; gpu++)
+        for (int a = DT_CONV_ALGO_AUTO; a <= DT_CONV_ALGO_MEASURE; a++) {
+            const int want = a == DT_CONV_ALGO_GEMM ? DT_CONV_PASS_GEMM : DT_CONV_PASS_DEPTHWISE;
+            const dt_conv_plan p = dt_conv_plan_grouped(&dw, (dt_conv_algo)a, gpu), q = dt_conv_plan_grouped(&dw1d, (dt_conv_algo)a, gpu);
+            EXPECT_MSG(p.fprop == want && p.dgrad == want && p.wgrad == want && q.fprop == want && q.dgrad == want &&
+                           q.wgrad == want, "depthwise under %s (gpu %d): %d %d %d / %d %d %d",
+                       dt_conv_algo_name((dt_conv_algo)a), gpu, p.fprop, p.dgrad, p.wgrad, q.fprop, q.dgrad, q.wgrad);
+            const dt_conv_plan r = dt_conv_plan_grouped(&g2, (dt_conv_algo)a, gpu);
+            EXPECT_MSG(r.fprop == DT_CONV_PASS_GEMM && r.dgrad == DT_CONV_PASS_GEMM && r.wgrad == DT_CONV_PASS_GEMM,
+                       "groups 2 under %s: %d %d %d", dt_conv_algo_name((dt_conv_algo)a), r.fprop, r.dgrad, r.wgrad);
+        }
+    EXPECT(dt_dw_gpu_supported(&dw) && dt_dw_gpu_supported(&dw1d) && !dt_dw_gpu_supported(&huge));
+    EXPECT_EQ_INT(dt_conv_plan_grouped(&huge, DT_CONV_ALGO_AUTO, 1).fprop, DT_CONV_PASS_GEMM);
+    EXPECT_EQ_INT(dt_conv_plan_grouped(&huge, DT_CONV_ALGO_AUTO, 0).fprop, DT_CONV_PASS_DEPTHWISE);
+    /* the tiles: the 1024 outputs in 128 classes of 8 (ox mod 128), a tile 4 classes of 8,
+     * each class's inputs staged 128 apart - 8 + 63 of them, each input element staged once (a
+     * contiguous tile of 32 outputs would stage 31 + 63*128 + 1) - within 48 KiB */
+    dt_dw_tile t;
+    EXPECT(dt_dw_tile_of(&dw1d, DT_DW_FWD, DT_DW_SMEM_LIMIT, &t));
+    EXPECT_MSG(t.TH == 1 && t.TW == 8 && t.RW == 4 && t.qw == 128 && t.mw == 1 && t.IW == 8 + 63 && t.CB == 32 &&
+                   t.ntw == 1 && t.ngw == 32,
+               "1-D tile %dx%d of %d classes step %d staged %d CB %d tiles %lld groups %lld", t.TH, t.TW, t.RW, t.qw,
+               t.IW, t.CB, (long long)t.ntw, (long long)t.ngw);
+    EXPECT(t.smem <= DT_DW_SMEM_LIMIT);
+
+    /* the log's line */
+    dt_tensor *x = dt_tensor_new4(DT_CPU, 1, 4, 6, 6), *w = dt_tensor_new4(DT_CPU, 8, 1, 3, 3);
+    dt_tensor_fill(x, 0.5f), dt_tensor_fill(w, 0.25f);
+    dt_conv2d_grouped(x, w, NULL, dt_geom(3, 1, 1, 1), 4, DT_MATH_FP32);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    dt_conv_plan_print(f);
+    fclose(f);
+    EXPECT_MSG(strstr(buf, "conv plan: [1, 4, 6, 6] -> 8, 3x3/1 pad 1 grouped (auto): fprop depthwise, dgrad depthwise, wgrad depthwise"),
+               "the plan's lines:\n%s", buf);
+    free(buf);
 }

@@ -59,7 +59,10 @@ DT_DECL_CONV_IGEMM(cuda)
 
 /* The algorithms (dt_conv_algo, DT_CONV_ALGO_DEFAULT, their names): conv_geom.h. */
 
-/* Per pass: -1 = im2col + GEMM, else the dt_igemm_tile the implicit GEMM runs. */
+/* Per pass: DT_CONV_PASS_GEMM (-1) = im2col + GEMM (the column path), DT_CONV_PASS_DEPTHWISE
+ * (-2) = the depthwise family (depthwise.h: a grouped problem with groups == C), else the
+ * dt_igemm_tile the implicit GEMM runs. */
+enum { DT_CONV_PASS_GEMM = -1, DT_CONV_PASS_DEPTHWISE = -2 };
 typedef struct {
     int fprop, dgrad, wgrad;
 } dt_conv_plan;
@@ -68,6 +71,13 @@ typedef struct {
  * runs the Hopper engine (dt_gpu_has_sm90a); a pure function of the shape and the device kind,
  * so every run, replica and replay of a step makes the same choice (bitwise reproducible). */
 dt_conv_plan dt_conv_plan_bf16(const dt_conv_problem *p, dt_conv_algo algo, int sm90);
+
+/* The plan of a grouped problem (groups > 1), any dtype and layout: every pass on the depthwise
+ * family when p is depthwise (groups == C, Cout a multiple of C) and algo is not gemm (which
+ * keeps the column path: the reference, for comparison) and, on the GPU (gpu = 1), its kernels
+ * take every pass (dt_dw_gpu_supported); else every pass on the column path (the engines are
+ * dense). A pure function of the problem, the algorithm and the device kind. */
+dt_conv_plan dt_conv_plan_grouped(const dt_conv_problem *p, dt_conv_algo algo, int gpu);
 
 /* The passes of p the Hopper engine runs (DT_SM90_* bits), whatever the device, and how each
  * reads its input operand (dt_conv_sm90_read):

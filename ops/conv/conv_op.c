@@ -33,6 +33,7 @@
 #include "core/dt_kernel.h"
 #include "ops/dt_layers.h"
 #include "ops/conv/im2col.h"
+#include "ops/conv/depthwise.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -65,6 +66,13 @@ DT_OP_TABLE(igemm_dgrad_k, "conv2d (implicit GEMM, dgrad)", __typeof__(dt_conv_i
             DT_TWINS(igemm_dgrad_k, dt_conv_igemm_dgrad_bf16, DT_BF16, DT_NHWC))
 DT_OP_TABLE(igemm_wgrad_k, "conv2d (implicit GEMM, wgrad)", __typeof__(dt_conv_igemm_wgrad_bf16_cpu),
             DT_TWINS(igemm_wgrad_k, dt_conv_igemm_wgrad_bf16, DT_BF16, DT_NHWC))
+
+/* The depthwise family (depthwise.h), in the three activation formats. */
+DT_OP_TABLE(dw_fwd_k, "conv2d (depthwise, fwd)", __typeof__(dt_dw_fwd_f32_nchw_cpu), DT_ACT_FORMATS(dw_fwd_k, dt_dw_fwd))
+DT_OP_TABLE(dw_dgrad_k, "conv2d (depthwise, dgrad)", __typeof__(dt_dw_dgrad_f32_nchw_cpu),
+            DT_ACT_FORMATS(dw_dgrad_k, dt_dw_dgrad))
+DT_OP_TABLE(dw_wgrad_k, "conv2d (depthwise, wgrad)", __typeof__(dt_dw_wgrad_f32_nchw_cpu),
+            DT_ACT_FORMATS(dw_wgrad_k, dt_dw_wgrad))
 
 typedef struct {
     dt_conv_geom g;
@@ -112,6 +120,7 @@ static const char *pass_engine(int tile) {
     case DT_IGEMM_TILE_128: return "igemm128";
     case DT_IGEMM_TILE_64: return "igemm64";
     case DT_IGEMM_TILE_SM90: return "sm90";
+    case DT_CONV_PASS_DEPTHWISE: return "depthwise";
     default: return "?";
     }
 }
@@ -150,6 +159,12 @@ static dt_conv_plan measure_plan(const dt_tensor *x, const dt_tensor *w, dt_math
 static dt_conv_plan plan_of(const dt_tensor *x, const dt_tensor *w, dt_math math, const dt_conv_problem *pr,
                             dt_conv_algo a) {
     const dt_conv_plan none = {-1, -1, -1};
+    if (pr->groups > 1) { /* any format: depthwise or the columns (conv_plan.c) */
+        const int gpu = x->dev == DT_GPU;
+        const dt_conv_plan plan = dt_conv_plan_grouped(pr, a, gpu);
+        remember_plan(pr, a, gpu && dt_gpu_has_sm90a(), plan);
+        return plan;
+    }
     if (x->dtype != DT_BF16 || x->layout != DT_NHWC) return none;
     if (x->dev != DT_GPU && (a == DT_CONV_ALGO_AUTO || a == DT_CONV_ALGO_GEMM || a == DT_CONV_ALGO_MEASURE)) return none;
     const int sm90 = x->dev == DT_GPU && dt_gpu_has_sm90a();
@@ -241,6 +256,11 @@ static dt_colconv conv_skeleton(conv_cols *cols, const dt_tensor *x, const dt_te
  * chunks). pr: the problem the plan was made for. */
 static void conv_backward_passes(const dt_tensor *x, const dt_tensor *w, const dt_conv_problem *pr, dt_conv_plan plan,
                                  dt_math math, const void *dy, void *dx, float beta_x, float *dw, float beta_w) {
+    if (plan.dgrad == DT_CONV_PASS_DEPTHWISE) { /* the plan puts every pass of a depthwise conv there */
+        if (dx) DT_PICK(dw_dgrad_k, x->dev, x->dtype, x->layout)(pr, dy, w->data, beta_x, dx);
+        if (dw) DT_PICK(dw_wgrad_k, x->dev, x->dtype, x->layout)(pr, x->data, dy, beta_w, dw);
+        return;
+    }
     conv_cols cols;
     dt_colconv cc = conv_skeleton(&cols, x, w, pr->g, pr->groups, math, pr->Ho, pr->Wo);
     cols.dx = dx, cols.beta_x = beta_x;
@@ -391,8 +411,10 @@ static dt_tensor *conv2d_groups(dt_tensor *x, dt_tensor *w, dt_tensor *bias, dt_
     dt_conv_out_hw("conv2d", x, g, &Ho, &Wo);
     dt_tensor *y = dt_tensor_new4_as(x->dev, x->dtype, x->layout, x->shape[0], w->shape[0], Ho, Wo);
     const dt_conv_problem pr = {x->shape[0], x->shape[1], x->shape[2], x->shape[3], w->shape[0], Ho, Wo, g, groups};
-    const dt_conv_plan plan = plan_of(x, w, math, &pr, algo); /* grouped: every pass on the columns (no engine takes groups) */
-    if (plan.fprop >= 0) {
+    const dt_conv_plan plan = plan_of(x, w, math, &pr, algo); /* grouped: depthwise or the columns */
+    if (plan.fprop == DT_CONV_PASS_DEPTHWISE) {
+        DT_PICK(dw_fwd_k, x->dev, x->dtype, x->layout)(&pr, x->data, w->data, bias ? bias->data : NULL, y->data);
+    } else if (plan.fprop >= 0) {
         DT_PICK(igemm_fprop_k, x->dev, DT_BF16, DT_NHWC)(&pr, (dt_igemm_tile)plan.fprop, x->data, w->data,
                                                          bias ? bias->data : NULL, y->data, stats);
     } else {
@@ -413,4 +435,9 @@ dt_tensor *dt_conv2d_stats(dt_tensor *x, dt_tensor *w, dt_tensor *bias, dt_conv_
 
 dt_tensor *dt_conv2d_grouped(dt_tensor *x, dt_tensor *w, dt_tensor *bias, dt_conv_geom g, int64_t groups, dt_math math) {
     return conv2d_groups(x, w, bias, g, groups, math, DT_CONV_ALGO_DEFAULT, NULL);
+}
+
+dt_tensor *dt_conv2d_grouped_algo(dt_tensor *x, dt_tensor *w, dt_tensor *bias, dt_conv_geom g, int64_t groups,
+                                  dt_math math, dt_conv_algo algo) {
+    return conv2d_groups(x, w, bias, g, groups, math, algo, NULL);
 }

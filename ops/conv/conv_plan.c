@@ -8,6 +8,7 @@
  * GPU the engine of conv_sm90.h (wgmma + TMA) takes the passes it supports, as measured by its
  * own lab (bench/lab/sm90_gemm_lab.cu, docs/conv.md "The Hopper engine"). */
 #include "ops/conv/conv_igemm.h"
+#include "ops/conv/depthwise.h"
 
 #include <string.h>
 
@@ -139,4 +140,15 @@ dt_conv_plan dt_conv_plan_bf16(const dt_conv_problem *p, dt_conv_algo algo, int 
     if (rw != DT_SM90_NONE && (rw != DT_SM90_COLUMNS || columns_ok) && (forced || wgrad_long))
         plan.wgrad = DT_IGEMM_TILE_SM90;
     return plan;
+}
+
+/* Depthwise: the direct stencil moves the tensors' bytes once (docs/conv.md "Depthwise") where
+ * the column path writes and reads kh*kw times the input and runs C*kh*kw GEMMs of K = 1 a
+ * chunk; the GPU's times are pending (docs/conv.md), so this is the design's choice, not yet a
+ * measured one. */
+dt_conv_plan dt_conv_plan_grouped(const dt_conv_problem *p, dt_conv_algo algo, int gpu) {
+    const dt_conv_plan columns = {DT_CONV_PASS_GEMM, DT_CONV_PASS_GEMM, DT_CONV_PASS_GEMM};
+    const dt_conv_plan dw = {DT_CONV_PASS_DEPTHWISE, DT_CONV_PASS_DEPTHWISE, DT_CONV_PASS_DEPTHWISE};
+    if (!dt_dw_problem(p) || algo == DT_CONV_ALGO_GEMM || (gpu && !dt_dw_gpu_supported(p))) return columns;
+    return dw;
 }
