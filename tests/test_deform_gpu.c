@@ -275,6 +275,9 @@ DT_GPU_TEST(gpu_deform_op_deterministic_is_bitwise) {
         EXPECT(same_bits_twice(b_op, &u, in, 5, "unfused deterministic"));
         op_arg d = {c, DT_DEFORM_DEFT, dt_deform_knobs_default()}; /* the gather: deterministic by construction */
         EXPECT(same_bits_twice(b_op, &d, in, 5, "deft (gather)"));
+        op_arg t = {c, DT_DEFORM_DEFT, dt_deform_knobs_default()}; /* by output tile: fixed orders too */
+        t.k.dx = DT_DX_TILE;
+        EXPECT(same_bits_twice(b_op, &t, in, 5, "deft (dx=tile)"));
     }
 }
 
@@ -416,6 +419,8 @@ DT_GPU_TEST(gpu_deft_layer_deterministic_is_bitwise) {
     EXPECT(same_bits_twice(b_layer_own_bias, &lgpu, in, 4, "deft layer deterministic"));
     lgpu.knobs.fuse_offset = lgpu.knobs.stage = 1;
     EXPECT(same_bits_twice(b_layer_own_bias, &lgpu, in, 4, "deft layer deterministic, fuse + stage"));
+    lgpu.knobs.dx = DT_DX_TILE;
+    EXPECT(same_bits_twice(b_layer_own_bias, &lgpu, in, 4, "deft layer dx=tile, fuse + stage"));
     lgpu.weight = own[0];
     lgpu.off_weight = own[1];
     lgpu.off_bias = own[2];
