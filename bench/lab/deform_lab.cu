@@ -675,6 +675,140 @@ static void time_shapes(int batch, int reps, const char *only, const char *what)
     }
 }
 
+
+/* ------------------------------------------------------------------ dx=tile against index + gather */
+
+/* bf16 plans, no mask, offsets uniform in +-amp px: the index and the gather (dx=gather), or the
+ * fallback index and the tile passes (dx=tile), into a bf16 dx and D. */
+typedef struct {
+    dt_deform_plan p;
+    int64_t nb;
+    float *om, *D;
+    void *x, *dcol, *dx, *iws, *tws;
+    dt_deform_index idx;
+} dxt_arg;
+
+static void dxt_run(void *v) {
+    dxt_arg *a = (dxt_arg *)v;
+    dt_deform_index_build_cuda(&a->p, a->nb, a->om, a->iws, &a->idx);
+    if (a->p.dx == DT_DX_TILE)
+        dt_deform_tile_dx_cuda(&a->p, a->nb, &a->idx, a->om, a->x, a->dcol, 0.0f, a->dx, DT_BF16, a->D, a->tws);
+    else dt_deform_gather_dx_cuda(&a->p, a->nb, &a->idx, a->x, a->dcol, 0.0f, a->dx, DT_BF16, a->D);
+}
+
+static float *om_uniform(const dt_deform_plan *p, int64_t nb, float amp, uint64_t seed) {
+    dt_rng r;
+    dt_rng_seed(&r, seed);
+    float *om = (float *)calloc((size_t)(nb * p->P * p->OCS), sizeof(float));
+    for (int64_t q = 0; q < nb * p->P; q++)
+        for (int64_t j = 0; j < 2 * p->GK; j++) om[q * p->OCS + j] = 2.0f * amp * (dt_rng_uniform(&r) - 0.5f);
+    return om;
+}
+
+/* Sets up a (the dx method of `dx`) for nb images of plan p; host copies in *hx, *hdcol, *hom. */
+static void dxt_setup(dxt_arg *a, const dt_deform_plan *p, int dx, int64_t nb, float amp, uint64_t seed, void **hx,
+                      void **hdcol, float **hom) {
+    memset(a, 0, sizeof *a);
+    a->p = *p;
+    a->p.knobs.dx = a->p.dx = dx;
+    a->nb = nb;
+    const int64_t nx = nb * p->H * p->W * p->C, ncol = nb * p->P * p->KC, S = nb * p->P * p->K * p->G;
+    float *h;
+    *hx = bf16_host(h = randn_host(nx, 1.0f, seed), nx), free(h);
+    *hdcol = bf16_host(h = randn_host(ncol, 1.0f, seed + 1), ncol), free(h);
+    *hom = om_uniform(p, nb, amp, seed + 2);
+    a->x = dt_gpu_malloc((size_t)nx * 2), dt_copy_h2d(a->x, *hx, (size_t)nx * 2);
+    a->dcol = dt_gpu_malloc((size_t)ncol * 2), dt_copy_h2d(a->dcol, *hdcol, (size_t)ncol * 2);
+    a->om = (float *)dt_gpu_malloc((size_t)(nb * p->P * p->OCS) * 4);
+    dt_copy_h2d(a->om, *hom, (size_t)(nb * p->P * p->OCS) * 4);
+    a->dx = dt_gpu_malloc((size_t)nx * 2);
+    a->D = (float *)dt_gpu_malloc((size_t)S * 16);
+    DT_CHECK(cudaMemset(a->D, 0, (size_t)S * 16)); /* the gather writes only the corners inside the image */
+    a->iws = dt_gpu_malloc(dt_deform_index_ws_bytes_cuda(&a->p, nb));
+    a->tws = dx == DT_DX_TILE ? dt_gpu_malloc(dt_deform_tile_dx_ws_bytes_cuda(&a->p, nb)) : NULL;
+}
+
+static void dxt_free(dxt_arg *a) {
+    dt_gpu_free(a->x), dt_gpu_free(a->dcol), dt_gpu_free(a->om), dt_gpu_free(a->dx), dt_gpu_free(a->D);
+    dt_gpu_free(a->iws);
+    if (a->tws) dt_gpu_free(a->tws);
+}
+
+static int g_dxtile_bad = 0;
+
+/* Validation on 2 images of each shape: the tile kernels bit for bit with their CPU twin, and
+ * within bf16 rounding (+ fp32 order) of the gather; then times both at the batch. */
+static void dxtile_rows(int batch, int reps, const char *only, int validate) {
+    static const float amps[2] = {2.0f, 8.0f};
+    double t[7][4];
+    int shown[7], ns = 0;
+    for (int si = 0; si < 7; si++) {
+        const dt_bench_shape *sh = &DT_RESNET18_SHAPES[si];
+        if (only && strcmp(only, sh->name)) continue;
+        shown[ns] = si;
+        dt_deform_plan p = plan_for(batch, sh->cin, sh->h, sh->h, sh->cout, dt_geom(3, sh->stride, 1, 1), 1, 0,
+                                    dt_conv_col_budget());
+        dt_deform_plan pb = bf16_plan(&p, dt_conv_col_budget());
+        for (int ai = 0; ai < 2; ai++) {
+            dxt_arg g, tl;
+            void *hx, *hdcol;
+            float *hom;
+            if (validate) { /* 2 images */
+                const int64_t nb = 2, nx = nb * pb.H * pb.W * pb.C, S = nb * pb.P * pb.K * pb.G;
+                dxt_setup(&tl, &pb, DT_DX_TILE, nb, amps[ai], 90 + si, &hx, &hdcol, &hom);
+                void *hx2, *hdcol2;
+                float *hom2;
+                dxt_setup(&g, &pb, DT_DX_GATHER, nb, amps[ai], 90 + si, &hx2, &hdcol2, &hom2); /* the same values */
+                free(hx2), free(hdcol2), free(hom2);
+                dxt_run(&tl), dxt_run(&g);
+                dt_deform_plan pt = tl.p;
+                void *iws = malloc(dt_deform_index_ws_bytes_cpu(&pt, nb)), *tws = malloc(dt_deform_tile_dx_ws_bytes_cpu(&pt, nb));
+                dt_deform_index ic;
+                dt_deform_index_build_cpu(&pt, nb, hom, iws, &ic);
+                float *D = (float *)malloc((size_t)S * 16), *Dg = (float *)malloc((size_t)S * 16), *Dt = (float *)malloc((size_t)S * 16);
+                dt_bf16 *dx = (dt_bf16 *)malloc((size_t)nx * 2), *dxg = (dt_bf16 *)malloc((size_t)nx * 2), *dxt = (dt_bf16 *)malloc((size_t)nx * 2);
+                dt_deform_tile_dx_cpu(&pt, nb, &ic, hom, hx, hdcol, 0.0f, dx, DT_BF16, D, tws);
+                dt_copy_d2h(Dt, tl.D, (size_t)S * 16), dt_copy_d2h(dxt, tl.dx, (size_t)nx * 2);
+                dt_copy_d2h(Dg, g.D, (size_t)S * 16), dt_copy_d2h(dxg, g.dx, (size_t)nx * 2);
+                const int bits = !memcmp(D, Dt, (size_t)S * 16) && !memcmp(dx, dxt, (size_t)nx * 2);
+                double md = 0, mdx = 0, sd = 0, sdx = 0; /* max differences against the gather, max magnitudes */
+                for (int64_t e = 0; e < S * 4; e++) md = fmax(md, fabs((double)Dt[e] - Dg[e])), sd = fmax(sd, fabs(Dg[e]));
+                for (int64_t e = 0; e < nx; e++) {
+                    double a = dt_bf16_to_float(dxt[e]), b = dt_bf16_to_float(dxg[e]);
+                    mdx = fmax(mdx, fabs(a - b) / fmax(fabs(b), 1.0)), sdx = fmax(sdx, fabs(b));
+                }
+                const int close = md <= 1e-5 * fmax(sd, 1.0) && mdx <= 1.0 / 128; /* D fp32 orders; dx one bf16 ulp */
+                printf("dx=tile %-4s +-%.0f px: %s CPU twin bit for bit, vs gather max |dD| %.2e (max |D| %.1f), max rel |ddx| "
+                       "%.2e, %lld of %lld samples to the fallback%s\n", sh->name, amps[ai], bits ? "=" : "!= (FAILED)", md, sd,
+                       mdx, (long long)ic.start[ic.keys], (long long)S, close ? "" : " (FAILED: not close to the gather)");
+                g_dxtile_bad += !bits + !close;
+                free(iws), free(tws), free(D), free(Dg), free(Dt), free(dx), free(dxg), free(dxt), free(hx), free(hdcol), free(hom);
+                dxt_free(&tl), dxt_free(&g);
+            }
+            const int64_t nb = pb.nb;
+            const double scale = (double)batch / nb;
+            dxt_setup(&g, &pb, DT_DX_GATHER, nb, amps[ai], 95 + si, &hx, &hdcol, &hom);
+            t[ns][2 * ai] = dt_bench_time(dxt_run, &g, 2, reps) * scale;
+            dxt_free(&g);
+            dxt_setup(&tl, &pb, DT_DX_TILE, nb, amps[ai], 95 + si, &hx, &hdcol, &hom);
+            t[ns][2 * ai + 1] = dt_bench_time(dxt_run, &tl, 2, reps) * scale;
+            dxt_free(&tl);
+            free(hx), free(hdcol), free(hom);
+        }
+        ns++;
+    }
+    static const char *rows[4] = {"index + gather, +-2 px", "misfit index + tile, +-2", "index + gather, +-8 px",
+                                  "misfit index + tile, +-8"};
+    printf("\n## bf16 dx + D: gather vs tile (ms for the whole batch of %d)\n%-26s", batch, "kernel");
+    for (int k = 0; k < ns; k++) printf(" %7s", DT_RESNET18_SHAPES[shown[k]].name);
+    printf("\n");
+    for (int r = 0; r < 4; r++) {
+        printf("%-26s", rows[r]);
+        for (int k = 0; k < ns; k++) printf(" %7.3f", t[k][r]);
+        printf("\n");
+    }
+}
+
 int main(int argc, char **argv) {
     dt_set_fatal_handler(exit); /* a failure outside a guarded call ends this program (dt_common.h) */
     int batch = 64, reps = 20, validate = 1;
@@ -703,6 +837,11 @@ int main(int argc, char **argv) {
         if (has_group(what, "sampler")) validate_sampler(batch, only);
     }
     time_shapes(batch, reps, only, what);
+    if (has_group(what, "gather")) dxtile_rows(batch, reps, only, validate);
+    if (g_dxtile_bad) {
+        printf("\ndx=tile: %d validation(s) FAILED\n", g_dxtile_bad);
+        return 1;
+    }
     if (g_sampler_bad) {
         printf("\nsampler: %d validation(s) FAILED\n", g_sampler_bad);
         return 1;
