@@ -4,7 +4,7 @@
 # repository root on a machine with the GPU(s):
 #   bash bench/gpu_run.sh [tests] [api] [conv] [deform] [deform2] [resnet] [resnet_mp] [repro] [run] [seeds]
 #                         [bf16] [graphs] [graph_idle] [conv_lab] [conv_algo] [loader_gpu] [yard_amp] [breakdown] [resnet50] [dropin]
-#                         [dropin_paths] [graph_pairs] [graph_bisect] [sampler] [run_wall]
+#                         [dropin_paths] [graph_pairs] [graph_bisect] [sampler] [run_wall] [dx_tile] [depthwise]
 #                         [scaling] [scaling_sync] [scaling_bf16] [scaling_buckets] [dp_equiv] [dp_equiv_syn] [dp_run]
 #                         [dp_multiproc] [dp_fail] [dp_resume]   (the last ten: 2 GPUs or more; GPUS="2 4 8" the
 #                         counts the scaling steps time, DP_N the count of dp_equiv / dp_fail / dp_resume, default 2)
@@ -135,6 +135,29 @@ for s in $STEPS; do
 1 1 gpu_probe_sets_the_col_budget_and_reseeds
 LIST
         ;;
+    dx_tile)
+        # The deft input gradient by output tile (dx=tile, docs/deft.md): its GPU tests (bit for bit
+        # the CPU twin, run to run), the lab against index + gather, then the all-deformable bf16
+        # step with dx=gather and dx=tile (flip the default if tile wins: docs/deft.md says where)
+        log "dx=tile: GPU tests, deform_lab --what gather, the deft bf16 step dx=gather / tile"
+        T 200 build/test --gpu gpu_deft_tile_dx_bitwise_cpu_twin gpu_deform_op_deterministic_is_bitwise \
+            gpu_deft_layer_deterministic_is_bitwise 'gpu_cases_deform*' 2>&1 | tee "$W/test_dx_tile.log" | grep -Ev '^ok ' | tail -12
+        T 150 build/deform_lab --what gather --reps 20 > "$W/lab_gather.txt" 2>&1
+        echo "lab rc $?" | tee -a "$OUT/summary.txt"
+        grep -A16 "lab timings" "$W/lab_gather.txt" | tee -a "$OUT/summary.txt"
+        for b in 64 256; do
+            for v in gather tile; do step dx_b${b}_$v "deft bf16 b$b dx=$v" deform=all precision=bf16 batch=$b dx=$v; done
+        done ;;
+    depthwise)
+        # The depthwise family (docs/conv.md "Depthwise", issue 38): its GPU tests, then the seed's
+        # 1-D grid and MobileNetV2's shapes beside PyTorch's cuDNN, fp32 and bf16
+        log "depthwise: GPU tests, build/bench --what depthwise beside cuDNN"
+        T 200 build/test --gpu 'gpu_depthwise*' 'gpu_conv2d_grouped*' 'gpu_cases_conv_groups*' 2>&1 | tee "$W/test_dw.log" | grep -Ev '^ok ' | tail -12
+        T 300 python3 bench/torch_depthwise.py --batch 256 > "$W/torch_dw.txt" 2>&1
+        for prec in fp32 bf16; do
+            T 300 build/bench --what depthwise --precision $prec --batch 256 --torch "$W/torch_dw.txt" --csv "$W/dw_$prec.csv" > "$W/dw_$prec.txt" 2>&1
+            echo "depthwise $prec rc $?" | tee -a "$OUT/summary.txt"; tail -40 "$W/dw_$prec.txt" | tee -a "$OUT/summary.txt"
+        done ;;
     sampler)
         # The deformable forward's sampling as the Hopper engine's A producer, a lab variant
         # (docs/deft.md, "The sampling inside the Hopper engine: a lab record"; issue 35): the lab
