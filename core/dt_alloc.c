@@ -281,10 +281,61 @@ static int lent_free(void *ptr) {
     return 0;
 }
 
+/* This thread's scratch arena (dt_gpu_scratch_arena_begin): [base, base + size) from the
+ * caller's allocator, `used` bytes of it carved; `took` counts every block of the call as
+ * carved (256-byte steps), carved or not. */
+static __thread struct {
+    int open;
+    char *base;
+    size_t size, used, took;
+} t_arena;
+
+static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
+
+void dt_gpu_scratch_arena_begin(size_t bytes) {
+    if (!t_scratch) return;
+    t_arena.open = 1;
+    t_arena.used = t_arena.took = 0;
+    t_arena.size = bytes;
+    t_arena.base = NULL;
+    if (!bytes) return;
+    t_arena.base = t_scratch->alloc(t_scratch->ctx, bytes, dt_stream());
+    if (!t_arena.base) {
+        t_arena.open = 0;
+        dt_fail(DT_ERR_OOM, "out of GPU memory allocating %.1f MiB (the caller's allocator)", bytes / 1048576.0);
+    }
+}
+
+size_t dt_gpu_scratch_arena_end(void) {
+    if (!t_arena.open) return 0;
+    if (t_arena.base) t_scratch->free(t_scratch->ctx, t_arena.base, dt_stream());
+    t_arena.open = 0;
+    t_arena.base = NULL;
+    return t_arena.took;
+}
+
+static int in_arena(const void *p) {
+    return t_arena.base && (const char *)p >= t_arena.base && (const char *)p < t_arena.base + t_arena.size;
+}
+
+/* A block of the call's scratch from the caller's allocator: carved from the arena while it has
+ * room, else a block of its own. */
+static void *scratch_block(size_t bytes) {
+    if (!t_arena.open) return lent_alloc(bytes);
+    const size_t step = align256(bytes ? bytes : 1);
+    t_arena.took += step;
+    if (t_arena.base && t_arena.size - t_arena.used >= step) {
+        void *p = t_arena.base + t_arena.used;
+        t_arena.used += step;
+        return p;
+    }
+    return lent_alloc(bytes);
+}
+
 void *dt_gpu_malloc(size_t bytes) {
     if (dt_inject_hit(DT_INJECT_DEVICE_ALLOC))
         dt_fail(DT_ERR_OOM, "out of GPU memory allocating %.1f MiB (injected)", bytes / 1048576.0);
-    if (t_scratch) return lent_alloc(bytes);
+    if (t_scratch) return scratch_block(bytes);
     size_t size = round_size(bytes);
     void *p = NULL;
     pool *o = cur_pool(); /* initializes the device on first use */
@@ -344,6 +395,7 @@ static void drop_if_empty(pool *o) {
 
 void dt_gpu_free(void *ptr) {
     if (!ptr) return;
+    if (in_arena(ptr)) return; /* the arena goes back whole (dt_gpu_scratch_arena_end) */
     if (t_nlent && t_scratch && lent_free(ptr)) return;
     pool *o = cur_pool();
     size_t size = live_remove(o, ptr);
@@ -448,6 +500,8 @@ void dt_gpu_set_poison(int on) { (void)on; }
 dt_gpu_pool *dt_gpu_pool_new(void) { no_cuda("dt_gpu_pool_new"); }
 dt_gpu_pool *dt_gpu_pool_use(dt_gpu_pool *p) { (void)p; return NULL; }
 const dt_gpu_allocator *dt_gpu_scratch_use(const dt_gpu_allocator *a) { (void)a; return NULL; }
+void dt_gpu_scratch_arena_begin(size_t bytes) { (void)bytes; }
+size_t dt_gpu_scratch_arena_end(void) { return 0; }
 void dt_gpu_pool_retire(dt_gpu_pool *p) { (void)p; }
 void dt_copy_h2d(void *d, const void *s, size_t b) { (void)d; (void)s; (void)b; no_cuda("dt_copy_h2d"); }
 void dt_copy_d2h(void *d, const void *s, size_t b) { (void)d; (void)s; (void)b; no_cuda("dt_copy_d2h"); }

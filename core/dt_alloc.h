@@ -63,6 +63,18 @@ typedef struct {
     void *ctx;
 } dt_gpu_allocator;
 const dt_gpu_allocator *dt_gpu_scratch_use(const dt_gpu_allocator *a);
+/* One block of the caller's allocator for a whole call's scratch, so that a call costs the
+ * allocator one alloc and one free instead of one per buffer (a dozen in a deformable backward;
+ * PyTorch's caching allocator takes a lock and walks its pools for each). While this thread's
+ * arena is open (begin, under dt_gpu_scratch_use), dt_gpu_malloc carves each block from it in
+ * order, 256-byte aligned (cudaMalloc's alignment), while it has room, and from the allocator
+ * past that; dt_gpu_free of a carved block does nothing (the call's blocks are not reused within
+ * it: the arena holds their sum, not their peak). end gives the block back in stream order and
+ * returns the bytes the call's blocks took in all, as carved: the size for the next call of the
+ * same problem, which then takes one block (begin(0) opens an arena that only measures). Without
+ * a caller's allocator both do nothing (end returns 0): deftc's own pool costs no lock. */
+void dt_gpu_scratch_arena_begin(size_t bytes);
+size_t dt_gpu_scratch_arena_end(void);
 /* Poison mode (tests): every block handed out is filled with 0xFF bytes (a NaN in float32),
  * so an element a kernel forgot to write shows up as NaN in the comparison. on = 2 also fills
  * every block given back (outside a capture), so that a read of a freed block - a dangling

@@ -36,6 +36,10 @@ cudaStream_t dt_stream(void);
 cublasHandle_t dt_cublas(void);
 curandGenerator_t dt_curand(void);
 const struct cudaDeviceProp *dt_gpu_props(void);
+/* Lets kernel fn take `bytes` of dynamic shared memory on the current device
+ * (cudaFuncAttributeMaxDynamicSharedMemorySize): a driver call the first time a larger limit is
+ * needed, nothing after - the attribute is the function's on its device and stays set. */
+void dt_gpu_func_smem(const void *fn, size_t bytes);
 
 const char *dt_cublas_status_str(cublasStatus_t s);
 const char *dt_curand_status_str(curandStatus_t s);

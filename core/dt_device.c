@@ -50,12 +50,18 @@ static gpu_ctx *cur_ctx(void) {
 
 int dt_built_with_cuda(void) { return 1; }
 
+/* The devices a process sees are fixed when CUDA initializes (CUDA_VISIBLE_DEVICES is read
+ * then), so the count is queried once and kept: the deform C API asks for it on every call.
+ * A failed query (no driver, no device) is not kept: 0 is answered again by asking. */
 int dt_gpu_count(void) {
-    int n = 0;
+    static int known; /* 0: not queried successfully yet */
+    int n = __atomic_load_n(&known, __ATOMIC_RELAXED);
+    if (n > 0) return n;
     if (cudaGetDeviceCount(&n) != cudaSuccess) {
         cudaGetLastError(); /* clear the sticky "no device" error */
         return 0;
     }
+    __atomic_store_n(&known, n, __ATOMIC_RELAXED);
     return n;
 }
 
@@ -247,6 +253,25 @@ int dt_gpu_has_sm90a(void) {
 #else
     return 0;
 #endif
+}
+
+/* The limits set so far, per thread (no lock; another thread sets its own once more - the same
+ * value, harmless). Past the table's size every call asks the driver, as before. */
+void dt_gpu_func_smem(const void *fn, size_t bytes) {
+    static __thread struct {
+        const void *fn;
+        int device;
+        size_t bytes;
+    } set[64];
+    static __thread int nset;
+    const int device = dt_gpu_current();
+    int i = 0;
+    while (i < nset && !(set[i].fn == fn && set[i].device == device)) i++;
+    if (i < nset && set[i].bytes >= bytes) return;
+    DT_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    if (i == nset && nset == 64) return;
+    if (i == nset) nset++;
+    set[i].fn = fn, set[i].device = device, set[i].bytes = bytes;
 }
 
 int dt_gpu_pointer_device(const void *p) {

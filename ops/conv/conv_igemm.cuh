@@ -709,11 +709,10 @@ __global__ void __launch_bounds__(wgrad_cfg<BM, BN, WM, WN, STAGES>::THREADS)
     store_acc_f32(acc, ws + (int64_t)blockIdx.y * p.Cout * p.K, p.Cout, p.K, i0 + warp_m * WM, j0 + warp_n * WN, lane);
 }
 
-/* The dynamic shared-memory limit is an attribute of a kernel on each device: raised before every
- * launch (a host call, allowed while a stream is captured), as the library's other kernels do. */
-template <typename K> static void allow_smem(K kernel, size_t bytes) {
-    DT_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-}
+/* The dynamic shared-memory limit is an attribute of a kernel on each device: raised where a
+ * launch needs more than was set (dt_gpu_func_smem: a host call, allowed while a stream is
+ * captured), as the library's other kernels do. */
+template <typename K> static void allow_smem(K kernel, size_t bytes) { dt_gpu_func_smem((const void *)kernel, bytes); }
 
 /* wgrad's launcher: splits fill two waves of the GPU, each at least 8 m tiles (256 rows).
  * B: the B loader (wb_im2col), P: the problem's type (conv_params, or one derived for B). */

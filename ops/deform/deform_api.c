@@ -2,7 +2,8 @@
  * dt_deform_api.h).
  *
  * A call reads the caller's descriptor at its version, checks it (check_desc, which is also
- * dt_deform_api_check), checks the buffers (NULLs, the device, alignment), then runs one of:
+ * dt_deform_api_check; done once per problem and kept per thread, with the plan: call_of),
+ * checks the buffers (NULLs, the device, alignment), then runs one of:
  *   n == 0      nothing to compute: the weight and bias gradients asked for are zeroed;
  *   f64         ops/deform/deform_f64 on the buffers as they are (groups computed directly);
  *   f32, bf16   the plan's orchestration. x, y and their gradients define the plan's dtype and
@@ -14,6 +15,8 @@
  *               Weight groups: the grouped weight (in the kernels' format) and its gradient
  *               as they are, the column skeleton's GEMMs one per group (dt_deform_args.groups;
  *               dt_colconv.h) - no dense block-diagonal weight.
+ * With the caller's allocator (dt_deform_api_set_cuda) the call's scratch is one block of it,
+ * sized by the problem's earlier calls (dt_gpu_scratch_arena_begin).
  * On the CPU (.device DT_DEFORM_API_CPU) the same runs on the kernels' CPU twins, with no CUDA
  * call at all. */
 #include <stdarg.h>
@@ -180,13 +183,67 @@ static int check(const dt_deform_desc *d, int mode) {
 
 /* What forward and backward check before touching the buffers: the descriptor, then whether a
  * CUDA call can run here at all. */
-static int call_of(const dt_deform_desc *d, int mode, call *c) {
+static int check_call(const dt_deform_desc *d, int mode, call *c) {
     if (check_desc(d, mode, c)) return -1;
     if (c->dev == DT_GPU && !dt_built_with_cuda())
         return fail("libdeftc was built without CUDA (desc.device DT_DEFORM_API_CPU runs on the CPU)");
     if (c->dev == DT_GPU && dt_gpu_count() == 0)
         return fail("no CUDA device is visible (desc.device DT_DEFORM_API_CPU runs on the CPU)");
     return 0;
+}
+
+/* ---- the calls a thread made last ----
+ * A framework makes the same few calls over and over (a net's layers, step after step), and each
+ * would check its descriptor and make its plan again: they are made once per problem and kept,
+ * with the scratch bytes the problem's calls took (the size of the next call's one scratch block,
+ * dt_gpu_scratch_arena_begin). The key is all a call's checks and plan depend on: the caller's
+ * descriptor bytes (.size of them), the mode and flags, and the column budget the plan's chunks
+ * were sized under (dt_conv_set_col_budget can change it). Kept per thread (the forward and the
+ * backward may run on different ones: no lock); a failed check is not kept. */
+enum { KEPT_CALLS = 8 };
+typedef struct {
+    int valid;
+    dt_deform_desc raw; /* the caller's first .size bytes, the rest 0 */
+    int mode;
+    size_t budget;
+    call c;
+    size_t scratch[2]; /* forward, backward: the most bytes one call's scratch took */
+    uint64_t used;     /* the thread's call count at its last use (the least recent is replaced) */
+} kept_call;
+static __thread kept_call t_kept[KEPT_CALLS];
+static __thread uint64_t t_calls;
+
+/* The kept call for (d, mode) - made and checked now if it is not kept yet - copied into *c, or
+ * NULL with the message. */
+static kept_call *call_of(const dt_deform_desc *d, int mode, call *c) {
+    dt_deform_desc raw;
+    if (!d || (d->size != DT_DEFORM_DESC_SIZE_V1 && d->size != (int)sizeof raw)) {
+        check_call(d, mode, c); /* refuses it (out_size, desc_read), saying why */
+        return NULL;
+    }
+    memset(&raw, 0, sizeof raw);
+    memcpy(&raw, d, (size_t)d->size);
+    const size_t budget = dt_deform_col_budget();
+    kept_call *k = &t_kept[0];
+    for (int i = 0; i < KEPT_CALLS; i++) {
+        kept_call *e = &t_kept[i];
+        if (e->valid && e->mode == mode && e->budget == budget && !memcmp(&e->raw, &raw, sizeof raw)) {
+            e->used = ++t_calls;
+            *c = e->c;
+            return e;
+        }
+        if (!e->valid || e->used < k->used) k = e; /* an empty slot, or the least recent */
+    }
+    if (check_call(d, mode, c)) return NULL;
+    *k = (kept_call){.valid = 1, .raw = raw, .mode = mode, .budget = budget, .c = *c, .used = ++t_calls};
+    return k;
+}
+
+/* The scratch the call's arena measured (dt_gpu_scratch_arena_end), kept as the problem's
+ * largest: calls of one problem that want other gradients take other scratch. */
+static void keep_scratch(size_t *kept) {
+    const size_t took = dt_gpu_scratch_arena_end();
+    if (took > *kept) *kept = took;
 }
 
 /* ---- the buffers ---- */
@@ -363,7 +420,8 @@ static int pointers_fit(const call *c, const void *x, const void *offset, const 
 static int forward(const dt_deform_desc *d, int mode, const void *x, const void *offset, const void *mask,
                           const void *weight, const void *bias, void *y, void *stream) {
     call c;
-    if (call_of(d, mode, &c) || pointers_fit(&c, x, offset, mask, weight, y, "y")) return -1;
+    kept_call *k = call_of(d, mode, &c);
+    if (!k || pointers_fit(&c, x, offset, mask, weight, y, "y")) return -1;
     if (c.d.has_bias != (bias != NULL)) return fail("has_bias is %d but bias is %s", c.d.has_bias, bias ? "given" : "NULL");
     const void *vec[3] = {x, weight, y};
     static const char *const vec_names[3] = {"x", "weight", "y"};
@@ -372,9 +430,11 @@ static int forward(const dt_deform_desc *d, int mode, const void *x, const void 
     const void *ptrs[6] = {x, offset, mask, weight, bias, y};
     static const char *const names[6] = {"x", "offset", "mask", "weight", "bias", "y"};
     if (use_device(&c, ptrs, names, 6, stream)) return -1;
+    dt_gpu_scratch_arena_begin(k->scratch[0]);
     if (c.f64) {
         dt_deform_f64_shape s = f64_shape(&c.d);
         DT_PICK(f64_forward_k, c.dev, DT_ANY_DTYPE, DT_NCHW)(&s, x, offset, mask, weight, bias, y);
+        keep_scratch(&k->scratch[0]);
         return 0;
     }
     formats f = formats_of(&c);
@@ -387,6 +447,7 @@ static int forward(const dt_deform_desc *d, int mode, const void *x, const void 
                         .groups = c.d.weight_groups};
     dt_deform_forward_raw(&c.p, c.dev, &a, y);
     scratch_free(&s);
+    keep_scratch(&k->scratch[0]);
     return 0;
 }
 
@@ -403,7 +464,8 @@ static int backward(const dt_deform_desc *d, int mode, const void *x, const void
                            const void *weight, const void *grad_y, void *grad_x, void *grad_offset, void *grad_mask,
                            void *grad_weight, void *grad_bias, void *stream) {
     call c;
-    if (call_of(d, mode, &c) || pointers_fit(&c, x, offset, mask, weight, grad_y, "grad_y")) return -1;
+    kept_call *k = call_of(d, mode, &c);
+    if (!k || pointers_fit(&c, x, offset, mask, weight, grad_y, "grad_y")) return -1;
     if (c.d.n > 0 && grad_mask && !mask) return fail("grad_mask requested but there is no mask");
     if (grad_bias && !c.d.has_bias) return fail("grad_bias requested but has_bias is 0");
     const void *vec[5] = {x, weight, grad_y, grad_x, grad_weight};
@@ -418,10 +480,12 @@ static int backward(const dt_deform_desc *d, int mode, const void *x, const void
         zero_param_grads(&c, grad_weight, grad_bias);
         return 0;
     }
+    dt_gpu_scratch_arena_begin(k->scratch[1]);
     if (c.f64) {
         dt_deform_f64_shape s = f64_shape(&c.d);
         DT_PICK(f64_backward_k, c.dev, DT_ANY_DTYPE, DT_NCHW)(&s, x, offset, mask, weight, grad_y, grad_x, grad_offset,
                                                               grad_mask, grad_weight, grad_bias);
+        keep_scratch(&k->scratch[1]);
         return 0;
     }
     formats f = formats_of(&c);
@@ -442,6 +506,7 @@ static int backward(const dt_deform_desc *d, int mode, const void *x, const void
     grad_out(c.dev, gr.dmask, f.kmask, grad_mask, f.mask);
     grad_out(c.dev, dw, f.kdw, grad_weight, f.w);
     scratch_free(&s);
+    keep_scratch(&k->scratch[1]);
     return 0;
 }
 
@@ -468,8 +533,9 @@ int dt_deform_api_check(const dt_deform_desc *d, int mode) {
 }
 
 /* The caller's allocator (use_device) serves one entry: put back after the guard, whose unwind
- * frees the call's scratch through it. */
+ * frees the call's scratch through it - the arena's block last (a raise left it open). */
 static int own_pool(int rc) {
+    dt_gpu_scratch_arena_end();
     dt_gpu_scratch_use(NULL);
     return rc;
 }

@@ -199,11 +199,28 @@ int key_bits(int64_t nkeys) {
     return b;
 }
 
+/* CUB's temporary bytes for a sort of S pairs with key_bits(nkeys)-bit keys. The query runs
+ * CUB's dispatch on the host (the device's PTX version and SM count, kernel occupancies: CUDA
+ * calls), and a backward asks twice (its workspace's size, then the sort): the answer depends on
+ * the device and the two sizes alone, so the last few are kept, per thread. */
 size_t sort_tmp_bytes(int64_t S, int64_t nkeys) {
+    struct kept {
+        int dev, bits;
+        int64_t S;
+        size_t bytes;
+    };
+    static thread_local kept last[4];
+    static thread_local int filled, next;
+    const int dev = dt_gpu_current(), bits = key_bits(nkeys);
+    for (int i = 0; i < filled; i++)
+        if (last[i].dev == dev && last[i].bits == bits && last[i].S == S) return last[i].bytes;
     size_t bytes = 0;
     DT_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, bytes, (const uint32_t *)nullptr, (uint32_t *)nullptr,
-                                             (const uint32_t *)nullptr, (uint32_t *)nullptr, (int)S, 0, key_bits(nkeys),
+                                             (const uint32_t *)nullptr, (uint32_t *)nullptr, (int)S, 0, bits,
                                              dt_stream()));
+    last[next] = kept{dev, bits, S, bytes};
+    next = (next + 1) % 4;
+    if (filled < 4) filled++;
     return bytes;
 }
 
@@ -526,7 +543,7 @@ void dt_deform_tile_forward_cuda(const dt_deform_plan *p, int64_t nb, const void
         typedef DT_TAG_TYPE(tag) T;
 #define TILE(F, S, V, O)                                                                                              \
     do {                                                                                                             \
-        DT_CHECK(cudaFuncSetAttribute(k_tile<F, S, V, O, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)); \
+        dt_gpu_func_smem((const void *)k_tile<F, S, V, O, T>, smem);                                                 \
         k_tile<F, S, V, O, T><<<blocks, THREADS, smem, dt_stream()>>>(c, t, wpack, boff, (const T *)xT, om, (T *)colT); \
     } while (0)
 #define TILE_V(F, S, O)                                  \
@@ -629,11 +646,9 @@ void dt_deform_tile_dx_cuda(const dt_deform_plan *p, int64_t nb, const dt_deform
     if (c.S <= 0) return;
     const dt_dxtile tl = dt_dxtile_make(p);
     const size_t item_smem = (size_t)tl.FH * tl.FW * 32 * sizeof(float);
-    int max_smem = 0, dev = 0;
-    DT_CHECK(cudaGetDevice(&dev));
-    DT_CHECK(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    if (item_smem > (size_t)max_smem)
-        dt_fatal("deft dx=tile: a %dx%d footprint needs %zu bytes of shared memory, the GPU has %d (kernel %dx%d, "
+    const size_t max_smem = dt_gpu_props()->sharedMemPerBlockOptin; /* read once per device (ctx_create) */
+    if (item_smem > max_smem)
+        dt_fatal("deft dx=tile: a %dx%d footprint needs %zu bytes of shared memory, the GPU has %zu (kernel %dx%d, "
                  "dilation %dx%d: use dx=gather)", tl.FH, tl.FW, item_smem, max_smem, p->g.kh, p->g.kw, p->g.dh, p->g.dw);
     /* items a block: up to 8 warps within 48 KB (no opt-in), at least one */
     int ipc = (int)((48 * 1024) / item_smem);
@@ -643,7 +658,7 @@ void dt_deform_tile_dx_cuda(const dt_deform_plan *p, int64_t nb, const dt_deform
     float *part = (float *)ws, *Dp = tl.chunks > 1 ? part + nb * tl.tiles * tl.FH * tl.FW * p->C : D;
     dt_dispatch_plan_dtype(p->dtype, [&](auto *tag) {
         typedef DT_TAG_TYPE(tag) T;
-        DT_CHECK(cudaFuncSetAttribute(k_dxtile_accum<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        dt_gpu_func_smem((const void *)k_dxtile_accum<T>, smem);
         k_dxtile_accum<T><<<(unsigned)((items + ipc - 1) / ipc), 32 * ipc, smem, dt_stream()>>>(
             c, tl, ipc, items, om, (const T *)xT, (const T *)dcolT, part, Dp);
         DT_CHECK_LAUNCH();

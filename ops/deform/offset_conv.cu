@@ -769,8 +769,7 @@ static void bwd_weight(const dt_deform_plan *p, int64_t nb, const void *xT, cons
                 typedef DT_TAG_TYPE(tag) T;
 #define DWT(O)                                                                                                      \
     do {                                                                                                            \
-        DT_CHECK(cudaFuncSetAttribute(k_dw_tiled<O, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,                \
-                                      (int)dw_tiled_smem<O, T>()));                                                 \
+        dt_gpu_func_smem((const void *)k_dw_tiled<O, T>, dw_tiled_smem<O, T>());                                    \
         k_dw_tiled<O, T><<<grid, WT_THREADS, dw_tiled_smem<O, T>(), dt_stream()>>>(c, qchunk, (const T *)xT, dom,   \
                                                                                   partw, partb);                    \
     } while (0)

@@ -638,7 +638,7 @@ bool halo_ok(const dt_deform_chunk &c) {
 
 template <typename K>
 void allow_smem(K kernel, size_t bytes) {
-    DT_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    dt_gpu_func_smem((const void *)kernel, bytes);
 }
 
 }  // namespace
