@@ -9,6 +9,15 @@ bias, no mask; x, offset, weight and bias require grad. Three calls, each the me
             ctypes, the descriptor made once): the pair's kernel time, to subtract from it
   floor     torch.autograd.grad(x * 2, (x,), gy): PyTorch's own pair of one elementwise op, the
             least a pair called from Python costs on this machine
+On CUDA these are the time of 500 calls to the sync: where the GPU runs a call's ~30 tiny kernels
+slower than the host queues them, the queue fills and they are the GPU's time. Two more lines
+there: the host's time alone, and what a pair asks of CUDA:
+  host      pair, forward, backward and kernels again, each run's 20 calls queued behind a kernel
+            that keeps the GPU busy longer than they take (torch.cuda._sleep), timed before the
+            sync: no launch waits for the GPU (20 pairs stay within the launch queue)
+  cuda      the CUDA runtime and driver calls of one pair as PyTorch's profiler records them
+            (CUPTI; it leaves out a few cheap queries such as cudaGetLastError), with the most
+            frequent ones
 The path is the one deftc_torch chooses ($DEFTC_TORCH_OP=compiled|ctypes forces one).
 
     DEFTC_TORCH_OP=compiled python3 bench/torch_op_host_time.py [--lib build/libdeftc.so] [--device cpu|cuda]"""
@@ -35,6 +44,41 @@ def median_us(call, sync, runs=7, calls=500, warmup=100):
         sync()
         times.append((time.perf_counter() - start) / calls * 1e6)
     return statistics.median(times)
+
+
+def host_us(call, runs=7, calls=20, warmup=100):
+    """call's host time alone on CUDA (see the docstring: 'host'), us a call."""
+    import torch
+    for _ in range(warmup):
+        call()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(runs):
+        torch.cuda._sleep(200_000_000)  # ~0.1 s of GPU cycles: longer than 20 calls take to queue
+        start = time.perf_counter()
+        for _ in range(calls):
+            call()
+        times.append((time.perf_counter() - start) / calls * 1e6)
+        torch.cuda.synchronize()
+    return statistics.median(times)
+
+
+def cuda_calls(call, pairs=20):
+    """The CUDA runtime / driver calls one call makes, as the profiler records them: (total,
+    [(name, count)] most frequent first), per call."""
+    import collections
+    import torch
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+    call()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(pairs):
+            call()
+        torch.cuda.synchronize()
+    names = collections.Counter(e.name for e in prof.events() if e.device_type == DeviceType.CPU and
+                                e.name.startswith('cu') and 'Synchronize' not in e.name)
+    return sum(names.values()) / pairs, [(n, c / pairs) for n, c in names.most_common(8)]
 
 
 def main():
@@ -85,9 +129,13 @@ def main():
         torch.autograd.grad(x * 2, (x,), gy)
 
     print('deftc_torch path %s, torch %s, %s' % (dtt.OP_PATH, torch.__version__, dev))
-    for name, call in (('pair', pair), ('forward', forward), ('backward', backward), ('kernels', kernels),
-                       ('floor', floor)):
+    calls = (('pair', pair), ('forward', forward), ('backward', backward), ('kernels', kernels), ('floor', floor))
+    for name, call in calls:
         print('%-8s %7.1f us' % (name, median_us(call, sync)))
+    if dev.type == 'cuda':
+        print('host     ' + ', '.join('%s %.1f us' % (name, host_us(call)) for name, call in calls))
+        total, top = cuda_calls(pair)
+        print('cuda     %.1f calls a pair: %s' % (total, ', '.join('%s %.1f' % nc for nc in top)))
 
 
 if __name__ == '__main__':
