@@ -274,6 +274,77 @@ DT_GPU_TEST(gpu_errors_deform_api_injected_failures) {
     sweep_api(DT_GPU, kinds, want, min_points, 3);
 }
 
+/* ---- the caller's allocator: one scratch block a call ---- */
+
+/* A caller's allocator for the test: blocks carved from one buffer made beforehand (it must not
+ * call dt_gpu_malloc, which would come back to it), counted; nothing is reused. */
+typedef struct {
+    char *base;
+    size_t size, used;
+    int allocs, live;
+} bump;
+
+static void *bump_alloc(void *ctx, size_t bytes, void *stream) {
+    (void)stream;
+    bump *b = ctx;
+    const size_t step = (bytes + 511) & ~(size_t)511;
+    if (b->size - b->used < step) return NULL;
+    void *p = b->base + b->used;
+    b->used += step;
+    b->allocs++, b->live++;
+    return p;
+}
+
+static void bump_free(void *ctx, void *ptr, void *stream) {
+    (void)ptr, (void)stream;
+    ((bump *)ctx)->live--;
+}
+
+/* With the caller's allocator a problem's first call measures its scratch and each later one
+ * takes it as one block, forward and backward, with the results of deftc's own pool bit for bit;
+ * a failure inside a later call (every device allocation point, injected) gives that block back
+ * too. */
+DT_GPU_TEST(gpu_errors_deform_api_caller_scratch_one_block) {
+    api_prob p;
+    prob_make(&p, DT_GPU);
+    EXPECT_EQ_INT(prob_fwd(&p), 0);
+    EXPECT_EQ_INT(prob_bwd(&p), 0);
+    float *y0 = fetch(&p, p.y, p.ny), *gx0 = fetch(&p, p.gx, p.nx);
+    bump b = {.size = (size_t)64 << 20};
+    b.base = dt_gpu_malloc(b.size);
+    const dt_deform_cuda cu = {dt_gpu_current(), bump_alloc, bump_free, &b};
+    EXPECT_EQ_INT(dt_deform_api_set_cuda(&cu), 0);
+    for (int call = 0; call < 3; call++)
+        for (int which = 0; which < 2; which++) {
+            const int a0 = b.allocs;
+            EXPECT_EQ_INT(which ? prob_bwd(&p) : prob_fwd(&p), 0);
+            if (call > 0)
+                EXPECT_MSG(b.allocs - a0 == 1, "call %d, %s: %d scratch blocks, 1 expected", call,
+                           which ? "backward" : "forward", b.allocs - a0);
+            EXPECT_MSG(b.live == 0, "%d scratch blocks not given back", b.live);
+        }
+    float *y1 = fetch(&p, p.y, p.ny), *gx1 = fetch(&p, p.gx, p.nx);
+    EXPECT(same_floats(y0, y1, p.ny));
+    EXPECT(same_floats(gx0, gx1, p.nx));
+    int points = 0;
+    for (long n = 1; n < 1000; n++) {
+        dt_inject_arm(DT_INJECT_DEVICE_ALLOC, n);
+        const int rc = prob_bwd(&p);
+        const long seen = dt_inject_count(DT_INJECT_DEVICE_ALLOC);
+        dt_inject_arm(DT_INJECT_DEVICE_ALLOC, 0);
+        if (seen < n) break;
+        points++;
+        EXPECT_MSG(rc == DT_ERR_OOM, "point %ld: status %d (%s)", n, rc, dt_deform_api_error());
+        EXPECT_MSG(b.live == 0, "point %ld: %d scratch blocks not given back", n, b.live);
+    }
+    EXPECT_MSG(points >= 2, "only %d device allocation points reached", points);
+    EXPECT_EQ_INT(dt_deform_api_set_cuda(NULL), 0);
+    dt_gpu_sync(); /* the buffer's last readers are done before it goes back to the pool */
+    dt_gpu_free(b.base);
+    free(y0), free(gx0), free(y1), free(gx1);
+    prob_free(&p);
+}
+
 /* A bad argument after a failure: the argument's own message, then a good call works. */
 DT_TEST(errors_deform_api_bad_argument_then_good_call) {
     api_prob p;
