@@ -106,8 +106,8 @@ static void dw_point(const dt_bench_opts *o, const dw_ctx *c, const char *table,
     const double floor_fb = 1e3 * fmax(bytes_fb / c->copy_bps, 3 * fmas / c->fma_ps);
     double tf, tfb;
     torch_times(o->torch, key, &tf, &tfb);
-    printf("%-28s %8.4f %8.4f %8.4f %8.4f %6.2f %6.2f %8.4f %8.4f %6.2f %6.2f\n", label, fwd, fb, floor_f, floor_fb,
-           floor_f / fwd, floor_fb / fb, tf, tfb, tf > 0 ? tf / fwd : NAN, tfb > 0 ? tfb / fb : NAN);
+    printf("%-28s %8.4f %8.4f %8.4f %8.4f %6.1f %6.1f %8.4f %8.4f %6.2f %6.2f\n", label, fwd, fb, floor_f, floor_fb,
+           100 * floor_f / fwd, 100 * floor_fb / fb, tf, tfb, tf > 0 ? tf / fwd : NAN, tfb > 0 ? tfb / fb : NAN);
     if (c->csv)
         fprintf(c->csv, "%s,%s,%s,%lld,%.5f,%.5f,%.5f,%.5f,%.5f,%.5f,%.5f,%.5f\n", table, key, o->precision,
                 (long long)C, fwd, fb, floor_f, floor_fb, tf, tfb, bytes_f, fmas);
@@ -122,7 +122,7 @@ static void header(void) {
 void dt_bench_depthwise(const dt_bench_opts *o, FILE *csv) {
     dw_ctx c = {copy_rate(), (double)dt_gpu_sm_count() * 128 * CLOCK_GHZ * 1e9, csv};
     printf("\n## depthwise conv (dt_conv2d_grouped, groups = C, conv_algo %s), %s %s; floor: copy %.0f GB/s, fp32 FMA "
-           "%.1f T/s (%d SMs x 128 x %.2f GHz); %%flr = floor / time; x cud = cuDNN's time / ours\n",
+           "%.1f T/s (%d SMs x 128 x %.2f GHz); %%flr = 100 x floor / time; x cud = cuDNN's time / ours\n",
            dt_conv_algo_name(o->conv_algo), dt_dtype_name(o->dtype), dt_layout_name(o->layout), c.copy_bps / 1e9,
            c.fma_ps / 1e12, dt_gpu_sm_count(), CLOCK_GHZ);
     if (csv) fprintf(csv, "table,key,precision,channels,fwd_ms,fb_ms,fwd_floor_ms,fb_floor_ms,cudnn_fwd_ms,cudnn_fb_ms,fwd_bytes,fwd_fmas\n");
