@@ -203,8 +203,8 @@ DT_TEST(config_precision_values) {
     EXPECT(dt_config_set(&c, "tf32=1", &err) != 0 && strstr(err.msg, "unknown key") && strstr(err.msg, "precision"));
 }
 
-/* dx: the deft input gradient's two forms; dx=tile (a lab record since it lost 10-30x to the
- * gather on the H200, docs/deft.md) is refused, naming the key and the values it takes. */
+/* dx: the deft input gradient's two forms; the one by output tile, a lab record since it lost
+ * 8-22x to the gather on the H200 (docs/deft.md), is refused, naming the key and the values. */
 DT_TEST(config_dx_values) {
     dt_train_cfg c;
     dt_config_defaults(&c);

@@ -310,7 +310,8 @@ DT_TEST(deform_plan_chunks_and_errors) {
     k.dx = 7;
     bad = dt_deform_plan_init(&p, 2, 6, 9, 9, 4, dt_geom(3, 1, 1, 1), 1, 0, DT_DEFORM_DEFT, &k, 1 << 20);
     EXPECT_MSG(bad && strstr(bad, "dx 7"), "%s", bad ? bad : "(none)");
-    /* dx=tile (2) is gone (a lab record, docs/deft.md): neither its name nor its number is a dx */
+    /* the input gradient by output tile (dx 2) is gone (a lab record, docs/deft.md): neither its
+     * name nor its number is a dx */
     EXPECT_EQ_INT(dt_deform_dx_parse("gather"), DT_DX_GATHER);
     EXPECT_EQ_INT(dt_deform_dx_parse("atomic"), DT_DX_ATOMIC);
     EXPECT_EQ_INT(dt_deform_dx_parse("tile"), -1);
