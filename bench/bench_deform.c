@@ -1,7 +1,7 @@
 /* Deformable conv timings for build/bench.
  *
  * Modes: "unfused", "deft", each optionally followed by knob settings, e.g.
- *   deft:dx=atomic   deft:dx=tile   deft:fuse=1   deft:stage=1:halo=2   deft:swizzle=0   deft:tile=4x8   deft:det=1
+ *   deft:dx=atomic   deft:fuse=1   deft:stage=1:halo=2   deft:swizzle=0   deft:tile=4x8   deft:det=1
  *   unfused:det=1
  * For each shape: layer forward and forward+backward (gradients of the input, the weight and
  * the offset conv), with offsets ~ N(0, sigma) px (offset-conv weights N(0, sigma/sqrt(C*9))).
@@ -51,7 +51,7 @@ static int parse_mode(const char *s, mode_spec *m, char *err, int errlen) {
         else if (sscanf(t, "det=%d", &a) == 1) m->k.deterministic = a;
         else if (sscanf(t, "tile=%dx%d", &a, &b) == 2) { m->k.tile_h = a; m->k.tile_w = b; }
         else if (sscanf(t, "dx=%15s", w) == 1 && dt_deform_dx_parse(w) >= 0) m->k.dx = dt_deform_dx_parse(w);
-        else return snprintf(err, errlen, "unknown knob '%s' in mode %s (stage= fuse= swizzle= halo= det= tile=HxW dx=gather|atomic|tile)", t, s), -1;
+        else return snprintf(err, errlen, "unknown knob '%s' in mode %s (stage= fuse= swizzle= halo= det= tile=HxW dx=gather|atomic)", t, s), -1;
     }
     if (dt_deform_knobs_validate(&m->k, err, errlen)) return -1;
     return 0;

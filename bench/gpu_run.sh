@@ -4,7 +4,7 @@
 # repository root on a machine with the GPU(s):
 #   bash bench/gpu_run.sh [tests] [api] [conv] [deform] [deform2] [resnet] [resnet_mp] [repro] [run] [seeds]
 #                         [bf16] [graphs] [graph_idle] [conv_lab] [conv_algo] [loader_gpu] [yard_amp] [breakdown] [resnet50] [dropin]
-#                         [dropin_paths] [graph_pairs] [graph_bisect] [sampler] [run_wall] [dx_tile] [depthwise]
+#                         [dropin_paths] [graph_pairs] [graph_bisect] [sampler] [run_wall] [depthwise]
 #                         [scaling] [scaling_sync] [scaling_bf16] [scaling_buckets] [dp_equiv] [dp_equiv_syn] [dp_run]
 #                         [dp_multiproc] [dp_fail] [dp_resume]   (the last ten: 2 GPUs or more; GPUS="2 4 8" the
 #                         counts the scaling steps time, DP_N the count of dp_equiv / dp_fail / dp_resume, default 2)
@@ -135,19 +135,6 @@ for s in $STEPS; do
 1 1 gpu_probe_sets_the_col_budget_and_reseeds
 LIST
         ;;
-    dx_tile)
-        # The deft input gradient by output tile (dx=tile, docs/deft.md): its GPU tests (bit for bit
-        # the CPU twin, run to run), the lab against index + gather, then the all-deformable bf16
-        # step with dx=gather and dx=tile (flip the default if tile wins: docs/deft.md says where)
-        log "dx=tile: GPU tests, deform_lab --what gather, the deft bf16 step dx=gather / tile"
-        T 200 build/test --gpu gpu_deft_tile_dx_bitwise_cpu_twin gpu_deform_op_deterministic_is_bitwise \
-            gpu_deft_layer_deterministic_is_bitwise 'gpu_cases_deform*' 2>&1 | tee "$W/test_dx_tile.log" | grep -Ev '^ok ' | tail -12
-        T 150 build/deform_lab --what gather --reps 20 > "$W/lab_gather.txt" 2>&1
-        echo "lab rc $?" | tee -a "$OUT/summary.txt"
-        grep -A16 "lab timings" "$W/lab_gather.txt" | tee -a "$OUT/summary.txt"
-        for b in 64 256; do
-            for v in gather tile; do step dx_b${b}_$v "deft bf16 b$b dx=$v" deform=all precision=bf16 batch=$b dx=$v; done
-        done ;;
     depthwise)
         # The depthwise family (docs/conv.md "Depthwise", issue 38): its GPU tests, then the seed's
         # 1-D grid and MobileNetV2's shapes beside PyTorch's cuDNN, fp32 and bf16

@@ -10,7 +10,7 @@
  * Between them: DCNv1 and v2, offset groups 1 and 2, stride 2 with odd sizes, dilation, channel
  * counts that are no multiple of 4 (scalar loads everywhere), of 8 or of 32 (the offset conv's
  * FFMA kernels instead of tensor cores in bf16), batch 1, prime batches with uneven chunks,
- * every knob (dx gather / atomic / tile, stage, fuse_offset, deterministic), and ResNet-18's shapes
+ * every knob (dx gather / atomic, stage, fuse_offset, deterministic), and ResNet-18's shapes
  * (GPU parity only: too large for finite differences and the CPU suite).
  *
  * Offsets. Bilinear sampling has kinks where a sample's coordinate crosses an integer; a finite
@@ -51,8 +51,7 @@ static const dt_deform_knob_set K_GATHER = {DT_DX_GATHER, 0, 0, 0, -1}, K_ATOMIC
                                 K_DET = {DT_DX_GATHER, 0, 0, 1, -1}, K_DET_ATOMIC = {DT_DX_ATOMIC, 0, 0, 1, -1},
                                 K_STAGE1 = {DT_DX_GATHER, 0, 1, 0, 1}, K_STAGE2 = {DT_DX_GATHER, 0, 1, 0, 2},
                                 K_FUSE = {DT_DX_GATHER, 1, 0, 0, -1}, K_FUSE_STAGE1 = {DT_DX_GATHER, 1, 1, 0, 1},
-                                K_DEFT_RECIPE = {DT_DX_ATOMIC, 1, 1, 0, 2}, /* fuse + stage + atomics */
-                                K_TILE = {DT_DX_TILE, 0, 0, 0, -1};
+                                K_DEFT_RECIPE = {DT_DX_ATOMIC, 1, 1, 0, 2}; /* fuse + stage + atomics */
 
 /* The fixed part of offset channel ch at position p: a half-integer in {-1.5, -0.5, 0.5, 1.5}
  * (a hash of both, so neighbours differ). */
@@ -184,11 +183,6 @@ static const dt_deform_row DEFORM_CASES[] = {
        K_ATOMIC, 1, 0, 0, 0),
     OP("deft v2 dx=atomic, residual", 0, DT_DEFORM_DEFT, 2, 8, 7, 8, 8, 3, 1, 1, 1, 1, 1, 0, K_ATOMIC, 0, 1,
        0, 0),
-    OP("deft v2 dx=tile", 0, DT_DEFORM_DEFT, 2, 8, 8, 9, 4, 3, 1, 1, 1, 1, 1, 1, K_TILE, 0, 0, 0, 0),
-    OP("deft v1 G2 dx=tile, s2, chunks of 1", 0, DT_DEFORM_DEFT, 3, 8, 9, 9, 4, 3, 2, 1, 1, 2, 0, 0,
-       K_TILE, 1, 0, 0, 0),
-    OP("deft v2 dx=tile, residual", 0, DT_DEFORM_DEFT, 2, 8, 7, 8, 8, 3, 1, 1, 1, 1, 1, 0, K_TILE, 0, 1,
-       0, 0),
     OP("deft v2 stage halo 1", 0, DT_DEFORM_DEFT, 2, 8, 9, 10, 4, 3, 1, 1, 1, 1, 1, 0, K_STAGE1, 0, 0, 0, 0),
     OP("deft v1 G2 stage halo 2, C 6, s2", 0, DT_DEFORM_DEFT, 2, 6, 11, 10, 4, 3, 2, 1, 1, 2, 0, 0, K_STAGE2,
        0, 0, 0, 0),
@@ -221,12 +215,6 @@ static const dt_deform_row DEFORM_CASES[] = {
           -1, 0),
     LAYER("v2 dx=atomic, residual", 2, 8, 8, 8, 8, 3, 1, 1, 1, 1, 1, 0, K_ATOMIC, 0, 1, OFFW(0.03f, 8.49f), 0, 0),
     LAYER("v2 dx=atomic, prime batch 5 in chunks of 2 (2 + 2 + 1)", 5, 8, 6, 7, 4, 3, 1, 1, 1, 1, 1, 1, K_ATOMIC, 2, 0,
-          OFFW(0.03f, 8.49f), 0, 0),
-    LAYER("v1 dx=tile", 2, 8, 9, 8, 4, 3, 1, 1, 1, 1, 0, 0, K_TILE, 0, 0, OFFW(0.03f, 8.49f), 0, 0),
-    LAYER("v2 C 32 dx=tile, chunks of 1", 3, 32, 7, 7, 4, 3, 1, 1, 1, 1, 1, 1, K_TILE, 1, 0, OFFW(0.03f, 16.97f),
-          -1, 0),
-    LAYER("v2 dx=tile, residual", 2, 8, 8, 8, 8, 3, 1, 1, 1, 1, 1, 0, K_TILE, 0, 1, OFFW(0.03f, 8.49f), 0, 0),
-    LAYER("v2 dx=tile, prime batch 5 in chunks of 2 (2 + 2 + 1)", 5, 8, 6, 7, 4, 3, 1, 1, 1, 1, 1, 1, K_TILE, 2, 0,
           OFFW(0.03f, 8.49f), 0, 0),
     LAYER("v2 fuse_offset", 2, 8, 9, 9, 4, 3, 1, 1, 1, 1, 1, 0, K_FUSE, 0, 0, OFFW(0.03f, 8.49f), 0, 0),
     LAYER("v1 C 32 fuse_offset (bf16: rounded offset weights)", 2, 32, 8, 9, 4, 3, 1, 1, 1, 1, 0, 0, K_FUSE, 0, 0,

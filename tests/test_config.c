@@ -203,6 +203,21 @@ DT_TEST(config_precision_values) {
     EXPECT(dt_config_set(&c, "tf32=1", &err) != 0 && strstr(err.msg, "unknown key") && strstr(err.msg, "precision"));
 }
 
+/* dx: the deft input gradient's two forms; the one by output tile, a lab record since it lost
+ * 8-22x to the gather on the H200 (docs/deft.md), is refused, naming the key and the values. */
+DT_TEST(config_dx_values) {
+    dt_train_cfg c;
+    dt_config_defaults(&c);
+    dt_err err;
+    EXPECT(!strcmp(c.dx, "gather"));
+    EXPECT_EQ_INT(dt_config_set(&c, "dx=atomic", &err), 0);
+    EXPECT(!strcmp(c.dx, "atomic"));
+    EXPECT_EQ_INT(dt_config_set(&c, "dx=gather", &err), 0);
+    EXPECT(dt_config_set(&c, "dx=tile", &err) != 0);
+    EXPECT_MSG(strstr(err.msg, "bad value 'tile' for 'dx': expected one of gather|atomic"), "%s", err.msg);
+    EXPECT(!strcmp(c.dx, "gather")); /* a refused value leaves the setting alone */
+}
+
 /* ---- the config text a checkpoint stores reads back to the same values ---- */
 
 static char *config_text(const dt_train_cfg *c) {

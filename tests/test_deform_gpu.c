@@ -275,9 +275,6 @@ DT_GPU_TEST(gpu_deform_op_deterministic_is_bitwise) {
         EXPECT(same_bits_twice(b_op, &u, in, 5, "unfused deterministic"));
         op_arg d = {c, DT_DEFORM_DEFT, dt_deform_knobs_default()}; /* the gather: deterministic by construction */
         EXPECT(same_bits_twice(b_op, &d, in, 5, "deft (gather)"));
-        op_arg t = {c, DT_DEFORM_DEFT, dt_deform_knobs_default()}; /* by output tile: fixed orders too */
-        t.k.dx = DT_DX_TILE;
-        EXPECT(same_bits_twice(b_op, &t, in, 5, "deft (dx=tile)"));
     }
 }
 
@@ -419,8 +416,6 @@ DT_GPU_TEST(gpu_deft_layer_deterministic_is_bitwise) {
     EXPECT(same_bits_twice(b_layer_own_bias, &lgpu, in, 4, "deft layer deterministic"));
     lgpu.knobs.fuse_offset = lgpu.knobs.stage = 1;
     EXPECT(same_bits_twice(b_layer_own_bias, &lgpu, in, 4, "deft layer deterministic, fuse + stage"));
-    lgpu.knobs.dx = DT_DX_TILE;
-    EXPECT(same_bits_twice(b_layer_own_bias, &lgpu, in, 4, "deft layer dx=tile, fuse + stage"));
     lgpu.weight = own[0];
     lgpu.off_weight = own[1];
     lgpu.off_bias = own[2];
@@ -560,91 +555,3 @@ DT_GPU_TEST(gpu_deform_on_second_device) {
         EXPECT(dt_parity(name, b_op, &ref, &a, 5, in, 2e-5f));
     }
 }
-
-/* ---- dx=tile: its CUDA kernels bit for bit against their CPU twin and against themselves ---- */
-#ifdef DT_CUDA
-#include "tests/dxtile_testutil.h"
-
-/* n bytes of device memory, NaN in every float and bf16 (all bits set). */
-static void *gpu_poisoned(size_t n) {
-    void *d = dt_gpu_malloc(n > 0 ? n : 1), *h = malloc(n > 0 ? n : 1);
-    memset(h, 0xff, n > 0 ? n : 1);
-    dt_copy_h2d(d, h, n);
-    free(h);
-    return d;
-}
-static void *gpu_copy(const void *h, size_t n) {
-    void *d = dt_gpu_malloc(n > 0 ? n : 1);
-    dt_copy_h2d(d, h, n);
-    return d;
-}
-/* 1 when device buffer d holds the bytes of h. */
-static int same_bytes(const void *d, const void *h, size_t n) {
-    void *t = malloc(n > 0 ? n : 1);
-    dt_copy_d2h(t, d, n);
-    int same = !memcmp(t, h, n);
-    free(t);
-    return same;
-}
-
-DT_GPU_TEST(gpu_deft_tile_dx_bitwise_cpu_twin) {
-    for (int ci = 0; ci < DXT_NCASES; ci++)
-        for (int di = 0; di < 2; di++) {
-            const dxt_case *c = &dxt_cases[ci];
-            const dt_dtype dt = di ? DT_BF16 : DT_F32;
-            dt_deform_plan p;
-            const char *bad = dxt_plan(c, dt, DT_DX_TILE, &p);
-            EXPECT_MSG(!bad, "%s: %s", c->name, bad ? bad : "");
-            if (bad) continue;
-            dxt_problem pr = dxt_make(&p, c, dt_rng_u64(dt_test_rng()));
-            const int64_t nb = p.N, S = nb * p.P * p.K * p.G, nx = pr.nx;
-            const size_t es = dt_dtype_size(dt), tws = dt_deform_tile_dx_ws_bytes_cpu(&p, nb);
-            char what[200];
-            /* the CPU twin: dx of float (beta 0) and of T (beta 0.5 onto `old`), D */
-            void *iws = malloc(dt_deform_index_ws_bytes_cpu(&p, nb)), *ws = malloc(tws);
-            dt_deform_index ic;
-            dt_deform_index_build_cpu(&p, nb, pr.om, iws, &ic);
-            float *D = malloc((size_t)S * 16), *dxf = malloc((size_t)nx * 4);
-            void *old = malloc((size_t)nx * es), *dxT = malloc((size_t)nx * es);
-            dt_rng r;
-            dt_rng_seed(&r, dt_rng_u64(dt_test_rng()));
-            dxt_fill(&r, dt, nx, old, 1.0f);
-            memcpy(dxT, old, (size_t)nx * es);
-            dt_deform_tile_dx_cpu(&p, nb, &ic, pr.om, pr.x, pr.dcol, 0.0f, dxf, DT_F32, D, ws);
-            dt_deform_tile_dx_cpu(&p, nb, &ic, pr.om, pr.x, pr.dcol, 0.5f, dxT, dt, D, ws);
-            /* the GPU: the fallback index, then twice each with fresh NaN-poisoned outputs */
-            void *gx = gpu_copy(pr.x, (size_t)nx * es), *gdcol = gpu_copy(pr.dcol, (size_t)pr.ncol * es);
-            float *gom = gpu_copy(pr.om, (size_t)pr.nom * 4);
-            void *giws = gpu_poisoned(dt_deform_index_ws_bytes_cuda(&p, nb));
-            dt_deform_index ig;
-            dt_deform_index_build_cuda(&p, nb, gom, giws, &ig);
-            EXPECT_MSG(same_bytes(ig.order, ic.order, (size_t)S * 4) &&
-                           same_bytes(ig.start, ic.start, (size_t)(ic.keys + 1) * 4),
-                       "%s %s: the fallback index differs from the CPU's", c->name, dt_dtype_name(dt));
-            for (int run = 0; run < 2; run++) {
-                float *gD = gpu_poisoned((size_t)S * 16), *gdxf = gpu_poisoned((size_t)nx * 4);
-                void *gws = gpu_poisoned(tws), *gdxT = gpu_copy(old, (size_t)nx * es);
-                dt_deform_tile_dx_cuda(&p, nb, &ig, gom, gx, gdcol, 0.0f, gdxf, DT_F32, gD, gws);
-                snprintf(what, sizeof what, "%s %s run %d", c->name, dt_dtype_name(dt), run);
-                EXPECT_MSG(same_bytes(gD, D, (size_t)S * 16), "%s: D differs from the CPU twin", what);
-                EXPECT_MSG(same_bytes(gdxf, dxf, (size_t)nx * 4), "%s: f32 dx differs from the CPU twin", what);
-                dt_deform_tile_dx_cuda(&p, nb, &ig, gom, gx, gdcol, 0.5f, gdxT, dt, gD, gws);
-                EXPECT_MSG(same_bytes(gdxT, dxT, (size_t)nx * es), "%s: dx (beta 0.5) differs from the CPU twin", what);
-                dt_gpu_free(gD);
-                gD = gpu_poisoned((size_t)S * 16);
-                dt_deform_tile_dx_cuda(&p, nb, NULL, gom, gx, gdcol, 0.0f, NULL, dt, gD, gws); /* D alone */
-                EXPECT_MSG(same_bytes(gD, D, (size_t)S * 16), "%s: D alone differs from the CPU twin", what);
-                dt_gpu_free(gD);
-                dt_gpu_free(gdxf);
-                dt_gpu_free(gws);
-                dt_gpu_free(gdxT);
-            }
-            dt_gpu_free(gx);
-            dt_gpu_free(gdcol);
-            dt_gpu_free(gom);
-            dt_gpu_free(giws);
-            free(iws), free(ws), free(D), free(dxf), free(old), free(dxT);
-            dxt_free(&pr);
-        }
-}
-#endif /* DT_CUDA */

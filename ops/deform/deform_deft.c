@@ -17,9 +17,7 @@
  *            + halo in shared memory)
  *   adjoint  dom and the input gradient from dcolT - inverse index (built in begin, on the
  *            GPU's side stream while the GEMMs run) + gather + offset gradients (dx=gather,
- *            deterministic), by output tile (dx=tile: deterministic; the index, built the same way,
- *            holds only the samples outside their tile's footprint) or float4 atomics
- *            (dx=atomic) - then the layer's offset conv
+ *            deterministic) or float4 atomics (dx=atomic) - then the layer's offset conv
  *            backward (weight, bias, and its input gradient), or the op's dom relaid out into
  *            doffset/dmask.
  * close: NCHW plans: dW back from the skeleton's [Cout, K*C] to [Cout, C, kh, kw] (with beta).
@@ -55,8 +53,6 @@ DEFT_TABLE(sample_k, "deft (sampling)", dt_deform_sample_nhwc)
 DEFT_TABLE(tile_forward_k, "deft (tiled sampling, DefT)", dt_deform_tile_forward)
 DEFT_TABLE(index_build_k, "deft (inverse index)", dt_deform_index_build)
 DEFT_TABLE(gather_k, "deft (input-gradient gather)", dt_deform_gather_dx)
-DEFT_TABLE(tile_dx_k, "deft (input gradient by output tile)", dt_deform_tile_dx)
-DEFT_TABLE(tile_dx_ws_k, "deft (tile input-gradient workspace)", dt_deform_tile_dx_ws_bytes)
 DEFT_TABLE(offset_grads_k, "deft (offset gradients)", dt_deform_offset_grads)
 DEFT_TABLE(scatter_k, "deft (atomic input gradient)", dt_deform_scatter_dx)
 DEFT_TABLE(offconv_fwd_k, "deft (offset conv)", dt_offconv_fwd)
@@ -85,7 +81,7 @@ static int dx_direct(const dt_deform_run *r) {
     const dt_deform_plan *p = r->p;
     if (!r->g->dx || p->layout != DT_NHWC) return 0;
     if (p->dtype == DT_F32 && r->g->bx == 0.0f) return 1;
-    return !is_layer(r) && (p->dx == DT_DX_GATHER || p->dx == DT_DX_TILE);
+    return !is_layer(r) && p->dx == DT_DX_GATHER;
 }
 
 /* The input channels of the weight: C / WG (C without weight groups). */
@@ -135,11 +131,9 @@ static void deft_open(dt_deform_run *r) {
         r->dx_direct = dx_direct(r);
         if (r->g->dx && !r->dx_direct) r->dxT_buf = dt_dev_alloc(dev, img);
         r->dom = dt_dev_alloc(dev, (size_t)nb * p->P * p->OCS * sizeof(float));
-        if (p->dx == DT_DX_GATHER || p->dx == DT_DX_TILE) {
+        if (p->dx == DT_DX_GATHER) {
             r->D = dt_dev_alloc(dev, (size_t)nb * p->P * p->K * p->G * 4 * sizeof(float));
-            /* dx=tile's fallback index only where dx is wanted (D alone needs none) */
-            if (p->dx == DT_DX_GATHER || r->g->dx) r->idx_ws = dt_dev_alloc(dev, WS_BYTES(index_ws_k, p, nb));
-            if (p->dx == DT_DX_TILE) r->tile_ws = dt_dev_alloc(dev, WS_BYTES(tile_dx_ws_k, p, nb));
+            r->idx_ws = dt_dev_alloc(dev, WS_BYTES(index_ws_k, p, nb));
         }
         ws = max3(is_layer(r) ? WS_BYTES(offconv_ws_k, p, nb) : 0, tiled(r, 1) ? WS_BYTES(tile_ws_k, p, nb) : 0,
                   0);
@@ -152,7 +146,7 @@ static void deft_begin(void *rv, int64_t n0, int64_t nb, int backward) {
     const dt_deform_plan *p = r->p;
     dt_dev dev = r->dev;
     int64_t HWC = p->H * p->W * p->C;
-    if (backward && (p->dx == DT_DX_GATHER || p->dx == DT_DX_TILE) && r->g->dx) {
+    if (backward && p->dx == DT_DX_GATHER && r->g->dx) {
         /* The index depends on the offsets alone: on the GPU it is built on the side stream while
          * the main stream re-samples the columns and runs the dW and dcol GEMMs (joined in
          * deft_adjoint); the previous chunk's gather, which read idx_ws, is queued before. */
@@ -200,13 +194,6 @@ static void deft_adjoint(void *rv, int64_t n0, int64_t nb, void *dcol) {
         if (r->dx_direct) DT_PICK(gather_k, dev, p->dtype, DT_NHWC)(p, nb, &r->idx, r->xT, dcol, g->bx, dx, p->dtype, r->D);
         else DT_PICK(gather_k, dev, p->dtype, DT_NHWC)(p, nb, &r->idx, r->xT, dcol, 0.0f, acc, DT_F32, r->D);
         DT_PICK(offset_grads_k, dev, p->dtype, DT_NHWC)(p, nb, om, r->D, layer, r->dom);
-    } else if (p->dx == DT_DX_TILE) { /* the fallback index was built ahead (dx wanted) */
-        const dt_deform_index *idx = g->dx ? &r->idx : NULL;
-        if (dev == DT_GPU && g->dx) dt_side_join();
-        if (r->dx_direct)
-            DT_PICK(tile_dx_k, dev, p->dtype, DT_NHWC)(p, nb, idx, om, r->xT, dcol, g->bx, dx, p->dtype, r->D, r->tile_ws);
-        else DT_PICK(tile_dx_k, dev, p->dtype, DT_NHWC)(p, nb, idx, om, r->xT, dcol, 0.0f, acc, DT_F32, r->D, r->tile_ws);
-        DT_PICK(offset_grads_k, dev, p->dtype, DT_NHWC)(p, nb, om, r->D, layer, r->dom);
     } else { /* the atomic knob: fp32 sums (dx_direct: an f32 dx) */
         float *sum = r->dx_direct ? (float *)dx : acc;
         if (sum) DT_PICK(dt_fill_k, dev, DT_F32, DT_NCHW)(npix * p->C, 0.0f, sum);
@@ -243,7 +230,7 @@ static void deft_close(dt_deform_run *r) {
     const int64_t cw = weight_channels(r);
     if (r->dwT) /* [Cout, K, C/WG] -> [Cout, C/WG, K], with beta */
         DT_PICK(dt_nhwc_to_nchw_k, dev, DT_F32, DT_NCHW)(p->Cout, cw, p->K, r->dwT, cw, NULL, r->g->bw, r->g->dw);
-    void *bufs[] = {r->wT, r->dwT, r->own_om ? r->om : NULL, r->xT_buf, r->dxT_buf, r->dom, r->D, r->ws, r->idx_ws, r->tile_ws};
+    void *bufs[] = {r->wT, r->dwT, r->own_om ? r->om : NULL, r->xT_buf, r->dxT_buf, r->dom, r->D, r->ws, r->idx_ws};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (bufs[i]) dt_dev_free(dev, bufs[i]);
 }

@@ -18,7 +18,6 @@
 #include <cub/device/device_radix_sort.cuh>
 
 #include "ops/deform/deform_chunk.h"
-#include "ops/deform/deform_dxtile.h"
 #include "ops/deform/deform_nhwc.cuh"
 #include "ops/deform/deform_nhwc.h"
 #include "core/dt_kernel_util.cuh"
@@ -156,17 +155,14 @@ __global__ void __launch_bounds__(THREADS) k_tile(dt_deform_chunk c, tiling tl, 
 
 /* ------------------------------------------------------------------ inverse index */
 
-/* only_misfits (dx=tile's fallback): a sample that fits its tile's footprint gets no key. */
-__global__ void k_index_keys(dt_deform_chunk c, const float *__restrict__ om, uint32_t nkeys, int only_misfits,
-                             dt_dxtile tl, uint32_t *__restrict__ keys, uint32_t *__restrict__ ids,
-                             float4 *__restrict__ wm) {
+__global__ void k_index_keys(dt_deform_chunk c, const float *__restrict__ om, uint32_t nkeys, uint32_t *__restrict__ keys,
+                             uint32_t *__restrict__ ids, float4 *__restrict__ wm) {
     DT_GRID_STRIDE(e, c.S) {
-        int q, k, g, i, oy, ox;
+        int q, k, g, i;
         float m;
         dt_sample_decode(&c, (uint32_t)e, &q, &k, &g);
         dt_bilin b = dt_sample_bilin(&c, om, q, k, g, &i, &m);
-        dt_position_decode(&c, q, &i, &oy, &ox);
-        keys[e] = only_misfits && dt_dxtile_fits(&c, &tl, oy, ox, &b) ? nkeys : dt_sample_key(&c, &b, i, g, nkeys);
+        keys[e] = dt_sample_key(&c, &b, i, g, nkeys);
         ids[e] = (uint32_t)e;
         wm[e] = make_float4(b.ok[0] ? b.w[0] * m : 0.0f, b.ok[1] ? b.w[1] * m : 0.0f, b.ok[2] ? b.w[2] * m : 0.0f,
                             b.ok[3] ? b.w[3] * m : 0.0f);
@@ -308,120 +304,6 @@ __global__ void __launch_bounds__(THREADS) k_scatter(dt_deform_chunk c, const T 
             dt_sample_grads(&b, m, part, &gy, &gx, &gm);
             dt_sample_store_grads(&c, dom, q, k, g, m, gy, gx, gm, logits);
         }
-    }
-}
-
-/* ------------------------------------------------------------------ dx=tile (deform_nhwc.h, deform_dxtile.h) */
-
-/* One warp an item (image, tile, group, 32-channel chunk), `ipc` items a block, each warp its
- * own footprint acc [FH*FW][32] in shared memory, lane l owning column l: no two lanes write
- * one address, so no synchronisation at all. Samples in tile order (position row-major, tap),
- * corners 0..3; D's chunk partial by the xor butterfly (every lane ends with the same sum: fp32
- * addition commutes). __fmul_rn / __fadd_rn / __fmaf_rn keep the compiler from contracting a
- * product into a following add: the CPU twin (deform_nhwc_cpu.c) runs these operations. */
-template <typename T>
-__global__ void __launch_bounds__(256) k_dxtile_accum(dt_deform_chunk c, dt_dxtile tl, int ipc, int64_t items,
-                                                     const float *__restrict__ om, const T *__restrict__ xT,
-                                                     const T *__restrict__ dcolT, float *__restrict__ part,
-                                                     float *__restrict__ Dp) {
-    extern __shared__ float smem[];
-    const int lane = threadIdx.x % 32, wid = threadIdx.x / 32, cells = tl.FH * tl.FW;
-    const int64_t e = (int64_t)blockIdx.x * ipc + wid;
-    if (e >= items) return;
-    float *acc = smem + (int64_t)wid * cells * 32;
-    const int chunk = (int)(e % tl.chunks), g = (int)(e / tl.chunks % c.G);
-    const int64_t it = e / ((int64_t)tl.chunks * c.G);
-    const int i = (int)(it / tl.tiles), tile = (int)(it % tl.tiles);
-    const int ty = tile / tl.tiles_x, tx = tile % tl.tiles_x;
-    const int ch = chunk * 32 + lane; /* the lane's channel in the group */
-    const bool has = ch < c.Cg;
-    for (int a = 0; a < cells; a++) acc[a * 32 + lane] = 0.0f;
-    float *D = Dp + (tl.chunks > 1 ? (int64_t)chunk * c.S * 4 : 0);
-    const T *xi = xT + (int64_t)i * c.H * c.W * c.C + (int64_t)g * c.Cg + ch;
-    for (int pp = 0; pp < tl.th * tl.tw; pp++) {
-        const int oy = ty * tl.th + pp / tl.tw, ox = tx * tl.tw + pp % tl.tw;
-        if (oy >= c.Ho || ox >= c.Wo) continue;
-        const int q = (i * c.Ho + oy) * c.Wo + ox;
-        for (int k = 0; k < c.K; k++) {
-            const int64_t s = ((int64_t)q * c.K + k) * c.G + g;
-            int ii;
-            float m, d = 0.0f;
-            dt_bilin b = dt_sample_bilin(&c, om, q, k, g, &ii, &m);
-            if (has) cload(dcolT + ((int64_t)q * c.K + k) * c.C + (int64_t)g * c.Cg, ch, d);
-            const bool fits = dt_dxtile_fits(&c, &tl, oy, ox, &b);
-#pragma unroll
-            for (int k4 = 0; k4 < 4; k4++) {
-                if (!b.ok[k4]) {
-                    if (lane == 0) D[4 * s + k4] = 0.0f;
-                    continue;
-                }
-                float xv = 0.0f;
-                if (has) cload(xi + dt_bilin_index(&b, k4, c.W) * c.C, 0, xv);
-                float v = has ? __fmul_rn(d, xv) : 0.0f;
-#pragma unroll
-                for (int sh = 16; sh >= 1; sh /= 2) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, sh));
-                if (lane == 0) D[4 * s + k4] = v;
-                if (!fits) continue;
-                const int cell = dt_dxtile_cell(&c, &tl, oy, ox, &b, k4);
-                const float w = __fmul_rn(b.w[k4], m);
-                if (has) acc[cell * 32 + lane] = __fmaf_rn(w, d, acc[cell * 32 + lane]);
-            }
-        }
-    }
-    if (!has) return;
-    float *out = part + it * cells * c.C + (int64_t)g * c.Cg + ch;
-    for (int a = 0; a < cells; a++) out[(int64_t)a * c.C] = acc[a * 32 + lane];
-}
-
-/* D = the chunks' partials in chunk order (chunks > 1). */
-__global__ void k_dxtile_dsum(int64_t n, int chunks, const float *__restrict__ Dp, float *__restrict__ D) {
-    DT_GRID_STRIDE(e, n) {
-        float v = Dp[e];
-        for (int ck = 1; ck < chunks; ck++) v = __fadd_rn(v, Dp[(int64_t)ck * n + e]);
-        D[e] = v;
-    }
-}
-
-/* A thread a (pixel, channel), channels fastest (coalesced footprint reads): the footprints
- * covering the pixel in tile order, the fallback samples in the gather's order, beta, one
- * rounding. x's and dcol's type T, dx's TO. */
-template <typename T, typename TO>
-__global__ void k_dxtile_sum(dt_deform_chunk c, dt_dxtile tl, const float *__restrict__ part,
-                             const uint32_t *__restrict__ order, const uint32_t *__restrict__ start,
-                             const float *__restrict__ wm, const T *__restrict__ dcolT, float beta, TO *__restrict__ dx) {
-    const int cells = tl.FH * tl.FW;
-    DT_GRID_STRIDE(e, (int64_t)c.npix * c.C) {
-        const int ch = (int)(e % c.C);
-        const int64_t pix = e / c.C;
-        const int ix = (int)(pix % c.W), iy = (int)(pix / c.W % c.H), i = (int)(pix / ((int64_t)c.W * c.H));
-        const int g = ch / c.Cg;
-        int ty0, ty1, tx0, tx1;
-        dt_dxtile_cover(iy, tl.th * c.sh, c.ph, tl.halo, tl.FH, tl.tiles_y, &ty0, &ty1);
-        dt_dxtile_cover(ix, tl.tw * c.sw, c.pw, tl.halo, tl.FW, tl.tiles_x, &tx0, &tx1);
-        float v = 0.0f;
-        for (int ty = ty0; ty <= ty1; ty++)
-            for (int tx = tx0; tx <= tx1; tx++) {
-                const int cell = (iy - dt_dxtile_fy0(&c, &tl, ty)) * tl.FW + ix - dt_dxtile_fx0(&c, &tl, tx);
-                v = __fadd_rn(v, part[(((int64_t)i * tl.tiles + ty * tl.tiles_x + tx) * cells + cell) * c.C + ch]);
-            }
-        const int64_t base = (((int64_t)i * c.G + g) * (c.H + 1) + iy + 1) * (c.W + 1) + ix + 1;
-#pragma unroll
-        for (int k4 = 0; k4 < 4; k4++) {
-            const int64_t key = base - (k4 & 1) - (k4 >> 1) * (c.W + 1);
-            const uint32_t e1 = __ldg(start + key + 1);
-            for (uint32_t f = __ldg(start + key); f < e1; f++) {
-                const uint32_t s = __ldg(order + f);
-                float d;
-                cload(dcolT + (int64_t)(s / (uint32_t)c.G) * c.C, ch, d);
-                v = __fmaf_rn(__ldg(wm + 4 * (int64_t)s + k4), d, v);
-            }
-        }
-        if (beta != 0.0f) {
-            float old;
-            cload_rw(dx + e, 0, old);
-            v = __fmaf_rn(beta, old, v);
-        }
-        cstore(dx + e, 0, v);
     }
 }
 
@@ -583,8 +465,7 @@ void dt_deform_index_build_cuda(const dt_deform_plan *p, int64_t nb, const float
     idx->start = w.start;
     idx->wm = (float *)w.wm;
     if (S > 0) {
-        k_index_keys<<<dt_grid_for(S, 256), 256, 0, dt_stream()>>>(c, om, (uint32_t)nkeys, p->dx == DT_DX_TILE,
-                                                                   dt_dxtile_make(p), w.keys_in, w.ids_in, w.wm);
+        k_index_keys<<<dt_grid_for(S, 256), 256, 0, dt_stream()>>>(c, om, (uint32_t)nkeys, w.keys_in, w.ids_in, w.wm);
         DT_CHECK_LAUNCH();
         size_t bytes = sort_tmp_bytes(S, nkeys);
         DT_CHECK(cub::DeviceRadixSort::SortPairs(w.sort_tmp, bytes, w.keys_in, w.keys_out, w.ids_in, w.order, (int)S, 0,
@@ -630,51 +511,6 @@ void dt_deform_gather_dx_cuda(const dt_deform_plan *p, int64_t nb, const dt_defo
         typedef DT_TAG_TYPE(tag) T;
         if (dx_dtype == DT_F32) gather_dx(p, nb, idx, (const T *)xT, (const T *)dcolT, beta, (float *)dx, D);
         else gather_dx(p, nb, idx, (const T *)xT, (const T *)dcolT, beta, (T *)dx, D);
-    });
-}
-
-size_t dt_deform_tile_dx_ws_bytes_cuda(const dt_deform_plan *p, int64_t nb) { return dt_deform_tile_dx_ws_bytes_cpu(p, nb); }
-
-/* The workspace as the CPU twin lays it out: footprints [nb*tiles, FH*FW, C], then D's chunk
- * partials [chunks, S, 4] (chunks > 1; with one chunk the first pass writes D itself). */
-void dt_deform_tile_dx_cuda(const dt_deform_plan *p, int64_t nb, const dt_deform_index *idx, const float *om,
-                            const void *xT, const void *dcolT, float beta, void *dx, dt_dtype dx_dtype, float *D, void *ws) {
-    if (dx_dtype != p->dtype && dx_dtype != DT_F32)
-        dt_fatal("deform tile dx: dx in %s for a %s plan (its dtype, or f32)", dt_dtype_name(dx_dtype), dt_dtype_name(p->dtype));
-    if (dx && !idx) dt_fatal("deform tile dx: dx wanted without the fallback index");
-    dt_deform_chunk c = dt_deform_chunk_make(p, nb);
-    if (c.S <= 0) return;
-    const dt_dxtile tl = dt_dxtile_make(p);
-    const size_t item_smem = (size_t)tl.FH * tl.FW * 32 * sizeof(float);
-    const size_t max_smem = dt_gpu_props()->sharedMemPerBlockOptin; /* read once per device (ctx_create) */
-    if (item_smem > max_smem)
-        dt_fatal("deft dx=tile: a %dx%d footprint needs %zu bytes of shared memory, the GPU has %zu (kernel %dx%d, "
-                 "dilation %dx%d: use dx=gather)", tl.FH, tl.FW, item_smem, max_smem, p->g.kh, p->g.kw, p->g.dh, p->g.dw);
-    /* items a block: up to 8 warps within 48 KB (no opt-in), at least one */
-    int ipc = (int)((48 * 1024) / item_smem);
-    ipc = ipc < 1 ? 1 : ipc > 8 ? 8 : ipc;
-    const size_t smem = item_smem * ipc;
-    const int64_t items = nb * tl.tiles * p->G * tl.chunks, S4 = (int64_t)c.S * 4;
-    float *part = (float *)ws, *Dp = tl.chunks > 1 ? part + nb * tl.tiles * tl.FH * tl.FW * p->C : D;
-    dt_dispatch_plan_dtype(p->dtype, [&](auto *tag) {
-        typedef DT_TAG_TYPE(tag) T;
-        dt_gpu_func_smem((const void *)k_dxtile_accum<T>, smem);
-        k_dxtile_accum<T><<<(unsigned)((items + ipc - 1) / ipc), 32 * ipc, smem, dt_stream()>>>(
-            c, tl, ipc, items, om, (const T *)xT, (const T *)dcolT, part, Dp);
-        DT_CHECK_LAUNCH();
-        if (tl.chunks > 1) {
-            k_dxtile_dsum<<<dt_grid_for(S4, 256), 256, 0, dt_stream()>>>(S4, tl.chunks, Dp, D);
-            DT_CHECK_LAUNCH();
-        }
-        if (!dx) return;
-        const int64_t n = (int64_t)c.npix * c.C;
-        if (dx_dtype == DT_F32)
-            k_dxtile_sum<T, float><<<dt_grid_for(n, 256), 256, 0, dt_stream()>>>(c, tl, part, idx->order, idx->start,
-                                                                                idx->wm, (const T *)dcolT, beta, (float *)dx);
-        else
-            k_dxtile_sum<T, T><<<dt_grid_for(n, 256), 256, 0, dt_stream()>>>(c, tl, part, idx->order, idx->start, idx->wm,
-                                                                            (const T *)dcolT, beta, (T *)dx);
-        DT_CHECK_LAUNCH();
     });
 }
 

@@ -17,8 +17,7 @@
  *
  * Backward, from dcolT [Q, K*C] (the column gradient, same layout as colT):
  *   index_build   the inverse index, built from the offsets alone: the samples sorted
- *                 (stably, by id) by the top-left pixel they read, per offset group (a
- *                 DT_DX_TILE plan: only the samples outside their tile's footprint, the fallback)
+ *                 (stably, by id) by the top-left pixel they read, per offset group
  *   gather_dx     dxT [nb, H, W, C] = beta*dxT + adjoint of the sampling: each input pixel
  *                 visits the samples of the 4 keys whose 2x2 corners contain it (corner 0:
  *                 the pixel is their top-left, 1: top-right, 2: bottom-left, 3:
@@ -28,19 +27,6 @@
  *                 its corner c (over the group's channels), from which:
  *   offset_grads  dom [Q, OCS]: d offset = m * sum_c dw_c/d(y or x) * D[c], d mask =
  *                 sum_c w_c * D[c] (times m(1 - m) for mask logits), corners in a fixed order
- *   tile_dx       dx=tile, the same dx and D without walking the index for every sample: per
- *                 item (image, output tile, group, 32 channels: deform_dxtile.h) one warp reads
- *                 the tile's dcol rows once, a lane a channel, and adds w*m*dcol into its
- *                 channel of an fp32 footprint in shared memory, samples in tile order (position
- *                 row-major, tap), corners 0..3, each add one fma - every (cell, channel) has one
- *                 writer in one order; the footprint goes to ws. D[s][c] of the same pass: the
- *                 lanes' products d*x, summed by a 5-step xor butterfly (a chunk's partial),
- *                 the chunks added in order. A second pass gives each (pixel, channel) the sum of
- *                 the footprints covering it, tiles in (row, column) order, then the samples of
- *                 the fallback index (built by index_build for a DT_DX_TILE plan: only the samples
- *                 that do not fit their tile's footprint get a key) in the gather's order, one fma
- *                 each, then beta (fma) and one rounding into dx. All fp32, in an order fixed by
- *                 the plan: bitwise deterministic, and the CPU twin runs the same operations.
  *   scatter_dx    the alternative: dxT += adjoint with float4 atomics into an fp32 dxT
  *                 (zeroed by the caller) and dom directly, in one pass over the samples (not
  *                 reproducible)
@@ -87,13 +73,6 @@ static inline int64_t dt_deform_index_keys(const dt_deform_plan *p, int64_t nb) 
      * sum another kernel finishes; NULL: only D is wanted); D [S, 4] */                                            \
     void dt_deform_gather_dx_##sfx(const dt_deform_plan *p, int64_t nb, const dt_deform_index *idx, const void *xT,  \
                                    const void *dcolT, float beta, void *dx, dt_dtype dx_dtype, float *D);            \
-    /* dx=tile (above): om [Q, OCS]; xT, dcolT of p->dtype; dx [nb, H, W, C] = beta*dx + the adjoint, of dx_dtype  \
-     * (p->dtype or DT_F32; NULL: only D, and idx may be NULL); idx: the fallback index of a DT_DX_TILE plan;      \
-     * D [S, 4] fp32 (0 for a corner outside the image); ws of dt_deform_tile_dx_ws_bytes */                       \
-    size_t dt_deform_tile_dx_ws_bytes_##sfx(const dt_deform_plan *p, int64_t nb);                                    \
-    void dt_deform_tile_dx_##sfx(const dt_deform_plan *p, int64_t nb, const dt_deform_index *idx, const float *om,   \
-                                 const void *xT, const void *dcolT, float beta, void *dx, dt_dtype dx_dtype, float *D, \
-                                 void *ws);                                                                          \
     void dt_deform_offset_grads_##sfx(const dt_deform_plan *p, int64_t nb, const float *om, const float *D,         \
                                       int mask_logits, float *dom);                                                  \
     /* xT, dcolT of p->dtype; dxT fp32 += (zero it first; NULL: only dom is wanted); dom written */                 \

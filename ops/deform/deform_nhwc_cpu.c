@@ -12,7 +12,6 @@
 #include "core/dt_alloc.h"
 #include "ops/pointwise/convert.h"
 #include "ops/deform/deform_chunk.h"
-#include "ops/deform/deform_dxtile.h"
 #include "core/dt_common.h"
 #include "ops/deform/deform_nhwc.h"
 #include "core/dt_parallel.h"
@@ -92,15 +91,12 @@ void dt_deform_index_build_cpu(const dt_deform_plan *p, int64_t nb, const float 
     idx->wm = (float *)(idx->start + keys + 1);
     uint32_t *key = (uint32_t *)(idx->wm + 4 * S), *cnt = key + S;
     memset(cnt, 0, (size_t)(keys + 1) * 4);
-    const int only_misfits = p->dx == DT_DX_TILE; /* dx=tile's fallback: the samples outside their footprint */
-    const dt_dxtile tl = dt_dxtile_make(p);
     for (int64_t s = 0; s < S; s++) {
-        int q, k, g, i, oy, ox;
+        int q, k, g, i;
         float m;
         dt_sample_decode(&c, (uint32_t)s, &q, &k, &g);
         dt_bilin b = dt_sample_bilin(&c, om, q, k, g, &i, &m);
-        dt_position_decode(&c, q, &i, &oy, &ox);
-        key[s] = only_misfits && dt_dxtile_fits(&c, &tl, oy, ox, &b) ? (uint32_t)keys : dt_sample_key(&c, &b, i, g, (uint32_t)keys);
+        key[s] = dt_sample_key(&c, &b, i, g, (uint32_t)keys);
         for (int t = 0; t < 4; t++) idx->wm[4 * s + t] = b.ok[t] ? b.w[t] * m : 0.0f;
         cnt[key[s]]++;
     }
@@ -160,146 +156,6 @@ void dt_deform_gather_dx_cpu(const dt_deform_plan *p, int64_t nb, const dt_defor
     dt_parallel_for((int64_t)c.npix * c.G, 16, gather_range, &j);
     if (dx) dt_convert_cpu(1, 1, nx, t, DT_F32, DT_NCHW, beta, dx, dx_dtype, DT_NCHW);
     dt_dev_free(DT_CPU, t);
-    dt_dev_free(DT_CPU, xown);
-    dt_dev_free(DT_CPU, down);
-}
-
-/* ------------------------------------------------------------------ dx=tile (deform_nhwc.h) */
-
-/* ws: the footprints [nb*tiles, FH*FW, C] fp32, then (chunks > 1) D's chunk partials
- * [chunks, S, 4] fp32. The CUDA twin lays it out the same. */
-size_t dt_deform_tile_dx_ws_bytes_cpu(const dt_deform_plan *p, int64_t nb) {
-    const dt_dxtile t = dt_dxtile_make(p);
-    const int64_t S = nb * p->P * p->K * p->G;
-    return (size_t)(nb * t.tiles * t.FH * t.FW * p->C) * 4 + (t.chunks > 1 ? (size_t)(t.chunks * S * 4) * 4 : 0) + 256;
-}
-
-typedef struct {
-    const dt_deform_chunk *c;
-    const dt_dxtile *t;
-    const dt_deform_index *idx; /* NULL: no dx */
-    const float *om, *xT, *dcolT;
-    float *part, *Dp; /* Dp: [chunks, S, 4], or D itself with one chunk */
-    float *sum;       /* [nb, H, W, C] fp32: the second pass's result before beta */
-} tile_job;
-
-/* One item (image, tile, group, chunk) a call, exactly the CUDA kernel's operations: lane l of
- * the warp is channel chunk*32 + l of the group. */
-static void tile_items(void *ctx, int64_t e0, int64_t e1) {
-    const tile_job *j = ctx;
-    const dt_deform_chunk *c = j->c;
-    const dt_dxtile *t = j->t;
-    const int cells = t->FH * t->FW, L = DT_DXTILE_LANES;
-    float *acc = dt_dev_alloc(DT_CPU, sizeof(float) * (size_t)cells * L);
-    for (int64_t e = e0; e < e1; e++) {
-        const int chunk = (int)(e % t->chunks), g = (int)(e / t->chunks % c->G);
-        const int64_t it = e / ((int64_t)t->chunks * c->G); /* i*tiles + tile */
-        const int i = (int)(it / t->tiles), tile = (int)(it % t->tiles);
-        const int ty = tile / t->tiles_x, tx = tile % t->tiles_x;
-        const int ch0 = chunk * L, nl = c->Cg - ch0 < L ? c->Cg - ch0 : L; /* lanes with a channel */
-        for (int a = 0; a < cells * L; a++) acc[a] = 0.0f;
-        float *Dp = j->Dp + (t->chunks > 1 ? (int64_t)chunk * c->S * 4 : 0);
-        for (int pp = 0; pp < t->th * t->tw; pp++) {
-            const int oy = ty * t->th + pp / t->tw, ox = tx * t->tw + pp % t->tw;
-            if (oy >= c->Ho || ox >= c->Wo) continue;
-            const int q = (i * c->Ho + oy) * c->Wo + ox;
-            for (int k = 0; k < c->K; k++) {
-                const int64_t s = ((int64_t)q * c->K + k) * c->G + g;
-                int ii;
-                float m, d[DT_DXTILE_LANES], prod[DT_DXTILE_LANES], nxt[DT_DXTILE_LANES];
-                dt_bilin b = dt_sample_bilin(c, j->om, q, k, g, &ii, &m);
-                const float *row = j->dcolT + ((int64_t)q * c->K + k) * c->C + (int64_t)g * c->Cg + ch0;
-                for (int l = 0; l < L; l++) d[l] = l < nl ? row[l] : 0.0f;
-                const int fits = dt_dxtile_fits(c, t, oy, ox, &b);
-                for (int k4 = 0; k4 < 4; k4++) {
-                    if (!b.ok[k4]) {
-                        Dp[4 * s + k4] = 0.0f;
-                        continue;
-                    }
-                    const float *xr = j->xT + ((int64_t)i * c->H * c->W + dt_bilin_index(&b, k4, c->W)) * c->C +
-                                      (int64_t)g * c->Cg + ch0;
-                    for (int l = 0; l < L; l++) prod[l] = l < nl ? d[l] * xr[l] : 0.0f;
-                    for (int sh = L / 2; sh >= 1; sh /= 2) { /* the warp's xor butterfly */
-                        for (int l = 0; l < L; l++) nxt[l] = prod[l] + prod[l ^ sh];
-                        memcpy(prod, nxt, sizeof prod);
-                    }
-                    Dp[4 * s + k4] = prod[0];
-                    if (!fits) continue;
-                    const int cell = dt_dxtile_cell(c, t, oy, ox, &b, k4);
-                    const float w = b.w[k4] * m;
-                    for (int l = 0; l < nl; l++) acc[cell * L + l] = fmaf(w, d[l], acc[cell * L + l]);
-                }
-            }
-        }
-        float *out = j->part + it * cells * c->C + (int64_t)g * c->Cg + ch0;
-        for (int a = 0; a < cells; a++)
-            for (int l = 0; l < nl; l++) out[(int64_t)a * c->C + l] = acc[a * L + l];
-    }
-    dt_dev_free(DT_CPU, acc);
-}
-
-/* The second pass, a pixel a call: every channel's footprints in tile order, then the
- * fallback samples in the gather's order (corners 0..3, index order). */
-static void tile_pixels(void *ctx, int64_t r0, int64_t r1) {
-    const tile_job *j = ctx;
-    const dt_deform_chunk *c = j->c;
-    const dt_dxtile *t = j->t;
-    const int cells = t->FH * t->FW;
-    for (int64_t pix = r0; pix < r1; pix++) {
-        const int ix = (int)(pix % c->W), iy = (int)(pix / c->W % c->H), i = (int)(pix / ((int64_t)c->W * c->H));
-        int ty0, ty1, tx0, tx1;
-        dt_dxtile_cover(iy, t->th * c->sh, c->ph, t->halo, t->FH, t->tiles_y, &ty0, &ty1);
-        dt_dxtile_cover(ix, t->tw * c->sw, c->pw, t->halo, t->FW, t->tiles_x, &tx0, &tx1);
-        for (int ch = 0; ch < c->C; ch++) {
-            const int g = ch / c->Cg;
-            float v = 0.0f;
-            for (int ty = ty0; ty <= ty1; ty++)
-                for (int tx = tx0; tx <= tx1; tx++) {
-                    const int cell = (iy - dt_dxtile_fy0(c, t, ty)) * t->FW + ix - dt_dxtile_fx0(c, t, tx);
-                    v += j->part[(((int64_t)i * t->tiles + ty * t->tiles_x + tx) * cells + cell) * c->C + ch];
-                }
-            const int64_t base = (((int64_t)i * c->G + g) * (c->H + 1) + iy + 1) * (c->W + 1) + ix + 1;
-            for (int k4 = 0; k4 < 4; k4++) {
-                const int64_t key = base - (k4 & 1) - (k4 >> 1) * (c->W + 1);
-                for (uint32_t e = j->idx->start[key]; e < j->idx->start[key + 1]; e++) {
-                    const uint32_t s = j->idx->order[e];
-                    v = fmaf(j->idx->wm[4 * (int64_t)s + k4], j->dcolT[(int64_t)(s / c->G) * c->C + ch], v);
-                }
-            }
-            j->sum[pix * c->C + ch] = v;
-        }
-    }
-}
-
-void dt_deform_tile_dx_cpu(const dt_deform_plan *p, int64_t nb, const dt_deform_index *idx, const float *om,
-                           const void *xT, const void *dcolT, float beta, void *dx, dt_dtype dx_dtype, float *D, void *ws) {
-    if (dx_dtype != p->dtype && dx_dtype != DT_F32)
-        dt_fatal("deform tile dx: dx in %s for a %s plan (its dtype, or f32)", dt_dtype_name(dx_dtype), dt_dtype_name(p->dtype));
-    if (dx && !idx) dt_fatal("deform tile dx: dx wanted without the fallback index");
-    dt_deform_chunk c = dt_deform_chunk_make(p, nb);
-    const dt_dxtile t = dt_dxtile_make(p);
-    const int64_t nx = (int64_t)c.npix * c.C;
-    float *xown, *down;
-    tile_job j = {.c = &c, .t = &t, .idx = idx, .om = om, .xT = as_f32(p->dtype, xT, nx, &xown),
-                  .dcolT = as_f32(p->dtype, dcolT, (int64_t)c.Q * c.KC, &down), .part = ws};
-    j.Dp = t.chunks > 1 ? j.part + nb * t.tiles * t.FH * t.FW * c.C : D;
-    dt_parallel_for(nb * t.tiles * c.G * t.chunks, 1, tile_items, &j);
-    if (t.chunks > 1) /* D = the chunks' partials added in chunk order */
-        for (int64_t e = 0; e < (int64_t)c.S * 4; e++) {
-            float v = j.Dp[e];
-            for (int ck = 1; ck < t.chunks; ck++) v += j.Dp[(int64_t)ck * c.S * 4 + e];
-            D[e] = v;
-        }
-    if (dx) {
-        j.sum = dt_dev_alloc(DT_CPU, (size_t)(nx > 0 ? nx : 1) * sizeof(float));
-        dt_parallel_for(c.npix, 16, tile_pixels, &j);
-        for (int64_t e = 0; e < nx; e++) { /* beta as the CUDA store does (one fma), one rounding */
-            float v = j.sum[e];
-            if (beta != 0.0f) v = fmaf(beta, dt_elem_ld(dx, dx_dtype, e), v);
-            dt_elem_st(dx, dx_dtype, e, v);
-        }
-        dt_dev_free(DT_CPU, j.sum);
-    }
     dt_dev_free(DT_CPU, xown);
     dt_dev_free(DT_CPU, down);
 }

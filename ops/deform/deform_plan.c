@@ -11,12 +11,11 @@ int dt_deform_mode_parse(const char *s) {
     return -1;
 }
 
-const char *dt_deform_dx_name(int dx) { return dx == DT_DX_ATOMIC ? "atomic" : dx == DT_DX_TILE ? "tile" : "gather"; }
+const char *dt_deform_dx_name(int dx) { return dx == DT_DX_ATOMIC ? "atomic" : "gather"; }
 
 int dt_deform_dx_parse(const char *s) {
     if (!strcmp(s, "gather")) return DT_DX_GATHER;
     if (!strcmp(s, "atomic")) return DT_DX_ATOMIC;
-    if (!strcmp(s, "tile")) return DT_DX_TILE;
     return -1;
 }
 
@@ -28,9 +27,8 @@ dt_deform_knobs dt_deform_knobs_default(void) {
 }
 
 int dt_deform_knobs_validate(const dt_deform_knobs *k, char *err, int errlen) {
-    if (k->dx != DT_DX_GATHER && k->dx != DT_DX_ATOMIC && k->dx != DT_DX_TILE)
-        return snprintf(err, errlen, "dx %d: must be gather (%d), atomic (%d) or tile (%d)", k->dx, DT_DX_GATHER,
-                        DT_DX_ATOMIC, DT_DX_TILE), -1;
+    if (k->dx != DT_DX_GATHER && k->dx != DT_DX_ATOMIC)
+        return snprintf(err, errlen, "dx %d: must be gather (%d) or atomic (%d)", k->dx, DT_DX_GATHER, DT_DX_ATOMIC), -1;
     if (!(k->tile_h == 0 && k->tile_w == 0)) {
         int tp = k->tile_h * k->tile_w;
         if (k->tile_h < 1 || k->tile_w < 1 || tp > 256 || 256 % tp)
@@ -100,7 +98,7 @@ const char *dt_deform_plan_init(dt_deform_plan *p, int64_t N, int64_t C, int64_t
     char kerr[200];
     if (dt_deform_knobs_validate(&p->knobs, kerr, sizeof kerr)) return snprintf(msg, sizeof msg, "%s", kerr), msg;
     p->halo = p->knobs.halo < 0 ? 1 : p->knobs.halo;
-    p->dx = p->knobs.deterministic && p->knobs.dx == DT_DX_ATOMIC ? DT_DX_GATHER : p->knobs.dx; /* tile is deterministic */
+    p->dx = p->knobs.deterministic ? DT_DX_GATHER : p->knobs.dx;
     p->dtype = DT_F32;
     p->layout = DT_NCHW;
     p->math = DT_MATH_FP32;

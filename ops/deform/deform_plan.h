@@ -48,9 +48,7 @@ typedef enum { DT_DEFORM_UNFUSED = 0, DT_DEFORM_DEFT = 1 } dt_deform_mode;
 /* How the deft mode computes the input gradient. */
 typedef enum {
     DT_DX_GATHER = 0, /* inverse index + gather: each dx element written once, deterministic */
-    DT_DX_ATOMIC = 1, /* float4 atomics into a channels-last dx: not bitwise reproducible */
-    DT_DX_TILE = 2    /* by output tile: dcol read once into fp32 footprints, summed per pixel in a
-                       * fixed order (deform_dxtile.h; deterministic, no index but for large offsets) */
+    DT_DX_ATOMIC = 1  /* float4 atomics into a channels-last dx: not bitwise reproducible */
 } dt_deform_dx;
 
 /* The switchable choices of the deft mode (each one can be ablated). */
@@ -62,7 +60,7 @@ typedef struct {
     int tile_h, tile_w; /* output positions per tile (fuse/stage); 0 x 0: automatic */
     int halo;           /* px staged around the footprint; -1: from the offset statistics */
     int halo_refresh;   /* calls between automatic halo updates */
-    int deterministic;  /* bitwise-reproducible backward: deft uses the gather for dx=atomic; unfused fixed point */
+    int deterministic;  /* bitwise-reproducible backward: deft uses the gather; unfused fixed point */
 } dt_deform_knobs;
 
 int dt_deform_mode_parse(const char *s); /* -1 when unknown */
@@ -83,7 +81,7 @@ typedef struct {
     dt_deform_mode mode;
     dt_deform_knobs knobs;
     int halo;   /* the halo in use (deft with stage): knobs.halo, or the layer's automatic one */
-    int dx;     /* the dx method in use: knobs.dx, or DT_DX_GATHER for dx=atomic when deterministic */
+    int dx;     /* the dx method in use: knobs.dx, or DT_DX_GATHER when deterministic */
     int64_t nb; /* images per chunk: the column buffer (nb*P x K*C elements) fits the budget */
     /* the tensors: x, y, the main weight and their gradients in dtype and layout (deft: f32
      * NCHW - relaid out inside - or f32 / bf16 NHWC, which every deft kernel reads and writes

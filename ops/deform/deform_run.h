@@ -37,7 +37,6 @@ typedef struct {
     dt_deform_index idx; /* gather: the chunk's inverse index (in idx_ws) */
     void *idx_ws;      /* its workspace: written on the GPU's side stream while the GEMMs run */
     void *ws;          /* offset conv and tile workspace */
-    void *tile_ws;     /* dx=tile: footprints and D's chunk partials (dt_deform_tile_dx_ws_bytes) */
 } dt_deform_run;
 
 typedef struct {
