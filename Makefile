@@ -151,10 +151,9 @@ $(shell mkdir -p $(BUILD) && echo 'CUDA=$(CUDA) ARCH=$(CUDA_ARCH) DEBUG=$(DEBUG)
 
 # Library sources: everything in the library folders (core/, one folder per op family under
 # ops/, models/, data/, train/) except programs (*_main.c), the libjpeg-turbo and libpng
-# decoders when they are not built in, and one side of the GPU decode: the loader's nvJPEG
-# decode thread and nvJPEG's buffer pool (CUDA throughout) in CUDA builds, the decode's
-# refusing stand-in in CPU-only ones.
-GPU_DECODE_OUT := $(if $(filter 1,$(CUDA)),data/dt_gpu_decode_nocuda.c,data/dt_gpu_decode.c data/dt_nvjpeg_pool.c)
+# decoders when they are not built in, and one of the GPU decode's two files: the loader's
+# nvJPEG decode thread (CUDA throughout) in CUDA builds, its refusing stand-in in CPU-only ones.
+GPU_DECODE_OUT := $(if $(filter 1,$(CUDA)),data/dt_gpu_decode_nocuda.c,data/dt_gpu_decode.c)
 LIB_C := $(filter-out %_main.c train/train_cli.c $(if $(filter 1,$(JPEG)),,data/dt_jpeg.c) $(if $(filter 1,$(PNG)),,data/dt_png.c) $(GPU_DECODE_OUT),\
            $(wildcard core/*.c ops/*/*.c models/*.c data/*.c train/*.c))
 LIB_CU := $(if $(filter 1,$(CUDA)),$(wildcard core/*.cu ops/*/*.cu models/*.cu data/*.cu),)

@@ -10,7 +10,6 @@
 #include "data/dt_augment.h"
 #include "core/dt_device.h"
 #include "data/dt_nvjpeg.h"
-#include "data/dt_nvjpeg_pool.h"
 #include "core/dt_timer.h"
 #include "core/dt_cuda.h"
 
@@ -34,7 +33,6 @@ typedef struct {
 
 struct dt_gpu_decoder {
     int device, B, S, K, hw;
-    int pooled;               /* 1 once nvJPEG allocates through dt_nvjpeg_pool (released at the end) */
     const dt_nvjpeg_api *nj;
     dt_nvjpeg_handle h;
     nj_call calls[2];         /* used in turn, batch by batch */
@@ -87,17 +85,10 @@ dt_gpu_decoder *dt_gpu_decoder_new(int device, int B, int S, int K, dt_err *err)
     }
     dt_gpu_decoder *d = dt_xcalloc(1, sizeof *d);
     d->device = device, d->B = B, d->S = S, d->K = K, d->nj = nj;
-    /* nvJPEG's own buffers from the pool that keeps them (dt_nvjpeg_pool.h: no CUDA allocation
-     * call, and so no wait for the training step, once its working set exists) */
-    const dt_nvjpeg_dev_allocator *dev_alloc;
-    const dt_nvjpeg_pinned_allocator *pinned_alloc;
-    dt_nvjpeg_pool_acquire(&dev_alloc, &pinned_alloc);
-    d->pooled = 1;
     /* The JPEG engines where the GPU has them; nvJPEG refuses the backend elsewhere. */
-    dt_nvjpeg_status s =
-        nj->CreateEx(DT_NVJPEG_BACKEND_HARDWARE, (void *)dev_alloc, (void *)pinned_alloc, 0, &d->h);
+    dt_nvjpeg_status s = nj->CreateEx(DT_NVJPEG_BACKEND_HARDWARE, NULL, NULL, 0, &d->h);
     d->hw = s == 0;
-    if (!d->hw) s = nj->CreateEx(DT_NVJPEG_BACKEND_DEFAULT, (void *)dev_alloc, (void *)pinned_alloc, 0, &d->h);
+    if (!d->hw) s = nj->CreateEx(DT_NVJPEG_BACKEND_DEFAULT, NULL, NULL, 0, &d->h);
     if (s) {
         d->h = NULL;
         nj_err(err, "nvjpegCreateEx", s);
@@ -158,11 +149,6 @@ fail:
 }
 
 const char *dt_gpu_decoder_describe(const dt_gpu_decoder *d) { return d->desc; }
-dt_gpu_decode_buffers dt_gpu_decoder_buffers(const dt_gpu_decoder *d) {
-    (void)d; /* the pool is the process's (its allocators carry no decoder) */
-    dt_nvjpeg_pool_stats s = dt_nvjpeg_pool_get_stats();
-    return (dt_gpu_decode_buffers){s.dev_allocs + s.pinned_allocs, s.dev_reuses + s.pinned_reuses};
-}
 int dt_gpu_decoder_hardware(const dt_gpu_decoder *d) { return d->hw; }
 void dt_gpu_decoder_bind_thread(const dt_gpu_decoder *d) { cudaSetDevice(d->device); }
 const uint8_t *dt_gpu_decoder_images(const dt_gpu_decoder *d, int k) {
@@ -321,7 +307,6 @@ void dt_gpu_decoder_free(dt_gpu_decoder *d) {
         free(call->data), free(call->len), free(call->img);
     }
     if (d->h) d->nj->Destroy(d->h);
-    if (d->pooled) dt_nvjpeg_pool_release();
     for (int k = 0; d->aug && k < d->K; k++) dt_augment_scratch_free(&d->aug[k]);
     cudaFree(d->pix);
     cudaFree(d->out);

@@ -7,8 +7,7 @@
  *
  * The decoder works on a CUDA stream of its own, from the loader's decode thread, so that
  * decoding overlaps the training step on deftc's stream; it allocates with cudaMalloc, not
- * deftc's caching allocator (which orders reuse by deftc's stream alone), and nvJPEG allocates
- * its own buffers from dt_nvjpeg_pool (kept, never freed while a decoder lives). Backend: nvJPEG's
+ * deftc's caching allocator (which orders reuse by deftc's stream alone). Backend: nvJPEG's
  * hardware JPEG engines where the GPU has them (A100, H100/H200: baseline files of one scan),
  * else the hybrid backend (Huffman decoding on the calling CPU thread, the rest on the GPU).
  *
@@ -56,13 +55,6 @@ dt_gpu_decoder *dt_gpu_decoder_new(int device, int B, int S, int K, dt_err *err)
 const char *dt_gpu_decoder_describe(const dt_gpu_decoder *d);
 /* 1 with the hardware backend (baseline JPEGs only: progressive and 12-bit files go to the CPU) */
 int dt_gpu_decoder_hardware(const dt_gpu_decoder *d);
-/* nvJPEG's buffer requests (dt_nvjpeg_pool.h; counted over the process): CUDA allocation calls
- * made, and requests served from kept blocks. Past the first batches `allocs` stays put: a
- * decode call that allocates orders itself against the training step. */
-typedef struct {
-    long long allocs, reuses;
-} dt_gpu_decode_buffers;
-dt_gpu_decode_buffers dt_gpu_decoder_buffers(const dt_gpu_decoder *d);
 /* Makes the decoder's device current on the calling thread (the decode thread, once). */
 void dt_gpu_decoder_bind_thread(const dt_gpu_decoder *d);
 

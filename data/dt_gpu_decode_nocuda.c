@@ -10,10 +10,6 @@ dt_gpu_decoder *dt_gpu_decoder_new(int device, int B, int S, int K, dt_err *err)
 }
 const char *dt_gpu_decoder_describe(const dt_gpu_decoder *d) { (void)d; return ""; }
 int dt_gpu_decoder_hardware(const dt_gpu_decoder *d) { (void)d; return 0; }
-dt_gpu_decode_buffers dt_gpu_decoder_buffers(const dt_gpu_decoder *d) {
-    (void)d;
-    return (dt_gpu_decode_buffers){0, 0};
-}
 void dt_gpu_decoder_bind_thread(const dt_gpu_decoder *d) { (void)d; }
 int dt_gpu_decoder_decode(dt_gpu_decoder *d, int k, const dt_gpu_decode_job *jobs, const int *rows, int n,
                           int *refused, dt_gpu_decode_times *times, dt_err *err) {

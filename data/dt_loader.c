@@ -404,10 +404,6 @@ dt_loader_stats dt_loader_epoch_stats(dt_loader *l) {
     st.gpu_wait_ms = l->gpu_times.wait_ms;
     st.gpu_nvjpeg_ms = l->gpu_times.nvjpeg_ms;
     st.gpu_augment_ms = l->gpu_times.augment_ms;
-    if (l->gpu) {
-        dt_gpu_decode_buffers b = dt_gpu_decoder_buffers(l->gpu);
-        st.gpu_buffer_allocs = b.allocs, st.gpu_buffer_reuses = b.reuses;
-    }
     pthread_mutex_unlock(&l->mu);
     st.bad_files = atomic_load(&l->bad_count);
     st.cache_images = l->cache ? atomic_load(&l->cache_images) : 0;
@@ -427,12 +423,10 @@ void dt_loader_stats_str(const dt_loader_stats *s, char *buf, size_t cap) {
     if (s->gpu_decode && len > 0 && (size_t)len < cap)
         snprintf(buf + len, cap - (size_t)len,
                  "; GPU decode: %lld images, on the CPU %lld (%lld not JPEG, %lld JPEG layout, %lld refused by nvJPEG), "
-                 "decode thread %.2f s (in nvJPEG's calls %.2f, the augmentation %.2f, waiting for a buffer %.2f), "
-                 "nvJPEG's buffers %lld allocated, %lld reused",
+                 "decode thread %.2f s (in nvJPEG's calls %.2f, the augmentation %.2f, waiting for a buffer %.2f)",
                  (long long)s->gpu_images, (long long)(s->cpu_not_jpeg + s->cpu_jpeg_layout + s->cpu_refused),
                  (long long)s->cpu_not_jpeg, (long long)s->cpu_jpeg_layout, (long long)s->cpu_refused, s->gpu_ms / 1e3,
-                 s->gpu_nvjpeg_ms / 1e3, s->gpu_augment_ms / 1e3, s->gpu_wait_ms / 1e3,
-                 (long long)s->gpu_buffer_allocs, (long long)s->gpu_buffer_reuses);
+                 s->gpu_nvjpeg_ms / 1e3, s->gpu_augment_ms / 1e3, s->gpu_wait_ms / 1e3);
 }
 
 const char *dt_loader_decoder(const dt_loader *l) { return l->decoder; }

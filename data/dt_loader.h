@@ -151,12 +151,10 @@ typedef struct {
      * file is not a JPEG, because its layout is not one nvJPEG decodes as the CPU does
      * (progressive, CMYK, 12-bit, truncated, ...), or because nvJPEG refused it; the decode
      * thread's time, and of it: inside nvJPEG's calls, building and launching the augmentation,
-     * waiting on the host for a buffer's previous batch; nvJPEG's buffer requests so far
-     * (dt_gpu_decoder_buffers: CUDA allocation calls, requests served from kept blocks) */
+     * waiting on the host for a buffer's previous batch */
     int gpu_decode;
     int64_t gpu_images, cpu_not_jpeg, cpu_jpeg_layout, cpu_refused;
     double gpu_ms, gpu_nvjpeg_ms, gpu_augment_ms, gpu_wait_ms;
-    int64_t gpu_buffer_allocs, gpu_buffer_reuses;
 } dt_loader_stats;
 
 /* ds must outlive the loader. One consumer thread calls start_epoch / next / release. Errors
