@@ -2,7 +2,8 @@
  *
  *   build/loaderbench --data DIR [--split train] [--workers N] [--batch 64] [--size 224]
  *                     [--epochs 1] [--cache 0|1] [--val] [--max-batches N] [--decode cpu|gpu|auto]
- *   build/loaderbench --data DIR --decode-only [--batch 256] [--max-batches N]   (nvJPEG alone)
+ *   build/loaderbench --data DIR --decode-only [--batch 256] [--max-batches N] [--beside-ms M]
+ *                                                    (nvJPEG alone, or beside a stream kept busy)
  *   build/loaderbench --scan-test N [--scan-classes C] [--tmp DIR]
  *                                                    time dt_dataset_open on N empty files
  *
@@ -38,11 +39,16 @@
 #include "data/dt_loader.h"
 #include "core/dt_timer.h"
 #include "data/dt_transform.h"
+#ifdef DT_CUDA
+#include <cuda_runtime.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#endif
 
 static void usage(void) {
     puts("usage: loaderbench --data DIR [--split train] [--workers N] [--batch 64] [--size 224]\n"
          "                   [--epochs 1] [--cache 0|1] [--val] [--max-batches N] [--decode cpu|gpu|auto]\n"
-         "       loaderbench --data DIR --decode-only [--batch 256] [--max-batches N]\n"
+         "       loaderbench --data DIR --decode-only [--batch 256] [--max-batches N] [--beside-ms M]\n"
          "       loaderbench --scan-test N [--scan-classes C] [--tmp DIR]\n"
          "  --data DIR       dataset root (DIR/train/<class>/<image>)\n"
          "  --split NAME     split to read (default train)\n"
@@ -57,6 +63,9 @@ static void usage(void) {
          "                   memory), auto (gpu where a CUDA GPU is visible, else cpu)\n"
          "  --decode-only    the GPU decoder alone on files read into memory first: nvJPEG + the augmentation of\n"
          "                   a val transform, batches of --batch, every JPEG nvJPEG takes (--max-batches of them)\n"
+         "  --beside-ms M    with --decode-only: another stream of the device kept busy meanwhile by host functions\n"
+         "                   of M ms each, back to back (no kernel: no SM is used); a decoder slowed by it waits\n"
+         "                   for the whole device somewhere (an implicit synchronization), not for SMs\n"
          "  --scan-test N    create N empty *.JPEG files in C class folders (--scan-classes, default 100)\n"
          "                   under --tmp (default /tmp), time the dataset scan, remove them");
 }
@@ -117,11 +126,49 @@ static int scan_test(int n, int classes, const char *tmpbase) {
     return system(cmd) == 0 ? 0 : 1;
 }
 
+#ifdef DT_CUDA
+/* --beside-ms: a non-blocking stream of the decoder's device held by host functions that sleep
+ * `ms` each, one always queued behind the running one, until `stop`. It occupies no SM and no
+ * copy engine: only work that waits for the whole device (cudaDeviceSynchronize, cudaFree, an
+ * allocation between two streams' commands) waits for it. */
+typedef struct {
+    int device, ms;
+    atomic_int stop;
+    long long holds;
+    pthread_t th;
+} beside_load;
+
+static void CUDART_CB hold_stream(void *ms) { usleep((useconds_t)(*(const int *)ms) * 1000u); }
+
+static void *beside_main(void *arg) {
+    beside_load *b = arg;
+    cudaSetDevice(b->device);
+    cudaStream_t st;
+    cudaEvent_t ev[2];
+    if (cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) != cudaSuccess ||
+        cudaEventCreateWithFlags(&ev[0], cudaEventDisableTiming) != cudaSuccess ||
+        cudaEventCreateWithFlags(&ev[1], cudaEventDisableTiming) != cudaSuccess) {
+        fprintf(stderr, "loaderbench: --beside-ms: could not make its stream\n");
+        return NULL;
+    }
+    for (long long i = 0; !atomic_load(&b->stop); i++) {
+        cudaLaunchHostFunc(st, hold_stream, &b->ms);
+        cudaEventRecord(ev[i & 1], st);
+        if (i > 0) cudaEventSynchronize(ev[(i - 1) & 1]); /* the next hold is queued before this one ends */
+        b->holds = i;
+    }
+    cudaStreamSynchronize(st);
+    cudaEventDestroy(ev[0]), cudaEventDestroy(ev[1]);
+    cudaStreamDestroy(st);
+    return NULL;
+}
+#endif
+
 /* --decode-only: the files read into memory first (as many as max_batches batches take, or
  * all), then the GPU decoder alone - nvJPEG's batched decode and the augmentation kernel with
  * a val transform, into two buffers in turn - timed from the end of a warm-up batch to the end
  * of the last. */
-static int decode_only_bench(const dt_dataset *ds, int batch, int size, int max_batches) {
+static int decode_only_bench(const dt_dataset *ds, int batch, int size, int max_batches, int beside_ms) {
     int64_t n = ds->count;
     if (max_batches && (int64_t)(max_batches + 1) * batch < n) n = (int64_t)(max_batches + 1) * batch;
     dt_err err;
@@ -155,10 +202,18 @@ static int decode_only_bench(const dt_dataset *ds, int batch, int size, int max_
         return 1;
     }
     double t0 = 0;
+    dt_gpu_decode_times times = {0};
+#ifdef DT_CUDA
+    beside_load load = {.device = dt_gpu_current(), .ms = beside_ms};
+    if (beside_ms > 0 && pthread_create(&load.th, NULL, beside_main, &load)) {
+        fprintf(stderr, "loaderbench: --beside-ms: no thread\n");
+        return 1;
+    }
+#endif
     for (int64_t b = 0; b < nb; b++) {
         if (b == 1 && dt_gpu_decoder_sync(d, &err)) break;
-        if (b == 1) t0 = dt_now_ms(); /* batch 0 warms up (allocations, the engines) */
-        if (dt_gpu_decoder_decode(d, (int)(b & 1), jobs + b * batch, rows, batch, refused, NULL, &err) ||
+        if (b == 1) t0 = dt_now_ms(), times = (dt_gpu_decode_times){0}; /* batch 0 warms up (allocations, the engines) */
+        if (dt_gpu_decoder_decode(d, (int)(b & 1), jobs + b * batch, rows, batch, refused, &times, &err) ||
             dt_gpu_decoder_finish(d, (int)(b & 1), NULL, rows, 0, &err)) {
             fprintf(stderr, "loaderbench: %s\n", err.msg);
             return 1;
@@ -171,8 +226,20 @@ static int decode_only_bench(const dt_dataset *ds, int batch, int size, int max_
         return 1;
     }
     double s = (dt_now_ms() - t0) / 1e3;
-    printf("decode-only: %lld images in %.3f s = %.0f images/s (%lld refused by nvJPEG; %.0f KB a file)\n",
-           (long long)images, s, images / s, (long long)refusals, bytes / (double)m / 1024);
+    long long holds = 0;
+#ifdef DT_CUDA
+    if (beside_ms > 0) {
+        atomic_store(&load.stop, 1);
+        pthread_join(load.th, NULL);
+        holds = load.holds;
+    }
+#endif
+    printf("decode-only: %lld images in %.3f s = %.0f images/s (%lld refused by nvJPEG; %.0f KB a file); a batch: "
+           "%.2f ms in nvJPEG's calls, %.2f ms waiting for its buffer",
+           (long long)images, s, images / s, (long long)refusals, bytes / (double)m / 1024, times.nvjpeg_ms / (nb - 1),
+           times.wait_ms / (nb - 1));
+    if (beside_ms > 0) printf("; beside a stream held %d ms at a time (%lld holds)", beside_ms, holds);
+    printf("\n");
     for (int64_t i = 0; i < n; i++) dt_scratch_free(&files[i]);
     free(files), free(jobs), free(rows), free(refused);
     dt_gpu_decoder_free(d);
@@ -182,7 +249,7 @@ static int decode_only_bench(const dt_dataset *ds, int batch, int size, int max_
 /* The command line's settings (usage() says what each means). */
 typedef struct {
     const char *data, *split, *tmpbase;
-    int workers, batch, size, epochs, cache, val, max_batches, scan_n, scan_classes, decode, decode_only;
+    int workers, batch, size, epochs, cache, val, max_batches, scan_n, scan_classes, decode, decode_only, beside_ms;
 } bench_opts;
 
 /* Reads the flags into *o: -1 to go on, else the exit code (0 after --help, 2 on a bad flag). */
@@ -228,6 +295,8 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
                 fprintf(stderr, "loaderbench: --decode '%s': expected cpu, gpu or auto\n", v);
                 return 2;
             }
+        } else if (!strcmp(a, "--beside-ms")) {
+            o->beside_ms = arg_int(a, argv[++i], 1, 10000);
         } else if (!strcmp(a, "--max-batches")) {
             o->max_batches = arg_int(a, argv[++i], 1, 1 << 30);
         } else if (!strcmp(a, "--scan-classes")) {
@@ -236,9 +305,13 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
             o->scan_n = arg_int(a, argv[++i], 1, 100000000);
         } else {
             fprintf(stderr, "loaderbench: unknown flag %s; valid: --data --split --workers --batch --size --epochs "
-                            "--cache --val --max-batches --decode --decode-only --scan-test --scan-classes --tmp\n", a);
+                            "--cache --val --max-batches --decode --decode-only --beside-ms --scan-test --scan-classes --tmp\n", a);
             return 2;
         }
+    }
+    if (o->beside_ms && !o->decode_only) {
+        fprintf(stderr, "loaderbench: --beside-ms goes with --decode-only\n");
+        return 2;
     }
     return -1;
 }
@@ -381,7 +454,7 @@ int main(int argc, char **argv) {
            ds.dir, (long long)ds.count, ds.num_classes, scan_ms, index / 1e6, index * per, peak / 1e6, peak * per);
     fflush(stdout); /* before any error on stderr: a caller reading both sees them in order */
     if (choose_decoder(&o)) return 1;
-    rc = o.decode_only ? decode_only_bench(&ds, o.batch, o.size, o.max_batches) : pipeline_bench(&ds, &o);
+    rc = o.decode_only ? decode_only_bench(&ds, o.batch, o.size, o.max_batches, o.beside_ms) : pipeline_bench(&ds, &o);
     dt_dataset_close(&ds);
     return rc;
 }
