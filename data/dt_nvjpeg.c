@@ -66,7 +66,8 @@ static void load(void) {
         sym(lib, "nvjpegJpegStreamDestroy", &a.JpegStreamDestroy, 1) ||
         sym(lib, "nvjpegJpegStreamParseHeader", &a.JpegStreamParseHeader, 1) ||
         sym(lib, "nvjpegDecodeBatchedSupported", &a.DecodeBatchedSupported, 1) ||
-        sym(lib, "nvjpegGetProperty", &a.GetProperty, 0)) {
+        sym(lib, "nvjpegGetProperty", &a.GetProperty, 0) ||
+        sym(lib, "nvjpegDecodeBatchedPreAllocate", &a.DecodeBatchedPreAllocate, 0)) {
         dlclose(lib);
         return;
     }

@@ -35,6 +35,7 @@ enum {
     DT_NVJPEG_BACKEND_DEFAULT = 0,  /* hybrid: Huffman decoding on the CPU, the rest on the GPU */
     DT_NVJPEG_BACKEND_HARDWARE = 3, /* the A100/H100-class JPEG engines: baseline, one scan */
     DT_NVJPEG_OUTPUT_RGBI = 5,      /* interleaved RGB in channel[0]: [h, w, 3] u8 */
+    DT_NVJPEG_CSS_444 = 0,          /* nvjpegChromaSubsampling_t: full-resolution chroma, the most memory */
 };
 
 /* The entry points deftc calls; NULL where the loaded library lacks an optional one. */
@@ -57,6 +58,11 @@ typedef struct {
     /* *unsupported = 0 when the batched decoder of this handle can decode the parsed stream */
     dt_nvjpeg_status (*DecodeBatchedSupported)(dt_nvjpeg_handle handle, dt_nvjpeg_jpeg_stream s, int *unsupported);
     dt_nvjpeg_status (*GetProperty)(int type, int *value); /* type 0, 1, 2: major, minor, patch */
+    /* the hardware backend's buffers for batches of up to batch_size images of up to width x
+     * height allocated now, so that nvjpegDecodeBatched does not free and reallocate them as
+     * the images' sizes change (optional: nvJPEG 11.4 and later) */
+    dt_nvjpeg_status (*DecodeBatchedPreAllocate)(dt_nvjpeg_handle handle, dt_nvjpeg_state state, int batch_size,
+                                                 int width, int height, int chroma_subsampling, int output_format);
 } dt_nvjpeg_api;
 
 /* The library, loaded on the first call (thread-safe); NULL when it cannot be, with `why`
