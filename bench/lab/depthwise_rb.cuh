@@ -51,7 +51,7 @@
 namespace dw_rb {
 
 constexpr int R = 8;        /* outputs a thread (one class, consecutive in it) */
-constexpr int THREADS = 256; /* at most, a block */
+constexpr int THREADS = 256; /* at most, a block; two blocks an SM (<= 128 registers) */
 
 /* two consecutive channels at p (4- or 8-byte aligned: C even), widened to fp32 */
 __device__ __forceinline__ float2 ld2(const float *p) { return __ldg(reinterpret_cast<const float2 *>(p)); }
@@ -72,6 +72,25 @@ __device__ __forceinline__ float2 old2(const __nv_bfloat16 *p) {
 __device__ __forceinline__ void fma2(float2 &acc, float2 a, float2 b) {
     acc.x = __fmaf_rn(a.x, b.x, acc.x);
     acc.y = __fmaf_rn(a.y, b.y, acc.y);
+}
+
+/* xr[u] = the pair at column c0 + step*u of row `row` (C channels a column), zero outside
+ * [0, W); one bounds test for the window when it lies inside (1-D unpadded: always) */
+template <typename T, int WIN>
+__device__ __forceinline__ void load_window(const T *__restrict__ row, int64_t C, int64_t W, int64_t c0, int64_t step,
+                                            float2 *xr) {
+    if (c0 >= 0 && c0 + step * (WIN - 1) < W) {
+        const T *q = row + c0 * C;
+        const int64_t st = step * C;
+#pragma unroll
+        for (int u = 0; u < WIN; u++) xr[u] = ld2(q + u * st);
+    } else {
+#pragma unroll
+        for (int u = 0; u < WIN; u++) {
+            const int64_t ix = c0 + step * u;
+            xr[u] = ix >= 0 && ix < W ? ld2(row + ix * C) : make_float2(0.0f, 0.0f);
+        }
+    }
 }
 
 /* The launch plan of one pass (host-made, a pure function of the problem). Along W a row's
@@ -121,7 +140,7 @@ __device__ __forceinline__ bool run_of(const plan &a, int64_t bx, int rl, int64_
 
 /* ---- fwd: y[n, oy, ox, c] = sum over (ky, kx) of x[n, oy*sh - ph + ky*dh, ox*sw - pw + kx*dw, c] * w[c][ky][kx] (+ bias) */
 template <typename T, int KC, int MS>
-__global__ void __launch_bounds__(THREADS) k_rb_fwd(dt_conv_problem p, plan a, const T *__restrict__ x,
+__global__ void __launch_bounds__(THREADS, 2) k_rb_fwd(dt_conv_problem p, plan a, const T *__restrict__ x,
                                                     const T *__restrict__ w, const float *__restrict__ bias,
                                                     T *__restrict__ y) {
     extern __shared__ float ws[]; /* [kh*kw][2*PB] */
@@ -144,11 +163,7 @@ __global__ void __launch_bounds__(THREADS) k_rb_fwd(dt_conv_problem p, plan a, c
             /* the chunk's window: u = m*j + t, input column rho*sw - pw + dw*(m*j0 + kc + u) */
             const int64_t ix0 = rho * g.sw - g.pw + (int64_t)g.dw * (MS * j0 + kc);
             float2 xr[WIN];
-#pragma unroll
-            for (int u = 0; u < WIN; u++) {
-                const int64_t ix = ix0 + (int64_t)g.dw * u;
-                xr[u] = ix >= 0 && ix < p.W ? ld2(xrow + ix * p.C) : make_float2(0.0f, 0.0f);
-            }
+            load_window<T, WIN>(xrow, p.C, p.W, ix0, g.dw, xr);
             const float *wr = ws + (ky * g.kw + kc) * CB + 2 * l.pl;
 #pragma unroll
             for (int t = 0; t < KC; t++) {
@@ -172,7 +187,7 @@ __global__ void __launch_bounds__(THREADS) k_rb_fwd(dt_conv_problem p, plan a, c
 /* ---- dgrad: dx[n, iy, ix, c] = beta dx + sum over (ky, kx) of w[c][ky][kx] * dy at the virtual
  * stride-1 position (iy + ph - ky*dh, ix + pw - kx*dw) (dy[u / s] where s divides u) */
 template <typename T, int KC>
-__global__ void __launch_bounds__(THREADS) k_rb_dgrad(dt_conv_problem p, plan a, const T *__restrict__ dy,
+__global__ void __launch_bounds__(THREADS, 2) k_rb_dgrad(dt_conv_problem p, plan a, const T *__restrict__ dy,
                                                       const T *__restrict__ w, float beta, T *__restrict__ dx) {
     extern __shared__ float ws[]; /* [kh*kw][2*PB] */
     const lane l = lane_of(a);
@@ -193,10 +208,14 @@ __global__ void __launch_bounds__(THREADS) k_rb_dgrad(dt_conv_problem p, plan a,
         for (int kc = 0; kc < g.kw; kc += KC) {
             const int64_t u0 = rho + g.pw + (int64_t)g.dw * (j0 - kc - (KC - 1));
             float2 dr[WIN];
+            if (g.sw == 1) {
+                load_window<T, WIN>(drow, p.C, p.Wo, u0, g.dw, dr);
+            } else {
 #pragma unroll
-            for (int i = 0; i < WIN; i++) {
-                const int64_t ux = u0 + (int64_t)g.dw * i;
-                dr[i] = ux >= 0 && ux % g.sw == 0 && ux / g.sw < p.Wo ? ld2(drow + ux / g.sw * p.C) : make_float2(0.0f, 0.0f);
+                for (int i = 0; i < WIN; i++) {
+                    const int64_t ux = u0 + (int64_t)g.dw * i;
+                    dr[i] = ux >= 0 && ux % g.sw == 0 && ux / g.sw < p.Wo ? ld2(drow + ux / g.sw * p.C) : make_float2(0.0f, 0.0f);
+                }
             }
             const float *wr = ws + (ky * g.kw + kc) * CB + 2 * l.pl;
 #pragma unroll
@@ -225,7 +244,7 @@ __global__ void __launch_bounds__(THREADS) k_rb_dgrad(dt_conv_problem p, plan a,
  * channels; part[g][c][tap] (fp32) = the block's sum, its lanes added in lane order.
  * blockIdx.z = ky * (kw / KC) + kc / KC. `per`: runs a block (the last takes the rest). */
 template <typename T, int KC, int MS>
-__global__ void __launch_bounds__(THREADS) k_rb_wgrad(dt_conv_problem p, plan a, int64_t per, const T *__restrict__ x,
+__global__ void __launch_bounds__(THREADS, 2) k_rb_wgrad(dt_conv_problem p, plan a, int64_t per, const T *__restrict__ x,
                                                       const T *__restrict__ dy, float *__restrict__ part) {
     extern __shared__ float red[]; /* [RB][KC][2*PB] */
     const lane l = lane_of(a);
@@ -247,11 +266,7 @@ __global__ void __launch_bounds__(THREADS) k_rb_wgrad(dt_conv_problem p, plan a,
             const T *drow = dy + (n * p.Ho + oy) * p.Wo * p.C + l.c;
             const int64_t ix0 = rho * g.sw - g.pw + (int64_t)g.dw * (MS * j0 + kc);
             float2 xr[WIN];
-#pragma unroll
-            for (int u = 0; u < WIN; u++) {
-                const int64_t ix = ix0 + (int64_t)g.dw * u;
-                xr[u] = ix >= 0 && ix < p.W ? ld2(xrow + ix * p.C) : make_float2(0.0f, 0.0f);
-            }
+            load_window<T, WIN>(xrow, p.C, p.W, ix0, g.dw, xr);
 #pragma unroll
             for (int j = 0; j < R; j++) {
                 const int64_t ox = rho + (int64_t)a.q * (j0 + j);
