@@ -4,7 +4,7 @@
 # repository root on a machine with the GPU(s):
 #   bash bench/gpu_run.sh [tests] [api] [conv] [deform] [deform2] [resnet] [resnet_mp] [repro] [run] [seeds]
 #                         [bf16] [graphs] [graph_idle] [conv_lab] [conv_algo] [loader_gpu] [yard_amp] [breakdown] [resnet50] [dropin]
-#                         [dropin_paths] [graph_pairs] [graph_bisect] [sampler] [run_wall] [dx_tile] [depthwise]
+#                         [dropin_paths] [graph_pairs] [graph_bisect] [sampler] [run_wall] [dx_tile] [depthwise] [dw_lab]
 #                         [scaling] [scaling_sync] [scaling_bf16] [scaling_buckets] [dp_equiv] [dp_equiv_syn] [dp_run]
 #                         [dp_multiproc] [dp_fail] [dp_resume]   (the last ten: 2 GPUs or more; GPUS="2 4 8" the
 #                         counts the scaling steps time, DP_N the count of dp_equiv / dp_fail / dp_resume, default 2)
@@ -158,6 +158,17 @@ LIST
             T 300 build/bench --what depthwise --precision $prec --batch 256 --torch "$W/torch_dw.txt" --csv "$W/dw_$prec.csv" > "$W/dw_$prec.txt" 2>&1
             echo "depthwise $prec rc $?" | tee -a "$OUT/summary.txt"; tail -40 "$W/dw_$prec.txt" | tee -a "$OUT/summary.txt"
         done ;;
+    dw_lab)
+        # The depthwise lab (bench/lab/depthwise_lab.cu, issue 38): the shipping kernels beside the
+        # register-blocked variant (bench/lab/depthwise_rb.cuh), each validated against the CPU twin
+        # (wgrad run twice, bitwise) then timed, bf16 and fp32 NHWC, the 1-D grid and MobileNetV2's
+        # 3x3s at batch 256; beside cuDNN from the depthwise step's torch_dw.txt (made here if missing)
+        log "dw_lab: build/depthwise_lab (ship vs rb, every pass, bf16 + fp32)"
+        [ -s "$W/torch_dw.txt" ] || T 300 python3 bench/torch_depthwise.py --batch 256 > "$W/torch_dw.txt" 2>&1
+        T 500 build/depthwise_lab --reps 20 --batch2d 256 --torch "$W/torch_dw.txt" > "$W/dw_lab.txt" 2>&1
+        echo "dw_lab rc $?" | tee -a "$OUT/summary.txt"
+        grep -E "^(FAIL|depthwise lab|#)" "$W/dw_lab.txt" | tail -20 | tee -a "$OUT/summary.txt"
+        grep -E "k (16|64) C 512 d (1|128) |112 C 32 s1|x cuDNN" "$W/dw_lab.txt" | head -60 | tee -a "$OUT/summary.txt" ;;
     sampler)
         # The deformable forward's sampling as the Hopper engine's A producer, a lab variant
         # (docs/deft.md, "The sampling inside the Hopper engine: a lab record"; issue 35): the lab
