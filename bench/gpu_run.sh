@@ -164,6 +164,7 @@ LIST
         # (wgrad run twice, bitwise) then timed, bf16 and fp32 NHWC, the 1-D grid and MobileNetV2's
         # 3x3s at batch 256; beside cuDNN from the depthwise step's torch_dw.txt (made here if missing)
         log "dw_lab: build/depthwise_lab (ship vs rb, every pass, bf16 + fp32)"
+        [ -x build/depthwise_lab ] || make -j"$(nproc)" STB_INCLUDE="$PWD/.stb" build/depthwise_lab > "$W/dw_lab_build.log" 2>&1 || tail -20 "$W/dw_lab_build.log"
         [ -s "$W/torch_dw.txt" ] || T 300 python3 bench/torch_depthwise.py --batch 256 > "$W/torch_dw.txt" 2>&1
         T 500 build/depthwise_lab --reps 20 --batch2d 256 --torch "$W/torch_dw.txt" > "$W/dw_lab.txt" 2>&1
         echo "dw_lab rc $?" | tee -a "$OUT/summary.txt"
