@@ -117,14 +117,20 @@ __device__ __forceinline__ lane lane_of(const plan &a) {
     return l;
 }
 
-/* ws[tap][cl] = w[c0 + cl][tap] as fp32, cl < 2*PB, zero past C */
+/* The staged weights' row stride: 2*PB channels + 2 floats (float2 reads stay 8-byte aligned;
+ * the transposing stores below hit two banks a row instead of one) */
+__device__ __forceinline__ int ws_stride(const plan &a) { return 2 * a.PB + 2; }
+
+/* ws[tap][cl] = w[c0 + cl][tap] as fp32, cl < 2*PB, zero past C; read from w with the taps
+ * fastest (coalesced: a channel's taps are contiguous), stored transposed so that a warp's
+ * reads of one tap are consecutive channels */
 template <typename T>
 __device__ void stage_w(const dt_conv_problem &p, const plan &a, int64_t c0, const T *__restrict__ w, float *ws) {
-    const int CB = 2 * a.PB, taps = p.g.kh * p.g.kw;
+    const int CB = 2 * a.PB, taps = p.g.kh * p.g.kw, S = ws_stride(a);
     for (int e = threadIdx.x; e < taps * CB; e += blockDim.x) {
-        const int cl = e % CB, tap = e / CB;
+        const int tap = e % taps, cl = e / taps;
         const int64_t c = c0 + cl;
-        ws[e] = c < p.C ? dt_ld(w + c * taps + tap) : 0.0f;
+        ws[tap * S + cl] = c < p.C ? dt_ld(w + c * taps + tap) : 0.0f;
     }
 }
 
@@ -143,14 +149,14 @@ template <typename T, int KC, int MS>
 __global__ void __launch_bounds__(THREADS, 2) k_rb_fwd(dt_conv_problem p, plan a, const T *__restrict__ x,
                                                     const T *__restrict__ w, const float *__restrict__ bias,
                                                     T *__restrict__ y) {
-    extern __shared__ float ws[]; /* [kh*kw][2*PB] */
+    extern __shared__ float ws[]; /* [kh*kw][ws_stride] */
     const lane l = lane_of(a);
     stage_w(p, a, l.c0, w, ws);
     __syncthreads();
     int64_t n, oy, rho, j0;
     if (!run_of(a, blockIdx.x, l.rl, &n, &oy, &rho, &j0) || l.c >= p.C) return;
     const dt_conv_geom g = p.g;
-    const int CB = 2 * a.PB;
+    const int S = ws_stride(a);
     constexpr int WIN = (R - 1) * MS + KC;
     float2 acc[R];
 #pragma unroll
@@ -164,10 +170,10 @@ __global__ void __launch_bounds__(THREADS, 2) k_rb_fwd(dt_conv_problem p, plan a
             const int64_t ix0 = rho * g.sw - g.pw + (int64_t)g.dw * (MS * j0 + kc);
             float2 xr[WIN];
             load_window<T, WIN>(xrow, p.C, p.W, ix0, g.dw, xr);
-            const float *wr = ws + (ky * g.kw + kc) * CB + 2 * l.pl;
+            const float *wr = ws + (ky * g.kw + kc) * S + 2 * l.pl;
 #pragma unroll
             for (int t = 0; t < KC; t++) {
-                const float2 wv = *reinterpret_cast<const float2 *>(wr + t * CB);
+                const float2 wv = *reinterpret_cast<const float2 *>(wr + t * S);
 #pragma unroll
                 for (int j = 0; j < R; j++) fma2(acc[j], xr[j * MS + t], wv);
             }
@@ -189,14 +195,14 @@ __global__ void __launch_bounds__(THREADS, 2) k_rb_fwd(dt_conv_problem p, plan a
 template <typename T, int KC>
 __global__ void __launch_bounds__(THREADS, 2) k_rb_dgrad(dt_conv_problem p, plan a, const T *__restrict__ dy,
                                                       const T *__restrict__ w, float beta, T *__restrict__ dx) {
-    extern __shared__ float ws[]; /* [kh*kw][2*PB] */
+    extern __shared__ float ws[]; /* [kh*kw][ws_stride] */
     const lane l = lane_of(a);
     stage_w(p, a, l.c0, w, ws);
     __syncthreads();
     int64_t n, iy, rho, j0;
     if (!run_of(a, blockIdx.x, l.rl, &n, &iy, &rho, &j0) || l.c >= p.C) return;
     const dt_conv_geom g = p.g;
-    const int CB = 2 * a.PB;
+    const int S = ws_stride(a);
     constexpr int WIN = R + KC - 1;
     float2 acc[R];
 #pragma unroll
@@ -217,10 +223,10 @@ __global__ void __launch_bounds__(THREADS, 2) k_rb_dgrad(dt_conv_problem p, plan
                     dr[i] = ux >= 0 && ux % g.sw == 0 && ux / g.sw < p.Wo ? ld2(drow + ux / g.sw * p.C) : make_float2(0.0f, 0.0f);
                 }
             }
-            const float *wr = ws + (ky * g.kw + kc) * CB + 2 * l.pl;
+            const float *wr = ws + (ky * g.kw + kc) * S + 2 * l.pl;
 #pragma unroll
             for (int t = 0; t < KC; t++) {
-                const float2 wv = *reinterpret_cast<const float2 *>(wr + t * CB);
+                const float2 wv = *reinterpret_cast<const float2 *>(wr + t * S);
 #pragma unroll
                 for (int j = 0; j < R; j++) fma2(acc[j], dr[j - t + KC - 1], wv);
             }
@@ -366,7 +372,7 @@ void fwd(const dt_conv_problem *p, const T *x, const T *w, const float *bias, T 
     plan a;
     if (!plan_of(p, FWD, &a)) dt_fatal("depthwise rb: fwd does not take this problem");
     const dim3 grid((unsigned)(p->N * a.rows * a.pr_groups), (unsigned)cdiv(p->C / 2, a.PB));
-    const size_t smem = sizeof(float) * (size_t)p->g.kh * p->g.kw * 2 * a.PB;
+    const size_t smem = sizeof(float) * (size_t)p->g.kh * p->g.kw * (2 * a.PB + 2);
     if (smem > 48 * 1024) dt_fatal("depthwise rb: %zu bytes of weights a block", smem);
     const int threads = a.PB * a.RB;
     if (a.m == 1) {
@@ -382,7 +388,7 @@ void dgrad(const dt_conv_problem *p, const T *dy, const T *w, float beta, T *dx)
     plan a;
     if (!plan_of(p, DGRAD, &a)) dt_fatal("depthwise rb: dgrad does not take this problem");
     const dim3 grid((unsigned)(p->N * a.rows * a.pr_groups), (unsigned)cdiv(p->C / 2, a.PB));
-    const size_t smem = sizeof(float) * (size_t)p->g.kh * p->g.kw * 2 * a.PB;
+    const size_t smem = sizeof(float) * (size_t)p->g.kh * p->g.kw * (2 * a.PB + 2);
     if (smem > 48 * 1024) dt_fatal("depthwise rb: %zu bytes of weights a block", smem);
     DW_RB_KC_SWITCH(a.KC, (k_rb_dgrad<T, KC_><<<grid, a.PB * a.RB, smem, dt_stream()>>>(*p, a, dy, w, beta, dx)));
     DT_CHECK_LAUNCH();
