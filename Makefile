@@ -280,7 +280,7 @@ $(BUILD)/conv_lab: $(BUILD)/obj/bench/lab/conv_lab.cu.o $(BUILD)/obj/bench/bench
 	$(CC) -o $@ $< $(BUILD)/obj/bench/bench_common.o $(BUILD)/libdeftc.a $(IMG_STATIC) $(LDLIBS)
 
 # build/depthwise_lab: the depthwise lab (issue 38): the shipping kernels beside the
-# register-blocked variant (bench/lab/depthwise_rb.cuh), validated against the CPU twins, timed.
+# register-blocked variant (ops/conv/depthwise_rb.cuh), validated against the CPU twins, timed.
 $(BUILD)/depthwise_lab: $(BUILD)/obj/bench/lab/depthwise_lab.cu.o $(BUILD)/libdeftc.a
 	$(CC) -o $@ $< $(BUILD)/libdeftc.a $(IMG_STATIC) $(LDLIBS)
 

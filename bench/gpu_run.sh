@@ -160,7 +160,7 @@ LIST
         done ;;
     dw_lab)
         # The depthwise lab (bench/lab/depthwise_lab.cu, issue 38): the shipping kernels beside the
-        # register-blocked variant (bench/lab/depthwise_rb.cuh), each validated against the CPU twin
+        # register-blocked variant (ops/conv/depthwise_rb.cuh), each validated against the CPU twin
         # (wgrad run twice, bitwise) then timed, bf16 and fp32 NHWC, the 1-D grid and MobileNetV2's
         # 3x3s at batch 256; beside cuDNN from the depthwise step's torch_dw.txt (made here if missing)
         log "dw_lab: build/depthwise_lab (ship vs rb, every pass, bf16 + fp32)"

@@ -1,6 +1,6 @@
 /* The depthwise lab (issue 38, items 2 and 5): the shipping depthwise kernels
  * (ops/conv/depthwise.cu, `ship`) beside the register-blocked variant of
- * bench/lab/depthwise_rb.cuh (`rb`), in the three directions, bf16 NHWC (fp32 accumulate, fp32
+ * ops/conv/depthwise_rb.cuh (`rb`), in the three directions, bf16 NHWC (fp32 accumulate, fp32
  * dw) and fp32 NHWC. Same habit as conv_lab.cu / deform_lab.cu: every variant is validated on
  * fresh random inputs (uniform in [-1, 1), never zeros) against the CPU twin
  * (ops/conv/depthwise_cpu.c), then timed; only a winner ships.
@@ -40,7 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench/lab/depthwise_rb.cuh"
+#include "ops/conv/depthwise_rb.cuh"
 #include "core/dt_alloc.h"
 #include "core/dt_common.h"
 #include "core/dt_cuda.h"
@@ -160,13 +160,16 @@ static void dev_free(dev_prob *d) {
 
 /* ================================================================== the variants */
 
-enum { V_SHIP = 0, V_RB = 1, N_VAR = 2 };
-static const char *VAR_NAME[N_VAR] = {"ship", "rb"};
+/* ship: the library's entry points with the tile kernels (DT_DW_KERNEL_TILE); rb: the
+ * register-blocked kernels called directly; lib_rb: the library's entry points with
+ * DT_DW_KERNEL_RB (the wiring: validated, not timed - it is rb) */
+enum { V_SHIP = 0, V_RB = 1, V_LIB_RB = 2, N_VAR = 3, N_TIMED = 2 };
+static const char *VAR_NAME[N_VAR] = {"ship", "rb", "lib_rb"};
 enum { P_FWD = 0, P_DGRAD = 1, P_WGRAD = 2, N_PASS = 3 };
 static const char *PASS_NAME[N_PASS] = {"fwd", "dgrad", "wgrad"};
 
 static int var_takes(int v, const dt_conv_problem *p, int pass) {
-    if (v == V_SHIP) return dt_dw_gpu_supported(p);
+    if (v == V_SHIP || v == V_LIB_RB) return dt_dw_gpu_supported(p);
     return dw_rb::supported(p, pass);
 }
 
@@ -174,7 +177,8 @@ static int var_takes(int v, const dt_conv_problem *p, int pass) {
 static void run_var(int v, int pass, dev_prob *d, int with_bias) {
     const dt_conv_problem *p = &d->p;
     const float *bias = with_bias ? d->bias : NULL;
-    if (v == V_SHIP) {
+    if (v == V_SHIP || v == V_LIB_RB) {
+        dt_dw_set_kernel(v == V_SHIP ? DT_DW_KERNEL_TILE : DT_DW_KERNEL_RB);
         if (d->bf16) {
             if (pass == P_FWD) dt_dw_fwd_bf16_nhwc_cuda(p, d->x, d->w, bias, d->y);
             else if (pass == P_DGRAD) dt_dw_dgrad_bf16_nhwc_cuda(p, d->dy, d->w, 0.0f, d->dx);
@@ -184,6 +188,7 @@ static void run_var(int v, int pass, dev_prob *d, int with_bias) {
             else if (pass == P_DGRAD) dt_dw_dgrad_f32_nhwc_cuda(p, d->dy, d->w, 0.0f, d->dx);
             else dt_dw_wgrad_f32_nhwc_cuda(p, d->x, d->dy, 0.0f, d->dw);
         }
+        dt_dw_set_kernel(DT_DW_KERNEL_TILE);
         return;
     }
     typedef __nv_bfloat16 bf;
@@ -416,7 +421,7 @@ int main(int argc, char **argv) {
     static dw_shape shapes[128];
     const int n_shapes = make_shapes(shapes, 128, which, batch2d);
     const double copy_bps = copy_rate(), fma_ps = (double)dt_gpu_sm_count() * 128 * CLOCK_GHZ * 1e9;
-    printf("# depthwise lab: ship = ops/conv/depthwise.cu, rb = bench/lab/depthwise_rb.cuh; floor: copy %.0f GB/s, "
+    printf("# depthwise lab: ship = ops/conv/depthwise.cu, rb = ops/conv/depthwise_rb.cuh; floor: copy %.0f GB/s, "
            "fp32 FMA %.1f T/s (%d SMs x 128 x %.2f GHz); validation at batch %d (0: the timed batch)\n",
            copy_bps / 1e9, fma_ps / 1e12, dt_gpu_sm_count(), CLOCK_GHZ, check_batch);
     uint64_t seed = 1000;
@@ -434,12 +439,12 @@ int main(int argc, char **argv) {
             if (skip_time) continue;
             dev_prob d;
             dev_make(&d, s, s->N, bf, seed + 7);
-            double t_sum[N_VAR] = {0, 0}, t_fwd[N_VAR] = {-1, -1};
-            int all[N_VAR] = {1, 1};
+            double t_sum[N_TIMED] = {0, 0}, t_fwd[N_TIMED] = {-1, -1};
+            int all[N_TIMED] = {1, 1};
             for (int pass = 0; pass < N_PASS; pass++) {
                 if (!passes[pass]) continue;
-                double ms[N_VAR];
-                for (int v = 0; v < N_VAR; v++) {
+                double ms[N_TIMED];
+                for (int v = 0; v < N_TIMED; v++) {
                     ms[v] = ok >> (v * N_PASS + pass) & 1 ? time_var(v, pass, &d, warmup, reps) : -1.0;
                     if (ms[v] < 0) all[v] = 0;
                     else t_sum[v] += ms[v];

@@ -1,5 +1,8 @@
 /* depthwise_rb.cuh: register-blocked depthwise kernels (issue 38 items 2 and 5), the lab's
- * variant `rb` of bench/lab/depthwise_lab.cu beside the shipping ops/conv/depthwise.cu.
+ * variant `rb` of bench/lab/depthwise_lab.cu beside the shipping tile kernels of
+ * ops/conv/depthwise.cu, which runs these instead where DT_DW_KERNEL=1 (or
+ * dt_dw_set_kernel(DT_DW_KERNEL_RB)) asks and plan_of() takes the problem - not the default
+ * until the lab on the GPU shows they win.
  *
  * Problem: ops/conv/depthwise.h's, restricted to channel multiplier M = 1 (Cout = C), NHWC,
  * C even, fp32 or bf16 activations and weights (fp32 accumulate), fp32 dw:
@@ -300,7 +303,7 @@ __global__ void __launch_bounds__(THREADS, 2) k_rb_wgrad(dt_conv_problem p, plan
 }
 
 /* dw[i] = beta dw[i] + the G partials of weight i added in g order (double) */
-__global__ void k_rb_wgrad_reduce(const float *__restrict__ part, int64_t G, int64_t n, float beta,
+static __global__ void k_rb_wgrad_reduce(const float *__restrict__ part, int64_t G, int64_t n, float beta,
                                   float *__restrict__ dw) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         double s = 0.0;
@@ -341,6 +344,7 @@ static inline bool plan_of(const dt_conv_problem *p, int pass, plan *a) {
         a->q = g.dw / gg, a->m = g.sw / gg;
         if (a->m > 2) return false;
     }
+    if ((pass != WGRAD) && sizeof(float) * (size_t)g.kh * g.kw * (2 * 32 + 2) > 48 * 1024) return false; /* the weights a block */
     a->rows = pass == DGRAD ? p->H : p->Ho;
     const int64_t cols = pass == DGRAD ? p->W : p->Wo;
     a->runs = cdiv(cdiv(cols, a->q), R);
