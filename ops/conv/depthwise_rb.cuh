@@ -98,14 +98,18 @@ __device__ __forceinline__ void load_window(const T *__restrict__ row, int64_t C
 
 /* The launch plan of one pass (host-made, a pure function of the problem). Along W a row's
  * positions (outputs for fwd / wgrad, inputs for dgrad) split into q classes of ncls (at most)
- * each, a class into runs of R; a row's "class runs" pr = rho * runs + r, RB of them a block. */
+ * each, a class into runs of R; a row's "class runs" pr = rho * runs + r. The list of all runs,
+ * f = (n * rows + row) * PR + pr, is cut into blocks of RB consecutive runs - across rows, so
+ * that a narrow row (MobileNetV2's 7 x 7: one run) does not leave a block's lanes idle. */
 struct plan {
-    int q, m;          /* classes, input steps an output step (dgrad: d, 1) */
-    int64_t runs;      /* runs a class: ceil(ceil(cols / q) / R) */
-    int64_t pr_groups; /* blocks a row: ceil(q * runs / RB) */
-    int PB, RB;        /* channel pairs and runs a block, PB * RB <= THREADS */
-    int KC;            /* taps a chunk (divides kw) */
-    int64_t rows;      /* Ho (fwd, wgrad) or H (dgrad) */
+    int q, m;        /* classes, input steps an output step (dgrad: d, 1) */
+    int64_t runs;    /* runs a class: ceil(ceil(cols / q) / R) */
+    int64_t PR;      /* runs a row: q * runs */
+    int64_t n_runs;  /* runs in all: N * rows * PR */
+    int64_t blocks;  /* fwd / dgrad blocks a channel slice: ceil(n_runs / RB) */
+    int PB, RB;      /* channel pairs and runs a block, PB * RB <= THREADS */
+    int KC;          /* taps a chunk (divides kw) */
+    int64_t rows;    /* Ho (fwd, wgrad) or H (dgrad) */
 };
 
 /* block-local channel pair / run lane of this thread, and the block's first channel */
@@ -137,14 +141,12 @@ __device__ void stage_w(const dt_conv_problem &p, const plan &a, int64_t c0, con
     }
 }
 
-/* The run (n, row, rho, r) of block x's lane rl; false past the row's class runs */
-__device__ __forceinline__ bool run_of(const plan &a, int64_t bx, int rl, int64_t *n, int64_t *row, int64_t *rho,
-                                       int64_t *j0) {
-    const int64_t prg = bx % a.pr_groups, nr = bx / a.pr_groups;
-    const int64_t pr = prg * a.RB + rl;
+/* Run f of the list: (n, row, rho, first position j0 in the class); false past the list */
+__device__ __forceinline__ bool run_of(const plan &a, int64_t f, int64_t *n, int64_t *row, int64_t *rho, int64_t *j0) {
+    const int64_t pr = f % a.PR, nr = f / a.PR;
     *row = nr % a.rows, *n = nr / a.rows;
     *rho = pr / a.runs, *j0 = (pr % a.runs) * R;
-    return pr < (int64_t)a.q * a.runs;
+    return f < a.n_runs;
 }
 
 /* ---- fwd: y[n, oy, ox, c] = sum over (ky, kx) of x[n, oy*sh - ph + ky*dh, ox*sw - pw + kx*dw, c] * w[c][ky][kx] (+ bias) */
@@ -157,7 +159,7 @@ __global__ void __launch_bounds__(THREADS, 2) k_rb_fwd(dt_conv_problem p, plan a
     stage_w(p, a, l.c0, w, ws);
     __syncthreads();
     int64_t n, oy, rho, j0;
-    if (!run_of(a, blockIdx.x, l.rl, &n, &oy, &rho, &j0) || l.c >= p.C) return;
+    if (!run_of(a, (int64_t)blockIdx.x * a.RB + l.rl, &n, &oy, &rho, &j0) || l.c >= p.C) return;
     const dt_conv_geom g = p.g;
     const int S = ws_stride(a);
     constexpr int WIN = (R - 1) * MS + KC;
@@ -203,7 +205,7 @@ __global__ void __launch_bounds__(THREADS, 2) k_rb_dgrad(dt_conv_problem p, plan
     stage_w(p, a, l.c0, w, ws);
     __syncthreads();
     int64_t n, iy, rho, j0;
-    if (!run_of(a, blockIdx.x, l.rl, &n, &iy, &rho, &j0) || l.c >= p.C) return;
+    if (!run_of(a, (int64_t)blockIdx.x * a.RB + l.rl, &n, &iy, &rho, &j0) || l.c >= p.C) return;
     const dt_conv_geom g = p.g;
     const int S = ws_stride(a);
     constexpr int WIN = R + KC - 1;
@@ -259,8 +261,7 @@ __global__ void __launch_bounds__(THREADS, 2) k_rb_wgrad(dt_conv_problem p, plan
     const lane l = lane_of(a);
     const dt_conv_geom g = p.g;
     const int nkc = g.kw / KC, ky = blockIdx.z / nkc, kc = blockIdx.z % nkc * KC;
-    const int64_t total = p.N * a.rows * a.pr_groups * a.RB; /* the list: (n, row, pr), lanes included */
-    const int64_t b0 = blockIdx.x * per, b1 = b0 + per < total ? b0 + per : total;
+    const int64_t b0 = blockIdx.x * per, b1 = b0 + per < a.n_runs ? b0 + per : a.n_runs;
     constexpr int WIN = (R - 1) * MS + KC;
     float2 acc[KC];
 #pragma unroll
@@ -268,7 +269,7 @@ __global__ void __launch_bounds__(THREADS, 2) k_rb_wgrad(dt_conv_problem p, plan
     if (l.c < p.C)
         for (int64_t e = b0 + l.rl; e < b1; e += a.RB) {
             int64_t n, oy, rho, j0;
-            if (!run_of(a, e / a.RB, (int)(e % a.RB), &n, &oy, &rho, &j0)) continue;
+            run_of(a, e, &n, &oy, &rho, &j0);
             const int64_t iy = oy * g.sh - g.ph + (int64_t)ky * g.dh;
             if (iy < 0 || iy >= p.H) continue;
             const T *xrow = x + (n * p.H + iy) * p.W * p.C + l.c;
@@ -351,9 +352,11 @@ static inline bool plan_of(const dt_conv_problem *p, int pass, plan *a) {
     const int64_t pairs = p->C / 2, nb = cdiv(pairs, 32);
     a->PB = (int)cdiv(pairs, nb);
     a->RB = THREADS / a->PB;
-    a->pr_groups = cdiv((int64_t)a->q * a->runs, a->RB);
+    a->PR = (int64_t)a->q * a->runs;
+    a->n_runs = p->N * a->rows * a->PR;
+    a->blocks = cdiv(a->n_runs, a->RB);
     a->KC = kc_for(g.kw);
-    return p->N * a->rows * a->pr_groups < ((int64_t)1 << 31) && nb <= 65535;
+    return a->blocks < ((int64_t)1 << 31) && nb <= 65535;
 }
 
 static inline bool supported(const dt_conv_problem *p, int pass) {
@@ -375,7 +378,7 @@ template <typename T>
 void fwd(const dt_conv_problem *p, const T *x, const T *w, const float *bias, T *y) {
     plan a;
     if (!plan_of(p, FWD, &a)) dt_fatal("depthwise rb: fwd does not take this problem");
-    const dim3 grid((unsigned)(p->N * a.rows * a.pr_groups), (unsigned)cdiv(p->C / 2, a.PB));
+    const dim3 grid((unsigned)a.blocks, (unsigned)cdiv(p->C / 2, a.PB));
     const size_t smem = sizeof(float) * (size_t)p->g.kh * p->g.kw * (2 * a.PB + 2);
     if (smem > 48 * 1024) dt_fatal("depthwise rb: %zu bytes of weights a block", smem);
     const int threads = a.PB * a.RB;
@@ -391,7 +394,7 @@ template <typename T>
 void dgrad(const dt_conv_problem *p, const T *dy, const T *w, float beta, T *dx) {
     plan a;
     if (!plan_of(p, DGRAD, &a)) dt_fatal("depthwise rb: dgrad does not take this problem");
-    const dim3 grid((unsigned)(p->N * a.rows * a.pr_groups), (unsigned)cdiv(p->C / 2, a.PB));
+    const dim3 grid((unsigned)a.blocks, (unsigned)cdiv(p->C / 2, a.PB));
     const size_t smem = sizeof(float) * (size_t)p->g.kh * p->g.kw * (2 * a.PB + 2);
     if (smem > 48 * 1024) dt_fatal("depthwise rb: %zu bytes of weights a block", smem);
     DW_RB_KC_SWITCH(a.KC, (k_rb_dgrad<T, KC_><<<grid, a.PB * a.RB, smem, dt_stream()>>>(*p, a, dy, w, beta, dx)));
@@ -402,12 +405,11 @@ void dgrad(const dt_conv_problem *p, const T *dy, const T *w, float beta, T *dx)
  * a function of the shape alone, so the partials and their order are fixed */
 static inline int64_t wgrad_groups(const dt_conv_problem *p, const plan &a, int64_t *per) {
     const int64_t slices = cdiv(p->C / 2, a.PB), chunks = (int64_t)p->g.kh * (p->g.kw / a.KC);
-    const int64_t total = p->N * a.rows * a.pr_groups * a.RB;
     int64_t G = cdiv(1024, slices * chunks);
-    if (G > cdiv(total, a.RB)) G = cdiv(total, a.RB);
+    if (G > a.blocks) G = a.blocks;
     if (G < 1) G = 1;
-    *per = cdiv(total, G);
-    return cdiv(total, *per);
+    *per = cdiv(a.n_runs, G);
+    return cdiv(a.n_runs, *per);
 }
 
 /* part: scratch of at least wgrad_scratch(p) floats */
