@@ -143,9 +143,16 @@ __device__ void stage_w(const dt_conv_problem &p, const plan &a, int64_t c0, con
 
 /* Run f of the list: (n, row, rho, first position j0 in the class); false past the list */
 __device__ __forceinline__ bool run_of(const plan &a, int64_t f, int64_t *n, int64_t *row, int64_t *rho, int64_t *j0) {
-    const int64_t pr = f % a.PR, nr = f / a.PR;
-    *row = nr % a.rows, *n = nr / a.rows;
-    *rho = pr / a.runs, *j0 = (pr % a.runs) * R;
+    if (a.n_runs < ((int64_t)1 << 31)) { /* 32-bit divisions (the wgrad asks once a run) */
+        const unsigned u = (unsigned)f, PR = (unsigned)a.PR, rows = (unsigned)a.rows, runs = (unsigned)a.runs;
+        const unsigned pr = u % PR, nr = u / PR;
+        *row = nr % rows, *n = nr / rows;
+        *rho = pr / runs, *j0 = (int64_t)(pr % runs) * R;
+    } else {
+        const int64_t pr = f % a.PR, nr = f / a.PR;
+        *row = nr % a.rows, *n = nr / a.rows;
+        *rho = pr / a.runs, *j0 = (pr % a.runs) * R;
+    }
     return f < a.n_runs;
 }
 
