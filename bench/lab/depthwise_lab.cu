@@ -1,6 +1,7 @@
 /* The depthwise lab (issue 38, items 2 and 5): the shipping depthwise kernels
  * (ops/conv/depthwise.cu, `ship`) beside the register-blocked variant of
- * ops/conv/depthwise_rb.cuh (`rb`), in the three directions, bf16 NHWC (fp32 accumulate, fp32
+ * ops/conv/depthwise_rb.cuh (`rb`: runs of 8 outputs a thread; `rb4`: of 4, half the registers;
+ * `lib_rb`: the library's entry points with DT_DW_KERNEL=1, validated only), in the three directions, bf16 NHWC (fp32 accumulate, fp32
  * dw) and fp32 NHWC. Same habit as conv_lab.cu / deform_lab.cu: every variant is validated on
  * fresh random inputs (uniform in [-1, 1), never zeros) against the CPU twin
  * (ops/conv/depthwise_cpu.c), then timed; only a winner ships.
@@ -145,7 +146,7 @@ static void dev_make(dev_prob *d, const dw_shape *s, int64_t N, int bf16, uint64
     d->w = dt_gpu_malloc(d->e * d->nw);
     d->bias = (float *)dt_gpu_malloc(sizeof(float) * d->p.C);
     d->dw = (float *)dt_gpu_malloc(sizeof(float) * d->nw);
-    const size_t part = dw_rb::wgrad_scratch(&d->p);
+    const size_t p8 = dw_rb::wgrad_scratch(&d->p, 8), p4 = dw_rb::wgrad_scratch(&d->p, 4), part = p8 > p4 ? p8 : p4;
     d->part = (float *)dt_gpu_malloc(sizeof(float) * (part ? part : 1));
     fill(d->x, bf16, d->nx, seed), fill(d->dy, bf16, d->ny, seed + 1), fill(d->w, bf16, d->nw, seed + 2);
     fill(d->bias, 0, d->p.C, seed + 3);
@@ -160,17 +161,18 @@ static void dev_free(dev_prob *d) {
 
 /* ================================================================== the variants */
 
-/* ship: the library's entry points with the tile kernels (DT_DW_KERNEL_TILE); rb: the
- * register-blocked kernels called directly; lib_rb: the library's entry points with
- * DT_DW_KERNEL_RB (the wiring: validated, not timed - it is rb) */
-enum { V_SHIP = 0, V_RB = 1, V_LIB_RB = 2, N_VAR = 3, N_TIMED = 2 };
-static const char *VAR_NAME[N_VAR] = {"ship", "rb", "lib_rb"};
+/* ship: the library's entry points with the tile kernels (DT_DW_KERNEL_TILE); rb, rb4: the
+ * register-blocked kernels called directly, runs of R = 8 / 4 outputs; lib_rb: the library's
+ * entry points with DT_DW_KERNEL_RB (the wiring: validated, not timed - it is rb). The timed
+ * variants come first. */
+enum { V_SHIP = 0, V_RB = 1, V_RB4 = 2, V_LIB_RB = 3, N_VAR = 4, N_TIMED = 3 };
+static const char *VAR_NAME[N_VAR] = {"ship", "rb", "rb4", "lib_rb"};
 enum { P_FWD = 0, P_DGRAD = 1, P_WGRAD = 2, N_PASS = 3 };
 static const char *PASS_NAME[N_PASS] = {"fwd", "dgrad", "wgrad"};
 
 static int var_takes(int v, const dt_conv_problem *p, int pass) {
     if (v == V_SHIP || v == V_LIB_RB) return dt_dw_gpu_supported(p);
-    return dw_rb::supported(p, pass);
+    return dw_rb::supported(p, pass, v == V_RB4 ? 4 : 8);
 }
 
 /* one launch of variant v's pass on d (bias on for fwd: `with_bias`) */
@@ -192,14 +194,15 @@ static void run_var(int v, int pass, dev_prob *d, int with_bias) {
         return;
     }
     typedef __nv_bfloat16 bf;
+    const int R = v == V_RB4 ? 4 : 8;
     if (d->bf16) {
-        if (pass == P_FWD) dw_rb::fwd<bf>(p, (const bf *)d->x, (const bf *)d->w, bias, (bf *)d->y);
-        else if (pass == P_DGRAD) dw_rb::dgrad<bf>(p, (const bf *)d->dy, (const bf *)d->w, 0.0f, (bf *)d->dx);
-        else dw_rb::wgrad<bf>(p, (const bf *)d->x, (const bf *)d->dy, 0.0f, d->dw, d->part);
+        if (pass == P_FWD) dw_rb::fwd<bf>(p, (const bf *)d->x, (const bf *)d->w, bias, (bf *)d->y, R);
+        else if (pass == P_DGRAD) dw_rb::dgrad<bf>(p, (const bf *)d->dy, (const bf *)d->w, 0.0f, (bf *)d->dx, R);
+        else dw_rb::wgrad<bf>(p, (const bf *)d->x, (const bf *)d->dy, 0.0f, d->dw, d->part, R);
     } else {
-        if (pass == P_FWD) dw_rb::fwd<float>(p, (const float *)d->x, (const float *)d->w, bias, (float *)d->y);
-        else if (pass == P_DGRAD) dw_rb::dgrad<float>(p, (const float *)d->dy, (const float *)d->w, 0.0f, (float *)d->dx);
-        else dw_rb::wgrad<float>(p, (const float *)d->x, (const float *)d->dy, 0.0f, d->dw, d->part);
+        if (pass == P_FWD) dw_rb::fwd<float>(p, (const float *)d->x, (const float *)d->w, bias, (float *)d->y, R);
+        else if (pass == P_DGRAD) dw_rb::dgrad<float>(p, (const float *)d->dy, (const float *)d->w, 0.0f, (float *)d->dx, R);
+        else dw_rb::wgrad<float>(p, (const float *)d->x, (const float *)d->dy, 0.0f, d->dw, d->part, R);
     }
 }
 
@@ -429,8 +432,8 @@ int main(int argc, char **argv) {
         if (!has(dtypes, bf ? "bf16" : "fp32")) continue;
         const char *prec = bf ? "bf16" : "fp32";
         printf("\n## %s NHWC (%s)\n", prec, bf ? "bf16 x, w, y; fp32 accumulate; fp32 dw" : "fp32 throughout");
-        printf("%-22s %-5s %9s %9s %7s %8s %6s %6s %9s\n", "shape", "pass", "ship ms", "rb ms", "x ship", "rb GB/s",
-               "%flr", "%flr s", "floor ms");
+        printf("%-22s %-5s %9s %9s %9s %7s %7s %8s %6s %6s %6s %9s\n", "shape", "pass", "ship ms", "rb ms", "rb4 ms", "rb x s",
+               "rb4 x s", "rb GB/s", "%f rb", "%f rb4", "%f shp", "floor ms");
         for (int si = 0; si < n_shapes; si++) {
             const dw_shape *s = &shapes[si];
             if (only && !strstr(s->label, only)) continue;
@@ -439,8 +442,8 @@ int main(int argc, char **argv) {
             if (skip_time) continue;
             dev_prob d;
             dev_make(&d, s, s->N, bf, seed + 7);
-            double t_sum[N_TIMED] = {0, 0}, t_fwd[N_TIMED] = {-1, -1};
-            int all[N_TIMED] = {1, 1};
+            double t_sum[N_TIMED] = {0, 0, 0}, t_fwd[N_TIMED] = {-1, -1, -1};
+            int all[N_TIMED] = {1, 1, 1};
             for (int pass = 0; pass < N_PASS; pass++) {
                 if (!passes[pass]) continue;
                 double ms[N_TIMED];
@@ -450,12 +453,13 @@ int main(int argc, char **argv) {
                     else t_sum[v] += ms[v];
                     if (pass == P_FWD) t_fwd[v] = ms[v];
                 }
-                if (pass == P_WGRAD && ms[V_RB] > 0) { /* deterministic at the timed batch too */
+                for (int v = V_RB; v <= V_RB4 && pass == P_WGRAD; v++) { /* deterministic at the timed batch too */
+                    if (ms[v] < 0) continue;
                     float *a = (float *)malloc(sizeof(float) * d.nw), *b = (float *)malloc(sizeof(float) * d.nw);
-                    run_var(V_RB, pass, &d, 0), dt_gpu_sync(), dt_copy_d2h(a, d.dw, sizeof(float) * d.nw);
-                    run_var(V_RB, pass, &d, 0), dt_gpu_sync(), dt_copy_d2h(b, d.dw, sizeof(float) * d.nw);
+                    run_var(v, pass, &d, 0), dt_gpu_sync(), dt_copy_d2h(a, d.dw, sizeof(float) * d.nw);
+                    run_var(v, pass, &d, 0), dt_gpu_sync(), dt_copy_d2h(b, d.dw, sizeof(float) * d.nw);
                     if (memcmp(a, b, sizeof(float) * d.nw)) {
-                        printf("FAIL %s %s wgrad rb: not deterministic at batch %lld\n", s->label, prec, (long long)s->N);
+                        printf("FAIL %s %s wgrad %s: not deterministic at batch %lld\n", s->label, prec, VAR_NAME[v], (long long)s->N);
                         g_failed++;
                     }
                     free(a), free(b);
@@ -464,10 +468,11 @@ int main(int argc, char **argv) {
                 const double bytes = pass == P_FWD ? e * (nx + ny + nw) : pass == P_DGRAD ? e * (ny + nx + nw) : e * (nx + ny) + 4 * nw;
                 const double fmas = ny * s->g.kh * s->g.kw;
                 const double floor_ms = 1e3 * fmax(bytes / copy_bps, fmas / fma_ps);
-                printf("%-22s %-5s %9.4f %9.4f %7.2f %8.0f %6.1f %6.1f %9.4f\n", s->label, PASS_NAME[pass], ms[V_SHIP],
-                       ms[V_RB], ms[V_SHIP] > 0 && ms[V_RB] > 0 ? ms[V_SHIP] / ms[V_RB] : NAN,
-                       ms[V_RB] > 0 ? bytes / (ms[V_RB] * 1e-3) / 1e9 : NAN, ms[V_RB] > 0 ? 100 * floor_ms / ms[V_RB] : NAN,
-                       ms[V_SHIP] > 0 ? 100 * floor_ms / ms[V_SHIP] : NAN, floor_ms);
+                const double r8 = ms[V_RB], r4 = ms[V_RB4], sh = ms[V_SHIP];
+                printf("%-22s %-5s %9.4f %9.4f %9.4f %7.2f %7.2f %8.0f %6.1f %6.1f %6.1f %9.4f\n", s->label, PASS_NAME[pass], sh,
+                       r8, r4, sh > 0 && r8 > 0 ? sh / r8 : NAN, sh > 0 && r4 > 0 ? sh / r4 : NAN,
+                       r8 > 0 ? bytes / (r8 * 1e-3) / 1e9 : NAN, r8 > 0 ? 100 * floor_ms / r8 : NAN,
+                       r4 > 0 ? 100 * floor_ms / r4 : NAN, sh > 0 ? 100 * floor_ms / sh : NAN, floor_ms);
                 fflush(stdout);
             }
             if (torch && passes[P_FWD] && passes[P_DGRAD] && passes[P_WGRAD]) {
@@ -476,8 +481,10 @@ int main(int argc, char **argv) {
                 double tf, tfb;
                 torch_times(torch, key, &tf, &tfb);
                 if (tf > 0 && all[V_RB])
-                    printf("%-22s cuDNN fwd %.4f f+b %.4f | rb fwd %.4f f+d+w %.4f: x cuDNN fwd %.2f f+b %.2f | ship fwd %.4f f+d+w %.4f\n",
-                           s->label, tf, tfb, t_fwd[V_RB], t_sum[V_RB], tf / t_fwd[V_RB], tfb / t_sum[V_RB], t_fwd[V_SHIP],
+                    printf("%-22s cuDNN fwd %.4f f+b %.4f | rb fwd %.4f f+d+w %.4f: x cuDNN fwd %.2f f+b %.2f | rb4 x cuDNN fwd %.2f "
+                           "f+b %.2f | ship fwd %.4f f+d+w %.4f\n",
+                           s->label, tf, tfb, t_fwd[V_RB], t_sum[V_RB], tf / t_fwd[V_RB], tfb / t_sum[V_RB],
+                           all[V_RB4] ? tf / t_fwd[V_RB4] : NAN, all[V_RB4] ? tfb / t_sum[V_RB4] : NAN, t_fwd[V_SHIP],
                            all[V_SHIP] ? t_sum[V_SHIP] : NAN);
             }
             dev_free(&d);

@@ -53,8 +53,10 @@
 
 namespace dw_rb {
 
-constexpr int R = 8;        /* outputs a thread (one class, consecutive in it) */
-constexpr int THREADS = 256; /* at most, a block; two blocks an SM (<= 128 registers) */
+/* R: outputs a thread (one class, consecutive in it), a template parameter of the kernels: 8
+ * (the default: 23 loads for 256 FMAs at k = 64) or 4 (half the registers, twice the threads -
+ * for the memory-bound shapes; the lab's variant rb4) */
+constexpr int THREADS = 256; /* at most, a block; two blocks an SM (<= 128 registers), three at R = 4 with KC < 16 (<= 80) */
 
 /* two consecutive channels at p (4- or 8-byte aligned: C even), widened to fp32 */
 __device__ __forceinline__ float2 ld2(const float *p) { return __ldg(reinterpret_cast<const float2 *>(p)); }
@@ -103,6 +105,7 @@ __device__ __forceinline__ void load_window(const T *__restrict__ row, int64_t C
  * that a narrow row (MobileNetV2's 7 x 7: one run) does not leave a block's lanes idle. */
 struct plan {
     int q, m;        /* classes, input steps an output step (dgrad: d, 1) */
+    int R;           /* outputs a run */
     int64_t runs;    /* runs a class: ceil(ceil(cols / q) / R) */
     int64_t PR;      /* runs a row: q * runs */
     int64_t n_runs;  /* runs in all: N * rows * PR */
@@ -147,18 +150,18 @@ __device__ __forceinline__ bool run_of(const plan &a, int64_t f, int64_t *n, int
         const unsigned u = (unsigned)f, PR = (unsigned)a.PR, rows = (unsigned)a.rows, runs = (unsigned)a.runs;
         const unsigned pr = u % PR, nr = u / PR;
         *row = nr % rows, *n = nr / rows;
-        *rho = pr / runs, *j0 = (int64_t)(pr % runs) * R;
+        *rho = pr / runs, *j0 = (int64_t)(pr % runs) * a.R;
     } else {
         const int64_t pr = f % a.PR, nr = f / a.PR;
         *row = nr % a.rows, *n = nr / a.rows;
-        *rho = pr / a.runs, *j0 = (pr % a.runs) * R;
+        *rho = pr / a.runs, *j0 = (pr % a.runs) * a.R;
     }
     return f < a.n_runs;
 }
 
 /* ---- fwd: y[n, oy, ox, c] = sum over (ky, kx) of x[n, oy*sh - ph + ky*dh, ox*sw - pw + kx*dw, c] * w[c][ky][kx] (+ bias) */
-template <typename T, int KC, int MS>
-__global__ void __launch_bounds__(THREADS, 2) k_rb_fwd(dt_conv_problem p, plan a, const T *__restrict__ x,
+template <typename T, int KC, int MS, int R>
+__global__ void __launch_bounds__(THREADS, R == 4 && KC < 16 ? 3 : 2) k_rb_fwd(dt_conv_problem p, plan a, const T *__restrict__ x,
                                                     const T *__restrict__ w, const float *__restrict__ bias,
                                                     T *__restrict__ y) {
     extern __shared__ float ws[]; /* [kh*kw][ws_stride] */
@@ -204,8 +207,8 @@ __global__ void __launch_bounds__(THREADS, 2) k_rb_fwd(dt_conv_problem p, plan a
 
 /* ---- dgrad: dx[n, iy, ix, c] = beta dx + sum over (ky, kx) of w[c][ky][kx] * dy at the virtual
  * stride-1 position (iy + ph - ky*dh, ix + pw - kx*dw) (dy[u / s] where s divides u) */
-template <typename T, int KC>
-__global__ void __launch_bounds__(THREADS, 2) k_rb_dgrad(dt_conv_problem p, plan a, const T *__restrict__ dy,
+template <typename T, int KC, int R>
+__global__ void __launch_bounds__(THREADS, R == 4 && KC < 16 ? 3 : 2) k_rb_dgrad(dt_conv_problem p, plan a, const T *__restrict__ dy,
                                                       const T *__restrict__ w, float beta, T *__restrict__ dx) {
     extern __shared__ float ws[]; /* [kh*kw][ws_stride] */
     const lane l = lane_of(a);
@@ -261,8 +264,8 @@ __global__ void __launch_bounds__(THREADS, 2) k_rb_dgrad(dt_conv_problem p, plan
 /* ---- wgrad: block (g, slice, chunk) sums dy * x over its runs for taps (ky, kc..kc+KC) of its
  * channels; part[g][c][tap] (fp32) = the block's sum, its lanes added in lane order.
  * blockIdx.z = ky * (kw / KC) + kc / KC. `per`: runs a block (the last takes the rest). */
-template <typename T, int KC, int MS>
-__global__ void __launch_bounds__(THREADS, 2) k_rb_wgrad(dt_conv_problem p, plan a, int64_t per, const T *__restrict__ x,
+template <typename T, int KC, int MS, int R>
+__global__ void __launch_bounds__(THREADS, R == 4 && KC < 16 ? 3 : 2) k_rb_wgrad(dt_conv_problem p, plan a, int64_t per, const T *__restrict__ x,
                                                       const T *__restrict__ dy, float *__restrict__ part) {
     extern __shared__ float red[]; /* [RB][KC][2*PB] */
     const lane l = lane_of(a);
@@ -342,7 +345,7 @@ static inline int kc_for(int kw) {
 
 /* the plan of pass for p; false when this variant does not take p (M > 1, C odd, a stride
  * step m past 2, a grid past CUDA's limits) */
-static inline bool plan_of(const dt_conv_problem *p, int pass, plan *a) {
+static inline bool plan_of(const dt_conv_problem *p, int pass, plan *a, int R = 8) {
     const dt_conv_geom g = p->g;
     if (p->Cout != p->C || p->groups != p->C || p->C % 2 != 0) return false;
     if (pass == DGRAD) {
@@ -355,6 +358,8 @@ static inline bool plan_of(const dt_conv_problem *p, int pass, plan *a) {
     if ((pass != WGRAD) && sizeof(float) * (size_t)g.kh * g.kw * (2 * 32 + 2) > 48 * 1024) return false; /* the weights a block */
     a->rows = pass == DGRAD ? p->H : p->Ho;
     const int64_t cols = pass == DGRAD ? p->W : p->Wo;
+    if (R != 8 && R != 4) return false;
+    a->R = R;
     a->runs = cdiv(cdiv(cols, a->q), R);
     const int64_t pairs = p->C / 2, nb = cdiv(pairs, 32);
     a->PB = (int)cdiv(pairs, nb);
@@ -366,9 +371,9 @@ static inline bool plan_of(const dt_conv_problem *p, int pass, plan *a) {
     return a->blocks < ((int64_t)1 << 31) && nb <= 65535;
 }
 
-static inline bool supported(const dt_conv_problem *p, int pass) {
+static inline bool supported(const dt_conv_problem *p, int pass, int R = 8) {
     plan a;
-    return plan_of(p, pass, &a);
+    return plan_of(p, pass, &a, R);
 }
 
 /* instantiated (KC, MS) pairs, dispatched at run time */
@@ -381,30 +386,40 @@ static inline bool supported(const dt_conv_problem *p, int pass) {
     default: { constexpr int KC_ = 1; BODY; } break;                        \
     }
 
+/* R_ (4 or 8) as a compile-time constant for BODY */
+#define DW_RB_R_SWITCH(R, BODY)                                             \
+    if ((R) == 4) {                                                         \
+        constexpr int R_ = 4;                                               \
+        BODY;                                                               \
+    } else {                                                                \
+        constexpr int R_ = 8;                                               \
+        BODY;                                                               \
+    }
+
 template <typename T>
-void fwd(const dt_conv_problem *p, const T *x, const T *w, const float *bias, T *y) {
+void fwd(const dt_conv_problem *p, const T *x, const T *w, const float *bias, T *y, int R = 8) {
     plan a;
-    if (!plan_of(p, FWD, &a)) dt_fatal("depthwise rb: fwd does not take this problem");
+    if (!plan_of(p, FWD, &a, R)) dt_fatal("depthwise rb: fwd does not take this problem");
     const dim3 grid((unsigned)a.blocks, (unsigned)cdiv(p->C / 2, a.PB));
     const size_t smem = sizeof(float) * (size_t)p->g.kh * p->g.kw * (2 * a.PB + 2);
     if (smem > 48 * 1024) dt_fatal("depthwise rb: %zu bytes of weights a block", smem);
     const int threads = a.PB * a.RB;
     if (a.m == 1) {
-        DW_RB_KC_SWITCH(a.KC, (k_rb_fwd<T, KC_, 1><<<grid, threads, smem, dt_stream()>>>(*p, a, x, w, bias, y)));
+        DW_RB_R_SWITCH(R, DW_RB_KC_SWITCH(a.KC, (k_rb_fwd<T, KC_, 1, R_><<<grid, threads, smem, dt_stream()>>>(*p, a, x, w, bias, y))));
     } else {
-        DW_RB_KC_SWITCH(a.KC, (k_rb_fwd<T, KC_, 2><<<grid, threads, smem, dt_stream()>>>(*p, a, x, w, bias, y)));
+        DW_RB_R_SWITCH(R, DW_RB_KC_SWITCH(a.KC, (k_rb_fwd<T, KC_, 2, R_><<<grid, threads, smem, dt_stream()>>>(*p, a, x, w, bias, y))));
     }
     DT_CHECK_LAUNCH();
 }
 
 template <typename T>
-void dgrad(const dt_conv_problem *p, const T *dy, const T *w, float beta, T *dx) {
+void dgrad(const dt_conv_problem *p, const T *dy, const T *w, float beta, T *dx, int R = 8) {
     plan a;
-    if (!plan_of(p, DGRAD, &a)) dt_fatal("depthwise rb: dgrad does not take this problem");
+    if (!plan_of(p, DGRAD, &a, R)) dt_fatal("depthwise rb: dgrad does not take this problem");
     const dim3 grid((unsigned)a.blocks, (unsigned)cdiv(p->C / 2, a.PB));
     const size_t smem = sizeof(float) * (size_t)p->g.kh * p->g.kw * (2 * a.PB + 2);
     if (smem > 48 * 1024) dt_fatal("depthwise rb: %zu bytes of weights a block", smem);
-    DW_RB_KC_SWITCH(a.KC, (k_rb_dgrad<T, KC_><<<grid, a.PB * a.RB, smem, dt_stream()>>>(*p, a, dy, w, beta, dx)));
+    DW_RB_R_SWITCH(R, DW_RB_KC_SWITCH(a.KC, (k_rb_dgrad<T, KC_, R_><<<grid, a.PB * a.RB, smem, dt_stream()>>>(*p, a, dy, w, beta, dx))));
     DT_CHECK_LAUNCH();
 }
 
@@ -420,25 +435,25 @@ static inline int64_t wgrad_groups(const dt_conv_problem *p, const plan &a, int6
 }
 
 /* part: scratch of at least wgrad_scratch(p) floats */
-static inline size_t wgrad_scratch(const dt_conv_problem *p) {
+static inline size_t wgrad_scratch(const dt_conv_problem *p, int R = 8) {
     plan a;
     int64_t per;
-    if (!plan_of(p, WGRAD, &a)) return 0;
+    if (!plan_of(p, WGRAD, &a, R)) return 0;
     return (size_t)(wgrad_groups(p, a, &per) * p->C * p->g.kh * p->g.kw);
 }
 
 template <typename T>
-void wgrad(const dt_conv_problem *p, const T *x, const T *dy, float beta, float *dw, float *part) {
+void wgrad(const dt_conv_problem *p, const T *x, const T *dy, float beta, float *dw, float *part, int R = 8) {
     plan a;
-    if (!plan_of(p, WGRAD, &a)) dt_fatal("depthwise rb: wgrad does not take this problem");
+    if (!plan_of(p, WGRAD, &a, R)) dt_fatal("depthwise rb: wgrad does not take this problem");
     int64_t per;
     const int64_t G = wgrad_groups(p, a, &per), n = p->C * p->g.kh * p->g.kw;
     const dim3 grid((unsigned)G, (unsigned)cdiv(p->C / 2, a.PB), (unsigned)(p->g.kh * (p->g.kw / a.KC)));
     const size_t smem = sizeof(float) * (size_t)a.RB * a.KC * 2 * a.PB;
     if (a.m == 1) {
-        DW_RB_KC_SWITCH(a.KC, (k_rb_wgrad<T, KC_, 1><<<grid, a.PB * a.RB, smem, dt_stream()>>>(*p, a, per, x, dy, part)));
+        DW_RB_R_SWITCH(R, DW_RB_KC_SWITCH(a.KC, (k_rb_wgrad<T, KC_, 1, R_><<<grid, a.PB * a.RB, smem, dt_stream()>>>(*p, a, per, x, dy, part))));
     } else {
-        DW_RB_KC_SWITCH(a.KC, (k_rb_wgrad<T, KC_, 2><<<grid, a.PB * a.RB, smem, dt_stream()>>>(*p, a, per, x, dy, part)));
+        DW_RB_R_SWITCH(R, DW_RB_KC_SWITCH(a.KC, (k_rb_wgrad<T, KC_, 2, R_><<<grid, a.PB * a.RB, smem, dt_stream()>>>(*p, a, per, x, dy, part))));
     }
     DT_CHECK_LAUNCH();
     k_rb_wgrad_reduce<<<(unsigned)cdiv(n, 256) < 4096 ? (unsigned)cdiv(n, 256) : 4096, 256, 0, dt_stream()>>>(part, G, n, beta, dw);
