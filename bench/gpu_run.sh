@@ -169,7 +169,7 @@ LIST
         T 500 build/depthwise_lab --reps 20 --batch2d 256 --torch "$W/torch_dw.txt" > "$W/dw_lab.txt" 2>&1
         echo "dw_lab rc $?" | tee -a "$OUT/summary.txt"
         grep -E "^(FAIL|depthwise lab|#)" "$W/dw_lab.txt" | tail -20 | tee -a "$OUT/summary.txt"
-        grep -E "k (16|64) C 512 d (1|128) |112 C 32 s1|x cuDNN" "$W/dw_lab.txt" | head -60 | tee -a "$OUT/summary.txt"
+        grep -E "^(## |shape|k (1|16|64) C 512 d (1|128) |112 C 32 s1 |14 C 576 s2 )" "$W/dw_lab.txt" | head -80 | tee -a "$OUT/summary.txt"
         # the library's entry points on the register-blocked kernels (DT_DW_KERNEL=1): the GPU
         # tests' bitwise parity with the twins and run to run
         DT_DW_KERNEL=1 T 200 build/test --gpu 'gpu_depthwise*' 'gpu_conv2d_grouped*' 'gpu_cases_conv_groups*' 2>&1 | tee "$W/test_dw_rb.log" | grep -Ev '^ok ' | tail -12 ;;

@@ -488,6 +488,7 @@ int main(int argc, char **argv) {
                            all[V_SHIP] ? t_sum[V_SHIP] : NAN);
             }
             dev_free(&d);
+            dt_gpu_empty_cache(); /* the next shape's tensors differ in size: no pile of cached blocks */
         }
     }
     if (g_failed) {

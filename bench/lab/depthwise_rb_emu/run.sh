@@ -14,12 +14,15 @@ cd "$(dirname "$0")/../../.."
 B=${1:-build-cpu}
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
-# the kernels as host code: shared arrays from the emulated block, launches through emu_launch
+# the kernels as host code: shared arrays from the emulated block, launches through emu_launch,
+# the CUDA headers swapped for emu_*.h (bf16, the launch, dt_ld / dt_st)
 sed -E -e 's/extern __shared__ float (\w+)\[\];/float *\1 = g_smem;/' \
     -e 's/(k_rb_\w+(<[^<>]*>)?)<<<([^>]*)>>>\(/emu_launch(\3, \1, /g' \
     -e 's/static __global__/static/' -e 's/__launch_bounds__\([^)]*\)//' \
+    -e 's|#include <cuda_bf16.h>|#include "emu_bf16.h"|' -e 's|#include "core/dt_cuda.h"|#include "emu_cuda.h"|' \
+    -e 's|#include "core/dt_dtype.cuh"|#include "emu_dtype.cuh"|' \
     ops/conv/depthwise_rb.cuh > "$T/depthwise_rb_emu.cuh"
-g++ -std=c++20 -O1 -I"$T" -Ibench/lab/depthwise_rb_emu/shim -I. bench/lab/depthwise_rb_emu/emu.cpp "$B/libdeftc.a" -lpthread -lm -o "$T/emu"
+g++ -std=c++20 -O1 -I"$T" -Ibench/lab/depthwise_rb_emu -I. bench/lab/depthwise_rb_emu/emu.cpp "$B/libdeftc.a" -lpthread -lm -o "$T/emu"
 "$T/emu" > "$T/out"; rc=$?
 grep -v '^R[48] ok' "$T/out" || true
 exit $rc

@@ -1,5 +1,5 @@
 #pragma once
-#include <cuda_bf16.h>
+#include "emu_bf16.h"
 static inline int dt_stream() { return 0; }
 #define DT_CHECK_LAUNCH() ((void)0)
 template <typename K, typename... A>

@@ -1,5 +1,5 @@
 #pragma once
-#include <cuda_bf16.h>
+#include "emu_bf16.h"
 static inline float dt_ld(const float *p) { return *p; }
 static inline float dt_ld(const __nv_bfloat16 *p) { return bf2f(p->u); }
 static inline void dt_st(float *p, float v) { *p = v; }
