@@ -21,8 +21,8 @@
  *    the dilation - the bytes a thread loads do not grow with d.
  *  - Taps go in chunks of KC (compile time; k = 64 -> 4 chunks of 16): the chunk's window of
  *    (R-1)*m + KC inputs is loaded once into registers (__ldg, reuse between threads through
- *    L1: the RB runs of a block are consecutive (class, run) pairs of one row, so their windows
- *    overlap), then R*KC FMAs a channel each read one register x and one weight. A weight is
+ *    L1: the RB runs of a block are consecutive runs of the list - (class, run) pairs of a row,
+ *    then the next row - so their windows overlap), then R*KC FMAs a channel each read one register x and one weight. A weight is
  *    one shared-memory read (float2, staged once a block, [tap][channel] so a warp reads
  *    consecutive channels) for R FMAs a channel; an input one global/L1 load for up to KC.
  *    With R = 8, KC = 16: 23 loads + 16 shared reads for 256 FMAs.
@@ -56,7 +56,9 @@ namespace dw_rb {
 /* R: outputs a thread (one class, consecutive in it), a template parameter of the kernels: 8
  * (the default: 23 loads for 256 FMAs at k = 64) or 4 (half the registers, twice the threads -
  * for the memory-bound shapes; the lab's variant rb4) */
-constexpr int THREADS = 256; /* at most, a block; two blocks an SM (<= 128 registers), three at R = 4 with KC < 16 (<= 80) */
+/* at most, a block; two blocks an SM (<= 128 registers; the one spill: 28 bytes in wgrad at KC =
+ * 16 and stride step 2, a shape the lab does not have), three at R = 4 with KC < 16 (<= 80) */
+constexpr int THREADS = 256;
 
 /* two consecutive channels at p (4- or 8-byte aligned: C even), widened to fp32 */
 __device__ __forceinline__ float2 ld2(const float *p) { return __ldg(reinterpret_cast<const float2 *>(p)); }
