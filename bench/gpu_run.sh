@@ -4,7 +4,7 @@
 # repository root on a machine with the GPU(s):
 #   bash bench/gpu_run.sh [tests] [api] [conv] [deform] [deform2] [resnet] [resnet_mp] [repro] [run] [seeds]
 #                         [bf16] [graphs] [graph_idle] [conv_lab] [conv_algo] [loader_gpu] [yard_amp] [breakdown] [resnet50] [dropin]
-#                         [dropin_paths] [graph_pairs] [graph_bisect] [sampler] [run_wall] [depthwise]
+#                         [dropin_paths] [graph_pairs] [graph_bisect] [sampler] [run_wall] [depthwise] [dw_lab] [dw_rb_bench]
 #                         [scaling] [scaling_sync] [scaling_bf16] [scaling_buckets] [dp_equiv] [dp_equiv_syn] [dp_run]
 #                         [dp_multiproc] [dp_fail] [dp_resume]   (the last ten: 2 GPUs or more; GPUS="2 4 8" the
 #                         counts the scaling steps time, DP_N the count of dp_equiv / dp_fail / dp_resume, default 2)
@@ -144,6 +144,29 @@ LIST
         for prec in fp32 bf16; do
             T 300 build/bench --what depthwise --precision $prec --batch 256 --torch "$W/torch_dw.txt" --csv "$W/dw_$prec.csv" > "$W/dw_$prec.txt" 2>&1
             echo "depthwise $prec rc $?" | tee -a "$OUT/summary.txt"; tail -40 "$W/dw_$prec.txt" | tee -a "$OUT/summary.txt"
+        done ;;
+    dw_lab)
+        # The depthwise lab (bench/lab/depthwise_lab.cu, issue 38): the shipping kernels beside the
+        # register-blocked variant (ops/conv/depthwise_rb.cuh), each validated against the CPU twin
+        # (wgrad run twice, bitwise) then timed, bf16 and fp32 NHWC, the 1-D grid and MobileNetV2's
+        # 3x3s at batch 256; beside cuDNN from the depthwise step's torch_dw.txt (made here if missing)
+        log "dw_lab: build/depthwise_lab (ship vs rb, every pass, bf16 + fp32)"
+        [ -x build/depthwise_lab ] || make -j"$(nproc)" STB_INCLUDE="$PWD/.stb" build/depthwise_lab > "$W/dw_lab_build.log" 2>&1 || tail -20 "$W/dw_lab_build.log"
+        [ -s "$W/torch_dw.txt" ] || T 300 python3 bench/torch_depthwise.py --batch 256 > "$W/torch_dw.txt" 2>&1
+        T 500 build/depthwise_lab --reps 20 --batch2d 256 --torch "$W/torch_dw.txt" > "$W/dw_lab.txt" 2>&1
+        echo "dw_lab rc $?" | tee -a "$OUT/summary.txt"
+        grep -E "^(FAIL|depthwise lab|#)" "$W/dw_lab.txt" | tail -20 | tee -a "$OUT/summary.txt"
+        grep -E "^(## |shape|k (1|16|64) C 512 d (1|128) |112 C 32 s1 |14 C 576 s2 )" "$W/dw_lab.txt" | head -80 | tee -a "$OUT/summary.txt"
+        # the library's entry points on the register-blocked kernels (DT_DW_KERNEL=1): the GPU
+        # tests' bitwise parity with the twins and run to run
+        DT_DW_KERNEL=1 T 200 build/test --gpu 'gpu_depthwise*' 'gpu_conv2d_grouped*' 'gpu_cases_conv_groups*' 2>&1 | tee "$W/test_dw_rb.log" | grep -Ev '^ok ' | tail -12 ;;
+    dw_rb_bench)
+        # build/bench --what depthwise (dt_conv2d_grouped, fwd and fwd + bwd beside cuDNN) on the
+        # register-blocked kernels (DT_DW_KERNEL=1); the depthwise step's torch_dw.txt if there
+        log "dw_rb_bench: build/bench --what depthwise with DT_DW_KERNEL=1"
+        for prec in bf16 fp32; do
+            DT_DW_KERNEL=1 T 300 build/bench --what depthwise --precision $prec --batch 256 --torch "$W/torch_dw.txt" --csv "$W/dw_rb_$prec.csv" > "$W/dw_rb_$prec.txt" 2>&1
+            echo "dw_rb_bench $prec rc $?" | tee -a "$OUT/summary.txt"; tail -40 "$W/dw_rb_$prec.txt" | tee -a "$OUT/summary.txt"
         done ;;
     sampler)
         # The deformable forward's sampling as the Hopper engine's A producer, a lab variant

@@ -22,6 +22,7 @@
 #include "core/dt_dtype.cuh"
 #include "core/dt_kernel_util.cuh"
 #include "ops/conv/depthwise.h"
+#include "ops/conv/depthwise_rb.cuh"
 
 namespace {
 
@@ -371,8 +372,19 @@ int threads_for(const dt_dw_tile &t, int V) {
     return warps >= 8 ? 256 : warps * 32;
 }
 
+/* the register-blocked kernels (depthwise_rb.cuh) for an NHWC pass when DT_DW_KERNEL_RB is in
+ * use and they take it: channel pairs, so both tensors aligned to two elements */
+template <typename T>
+bool use_rb(const dt_conv_problem *p, int pass, const void *a, const void *b) {
+    const uintptr_t al = 2 * sizeof(T);
+    return dt_dw_kernel() == DT_DW_KERNEL_RB && dw_rb::supported(p, pass) && (uintptr_t)a % al == 0 && (uintptr_t)b % al == 0;
+}
+
 template <typename T, bool NHWC>
 void fwd(const dt_conv_problem *p, const void *x, const void *w, const float *bias, void *y) {
+    if constexpr (NHWC) {
+        if (use_rb<T>(p, dw_rb::FWD, x, y)) return dw_rb::fwd<T>(p, (const T *)x, (const T *)w, bias, (T *)y);
+    }
     dt_dw_tile t;
     require_tile(p, DT_DW_FWD, &t);
     const dim3 grid = grid_of(p, t);
@@ -389,6 +401,9 @@ void fwd(const dt_conv_problem *p, const void *x, const void *w, const float *bi
 
 template <typename T, bool NHWC>
 void dgrad(const dt_conv_problem *p, const void *dy, const void *w, float beta, void *dx) {
+    if constexpr (NHWC) {
+        if (use_rb<T>(p, dw_rb::DGRAD, dy, dx)) return dw_rb::dgrad<T>(p, (const T *)dy, (const T *)w, beta, (T *)dx);
+    }
     dt_dw_tile t;
     require_tile(p, DT_DW_DGRAD, &t);
     const dim3 grid = grid_of(p, t);
@@ -405,6 +420,14 @@ void dgrad(const dt_conv_problem *p, const void *dy, const void *w, float beta, 
 
 template <typename T, bool NHWC>
 void wgrad(const dt_conv_problem *p, const void *x, const void *dy, float beta, float *dw) {
+    if constexpr (NHWC) {
+        if (use_rb<T>(p, dw_rb::WGRAD, x, dy)) {
+            float *part = (float *)dt_gpu_malloc(sizeof(float) * dw_rb::wgrad_scratch(p));
+            dw_rb::wgrad<T>(p, (const T *)x, (const T *)dy, beta, dw, part);
+            dt_gpu_free(part);
+            return;
+        }
+    }
     dt_dw_tile t;
     require_tile(p, DT_DW_WGRAD, &t);
     const dim3 all = grid_of(p, t);

@@ -67,6 +67,16 @@ int dt_dw_tile_of(const dt_conv_problem *p, int pass, size_t smem_limit, dt_dw_t
 /* 1 when the CUDA kernels take every pass of p (each fits a tile); the CPU twins take any. */
 int dt_dw_gpu_supported(const dt_conv_problem *p);
 
+/* The CUDA kernels in use for NHWC problems: DT_DW_KERNEL_TILE (the tiles above, the default)
+ * or DT_DW_KERNEL_RB (ops/conv/depthwise_rb.cuh: register-blocked runs of one residue class,
+ * channel multiplier 1 and C even; a problem it does not take keeps the tiles) - a lab variant
+ * (bench/lab/depthwise_lab.cu) until the GPU shows it wins. The environment's DT_DW_KERNEL (0
+ * or 1) sets it at the first call; dt_dw_set_kernel overrides it for the process. Both kernels
+ * give the same fwd / dgrad bits (the twins' order) and reproducible wgrad. */
+enum { DT_DW_KERNEL_TILE = 0, DT_DW_KERNEL_RB = 1 };
+int dt_dw_kernel(void);
+void dt_dw_set_kernel(int kernel);
+
 /* The kernels, for each activation format (op tables: DT_ACT_FORMATS). */
 #define DT_DECL_DW(fmt, sfx)                                                                                    \
     void dt_dw_fwd_##fmt##_##sfx(const dt_conv_problem *p, const void *x, const void *w, const float *bias,      \

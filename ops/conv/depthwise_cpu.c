@@ -83,6 +83,22 @@ int dt_dw_gpu_supported(const dt_conv_problem *p) {
     return 1;
 }
 
+/* DT_DW_KERNEL_*: -1 until the first ask reads the environment */
+static volatile int g_dw_kernel = -1;
+int dt_dw_kernel(void) {
+    if (g_dw_kernel < 0) {
+        const long k = dt_env_long("DT_DW_KERNEL", DT_DW_KERNEL_TILE);
+        if (k != DT_DW_KERNEL_TILE && k != DT_DW_KERNEL_RB)
+            dt_fatal("DT_DW_KERNEL=%ld: 0 (the tile kernels) or 1 (the register-blocked ones)", k);
+        g_dw_kernel = (int)k;
+    }
+    return g_dw_kernel;
+}
+void dt_dw_set_kernel(int kernel) {
+    if (kernel != DT_DW_KERNEL_TILE && kernel != DT_DW_KERNEL_RB) dt_fatal("dt_dw_set_kernel(%d): DT_DW_KERNEL_TILE or DT_DW_KERNEL_RB", kernel);
+    g_dw_kernel = kernel;
+}
+
 /* ---- the twins */
 
 typedef struct {
