@@ -310,10 +310,14 @@ PY_WEIGHTS = $(if $(PY_SUITE),python3 tests/api/test_torchvision_weights.py $(BU
 # code names, no exit in the library, DT_CUDA in core/ alone, libdeftc.so's exports), on the
 # build's objects; under the sanitizers too.
 TREE_CHECK = $(if $(shell command -v python3),python3 tests/check_tree.py $(BUILD))
+# The register-blocked depthwise kernels' indexing, emulated on the CPU against the twins
+# (bench/lab/depthwise_rb_emu/run.sh): in CPU-only builds, whose libdeftc.a it links; not under
+# the sanitizers (it is the kernels' arithmetic it checks, not the library's memory)
+DW_EMU = $(if $(filter 0,$(CUDA)),$(if $(filter 0,$(SAN)),bash bench/lab/depthwise_rb_emu/run.sh $(BUILD)))
 test: $(BUILD)/test $(BUILD)/libdeftc.so $(BUILD)/model_io
 	@if [ "$(SAN)" != 0 ]; then echo "SAN=$(SAN): the Python side is not tested (python cannot load an ASan-built library)"; \
 	elif [ -z "$(PY_SUITE)" ]; then echo "python3 not found: the Python side (python/, tests/api/) is not tested"; fi
-	$(BUILD)/test $(if $(TREE_CHECK),--then tree "$(TREE_CHECK)") $(if $(PY_SUITE),--then Python "$(PY_SUITE)" --then torchvision "$(PY_WEIGHTS)")
+	$(BUILD)/test $(if $(TREE_CHECK),--then tree "$(TREE_CHECK)") $(if $(DW_EMU),--then "depthwise emulator" "$(DW_EMU)") $(if $(PY_SUITE),--then Python "$(PY_SUITE)" --then torchvision "$(PY_WEIGHTS)")
 
 test-gpu: $(BUILD)/test
 	$(BUILD)/test --gpu
