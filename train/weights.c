@@ -21,7 +21,11 @@ static int ends_with(const char *s, const char *tail) {
 }
 
 static int is_offset_conv(const char *name) { return ends_with(name, ".offset.weight") || ends_with(name, ".offset.bias"); }
-static int is_fc(const char *name) { return !strcmp(name, "fc.weight") || !strcmp(name, "fc.bias"); }
+/* the classifier: fc (the ResNets) or classifier.1 (mobilenet_v2) */
+static int is_fc(const char *name) {
+    return !strcmp(name, "fc.weight") || !strcmp(name, "fc.bias") || !strcmp(name, "classifier.1.weight") ||
+           !strcmp(name, "classifier.1.bias");
+}
 
 static void shape_text(int nd, const int64_t *s, char *b, size_t len) {
     size_t o = (size_t)snprintf(b, len, "[");
@@ -289,10 +293,12 @@ static int export_checkpoint(const char *ckpt_path, const char *out_path, dt_err
     dt_config_defaults(&c);
     dt_err e;
     int rc = 0, fc = dt_checkpoint_find(&ck, "fc.bias");
+    if (fc < 0) fc = dt_checkpoint_find(&ck, "classifier.1.bias"); /* mobilenet_v2 */
     if (dt_config_parse(&c, ck.config_text, strlen(ck.config_text), ckpt_path, &e))
         rc = dt_errf(err, "cannot export %s: the config it stores does not parse (%s)", ckpt_path, e.msg);
     else if (fc < 0 || ck.ndim[fc] != 1 || ck.shape[fc][0] < 2 || ck.shape[fc][0] > 100000)
-        rc = dt_errf(err, "cannot export %s: it has no fc.bias of 2..100000 classes (not a deftc ResNet's checkpoint)",
+        rc = dt_errf(err, "cannot export %s: it has no fc.bias (classifier.1.bias) of 2..100000 classes (not a deftc "
+                     "model's checkpoint)",
                      ckpt_path);
     dt_resnet_cfg mc;
     if (!rc) {
