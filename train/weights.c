@@ -27,6 +27,11 @@ static int is_fc(const char *name) {
            !strcmp(name, "classifier.1.bias");
 }
 
+/* the classifier of a name is_fc takes: its prefix (fc, classifier.1) into rep->fc */
+static void fc_of(const char *name, dt_weights_report *rep) {
+    snprintf(rep->fc, sizeof rep->fc, "%.*s", (int)(strrchr(name, '.') - name), name);
+}
+
 static void shape_text(int nd, const int64_t *s, char *b, size_t len) {
     size_t o = (size_t)snprintf(b, len, "[");
     for (int i = 0; i < nd && o < len; i++) o += (size_t)snprintf(b + o, len - o, i ? ", %lld" : "%lld", (long long)s[i]);
@@ -101,10 +106,11 @@ int dt_weights_load_state(const dt_safetensors *st, dt_params *ps, dt_tensor *co
         int same = f && f->ndim == t->ndim && !memcmp(f->shape, t->shape, (size_t)t->ndim * sizeof *t->shape);
         if (!f) {
             if (is_offset_conv(t->name)) rep->offset_zero += ends_with(t->name, ".weight");
-            else if (partial && is_fc(t->name)) rep->fc_kept++;
+            else if (partial && is_fc(t->name)) rep->fc_kept++, fc_of(t->name, rep);
             else list_add(&missing, t->name);
         } else if (!same && partial && is_fc(t->name)) {
             rep->fc_kept++;
+            fc_of(t->name, rep);
         } else if (!same) {
             char a[200], b[200];
             shape_text(f->ndim, f->shape, a, sizeof a);
@@ -158,9 +164,9 @@ void dt_weights_describe(const dt_weights_report *rep, const char *path, int def
                               deform_version == 2 ? " and zero mask logits: a mask of 0.5, so each deformable layer starts "
                                                     "out as its plain conv times 0.5 (before its batch norm)" : "");
     if (rep->fc_kept && o < cap)
-        o += (size_t)snprintf(buf + o, cap - o, "; %s of another shape in the file or absent: left at %s initialization "
-                              "(init_from_partial=1)", rep->fc_kept == 1 ? "one of fc.weight and fc.bias is" :
-                              "fc.weight and fc.bias are", rep->fc_kept == 1 ? "its" : "their");
+        o += (size_t)snprintf(buf + o, cap - o, "; %s%s.weight and %s.bias %s of another shape in the file or absent: left "
+                              "at %s initialization (init_from_partial=1)", rep->fc_kept == 1 ? "one of " : "",
+                              rep->fc, rep->fc, rep->fc_kept == 1 ? "is" : "are", rep->fc_kept == 1 ? "its" : "their");
     if (rep->ignored && o < cap) snprintf(buf + o, cap - o, "; %d num_batches_tracked ignored", rep->ignored);
 }
 
