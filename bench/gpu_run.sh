@@ -3,7 +3,7 @@
 # benchmarks beside the PyTorch yardstick, the reproduction and the main job. Run from the
 # repository root on a machine with the GPU(s):
 #   bash bench/gpu_run.sh [tests] [api] [conv] [deform] [deform2] [resnet] [resnet_mp] [repro] [run] [seeds]
-#                         [bf16] [graphs] [graph_idle] [conv_lab] [conv_algo] [loader_gpu] [yard_amp] [breakdown] [resnet50] [dropin]
+#                         [bf16] [graphs] [graph_idle] [conv_lab] [conv_algo] [loader_gpu] [yard_amp] [breakdown] [resnet50] [models] [dropin]
 #                         [dropin_paths] [graph_pairs] [graph_bisect] [sampler] [run_wall] [depthwise] [dw_lab] [dw_rb_bench]
 #                         [scaling] [scaling_sync] [scaling_bf16] [scaling_buckets] [dp_equiv] [dp_equiv_syn] [dp_run]
 #                         [dp_multiproc] [dp_fail] [dp_resume]   (the last ten: 2 GPUs or more; GPUS="2 4 8" the
@@ -359,6 +359,26 @@ LIST
                 echo "deftc $net $m bf16 batch $b: $(awk '/^median_step_ms/{print $2}' $s) ms, peak $(awk '/^peak_mem_gib/{print $2}' $s) GiB $(grep -m1 error "$W/${net}_${m}_b$b.out")" | tee -a "$OUT/summary.txt"
             done
             for t in "" "--graphs" "--deform c3-c5 --mask"; do
+                # shellcheck disable=SC2086
+                T 300 python3 bench/torch_models.py --model $net --batch $b --amp --channels-last $t 2>&1 |
+                    tee "$W/torch_${net}_amp_b${b}$(echo "$t" | tr -d ' -').txt" | grep -E "ms/step|Error" | tee -a "$OUT/summary.txt"
+            done
+        done ;;
+    models)
+        # Issue 38's models: resnext50_32x4d and mobilenet_v2 against torchvision with the same
+        # weights on the CPU and the GPU (tests/api/test_torchvision_weights.py: every case, the
+        # ResNets' too), then deftc's bf16 channels-last train step at batch 256 beside PyTorch's
+        # bf16 autocast + channels_last step, eager and as one CUDA graph (bench/torch_models.py).
+        log "torchvision equivalence (cpu and cuda), then resnext50_32x4d and mobilenet_v2 bf16 steps"
+        T 500 python3 tests/api/test_torchvision_weights.py build 2>&1 | tee "$W/torchvision_weights.txt" | cut -c1-220
+        tail -1 "$W/torchvision_weights.txt" >>"$OUT/summary.txt"
+        for net in ${MODELS:-resnext50_32x4d mobilenet_v2}; do
+            b=${M_BATCH:-256}
+            T 300 build/train configs/synthetic_timing.cfg overwrite=1 model=$net deform=none precision=bf16 batch=$b \
+                steps=${BSTEPS:-40} progress=0 log=$W/${net}_b$b > "$W/${net}_b$b.out" 2>&1
+            s=$W/${net}_b${b}_summary.txt
+            echo "deftc $net bf16 batch $b: $(awk '/^median_step_ms/{print $2}' $s) ms, peak $(awk '/^peak_mem_gib/{print $2}' $s) GiB $(grep -m1 error "$W/${net}_b$b.out")" | tee -a "$OUT/summary.txt"
+            for t in "" "--graphs"; do
                 # shellcheck disable=SC2086
                 T 300 python3 bench/torch_models.py --model $net --batch $b --amp --channels-last $t 2>&1 |
                     tee "$W/torch_${net}_amp_b${b}$(echo "$t" | tr -d ' -').txt" | grep -E "ms/step|Error" | tee -a "$OUT/summary.txt"

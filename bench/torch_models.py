@@ -1,5 +1,5 @@
-"""PyTorch's training step of torchvision's ResNets: the measuring stick beside deftc's `model=`
-steps (bench/gpu_run.sh, step resnet50). deftc never imports it; it needs torch and torchvision
+"""PyTorch's training step of torchvision's ResNets, ResNeXt-50 32x4d and MobileNetV2: the measuring
+stick beside deftc's `model=` steps (bench/gpu_run.sh, steps resnet50 and models). deftc never imports it; it needs torch and torchvision
 (a CUDA machine). bench/torch_yardstick.py times ResNet-18 and -50, plain and all-deformable;
 this times any of torchvision's four, with any deformable placement, the same way.
 
@@ -59,6 +59,8 @@ class DeformConv(nn.Module):
 
 def model(name, deform, mask):
     m = getattr(torchvision.models, name)()  # torchvision's definition and initialization, 1000 classes
+    if deform != 'none' and not hasattr(m, 'layer1'):
+        raise SystemExit('%s has no deformable placement (deftc refuses it too)' % name)
     for n in STAGES[deform]:
         for blk in getattr(m, f'layer{n}'):
             bottleneck = isinstance(blk, torchvision.models.resnet.Bottleneck)
@@ -70,7 +72,7 @@ def model(name, deform, mask):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    p.add_argument('--model', choices=['resnet18', 'resnet34', 'resnet50', 'resnet101'], default='resnet50')
+    p.add_argument('--model', choices=['resnet18', 'resnet34', 'resnet50', 'resnet101', 'resnext50_32x4d', 'mobilenet_v2'], default='resnet50')
     p.add_argument('--batch', type=int, default=64)
     p.add_argument('--amp', action='store_true')
     p.add_argument('--channels-last', action='store_true')

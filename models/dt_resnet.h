@@ -1,12 +1,21 @@
 /* dt_resnet.h: torchvision's ResNets - resnet18, resnet34 (BasicBlock), resnet50, resnet101
- * (Bottleneck, v1.5: the stride on the 3x3 conv) - as one description that the code iterates:
+ * (Bottleneck, v1.5: the stride on the 3x3 conv), resnext50_32x4d (the Bottleneck with its 3x3
+ * conv in 32 groups of 4 x planes / 64 channels) - and mobilenet_v2 (inverted residuals:
+ * expand 1x1, depthwise 3x3, linear project 1x1; ReLU6) as one description that the code iterates:
  * per model a table of four stages (block kind, block count, planes, stride), from which the
  * blocks are built (7x7/2 stem + BN + ReLU, 3x3/2 max pool, the stages, global average pool,
  * linear). Parameter and buffer names are torchvision's state_dict keys (conv1.weight,
  * layer3.5.conv3.weight, layer2.0.downsample.1.running_mean, fc.bias, ...). The 3x3 convs of
  * the chosen stages are deformable (named layerX.Y.convZ.weight, with the offset conv's
  * layerX.Y.convZ.offset.weight / .bias): both of a BasicBlock, the middle one (conv2) of a
- * Bottleneck; the stem and every 1x1 conv stay plain. */
+ * Bottleneck; the stem and every 1x1 conv stay plain. resnext50_32x4d and mobilenet_v2 have no
+ * deformable placement (their 3x3 convs are grouped / depthwise, and the deformable layer has no
+ * groups): deform_stages must be 0 for them (dt_resnet_deform_refusal).
+ *
+ * mobilenet_v2 is torchvision's (names features.0.0 / features.0.1 for the stem conv and BN,
+ * features.N.conv.* for the 17 inverted residuals, features.18.0 / .1 for the last 1x1 conv,
+ * classifier.1 for the linear) with its classifier's Dropout(0.2) left out: deftc's model is
+ * torchvision's mobilenet_v2(dropout=0.0), identical in eval mode and in train mode at p = 0. */
 #ifndef DT_RESNET_H
 #define DT_RESNET_H
 
@@ -23,11 +32,21 @@ extern "C" {
 DT_PUBLIC_BEGIN
 
 /* The models deftc builds (torchvision's definitions). */
-typedef enum { DT_RESNET18, DT_RESNET34, DT_RESNET50, DT_RESNET101, DT_RESNET_MODELS } dt_resnet_model;
+typedef enum {
+    DT_RESNET18,
+    DT_RESNET34,
+    DT_RESNET50,
+    DT_RESNET101,
+    DT_RESNEXT50_32X4D,
+    DT_MOBILENET_V2,
+    DT_RESNET_MODELS
+} dt_resnet_model;
 
 typedef enum {
     DT_BLOCK_BASIC,      /* 3x3 (stride) + BN + ReLU, 3x3 + BN; out = planes */
-    DT_BLOCK_BOTTLENECK  /* 1x1 + BN + ReLU, 3x3 (stride) + BN + ReLU, 1x1 + BN; out = 4 x planes */
+    DT_BLOCK_BOTTLENECK, /* 1x1 + BN + ReLU, 3x3 (stride, groups) + BN + ReLU, 1x1 + BN; out = 4 x planes */
+    DT_BLOCK_INVERTED    /* MobileNetV2: [1x1 expand + BN + ReLU6,] depthwise 3x3 (stride) + BN + ReLU6,
+                            1x1 project + BN (linear); + x when the stride is 1 and the channels stay */
 } dt_block_kind;
 
 /* One stage: `blocks` blocks of `kind`; the first has `stride` (and a downsample, a 1x1 conv
@@ -41,11 +60,30 @@ typedef struct {
 typedef struct {
     const char *name; /* "resnet50" */
     dt_resnet_stage stages[4];
+    int groups, width_per_group; /* a Bottleneck's 3x3: groups x (planes x width_per_group / 64) channels
+                                    (1, 64: ResNet; 32, 4: ResNeXt-50 32x4d) */
+    int inverted;                /* 1: mobilenet_v2 (stages unused: dt_mobilenet_v2_setting) */
 } dt_resnet_arch;
+
+/* torchvision's MobileNetV2 inverted residual setting: expansion t, channels c, blocks n, stride
+ * s of the first block, 7 rows; the stem has 32 channels, the last conv 1280 (width multiplier
+ * w: each rounded by dt_mobilenet_divisible(c * w), the last conv's by max(1, w)). */
+typedef struct {
+    int t, c, n, s;
+} dt_mobilenet_row;
+const dt_mobilenet_row *dt_mobilenet_v2_setting(int *rows);
+/* torchvision's _make_divisible(v, 8): the nearest multiple of 8 (at least 8), raised by 8 when
+ * that loses more than 10 %. */
+int64_t dt_mobilenet_divisible(double v);
+/* The classifier's name: "fc" (the ResNets) or "classifier.1" (mobilenet_v2): its .weight / .bias. */
+const char *dt_resnet_classifier_name(dt_resnet_model model);
+/* NULL when `deform_stages` (non-zero: some deformable stages) is possible for model; otherwise
+ * the reason (resnext50_32x4d's 3x3 convs are grouped, mobilenet_v2's depthwise). */
+const char *dt_resnet_deform_refusal(dt_resnet_model model);
 
 const dt_resnet_arch *dt_resnet_arch_of(dt_resnet_model model);
 const char *dt_resnet_model_name(dt_resnet_model model);
-/* "resnet18" | "resnet34" | "resnet50" | "resnet101" -> *model; -1 with err naming the models
+/* "resnet18" | "resnet34" | "resnet50" | "resnet101" | "resnext50_32x4d" | "mobilenet_v2" -> *model; -1 with err naming the models
  * otherwise. */
 int dt_resnet_model_parse(const char *s, dt_resnet_model *model, dt_err *err);
 
@@ -53,7 +91,8 @@ typedef struct {
     dt_resnet_model model;
     int num_classes;
     float width;              /* channel-width multiplier of the stem and of every stage's planes (1 =
-                                 torchvision's: 64, then 64, 128, 256, 512 planes) */
+                                 torchvision's: 64, then 64, 128, 256, 512 planes); mobilenet_v2:
+                                 torchvision's width_mult (channels rounded to multiples of 8) */
     unsigned deform_stages;   /* bit s-1 set: stage s (1..4, layer1..layer4) has deformable 3x3 convs */
     int deform_version;       /* 1 or 2 (mask) */
     int offset_groups;
@@ -75,7 +114,8 @@ dt_resnet_cfg dt_resnet_cfg_default(int num_classes);
  * deformable stage - a deformable layer. */
 typedef struct {
     int deform;
-    dt_tensor *w;        /* plain: [cout, cin, k, k] f32 master in the model's layout */
+    int64_t groups;      /* 1; a ResNeXt 3x3's 32; a depthwise conv's cin */
+    dt_tensor *w;        /* plain: [cout, cin / groups, k, k] f32 master in the model's layout */
     dt_deform_conv dc;   /* deformable */
     dt_conv_geom g;      /* k x k, the stride, padding k / 2 */
     dt_batchnorm bn;
@@ -86,7 +126,8 @@ typedef struct {
 typedef struct {
     dt_block_kind kind;
     int n_convs;              /* 2 (BasicBlock) or 3 (Bottleneck) */
-    dt_resnet_conv convs[3];  /* convZ / bnZ, Z = 1..n_convs */
+    dt_resnet_conv convs[3];  /* convZ / bnZ, Z = 1..n_convs (inverted: conv.*, see dt_resnet.h's top) */
+    int residual;             /* inverted: out = x + project(...) */
     int has_down;
     dt_resnet_conv down;      /* downsample.0 (1x1, the stride) and downsample.1 (its BN) */
     int stride;
@@ -95,10 +136,13 @@ typedef struct {
 typedef struct {
     dt_resnet_cfg cfg;
     dt_params params;
-    dt_resnet_conv stem;     /* conv1 [64w, 3, 7, 7] / bn1 */
+    dt_resnet_conv stem;     /* conv1 [64w, 3, 7, 7] / bn1; mobilenet_v2: features.0.0 [32w, 3, 3, 3] / features.0.1 */
+    int has_head;
+    dt_resnet_conv head;     /* mobilenet_v2: features.18.0 (1x1 to 1280) / features.18.1 */
     dt_resnet_block *blocks; /* [n_blocks]: layer1.0, layer1.1, ..., layer4.(last) */
     int n_blocks;
-    dt_tensor *fc_w, *fc_b;  /* [classes, features], [classes]; features = the last stage's output channels */
+    dt_tensor *fc_w, *fc_b;  /* [classes, features], [classes]; features = the last stage's output channels
+                                (fc.*; mobilenet_v2: classifier.1.*) */
     dt_dev dev;
     dt_dtype act;           /* the activations' dtype (from cfg.precision) */
     dt_math math;           /* f32 products: strict or TF32 */

@@ -20,6 +20,7 @@ DT_PUBLIC_BEGIN
 dt_tensor *dt_add(dt_tensor *a, dt_tensor *b);
 dt_tensor *dt_mul(dt_tensor *a, dt_tensor *b);
 dt_tensor *dt_relu(dt_tensor *x);
+dt_tensor *dt_relu6(dt_tensor *x);                  /* min(max(x, 0), 6) (MobileNetV2); dx 0 at both kinks */
 dt_tensor *dt_sigmoid(dt_tensor *x);
 dt_tensor *dt_add_relu(dt_tensor *a, dt_tensor *b); /* relu(a + b), one pass */
 /* f32 or bf16 x -> an f32 [1]: the sum (mean) in double, deterministic. */

@@ -1,11 +1,12 @@
 /* The pointwise ops, reductions and reshapes of dt_ops.h as op cases (dt_opcase.h): add, mul,
- * relu, sigmoid, add_relu, sum, mean, reshape, flatten, slice_channels - odd sizes (the CUDA
+ * relu, relu6, sigmoid, add_relu, sum, mean, reshape, flatten, slice_channels - odd sizes (the CUDA
  * kernels' scalar tail), sizes of whole 16-byte packs, 2-D tensors, and ResNet-sized ones for
  * parity, in f32 NCHW, f32 NHWC and bf16 NHWC where the op has them.
  *
  * Some cases add a constant offset first, so that finite differences and bf16 roundings never
  * cross a kink or meet a near-zero sum: relu and add_relu see x + (+-1, by element parity)
- * with x of std 0.1, sum and mean see x + 1 (a sum far from 0, whose bf16 error is relative). */
+ * with x of std 0.1, relu6 x + (-1, 3, 7 by element index mod 3: below, inside and above
+ * [0, 6]), sum and mean see x + 1 (a sum far from 0, whose bf16 error is relative). */
 #include <stdlib.h>
 
 #include "core/dt_alloc.h"
@@ -14,8 +15,8 @@
 #include "ops/dt_ops.h"
 #include "tests/dt_test.h"
 
-typedef enum { ADD, MUL, RELU, SIGMOID, ADD_RELU, SUM, MEAN, RESHAPE, FLATTEN, SLICE } ew_op;
-typedef enum { NO_OFFSET, PLUS_MINUS_ONE, PLUS_ONE } ew_offset;
+typedef enum { ADD, MUL, RELU, RELU6, SIGMOID, ADD_RELU, SUM, MEAN, RESHAPE, FLATTEN, SLICE } ew_op;
+typedef enum { NO_OFFSET, PLUS_MINUS_ONE, PLUS_ONE, RELU6_SIDES } ew_offset;
 
 typedef struct {
     ew_op op;
@@ -39,7 +40,8 @@ static void state_free(void *state) {
 
 static dt_tensor *offset_like(const dt_tensor *x, ew_offset kind) {
     float *v = dt_xmalloc((size_t)x->numel * sizeof(float));
-    for (int64_t i = 0; i < x->numel; i++) v[i] = kind == PLUS_ONE ? 1.0f : i % 2 ? -1.0f : 1.0f;
+    for (int64_t i = 0; i < x->numel; i++)
+        v[i] = kind == PLUS_ONE ? 1.0f : kind == RELU6_SIDES ? -1.0f + 4.0f * (float)(i % 3) : i % 2 ? -1.0f : 1.0f;
     dt_tensor *t = dt_tensor_from_values(x->ndim, x->shape, x->dev, x->dtype, x->layout, v);
     dt_tensor_keep(t);
     free(v);
@@ -58,6 +60,7 @@ static dt_tensor *build(const dt_opcase *c, dt_tensor **in, void *state) {
     case ADD: return dt_add(x, in[1]);
     case MUL: return dt_mul(x, in[1]);
     case RELU: return dt_relu(x);
+    case RELU6: return dt_relu6(x);
     case SIGMOID: return dt_sigmoid(x);
     case ADD_RELU: return dt_add_relu(x, in[1]);
     case SUM: return dt_sum(x);
@@ -78,6 +81,7 @@ static dt_tensor *build(const dt_opcase *c, dt_tensor **in, void *state) {
 #define TABLE_ADD "add"
 #define TABLE_MUL "mul"
 #define TABLE_RELU "relu"
+#define TABLE_RELU6 "relu6"
 #define TABLE_SIGMOID "sigmoid"
 #define TABLE_ADD_RELU "add_relu"
 #define TABLE_SUM "sum"
@@ -104,6 +108,9 @@ static const dt_opcase ew_cases[] = {
     EW2("mul, odd 3x5x7x11", 0, 4, 3, 5, 7, 11, 1.0f, 0, MUL, NO_OFFSET),
     EW1("relu, odd 3x5x7x11", 0, 4, 3, 5, 7, 11, 0.1f, 0, RELU, PLUS_MINUS_ONE),
     EW1("relu, 2-D 7x13", 0, 2, 7, 13, 0, 0, 0.1f, 0, RELU, PLUS_MINUS_ONE),
+    EW1("relu6, odd 3x5x7x11", 0, 4, 3, 5, 7, 11, 0.1f, 0, RELU6, RELU6_SIDES),
+    EW1("relu6, 4x8x4x4 (whole packs)", 0, 4, 4, 8, 4, 4, 0.1f, 0, RELU6, RELU6_SIDES),
+    EW1("relu6, 2-D 7x13", 0, 2, 7, 13, 0, 0, 0.1f, 0, RELU6, RELU6_SIDES),
     EW1("sigmoid, odd 3x5x7x11", 0, 4, 3, 5, 7, 11, 1.0f, 0, SIGMOID, NO_OFFSET),
     EW2("add_relu, odd 3x5x7x11", 0, 4, 3, 5, 7, 11, 0.1f, 0, ADD_RELU, PLUS_MINUS_ONE),
     EW1("sum, odd 3x5x7x11", 0, 4, 3, 5, 7, 11, 1.0f, 0, SUM, PLUS_ONE),
@@ -153,4 +160,31 @@ DT_TEST(elementwise_refuses_mixed_and_missing_types) {
     EXPECT_DEATH(add_layouts, NULL, "add");
     EXPECT_DEATH(relu_i32, NULL, "relu: no kernel for i32");
     EXPECT_DEATH(slice_nhwc, NULL, "slice_channels");
+}
+
+/* relu6 at and around its kinks, as torch.nn.functional.relu6 (hardtanh(0, 6)) has it:
+ * y = min(max(x, 0), 6), and the gradient 1 strictly inside (0, 6), 0 at x = 0 and x = 6 and
+ * outside, in f32 and bf16. */
+DT_TEST(relu6_values_and_kinks) {
+    const float xs[8] = {-2.0f, -0.0f, 0.0f, 0.5f, 3.0f, 5.75f, 6.0f, 7.5f};
+    const float ys[8] = {0.0f, 0.0f, 0.0f, 0.5f, 3.0f, 5.75f, 6.0f, 6.0f}, gs[8] = {0, 0, 0, 1, 1, 1, 0, 0};
+    const dt_dtype types[2] = {DT_F32, DT_BF16};
+    int64_t s[1] = {8};
+    for (int k = 0; k < 2; k++) {
+        dt_tensor *x = dt_tensor_from_values(1, s, DT_CPU, types[k], DT_NCHW, xs);
+        dt_tensor_keep(x);
+        x->requires_grad = 1;
+        dt_scope_begin();
+        dt_tensor *y = dt_relu6(x), *l = dt_sum(y);
+        y->retain = l->retain = 1;
+        dt_backward(l);
+        float *hy = dt_tensor_host_copy(y), *hg = dt_tensor_host_copy(x->grad);
+        for (int i = 0; i < 8; i++)
+            EXPECT_MSG(hy[i] == ys[i] && hg[i] == gs[i], "relu6 %s of %g: %g (want %g), gradient %g (want %g)",
+                       dt_dtype_name(types[k]), xs[i], hy[i], ys[i], hg[i], gs[i]);
+        free(hy);
+        free(hg);
+        dt_scope_end();
+        dt_tensor_free(x);
+    }
 }

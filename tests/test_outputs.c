@@ -317,15 +317,15 @@ static int check_one(const char *name, int ndim, const int64_t *shape, void *ctx
 }
 
 DT_TEST(model_tensors_are_the_models) {
-    const char *models[] = {"resnet18", "resnet34", "resnet50", "resnet101"};
+    const char *models[] = {"resnet18", "resnet34", "resnet50", "resnet101", "resnext50_32x4d", "mobilenet_v2"};
     const char *deform[] = {"none", "all", "2,3,4"};
-    for (int mi = 0; mi < 4; mi++)
-        for (int d = 0; d < 3; d++) {
+    for (int mi = 0; mi < 6; mi++)
+        for (int d = 0; d < (mi < 4 ? 3 : 1); d++) { /* resnext50_32x4d and mobilenet_v2 have no deformable placement */
             dt_train_cfg c;
             dt_config_defaults(&c);
             strcpy(c.model, models[mi]);
             strcpy(c.deform, deform[d]);
-            c.width = 0.125f;
+            c.width = mi == 4 ? 0.25f : 0.125f; /* resnext50_32x4d: 32 groups of at least 1 channel */
             c.deform_version = 1 + (d == 2);
             c.offset_groups = d == 2 ? 2 : 1;
             dt_resnet_cfg mc;

@@ -132,14 +132,19 @@ DT_TEST(weights_export_loads_back_bitwise_in_every_layout) {
 /* torchvision's state_dict of resnet18 has 122 entries, resnet50's 320 (62 / 161 parameters,
  * 2 statistics and a counter per batch norm); the names do not depend on the width. */
 DT_TEST(weights_export_has_torchvision_names) {
-    struct { dt_resnet_model model; int entries; const char *names[4]; } want[2] = {
+    /* resnext50_32x4d's is resnet50's (320); mobilenet_v2's 314 (158 parameters, 52 batch norms) */
+    struct { dt_resnet_model model; int entries; const char *names[4]; } want[4] = {
         {DT_RESNET18, 122, {"conv1.weight", "layer2.0.downsample.0.weight", "layer4.1.bn2.running_var", "fc.bias"}},
         {DT_RESNET50, 320, {"layer3.5.conv3.weight", "layer4.0.downsample.1.num_batches_tracked", "bn1.bias", "fc.weight"}},
+        {DT_RESNEXT50_32X4D, 320, {"layer3.5.conv2.weight", "layer4.0.downsample.1.num_batches_tracked", "bn1.bias",
+                                   "fc.weight"}},
+        {DT_MOBILENET_V2, 314, {"features.0.0.weight", "features.1.conv.2.running_var", "features.17.conv.3.bias",
+                                "classifier.1.weight"}},
     };
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 4; k++) {
         dt_resnet_cfg c = dt_resnet_cfg_default(1000);
         c.model = want[k].model;
-        c.width = 0.0625f;
+        c.width = want[k].model == DT_RESNEXT50_32X4D ? 0.25f : 0.0625f;
         dt_resnet m;
         dt_resnet_init(&m, &c, DT_CPU);
         char p[700];
@@ -149,10 +154,64 @@ DT_TEST(weights_export_has_torchvision_names) {
         EXPECT_MSG(dt_weights_export(&m, 0, p, &err) == 0 && dt_safetensors_read(p, &st, &err) == 0, "%s", err.msg);
         EXPECT_EQ_INT(st.n, want[k].entries);
         for (int i = 0; i < 4; i++) EXPECT_MSG(dt_safetensors_find(&st, want[k].names[i]), "no %s", want[k].names[i]);
-        const dt_st_tensor *w = dt_safetensors_find(&st, "conv1.weight");
-        EXPECT(w && w->ndim == 4 && w->shape[0] == 4 && w->shape[1] == 3 && w->shape[2] == 7);
+        const dt_st_tensor *w = dt_safetensors_find(&st, k == 3 ? "features.0.0.weight" : "conv1.weight");
+        int64_t stem = k == 2 ? 16 : k == 3 ? 8 : 4, kk = k == 3 ? 3 : 7;
+        EXPECT(w && w->ndim == 4 && w->shape[0] == stem && w->shape[1] == 3 && w->shape[2] == kk);
+        EXPECT(!strcmp(dt_safetensors_meta(&st, "deftc_model"), dt_resnet_model_name(want[k].model)));
         dt_safetensors_free(&st);
         dt_resnet_free(&m);
+    }
+}
+
+/* resnext50_32x4d (grouped 3x3 weights [C, C/32, 3, 3]) and mobilenet_v2 (depthwise [C, 1, 3, 3])
+ * at small widths: exported from one seed's model, loaded into another seed's in f32 NCHW, f32
+ * NHWC and bf16 NHWC, every tensor bit for bit, and exported again to the same bytes. */
+DT_TEST(weights_resnext_and_mobilenet_round_trip_bitwise) {
+    const dt_resnet_model models[2] = {DT_RESNEXT50_32X4D, DT_MOBILENET_V2};
+    const float widths[2] = {0.25f, 0.25f};
+    struct {
+        dt_precision p;
+        dt_layout l;
+    } kinds[3] = {{DT_PREC_FP32, DT_NCHW}, {DT_PREC_FP32, DT_NHWC}, {DT_PREC_BF16, DT_NHWC}};
+    for (int mi = 0; mi < 2; mi++) {
+        char a[700], b[700];
+        snprintf(a, sizeof a, "%s/%s_a.safetensors", dt_test_tmpdir(), dt_resnet_model_name(models[mi]));
+        snprintf(b, sizeof b, "%s/%s_b.safetensors", dt_test_tmpdir(), dt_resnet_model_name(models[mi]));
+        dt_err err;
+        dt_resnet_cfg c = dt_resnet_cfg_default(5);
+        c.model = models[mi];
+        c.width = widths[mi];
+        dt_resnet src;
+        dt_set_seed(1);
+        dt_init_reseed();
+        dt_resnet_init(&src, &c, DT_CPU);
+        EXPECT_MSG(dt_weights_export(&src, 3, a, &err) == 0, "%s", err.msg);
+        for (int k = 0; k < 3; k++) {
+            dt_resnet_cfg d = c;
+            d.precision = kinds[k].p;
+            d.layout = kinds[k].l;
+            dt_resnet dst;
+            dt_set_seed(2);
+            dt_init_reseed();
+            dt_resnet_init(&dst, &d, DT_CPU);
+            char diff[96] = "";
+            EXPECT_MSG(!same_state(&src, &dst, diff, sizeof diff), "the two seeds made the same model");
+            dt_safetensors st;
+            dt_weights_report rep;
+            EXPECT_MSG(dt_safetensors_read(a, &st, &err) == 0, "%s", err.msg);
+            EXPECT_MSG(dt_weights_load_state(&st, &dst.params, dst.buffers, dst.n_buffers, 0, a, &rep, &err) == 0, "%s",
+                       err.msg);
+            EXPECT_EQ_INT(rep.loaded, dst.params.n + dst.n_buffers);
+            EXPECT_EQ_INT(rep.ignored, dst.n_bns);
+            EXPECT_MSG(same_state(&src, &dst, diff, sizeof diff), "%s kind %d: tensor %s differs after the load",
+                       dt_resnet_model_name(models[mi]), k, diff);
+            EXPECT_MSG(dt_weights_export(&dst, 3, b, &err) == 0, "%s", err.msg);
+            EXPECT_MSG(same_file(a, b), "%s kind %d: the second export differs from the first",
+                       dt_resnet_model_name(models[mi]), k);
+            dt_safetensors_free(&st);
+            dt_resnet_free(&dst);
+        }
+        dt_resnet_free(&src);
     }
 }
 

@@ -76,8 +76,9 @@ static const key_spec KEYS[] = {
     {"warmup", T_I64, F(warmup), "0", NULL, 0, 1e12, 1, "linear warmup steps"},
     {"warmup_start", T_FLOAT, F(warmup_start), "0.1", NULL, 0, 1, 1, "warmup starts at lr * warmup_start"},
     {"label_smoothing", T_FLOAT, F(label_smoothing), "0", NULL, 0, 0.999, 1, "label smoothing of the cross-entropy"},
-    {"model", T_ENUM, F(model), "resnet18", "resnet18|resnet34|resnet50|resnet101", 0, 0, 1,
-     "the network, torchvision's: resnet18, resnet34 (BasicBlock), resnet50, resnet101 (Bottleneck)"},
+    {"model", T_ENUM, F(model), "resnet18", "resnet18|resnet34|resnet50|resnet101|resnext50_32x4d|mobilenet_v2", 0, 0, 1,
+     "the network, torchvision's: resnet18, resnet34 (BasicBlock), resnet50, resnet101 (Bottleneck), resnext50_32x4d "
+     "(Bottleneck, grouped 3x3), mobilenet_v2 (inverted residuals, no dropout)"},
     {"width", T_FLOAT, F(width), "1", NULL, 0.0625, 4, 1, "channel-width multiplier (1 = torchvision's; 0.25 for quick CPU runs)"},
     {"deform", T_STR, F(deform), "none", NULL, 0, 0, 1,
      "deformable 3x3 convs (both of a BasicBlock, conv2 of a Bottleneck) in the stages: none, all, a list like 2,3,4 "
@@ -517,6 +518,10 @@ int dt_config_check(const dt_train_cfg *c, dt_err *err) {
     if (dt_resnet_parse_stages(c->deform) < 0)
         return dt_errf(err, "bad value '%s' for 'deform': expected none, all, stages 1..4 like 2,3,4 (layer2..layer4), "
                        "or c3-c5 (the DCNv2 paper's conv3_x..conv5_x = layer2..layer4; also c2-c5, c4-c5, c5)", c->deform);
+    dt_resnet_model model;
+    if (dt_resnet_parse_stages(c->deform) > 0 && !dt_resnet_model_parse(c->model, &model, NULL) &&
+        dt_resnet_deform_refusal(model))
+        return dt_errf(err, "deform=%s: %s", c->deform, dt_resnet_deform_refusal(model));
     if (!strcmp(c->decode, "gpu") && !strcmp(c->device, "cpu"))
         return dt_errf(err, "decode=gpu decodes on the GPU, and device=cpu trains without one: use decode=cpu or auto");
     if (!strcmp(c->decode, "gpu") && c->cache)

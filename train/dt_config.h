@@ -51,7 +51,7 @@ typedef struct {
     char schedule[16];     /* const | step | cosine */
     int64_t warmup;        /* linear warmup steps */
     /* model */
-    char model[16];        /* resnet18 | resnet34 | resnet50 | resnet101 (dt_resnet_model) */
+    char model[16];        /* resnet18 | resnet34 | resnet50 | resnet101 | resnext50_32x4d | mobilenet_v2 (dt_resnet_model) */
     char deform[32];       /* none | all | stages like 2,3,4 | c3-c5 (dt_resnet_parse_stages) */
     int deform_version, offset_groups;
     float width;

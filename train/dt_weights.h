@@ -34,6 +34,7 @@ typedef struct {
     int loaded;      /* tensors copied into the model */
     int offset_zero; /* deformable layers whose offset conv the file lacks: set to zero */
     int fc_kept;     /* partial load: fc tensors of another shape (or absent) left at their init */
+    char fc[16];     /* the classifier they belong to: "fc" (the ResNets) or "classifier.1" (mobilenet_v2) */
     int ignored;     /* num_batches_tracked entries (PyTorch's BN step counters: not used) */
 } dt_weights_report;
 

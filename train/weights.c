@@ -21,7 +21,16 @@ static int ends_with(const char *s, const char *tail) {
 }
 
 static int is_offset_conv(const char *name) { return ends_with(name, ".offset.weight") || ends_with(name, ".offset.bias"); }
-static int is_fc(const char *name) { return !strcmp(name, "fc.weight") || !strcmp(name, "fc.bias"); }
+/* the classifier: fc (the ResNets) or classifier.1 (mobilenet_v2) */
+static int is_fc(const char *name) {
+    return !strcmp(name, "fc.weight") || !strcmp(name, "fc.bias") || !strcmp(name, "classifier.1.weight") ||
+           !strcmp(name, "classifier.1.bias");
+}
+
+/* the classifier of a name is_fc takes: its prefix (fc, classifier.1) into rep->fc */
+static void fc_of(const char *name, dt_weights_report *rep) {
+    snprintf(rep->fc, sizeof rep->fc, "%.*s", (int)(strrchr(name, '.') - name), name);
+}
 
 static void shape_text(int nd, const int64_t *s, char *b, size_t len) {
     size_t o = (size_t)snprintf(b, len, "[");
@@ -97,10 +106,11 @@ int dt_weights_load_state(const dt_safetensors *st, dt_params *ps, dt_tensor *co
         int same = f && f->ndim == t->ndim && !memcmp(f->shape, t->shape, (size_t)t->ndim * sizeof *t->shape);
         if (!f) {
             if (is_offset_conv(t->name)) rep->offset_zero += ends_with(t->name, ".weight");
-            else if (partial && is_fc(t->name)) rep->fc_kept++;
+            else if (partial && is_fc(t->name)) rep->fc_kept++, fc_of(t->name, rep);
             else list_add(&missing, t->name);
         } else if (!same && partial && is_fc(t->name)) {
             rep->fc_kept++;
+            fc_of(t->name, rep);
         } else if (!same) {
             char a[200], b[200];
             shape_text(f->ndim, f->shape, a, sizeof a);
@@ -154,9 +164,9 @@ void dt_weights_describe(const dt_weights_report *rep, const char *path, int def
                               deform_version == 2 ? " and zero mask logits: a mask of 0.5, so each deformable layer starts "
                                                     "out as its plain conv times 0.5 (before its batch norm)" : "");
     if (rep->fc_kept && o < cap)
-        o += (size_t)snprintf(buf + o, cap - o, "; %s of another shape in the file or absent: left at %s initialization "
-                              "(init_from_partial=1)", rep->fc_kept == 1 ? "one of fc.weight and fc.bias is" :
-                              "fc.weight and fc.bias are", rep->fc_kept == 1 ? "its" : "their");
+        o += (size_t)snprintf(buf + o, cap - o, "; %s%s.weight and %s.bias %s of another shape in the file or absent: left "
+                              "at %s initialization (init_from_partial=1)", rep->fc_kept == 1 ? "one of " : "",
+                              rep->fc, rep->fc, rep->fc_kept == 1 ? "is" : "are", rep->fc_kept == 1 ? "its" : "their");
     if (rep->ignored && o < cap) snprintf(buf + o, cap - o, "; %d num_batches_tracked ignored", rep->ignored);
 }
 
@@ -289,10 +299,12 @@ static int export_checkpoint(const char *ckpt_path, const char *out_path, dt_err
     dt_config_defaults(&c);
     dt_err e;
     int rc = 0, fc = dt_checkpoint_find(&ck, "fc.bias");
+    if (fc < 0) fc = dt_checkpoint_find(&ck, "classifier.1.bias"); /* mobilenet_v2 */
     if (dt_config_parse(&c, ck.config_text, strlen(ck.config_text), ckpt_path, &e))
         rc = dt_errf(err, "cannot export %s: the config it stores does not parse (%s)", ckpt_path, e.msg);
     else if (fc < 0 || ck.ndim[fc] != 1 || ck.shape[fc][0] < 2 || ck.shape[fc][0] > 100000)
-        rc = dt_errf(err, "cannot export %s: it has no fc.bias of 2..100000 classes (not a deftc ResNet's checkpoint)",
+        rc = dt_errf(err, "cannot export %s: it has no fc.bias (classifier.1.bias) of 2..100000 classes (not a deftc "
+                     "model's checkpoint)",
                      ckpt_path);
     dt_resnet_cfg mc;
     if (!rc) {

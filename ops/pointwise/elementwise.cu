@@ -24,6 +24,9 @@ struct op_add_relu {
 struct op_relu {
     __device__ float operator()(float x, float) const { return fmaxf(x, 0.0f); }
 };
+struct op_relu6 { /* fminf(fmaxf(x, 0), 6): the twin's comparisons give the same value (NaN aside) */
+    __device__ float operator()(float x, float) const { return x > 0.0f ? (x < 6.0f ? x : 6.0f) : 0.0f; }
+};
 struct op_sigmoid {
     __device__ float operator()(float x, float) const { return 1.0f / (1.0f + expf(-x)); }
 };
@@ -32,6 +35,9 @@ struct op_mul_bwd { /* (the other factor, dy) */
 };
 struct op_relu_bwd { /* (y, dy) */
     __device__ float operator()(float y, float dy) const { return y > 0.0f ? dy : 0.0f; }
+};
+struct op_relu6_bwd { /* (y, dy): 0 where y sits at either bound */
+    __device__ float operator()(float y, float dy) const { return y > 0.0f && y < 6.0f ? dy : 0.0f; }
 };
 struct op_sigmoid_bwd { /* (y, dy) */
     __device__ float operator()(float y, float dy) const { return dy * y * (1.0f - y); }
@@ -98,6 +104,9 @@ __global__ void k_fill(int64_t n, float v, float *x) { DT_GRID_STRIDE(i, n) x[i]
     extern "C" void dt_relu_fwd_##name##_cuda(int64_t n, const void *x, void *y) {                                  \
         map<T, 1>(n, op_relu(), x, NULL, 0, 0.0f, y);                                                               \
     }                                                                                                               \
+    extern "C" void dt_relu6_fwd_##name##_cuda(int64_t n, const void *x, void *y) {                                 \
+        map<T, 1>(n, op_relu6(), x, NULL, 0, 0.0f, y);                                                              \
+    }                                                                                                               \
     extern "C" void dt_sigmoid_fwd_##name##_cuda(int64_t n, const void *x, void *y) {                               \
         map<T, 1>(n, op_sigmoid(), x, NULL, 0, 0.0f, y);                                                            \
     }                                                                                                               \
@@ -106,6 +115,9 @@ __global__ void k_fill(int64_t n, float v, float *x) { DT_GRID_STRIDE(i, n) x[i]
     }                                                                                                               \
     extern "C" void dt_relu_bwd_##name##_cuda(int64_t n, const void *y, const void *dy, float beta, void *dx) {     \
         map<T, 2>(n, op_relu_bwd(), y, dy, 1, beta, dx);                                                            \
+    }                                                                                                               \
+    extern "C" void dt_relu6_bwd_##name##_cuda(int64_t n, const void *y, const void *dy, float beta, void *dx) {    \
+        map<T, 2>(n, op_relu6_bwd(), y, dy, 1, beta, dx);                                                           \
     }                                                                                                               \
     extern "C" void dt_sigmoid_bwd_##name##_cuda(int64_t n, const void *y, const void *dy, float beta, void *dx) {  \
         map<T, 2>(n, op_sigmoid_bwd(), y, dy, 1, beta, dx);                                                         \

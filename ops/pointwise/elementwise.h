@@ -19,9 +19,10 @@ extern "C" {
 
 /* y = f(a, b): add, mul, add_relu (relu(a + b), the residual join) */
 typedef void dt_ew_binary_fn(int64_t n, const void *a, const void *b, void *y);
-/* y = f(x): relu, sigmoid */
+/* y = f(x): relu, relu6 (min(max(x, 0), 6): MobileNetV2's activation), sigmoid */
 typedef void dt_ew_unary_fn(int64_t n, const void *x, void *y);
 /* dx (beta) f(u, dy): mul_bwd (u: the other factor; dy*u), relu_bwd (u = y; dy*(y > 0)),
+ * relu6_bwd (u = y; dy*(0 < y < 6): PyTorch's hardtanh backward, 0 at both kinks),
  * sigmoid_bwd (u = y; dy*y*(1-y)) */
 typedef void dt_ew_grad_fn(int64_t n, const void *u, const void *dy, float beta, void *dx);
 /* dx (beta) g: a gradient passed on unchanged (add, reshape, slice) */
@@ -34,9 +35,11 @@ typedef void dt_ew_broadcast_fn(int64_t n, const float *s, float alpha, float be
     dt_ew_binary_fn dt_mul_##sfx;                     \
     dt_ew_binary_fn dt_add_relu_fwd_##sfx;            \
     dt_ew_unary_fn dt_relu_fwd_##sfx;                 \
+    dt_ew_unary_fn dt_relu6_fwd_##sfx;                \
     dt_ew_unary_fn dt_sigmoid_fwd_##sfx;              \
     dt_ew_grad_fn dt_mul_bwd_##sfx;                   \
     dt_ew_grad_fn dt_relu_bwd_##sfx;                  \
+    dt_ew_grad_fn dt_relu6_bwd_##sfx;                 \
     dt_ew_grad_fn dt_sigmoid_bwd_##sfx;               \
     dt_ew_accumulate_fn dt_accumulate_##sfx;          \
     dt_ew_broadcast_fn dt_broadcast_scalar_##sfx;

@@ -29,12 +29,18 @@ static void add_relu(dt_dtype t, int64_t n, const void *x, const void *y, void *
     MAP2(t, n, x, y, out, a + b > 0.0f ? a + b : 0.0f)
 }
 static void relu(dt_dtype t, int64_t n, const void *x, void *out) { MAP1(t, n, x, out, a > 0.0f ? a : 0.0f) }
+static void relu6(dt_dtype t, int64_t n, const void *x, void *out) {
+    MAP1(t, n, x, out, a > 0.0f ? (a < 6.0f ? a : 6.0f) : 0.0f)
+}
 static void sigmoid(dt_dtype t, int64_t n, const void *x, void *out) { MAP1(t, n, x, out, 1.0f / (1.0f + expf(-a))) }
 static void mul_bwd(dt_dtype t, int64_t n, const void *b, const void *dy, float beta, void *dx) {
     GRAD(t, n, b, dy, beta, dx, g * u)
 }
 static void relu_bwd(dt_dtype t, int64_t n, const void *y, const void *dy, float beta, void *dx) {
     GRAD(t, n, y, dy, beta, dx, u > 0.0f ? g : 0.0f)
+}
+static void relu6_bwd(dt_dtype t, int64_t n, const void *y, const void *dy, float beta, void *dx) {
+    GRAD(t, n, y, dy, beta, dx, u > 0.0f && u < 6.0f ? g : 0.0f)
 }
 static void sigmoid_bwd(dt_dtype t, int64_t n, const void *y, const void *dy, float beta, void *dx) {
     GRAD(t, n, y, dy, beta, dx, g * u * (1.0f - u))
@@ -52,12 +58,16 @@ static void broadcast_scalar(dt_dtype t, int64_t n, const float *s, float alpha,
     void dt_mul_##name##_cpu(int64_t n, const void *a, const void *b, void *y) { mul(dtype, n, a, b, y); }             \
     void dt_add_relu_fwd_##name##_cpu(int64_t n, const void *a, const void *b, void *y) { add_relu(dtype, n, a, b, y); } \
     void dt_relu_fwd_##name##_cpu(int64_t n, const void *x, void *y) { relu(dtype, n, x, y); }                         \
+    void dt_relu6_fwd_##name##_cpu(int64_t n, const void *x, void *y) { relu6(dtype, n, x, y); }                       \
     void dt_sigmoid_fwd_##name##_cpu(int64_t n, const void *x, void *y) { sigmoid(dtype, n, x, y); }                   \
     void dt_mul_bwd_##name##_cpu(int64_t n, const void *u, const void *dy, float beta, void *dx) {                     \
         mul_bwd(dtype, n, u, dy, beta, dx);                                                                            \
     }                                                                                                                  \
     void dt_relu_bwd_##name##_cpu(int64_t n, const void *y, const void *dy, float beta, void *dx) {                    \
         relu_bwd(dtype, n, y, dy, beta, dx);                                                                           \
+    }                                                                                                                  \
+    void dt_relu6_bwd_##name##_cpu(int64_t n, const void *y, const void *dy, float beta, void *dx) {                   \
+        relu6_bwd(dtype, n, y, dy, beta, dx);                                                                          \
     }                                                                                                                  \
     void dt_sigmoid_bwd_##name##_cpu(int64_t n, const void *y, const void *dy, float beta, void *dx) {                 \
         sigmoid_bwd(dtype, n, y, dy, beta, dx);                                                                        \

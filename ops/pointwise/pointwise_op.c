@@ -25,9 +25,11 @@ DT_OP_TABLE(add_k, "add", dt_ew_binary_fn, EW_ENTRIES(add_k, dt_add))
 DT_OP_TABLE(mul_k, "mul", dt_ew_binary_fn, EW_ENTRIES(mul_k, dt_mul))
 DT_OP_TABLE(add_relu_k, "add_relu", dt_ew_binary_fn, EW_ENTRIES(add_relu_k, dt_add_relu_fwd))
 DT_OP_TABLE(relu_k, "relu", dt_ew_unary_fn, EW_ENTRIES(relu_k, dt_relu_fwd))
+DT_OP_TABLE(relu6_k, "relu6", dt_ew_unary_fn, EW_ENTRIES(relu6_k, dt_relu6_fwd))
 DT_OP_TABLE(sigmoid_k, "sigmoid", dt_ew_unary_fn, EW_ENTRIES(sigmoid_k, dt_sigmoid_fwd))
 DT_OP_TABLE(mul_bwd_k, "mul (backward)", dt_ew_grad_fn, EW_ENTRIES(mul_bwd_k, dt_mul_bwd))
 DT_OP_TABLE(relu_bwd_k, "relu (backward)", dt_ew_grad_fn, EW_ENTRIES(relu_bwd_k, dt_relu_bwd))
+DT_OP_TABLE(relu6_bwd_k, "relu6 (backward)", dt_ew_grad_fn, EW_ENTRIES(relu6_bwd_k, dt_relu6_bwd))
 DT_OP_TABLE(sigmoid_bwd_k, "sigmoid (backward)", dt_ew_grad_fn, EW_ENTRIES(sigmoid_bwd_k, dt_sigmoid_bwd))
 DT_OP_TABLE(accumulate_k, "gradient accumulation", dt_ew_accumulate_fn, EW_ENTRIES(accumulate_k, dt_accumulate))
 DT_OP_TABLE(broadcast_k, "sum (backward)", dt_ew_broadcast_fn, EW_ENTRIES(broadcast_k, dt_broadcast_scalar))
@@ -97,7 +99,7 @@ dt_tensor *dt_mul(dt_tensor *a, dt_tensor *b) {
     return y;
 }
 
-/* ---- relu, sigmoid, add_relu: the backward reads the output, not the input ---- */
+/* ---- relu, relu6, sigmoid, add_relu: the backward reads the output, not the input ---- */
 
 static void relu_backward(dt_node *n) {
     dt_tensor *y = n->out;
@@ -111,6 +113,21 @@ dt_tensor *dt_relu(dt_tensor *x) {
     dt_tensor *y = dt_tensor_like(x);
     DT_PICK(relu_k, x->dev, x->dtype, x->layout)(x->numel, x->data, y->data);
     dt_record("relu", relu_backward, y, 1, &x, 0);
+    return y;
+}
+
+static void relu6_backward(dt_node *n) {
+    dt_tensor *y = n->out;
+    float beta;
+    void *dx = grad_dst("relu6", n->in[0], &beta);
+    if (dx) DT_PICK(relu6_bwd_k, y->dev, y->dtype, y->layout)(y->numel, y->data, y->grad->data, beta, dx);
+}
+
+dt_tensor *dt_relu6(dt_tensor *x) {
+    dt_require_live("relu6", x);
+    dt_tensor *y = dt_tensor_like(x);
+    DT_PICK(relu6_k, x->dev, x->dtype, x->layout)(x->numel, x->data, y->data);
+    dt_record("relu6", relu6_backward, y, 1, &x, 0);
     return y;
 }
 

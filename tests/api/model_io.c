@@ -5,7 +5,7 @@
  *
  * The other keys are build/train's model and device keys (model, width, deform,
  * deform_version, offset_groups, deform_mode, precision, layout, device; build/train --keys);
- * the class count is that of the weights' fc.bias. It builds the model, loads W (a strict load:
+ * the class count is that of the weights' fc.bias (mobilenet_v2: classifier.1.bias). It builds the model, loads W (a strict load:
  * every tensor, offset convs included, train/dt_weights.h), and writes
  *   PREFIX_export.safetensors  the loaded model exported (steps 0): what load_state_dict takes
  *   PREFIX_logits.npy          eval-mode logits of X [N, classes] (running statistics)
@@ -83,9 +83,10 @@ static int run(const io_args *a, const dt_train_cfg *c, dt_err *err) {
     dt_safetensors st;
     if (dt_safetensors_read(a->weights, &st, err)) return 1;
     const dt_st_tensor *fc = dt_safetensors_find(&st, "fc.bias");
+    if (!fc) fc = dt_safetensors_find(&st, "classifier.1.bias");
     if (!fc || fc->ndim != 1 || fc->shape[0] < 1 || fc->shape[0] > 100000) {
         dt_safetensors_free(&st);
-        return dt_errf(err, "%s has no fc.bias [classes]", a->weights), 1;
+        return dt_errf(err, "%s has no fc.bias (classifier.1.bias) [classes]", a->weights), 1;
     }
     dt_dev dev = strcmp(c->device, "cuda") ? DT_CPU : DT_GPU;
     dt_resnet_cfg mc;
