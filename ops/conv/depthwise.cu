@@ -372,12 +372,15 @@ int threads_for(const dt_dw_tile &t, int V) {
     return warps >= 8 ? 256 : warps * 32;
 }
 
-/* the register-blocked kernels (depthwise_rb.cuh) for an NHWC pass when DT_DW_KERNEL_RB is in
- * use and they take it: channel pairs, so both tensors aligned to two elements */
+/* the register-blocked kernels (depthwise_rb.cuh) for an NHWC pass when they are in use for T
+ * (DT_DW_KERNEL_RB, or DT_DW_KERNEL_AUTO and bf16: depthwise.h says why) and they take it: channel
+ * pairs, so both tensors aligned to two elements */
 template <typename T>
 bool use_rb(const dt_conv_problem *p, int pass, const void *a, const void *b) {
     const uintptr_t al = 2 * sizeof(T);
-    return dt_dw_kernel() == DT_DW_KERNEL_RB && dw_rb::supported(p, pass) && (uintptr_t)a % al == 0 && (uintptr_t)b % al == 0;
+    const int k = dt_dw_kernel();
+    const bool want = k == DT_DW_KERNEL_RB || (k == DT_DW_KERNEL_AUTO && sizeof(T) == 2);
+    return want && dw_rb::supported(p, pass) && (uintptr_t)a % al == 0 && (uintptr_t)b % al == 0;
 }
 
 template <typename T, bool NHWC>

@@ -67,13 +67,17 @@ int dt_dw_tile_of(const dt_conv_problem *p, int pass, size_t smem_limit, dt_dw_t
 /* 1 when the CUDA kernels take every pass of p (each fits a tile); the CPU twins take any. */
 int dt_dw_gpu_supported(const dt_conv_problem *p);
 
-/* The CUDA kernels in use for NHWC problems: DT_DW_KERNEL_TILE (the tiles above, the default)
- * or DT_DW_KERNEL_RB (ops/conv/depthwise_rb.cuh: register-blocked runs of one residue class,
- * channel multiplier 1 and C even; a problem it does not take keeps the tiles) - a lab variant
- * (bench/lab/depthwise_lab.cu) until the GPU shows it wins. The environment's DT_DW_KERNEL (0
- * or 1) sets it at the first call; dt_dw_set_kernel overrides it for the process. Both kernels
- * give the same fwd / dgrad bits (the twins' order) and reproducible wgrad. */
-enum { DT_DW_KERNEL_TILE = 0, DT_DW_KERNEL_RB = 1 };
+/* The CUDA kernels in use for NHWC problems: DT_DW_KERNEL_TILE (the tiles above), DT_DW_KERNEL_RB
+ * (ops/conv/depthwise_rb.cuh: register-blocked runs of one residue class, channel multiplier 1
+ * and C even; a problem it does not take keeps the tiles) or DT_DW_KERNEL_AUTO, the default: the
+ * register-blocked kernels for bf16, the tiles for f32. Why: on the H200 (docs/PERF.md section 25,
+ * bench/lab/depthwise_lab.cu) the register-blocked bf16 kernels were faster on 310 of the lab's
+ * 318 (shape, pass) points, 0.91x-9.06x the tiles' time ratio the other way round, the 8 others
+ * the k = 1, C = 128 wgrad at 0.91-0.92x; their f32 times are not measured yet. The environment's
+ * DT_DW_KERNEL (0 tiles, 1 register-blocked, 2 auto) sets it at the first call; dt_dw_set_kernel
+ * overrides it for the process. Both kernels give the same fwd / dgrad bits (the twins' order)
+ * and reproducible wgrad. */
+enum { DT_DW_KERNEL_TILE = 0, DT_DW_KERNEL_RB = 1, DT_DW_KERNEL_AUTO = 2 };
 int dt_dw_kernel(void);
 void dt_dw_set_kernel(int kernel);
 

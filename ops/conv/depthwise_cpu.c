@@ -87,15 +87,17 @@ int dt_dw_gpu_supported(const dt_conv_problem *p) {
 static volatile int g_dw_kernel = -1;
 int dt_dw_kernel(void) {
     if (g_dw_kernel < 0) {
-        const long k = dt_env_long("DT_DW_KERNEL", DT_DW_KERNEL_TILE);
-        if (k != DT_DW_KERNEL_TILE && k != DT_DW_KERNEL_RB)
-            dt_fatal("DT_DW_KERNEL=%ld: 0 (the tile kernels) or 1 (the register-blocked ones)", k);
+        const long k = dt_env_long("DT_DW_KERNEL", DT_DW_KERNEL_AUTO);
+        if (k != DT_DW_KERNEL_TILE && k != DT_DW_KERNEL_RB && k != DT_DW_KERNEL_AUTO)
+            dt_fatal("DT_DW_KERNEL=%ld: 0 (the tile kernels), 1 (the register-blocked ones) or 2 (auto: "
+                     "register-blocked for bf16, tiles for f32)", k);
         g_dw_kernel = (int)k;
     }
     return g_dw_kernel;
 }
 void dt_dw_set_kernel(int kernel) {
-    if (kernel != DT_DW_KERNEL_TILE && kernel != DT_DW_KERNEL_RB) dt_fatal("dt_dw_set_kernel(%d): DT_DW_KERNEL_TILE or DT_DW_KERNEL_RB", kernel);
+    if (kernel != DT_DW_KERNEL_TILE && kernel != DT_DW_KERNEL_RB && kernel != DT_DW_KERNEL_AUTO)
+        dt_fatal("dt_dw_set_kernel(%d): DT_DW_KERNEL_TILE, DT_DW_KERNEL_RB or DT_DW_KERNEL_AUTO", kernel);
     g_dw_kernel = kernel;
 }
 

@@ -1,8 +1,8 @@
 /* depthwise_rb.cuh: register-blocked depthwise kernels (issue 38 items 2 and 5), the lab's
  * variant `rb` of bench/lab/depthwise_lab.cu beside the shipping tile kernels of
- * ops/conv/depthwise.cu, which runs these instead where DT_DW_KERNEL=1 (or
- * dt_dw_set_kernel(DT_DW_KERNEL_RB)) asks and plan_of() takes the problem - not the default
- * until the lab on the GPU shows they win.
+ * ops/conv/depthwise.cu, which runs these instead for bf16 by default and for f32 where
+ * DT_DW_KERNEL=1 (or dt_dw_set_kernel(DT_DW_KERNEL_RB)) asks, wherever plan_of() takes the
+ * problem (the H200's lab numbers: depthwise.h, docs/PERF.md section 25).
  *
  * Problem: ops/conv/depthwise.h's, restricted to channel multiplier M = 1 (Cout = C), NHWC,
  * C even, fp32 or bf16 activations and weights (fp32 accumulate), fp32 dw:
