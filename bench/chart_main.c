@@ -1,17 +1,21 @@
 /* build/chart IN.csv OUT.png [TITLE [REF]]: a horizontal bar chart of `label,value[,note[,group]]`
  * rows (lines starting with # and blank lines are skipped), drawn by chart.c with stb_easy_font's
  * glyphs and written with stb_image_write - no plotting library needed. Bars of one group share
- * a colour, named in a legend. Used by `make reproduce` (bench/reproduce.sh). */
+ * a colour, named in a legend. Used by `make reproduce` (bench/reproduce.sh).
+ *
+ * build/chart --lines IN.csv OUT.png [TITLE [XNAME [YNAME [COLS]]]]: line charts in small
+ * multiples of `panel,series,x,y` rows (x and y numbers; # lines and blank lines skipped): one
+ * panel per panel name, COLS to a row, one line per series, each panel's axes fitted to its
+ * points (log scales where the range needs them, chart.h). Used by `make dw-chart`
+ * (bench/dw_chart.py: docs/depthwise_dilation.png). */
 #include <stdlib.h>
 
 #include "core/dt_common.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "bench/chart.h"
-#include "stb_image_write.h"
 
 /* The next comma-separated field of *s, cut in place ("" when there is none). */
 static char *field(char **s) {
@@ -23,11 +27,38 @@ static char *field(char **s) {
     return f;
 }
 
+static int lines_main(int argc, char **argv) {
+    if (argc < 4 || argc > 8) {
+        fprintf(stderr, "usage: build/chart --lines IN.csv OUT.png [TITLE [XNAME [YNAME [COLS]]]]   (rows: "
+                        "panel,series,x,y)\n");
+        return 2;
+    }
+    dt_chart_lines_opts opts = {0, argc > 5 ? argv[5] : "", argc > 6 ? argv[6] : ""};
+    if (argc > 7) {
+        char *end;
+        long c = strtol(argv[7], &end, 10);
+        if (!argv[7][0] || *end || c < 1 || c > 100) {
+            fprintf(stderr, "chart: COLS '%s' is not a number of panels to a row (1-100)\n", argv[7]);
+            return 2;
+        }
+        opts.cols = (int)c;
+    }
+    char err[600];
+    if (dt_chart_lines_csv(argv[2], argv[3], argc > 4 ? argv[4] : argv[2], &opts, err, sizeof err)) {
+        fprintf(stderr, "chart: %s\n", err);
+        return 1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     dt_set_fatal_handler(exit); /* a failure outside a guarded call ends this program (dt_common.h) */
+    if (argc > 1 && !strcmp(argv[1], "--lines")) return lines_main(argc, argv);
     if (argc < 3 || argc > 5) {
         fprintf(stderr, "usage: build/chart IN.csv OUT.png [TITLE [REF]]   (rows: label,value[,note[,group]]; REF: a "
-                        "dashed line at that value, 1 for ratios)\n");
+                        "dashed line at that value, 1 for ratios)\n"
+                        "       build/chart --lines IN.csv OUT.png [TITLE [XNAME [YNAME [COLS]]]]   (rows: "
+                        "panel,series,x,y: line charts in small multiples)\n");
         return 2;
     }
     double ref = 0;
@@ -70,15 +101,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "chart: %s: %s\n", argv[1], err);
         return 1;
     }
-    /* whole or not at all: a failed write leaves the previous chart */
-    int rc = 0;
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%.4000s.tmp.%ld", argv[2], (long)getpid());
-    if (!stbi_write_png(tmp, img.w, img.h, 3, img.rgb, img.w * 3) || rename(tmp, argv[2])) {
-        fprintf(stderr, "chart: cannot write %s\n", argv[2]);
-        remove(tmp);
-        rc = 1;
-    }
+    int rc = dt_chart_write_png(argv[2], &img, err, sizeof err);
+    if (rc) fprintf(stderr, "chart: %s\n", err);
     free(img.rgb);
     for (int i = 0; i < n; i++) free((char *)rows[i].label), free((char *)rows[i].note), free((char *)rows[i].group);
     free(rows);
