@@ -172,7 +172,7 @@ LAB := $(if $(filter 1,$(CUDA)),$(BUILD)/deform_lab $(BUILD)/conv_lab $(BUILD)/d
 # Every target that is not a file, in the order `make help` lists them; each has a HELP_ line
 # below (make stops when one is missing, so that no target is left out of make help). A line
 # goes on under the text with HELP_MORE (printf pads the missing argument to the column).
-PHONY := run test all lib torch-op test-gpu data lab bench-loader reproduce scaling fuzz fuzz-run clean help
+PHONY := run test all lib torch-op test-gpu data lab bench-loader reproduce dw-chart scaling fuzz fuzz-run clean help
 .PHONY: $(PHONY)
 # Keep the programs' objects (make would delete them as intermediates and rebuild them).
 .SECONDARY:
@@ -331,6 +331,11 @@ run: all
 reproduce: all
 	BUILD=$(BUILD) bash bench/reproduce.sh
 
+# The depthwise dilation chart (issue 38) from the committed H200 logs of 2026-12-04, no GPU:
+# docs/logs/2026-12-04/depthwise_dilation.csv and docs/depthwise_dilation.png (bench/dw_chart.py).
+dw-chart: $(BUILD)/chart
+	python3 bench/dw_chart.py $(BUILD)/chart
+
 # Data-parallel scaling: images/s on 1 GPU and on each count of GPUS (a list, default 2: GPUS="2 4 8"),
 # plain and deft, BUCKET_MB the bucket sizes to sweep (bench/scaling.sh);
 # without a GPU it says so at once (build/train --devices) instead of failing in its first run.
@@ -392,6 +397,7 @@ HELP_data = the sample dataset into $(DATA)/ (build/mkdata --help)
 HELP_lab = the kernel labs (build/deform_lab, build/conv_lab, build/depthwise_lab, build/sm90_gemm_lab: variants validated, then timed; GPU)
 HELP_bench-loader = loader images/s on ImageNet-like JPEGs: the CPU workers, and with a GPU the nvJPEG decode
 HELP_reproduce = plain / unfused / deft training-time table, ablation and precisions, CSV + chart in runs/ (GPU; MODEL=resnet50: another model)
+HELP_dw-chart = the depthwise chart (time vs dilation per kernel/channels panel) from the committed logs: docs/depthwise_dilation.png
 HELP_scaling = data-parallel images/s on 1 GPU and on GPUS="2 4 8" GPUs (default 2), plain and deft (GPUs; bench/scaling.sh)
 HELP_fuzz = build the libFuzzer targets (config, .npy, checkpoint, image, dataset tree, safetensors) into build-fuzz/fuzz/ (clang)
 HELP_fuzz-run = run each libFuzzer target for FUZZ_SECONDS=$(FUZZ_SECONDS) (what CI runs)
