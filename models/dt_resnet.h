@@ -14,8 +14,10 @@
  *
  * mobilenet_v2 is torchvision's (names features.0.0 / features.0.1 for the stem conv and BN,
  * features.N.conv.* for the 17 inverted residuals, features.18.0 / .1 for the last 1x1 conv,
- * classifier.1 for the linear) with its classifier's Dropout(0.2) left out: deftc's model is
- * torchvision's mobilenet_v2(dropout=0.0), identical in eval mode and in train mode at p = 0. */
+ * classifier.1 for the linear) with its classifier's Dropout(p = cfg.dropout) before the linear
+ * (classifier.0, no parameters): in train mode only, eval mode is the identity; torchvision's
+ * default is 0.2 (the trainer's dropout=auto), dt_resnet_cfg_default's 0 is torchvision's
+ * mobilenet_v2(dropout=0.0). The ResNets have no dropout (cfg.dropout must be 0). */
 #ifndef DT_RESNET_H
 #define DT_RESNET_H
 
@@ -75,6 +77,10 @@ const dt_mobilenet_row *dt_mobilenet_v2_setting(int *rows);
 /* torchvision's _make_divisible(v, 8): the nearest multiple of 8 (at least 8), raised by 8 when
  * that loses more than 10 %. */
 int64_t dt_mobilenet_divisible(double v);
+/* torchvision's default dropout of the classifier: 0.2 (mobilenet_v2), 0 (the ResNets: none) */
+float dt_resnet_default_dropout(dt_resnet_model model);
+/* NULL when p is a possible cfg.dropout for model, else the reason (outside [0, 1); a ResNet: no dropout) */
+const char *dt_resnet_dropout_refusal(dt_resnet_model model, float p);
 /* The classifier's name: "fc" (the ResNets) or "classifier.1" (mobilenet_v2): its .weight / .bias. */
 const char *dt_resnet_classifier_name(dt_resnet_model model);
 /* NULL when `deform_stages` (non-zero: some deformable stages) is possible for model; otherwise
@@ -105,6 +111,9 @@ typedef struct {
     dt_precision precision;
     dt_layout layout;         /* the activations' (and conv weights') layout */
     dt_conv_algo conv_algo;   /* the plain convs' engine in bf16 NHWC (dt_conv2d_algo; default auto) */
+    float dropout;            /* mobilenet_v2: the classifier's dropout probability, [0, 1) (default 0;
+                                 torchvision's 0.2); the ResNets: 0 */
+    uint64_t dropout_seed;    /* the dropout masks' seed (dt_dropout; the trainer: its seed= and rank) */
 } dt_resnet_cfg;
 
 /* ResNet-18, fp32, NCHW, all-plain unless deform_stages is set. */
@@ -147,6 +156,7 @@ typedef struct {
     dt_dtype act;           /* the activations' dtype (from cfg.precision) */
     dt_math math;           /* f32 products: strict or TF32 */
     dt_conv_algo conv_algo; /* from cfg.conv_algo */
+    dt_tensor *drop_counter; /* cfg.dropout > 0: the dropout's device-side step counter (dt_dropout) */
     /* lists sized by the model: every batch norm in order, the state that is not a parameter
      * (each batch norm's running mean and variance, in that order) and the deformable layers */
     dt_batchnorm **bns;

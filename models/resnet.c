@@ -74,6 +74,22 @@ int dt_resnet_model_parse(const char *s, dt_resnet_model *model, dt_err *err) {
     return dt_errf(err, "unknown model '%s': deftc builds %s", s, names);
 }
 
+float dt_resnet_default_dropout(dt_resnet_model model) { return model == DT_MOBILENET_V2 ? 0.2f : 0.0f; }
+
+const char *dt_resnet_dropout_refusal(dt_resnet_model model, float p) {
+    static __thread char why[160];
+    if (!(p >= 0.0f && p < 1.0f)) {
+        snprintf(why, sizeof why, "dropout %g must be a probability in [0, 1)", p);
+        return why;
+    }
+    if (p > 0.0f && model != DT_MOBILENET_V2) {
+        snprintf(why, sizeof why, "dropout %g: %s has no dropout layer (only mobilenet_v2's classifier has one)", p,
+                 dt_resnet_model_name(model));
+        return why;
+    }
+    return NULL;
+}
+
 dt_resnet_cfg dt_resnet_cfg_default(int num_classes) {
     dt_resnet_cfg c;
     memset(&c, 0, sizeof c);
@@ -301,6 +317,8 @@ void dt_resnet_init(dt_resnet *m, const dt_resnet_cfg *cfg, dt_dev dev) {
         dt_fatal("%s: the unfused deformable baseline is f32 NCHW (precision fp32 or tf32, layout nchw)", a->name);
     if (cfg->deform_stages && dt_resnet_deform_refusal(cfg->model)) dt_fatal("%s", dt_resnet_deform_refusal(cfg->model));
     if (!(cfg->width > 0)) dt_fatal("%s: width %g must be positive", a->name, cfg->width);
+    if (dt_resnet_dropout_refusal(cfg->model, cfg->dropout)) dt_fatal("%s", dt_resnet_dropout_refusal(cfg->model, cfg->dropout));
+    if (cfg->dropout > 0.0f) m->drop_counter = dt_dropout_counter_new(dev);
     int64_t cin;
     if (a->inverted) {
         cin = mobilenet_init(m);
@@ -370,7 +388,9 @@ dt_tensor *dt_resnet_forward(dt_resnet *m, dt_tensor *x, int training) {
         h = conv_bn_relu6(m, &m->stem, h, training);
         for (int i = 0; i < m->n_blocks; i++) h = inverted_forward(m, &m->blocks[i], h, training);
         h = conv_bn_relu6(m, &m->head, h, training);
-        return dt_linear(dt_global_avgpool(h), operand(m, m->fc_w), m->fc_b, m->math);
+        /* classifier.0: Dropout(p), the identity in eval mode and at p = 0 */
+        h = dt_dropout(dt_global_avgpool(h), m->cfg.dropout, m->cfg.dropout_seed, m->drop_counter, training);
+        return dt_linear(h, operand(m, m->fc_w), m->fc_b, m->math);
     }
     h = conv_bn_forward(m, &m->stem, h, NULL, training, 1);
     h = dt_maxpool2d(h, 3, 2, 1);
@@ -397,6 +417,8 @@ void dt_resnet_replayed(dt_resnet *m) {
 }
 
 void dt_resnet_free(dt_resnet *m) {
+    dt_tensor_free(m->drop_counter);
+    m->drop_counter = NULL;
     for (int i = 0; i < m->n_bns; i++) dt_batchnorm_free(m->bns[i]);
     free(m->bns);
     free(m->buffers);

@@ -22,6 +22,14 @@ dt_tensor *dt_mul(dt_tensor *a, dt_tensor *b);
 dt_tensor *dt_relu(dt_tensor *x);
 dt_tensor *dt_relu6(dt_tensor *x);                  /* min(max(x, 0), 6) (MobileNetV2); dx 0 at both kinks */
 dt_tensor *dt_sigmoid(dt_tensor *x);
+/* Inverted dropout (nn.Dropout): in training, element i is zeroed with probability p (0 <= p < 1)
+ * and the others scaled by 1 / (1 - p); the mask is a counter-based hash of (seed, the counter's
+ * next value, i), the same on the CPU and the GPU (ops/pointwise/dropout.h). Each call advances
+ * `counter` (dt_dropout_counter_new: a device-side int64, so a replayed CUDA graph draws a fresh
+ * mask) on the device; the backward recomputes the call's mask. x itself when !training or p == 0. */
+dt_tensor *dt_dropout(dt_tensor *x, float p, uint64_t seed, dt_tensor *counter, int training);
+dt_tensor *dt_dropout_counter_new(dt_dev dev); /* unscoped, 0; free with dt_tensor_free */
+int64_t dt_dropout_counter_value(const dt_tensor *counter); /* its value (copied to the host: tests) */
 dt_tensor *dt_add_relu(dt_tensor *a, dt_tensor *b); /* relu(a + b), one pass */
 /* f32 or bf16 x -> an f32 [1]: the sum (mean) in double, deterministic. */
 dt_tensor *dt_sum(dt_tensor *x);

@@ -1,5 +1,7 @@
 /* The pointwise ops, reductions and reshapes of dt_ops.h as op cases (dt_opcase.h): add, mul,
- * relu, relu6, sigmoid, add_relu, sum, mean, reshape, flatten, slice_channels - odd sizes (the CUDA
+ * relu, relu6, sigmoid, add_relu, sum, mean, reshape, flatten, slice_channels, dropout (its counter
+ * reset at every build: one mask, a linear op for the finite differences, the CPU twin's mask
+ * on the GPU) - odd sizes (the CUDA
  * kernels' scalar tail), sizes of whole 16-byte packs, 2-D tensors, and ResNet-sized ones for
  * parity, in f32 NCHW, f32 NHWC and bf16 NHWC where the op has them.
  *
@@ -15,16 +17,19 @@
 #include "ops/dt_ops.h"
 #include "tests/dt_test.h"
 
-typedef enum { ADD, MUL, RELU, RELU6, SIGMOID, ADD_RELU, SUM, MEAN, RESHAPE, FLATTEN, SLICE } ew_op;
+typedef enum { ADD, MUL, RELU, RELU6, SIGMOID, ADD_RELU, SUM, MEAN, RESHAPE, FLATTEN, SLICE, DROPOUT } ew_op;
 typedef enum { NO_OFFSET, PLUS_MINUS_ONE, PLUS_ONE, RELU6_SIDES } ew_offset;
 
 typedef struct {
     ew_op op;
     ew_offset offset;
+    float p; /* DROPOUT: the probability */
 } ew_arg;
 
 typedef struct {
     dt_tensor *offset; /* made at the first build, like input 0 */
+    dt_tensor *counter; /* DROPOUT: its step counter, back to 0 at every build (one mask for the
+                           finite differences, the same on the CPU and the GPU) */
 } ew_state;
 
 static void *state_new(const dt_opcase *c, dt_dev dev, dt_layout layout) {
@@ -35,6 +40,7 @@ static void *state_new(const dt_opcase *c, dt_dev dev, dt_layout layout) {
 static void state_free(void *state) {
     ew_state *s = state;
     if (s->offset) dt_tensor_free(s->offset);
+    if (s->counter) dt_tensor_free(s->counter);
     free(s);
 }
 
@@ -71,6 +77,10 @@ static dt_tensor *build(const dt_opcase *c, dt_tensor **in, void *state) {
     }
     case FLATTEN: return dt_flatten2(x);
     case SLICE: return dt_slice_channels(x, 2, 5);
+    case DROPOUT:
+        if (!s->counter) s->counter = dt_dropout_counter_new(x->dev);
+        else dt_tensor_fill(s->counter, 0.0f);
+        return dt_dropout(x, a->p, 1234, s->counter, 1);
     }
     return NULL;
 }
@@ -89,14 +99,21 @@ static dt_tensor *build(const dt_opcase *c, dt_tensor **in, void *state) {
 #define TABLE_RESHAPE NULL
 #define TABLE_FLATTEN NULL
 #define TABLE_SLICE "slice_channels (zero fill)"
+#define TABLE_DROPOUT "dropout"
 #define EW1(label, types_, nd, s0, s1, s2, s3, std, grad, op_, offset_)                                                      \
     {.name = label, .ops = {TABLE_##op_}, .types = types_, .n_in = 1, .grad_tol = grad, .bf16_bound = grad,                              \
-     .in = {{nd, {s0, s1, s2, s3}, DT_IN_ACT, std, 1}}, .build = build, .arg = &(const ew_arg){op_, offset_},        \
+     .in = {{nd, {s0, s1, s2, s3}, DT_IN_ACT, std, 1}}, .build = build, .arg = &(const ew_arg){op_, offset_, 0},        \
      .state_new = state_new, .state_free = state_free}
 #define EW2(label, types_, nd, s0, s1, s2, s3, std, grad, op_, offset_)                                                      \
     {.name = label, .ops = {TABLE_##op_}, .types = types_, .n_in = 2, .grad_tol = grad, .bf16_bound = grad,                              \
      .in = {{nd, {s0, s1, s2, s3}, DT_IN_ACT, std, 1}, {nd, {s0, s1, s2, s3}, DT_IN_ACT, std, 1}},                  \
-     .build = build, .arg = &(const ew_arg){op_, offset_}, .state_new = state_new, .state_free = state_free}
+     .build = build, .arg = &(const ew_arg){op_, offset_, 0}, .state_new = state_new, .state_free = state_free}
+/* bf16: -1 for a 4-D case (the mask goes by the element's place in memory, as PyTorch's does: bf16 NHWC
+ * and the f32 NCHW reference drop different logical elements) */
+#define DROP(label, types_, nd, s0, s1, s2, s3, p_, grad, bf16)                                                      \
+    {.name = label, .ops = {"dropout"}, .types = types_, .n_in = 1, .grad_tol = grad, .bf16_bound = bf16,      \
+      .in = {{nd, {s0, s1, s2, s3}, DT_IN_ACT, 1.0f, 1}}, \
+     .build = build, .arg = &(const ew_arg){DROPOUT, NO_OFFSET, p_}, .state_new = state_new, .state_free = state_free}
 /* a 2-D tensor is row-major in every combination: f32 and bf16 (the views' combinations are
  * written; the others come from the op tables) */
 #define TYPES_2D (DT_F32_NCHW | DT_BF16_NHWC)
@@ -119,10 +136,13 @@ static const dt_opcase ew_cases[] = {
     EW1("reshape 2-D 6x10 -> 12x5", TYPES_2D, 2, 6, 10, 0, 0, 1.0f, 0, RESHAPE, NO_OFFSET),
     EW1("flatten 5x7x1x1 (channels last is row-major here)", ALL_4D, 4, 5, 7, 1, 1, 1.0f, 0, FLATTEN, NO_OFFSET),
     EW1("flatten 2x3x4x5", DT_F32_NCHW, 4, 2, 3, 4, 5, 1.0f, 0, FLATTEN, NO_OFFSET),
+    DROP("dropout p 0.2, odd 3x5x7x11", 0, 4, 3, 5, 7, 11, 0.2f, 0, -1),
+    DROP("dropout p 0.5, 2-D 4x1280 (mobilenet_v2's classifier)", 0, 2, 4, 1280, 0, 0, 0.5f, 0, 0),
     EW1("slice_channels [2, 5) of 2x7x2x3", DT_F32_NCHW, 4, 2, 7, 2, 3, 1.0f, 0, SLICE, NO_OFFSET),
     EW2("add_relu 64x64x56x56", 0, 4, 64, 64, 56, 56, 1.0f, -1, ADD_RELU, NO_OFFSET),
     EW2("mul 64x64x56x56", 0, 4, 64, 64, 56, 56, 1.0f, -1, MUL, NO_OFFSET),
     EW1("sum of 10M", 0, 4, 10, 1000, 1, 1000, 1.0f, -1, SUM, PLUS_ONE),
+    DROP("dropout p 0.2, 64x64x56x56", 0, 4, 64, 64, 56, 56, 0.2f, -1, -1),
 };
 DT_OPCASES(elementwise, ew_cases)
 

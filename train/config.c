@@ -78,8 +78,11 @@ static const key_spec KEYS[] = {
     {"label_smoothing", T_FLOAT, F(label_smoothing), "0", NULL, 0, 0.999, 1, "label smoothing of the cross-entropy"},
     {"model", T_ENUM, F(model), "resnet18", "resnet18|resnet34|resnet50|resnet101|resnext50_32x4d|mobilenet_v2", 0, 0, 1,
      "the network, torchvision's: resnet18, resnet34 (BasicBlock), resnet50, resnet101 (Bottleneck), resnext50_32x4d "
-     "(Bottleneck, grouped 3x3), mobilenet_v2 (inverted residuals, no dropout)"},
+     "(Bottleneck, grouped 3x3), mobilenet_v2 (inverted residuals; its classifier's dropout: dropout=)"},
     {"width", T_FLOAT, F(width), "1", NULL, 0.0625, 4, 1, "channel-width multiplier (1 = torchvision's; 0.25 for quick CPU runs)"},
+    {"dropout", T_STR, F(dropout), "auto", NULL, 0, 0, 1,
+     "dropout probability of mobilenet_v2's classifier, in [0, 1), train mode only: auto (torchvision's: 0.2 for "
+     "mobilenet_v2, 0 for the ResNets, which have none) or a number"},
     {"deform", T_STR, F(deform), "none", NULL, 0, 0, 1,
      "deformable 3x3 convs (both of a BasicBlock, conv2 of a Bottleneck) in the stages: none, all, a list like 2,3,4 "
      "(layer2..layer4), or c3-c5 (the DCNv2 paper's conv3_x..conv5_x = layer2..layer4; also c2-c5, c4-c5, c5)"},
@@ -509,6 +512,24 @@ int dt_config_load(dt_train_cfg *c, const char *path, dt_err *err) {
     return rc;
 }
 
+int dt_config_dropout(const dt_train_cfg *c, float *p, dt_err *err) {
+    dt_resnet_model model;
+    if (dt_resnet_model_parse(c->model, &model, err)) return -1;
+    if (!strcmp(c->dropout, "auto")) {
+        *p = dt_resnet_default_dropout(model);
+        return 0;
+    }
+    char *end;
+    errno = 0;
+    double d = strtod(c->dropout, &end);
+    if (end == c->dropout || *end || errno || !(d >= 0.0 && d < 1.0) || !((float)d < 1.0f))
+        return dt_errf(err, "bad value '%s' for 'dropout': expected auto or a probability in [0, 1)", c->dropout);
+    const char *why = dt_resnet_dropout_refusal(model, (float)d);
+    if (why) return dt_errf(err, "dropout=%s: %s", c->dropout, why);
+    *p = (float)d;
+    return 0;
+}
+
 int dt_config_check(const dt_train_cfg *c, dt_err *err) {
     if (!c->synthetic && !c->data[0])
         return dt_errf(err, "no dataset: set data=PATH (a folder with train/ and val/) or synthetic=1");
@@ -522,6 +543,8 @@ int dt_config_check(const dt_train_cfg *c, dt_err *err) {
     if (dt_resnet_parse_stages(c->deform) > 0 && !dt_resnet_model_parse(c->model, &model, NULL) &&
         dt_resnet_deform_refusal(model))
         return dt_errf(err, "deform=%s: %s", c->deform, dt_resnet_deform_refusal(model));
+    float dropout;
+    if (dt_config_dropout(c, &dropout, err)) return -1;
     if (!strcmp(c->decode, "gpu") && !strcmp(c->device, "cpu"))
         return dt_errf(err, "decode=gpu decodes on the GPU, and device=cpu trains without one: use decode=cpu or auto");
     if (!strcmp(c->decode, "gpu") && c->cache)

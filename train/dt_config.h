@@ -55,6 +55,7 @@ typedef struct {
     char deform[32];       /* none | all | stages like 2,3,4 | c3-c5 (dt_resnet_parse_stages) */
     int deform_version, offset_groups;
     float width;
+    char dropout[16];      /* auto (the model's: 0.2 for mobilenet_v2, 0 for the ResNets) | a probability in [0, 1) */
     float offset_init_std, offset_lr_mult;
     char init_from[512];   /* a torchvision state_dict (.safetensors) loaded before training (dt_weights.h) */
     int init_from_partial; /* 1: an fc of another shape (or none) in it stays at its init */
@@ -99,6 +100,9 @@ int dt_config_set(dt_train_cfg *c, const char *assignment, dt_err *err);
 int dt_config_override(dt_train_cfg *c, int n, char *const *args, char *note, size_t cap, dt_err *err);
 /* Cross-key checks (after all sets): e.g. a dataset or synthetic=1. */
 int dt_config_check(const dt_train_cfg *c, dt_err *err);
+/* The dropout probability dropout= gives c's model (auto: dt_resnet_default_dropout); -1 with err
+ * naming the key when it is no number in [0, 1) or the model has no dropout layer. */
+int dt_config_dropout(const dt_train_cfg *c, float *p, dt_err *err);
 /* The replicas `gpus` asks for: their device ids (devices may be NULL) and their number, or -1
  * with err naming the problem (not a count or a list of distinct ids in [0, DT_MAX_GPUS)). On
  * the CPU (device=cpu) the count is the number of CPU replicas (threads). */

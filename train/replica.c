@@ -183,6 +183,11 @@ static int load_state(replica *r) {
                                  run->c->resume, &r->err))
         return 1;
     r->opt.steps = run->pos.step;
+    /* the dropout's counter ticks once per training step: where the interrupted run left it */
+    if (r->model.drop_counter) {
+        int64_t v = run->pos.step;
+        dt_tensor_upload(r->model.drop_counter, &v); /* its 8 bytes */
+    }
     return 0;
 }
 
@@ -233,6 +238,8 @@ int replica_setup(replica *r) {
     if (make_loaders(r)) return 1;
     dt_resnet_cfg mc;
     train_model_cfg(c, run->classes, &mc);
+    /* each replica its own dropout masks (its own batch), all from the run's seed */
+    mc.dropout_seed = c->seed + 0x9E3779B97F4A7C15ULL * (uint64_t)r->rank;
     /* The model's initialization and the synthetic batch draw from the process's RNGs (the
      * host one and this device's cuRAND, both reseeded): replicas build one at a time, each
      * from the start of the seed's streams, so every replica makes the same model. */

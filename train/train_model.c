@@ -12,6 +12,8 @@ void train_model_cfg(const dt_train_cfg *c, int classes, dt_resnet_cfg *mc) {
     dt_resnet_model_parse(c->model, &mc->model, NULL); /* the config's choices are the models */
     mc->deform_stages = (unsigned)dt_resnet_parse_stages(c->deform);
     mc->width = c->width;
+    if (dt_config_dropout(c, &mc->dropout, NULL)) mc->dropout = 0.0f; /* checked by the run (dt_config_check) */
+    mc->dropout_seed = c->seed;
     mc->deform_version = c->deform_version;
     mc->offset_groups = c->offset_groups;
     mc->offset_init_std = c->offset_init_std;

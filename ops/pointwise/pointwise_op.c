@@ -12,6 +12,7 @@
 #include "ops/pointwise/dt_shared_kernels.h"
 #include "core/dt_kernel.h"
 #include "ops/dt_ops.h"
+#include "ops/pointwise/dropout.h"
 #include "ops/pointwise/elementwise.h"
 #include "ops/pointwise/normalize_images.h"
 #include "ops/pointwise/reduce.h"
@@ -31,6 +32,16 @@ DT_OP_TABLE(mul_bwd_k, "mul (backward)", dt_ew_grad_fn, EW_ENTRIES(mul_bwd_k, dt
 DT_OP_TABLE(relu_bwd_k, "relu (backward)", dt_ew_grad_fn, EW_ENTRIES(relu_bwd_k, dt_relu_bwd))
 DT_OP_TABLE(relu6_bwd_k, "relu6 (backward)", dt_ew_grad_fn, EW_ENTRIES(relu6_bwd_k, dt_relu6_bwd))
 DT_OP_TABLE(sigmoid_bwd_k, "sigmoid (backward)", dt_ew_grad_fn, EW_ENTRIES(sigmoid_bwd_k, dt_sigmoid_bwd))
+/* dropout: the counter's tick has one entry per device (the counter: 8 bytes of an f32 [2]) */
+#define DROPOUT_ENTRIES(t, fn)                                                 \
+    DT_KERNEL(t, DT_CPU, DT_F32, DT_ANY_LAYOUT, fn##_f32_cpu),                 \
+    DT_KERNEL_CUDA(t, DT_GPU, DT_F32, DT_ANY_LAYOUT, fn##_f32_cuda),           \
+    DT_KERNEL(t, DT_CPU, DT_BF16, DT_ANY_LAYOUT, fn##_bf16_cpu),               \
+    DT_KERNEL_CUDA(t, DT_GPU, DT_BF16, DT_ANY_LAYOUT, fn##_bf16_cuda)
+DT_OP_TABLE(dropout_k, "dropout", dt_dropout_fwd_fn, DROPOUT_ENTRIES(dropout_k, dt_dropout_fwd))
+DT_OP_TABLE(dropout_bwd_k, "dropout (backward)", dt_dropout_bwd_fn, DROPOUT_ENTRIES(dropout_bwd_k, dt_dropout_bwd))
+DT_OP_TABLE(dropout_tick_k, "dropout (counter)", dt_dropout_tick_fn,
+            DT_TWINS(dropout_tick_k, dt_dropout_tick, DT_F32, DT_ANY_LAYOUT))
 DT_OP_TABLE(accumulate_k, "gradient accumulation", dt_ew_accumulate_fn, EW_ENTRIES(accumulate_k, dt_accumulate))
 DT_OP_TABLE(broadcast_k, "sum (backward)", dt_ew_broadcast_fn, EW_ENTRIES(broadcast_k, dt_broadcast_scalar))
 DT_OP_TABLE(sum_k, "sum", dt_sum_fn, EW_ENTRIES(sum_k, dt_sum))
@@ -128,6 +139,59 @@ dt_tensor *dt_relu6(dt_tensor *x) {
     dt_tensor *y = dt_tensor_like(x);
     DT_PICK(relu6_k, x->dev, x->dtype, x->layout)(x->numel, x->data, y->data);
     dt_record("relu6", relu6_backward, y, 1, &x, 0);
+    return y;
+}
+
+/* ---- dropout: the mask recomputed from (seed, the call's counter snapshot) in the backward ---- */
+
+typedef struct {
+    float p;
+    uint64_t seed;
+} dropout_ctx;
+
+static void dropout_backward(dt_node *n) {
+    const dropout_ctx *c = n->ctx;
+    dt_tensor *dy = n->out->grad;
+    float beta;
+    void *dx = grad_dst("dropout", n->in[0], &beta);
+    if (dx)
+        DT_PICK(dropout_bwd_k, dy->dev, dy->dtype, dy->layout)(dy->numel, c->p, c->seed, (const int64_t *)n->saved[0]->data,
+                                                               dy->data, beta, dx);
+}
+
+dt_tensor *dt_dropout_counter_new(dt_dev dev) {
+    int64_t two = 2;
+    dt_tensor *t = dt_tensor_new_unscoped(1, &two, dev, DT_F32, DT_NCHW);
+    dt_tensor_fill(t, 0.0f); /* all bits 0: the int64 0 */
+    return t;
+}
+
+int64_t dt_dropout_counter_value(const dt_tensor *counter) {
+    int64_t v;
+    dt_tensor_download(counter, &v); /* 8 bytes */
+    return v;
+}
+
+static void check_counter(const dt_tensor *x, const dt_tensor *counter) {
+    if (!counter || counter->dtype != DT_F32 || counter->numel != 2 || counter->dev != x->dev)
+        dt_fatal("dropout: the counter must be dt_dropout_counter_new's 8 bytes on the input's device");
+}
+
+dt_tensor *dt_dropout(dt_tensor *x, float p, uint64_t seed, dt_tensor *counter, int training) {
+    dt_require_live("dropout", x);
+    if (!(p >= 0.0f && p < 1.0f)) dt_fatal("dropout: p = %g must be in [0, 1)", p);
+    if (!training || p == 0.0f) return x; /* the identity, as nn.Dropout in eval mode or at p = 0 */
+    check_counter(x, counter);
+    int64_t two = 2;
+    dt_tensor *snap = dt_tensor_new_as(1, &two, x->dev, DT_F32, DT_NCHW);
+    DT_PICK(dropout_tick_k, x->dev, DT_F32, DT_NCHW)((int64_t *)counter->data, (int64_t *)snap->data);
+    dt_tensor *y = dt_tensor_like(x);
+    DT_PICK(dropout_k, x->dev, x->dtype, x->layout)(x->numel, p, seed, (const int64_t *)snap->data, x->data, y->data);
+    dt_node *n = dt_record("dropout", dropout_backward, y, 1, &x, sizeof(dropout_ctx));
+    if (n) {
+        *(dropout_ctx *)n->ctx = (dropout_ctx){p, seed};
+        dt_node_save(n, snap);
+    }
     return y;
 }
 
