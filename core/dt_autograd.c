@@ -97,6 +97,7 @@ dt_node *dt_record(const char *op, dt_backward_fn backward, dt_tensor *out, int 
 void dt_node_save(dt_node *n, dt_tensor *t) {
     if (n->n_saved == DT_NODE_MAX_SAVED) dt_fatal("dt_node_save(%s): too many saved buffers", n->op);
     n->saved[n->n_saved++] = t;
+    if (t) t->tape_saved++;
 }
 
 dt_dtype dt_grad_dtype(const dt_tensor *t) { return t->param ? t->param->t->dtype : t->dtype; }
@@ -126,8 +127,9 @@ static void release_node(dt_node *n) {
     for (int i = 0; i < n->n_saved; i++) {
         dt_tensor *s = n->saved[i];
         if (!s) continue;
-        if (s->scoped) dt_tensor_release(s); else dt_tensor_free(s);
+        s->tape_saved--;
         n->saved[i] = NULL;
+        if (s->scoped) dt_tensor_release(s); else dt_tensor_free(s);
     }
 }
 
@@ -135,8 +137,10 @@ static void release_node(dt_node *n) {
 static void drop_node(dt_node *n) {
     for (int j = 0; j < n->n_saved; j++)
         if (n->saved[j] && !n->saved[j]->scoped) {
-            dt_tensor_free(n->saved[j]);
+            dt_tensor *s = n->saved[j];
+            s->tape_saved--;
             n->saved[j] = NULL;
+            dt_tensor_free(s);
         }
     if (n->out && n->out->node == n) n->out->node = NULL;
     unlink_inputs(n);
@@ -252,9 +256,11 @@ void dt_tape_forget_tensor(dt_tensor *t) {
         dt_node *n = g_tape[i];
         if (n->out == t) {
             for (int j = 0; j < n->n_saved; j++)
-                if (n->saved[j] && !n->saved[j]->scoped) {
-                    dt_tensor_free(n->saved[j]);
+                if (n->saved[j] && n->saved[j] != t && !n->saved[j]->scoped) {
+                    dt_tensor *s = n->saved[j];
+                    s->tape_saved--;
                     n->saved[j] = NULL;
+                    dt_tensor_free(s);
                 }
             n->out = NULL;
         }
@@ -263,7 +269,12 @@ void dt_tape_forget_tensor(dt_tensor *t) {
                 n->in[j] = NULL;
                 n->input_freed = 1;
             }
+        /* a saved tensor of its scope can go before the node's output does (a scope that ends
+         * with forward nodes on the tape, no backward): the node must not look at it again */
+        for (int j = 0; j < n->n_saved; j++)
+            if (n->saved[j] == t) n->saved[j] = NULL;
     }
+    t->tape_saved = 0;
     t->node = NULL;
     t->tape_uses = 0;
 }

@@ -94,11 +94,11 @@ int dt_tape_size(void);
 /* Makes t a leaf that wants a gradient (test inputs, parameters). */
 void dt_requires_grad(dt_tensor *t);
 
-/* Called by dt_tensor.c when t is freed while nodes on the tape refer to it (t->node or
- * t->tape_uses set; e.g. dt_tensor_free of an unscoped result, or an inner scope ending before
- * the backward): the node that made t leaves the tape - no backward can reach it any more - and
- * a node that reads t is marked, so that a backward reaching it stops with a message naming the
- * op instead of reading freed memory. */
+/* Called by dt_tensor.c when t is freed while nodes on the tape refer to it (t->node,
+ * t->tape_uses or t->tape_saved set; e.g. dt_tensor_free of an unscoped result, or an inner scope
+ * ending before the backward): the node that made t leaves the tape - no backward can reach it
+ * any more -, a node that reads t is marked, so that a backward reaching it stops with a message
+ * naming the op instead of reading freed memory, and a node that saved t forgets it. */
 void dt_tape_forget_tensor(dt_tensor *t);
 
 DT_PUBLIC_END

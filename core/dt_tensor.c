@@ -301,7 +301,7 @@ void dt_tensor_release(dt_tensor *t) {
 }
 
 static void destroy(dt_tensor *t) {
-    if ((t->node || t->tape_uses) && g_tape_hooks.forget) g_tape_hooks.forget(t);
+    if ((t->node || t->tape_uses || t->tape_saved) && g_tape_hooks.forget) g_tape_hooks.forget(t);
     storage_unref(t->storage);
     if (t->param && t->param->t == t) { /* a parameter's master owns its record and working copy */
         if (t->param->work) destroy(t->param->work);

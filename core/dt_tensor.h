@@ -57,6 +57,7 @@ typedef struct dt_tensor {
     int grad_valid;       /* parameters: 0 after zero_grad, the first contribution overwrites */
     struct dt_node *node; /* the op that produced it, while that node is on the tape (else NULL) */
     int tape_uses;        /* how many nodes on the tape read it as an input */
+    int tape_saved;       /* how many nodes on the tape keep it as a saved buffer */
     /* the parameter record (dt_param.h) of a parameter's fp32 master and of its bf16 working
      * copy - whose gradient is the master's - NULL for every other tensor */
     struct dt_param *param;
@@ -160,7 +161,7 @@ DT_PUBLIC_END
 /* The tape's hooks into tensor lifetimes: the tensor sits below the autograd engine and calls
  * none of it by name; core/dt_autograd.c sets them at load time. scope_root_end runs when the
  * outermost scope ends (before its tensors are freed: nodes point at them), forget when a
- * tensor the tape knows (t->node or t->tape_uses) is freed. */
+ * tensor the tape knows (t->node, t->tape_uses or t->tape_saved) is freed. */
 typedef struct {
     void (*scope_root_end)(void);
     void (*forget)(dt_tensor *t);

@@ -7,6 +7,7 @@
 #include "core/dt_autograd.h"
 #include "tests/dt_check.h"
 #include "core/dt_npy.h"
+#include "ops/dt_layers.h"
 #include "ops/dt_ops.h"
 #include "core/dt_parallel.h"
 #include "core/dt_param.h"
@@ -323,6 +324,27 @@ DT_TEST(freed_tensors_leave_the_tape) {
     dt_backward(y);
     EXPECT_EQ_INT(dt_tape_size(), before);
     EXPECT_NEAR(dt_data_f32(x->grad)[3], 1.0f, 0.0f);
+    dt_scope_end();
+}
+
+/* An inner scope that ends before any backward frees a node's saved buffer (maxpool's argmax
+ * indices, made after its output) before the node's output: the node forgets the buffer when it
+ * goes, and freeing the output then does not read it (ASan in CI would say so). */
+DT_TEST(an_inner_scope_ending_before_the_backward_frees_its_saved_buffers_cleanly) {
+    dt_scope_begin();
+    dt_tensor *x = dt_tensor_new4(DT_CPU, 1, 2, 4, 4);
+    for (int64_t i = 0; i < x->numel; i++) dt_data_f32(x)[i] = (float)((i * 7) % 11);
+    dt_requires_grad(x);
+    const int before = dt_tape_size();
+    dt_scope_begin();
+    dt_tensor *y = dt_maxpool2d(x, 2, 2, 0);
+    EXPECT_EQ_INT(dt_tape_size(), before + 1);
+    EXPECT(y->node != NULL);
+    dt_scope_end();
+    /* the tape still works for another graph of x */
+    dt_tensor *z = dt_sum(dt_relu(x));
+    dt_backward(z);
+    EXPECT_NEAR(dt_data_f32(x->grad)[5], 1.0f, 0.0f);
     dt_scope_end();
 }
 
