@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "bench/bench_common.h"
+#include "bench/dw_shapes.h"
 #include "core/dt_alloc.h"
 #include "core/dt_autograd.h"
 #include "core/dt_device.h"
@@ -139,21 +140,14 @@ void dt_bench_depthwise(const dt_bench_opts *o, FILE *csv) {
                 const dt_conv_geom g = {1, ks[ki], 1, 1, 0, 0, 1, d};
                 dw_point(o, &c, "dw1d", label, key, 32, cs[ci], 1, 1024 + (int64_t)(ks[ki] - 1) * d, g, seed += 3);
             }
-    /* MobileNetV2's inverted residual blocks at 224: the depthwise 3x3 of each distinct shape */
-    static const struct {
-        const char *name;
-        int c, h, s;
-    } mb[] = {{"112 C 32 s1", 32, 112, 1},  {"112 C 96 s2", 96, 112, 2},  {"56 C 144 s1", 144, 56, 1},
-              {"56 C 144 s2", 144, 56, 2},  {"28 C 192 s1", 192, 28, 1},  {"28 C 192 s2", 192, 28, 2},
-              {"14 C 384 s1", 384, 14, 1},  {"14 C 576 s1", 576, 14, 1},  {"14 C 576 s2", 576, 14, 2},
-              {"7 C 960 s1", 960, 7, 1}};
     printf("\n### MobileNetV2's depthwise 3x3s (224 input, pad 1), batch %d\n", o->batch);
     header();
-    for (size_t i = 0; i < sizeof mb / sizeof mb[0]; i++) {
+    for (int i = 0; i < DT_DW_MBV2_SHAPES; i++) {
+        const dt_dw_mbv2_shape *m = &dt_dw_mbv2_shapes[i];
         char key[64];
-        snprintf(key, sizeof key, "dw2d %s %s", o->precision, mb[i].name);
+        snprintf(key, sizeof key, "dw2d %s %s", o->precision, m->name);
         for (char *k = key; *k; k++)
             if (*k == ' ' && k > key + 4 + strlen(o->precision) + 1) *k = '_';
-        dw_point(o, &c, "dw2d", mb[i].name, key, o->batch, mb[i].c, mb[i].h, mb[i].h, dt_geom(3, mb[i].s, 1, 1), seed += 3);
+        dw_point(o, &c, "dw2d", m->name, key, o->batch, m->c, m->h, m->h, dt_geom(3, m->s, 1, 1), seed += 3);
     }
 }

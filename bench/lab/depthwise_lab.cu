@@ -42,6 +42,7 @@
 #include <string.h>
 
 #include "ops/conv/depthwise_rb.cuh"
+#include "bench/dw_shapes.h"
 #include "core/dt_alloc.h"
 #include "core/dt_common.h"
 #include "core/dt_cuda.h"
@@ -77,23 +78,16 @@ static int make_shapes(dw_shape *s, int max, const char *which, int batch2d) {
                 }
     }
     if (strstr(which, "2d")) {
-        /* MobileNetV2's inverted residual blocks at 224: each distinct depthwise 3x3 */
-        static const struct {
-            const char *name;
-            int c, h, s;
-        } mb[] = {{"112 C 32 s1", 32, 112, 1}, {"112 C 96 s2", 96, 112, 2}, {"56 C 144 s1", 144, 56, 1},
-                  {"56 C 144 s2", 144, 56, 2}, {"28 C 192 s1", 192, 28, 1}, {"28 C 192 s2", 192, 28, 2},
-                  {"14 C 384 s1", 384, 14, 1}, {"14 C 576 s1", 576, 14, 1}, {"14 C 576 s2", 576, 14, 2},
-                  {"7 C 960 s1", 960, 7, 1}};
-        for (size_t i = 0; i < sizeof mb / sizeof mb[0]; i++) {
+        for (int i = 0; i < DT_DW_MBV2_SHAPES; i++) {
+            const dt_dw_mbv2_shape *m = &dt_dw_mbv2_shapes[i];
             if (n == max) return n;
             dw_shape *e = &s[n++];
-            snprintf(e->label, sizeof e->label, "%s", mb[i].name);
-            snprintf(e->key, sizeof e->key, "%s", mb[i].name);
+            snprintf(e->label, sizeof e->label, "%s", m->name);
+            snprintf(e->key, sizeof e->key, "%s", m->name);
             for (char *k = e->key; *k; k++)
                 if (*k == ' ') *k = '_';
-            e->N = batch2d, e->C = mb[i].c, e->H = e->W = mb[i].h;
-            e->g = dt_geom(3, mb[i].s, 1, 1);
+            e->N = batch2d, e->C = m->c, e->H = e->W = m->h;
+            e->g = dt_geom(3, m->s, 1, 1);
         }
     }
     return n;
