@@ -32,14 +32,10 @@ DT_OP_TABLE(mul_bwd_k, "mul (backward)", dt_ew_grad_fn, EW_ENTRIES(mul_bwd_k, dt
 DT_OP_TABLE(relu_bwd_k, "relu (backward)", dt_ew_grad_fn, EW_ENTRIES(relu_bwd_k, dt_relu_bwd))
 DT_OP_TABLE(relu6_bwd_k, "relu6 (backward)", dt_ew_grad_fn, EW_ENTRIES(relu6_bwd_k, dt_relu6_bwd))
 DT_OP_TABLE(sigmoid_bwd_k, "sigmoid (backward)", dt_ew_grad_fn, EW_ENTRIES(sigmoid_bwd_k, dt_sigmoid_bwd))
-/* dropout: the counter's tick has one entry per device (the counter: 8 bytes of an f32 [2]) */
-#define DROPOUT_ENTRIES(t, fn)                                                 \
-    DT_KERNEL(t, DT_CPU, DT_F32, DT_ANY_LAYOUT, fn##_f32_cpu),                 \
-    DT_KERNEL_CUDA(t, DT_GPU, DT_F32, DT_ANY_LAYOUT, fn##_f32_cuda),           \
-    DT_KERNEL(t, DT_CPU, DT_BF16, DT_ANY_LAYOUT, fn##_bf16_cpu),               \
-    DT_KERNEL_CUDA(t, DT_GPU, DT_BF16, DT_ANY_LAYOUT, fn##_bf16_cuda)
-DT_OP_TABLE(dropout_k, "dropout", dt_dropout_fwd_fn, DROPOUT_ENTRIES(dropout_k, dt_dropout_fwd))
-DT_OP_TABLE(dropout_bwd_k, "dropout (backward)", dt_dropout_bwd_fn, DROPOUT_ENTRIES(dropout_bwd_k, dt_dropout_bwd))
+/* dropout: the elementwise formats; the counter's tick has one entry per device (the counter:
+ * 8 bytes of an f32 [2]) */
+DT_OP_TABLE(dropout_k, "dropout", dt_dropout_fwd_fn, EW_ENTRIES(dropout_k, dt_dropout_fwd))
+DT_OP_TABLE(dropout_bwd_k, "dropout (backward)", dt_dropout_bwd_fn, EW_ENTRIES(dropout_bwd_k, dt_dropout_bwd))
 DT_OP_TABLE(dropout_tick_k, "dropout (counter)", dt_dropout_tick_fn,
             DT_TWINS(dropout_tick_k, dt_dropout_tick, DT_F32, DT_ANY_LAYOUT))
 DT_OP_TABLE(accumulate_k, "gradient accumulation", dt_ew_accumulate_fn, EW_ENTRIES(accumulate_k, dt_accumulate))
