@@ -59,12 +59,12 @@ static void gemm(const step_arg *a, int ta, int tb, int64_t M, int64_t N, int64_
 static void step_run(void *v) {
     step_arg *a = v;
     dt_deform_plan *p = &a->p;
-    int64_t nb = a->nb, C = p->C, Cout = p->Cout, P = p->P, KC = p->KC, bP = a->bP, OC = p->OC;
+    int64_t nb = a->nb, C = p->prob.C, Cout = p->prob.Cout, P = p->P, KC = p->KC, bP = a->bP, OC = p->OC;
     switch (a->which) {
     case S_X_NHWC: dt_nchw_to_nhwc_cuda(nb, C, a->HW, a->x, C, a->xT); break;
     case S_OFFCONV: dt_offconv_fwd_cuda(p, nb, a->xT, a->woff, a->boff, a->om, a->ws); break;
     case S_OFFCONV_GEMM:
-        dt_im2col_cuda(a->x, nb, C, p->H, p->W, p->g, p->Ho, p->Wo, a->colcn);
+        dt_im2col_cuda(a->x, nb, C, p->prob.H, p->prob.W, p->prob.g, p->prob.Ho, p->prob.Wo, a->colcn);
         gemm(a, 0, 0, OC, bP, KC, 1.0f, a->woff, KC, a->colcn, bP, 0.0f, a->t, bP);
         dt_cnhw_to_nchw_cuda(a->t, nb, OC, P, a->boff, a->offn);
         break;
@@ -104,10 +104,10 @@ static void step_run(void *v) {
     case S_COL2IM: dt_deform_col2im_cuda(p, nb, a->dcolcn, a->off, a->mask, a->dx); break;
     case S_COL2IM_DET: dt_deform_col2im_det_cuda(p, nb, a->dcolcn, a->off, a->mask, 0.0f, a->dx); break;
     case S_OFFCONV_BWD_GEMM:
-        dt_im2col_cuda(a->x, nb, C, p->H, p->W, p->g, p->Ho, p->Wo, a->colcn);
+        dt_im2col_cuda(a->x, nb, C, p->prob.H, p->prob.W, p->prob.g, p->prob.Ho, p->prob.Wo, a->colcn);
         gemm(a, 0, 1, OC, KC, bP, 1.0f, a->t, bP, a->colcn, bP, 0.0f, a->dwoff, KC);
         gemm(a, 1, 0, KC, bP, OC, 1.0f, a->woff, KC, a->t, bP, 0.0f, a->colcn, bP);
-        dt_col2im_cuda(a->colcn, nb, C, p->H, p->W, p->g, p->Ho, p->Wo, 1.0f, a->dx);
+        dt_col2im_cuda(a->colcn, nb, C, p->prob.H, p->prob.W, p->prob.g, p->prob.Ho, p->prob.Wo, 1.0f, a->dx);
         break;
     case S_GEMM_DW_CN: gemm(a, 0, 1, Cout, KC, bP, 1.0f, a->t, bP, a->colcn, bP, 0.0f, a->dw, KC); break;
     case S_GEMM_DCOL_CN: gemm(a, 1, 0, KC, bP, Cout, 1.0f, a->w, KC, a->t, bP, 0.0f, a->dcolcn, bP); break;
@@ -144,18 +144,18 @@ void dt_bench_deform_breakdown(const dt_bench_opts *o, FILE *csv) {
         a.pt = a.p;
         a.pt.halo = 1;
         dt_deform_plan *p = &a.p;
-        int64_t nb = p->nb, C = p->C, Cout = p->Cout, P = p->P, KC = p->KC, OC = p->OC;
+        int64_t nb = p->nb, C = p->prob.C, Cout = p->prob.Cout, P = p->P, KC = p->KC, OC = p->OC;
         a.nb = nb;
         a.bP = nb * P;
-        a.HW = p->H * p->W;
+        a.HW = p->prob.H * p->prob.W;
         double scale = (double)o->batch / nb;
-        dt_tensor *x = dt_bench_randn(nb, C, p->H, p->W, 1.0f, 900 + si);
+        dt_tensor *x = dt_bench_randn(nb, C, p->prob.H, p->prob.W, 1.0f, 900 + si);
         dt_tensor *w = dt_bench_randn(Cout, C, 3, 3, 0.05f, 901 + si);
         dt_tensor *woff = dt_bench_randn(OC, C, 3, 3, o->sigma / sqrtf((float)KC), 902 + si);
         dt_tensor *boff = dt_bench_randn(1, 1, 1, OC, 0.0f, 1);
-        dt_tensor *dy = dt_bench_randn(nb, Cout, p->Ho, p->Wo, 1.0f, 903 + si);
-        dt_tensor *off = dt_bench_randn(nb, 2 * p->GK, p->Ho, p->Wo, o->sigma, 904 + si);
-        dt_tensor *mask = version == 2 ? dt_bench_randn(nb, p->GK, p->Ho, p->Wo, 0.2f, 905 + si) : NULL;
+        dt_tensor *dy = dt_bench_randn(nb, Cout, p->prob.Ho, p->prob.Wo, 1.0f, 903 + si);
+        dt_tensor *off = dt_bench_randn(nb, 2 * p->GK, p->prob.Ho, p->prob.Wo, o->sigma, 904 + si);
+        dt_tensor *mask = version == 2 ? dt_bench_randn(nb, p->GK, p->prob.Ho, p->prob.Wo, 0.2f, 905 + si) : NULL;
         a.x = x->data; a.w = w->data; a.woff = woff->data; a.boff = boff->data; a.dy = dy->data;
         a.off = off->data; a.mask = mask ? mask->data : NULL;
         a.xT = gbuf(nb * a.HW * C);

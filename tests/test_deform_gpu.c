@@ -62,14 +62,14 @@ DT_GPU_TEST(gpu_deft_kernels_match_cpu_twins) {
                                               &k, (size_t)1 << 40);
         EXPECT_MSG(!bad, "%s", bad ? bad : "");
         if (bad) continue;
-        const int64_t nb = p.N, Q = nb * p.P, S = Q * p.K * p.G, nx = nb * p.H * p.W * p.C;
+        const int64_t nb = p.prob.N, Q = nb * p.P, S = Q * p.K * p.G, nx = nb * p.prob.H * p.prob.W * p.prob.C;
         char what[200];
 #define NAME(...) (snprintf(what, sizeof what, __VA_ARGS__), what)
         /* inputs: x channels last, offsets (+ sigmoid-range mask) in om, dcol, dom, weights */
         dt_tensor *in[5];
         dt_test_deform_inputs(c, 0, in);
         float *xT = malloc(nx * 4), *om = calloc(Q * p.OCS, 4);
-        dt_nchw_to_nhwc_cpu(nb, p.C, p.H * p.W, in[0]->data, p.C, xT);
+        dt_nchw_to_nhwc_cpu(nb, p.prob.C, p.prob.H * p.prob.W, in[0]->data, p.prob.C, xT);
         dt_nchw_to_nhwc_cpu(nb, 2 * p.GK, p.P, in[1]->data, p.OCS, om);
         if (in[2]) dt_nchw_to_nhwc_cpu(nb, p.GK, p.P, in[2]->data, p.OCS, om + 2 * p.GK);
         float *dcol = host_randn(Q * p.KC, 1.0f), *dom = host_randn(Q * p.OCS, 1.0f);

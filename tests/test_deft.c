@@ -104,9 +104,9 @@ static const dt_deform_plan *index_plan(const dt_deform_case *c, dt_deform_plan 
 
 /* om [N*P, OCS] from NCHW offsets/mask, as the deft op builds it. */
 static float *om_of(const dt_deform_plan *p, const dt_tensor *off, const dt_tensor *mask) {
-    float *om = calloc((size_t)(p->N * p->P * p->OCS), sizeof(float));
-    dt_nchw_to_nhwc_cpu(p->N, 2 * p->GK, p->P, off->data, p->OCS, om);
-    if (mask) dt_nchw_to_nhwc_cpu(p->N, p->GK, p->P, mask->data, p->OCS, om + 2 * p->GK);
+    float *om = calloc((size_t)(p->prob.N * p->P * p->OCS), sizeof(float));
+    dt_nchw_to_nhwc_cpu(p->prob.N, 2 * p->GK, p->P, off->data, p->OCS, om);
+    if (mask) dt_nchw_to_nhwc_cpu(p->prob.N, p->GK, p->P, mask->data, p->OCS, om + 2 * p->GK);
     return om;
 }
 
@@ -120,10 +120,10 @@ DT_TEST(deft_index_invariants) {
         dt_tensor *in[5];
         dt_test_deform_inputs(c, 0, in);
         float *om = om_of(&p, in[1], in[2]);
-        void *ws = malloc(dt_deform_index_ws_bytes_cpu(&p, p.N));
+        void *ws = malloc(dt_deform_index_ws_bytes_cpu(&p, p.prob.N));
         dt_deform_index idx;
-        dt_deform_index_build_cpu(&p, p.N, om, ws, &idx);
-        dt_deform_chunk ch = dt_deform_chunk_make(&p, p.N);
+        dt_deform_index_build_cpu(&p, p.prob.N, om, ws, &idx);
+        dt_deform_chunk ch = dt_deform_chunk_make(&p, p.prob.N);
         EXPECT_EQ_INT(idx.samples, ch.S);
         EXPECT_EQ_INT(idx.start[0], 0);
         int64_t valid = 0, bad_order = 0, bad_key = 0;
@@ -149,12 +149,12 @@ DT_TEST(deft_index_invariants) {
         EXPECT_EQ_INT(bad_order, 0);
         EXPECT_EQ_INT(bad_key, 0);
         /* D coverage */
-        int64_t nx = p.N * p.H * p.W * p.C;
+        int64_t nx = p.prob.N * p.prob.H * p.prob.W * p.prob.C;
         float *xT = malloc(nx * 4), *dxT = malloc(nx * 4), *dcol = malloc(ch.Q * p.KC * 4), *D = malloc(ch.S * 16);
         for (int64_t e = 0; e < nx; e++) xT[e] = dt_rng_normal(dt_test_rng());
         for (int64_t e = 0; e < (int64_t)ch.Q * p.KC; e++) dcol[e] = dt_rng_normal(dt_test_rng());
         for (int64_t e = 0; e < (int64_t)ch.S * 4; e++) D[e] = NAN;
-        dt_deform_gather_dx_cpu(&p, p.N, &idx, xT, dcol, 0.0f, dxT, DT_F32, D);
+        dt_deform_gather_dx_cpu(&p, p.prob.N, &idx, xT, dcol, 0.0f, dxT, DT_F32, D);
         int64_t wrong = 0;
         for (int64_t s = 0; s < ch.S; s++) {
             int q, k, g, i;
@@ -321,7 +321,7 @@ DT_TEST(deform_plan_chunks_and_errors) {
     /* a huge budget still keeps every per-chunk index below 2^31 */
     k = dt_deform_knobs_default();
     EXPECT(!dt_deform_plan_init(&p, 100000, 4, 64, 64, 4, dt_geom(3, 1, 1, 1), 1, 0, DT_DEFORM_DEFT, &k, (size_t)1 << 50));
-    EXPECT(p.nb * p.P * p.K * p.G < INT32_MAX && p.nb * (p.H + 1) * (p.W + 1) < INT32_MAX);
+    EXPECT(p.nb * p.P * p.K * p.G < INT32_MAX && p.nb * (p.prob.H + 1) * (p.prob.W + 1) < INT32_MAX);
     /* deterministic forces the gather */
     k.dx = DT_DX_ATOMIC;
     k.deterministic = 1;

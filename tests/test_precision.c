@@ -517,7 +517,7 @@ DT_GPU_TEST(gpu_offset_conv_tensor_cores_within_format_bound) {
                                                dt_precision_math((dt_precision)pr), (size_t)1 << 40);
         EXPECT_MSG(!bad, "%s: %s", c->name, bad ? bad : "");
         if (bad) continue;
-        const int64_t n = p.N, Q = n * p.P, nx = n * p.H * p.W * p.C, nw = p.OC * p.KC, nom = Q * p.OCS;
+        const int64_t n = p.prob.N, Q = n * p.P, nx = n * p.prob.H * p.prob.W * p.prob.C, nw = p.OC * p.KC, nom = Q * p.OCS;
         float *x = malloc(nx * 4), *w = malloc(nw * 4), *b = malloc(p.OC * 4), *dom = malloc(nom * 4);
         float *dx0 = malloc(nx * 4);
         dt_rng_fill_normal(dt_test_rng(), x, nx, 0.0f, 1.0f);
@@ -546,9 +546,9 @@ DT_GPU_TEST(gpu_offset_conv_tensor_cores_within_format_bound) {
                 double sabs = ba[oc];
                 for (int64_t kk = 0; kk < p.K; kk++) {
                     int64_t iy = oy * c->g.sh - c->g.ph + kk / c->g.kw * c->g.dh, ix = ox * c->g.sw - c->g.pw + kk % c->g.kw * c->g.dw;
-                    if (iy < 0 || iy >= p.H || ix < 0 || ix >= p.W) continue;
-                    for (int64_t cc = 0; cc < p.C; cc++)
-                        sabs += (double)xa[((i * p.H + iy) * p.W + ix) * p.C + cc] * wa[(oc * p.C + cc) * p.K + kk];
+                    if (iy < 0 || iy >= p.prob.H || ix < 0 || ix >= p.prob.W) continue;
+                    for (int64_t cc = 0; cc < p.prob.C; cc++)
+                        sabs += (double)xa[((i * p.prob.H + iy) * p.prob.W + ix) * p.prob.C + cc] * wa[(oc * p.prob.C + cc) * p.K + kk];
                 }
                 omb[q * p.OCS + oc] = (float)(oc >= 2 * p.GK ? sabs / 4 : sabs);
             }

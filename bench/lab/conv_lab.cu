@@ -535,7 +535,7 @@ static void run_ref_deform(problem *pr) {
     const dt_deform_plan *dp = &pr->dp;
     const int64_t Q = pr->p.M, KC = dp->KC;
     void *colT = dt_gpu_malloc(sizeof(bf16) * (size_t)(Q * KC)); /* cached after the first call */
-    dt_deform_sample_nhwc_cuda(dp, dp->N, pr->dx, pr->dom, colT);
+    dt_deform_sample_nhwc_cuda(dp, dp->prob.N, pr->dx, pr->dom, colT);
     dt_gemm_call(DT_GPU, DT_BF16, DT_MATH_FP32, 0, 1, Q, pr->p.Cout, KC, 1.0f, colT, KC, pr->dw, KC, 0.0f, pr->dy, DT_BF16,
                  pr->p.Cout);
     dt_gpu_free(colT);
@@ -549,7 +549,7 @@ static void run_ref_deform_wgrad(problem *pr) {
     const dt_deform_plan *dp = &pr->dp;
     const int64_t Q = pr->p.M, KC = dp->KC;
     void *colT = dt_gpu_malloc(sizeof(bf16) * (size_t)(Q * KC)); /* cached after the first call */
-    dt_deform_sample_nhwc_cuda(dp, dp->N, pr->dx, pr->dom, colT);
+    dt_deform_sample_nhwc_cuda(dp, dp->prob.N, pr->dx, pr->dom, colT);
     dt_gemm_call(DT_GPU, DT_BF16, DT_MATH_FP32, 1, 0, pr->p.Cout, KC, Q, 1.0f, pr->ddy, pr->p.Cout, colT, KC, 0.0f, pr->ddw,
                  DT_F32, KC);
     dt_gpu_free(colT);

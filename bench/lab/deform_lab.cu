@@ -302,7 +302,7 @@ static void validate_offconv(int tiles) {
     for (size_t vi = 0; vi < sizeof V / sizeof *V; vi++) {
         dt_deform_plan p = plan_for(V[vi].n, V[vi].c, V[vi].h, V[vi].w, 8, dt_geom(3, V[vi].stride, V[vi].dil, V[vi].dil),
                                     V[vi].G, V[vi].mask, (size_t)1 << 40);
-        int64_t nb = p.N, Q = nb * p.P, nx = nb * p.H * p.W * p.C;
+        int64_t nb = p.prob.N, Q = nb * p.P, nx = nb * p.prob.H * p.prob.W * p.prob.C;
         float *xT = randn_host(nx, 1.0f, 1 + vi), *w = randn_host(p.OC * p.KC, 0.1f, 2 + vi), *b = randn_host(p.OC, 0.5f, 3 + vi);
         float *dom = randn_host(Q * p.OCS, 1.0f, 4 + vi), *dx0 = randn_host(nx, 1.0f, 5 + vi);
         for (int64_t q = 0; q < Q; q++)
@@ -319,7 +319,7 @@ static void validate_offconv(int tiles) {
         dt_offconv_fwd_cuda(&p, nb, gx, gw, gb, gom, ws);
         dt_offconv_bwd_cuda(&p, nb, gx, gdom, gw, 0.0f, gdw, 0.0f, gdb, NULL, 1.0f, gdx, ws);
         printf("validate offconv %-5s C %3lld s%d d%d G%d mask %d: fwd %.1e  dW %.1e  db %.1e  dx %.1e\n",
-               tiles ? "tiles" : "lanes", (long long)p.C, V[vi].stride, V[vi].dil, V[vi].G, V[vi].mask,
+               tiles ? "tiles" : "lanes", (long long)p.prob.C, V[vi].stride, V[vi].dil, V[vi].G, V[vi].mask,
                err_vs(gom, om, Q * p.OCS), err_vs(gdw, dw, p.OC * p.KC), err_vs(gdb, db, p.OC), err_vs(gdx, dx, nx));
         float *hs[] = {xT, w, b, dom, dx0, om, dw, db, dx};
         for (size_t i = 0; i < sizeof hs / sizeof *hs; i++) free(hs[i]);
@@ -334,7 +334,7 @@ static void validate_gather_sample(void) {
     static const int CH[3] = {64, 128, 256};
     for (int ci = 0; ci < 3; ci++) {
         dt_deform_plan p = plan_for(2, CH[ci], 11, 13, 8, dt_geom(3, 1, 1, 1), 1, 1, (size_t)1 << 40);
-        int64_t nb = p.N, Q = nb * p.P, nx = nb * p.H * p.W * p.C, S = Q * p.K * p.G;
+        int64_t nb = p.prob.N, Q = nb * p.P, nx = nb * p.prob.H * p.prob.W * p.prob.C, S = Q * p.K * p.G;
         float *xT = randn_host(nx, 1.0f, 20 + ci), *om = om_host(&p, nb, 1.5f, 21 + ci), *dcol = randn_host(Q * p.KC, 1.0f, 22 + ci);
         void *cws = malloc(dt_deform_index_ws_bytes_cpu(&p, nb));
         dt_deform_index ic, ig;
@@ -372,7 +372,7 @@ static void validate_bf16(void) {
         const size_t budget = (size_t)1 << 40;
         dt_deform_plan p = plan_for(2, V[vi].c, 11, 13, 8, dt_geom(3, 1, 1, 1), V[vi].G, V[vi].mask, budget);
         dt_deform_plan pb = bf16_plan(&p, budget);
-        const int64_t nb = pb.N, Q = nb * pb.P, nx = nb * pb.H * pb.W * pb.C, S = Q * pb.K * pb.G, nc = Q * pb.KC;
+        const int64_t nb = pb.prob.N, Q = nb * pb.P, nx = nb * pb.prob.H * pb.prob.W * pb.prob.C, S = Q * pb.K * pb.G, nc = Q * pb.KC;
         const int64_t nom = Q * pb.OCS, nw = pb.OC * pb.KC;
         float *x = randn_host(nx, 1.0f, 40 + vi), *dcol = randn_host(nc, 1.0f, 41 + vi), *om = om_host(&pb, nb, 1.5f, 42 + vi);
         float *w = randn_host(nw, 0.1f, 43 + vi), *b = randn_host(pb.OC, 0.5f, 44 + vi), *dom = randn_host(nom, 1.0f, 45 + vi);
@@ -437,18 +437,18 @@ static void sampler_step(const char *what) {
 static dt_bf16 *sampler_bitwise(const char *name, const dt_deform_plan *pb, int64_t nb, const void *gx, const float *gom,
                                 const void *gw, const float *gbias) {
     const dt_deform_chunk c = dt_deform_chunk_make(pb, nb);
-    const int64_t Q = nb * pb->P, ny = Q * pb->Cout;
+    const int64_t Q = nb * pb->P, ny = Q * pb->prob.Cout;
     void *gy = dt_gpu_malloc(ny * 2), *gref = dt_gpu_malloc(ny * 2), *gcol = dt_gpu_malloc(Q * pb->KC * 2);
     dt_memset_gpu(gy, 0xff, ny * 2), dt_memset_gpu(gref, 0x7f, ny * 2);
     char what[160];
     snprintf(what, sizeof what, "%s: fused launch", name);
     sampler_step(what);
-    dt_conv_sm90_fprop_deform(&c, pb->Cout, gx, gom, gw, gbias, gy);
+    dt_conv_sm90_fprop_deform(&c, pb->prob.Cout, gx, gom, gw, gbias, gy);
     dt_gpu_sync();
     snprintf(what, sizeof what, "%s: k_sample + the engine's GEMM", name);
     sampler_step(what);
     dt_deform_sample_nhwc_cuda(pb, nb, gx, gom, gcol);
-    dt_conv_sm90_fprop_deform_cols(&c, pb->Cout, gcol, gw, gbias, gref);
+    dt_conv_sm90_fprop_deform_cols(&c, pb->prob.Cout, gcol, gw, gbias, gref);
     dt_gpu_sync();
     dt_bf16 *y = (dt_bf16 *)malloc(ny * 2), *ref = (dt_bf16 *)malloc(ny * 2);
     dt_copy_d2h(y, gy, ny * 2), dt_copy_d2h(ref, gref, ny * 2);
@@ -482,29 +482,29 @@ static void validate_sampler(int batch, const char *only) {
         dt_deform_plan p = plan_for(V[vi].n, V[vi].c, V[vi].h, V[vi].w, V[vi].cout, dt_geom(3, V[vi].stride, 1, V[vi].dil),
                                     V[vi].G, V[vi].mask, budget);
         dt_deform_plan pb = bf16_plan(&p, budget);
-        const int64_t nb = pb.N, Q = nb * pb.P, nx = nb * pb.H * pb.W * pb.C, nw = pb.Cout * pb.KC;
+        const int64_t nb = pb.prob.N, Q = nb * pb.P, nx = nb * pb.prob.H * pb.prob.W * pb.prob.C, nw = pb.prob.Cout * pb.KC;
         float *x = randn_host(nx, 1.0f, 60 + vi), *w = randn_host(nw, 1.0f / sqrtf((float)pb.KC), 61 + vi);
-        float *bias = randn_host(pb.Cout, 1.0f, 62 + vi), *om = om_host(&pb, nb, 1.0f, 63 + vi);
+        float *bias = randn_host(pb.prob.Cout, 1.0f, 62 + vi), *om = om_host(&pb, nb, 1.0f, 63 + vi);
         dt_bf16 *xh = bf16_host(x, nx), *wh = bf16_host(w, nw), *col = (dt_bf16 *)malloc(Q * pb.KC * 2);
         dt_deform_sample_nhwc_cpu(&pb, nb, xh, om, col);
-        double *ref = (double *)malloc(sizeof(double) * Q * pb.Cout), big = 0;
+        double *ref = (double *)malloc(sizeof(double) * Q * pb.prob.Cout), big = 0;
         for (int64_t q = 0; q < Q; q++)
-            for (int64_t o = 0; o < pb.Cout; o++) {
+            for (int64_t o = 0; o < pb.prob.Cout; o++) {
                 double acc = bias[o];
                 for (int64_t k = 0; k < pb.KC; k++)
                     acc += (double)dt_bf16_to_float(col[q * pb.KC + k]) * dt_bf16_to_float(wh[o * pb.KC + k]);
-                ref[q * pb.Cout + o] = acc;
+                ref[q * pb.prob.Cout + o] = acc;
                 big = fmax(big, fabs(acc));
             }
         void *gx = up_bf16(x, nx), *gw = up_bf16(w, nw);
-        float *gom = up(om, Q * pb.OCS), *gbias = up(bias, pb.Cout);
+        float *gom = up(om, Q * pb.OCS), *gbias = up(bias, pb.prob.Cout);
         char name[96];
         snprintf(name, sizeof name, "N %d C %d %dx%d s%d d%d G%d mask %d -> %d", V[vi].n, V[vi].c, V[vi].h, V[vi].w,
                  V[vi].stride, V[vi].dil, V[vi].G, V[vi].mask, V[vi].cout);
         dt_bf16 *y = sampler_bitwise(name, &pb, nb, gx, gom, gw, gbias);
         int64_t over = 0;
         double worst = 0;
-        for (int64_t i = 0; i < Q * pb.Cout; i++) {
+        for (int64_t i = 0; i < Q * pb.prob.Cout; i++) {
             const double e = fabs(dt_bf16_to_float(y[i]) - ref[i]), bound = ldexp(fabs(ref[i]), -7) + ldexp(big, -9);
             over += !(e <= bound); /* NaN counts */
             worst = fmax(worst, e / bound);
@@ -521,13 +521,13 @@ static void validate_sampler(int batch, const char *only) {
         dt_deform_plan p = plan_for(batch, sh->cin, sh->h, sh->h, sh->cout, dt_geom(3, sh->stride, 1, 1), 1, 0,
                                     dt_conv_col_budget());
         dt_deform_plan pb = bf16_plan(&p, dt_conv_col_budget());
-        const int64_t nb = pb.nb, Q = nb * pb.P, nx = nb * pb.H * pb.W * pb.C, nw = pb.Cout * pb.KC;
+        const int64_t nb = pb.nb, Q = nb * pb.P, nx = nb * pb.prob.H * pb.prob.W * pb.prob.C, nw = pb.prob.Cout * pb.KC;
         float *h;
         void *gx = up_bf16(h = randn_host(nx, 1.0f, 70 + si), nx);
         free(h);
         void *gw = up_bf16(h = randn_host(nw, 1.0f / sqrtf((float)pb.KC), 71 + si), nw);
         free(h);
-        float *gbias = up(h = randn_host(pb.Cout, 1.0f, 72 + si), pb.Cout);
+        float *gbias = up(h = randn_host(pb.prob.Cout, 1.0f, 72 + si), pb.prob.Cout);
         free(h);
         float *gom = up(h = om_host(&pb, nb, 1.0f, 73 + si), Q * pb.OCS);
         free(h);
@@ -571,17 +571,17 @@ typedef struct {
 static void run(void *v) {
     arg *a = (arg *)v;
     dt_deform_plan *p = &a->p;
-    const int64_t bP = a->nb * p->P, nx = a->nb * p->H * p->W * p->C;
+    const int64_t bP = a->nb * p->P, nx = a->nb * p->prob.H * p->prob.W * p->prob.C;
     int w = a->which;
     dt_offconv_use_tiles(!(w == T_FWD_L || w == T_DW_L || w == T_DX_L));
     switch (w) {
     case T_FWD_L: case T_FWD_T: dt_offconv_fwd_cuda(p, a->nb, a->xT, a->w, a->b, a->om, a->ws); break;
     case T_DW_L: case T_DW_T: dt_offconv_bwd_cuda(p, a->nb, a->xT, a->dom, a->w, 0.0f, a->dw, 0.0f, a->db, NULL, 0.0f, NULL, a->ws); break;
     case T_DX_L: case T_DX_T: dt_offconv_bwd_cuda(p, a->nb, a->xT, a->dom, a->w, 0.0f, NULL, 0.0f, NULL, NULL, 0.0f, a->dxT, a->ws); break;
-    case T_GEMM_DW: dt_gemm_cuda(1, 0, p->Cout, p->KC, bP, 1.0f, a->dyt, p->Cout, a->col, p->KC, 0.0f, a->dW, p->KC); break;
+    case T_GEMM_DW: dt_gemm_cuda(1, 0, p->prob.Cout, p->KC, bP, 1.0f, a->dyt, p->prob.Cout, a->col, p->KC, 0.0f, a->dW, p->KC); break;
     case T_GEMM_DWT:
-        dt_gemm_cuda(1, 0, p->KC, p->Cout, bP, 1.0f, a->col, p->KC, a->dyt, p->Cout, 0.0f, a->dWt, p->Cout);
-        dt_nhwc_to_nchw_cuda(1, p->Cout, p->KC, a->dWt, p->Cout, NULL, 0.0f, a->dW);
+        dt_gemm_cuda(1, 0, p->KC, p->prob.Cout, bP, 1.0f, a->col, p->KC, a->dyt, p->prob.Cout, 0.0f, a->dWt, p->prob.Cout);
+        dt_nhwc_to_nchw_cuda(1, p->prob.Cout, p->KC, a->dWt, p->prob.Cout, NULL, 0.0f, a->dW);
         break;
     case T_GATHER0: case T_GATHER1: case T_GATHER2:
         gather_variant(w - T_GATHER0, p, a->nb, &a->idx, a->xT, a->col, a->dxT, a->D);
@@ -600,12 +600,12 @@ static void run(void *v) {
     case T_SAMPLER_BLAS: case T_SAMPLER_COLS: case T_SAMPLER_FUSED: {
         const dt_deform_chunk c = dt_deform_chunk_make(&a->pb, a->nb);
         if (w == T_SAMPLER_FUSED) {
-            dt_conv_sm90_fprop_deform(&c, p->Cout, a->xh, a->om, a->wh, a->bias, a->yh);
+            dt_conv_sm90_fprop_deform(&c, p->prob.Cout, a->xh, a->om, a->wh, a->bias, a->yh);
             break;
         }
         dt_deform_sample_nhwc_cuda(&a->pb, a->nb, a->xh, a->om, a->colh);
-        if (w == T_SAMPLER_COLS) dt_conv_sm90_fprop_deform_cols(&c, p->Cout, a->colh, a->wh, a->bias, a->yh);
-        else dt_gemm_bf16_cuda(DT_MATH_FP32, 0, 1, bP, p->Cout, p->KC, 1.0f, a->colh, p->KC, a->wh, p->KC, 0.0f, a->yh, DT_BF16, p->Cout);
+        if (w == T_SAMPLER_COLS) dt_conv_sm90_fprop_deform_cols(&c, p->prob.Cout, a->colh, a->wh, a->bias, a->yh);
+        else dt_gemm_bf16_cuda(DT_MATH_FP32, 0, 1, bP, p->prob.Cout, p->KC, 1.0f, a->colh, p->KC, a->wh, p->KC, 0.0f, a->yh, DT_BF16, p->prob.Cout);
         break;
     }
     }
@@ -625,26 +625,26 @@ static void time_shapes(int batch, int reps, const char *only, const char *what)
         a.pb = bf16_plan(&a.p, dt_conv_col_budget());
         dt_deform_plan *p = &a.p;
         a.nb = p->nb;
-        int64_t nb = p->nb, Q = nb * p->P, nx = nb * p->H * p->W * p->C;
+        int64_t nb = p->nb, Q = nb * p->P, nx = nb * p->prob.H * p->prob.W * p->prob.C;
         float *h;
         a.xT = up(h = randn_host(nx, 1.0f, 10 + si), nx), free(h);
         a.w = up(h = randn_host(p->OC * p->KC, 0.05f, 11 + si), p->OC * p->KC), free(h);
         a.b = up(h = randn_host(p->OC, 0.5f, 12 + si), p->OC), free(h);
         a.dom = up(h = randn_host(Q * p->OCS, 1.0f, 13 + si), Q * p->OCS), free(h);
         a.col = up(h = randn_host(Q * p->KC, 1.0f, 14 + si), Q * p->KC), free(h);
-        a.dyt = up(h = randn_host(Q * p->Cout, 1.0f, 15 + si), Q * p->Cout), free(h);
+        a.dyt = up(h = randn_host(Q * p->prob.Cout, 1.0f, 15 + si), Q * p->prob.Cout), free(h);
         a.om = up(h = om_host(p, nb, 1.0f, 16 + si), Q * p->OCS), free(h);
         a.xh = up_bf16(h = randn_host(nx, 1.0f, 17 + si), nx), free(h);
         a.colh = up_bf16(h = randn_host(Q * p->KC, 1.0f, 18 + si), Q * p->KC), free(h);
         a.dxh = dt_gpu_malloc(nx * 2);
-        a.wh = up_bf16(h = randn_host(p->Cout * p->KC, 1.0f / sqrtf((float)p->KC), 19 + si), p->Cout * p->KC), free(h);
-        a.bias = up(h = randn_host(p->Cout, 1.0f, 20 + si), p->Cout), free(h);
-        a.yh = dt_gpu_malloc(Q * p->Cout * 2);
+        a.wh = up_bf16(h = randn_host(p->prob.Cout * p->KC, 1.0f / sqrtf((float)p->KC), 19 + si), p->prob.Cout * p->KC), free(h);
+        a.bias = up(h = randn_host(p->prob.Cout, 1.0f, 20 + si), p->prob.Cout), free(h);
+        a.yh = dt_gpu_malloc(Q * p->prob.Cout * 2);
         a.dw = (float *)dt_gpu_malloc(p->OC * p->KC * 4);
         a.db = (float *)dt_gpu_malloc(p->OC * 4);
         a.dxT = (float *)dt_gpu_malloc(nx * 4);
-        a.dW = (float *)dt_gpu_malloc(p->Cout * p->KC * 4);
-        a.dWt = (float *)dt_gpu_malloc(p->Cout * p->KC * 4);
+        a.dW = (float *)dt_gpu_malloc(p->prob.Cout * p->KC * 4);
+        a.dWt = (float *)dt_gpu_malloc(p->prob.Cout * p->KC * 4);
         a.D = (float *)dt_gpu_malloc(Q * p->K * 16);
         size_t w1 = dt_offconv_ws_bytes_cuda(p, nb), w2 = dt_deform_index_ws_bytes_cuda(p, nb);
         size_t w3 = dt_offconv_ws_bytes_cuda(&a.pb, nb), wmax = w1 > w2 ? w1 : w2;

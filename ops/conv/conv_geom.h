@@ -33,7 +33,8 @@ static inline int64_t dt_conv_out_size(int64_t in, int k, int s, int p, int d) {
 }
 
 /* One convolution problem, what every convolution path is given (the implicit GEMM and the
- * Hopper engine, their plan, the deformable kernels' reference): logical tensors
+ * Hopper engine, their plan, the deformable plan and the deformable kernels' float64
+ * reference): logical tensors
  * x [N, C, H, W], w [Cout, C / groups, kh, kw], y [N, Cout, Ho, Wo]; each of the `groups`
  * groups maps C / groups input channels to Cout / groups outputs (1: a dense conv). How the
  * tensors are stored (dtype, layout) is each entry point's; a path that does not take a problem

@@ -375,15 +375,15 @@ typedef struct {
 static formats formats_of(const call *c) {
     const dt_deform_desc *d = &c->d;
     const dt_deform_plan *p = &c->p;
-    int64_t N = d->n, cw = p->C / d->weight_groups; /* N: the plan has one image for an empty batch */
+    int64_t N = d->n, cw = p->prob.C / d->weight_groups; /* N: the plan has one image for an empty batch */
     formats f;
-    f.w = (fmt){p->Cout, cw, p->K, (dt_dtype)d->weight_dtype, (dt_layout)d->weight_layout};
+    f.w = (fmt){p->prob.Cout, cw, p->K, (dt_dtype)d->weight_dtype, (dt_layout)d->weight_layout};
     f.off = (fmt){N, 2 * p->GK, p->P, (dt_dtype)d->offset_dtype, (dt_layout)d->offset_layout};
     f.mask = (fmt){N, p->GK, p->P, (dt_dtype)d->mask_dtype, (dt_layout)d->mask_layout};
-    f.kw = (fmt){p->Cout, cw, p->K, p->dtype, p->layout};
+    f.kw = (fmt){p->prob.Cout, cw, p->K, p->dtype, p->layout};
     f.koff = (fmt){N, 2 * p->GK, p->P, DT_F32, DT_NCHW};
     f.kmask = (fmt){N, p->GK, p->P, DT_F32, DT_NCHW};
-    f.kdw = (fmt){p->Cout, cw, p->K, DT_F32, p->layout};
+    f.kdw = (fmt){p->prob.Cout, cw, p->K, DT_F32, p->layout};
     return f;
 }
 

@@ -85,7 +85,7 @@ static int dx_direct(const dt_deform_run *r) {
 }
 
 /* The input channels of the weight: C / WG (C without weight groups). */
-static int64_t weight_channels(const dt_deform_run *r) { return r->p->C / (r->a->groups > 1 ? r->a->groups : 1); }
+static int64_t weight_channels(const dt_deform_run *r) { return r->p->prob.C / (r->a->groups > 1 ? r->a->groups : 1); }
 
 static void deft_open(dt_deform_run *r) {
     const dt_deform_plan *p = r->p;
@@ -96,11 +96,11 @@ static void deft_open(dt_deform_run *r) {
     if (!a->woff && !a->offset) dt_fatal("deform_conv2d (deft): neither offsets nor an offset conv were given");
     if (p->layout == DT_NCHW) { /* the weight channels last for the GEMMs, and its gradient back */
         const int64_t cw = weight_channels(r), KCw = p->K * cw;
-        r->wT = dt_dev_alloc(dev, (size_t)p->Cout * KCw * sizeof(float));
-        DT_PICK(dt_nchw_to_nhwc_k, dev, DT_F32, DT_NCHW)(p->Cout, cw, p->K, a->w, cw, r->wT);
+        r->wT = dt_dev_alloc(dev, (size_t)p->prob.Cout * KCw * sizeof(float));
+        DT_PICK(dt_nchw_to_nhwc_k, dev, DT_F32, DT_NCHW)(p->prob.Cout, cw, p->K, a->w, cw, r->wT);
         r->gemm_w = r->wT;
         if (backward && r->g->dw) {
-            r->dwT = dt_dev_alloc(dev, (size_t)p->Cout * KCw * sizeof(float));
+            r->dwT = dt_dev_alloc(dev, (size_t)p->prob.Cout * KCw * sizeof(float));
             r->gemm_dw = r->dwT;
             r->gemm_bw = 0.0f;
         }
@@ -116,12 +116,12 @@ static void deft_open(dt_deform_run *r) {
         r->om = a->om;
     } else {
         r->own_om = 1;
-        r->om = dt_dev_alloc(dev, (size_t)p->N * p->P * p->OCS * sizeof(float));
-        if (p->OCS > p->OC) DT_PICK(dt_fill_k, dev, DT_F32, DT_NCHW)(p->N * p->P * p->OCS, 0.0f, r->om);
-        DT_PICK(dt_nchw_to_nhwc_k, dev, DT_F32, DT_NCHW)(p->N, 2 * p->GK, p->P, a->offset, p->OCS, r->om);
-        if (a->mask) DT_PICK(dt_nchw_to_nhwc_k, dev, DT_F32, DT_NCHW)(p->N, p->GK, p->P, a->mask, p->OCS, r->om + 2 * p->GK);
+        r->om = dt_dev_alloc(dev, (size_t)p->prob.N * p->P * p->OCS * sizeof(float));
+        if (p->OCS > p->OC) DT_PICK(dt_fill_k, dev, DT_F32, DT_NCHW)(p->prob.N * p->P * p->OCS, 0.0f, r->om);
+        DT_PICK(dt_nchw_to_nhwc_k, dev, DT_F32, DT_NCHW)(p->prob.N, 2 * p->GK, p->P, a->offset, p->OCS, r->om);
+        if (a->mask) DT_PICK(dt_nchw_to_nhwc_k, dev, DT_F32, DT_NCHW)(p->prob.N, p->GK, p->P, a->mask, p->OCS, r->om + 2 * p->GK);
     }
-    size_t img = (size_t)nb * p->H * p->W * p->C * sizeof(float); /* an fp32 chunk of x */
+    size_t img = (size_t)nb * p->prob.H * p->prob.W * p->prob.C * sizeof(float); /* an fp32 chunk of x */
     if (p->layout == DT_NCHW) r->xT_buf = dt_dev_alloc(dev, img);
     size_t ws = 0;
     if (!backward) {
@@ -145,7 +145,7 @@ static void deft_begin(void *rv, int64_t n0, int64_t nb, int backward) {
     dt_deform_run *r = rv;
     const dt_deform_plan *p = r->p;
     dt_dev dev = r->dev;
-    int64_t HWC = p->H * p->W * p->C;
+    int64_t HWC = p->prob.H * p->prob.W * p->prob.C;
     if (backward && p->dx == DT_DX_GATHER && r->g->dx) {
         /* The index depends on the offsets alone: on the GPU it is built on the side stream while
          * the main stream re-samples the columns and runs the dW and dcol GEMMs (joined in
@@ -156,7 +156,7 @@ static void deft_begin(void *rv, int64_t n0, int64_t nb, int backward) {
     }
     const void *x = (const char *)r->a->x + (size_t)(n0 * HWC) * elem(p);
     if (p->layout == DT_NCHW) {
-        DT_PICK(dt_nchw_to_nhwc_k, dev, DT_F32, DT_NCHW)(nb, p->C, p->H * p->W, x, p->C, r->xT_buf);
+        DT_PICK(dt_nchw_to_nhwc_k, dev, DT_F32, DT_NCHW)(nb, p->prob.C, p->prob.H * p->prob.W, x, p->prob.C, r->xT_buf);
         r->xT = r->xT_buf;
     } else {
         r->xT = x;
@@ -185,8 +185,8 @@ static void deft_adjoint(void *rv, int64_t n0, int64_t nb, void *dcol) {
     dt_dev dev = r->dev;
     const int layer = is_layer(r);
     const float *om = r->om + n0 * p->P * p->OCS;
-    const int64_t HW = p->H * p->W, npix = nb * HW;
-    void *dx = g->dx ? (char *)g->dx + (size_t)(n0 * HW * p->C) * elem(p) : NULL;
+    const int64_t HW = p->prob.H * p->prob.W, npix = nb * HW;
+    void *dx = g->dx ? (char *)g->dx + (size_t)(n0 * HW * p->prob.C) * elem(p) : NULL;
     float *acc = r->dxT_buf; /* the sampling's fp32 sum when it is not dx itself (NULL: dx not wanted) */
     if (p->dx == DT_DX_GATHER) {
         if (!g->dx) DT_PICK(index_build_k, dev, p->dtype, DT_NHWC)(p, nb, om, r->idx_ws, &r->idx); /* not built ahead */
@@ -196,7 +196,7 @@ static void deft_adjoint(void *rv, int64_t n0, int64_t nb, void *dcol) {
         DT_PICK(offset_grads_k, dev, p->dtype, DT_NHWC)(p, nb, om, r->D, layer, r->dom);
     } else { /* the atomic knob: fp32 sums (dx_direct: an f32 dx) */
         float *sum = r->dx_direct ? (float *)dx : acc;
-        if (sum) DT_PICK(dt_fill_k, dev, DT_F32, DT_NCHW)(npix * p->C, 0.0f, sum);
+        if (sum) DT_PICK(dt_fill_k, dev, DT_F32, DT_NCHW)(npix * p->prob.C, 0.0f, sum);
         DT_PICK(scatter_k, dev, p->dtype, DT_NHWC)(p, nb, r->xT, om, dcol, layer, sum, r->dom);
     }
     if (layer) {
@@ -219,9 +219,9 @@ static void deft_adjoint(void *rv, int64_t n0, int64_t nb, void *dcol) {
             DT_PICK(dt_nhwc_to_nchw_k, dev, DT_F32, DT_NCHW)(nb, p->GK, p->P, r->dom + 2 * p->GK, p->OCS, NULL, g->bmask, g->dmask + n0 * p->GK * p->P);
     }
     if (!g->dx) return;
-    if (p->layout == DT_NCHW) DT_PICK(dt_nhwc_to_nchw_k, dev, DT_F32, DT_NCHW)(nb, p->C, HW, acc, p->C, NULL, g->bx, dx);
+    if (p->layout == DT_NCHW) DT_PICK(dt_nhwc_to_nchw_k, dev, DT_F32, DT_NCHW)(nb, p->prob.C, HW, acc, p->prob.C, NULL, g->bx, dx);
     else if (!layer && !r->dx_direct) /* the op's atomics: their fp32 sum into dx */
-        DT_PICK(dt_convert_k, dev, DT_F32, DT_NCHW)(1, 1, npix * p->C, acc, DT_F32, DT_NCHW, g->bx, dx, p->dtype, DT_NCHW);
+        DT_PICK(dt_convert_k, dev, DT_F32, DT_NCHW)(1, 1, npix * p->prob.C, acc, DT_F32, DT_NCHW, g->bx, dx, p->dtype, DT_NCHW);
 }
 
 static void deft_close(dt_deform_run *r) {
@@ -229,7 +229,7 @@ static void deft_close(dt_deform_run *r) {
     dt_dev dev = r->dev;
     const int64_t cw = weight_channels(r);
     if (r->dwT) /* [Cout, K, C/WG] -> [Cout, C/WG, K], with beta */
-        DT_PICK(dt_nhwc_to_nchw_k, dev, DT_F32, DT_NCHW)(p->Cout, cw, p->K, r->dwT, cw, NULL, r->g->bw, r->g->dw);
+        DT_PICK(dt_nhwc_to_nchw_k, dev, DT_F32, DT_NCHW)(p->prob.Cout, cw, p->K, r->dwT, cw, NULL, r->g->bw, r->g->dw);
     void *bufs[] = {r->wT, r->dwT, r->own_om ? r->om : NULL, r->xT_buf, r->dxT_buf, r->dom, r->D, r->ws, r->idx_ws};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (bufs[i]) dt_dev_free(dev, bufs[i]);

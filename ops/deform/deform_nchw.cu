@@ -31,10 +31,10 @@ struct shape_dev {
 template <typename I>
 shape_dev<I> make_shape(const dt_deform_plan *p, int64_t nb) {
     shape_dev<I> d;
-    d.nb = (I)nb; d.C = (I)p->C; d.H = (I)p->H; d.W = (I)p->W; d.Ho = (I)p->Ho; d.Wo = (I)p->Wo;
+    d.nb = (I)nb; d.C = (I)p->prob.C; d.H = (I)p->prob.H; d.W = (I)p->prob.W; d.Ho = (I)p->prob.Ho; d.Wo = (I)p->prob.Wo;
     d.P = (I)p->P; d.NP = (I)(nb * p->P); d.K = (I)p->K;
     d.G = p->G; d.Cg = (I)p->Cg;
-    d.g = {p->g.kh, p->g.kw, p->g.sh, p->g.sw, p->g.ph, p->g.pw, p->g.dh, p->g.dw};
+    d.g = {p->prob.g.kh, p->prob.g.kw, p->prob.g.sh, p->prob.g.sw, p->prob.g.ph, p->prob.g.pw, p->prob.g.dh, p->prob.g.dw};
     return d;
 }
 
@@ -143,7 +143,7 @@ __global__ void k_coord(shape_dev<I> s, const float *__restrict__ dcol, const fl
 }
 
 bool fits32(const dt_deform_plan *p, int64_t nb) {
-    return p->KC * nb * p->P < INT32_MAX && nb * p->C * p->H * p->W < INT32_MAX && nb * p->GK * 3 * p->P < INT32_MAX;
+    return p->KC * nb * p->P < INT32_MAX && nb * p->prob.C * p->prob.H * p->prob.W < INT32_MAX && nb * p->GK * 3 * p->P < INT32_MAX;
 }
 
 }  // namespace
@@ -162,9 +162,9 @@ extern "C" {
 void dt_deform_im2col_cuda(const dt_deform_plan *p, int64_t nb, const float *x, const float *offset, const float *mask,
                            float *col) {
     int64_t NP = nb * p->P;
-    if (NP * p->C <= 0) return;
-    dt_check_grid_yz("deform_im2col", p->C, 1);
-    dim3 grid(dt_blocks_per_plane(NP, p->C), (unsigned)p->C);
+    if (NP * p->prob.C <= 0) return;
+    dt_check_grid_yz("deform_im2col", p->prob.C, 1);
+    dim3 grid(dt_blocks_per_plane(NP, p->prob.C), (unsigned)p->prob.C);
     DISPATCH_I(p, nb, k_im2col<I><<<grid, 256, 0, dt_stream()>>>(make_shape<I>(p, nb), x, offset, mask, col));
     DT_CHECK_LAUNCH();
 }
@@ -172,9 +172,9 @@ void dt_deform_im2col_cuda(const dt_deform_plan *p, int64_t nb, const float *x, 
 void dt_deform_col2im_cuda(const dt_deform_plan *p, int64_t nb, const float *dcol, const float *offset, const float *mask,
                            float *dx) {
     int64_t NP = nb * p->P;
-    if (NP * p->C <= 0) return;
-    dt_check_grid_yz("deform_col2im", p->C, 1);
-    dim3 grid(dt_blocks_per_plane(NP, p->C), (unsigned)p->C);
+    if (NP * p->prob.C <= 0) return;
+    dt_check_grid_yz("deform_col2im", p->prob.C, 1);
+    dim3 grid(dt_blocks_per_plane(NP, p->prob.C), (unsigned)p->prob.C);
     DISPATCH_I(p, nb, k_col2im<I><<<grid, 256, 0, dt_stream()>>>(make_shape<I>(p, nb), dcol, offset, mask, dx));
     DT_CHECK_LAUNCH();
 }
@@ -193,14 +193,14 @@ void dt_deform_col2im_coord_cuda(const dt_deform_plan *p, int64_t nb, const floa
 
 void dt_deform_col2im_det_cuda(const dt_deform_plan *p, int64_t nb, const float *dcol, const float *offset,
                                const float *mask, float beta, float *dx) {
-    int64_t K = p->K, P = p->P, NP = nb * P, nx = nb * p->C * p->H * p->W;
+    int64_t K = p->K, P = p->P, NP = nb * P, nx = nb * p->prob.C * p->prob.H * p->prob.W;
     if (nx <= 0) return;
     void *ws = dt_gpu_malloc(fp_ws_bytes(nx));
-    fp_prepare(ws, nx, dcol, p->C * K * NP, mask, nb * p->GK * P, (double)K * P);
+    fp_prepare(ws, nx, dcol, p->prob.C * K * NP, mask, nb * p->GK * P, (double)K * P);
     fp_ws w = fp_ws_at(ws);
     if (NP > 0) {
-        dt_check_grid_yz("deform_col2im_det", p->C, 1);
-        dim3 grid(dt_blocks_per_plane(NP, p->C), (unsigned)p->C);
+        dt_check_grid_yz("deform_col2im_det", p->prob.C, 1);
+        dim3 grid(dt_blocks_per_plane(NP, p->prob.C), (unsigned)p->prob.C);
         DISPATCH_I(p, nb, k_col2im_det<I><<<grid, 256, 0, dt_stream()>>>(make_shape<I>(p, nb), dcol, offset, mask, w.scale,
                                                                           w.acc));
         DT_CHECK_LAUNCH();

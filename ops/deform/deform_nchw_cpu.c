@@ -15,7 +15,7 @@ typedef struct {
 } shape;
 
 static shape shape_of(const dt_deform_plan *p, int64_t nb) {
-    shape s = {nb, p->C, p->H, p->W, p->Ho, p->Wo, p->G, p->g};
+    shape s = {nb, p->prob.C, p->prob.H, p->prob.W, p->prob.Ho, p->prob.Wo, p->G, p->prob.g};
     return s;
 }
 
@@ -130,7 +130,7 @@ static void coord_range(void *ctx, int64_t t0, int64_t t1) {
 
 void dt_deform_col2im_det_cpu(const dt_deform_plan *p, int64_t nb, const float *dcol, const float *offset,
                               const float *mask, float beta, float *dx) {
-    if (beta == 0.0f) memset(dx, 0, (size_t)(nb * p->C * p->H * p->W) * sizeof(float));
+    if (beta == 0.0f) memset(dx, 0, (size_t)(nb * p->prob.C * p->prob.H * p->prob.W) * sizeof(float));
     dt_deform_col2im_cpu(p, nb, dcol, offset, mask, dx); /* one thread a channel, fixed order */
 }
 

@@ -343,26 +343,26 @@ const char *make_tiling(const dt_deform_plan *p, int64_t nb, bool stage, tiling 
         for (int e = 0; e < 3; e++) {
             t->th = cand[e][0];
             t->tw = cand[e][1];
-            int64_t blocks = nb * ((p->Ho + t->th - 1) / t->th) * ((p->Wo + t->tw - 1) / t->tw);
+            int64_t blocks = nb * ((p->prob.Ho + t->th - 1) / t->th) * ((p->prob.Wo + t->tw - 1) / t->tw);
             if (blocks >= 2 * dt_gpu_sm_count()) break;
         }
     }
-    t->tiles_y = (int)((p->Ho + t->th - 1) / t->th);
-    t->tiles_x = (int)((p->Wo + t->tw - 1) / t->tw);
+    t->tiles_y = (int)((p->prob.Ho + t->th - 1) / t->th);
+    t->tiles_x = (int)((p->prob.Wo + t->tw - 1) / t->tw);
     t->tiles = t->tiles_y * t->tiles_x;
     t->swizzle = p->knobs.swizzle;
     t->halo = stage ? p->halo : 0;
-    t->FH = (t->th - 1) * p->g.sh + (p->g.kh - 1) * p->g.dh + 2 * t->halo + 2;
-    t->FW = (t->tw - 1) * p->g.sw + (p->g.kw - 1) * p->g.dw + 2 * t->halo + 2;
+    t->FH = (t->th - 1) * p->prob.g.sh + (p->prob.g.kh - 1) * p->prob.g.dh + 2 * t->halo + 2;
+    t->FW = (t->tw - 1) * p->prob.g.sw + (p->prob.g.kw - 1) * p->prob.g.dw + 2 * t->halo + 2;
     int vec = vec4(p) ? 4 : 1;
     size_t offs = (size_t)t->th * t->tw * p->OCS * sizeof(float);
-    t->CC = (int)p->C;
+    t->CC = (int)p->prob.C;
     if (stage) {
         size_t per_ch = (size_t)t->FH * t->FW * sizeof(float);
         int64_t cc = offs + per_ch * vec <= (size_t)SMEM_BUDGET ? (int64_t)((SMEM_BUDGET - offs) / per_ch) : 0;
         cc = cc / vec * vec;
         if (cc > 32 * vec) cc = 32 * vec; /* one vector a lane of the 32-lane rows */
-        if (cc > p->C) cc = p->C;
+        if (cc > p->prob.C) cc = p->prob.C;
         if (cc < vec)
             return snprintf(msg, sizeof msg, "deft stage: tile %dx%d with halo %d gives a %dx%d footprint that does not fit "
                             "%d KB of shared memory (use a smaller tile or halo)", t->th, t->tw, t->halo, t->FH, t->FW,
@@ -413,8 +413,8 @@ void dt_deform_tile_forward_cuda(const dt_deform_plan *p, int64_t nb, const void
     if (fuse) {
         /* the weights rounded where the offset conv's CPU twin rounds them (offset_conv.h) */
         const int round = p->dtype == DT_BF16 && dt_offconv_rounds(p);
-        int64_t npack = (int64_t)nt * oct * p->K * p->C / 4;
-        if (vec4(p) && p->C % 4 == 0)
+        int64_t npack = (int64_t)nt * oct * p->K * p->prob.C / 4;
+        if (vec4(p) && p->prob.C % 4 == 0)
             k_offconv_pack<4><<<dt_grid_for(npack, 256), 256, 0, dt_stream()>>>(c, oct, nt, woff, round, wpack);
         else k_offconv_pack<1><<<dt_grid_for(npack, 256), 256, 0, dt_stream()>>>(c, oct, nt, woff, round, wpack);
         DT_CHECK_LAUNCH();
@@ -430,7 +430,7 @@ void dt_deform_tile_forward_cuda(const dt_deform_plan *p, int64_t nb, const void
     } while (0)
 #define TILE_V(F, S, O)                                  \
     do {                                                 \
-        if (vec4(p) && p->C % 4 == 0) TILE(F, S, 4, O);  \
+        if (vec4(p) && p->prob.C % 4 == 0) TILE(F, S, 4, O);  \
         else TILE(F, S, 1, O);                           \
     } while (0)
 #define TILE_O(F, S)                    \

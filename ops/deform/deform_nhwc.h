@@ -55,7 +55,7 @@ typedef struct {
 /* Samples whose corners are all outside the image (or whose position is not finite) are in
  * no key. Key of top-left pixel (y, x) of image i, group g: ((i*G + g)*(H+1) + y+1)*(W+1) + x+1. */
 static inline int64_t dt_deform_index_keys(const dt_deform_plan *p, int64_t nb) {
-    return nb * p->G * (p->H + 1) * (p->W + 1);
+    return nb * p->G * (p->prob.H + 1) * (p->prob.W + 1);
 }
 
 #define DT_DECL_DEFORM_NHWC(sfx)                                                                                      \

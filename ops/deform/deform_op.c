@@ -140,15 +140,15 @@ dt_tensor *dt_deform_conv2d_deft(dt_tensor *x, dt_tensor *off_w, dt_tensor *off_
     dt_require_layout(op, "offset weight", off_w, DT_NCHW);
     dt_deform_plan p = plan_for(op, x, w, g, groups, version == 2, DT_DEFORM_DEFT, knobs, math);
     p.halo = halo;
-    if (off_w->ndim != 4 || off_w->shape[0] != p.OC || off_w->shape[1] != p.C || off_w->shape[2] != g.kh ||
+    if (off_w->ndim != 4 || off_w->shape[0] != p.OC || off_w->shape[1] != p.prob.C || off_w->shape[2] != g.kh ||
         off_w->shape[3] != g.kw)
         dt_fatal("%s: offset weight %s must be [%lld, %lld, %d, %d]", op, dt_shape_str(off_w, a, sizeof a),
-                 (long long)p.OC, (long long)p.C, g.kh, g.kw);
+                 (long long)p.OC, (long long)p.prob.C, g.kh, g.kw);
     if (!off_b || off_b->numel != p.OC) dt_fatal("%s: offset bias must have %lld elements", op, (long long)p.OC);
     dt_require_dtype(op, "offset bias", off_b, DT_F32);
     dt_require_same_device(op, x, off_b);
-    dt_tensor *y = dt_tensor_new4_as(x->dev, x->dtype, x->layout, p.N, p.Cout, Ho, Wo);
-    dt_tensor *om = dt_tensor_new2(x->dev, p.N * p.P, p.OCS);
+    dt_tensor *y = dt_tensor_new4_as(x->dev, x->dtype, x->layout, p.prob.N, p.prob.Cout, Ho, Wo);
+    dt_tensor *om = dt_tensor_new2(x->dev, p.prob.N * p.P, p.OCS);
     dt_deform_args args = {.x = x->data, .woff = off_w->data, .boff = off_b->data, .w = w->data,
                            .bias = bias ? bias->data : NULL, .om = om->data};
     dt_deform_forward_raw(&p, x->dev, &args, y->data);

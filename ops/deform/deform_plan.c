@@ -46,7 +46,7 @@ static const char *chunk(dt_deform_plan *p, size_t col_budget_bytes) {
     static __thread char msg[160];
     int64_t per_image = p->P * p->KC * (int64_t)dt_dtype_size(p->dtype);
     int64_t nb = (int64_t)col_budget_bytes / (per_image > 0 ? per_image : 1);
-    int64_t rows = p->P * p->K * p->G, keys = (p->H + 1) * (p->W + 1) * p->G, pix = p->H * p->W * p->G;
+    int64_t rows = p->P * p->K * p->G, keys = (p->prob.H + 1) * (p->prob.W + 1) * p->G, pix = p->prob.H * p->prob.W * p->G;
     int64_t biggest = rows > keys ? rows : keys;
     if (pix > biggest) biggest = pix;
     int64_t lim = (int64_t)(INT32_MAX - 1) / biggest;
@@ -55,7 +55,7 @@ static const char *chunk(dt_deform_plan *p, size_t col_budget_bytes) {
                         (long long)biggest), msg;
     if (nb > lim) nb = lim;
     if (nb < 1) nb = 1;
-    p->nb = nb < p->N ? nb : p->N;
+    p->nb = nb < p->prob.N ? nb : p->prob.N;
     return NULL;
 }
 
@@ -73,21 +73,14 @@ const char *dt_deform_plan_init(dt_deform_plan *p, int64_t N, int64_t C, int64_t
     if (G < 1 || C % G)
         return snprintf(msg, sizeof msg, "%lld channels cannot be split into %d offset groups", (long long)C, G), msg;
     if (mode != DT_DEFORM_UNFUSED && mode != DT_DEFORM_DEFT) return snprintf(msg, sizeof msg, "unknown mode %d", (int)mode), msg;
-    p->N = N;
-    p->C = C;
-    p->H = H;
-    p->W = W;
-    p->Cout = Cout;
-    p->g = g;
+    p->prob = dt_conv_problem_of(N, C, H, W, Cout, g, 1);
     p->G = G;
     p->has_mask = has_mask != 0;
-    p->Ho = dt_conv_out_size(H, g.kh, g.sh, g.ph, g.dh);
-    p->Wo = dt_conv_out_size(W, g.kw, g.sw, g.pw, g.dw);
-    if (p->Ho < 1 || p->Wo < 1)
+    if (p->prob.Ho < 1 || p->prob.Wo < 1)
         return snprintf(msg, sizeof msg, "input %lldx%lld is too small for kernel %dx%d (dilation %dx%d, padding %dx%d): output would be %lldx%lld",
-                        (long long)H, (long long)W, g.kh, g.kw, g.dh, g.dw, g.ph, g.pw, (long long)p->Ho, (long long)p->Wo), msg;
+                        (long long)H, (long long)W, g.kh, g.kw, g.dh, g.dw, g.ph, g.pw, (long long)p->prob.Ho, (long long)p->prob.Wo), msg;
     p->K = (int64_t)g.kh * g.kw;
-    p->P = p->Ho * p->Wo;
+    p->P = p->prob.Ho * p->prob.Wo;
     p->Cg = C / G;
     p->GK = G * p->K;
     p->KC = p->K * C;

@@ -71,10 +71,10 @@ dt_deform_knobs dt_deform_knobs_default(void);
 int dt_deform_knobs_validate(const dt_deform_knobs *k, char *err, int errlen);
 
 typedef struct {
-    /* the problem */
-    int64_t N, C, H, W, Cout, Ho, Wo;
-    dt_conv_geom g;
-    int G, has_mask;
+    /* the problem: x [N, C, H, W], the main weight [Cout, C, kh, kw], y [N, Cout, Ho, Wo]
+     * (prob.groups is 1: the C API's weight groups travel in dt_deform_args.groups) */
+    dt_conv_problem prob;
+    int G, has_mask; /* offset groups (C % G == 0); 1 when a mask (DCNv2) modulates the taps */
     /* derived sizes */
     int64_t K, P, Cg, GK, KC, OC, OCS;
     /* how it runs */

@@ -16,7 +16,7 @@ static const dt_deform_impl *impl_of(const dt_deform_plan *p) {
 static dt_colconv skeleton(const dt_deform_impl *im, dt_deform_run *r) {
     const dt_deform_plan *p = r->p;
     dt_colconv cc = {.dev = r->dev, .layout = im->layout, .dtype = p->dtype, .math = p->math,
-                     .nhwc = p->layout == DT_NHWC, .N = p->N, .Cout = p->Cout, .P = p->P, .R = p->KC, .nb = p->nb,
+                     .nhwc = p->layout == DT_NHWC, .N = p->prob.N, .Cout = p->prob.Cout, .P = p->P, .R = p->KC, .nb = p->nb,
                      .groups = r->a->groups, .taps = p->K, .ctx = r, .begin = im->begin, .fill = im->fill,
                      .adjoint = NULL};
     return cc;
@@ -33,8 +33,8 @@ void dt_deform_forward_raw(const dt_deform_plan *p, dt_dev dev, const dt_deform_
 
 void dt_deform_backward_raw(const dt_deform_plan *p, dt_dev dev, const dt_deform_args *a, const void *dy,
                             const dt_deform_grads *g) {
-    if (g->db && p->layout == DT_NCHW) DT_PICK(dt_bias_nchw_bwd_k, dev, DT_F32, DT_NCHW)(p->N, p->Cout, p->P, dy, g->bb, g->db);
-    else if (g->db) DT_PICK(dt_bias_rows_bwd_k, dev, p->dtype, p->layout)(p->N * p->P, p->Cout, dy, g->bb, g->db);
+    if (g->db && p->layout == DT_NCHW) DT_PICK(dt_bias_nchw_bwd_k, dev, DT_F32, DT_NCHW)(p->prob.N, p->prob.Cout, p->P, dy, g->bb, g->db);
+    else if (g->db) DT_PICK(dt_bias_rows_bwd_k, dev, p->dtype, p->layout)(p->prob.N * p->P, p->prob.Cout, dy, g->bb, g->db);
     int inputs = g->dx || g->doff || g->dmask || g->dwoff || g->dboff;
     if (!g->dw && !inputs) return;
     const dt_deform_impl *im = impl_of(p);

@@ -38,7 +38,7 @@ static void unfused_fill(void *rv, int64_t n0, int64_t nb, void *col) {
     dt_deform_run *r = rv;
     const dt_deform_plan *p = r->p;
     const dt_deform_args *a = r->a;
-    DT_PICK(unfused_im2col_k, r->dev, DT_F32, DT_NCHW)(p, nb, (const float *)a->x + n0 * p->C * p->H * p->W, a->offset + n0 * 2 * p->GK * p->P, a->mask ? a->mask + n0 * p->GK * p->P : NULL, col);
+    DT_PICK(unfused_im2col_k, r->dev, DT_F32, DT_NCHW)(p, nb, (const float *)a->x + n0 * p->prob.C * p->prob.H * p->prob.W, a->offset + n0 * 2 * p->GK * p->P, a->mask ? a->mask + n0 * p->GK * p->P : NULL, col);
 }
 
 static void unfused_adjoint(void *rv, int64_t n0, int64_t nb, void *dcol) {
@@ -50,15 +50,15 @@ static void unfused_adjoint(void *rv, int64_t n0, int64_t nb, void *dcol) {
     const float *off = a->offset + n0 * 2 * p->GK * p->P, *mask = a->mask ? a->mask + n0 * p->GK * p->P : NULL;
     if (g->doff || g->dmask) { /* the coord kernel writes both; a missing one goes to scratch */
         float *o = g->doff ? g->doff + n0 * 2 * p->GK * p->P : dt_dev_alloc(dev, (size_t)nb * 2 * p->GK * p->P * sizeof(float));
-        DT_PICK(unfused_coord_k, dev, DT_F32, DT_NCHW)(p, nb, dcol, (const float *)a->x + n0 * p->C * p->H * p->W, off, mask, o, g->doff ? g->boff : 0.0f, g->dmask ? g->dmask + n0 * p->GK * p->P : NULL, g->bmask);
+        DT_PICK(unfused_coord_k, dev, DT_F32, DT_NCHW)(p, nb, dcol, (const float *)a->x + n0 * p->prob.C * p->prob.H * p->prob.W, off, mask, o, g->doff ? g->boff : 0.0f, g->dmask ? g->dmask + n0 * p->GK * p->P : NULL, g->bmask);
         if (!g->doff) dt_dev_free(dev, o);
     }
     if (!g->dx) return;
-    float *dx = (float *)g->dx + n0 * p->C * p->H * p->W;
+    float *dx = (float *)g->dx + n0 * p->prob.C * p->prob.H * p->prob.W;
     if (p->knobs.deterministic) {
         DT_PICK(col2im_det_k, dev, DT_F32, DT_NCHW)(p, nb, dcol, off, mask, g->bx, dx);
     } else {
-        if (g->bx == 0.0f) DT_PICK(dt_fill_k, dev, DT_F32, DT_NCHW)(nb * p->C * p->H * p->W, 0.0f, dx);
+        if (g->bx == 0.0f) DT_PICK(dt_fill_k, dev, DT_F32, DT_NCHW)(nb * p->prob.C * p->prob.H * p->prob.W, 0.0f, dx);
         DT_PICK(unfused_col2im_k, dev, DT_F32, DT_NCHW)(p, nb, dcol, off, mask, dx);
     }
 }

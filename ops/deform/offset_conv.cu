@@ -598,9 +598,9 @@ __global__ void __launch_bounds__(XT_THREADS) k_dx_tiled(dt_deform_chunk c, cons
  * the lane kernels for every plan that runs FFMA (tests and the kernel lab compare the two). */
 int g_use_tiles = 1;
 
-bool tiles_ok(const dt_deform_plan *p) { return g_use_tiles && p->C % 4 == 0; }
+bool tiles_ok(const dt_deform_plan *p) { return g_use_tiles && p->prob.C % 4 == 0; }
 
-bool vec4_ok(const dt_deform_plan *p) { return p->C % 4 == 0; }
+bool vec4_ok(const dt_deform_plan *p) { return p->prob.C % 4 == 0; }
 
 /* The tensor-core kernels: bf16 plans, or f32 ones with TF32 products, when C % 32 == 0 -
  * decided by the plan alone, so that the CPU twin knows which operands were rounded. */
@@ -611,7 +611,7 @@ bool use_tc(const dt_deform_plan *p) {
 int64_t wpack_floats(const dt_deform_plan *p) {
     int oct = offconv_oct(p->OC);
     int64_t nt = (p->OC + oct - 1) / oct;
-    return nt * oct * p->K * p->C;
+    return nt * oct * p->K * p->prob.C;
 }
 
 /* Tap splits of the forward: enough blocks for ~4 waves of 132-SM-sized work. */
@@ -637,7 +637,7 @@ void dw_split(const dt_deform_chunk &c, int cvb, int ncvb, int nt, int *qchunk, 
 }
 
 void dw_shape(const dt_deform_plan *p, int *cvb, int *ncvb) {
-    int64_t nvc = vec4_ok(p) ? p->C / 4 : p->C;
+    int64_t nvc = vec4_ok(p) ? p->prob.C / 4 : p->prob.C;
     *cvb = dt_lanes_for(nvc, 8);
     *ncvb = (int)((nvc + *cvb - 1) / *cvb);
 }
@@ -671,8 +671,8 @@ static size_t ws_bytes(const dt_deform_plan *p, int64_t nb) {
     if (nzf2 > nzf) nzf = nzf2;
     if (nzw2 > nzw) nzw = nzw2;
     size_t fwd = (size_t)wpack_floats(p) + (nzf > 1 ? (size_t)nzf * c.Q * c.OCS : 0);
-    size_t dw = (size_t)nzw * p->OC * (p->C * p->K + 1);
-    size_t dx = (size_t)p->OC * p->K * p->C;
+    size_t dw = (size_t)nzw * p->OC * (p->prob.C * p->K + 1);
+    size_t dx = (size_t)p->OC * p->K * p->prob.C;
     size_t m = fwd > dw ? fwd : dw, tc = dt_offconv_tc_ok(p) ? dt_offconv_tc_ws_bytes(p, nb) : 0;
     /* the engine's, for every bf16 plan (whether a chunk runs on it is decided at the call) */
     const size_t engine = p->dtype == DT_BF16 ? dt_offconv_sm90_ws_bytes(p, nb) : 0;
@@ -684,7 +684,7 @@ static size_t ws_bytes(const dt_deform_plan *p, int64_t nb) {
 /* The splits depend on the chunk's size: the last chunk of a batch (N % nb images) may split
  * further than a full one (more partial sums), so the workspace covers both. */
 size_t dt_offconv_ws_bytes_cuda(const dt_deform_plan *p, int64_t nb) {
-    size_t a = ws_bytes(p, nb), b = p->N % nb ? ws_bytes(p, p->N % nb) : 0;
+    size_t a = ws_bytes(p, nb), b = p->prob.N % nb ? ws_bytes(p, p->prob.N % nb) : 0;
     return a > b ? a : b;
 }
 
@@ -762,7 +762,7 @@ static void bwd_weight(const dt_deform_plan *p, int64_t nb, const void *xT, cons
     } else if (tiles_ok(p)) {
         int qchunk;
         dw_tiled_split(c, nt, &qchunk, &nz);
-        float *partb = partw + (int64_t)nz * p->OC * p->C * p->K;
+        float *partb = partw + (int64_t)nz * p->OC * p->prob.C * p->K;
         if (c.Q > 0) {
             dim3 grid((unsigned)((p->KC + WT_BN - 1) / WT_BN), nt, nz);
             dt_dispatch_plan_dtype(p->dtype, [&](auto *tag) {
@@ -785,7 +785,7 @@ static void bwd_weight(const dt_deform_plan *p, int64_t nb, const void *xT, cons
         int cvb, ncvb, qchunk;
         dw_shape(p, &cvb, &ncvb);
         dw_split(c, cvb, ncvb, nt, &qchunk, &nz);
-        float *partb = partw + (int64_t)nz * p->OC * p->C * p->K;
+        float *partb = partw + (int64_t)nz * p->OC * p->prob.C * p->K;
         if (c.Q > 0) {
             dim3 grid((unsigned)(p->K * ncvb), nt, nz);
             dt_dispatch_plan_dtype(p->dtype, [&](auto *tag) {
@@ -805,8 +805,8 @@ static void bwd_weight(const dt_deform_plan *p, int64_t nb, const void *xT, cons
             nz = 0;
         }
     }
-    float *partb = partw + (int64_t)nz * p->OC * p->C * p->K;
-    int64_t nw = p->OC * p->C * p->K;
+    float *partb = partw + (int64_t)nz * p->OC * p->prob.C * p->K;
+    int64_t nw = p->OC * p->prob.C * p->K;
     if (dw) {
         k_sum_parts<<<dt_grid_for(nw, 256), 256, 0, dt_stream()>>>(nw, nz, partw, beta_w, dw);
         DT_CHECK_LAUNCH();
@@ -823,13 +823,13 @@ static void bwd_input(const dt_deform_plan *p, int64_t nb, const float *dom, con
     dt_deform_chunk c = dt_deform_chunk_make(p, nb);
     if (c.npix <= 0) return;
     float *wT = (float *)ws; /* [OC, K, C] */
-    dt_nchw_to_nhwc_cuda(p->OC, p->C, p->K, w, p->C, wT);
+    dt_nchw_to_nhwc_cuda(p->OC, p->prob.C, p->K, w, p->prob.C, wT);
     if (use_tc(p)) {
         dt_offconv_tc_bwd_input(p, nb, dom, wT, add, beta, dxT);
         return;
     }
     if (tiles_ok(p)) {
-        dim3 grid((unsigned)((c.npix + XT_BP - 1) / XT_BP), (unsigned)((p->C + XT_BC - 1) / XT_BC));
+        dim3 grid((unsigned)((c.npix + XT_BP - 1) / XT_BP), (unsigned)((p->prob.C + XT_BC - 1) / XT_BC));
         dt_dispatch_plan_dtype(p->dtype, [&](auto *tag) {
             typedef DT_TAG_TYPE(tag) T;
             k_dx_tiled<T><<<grid, XT_THREADS, 0, dt_stream()>>>(c, wT, dom, add, beta, (T *)dxT);
@@ -837,7 +837,7 @@ static void bwd_input(const dt_deform_plan *p, int64_t nb, const float *dom, con
         DT_CHECK_LAUNCH();
         return;
     }
-    int64_t nvc = vec4_ok(p) ? p->C / 4 : p->C;
+    int64_t nvc = vec4_ok(p) ? p->prob.C / 4 : p->prob.C;
     int L = dt_lanes_for(nvc, 4), nchunks = (int)((nvc + L - 1) / L);
     int64_t items = (int64_t)(c.npix + DX_TPX - 1) / DX_TPX * nchunks;
     int blocks = dt_grid_for(items * L, DX_THREADS);

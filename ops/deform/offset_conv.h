@@ -50,7 +50,7 @@ DT_DECL_OFFCONV(cuda)
  * fp32. Other channel counts run the FFMA kernels: bf16 x widened, w and dom fp32, fp32 math.
  * The CPU twins round w and dom to bf16 under the same rule (tf32 is computed in fp32 on the
  * CPU). */
-static inline int dt_offconv_rounds(const dt_deform_plan *p) { return p->C % 32 == 0; }
+static inline int dt_offconv_rounds(const dt_deform_plan *p) { return p->prob.C % 32 == 0; }
 
 /* The CUDA versions' FFMA kernels are shared-memory tiled GEMMs when C % 4 == 0 and lane-group
  * kernels otherwise; 0 forces the lane kernels wherever FFMA runs (the tests and the kernel lab

@@ -24,7 +24,7 @@ size_t align256(size_t b) { return (b + 255) / 256 * 256; }
 
 /* The offset conv of a chunk of nb images as the engine's conv problem (cout outputs). */
 dt_conv_problem problem(const dt_deform_plan *p, int64_t nb, int64_t cout) {
-    dt_conv_problem cp = {nb, p->C, p->H, p->W, cout, p->Ho, p->Wo, p->g, 1};
+    dt_conv_problem cp = {nb, p->prob.C, p->prob.H, p->prob.W, cout, p->prob.Ho, p->prob.Wo, p->prob.g, 1};
     return cp;
 }
 
@@ -71,7 +71,7 @@ int dt_offconv_sm90_ok(const dt_deform_plan *p, int64_t nb) {
 }
 
 int dt_offconv_sm90_dx_ok(const dt_deform_plan *p, int64_t nb) {
-    return p->g.sh == 1 && p->g.sw == 1 && dt_offconv_sm90_ok(p, nb);
+    return p->prob.g.sh == 1 && p->prob.g.sw == 1 && dt_offconv_sm90_ok(p, nb);
 }
 
 /* fwd: wb; bwd: domb, then dwe (or wf, which replaces it after its last use) and the column sums' slabs */
@@ -86,7 +86,7 @@ void dt_offconv_sm90_fwd(const dt_deform_plan *p, int64_t nb, const void *xT, co
                          void *ws) {
     const int64_t nw = p->OC * p->KC;
     bf16 *wb = (bf16 *)ws; /* [OC, K, C] */
-    k_pack_w<<<dt_grid_for(nw, 256), 256, 0, dt_stream()>>>(p->OC, p->C, p->K, w, wb);
+    k_pack_w<<<dt_grid_for(nw, 256), 256, 0, dt_stream()>>>(p->OC, p->prob.C, p->K, w, wb);
     DT_CHECK_LAUNCH();
     const dt_conv_problem cp = problem(p, nb, p->OC);
     dt_conv_sm90_fprop_f32(&cp, xT, wb, b, om, p->OCS, p->has_mask ? 2 * p->GK : p->OC);
@@ -109,14 +109,14 @@ void dt_offconv_sm90_bwd(const dt_deform_plan *p, int64_t nb, const void *xT, co
     if (dw) {
         dt_conv_sm90_wgrad(&cp, xT, domb, 0.0f, dwe);
         /* rows o < OC of dwe, [OC, K, C] -> the parameter's [OC, C, K], with beta */
-        dt_nhwc_to_nchw_cuda(p->OC, p->C, p->K, dwe, p->C, NULL, beta_w, dw);
+        dt_nhwc_to_nchw_cuda(p->OC, p->prob.C, p->K, dwe, p->prob.C, NULL, beta_w, dw);
     }
     if (db) {
         k_sum_parts<<<1, 256, 0, dt_stream()>>>(p->OC, slabs, part, beta_b, db);
         DT_CHECK_LAUNCH();
     }
     if (dxT) {
-        k_pack_w_flipped<<<dt_grid_for(p->C * p->K * OC8, 256), 256, 0, dt_stream()>>>(p->OC, p->C, p->K, OC8, w, wf);
+        k_pack_w_flipped<<<dt_grid_for(p->prob.C * p->K * OC8, 256), 256, 0, dt_stream()>>>(p->OC, p->prob.C, p->K, OC8, w, wf);
         DT_CHECK_LAUNCH();
         dt_conv_sm90_dgrad_narrow(&cp, domb, wf, add, beta, dxT);
     }

@@ -645,7 +645,7 @@ void allow_smem(K kernel, size_t bytes) {
 
 void dt_offconv_use_halo(int on) { g_halo = on; }
 
-int dt_offconv_tc_ok(const dt_deform_plan *p) { return dt_offconv_rounds(p) && p->C % F_BC == 0; }
+int dt_offconv_tc_ok(const dt_deform_plan *p) { return dt_offconv_rounds(p) && p->prob.C % F_BC == 0; }
 
 static size_t ws_bytes(const dt_deform_plan *p, int64_t nb) {
     dt_deform_chunk c = dt_deform_chunk_make(p, nb);
@@ -660,9 +660,9 @@ static size_t ws_bytes(const dt_deform_plan *p, int64_t nb) {
         dw_halo_split(c, h, nt, &a, &b);
         if (b > nzw) nzw = b;
     }
-    size_t fwd = (size_t)nt * OCT * p->K * p->C + (nzf > 1 ? (size_t)nzf * c.Q * c.OCS : 0);
-    size_t dw = (size_t)nzw * p->OC * (p->C * p->K + 1);
-    size_t dx = (size_t)p->OC * p->K * p->C;
+    size_t fwd = (size_t)nt * OCT * p->K * p->prob.C + (nzf > 1 ? (size_t)nzf * c.Q * c.OCS : 0);
+    size_t dw = (size_t)nzw * p->OC * (p->prob.C * p->K + 1);
+    size_t dx = (size_t)p->OC * p->K * p->prob.C;
     size_t m = fwd > dw ? fwd : dw;
     return (m > dx ? m : dx) * sizeof(float) + 256;
 }
@@ -670,7 +670,7 @@ static size_t ws_bytes(const dt_deform_plan *p, int64_t nb) {
 /* The splits depend on the chunk's size: the last chunk of a batch (N % nb images) may split
  * further than a full one, so the workspace covers both. */
 size_t dt_offconv_tc_ws_bytes(const dt_deform_plan *p, int64_t nb) {
-    size_t a = ws_bytes(p, nb), b = p->N % nb ? ws_bytes(p, p->N % nb) : 0;
+    size_t a = ws_bytes(p, nb), b = p->prob.N % nb ? ws_bytes(p, p->prob.N % nb) : 0;
     return a > b ? a : b;
 }
 
@@ -683,7 +683,7 @@ void dt_offconv_tc_fwd(const dt_deform_plan *p, int64_t nb, const void *xT, cons
     dt_deform_chunk c = dt_deform_chunk_make(p, nb);
     if (c.Q <= 0) return;
     const int nt = nt_of(p);
-    const int64_t npack = (int64_t)nt * OCT * p->K * p->C;
+    const int64_t npack = (int64_t)nt * OCT * p->K * p->prob.C;
     float *wv = (float *)ws, *part = wv + npack;
     k_pack_wv<<<dt_grid_for(npack, 256), 256, 0, dt_stream()>>>(c, OCT, nt, w, wv);
     DT_CHECK_LAUNCH();
@@ -725,8 +725,8 @@ int dt_offconv_tc_bwd_weight(const dt_deform_plan *p, int64_t nb, const void *xT
         halo h = halo_of(c);
         int per;
         dw_halo_split(c, h, nt, &per, &nz);
-        *partb = partw + (int64_t)nz * p->OC * p->C * p->K;
-        dim3 grid((unsigned)(p->C / F_BC), nt, nz);
+        *partb = partw + (int64_t)nz * p->OC * p->prob.C * p->K;
+        dim3 grid((unsigned)(p->prob.C / F_BC), nt, nz);
         if (is_bf16(p)) {
             allow_smem(k_dw_halo<true>, dw_halo_smem<true>(c));
             k_dw_halo<true><<<grid, 32 * c.K, dw_halo_smem<true>(c), dt_stream()>>>(c, h, per, (const bf16_t *)xT, dom, partw);
@@ -741,7 +741,7 @@ int dt_offconv_tc_bwd_weight(const dt_deform_plan *p, int64_t nb, const void *xT
     }
     dw_split(c, nt, &qchunk, &nz);
     if (c.Q <= 0) nz = 0;
-    *partb = partw + (int64_t)nz * p->OC * p->C * p->K;
+    *partb = partw + (int64_t)nz * p->OC * p->prob.C * p->K;
     if (!nz) return 0;
     dim3 grid((unsigned)((p->KC + W_BN - 1) / W_BN), nt, nz);
     if (is_bf16(p)) {
@@ -759,7 +759,7 @@ void dt_offconv_tc_bwd_input(const dt_deform_plan *p, int64_t nb, const float *d
                              float beta, void *dxT) {
     dt_deform_chunk c = dt_deform_chunk_make(p, nb);
     if (c.npix <= 0) return;
-    dim3 grid((unsigned)((c.npix + X_BP - 1) / X_BP), (unsigned)((p->C + X_BC - 1) / X_BC));
+    dim3 grid((unsigned)((c.npix + X_BP - 1) / X_BP), (unsigned)((p->prob.C + X_BC - 1) / X_BC));
     if (is_bf16(p)) {
         allow_smem(k_dx_tc<true>, sizeof(dx_smem<true>));
         k_dx_tc<true><<<grid, THREADS, sizeof(dx_smem<true>), dt_stream()>>>(c, wT, dom, add, beta, (bf16_t *)dxT);
