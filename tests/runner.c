@@ -191,11 +191,15 @@ static int cmp_tests(const void *a, const void *b) {
 
 
 /* A test that hits a fatal error (dt_fatal exits) or crashes still ends the run with the
- * summary line, counting itself as failed. */
+ * summary line, counting itself as failed. The error's message goes on stdout too (it was
+ * printed on stderr, which a log that keeps stdout alone loses: exit is called on the thread
+ * that raised, so dt_last_error is its message). */
 static void on_exit_during_test(void) {
     if (!g_in_test || g_is_child) return;
     g_in_test = 0;
-    printf("FAIL  %-48s (fatal error above)\n%d passed, %d failed\n", g_current, g_passed, g_failed + 1);
+    const char *why = dt_last_status() ? dt_last_error() : "";
+    printf("FAIL  %-48s (fatal error%s%s)\n%d passed, %d failed\n", g_current, why[0] ? ": " : " above", why, g_passed,
+           g_failed + 1);
     fflush(stdout);
 }
 
