@@ -44,3 +44,24 @@ DT_TEST(runner_last_line_counts_every_suite) {
     EXPECT_EQ_INT(run_with_suite("printf '2 passed, 0 failed\\n'; exit 3", last, sizeof last), 1);
     EXPECT_MSG(!strcmp(last, "3 passed, 1 failed, 0 skipped (1 C, 3 Stub)\n"), "last line: %s", last);
 }
+
+/* A test that ends the process (an unguarded dt_fatal: the program's handler exits) is counted
+ * as failed, and its message is on stdout as well as stderr - a log of stdout alone still says
+ * why. The test runs itself again with DT_TEST_FIXTURE=fatal, where it raises. */
+DT_TEST(runner_fatal_error_message_on_stdout) {
+    if (getenv("DT_TEST_FIXTURE") && !strcmp(getenv("DT_TEST_FIXTURE"), "fatal"))
+        dt_fatal("the fixture's message %d", 42);
+    char self[1024], cmd[2048], line[1024], out[8192] = "";
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) dt_fatal("readlink /proc/self/exe failed");
+    self[n] = 0;
+    snprintf(cmd, sizeof cmd, "DT_TEST_FIXTURE=fatal '%s' runner_fatal_error_message_on_stdout 2>/dev/null", self);
+    FILE *p = popen(cmd, "r");
+    if (!p) dt_fatal("popen failed");
+    while (fgets(line, sizeof line, p)) strncat(out, line, sizeof out - strlen(out) - 1);
+    int status = pclose(p);
+    EXPECT_EQ_INT(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 1);
+    EXPECT_MSG(strstr(out, "FAIL  runner_fatal_error_message_on_stdout") != NULL, "stdout: %s", out);
+    EXPECT_MSG(strstr(out, "the fixture's message 42") != NULL, "stdout: %s", out);
+    EXPECT_MSG(strstr(out, "0 passed, 1 failed") != NULL, "stdout: %s", out);
+}
