@@ -31,7 +31,7 @@ typedef struct dt_bn_sync dt_bn_sync;
  * to its master). Implemented as im2col + GEMM over chunks of images whose column buffer fits
  * the budget (dt_conv_set_col_budget), so memory stays bounded for any batch size. */
 dt_tensor *dt_conv2d(dt_tensor *x, dt_tensor *w, dt_tensor *bias, dt_conv_geom g, dt_math math);
-/* The same with the engine of a bf16 NHWC conv's passes chosen (conv_igemm.h, docs/conv.md "The
+/* The same with the engine of a bf16 NHWC conv's passes chosen (conv_engine.h, docs/conv.md "The
  * plan"): auto (the measured winner per shape: what dt_conv2d runs, DT_CONV_ALGO_DEFAULT), gemm
  * (im2col + cuBLAS everywhere), igemm128 / igemm64 (the implicit GEMM with that tile wherever it
  * runs - on the CPU too, through its twins), sm90 (the Hopper engine), measure (each pass on the
@@ -51,7 +51,7 @@ dt_tensor *dt_conv2d_stats(dt_tensor *x, dt_tensor *w, dt_tensor *bias, dt_conv_
  * of Cin) runs every pass on the depthwise family (ops/conv/depthwise.h: a direct stencil, no
  * columns; on the GPU where its tiles fit); any other runs im2col + one GEMM per group (per
  * group and tap in NHWC) on the grouped weight as stored (docs/conv.md "Groups", "Depthwise").
- * The plan is dt_conv_plan_grouped's (conv_igemm.h) under DT_CONV_ALGO_DEFAULT. */
+ * The plan is dt_conv_plan_grouped's (conv_engine.h) under DT_CONV_ALGO_DEFAULT. */
 dt_tensor *dt_conv2d_grouped(dt_tensor *x, dt_tensor *w, dt_tensor *bias, dt_conv_geom g, int64_t groups, dt_math math);
 /* The same under algo: DT_CONV_ALGO_GEMM keeps a depthwise conv on the column path (the
  * reference, for comparison); every other algorithm plans as auto (the engines take no groups). */

@@ -32,34 +32,36 @@ static dt_tensor *build_residual(const dt_opcase *c, dt_tensor **in, void *state
     return dt_add(build(c, in, state), in[0]);
 }
 
-#define IG_CASE(label, algo_, fn, n, cin, h, w, cout, kh, kw, with_bias, wstd, ...)                               \
-    {.name = label, .ops = {"conv2d (implicit GEMM, fprop)", "conv2d (im2col, nchw)"}, .n_in = 3, .grad_tol = -1,                               \
+/* op: the engine's fprop table (the combinations the case runs) */
+#define IG_CASE(op, label, algo_, fn, n, cin, h, w, cout, kh, kw, with_bias, wstd, ...)                           \
+    {.name = label, .ops = {op, "conv2d (im2col, nchw)"}, .n_in = 3, .grad_tol = -1,                               \
      .in = {{4, {n, cin, h, w}, DT_IN_ACT, 1.0f, 1},                                                               \
             {4, {cout, cin, kh, kw}, DT_IN_WEIGHT, wstd, 1},                                                       \
             {1, {cout}, DT_IN_F32, 1.0f, with_bias}},                                                             \
      .build = fn, .arg = &(const igemm_arg){{__VA_ARGS__}, algo_}}
 
 /* every shape once per shipped tile; the geometry {kh, kw, sh, sw, ph, pw, dh, dw} comes last */
+#define IGEMM_FPROP "conv2d (implicit GEMM, fprop)"
 #define IG_SHAPES(t, A)                                                                                            \
-    IG_CASE(t " 3x3 s1 odd 13x11, C 8 -> 24, bias", A, build, 3, 8, 13, 11, 24, 3, 3, 1, 0.2f, 3, 3, 1, 1, 1, 1, 1, 1), \
-    IG_CASE(t " 3x3 s2 odd 17x15, C 16 -> 40", A, build, 2, 16, 17, 15, 40, 3, 3, 0, 0.1f, 3, 3, 2, 2, 1, 1, 1, 1), \
-    IG_CASE(t " 3x3 s1 batch 1, C 24 -> 8", A, build, 1, 24, 9, 10, 8, 3, 3, 0, 0.1f, 3, 3, 1, 1, 1, 1, 1, 1),   \
-    IG_CASE(t " 3x3 s2 prime batch 7, 28x28, 64 -> 128", A, build, 7, 64, 28, 28, 128, 3, 3, 0, 0.05f, 3, 3, 2, 2, \
+    IG_CASE(IGEMM_FPROP, t " 3x3 s1 odd 13x11, C 8 -> 24, bias", A, build, 3, 8, 13, 11, 24, 3, 3, 1, 0.2f, 3, 3, 1, 1, 1, 1, 1, 1), \
+    IG_CASE(IGEMM_FPROP, t " 3x3 s2 odd 17x15, C 16 -> 40", A, build, 2, 16, 17, 15, 40, 3, 3, 0, 0.1f, 3, 3, 2, 2, 1, 1, 1, 1), \
+    IG_CASE(IGEMM_FPROP, t " 3x3 s1 batch 1, C 24 -> 8", A, build, 1, 24, 9, 10, 8, 3, 3, 0, 0.1f, 3, 3, 1, 1, 1, 1, 1, 1),   \
+    IG_CASE(IGEMM_FPROP, t " 3x3 s2 prime batch 7, 28x28, 64 -> 128", A, build, 7, 64, 28, 28, 128, 3, 3, 0, 0.05f, 3, 3, 2, 2, \
             1, 1, 1, 1),                                                                                           \
-    IG_CASE(t " 1x1 s2 odd 15x15, 32 -> 64", A, build, 5, 32, 15, 15, 64, 1, 1, 0, 0.1f, 1, 1, 2, 2, 0, 0, 1, 1), \
-    IG_CASE(t " 1x1 s1 + x (dx accumulated)", A, build_residual, 3, 24, 9, 7, 24, 1, 1, 0, 0.1f, 1, 1, 1, 1, 0, 0, \
+    IG_CASE(IGEMM_FPROP, t " 1x1 s2 odd 15x15, 32 -> 64", A, build, 5, 32, 15, 15, 64, 1, 1, 0, 0.1f, 1, 1, 2, 2, 0, 0, 1, 1), \
+    IG_CASE(IGEMM_FPROP, t " 1x1 s1 + x (dx accumulated)", A, build_residual, 3, 24, 9, 7, 24, 1, 1, 0, 0.1f, 1, 1, 1, 1, 0, 0, \
             1, 1),                                                                                                 \
-    IG_CASE(t " 3x3 s1 + x (dx accumulated), bias", A, build_residual, 2, 16, 8, 9, 16, 3, 3, 1, 0.1f, 3, 3, 1, 1, \
+    IG_CASE(IGEMM_FPROP, t " 3x3 s1 + x (dx accumulated), bias", A, build_residual, 2, 16, 8, 9, 16, 3, 3, 1, 0.1f, 3, 3, 1, 1, \
             1, 1, 1, 1),                                                                                           \
-    IG_CASE(t " 3x3 dilation 2, 12x15", A, build, 1, 8, 12, 15, 16, 3, 3, 0, 0.2f, 3, 3, 1, 1, 2, 2, 2, 2),       \
-    IG_CASE(t " 5x5 s1 pad 2, C 8 -> 8", A, build, 2, 8, 11, 11, 8, 5, 5, 0, 0.1f, 5, 5, 1, 1, 2, 2, 1, 1),       \
-    IG_CASE(t " 2x3 kernel, stride 2x1, padding 0x1, bias", A, build, 3, 8, 7, 5, 8, 2, 3, 1, 0.3f, 2, 3, 2, 1, 0, \
+    IG_CASE(IGEMM_FPROP, t " 3x3 dilation 2, 12x15", A, build, 1, 8, 12, 15, 16, 3, 3, 0, 0.2f, 3, 3, 1, 1, 2, 2, 2, 2),       \
+    IG_CASE(IGEMM_FPROP, t " 5x5 s1 pad 2, C 8 -> 8", A, build, 2, 8, 11, 11, 8, 5, 5, 0, 0.1f, 5, 5, 1, 1, 2, 2, 1, 1),       \
+    IG_CASE(IGEMM_FPROP, t " 2x3 kernel, stride 2x1, padding 0x1, bias", A, build, 3, 8, 7, 5, 8, 2, 3, 1, 0.3f, 2, 3, 2, 1, 0, \
             1, 1, 1),                                                                                              \
-    IG_CASE(t " ResNet l1 shape 56x56 64 -> 64, batch 1", A, build, 1, 64, 56, 56, 64, 3, 3, 0, 0.05f, 3, 3, 1, 1, \
+    IG_CASE(IGEMM_FPROP, t " ResNet l1 shape 56x56 64 -> 64, batch 1", A, build, 1, 64, 56, 56, 64, 3, 3, 0, 0.05f, 3, 3, 1, 1, \
             1, 1, 1, 1),                                                                                           \
-    IG_CASE(t " 7x7 s2 stem, C = 3 (fprop padded to 8)", A, build, 2, 3, 45, 45, 16, 7, 7, 0, 0.1f, 7, 7, 2, 2, 3, 3, \
+    IG_CASE(IGEMM_FPROP, t " 7x7 s2 stem, C = 3 (fprop padded to 8)", A, build, 2, 3, 45, 45, 16, 7, 7, 0, 0.1f, 7, 7, 2, 2, 3, 3, \
             1, 1),                                                                                                 \
-    IG_CASE(t " 3x3 s1, C = 13 (fprop padded to 16), bias", A, build, 3, 13, 10, 9, 8, 3, 3, 1, 0.2f, 3, 3, 1, 1, 1, \
+    IG_CASE(IGEMM_FPROP, t " 3x3 s1, C = 13 (fprop padded to 16), bias", A, build, 3, 13, 10, 9, 8, 3, 3, 1, 0.2f, 3, 3, 1, 1, 1, \
             1, 1, 1)
 
 static const dt_opcase conv_igemm_cases[] = {
@@ -68,7 +70,7 @@ static const dt_opcase conv_igemm_cases[] = {
 };
 DT_OPCASES_NO_GRADCHECK(conv_igemm, conv_igemm_cases)
 
-/* The Hopper engine (conv_algo=sm90: every pass dt_conv_sm90_supports allows on it, the others
+/* The Hopper engine (conv_algo=sm90: every pass the engine table's sm90 entry takes on it, the others
  * as auto). Its A operand comes through TMA's im2col mode in 64-channel blocks, so the 3x3s
  * have C % 64 == 0; the edges are its own: M tails inside and across images (TMA wraps the
  * output rows of a box over rows and images), Cout not a multiple of 64 (dgrad declines, fprop
@@ -77,29 +79,30 @@ DT_OPCASES_NO_GRADCHECK(conv_igemm, conv_igemm_cases)
  * reduction), dx accumulated (beta 1); and the columns path of fprop and wgrad where TMA's
  * im2col cannot read x (C = 32, the stem's C = 3 with its odd K = 147, C = 13), also in chunks
  * of images under a small column budget. */
+#define SM90_FPROP "conv2d (Hopper engine, fprop)"
 #define IG_SM90_SHAPES(t, A)                                                                                        \
-    IG_CASE(t " 3x3 s1 odd 13x11, C 64 -> 72, bias", A, build, 3, 64, 13, 11, 72, 3, 3, 1, 0.05f, 3, 3, 1, 1, 1, 1, \
+    IG_CASE(SM90_FPROP, t " 3x3 s1 odd 13x11, C 64 -> 72, bias", A, build, 3, 64, 13, 11, 72, 3, 3, 1, 0.05f, 3, 3, 1, 1, 1, 1, \
             1, 1),                                                                                                  \
-    IG_CASE(t " 3x3 s1 batch 9 of 7x7, 128 -> 128", A, build, 9, 128, 7, 7, 128, 3, 3, 0, 0.03f, 3, 3, 1, 1, 1, 1, \
+    IG_CASE(SM90_FPROP, t " 3x3 s1 batch 9 of 7x7, 128 -> 128", A, build, 9, 128, 7, 7, 128, 3, 3, 0, 0.03f, 3, 3, 1, 1, 1, 1, \
             1, 1),                                                                                                  \
-    IG_CASE(t " 3x3 s2 odd 17x15, 64 -> 128", A, build, 2, 64, 17, 15, 128, 3, 3, 0, 0.05f, 3, 3, 2, 2, 1, 1, 1, 1), \
-    IG_CASE(t " 3x3 s1 + x (dx accumulated), bias", A, build_residual, 2, 64, 8, 9, 64, 3, 3, 1, 0.05f, 3, 3, 1, 1, \
+    IG_CASE(SM90_FPROP, t " 3x3 s2 odd 17x15, 64 -> 128", A, build, 2, 64, 17, 15, 128, 3, 3, 0, 0.05f, 3, 3, 2, 2, 1, 1, 1, 1), \
+    IG_CASE(SM90_FPROP, t " 3x3 s1 + x (dx accumulated), bias", A, build_residual, 2, 64, 8, 9, 64, 3, 3, 1, 0.05f, 3, 3, 1, 1, \
             1, 1, 1, 1),                                                                                            \
-    IG_CASE(t " 1x1 s1 pointwise 24 -> 40", A, build, 3, 24, 9, 7, 40, 1, 1, 0, 0.1f, 1, 1, 1, 1, 0, 0, 1, 1),      \
-    IG_CASE(t " 1x1 s1 pointwise + x, 64 -> 64", A, build_residual, 2, 64, 9, 11, 64, 1, 1, 0, 0.1f, 1, 1, 1, 1, 0, \
+    IG_CASE(SM90_FPROP, t " 1x1 s1 pointwise 24 -> 40", A, build, 3, 24, 9, 7, 40, 1, 1, 0, 0.1f, 1, 1, 1, 1, 0, 0, 1, 1),      \
+    IG_CASE(SM90_FPROP, t " 1x1 s1 pointwise + x, 64 -> 64", A, build_residual, 2, 64, 9, 11, 64, 1, 1, 0, 0.1f, 1, 1, 1, 1, 0, \
             0, 1, 1),                                                                                               \
-    IG_CASE(t " 1x1 s2 odd 15x15, 64 -> 128", A, build, 3, 64, 15, 15, 128, 1, 1, 0, 0.1f, 1, 1, 2, 2, 0, 0, 1, 1), \
-    IG_CASE(t " 3x3 dilation 2, 12x15", A, build, 1, 64, 12, 15, 64, 3, 3, 0, 0.05f, 3, 3, 1, 1, 2, 2, 2, 2),      \
-    IG_CASE(t " 2x3 kernel, stride 2x1, padding 0x1, bias", A, build, 3, 64, 7, 5, 64, 2, 3, 1, 0.05f, 2, 3, 2, 1, \
+    IG_CASE(SM90_FPROP, t " 1x1 s2 odd 15x15, 64 -> 128", A, build, 3, 64, 15, 15, 128, 1, 1, 0, 0.1f, 1, 1, 2, 2, 0, 0, 1, 1), \
+    IG_CASE(SM90_FPROP, t " 3x3 dilation 2, 12x15", A, build, 1, 64, 12, 15, 64, 3, 3, 0, 0.05f, 3, 3, 1, 1, 2, 2, 2, 2),      \
+    IG_CASE(SM90_FPROP, t " 2x3 kernel, stride 2x1, padding 0x1, bias", A, build, 3, 64, 7, 5, 64, 2, 3, 1, 0.05f, 2, 3, 2, 1, \
             0, 1, 1, 1),                                                                                            \
-    IG_CASE(t " 5x5 s1 pad 2, 64 -> 8", A, build, 2, 64, 11, 11, 8, 5, 5, 0, 0.03f, 5, 5, 1, 1, 2, 2, 1, 1),        \
-    IG_CASE(t " ResNet l1 shape 56x56 64 -> 64, batch 1", A, build, 1, 64, 56, 56, 64, 3, 3, 0, 0.05f, 3, 3, 1, 1, \
+    IG_CASE(SM90_FPROP, t " 5x5 s1 pad 2, 64 -> 8", A, build, 2, 64, 11, 11, 8, 5, 5, 0, 0.03f, 5, 5, 1, 1, 2, 2, 1, 1),        \
+    IG_CASE(SM90_FPROP, t " ResNet l1 shape 56x56 64 -> 64, batch 1", A, build, 1, 64, 56, 56, 64, 3, 3, 0, 0.05f, 3, 3, 1, 1, \
             1, 1, 1, 1),                                                                                            \
-    IG_CASE(t " 3x3 s1, C = 32 (columns)", A, build, 2, 32, 9, 9, 32, 3, 3, 0, 0.1f, 3, 3, 1, 1, 1, 1, 1, 1),     \
-    IG_CASE(t " 7x7 s2 stem, C = 3 (columns, K = 147), bias", A, build, 3, 3, 45, 45, 64, 7, 7, 1, 0.1f, 7, 7, 2, 2, \
+    IG_CASE(SM90_FPROP, t " 3x3 s1, C = 32 (columns)", A, build, 2, 32, 9, 9, 32, 3, 3, 0, 0.1f, 3, 3, 1, 1, 1, 1, 1, 1),     \
+    IG_CASE(SM90_FPROP, t " 7x7 s2 stem, C = 3 (columns, K = 147), bias", A, build, 3, 3, 45, 45, 64, 7, 7, 1, 0.1f, 7, 7, 2, 2, \
             3, 3, 1, 1),                                                                                            \
-    IG_CASE(t " 3x3 s1, C = 13 (columns)", A, build, 3, 13, 10, 9, 16, 3, 3, 0, 0.2f, 3, 3, 1, 1, 1, 1, 1, 1),    \
-    IG_CASE(t " 3x3 s1, C = 32, 3x270 (a row's patch past shared memory)", A, build, 1, 32, 3, 270, 16, 3, 3, 0, 0.1f, \
+    IG_CASE(SM90_FPROP, t " 3x3 s1, C = 13 (columns)", A, build, 3, 13, 10, 9, 16, 3, 3, 0, 0.2f, 3, 3, 1, 1, 1, 1, 1, 1),    \
+    IG_CASE(SM90_FPROP, t " 3x3 s1, C = 32, 3x270 (a row's patch past shared memory)", A, build, 1, 32, 3, 270, 16, 3, 3, 0, 0.1f, \
             3, 3, 1, 1, 1, 1, 1, 1)
 
 /* the stem shape with a column budget of one image's columns (23*23*152*2 bytes: 3 chunks): set
@@ -119,7 +122,7 @@ static void small_budget_free(void *state) {
 
 static const dt_opcase conv_sm90_cases[] = {
     IG_SM90_SHAPES("sm90", DT_CONV_ALGO_SM90),
-    {.name = "sm90 7x7 s2 stem in 3 chunks of columns", .ops = {"conv2d (implicit GEMM, fprop)", "conv2d (im2col, nchw)"},
+    {.name = "sm90 7x7 s2 stem in 3 chunks of columns", .ops = {SM90_FPROP, "conv2d (im2col, nchw)"},
      .n_in = 3, .grad_tol = -1,
      .in = {{4, {3, 3, 45, 45}, DT_IN_ACT, 1.0f, 1}, {4, {64, 3, 7, 7}, DT_IN_WEIGHT, 0.1f, 1}, {1, {64}, DT_IN_F32, 1.0f, 1}},
      .build = build, .arg = &(const igemm_arg){{7, 7, 2, 2, 3, 3, 1, 1}, DT_CONV_ALGO_SM90},

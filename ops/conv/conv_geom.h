@@ -1,7 +1,8 @@
 /* conv_geom.h: what a 2-D convolution is asked - its geometry (kernel, stride, padding,
  * dilation) and the whole problem (the shapes, the groups), shared by plain and deformable
- * convolutions, their kernels and their layers, and the engine a bf16 channels-last conv's
- * passes run on (dt_conv_algo, docs/conv.md "The plan"). */
+ * convolutions, their kernels and their layers, and the algorithm a caller asks for a bf16
+ * channels-last conv (dt_conv_algo: the plan's choice, or one engine forced; docs/conv.md "The
+ * plan", conv_engine.h). */
 #ifndef DT_CONV_GEOM_H
 #define DT_CONV_GEOM_H
 
@@ -72,6 +73,12 @@ static inline int dt_conv_problem_same(const dt_conv_problem *a, const dt_conv_p
            a->g.dh == b->g.dh && a->g.dw == b->g.dw;
 }
 
+/* A pointwise conv: 1x1, stride 1, no padding - with channels-last tensors the input [N*H*W, C]
+ * is its own column matrix (no im2col), and the engines read it densely. */
+static inline int dt_conv_geom_pointwise(dt_conv_geom g) {
+    return g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0;
+}
+
 /* The dgrad of a stride-1 conv g is itself a stride-1 conv of dy with the taps mirrored: same
  * kernel and dilation, padding (k - 1) d - p on each axis (negative when p exceeds the window:
  * such a dgrad is not a plain conv). */
@@ -81,7 +88,7 @@ static inline dt_conv_geom dt_conv_dgrad_geom(dt_conv_geom g) {
     return d;
 }
 
-/* auto: the measured winner per shape (dt_conv_plan_bf16, conv_igemm.h); gemm: im2col + cuBLAS
+/* auto: the measured winner per shape (dt_conv_plan_bf16, conv_engine.h); gemm: im2col + cuBLAS
  * everywhere (the reference path); igemm128 / igemm64: every supported pass on the mma.sync
  * implicit GEMM with that tile; sm90: every pass the Hopper engine supports on it, the others as
  * auto (tests, ablation; refused on a GPU without it); measure: each pass on the engine that

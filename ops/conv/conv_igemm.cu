@@ -1,12 +1,10 @@
 /* The CUDA launchers of the implicit-GEMM convolution (conv_igemm.h): each pass builds the GEMM
- * its kernel runs (conv_igemm.cuh's gemm_view / conv_params) and launches the tile the plan
- * chose. These are the lab's kernels (bench/lab/conv_lab.cu validates and times them beside
- * the other tile configurations, loaders and epilogues); only the measured winners are
- * instantiated here. The tile
- * DT_IGEMM_TILE_SM90 hands the pass to the Hopper engine (conv_sm90.h). */
+ * its kernel runs (conv_igemm.cuh's gemm_view / conv_params) and launches the tile of the
+ * engine the plan chose (igemm128 or igemm64, conv_engine.h). These are the lab's kernels
+ * (bench/lab/conv_lab.cu validates and times them beside the other tile configurations,
+ * loaders and epilogues); only the measured winners are instantiated here. */
 #include "ops/conv/conv_igemm.cuh"
 #include "ops/conv/conv_igemm.h"
-#include "ops/conv/conv_sm90.h"
 
 #include "core/dt_kernel_util.cuh"
 
@@ -66,7 +64,6 @@ bf16 *padded(const void *src, int64_t rows, int C, int C8) {
 
 extern "C" void dt_conv_igemm_fprop_bf16_cuda(const dt_conv_problem *p, dt_igemm_tile tile, const void *x,
                                               const void *w, const float *bias, void *y, dt_conv_stats *stats) {
-    if (tile == DT_IGEMM_TILE_SM90) return dt_conv_sm90_fprop(p, x, w, bias, y, stats);
     if (stats) *stats = (dt_conv_stats){NULL, 0}; /* no statistics epilogue on the mma.sync tiles */
     if (p->N * p->Ho * p->Wo == 0) return;
     const int taps = p->g.kh * p->g.kw, C = (int)p->C, C8 = (C + 7) / 8 * 8;
@@ -85,7 +82,6 @@ extern "C" void dt_conv_igemm_fprop_bf16_cuda(const dt_conv_problem *p, dt_igemm
 
 extern "C" void dt_conv_igemm_dgrad_bf16_cuda(const dt_conv_problem *p, dt_igemm_tile tile, const void *dy,
                                               const void *w, float beta, void *dx) {
-    if (tile == DT_IGEMM_TILE_SM90) return dt_conv_sm90_dgrad(p, dy, w, beta, dx);
     if (p->N * p->H * p->W == 0) return;
     const int taps = p->g.kh * p->g.kw;
     const int64_t nw = p->Cout * taps * p->C;
@@ -106,7 +102,6 @@ extern "C" void dt_conv_igemm_dgrad_bf16_cuda(const dt_conv_problem *p, dt_igemm
 
 extern "C" void dt_conv_igemm_wgrad_bf16_cuda(const dt_conv_problem *p, dt_igemm_tile tile, const void *x,
                                               const void *dy, float beta, float *dw) {
-    if (tile == DT_IGEMM_TILE_SM90) return dt_conv_sm90_wgrad(p, x, dy, beta, dw);
     const int64_t K = (int64_t)p->g.kh * p->g.kw * p->C;
     if (p->N * p->Ho * p->Wo == 0) { /* no positions: dw = beta * dw */
         if (beta == 0.0f) dt_memset_gpu(dw, 0, sizeof(float) * (size_t)(p->Cout * K));

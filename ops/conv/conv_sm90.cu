@@ -38,7 +38,7 @@ void *driver_fn(const char *name) {
 
 /* corners of the bounding box of window origins, one spatial axis: from -p (the first origin,
  * against the top-left) to (o - 1) s - p - (i - 1) (the last, against the bottom-right pixel
- * i - 1); dt_conv_sm90_supports has checked that they fit the map's 8 bits */
+ * i - 1); dt_conv_sm90_read has checked that they fit the map's 8 bits */
 int lower_corner(int64_t p) { return (int)-p; }
 int upper_corner(int64_t i, int64_t o, int64_t s, int64_t p) { return (int)((o - 1) * s - p - (i - 1)); }
 
@@ -283,7 +283,7 @@ void fprop_columns(const dt_conv_problem *p, const void *x, const void *w, const
  * chunk of the column path (a group never straddles two GEMMs) */
 int64_t stat_groups(const dt_conv_problem *p) {
     const int64_t HoWo = p->Ho * p->Wo;
-    if (dt_conv_sm90_read(p, DT_SM90_FPROP) != DT_SM90_COLUMNS) return (p->N * HoWo + 63) / 64;
+    if (dt_conv_sm90_read(p, DT_CONV_FPROP) != DT_SM90_COLUMNS) return (p->N * HoWo + 63) / 64;
     const int64_t K = p->g.kh * p->g.kw * p->C, Kp = (K + 7) / 8 * 8;
     const int64_t per = dt_conv_chunk(p->N, HoWo * Kp, sizeof(bf16)), full = p->N / per, rest = p->N - full * per;
     return full * ((per * HoWo + 63) / 64) + (rest * HoWo + 63) / 64;
@@ -300,7 +300,7 @@ extern "C" void dt_conv_sm90_fprop(const dt_conv_problem *p, const void *x, cons
         stats->groups = stat_groups(p);
         stats->sums = sums = (double *)dt_gpu_malloc(sizeof(double) * 2 * (size_t)(stats->groups * p->Cout));
     }
-    if (dt_conv_sm90_read(p, DT_SM90_FPROP) == DT_SM90_COLUMNS) return fprop_columns(p, x, w, bias, y, sums);
+    if (dt_conv_sm90_read(p, DT_CONV_FPROP) == DT_SM90_COLUMNS) return fprop_columns(p, x, w, bias, y, sums);
     const a_source src = {x, p->N, p->H, p->W, p->C, p->Ho, p->Wo, p->g};
     conv_gemm(src, w, p->Cout, bias, 0.0f, y, sums);
 }
@@ -413,7 +413,7 @@ extern "C" void dt_conv_sm90_wgrad(const dt_conv_problem *p, const void *x, cons
         if (beta == 0.0f) dt_memset_gpu(dw, 0, sizeof(float) * (size_t)(p->Cout * K));
         return;
     }
-    const bool by_columns = dt_conv_sm90_read(p, DT_SM90_WGRAD) == DT_SM90_COLUMNS;
+    const bool by_columns = dt_conv_sm90_read(p, DT_CONV_WGRAD) == DT_SM90_COLUMNS;
     if (p->Cout <= 64) (by_columns ? wgrad_columns<64, 128, 5> : wgrad_im2col<64, 128, 5>)(p, x, dy, beta, dw);
     else (by_columns ? wgrad_columns<128, 256, 4> : wgrad_im2col<128, 256, 4>)(p, x, dy, beta, dw);
 }

@@ -5,7 +5,6 @@
 
 #include "core/dt_device.h"
 #include "core/dt_kernel_util.cuh"
-#include "ops/conv/conv_igemm.h"
 #include "ops/conv/conv_sm90.h"
 #include "ops/deform/deform_chunk.h"
 #include "ops/deform/offset_conv.cuh" /* k_sum_parts */
@@ -66,8 +65,8 @@ extern "C" void dt_offconv_use_engine(int on) { g_use_engine = on; }
 int dt_offconv_sm90_ok(const dt_deform_plan *p, int64_t nb) {
     if (!g_use_engine || p->dtype != DT_BF16 || !dt_gpu_has_sm90a()) return 0;
     const dt_conv_problem cp = problem(p, nb, round8(p->OC));
-    return dt_conv_sm90_read(&cp, DT_SM90_FPROP) == DT_SM90_IM2COL &&
-           dt_conv_sm90_read(&cp, DT_SM90_WGRAD) == DT_SM90_IM2COL;
+    return dt_conv_sm90_read(&cp, DT_CONV_FPROP) == DT_SM90_IM2COL &&
+           dt_conv_sm90_read(&cp, DT_CONV_WGRAD) == DT_SM90_IM2COL;
 }
 
 int dt_offconv_sm90_dx_ok(const dt_deform_plan *p, int64_t nb) {
