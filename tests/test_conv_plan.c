@@ -199,7 +199,7 @@ DT_TEST(conv_plan_sends_depthwise_to_its_family) {
      * each class's inputs staged 128 apart - 8 + 63 of them, each input element staged once (a
      * contiguous tile of 32 outputs would stage 31 + 63*128 + 1) - within 48 KiB */
     dt_dw_tile t;
-    EXPECT(dt_dw_tile_of(&dw1d, DT_DW_FWD, DT_DW_SMEM_LIMIT, &t));
+    EXPECT(dt_dw_tile_of(&dw1d, DT_CONV_FPROP, DT_DW_SMEM_LIMIT, &t));
     EXPECT_MSG(t.TH == 1 && t.TW == 8 && t.RW == 4 && t.qw == 128 && t.mw == 1 && t.IW == 8 + 63 && t.CB == 32 &&
                    t.ntw == 1 && t.ngw == 32,
                "1-D tile %dx%d of %d classes step %d staged %d CB %d tiles %lld groups %lld", t.TH, t.TW, t.RW, t.qw,

@@ -341,7 +341,7 @@ __global__ void k_dw_wgrad_reduce(const float *__restrict__ part, int64_t G, int
     }
 }
 
-void require_tile(const dt_conv_problem *p, int pass, dt_dw_tile *t) {
+void require_tile(const dt_conv_problem *p, dt_conv_pass pass, dt_dw_tile *t) {
     if (!dt_dw_problem(p))
         dt_fatal("depthwise conv: %lld groups of %lld channels -> %lld is not depthwise", (long long)p->groups,
                  (long long)p->C, (long long)p->Cout);
@@ -389,7 +389,7 @@ void fwd(const dt_conv_problem *p, const void *x, const void *w, const float *bi
         if (use_rb<T>(p, dw_rb::FWD, x, y)) return dw_rb::fwd<T>(p, (const T *)x, (const T *)w, bias, (T *)y);
     }
     dt_dw_tile t;
-    require_tile(p, DT_DW_FWD, &t);
+    require_tile(p, DT_CONV_FPROP, &t);
     const dim3 grid = grid_of(p, t);
     const T *xt = (const T *)x, *wt = (const T *)w;
     T *yt = (T *)y;
@@ -408,7 +408,7 @@ void dgrad(const dt_conv_problem *p, const void *dy, const void *w, float beta, 
         if (use_rb<T>(p, dw_rb::DGRAD, dy, dx)) return dw_rb::dgrad<T>(p, (const T *)dy, (const T *)w, beta, (T *)dx);
     }
     dt_dw_tile t;
-    require_tile(p, DT_DW_DGRAD, &t);
+    require_tile(p, DT_CONV_DGRAD, &t);
     const dim3 grid = grid_of(p, t);
     const T *dyt = (const T *)dy, *wt = (const T *)w;
     T *dxt = (T *)dx;
@@ -432,7 +432,7 @@ void wgrad(const dt_conv_problem *p, const void *x, const void *dy, float beta, 
         }
     }
     dt_dw_tile t;
-    require_tile(p, DT_DW_WGRAD, &t);
+    require_tile(p, DT_CONV_WGRAD, &t);
     const dim3 all = grid_of(p, t);
     const int64_t n_tiles = all.x, taps = (int64_t)p->g.kh * p->g.kw, n = p->Cout * taps;
     /* about 4 blocks an SM over all slices, never more than the tiles: a function of the shape

@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "core/dt_dtype.h"
+#include "ops/conv/conv_engine.h"
 #include "ops/conv/conv_geom.h"
 
 #ifdef __cplusplus
@@ -57,11 +58,10 @@ typedef struct {
     size_t smem;        /* bytes of shared memory a block */
 } dt_dw_tile;
 
-enum { DT_DW_FWD = 0, DT_DW_DGRAD = 1, DT_DW_WGRAD = 2 };
-/* The tile of pass (DT_DW_*) for p within `smem_limit` bytes of shared memory: 1 and *t, or 0
- * when no tile fits (a huge kernel: kh*kw*M*8 floats past the limit) - the plan then keeps the
+/* The tile of pass `pass` (fwd is DT_CONV_FPROP) for p within `smem_limit` bytes of shared
+ * memory: 1 and *t, or 0 when no tile fits (a huge kernel: kh*kw*M*8 floats past the limit) - the plan then keeps the
  * column path. A pure function of the problem. */
-int dt_dw_tile_of(const dt_conv_problem *p, int pass, size_t smem_limit, dt_dw_tile *t);
+int dt_dw_tile_of(const dt_conv_problem *p, dt_conv_pass pass, size_t smem_limit, dt_dw_tile *t);
 /* The CUDA kernels' shared-memory limit a block (the default without opting in). */
 #define DT_DW_SMEM_LIMIT ((size_t)48 * 1024)
 /* 1 when the CUDA kernels take every pass of p (each fits a tile); the CPU twins take any. */

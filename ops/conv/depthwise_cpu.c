@@ -27,29 +27,29 @@ static int gcd(int a, int b) {
 static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /* The footprint and shared memory of tile t for the pass; returns the bytes. */
-static size_t tile_bytes(const dt_conv_problem *p, int pass, dt_dw_tile *t) {
+static size_t tile_bytes(const dt_conv_problem *p, dt_conv_pass pass, dt_dw_tile *t) {
     const dt_conv_geom g = p->g;
     const int64_t M = p->Cout / p->C, taps = (int64_t)g.kh * g.kw;
-    if (pass == DT_DW_DGRAD) {
+    if (pass == DT_CONV_DGRAD) {
         t->IH = t->TH + g.kh - 1, t->IW = t->TW + g.kw - 1;
         return sizeof(float) * (size_t)((int64_t)t->IH * t->RH * t->IW * t->RW * t->CB * M + taps * M * t->CB);
     }
     t->IH = (t->TH - 1) * t->mh + g.kh, t->IW = (t->TW - 1) * t->mw + g.kw;
     size_t b = sizeof(float) * (size_t)((int64_t)t->IH * t->RH * t->IW * t->RW * t->CB + taps * M * t->CB);
-    if (pass == DT_DW_WGRAD) b += sizeof(float) * (size_t)((int64_t)t->TH * t->RH * t->TW * t->RW * t->CB * M);
+    if (pass == DT_CONV_WGRAD) b += sizeof(float) * (size_t)((int64_t)t->TH * t->RH * t->TW * t->RW * t->CB * M);
     return b;
 }
 
-int dt_dw_tile_of(const dt_conv_problem *p, int pass, size_t smem_limit, dt_dw_tile *t) {
+int dt_dw_tile_of(const dt_conv_problem *p, dt_conv_pass pass, size_t smem_limit, dt_dw_tile *t) {
     const dt_conv_geom g = p->g;
     memset(t, 0, sizeof *t);
-    if (pass == DT_DW_DGRAD) { /* dx positions d apart: their dy are d apart on the virtual stride-1 grid */
+    if (pass == DT_CONV_DGRAD) { /* dx positions d apart: their dy are d apart on the virtual stride-1 grid */
         t->qh = g.dh, t->qw = g.dw, t->mh = t->mw = 1;
     } else { /* outputs q apart read inputs d apart: q s = m d */
         const int gh = gcd(g.dh, g.sh), gw = gcd(g.dw, g.sw);
         t->qh = g.dh / gh, t->mh = g.sh / gh, t->qw = g.dw / gw, t->mw = g.sw / gw;
     }
-    const int64_t rows = pass == DT_DW_DGRAD ? p->H : p->Ho, cols = pass == DT_DW_DGRAD ? p->W : p->Wo;
+    const int64_t rows = pass == DT_CONV_DGRAD ? p->H : p->Ho, cols = pass == DT_CONV_DGRAD ? p->W : p->Wo;
     const int64_t crow = cdiv(rows, t->qh), ccol = cdiv(cols, t->qw); /* positions of class 0 */
     /* a row of 256 positions for 1-D problems, 8 x 16 for 2-D ones: within a class first (no
      * class holds more), then over consecutive classes */
@@ -78,8 +78,8 @@ int dt_dw_gpu_supported(const dt_conv_problem *p) {
     dt_dw_tile t;
     const int64_t lim = (int64_t)1 << 31;
     if (!dt_dw_problem(p) || p->N * p->C * p->H * p->W >= lim || p->N * p->Cout * p->Ho * p->Wo >= lim) return 0;
-    for (int pass = DT_DW_FWD; pass <= DT_DW_WGRAD; pass++)
-        if (!dt_dw_tile_of(p, pass, DT_DW_SMEM_LIMIT, &t)) return 0;
+    for (int pass = 0; pass < DT_CONV_PASSES; pass++)
+        if (!dt_dw_tile_of(p, (dt_conv_pass)pass, DT_DW_SMEM_LIMIT, &t)) return 0;
     return 1;
 }
 
