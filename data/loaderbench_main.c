@@ -172,7 +172,7 @@ static int decode_only_bench(const dt_dataset *ds, int batch, int size, int max_
     int64_t n = ds->count;
     if (max_batches && (int64_t)(max_batches + 1) * batch < n) n = (int64_t)(max_batches + 1) * batch;
     dt_err err;
-    dt_gpu_decoder *d = dt_gpu_decoder_new(dt_gpu_current(), batch, size, 2, &err); /* two buffers, alternating */
+    dt_gpu_decoder *d = dt_gpu_decoder_new(dt_gpu_current(), batch, size, 2, NULL, &err); /* two buffers, alternating */
     if (!d) {
         fprintf(stderr, "loaderbench: %s\n", err.msg);
         return 1;
