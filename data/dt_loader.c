@@ -170,14 +170,14 @@ static void free_gpu_decoders(dt_loader *l) {
 
 /* The gpu_decoders GPU decoders, the first owning the buffers the others share (dt_gpu_decode.h):
  * NULL, or the reason one of them could not be made. */
-static const char *make_gpu_decoders(dt_loader *l, dt_err *e) {
+static const char *make_gpu_decoders(dt_loader *l, int device, dt_err *e) {
     const int n = l->o.gpu_decoders;
     l->decs = dt_xcalloc((size_t)n, sizeof *l->decs);
     for (int i = 0; i < n; i++) {
         dt_err ei;
         loader_decoder *dc = &l->decs[i];
         dc->l = l, dc->i = i;
-        dc->gpu = l->api->make(dt_gpu_current(), l->B, l->S, l->K, i ? l->gpu : NULL, &ei);
+        dc->gpu = l->api->make(device, l->B, l->S, l->K, i ? l->gpu : NULL, &ei);
         if (!dc->gpu) {
             if (n == 1) snprintf(e->msg, sizeof e->msg, "%s", ei.msg);
             else snprintf(e->msg, sizeof e->msg, "decoder %d of %d: %.900s", i + 1, n, ei.msg);
@@ -206,7 +206,7 @@ static int choose_decoder(dt_loader *l, dt_err *err) {
         if (o.cache) why = "cache=1 keeps CPU-decoded images";
         else if (real && !dt_built_with_cuda()) why = "deftc was built without CUDA";
         else if (real && !dt_gpu_ready()) why = "no GPU context (dt_gpu_init comes before the loader)";
-        else why = make_gpu_decoders(l, &e);
+        else why = make_gpu_decoders(l, real ? dt_gpu_current() : 0, &e);
         if (why && o.decode == DT_DECODE_GPU) {
             dt_errf(err, "loader: decode=gpu: %s", why);
             return -1;
