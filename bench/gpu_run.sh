@@ -3,7 +3,7 @@
 # benchmarks beside the PyTorch yardstick, the reproduction and the main job. Run from the
 # repository root on a machine with the GPU(s):
 #   bash bench/gpu_run.sh [tests] [api] [conv] [deform] [deform2] [resnet] [resnet_mp] [repro] [run] [seeds]
-#                         [bf16] [graphs] [graph_idle] [conv_lab] [conv_algo] [loader_gpu] [yard_amp] [breakdown] [resnet50] [models] [dropin]
+#                         [bf16] [graphs] [graph_idle] [conv_lab] [conv_algo] [loader_gpu] [loader_decoders] [yard_amp] [breakdown] [resnet50] [models] [dropin]
 #                         [dropin_paths] [graph_pairs] [graph_bisect] [sampler] [run_wall] [depthwise] [dw_lab] [dw_rb_bench]
 #                         [scaling] [scaling_sync] [scaling_bf16] [scaling_buckets] [dp_equiv] [dp_equiv_syn] [dp_run]
 #                         [dp_multiproc] [dp_fail] [dp_resume]   (the last ten: 2 GPUs or more; GPUS="2 4 8" the
@@ -281,6 +281,29 @@ LIST
                 decode=$d steps=${LSTEPS:-60} max_val_batches=1 progress=0 log=$W/lt_$d > "$W/lt_$d.out" 2>&1
             echo "real-data bf16 step, batch 256, decode=$d: $(grep -E '^summary' "$W/lt_$d.out" | cut -c1-220) $(grep -m1 'decode' "$W/lt_$d.out" | cut -c1-160)" | tee -a "$OUT/summary.txt"
             grep -m1 '^loader: epoch 1' "$W/lt_$d.out" | tee -a "$OUT/summary.txt" # the decode thread's time split
+        done ;;
+    loader_decoders)
+        # Several GPU decoders (issue 37 item 1, docs/data.md "Several GPU decoders"): on
+        # loader_gpu's ImageNet-like files, the decoders alone with gpu_decoders 1, 2, 3 (threads,
+        # each its own nvJPEG decoder and stream), alone and beside a stream held by 5 ms host
+        # functions (--beside-ms: what made nvJPEG's calls slow beside a step); then the real-data
+        # bf16 batch-256 run with decode=gpu and gpu_decoders 1 and 2 (its data wait).
+        INET=$W/inet
+        [ -d "$INET" ] || T 300 build/mkdata --out "$INET" --train ${INET_TRAIN:-600} --val 20 --width 500 --height 375 --quiet
+        log "loader: gpu_decoders 1, 2, 3 (build/loaderbench --decode-only, batch 256; alone and --beside-ms 5)"
+        for n in 1 2 3; do
+            for b in 0 5; do
+                f=lb_dec${n}_beside$b
+                T 200 build/loaderbench --data "$INET" --decode-only --batch 256 --gpu-decoders $n \
+                    $([ $b = 0 ] || echo --beside-ms $b) > "$W/$f.txt" 2>&1
+                echo "gpu_decoders $n, beside $b ms (rc $?): $(grep -E '^decode-only: [0-9]+ images' "$W/$f.txt" | cut -c1-260)" | tee -a "$OUT/summary.txt"
+            done
+        done
+        for n in 1 2; do
+            T 250 build/train configs/synthetic_timing.cfg overwrite=1 synthetic=0 data="$INET" batch=256 precision=bf16 \
+                decode=gpu gpu_decoders=$n steps=${LSTEPS:-60} max_val_batches=1 progress=0 log=$W/ltd_$n > "$W/ltd_$n.out" 2>&1
+            echo "real-data bf16 step, batch 256, decode=gpu gpu_decoders=$n: $(grep -E '^summary' "$W/ltd_$n.out" | cut -c1-220) $(grep -m1 'decode' "$W/ltd_$n.out" | cut -c1-160)" | tee -a "$OUT/summary.txt"
+            grep -m1 '^loader: epoch 1' "$W/ltd_$n.out" | tee -a "$OUT/summary.txt" # the decode threads' time split
         done ;;
     conv_algo)
         # The implicit-GEMM conv in the step (issue 20): the same build with conv_algo=gemm (im2col +

@@ -34,6 +34,7 @@ typedef struct {
 
 struct dt_gpu_decoder {
     int device, B, S, K, hw;
+    int shares;               /* 1: out, released and done are the first decoder's (dt_gpu_decoder_new) */
     const dt_nvjpeg_api *nj;
     dt_nvjpeg_handle h;
     nj_call calls[2];         /* used in turn, batch by batch */
@@ -41,9 +42,13 @@ struct dt_gpu_decoder {
     cudaStream_t stream;
     uint8_t *out;             /* K buffers u8 [B, S, S, 3], one allocation */
     /* [K] events; one never recorded counts as complete in CUDA (a wait on it returns at once),
-     * so the first use of a buffer needs no flag */
+     * so the first use of a buffer needs no flag. Shared by all decoders of a loader with the
+     * buffers: out_k's batches alternate between their streams, and each waits for the last. */
     cudaEvent_t *released;    /* recorded by the consumer on its stream */
-    cudaEvent_t *done;        /* recorded on the decoder's stream after out_k's last write */
+    cudaEvent_t *done;        /* recorded on the stream of the decoder that wrote out_k last */
+    /* [K] this decoder's own: recorded with done[k] on its stream, so that aug[k] is reused
+     * after this decoder's last batch in out_k (done[k] may be another decoder's since) */
+    cudaEvent_t *aug_done;
     uint8_t *pix;             /* the batch's decoded images, packed: [h_i, w_i, 3] at 256-byte offsets */
     size_t pix_cap;
     dt_augment_scratch *aug;  /* [K] the augmentation's table staging, one per buffer (reused after done[k]) */
@@ -61,11 +66,64 @@ static int nj_err(dt_err *err, const char *what, dt_nvjpeg_status s) {
     return dt_errf(err, "GPU decode: %s failed: %s", what, dt_nvjpeg_status_str(s));
 }
 
-dt_gpu_decoder *dt_gpu_decoder_new(int device, int B, int S, int K, dt_err *err) {
+/* The backend: the JPEG engines where the GPU has them (nvJPEG refuses them elsewhere), else
+ * the hybrid one; a decoder after the first takes the first one's backend or fails. */
+static int create_handle(dt_gpu_decoder *d, const dt_gpu_decoder *first, dt_err *err) {
+    const dt_nvjpeg_api *nj = d->nj;
+    dt_nvjpeg_status s = 0;
+    if (!first || first->hw) {
+        s = nj->CreateEx(DT_NVJPEG_BACKEND_HARDWARE, NULL, NULL, 0, &d->h);
+        d->hw = s == 0;
+        if (s && first) {
+            d->h = NULL;
+            return dt_errf(err, "GPU decode: the hardware backend, which the first decoder got, failed here: "
+                           "nvjpegCreateEx: %s", dt_nvjpeg_status_str(s));
+        }
+    }
+    if (!d->hw) s = nj->CreateEx(DT_NVJPEG_BACKEND_DEFAULT, NULL, NULL, 0, &d->h);
+    if (s) {
+        d->h = NULL;
+        return nj_err(err, "nvjpegCreateEx", s);
+    }
+    return 0;
+}
+
+/* The K output buffers and their events: the first decoder's own, shared by the others. 0, or -1 with err. */
+static int make_outputs(dt_gpu_decoder *d, const dt_gpu_decoder *first, dt_err *err) {
+    const int K = d->K;
+    cudaError_t ce;
+    d->aug_done = dt_xcalloc((size_t)K, sizeof *d->aug_done);
+    for (int k = 0; k < K; k++)
+        if ((ce = cudaEventCreateWithFlags(&d->aug_done[k], cudaEventDisableTiming)) != cudaSuccess)
+            return cuda_err(err, "cudaEventCreate", ce);
+    if (first) {
+        d->shares = 1;
+        d->out = first->out, d->released = first->released, d->done = first->done;
+        return 0;
+    }
+    size_t per = (size_t)d->S * d->S * 3;
+    if ((ce = cudaMalloc((void **)&d->out, (size_t)K * d->B * per)) != cudaSuccess) {
+        d->out = NULL;
+        return cuda_err(err, "cudaMalloc of the output buffers", ce);
+    }
+    d->released = dt_xcalloc((size_t)K, sizeof *d->released);
+    d->done = dt_xcalloc((size_t)K, sizeof *d->done);
+    for (int k = 0; k < K; k++)
+        if ((ce = cudaEventCreateWithFlags(&d->released[k], cudaEventDisableTiming)) != cudaSuccess ||
+            (ce = cudaEventCreateWithFlags(&d->done[k], cudaEventDisableTiming)) != cudaSuccess)
+            return cuda_err(err, "cudaEventCreate", ce);
+    return 0;
+}
+
+dt_gpu_decoder *dt_gpu_decoder_new(int device, int B, int S, int K, const dt_gpu_decoder *first, dt_err *err) {
     const char *why;
     const dt_nvjpeg_api *nj = dt_nvjpeg(&why);
     if (!nj) {
         dt_errf(err, "GPU decode: %s", why);
+        return NULL;
+    }
+    if (first && (first->device != device || first->B != B || first->S != S || first->K != K)) {
+        dt_errf(err, "GPU decode: a decoder sharing another's buffers has its device, batch, size and buffer count");
         return NULL;
     }
     if (B > 65535) { /* the augmentation kernel's grid holds a batch in y */
@@ -86,15 +144,8 @@ dt_gpu_decoder *dt_gpu_decoder_new(int device, int B, int S, int K, dt_err *err)
     }
     dt_gpu_decoder *d = dt_xcalloc(1, sizeof *d);
     d->device = device, d->B = B, d->S = S, d->K = K, d->nj = nj;
-    /* The JPEG engines where the GPU has them; nvJPEG refuses the backend elsewhere. */
-    dt_nvjpeg_status s = nj->CreateEx(DT_NVJPEG_BACKEND_HARDWARE, NULL, NULL, 0, &d->h);
-    d->hw = s == 0;
-    if (!d->hw) s = nj->CreateEx(DT_NVJPEG_BACKEND_DEFAULT, NULL, NULL, 0, &d->h);
-    if (s) {
-        d->h = NULL;
-        nj_err(err, "nvjpegCreateEx", s);
-        goto fail;
-    }
+    dt_nvjpeg_status s;
+    if (create_handle(d, first, err)) goto fail;
     for (int c = 0; c < 2; c++) {
         nj_call *call = &d->calls[c];
         if ((s = nj->JpegStateCreate(d->h, &call->st))) {
@@ -121,21 +172,8 @@ dt_gpu_decoder *dt_gpu_decoder_new(int device, int B, int S, int K, dt_err *err)
         cuda_err(err, "cudaStreamCreateWithFlags", ce);
         goto fail;
     }
-    size_t per = (size_t)S * S * 3;
-    if ((ce = cudaMalloc((void **)&d->out, (size_t)K * B * per)) != cudaSuccess) {
-        d->out = NULL;
-        cuda_err(err, "cudaMalloc of the output buffers", ce);
-        goto fail;
-    }
-    d->released = dt_xcalloc((size_t)K, sizeof *d->released);
-    d->done = dt_xcalloc((size_t)K, sizeof *d->done);
+    if (make_outputs(d, first, err)) goto fail;
     d->aug = dt_xcalloc((size_t)K, sizeof *d->aug);
-    for (int k = 0; k < K; k++)
-        if ((ce = cudaEventCreateWithFlags(&d->released[k], cudaEventDisableTiming)) != cudaSuccess ||
-            (ce = cudaEventCreateWithFlags(&d->done[k], cudaEventDisableTiming)) != cudaSuccess) {
-            cuda_err(err, "cudaEventCreate", ce);
-            goto fail;
-        }
     d->as = dt_xcalloc((size_t)B, sizeof *d->as);
     d->sel = dt_xcalloc((size_t)B, sizeof *d->sel);
     d->arow = dt_xcalloc((size_t)B, sizeof *d->arow);
@@ -190,6 +228,7 @@ int dt_gpu_decoder_decode(dt_gpu_decoder *d, int k, const dt_gpu_decode_job *job
     /* The host side of out_k's last batch (its table staging, the host rows it copied up) is
      * free once that batch's work is done: long ago, when the consumer has released it. */
     if ((ce = cudaEventSynchronize(d->done[k])) != cudaSuccess) return cuda_err(err, "the decode stream", ce);
+    if ((ce = cudaEventSynchronize(d->aug_done[k])) != cudaSuccess) return cuda_err(err, "the decode stream", ce);
     /* the consumer's reads of out_k come before this batch's writes */
     if ((ce = cudaStreamWaitEvent(d->stream, d->released[k], 0)) != cudaSuccess)
         return cuda_err(err, "cudaStreamWaitEvent", ce);
@@ -284,7 +323,9 @@ int dt_gpu_decoder_finish(dt_gpu_decoder *d, int k, const uint8_t *host_images, 
             return cuda_err(err, "cudaMemcpyAsync of a CPU-decoded row", ce);
     /* No host wait: the consumer's stream waits for this event (dt_gpu_decoder_acquire), and the
      * decode thread goes on to the next batch while the engines and the kernel work on this one. */
-    if ((ce = cudaEventRecord(d->done[k], d->stream)) != cudaSuccess) return cuda_err(err, "cudaEventRecord", ce);
+    if ((ce = cudaEventRecord(d->done[k], d->stream)) != cudaSuccess ||
+        (ce = cudaEventRecord(d->aug_done[k], d->stream)) != cudaSuccess)
+        return cuda_err(err, "cudaEventRecord", ce);
     return 0;
 }
 
@@ -333,13 +374,19 @@ void dt_gpu_decoder_free(dt_gpu_decoder *d) {
     if (d->h) d->nj->Destroy(d->h);
     for (int k = 0; d->aug && k < d->K; k++) dt_augment_scratch_free(&d->aug[k]);
     cudaFree(d->pix);
-    cudaFree(d->out);
-    for (int k = 0; d->released && k < d->K; k++) {
-        if (d->released[k]) cudaEventDestroy(d->released[k]);
-        if (d->done[k]) cudaEventDestroy(d->done[k]);
+    for (int k = 0; d->aug_done && k < d->K; k++)
+        if (d->aug_done[k]) cudaEventDestroy(d->aug_done[k]);
+    free(d->aug_done);
+    if (!d->shares) { /* the first decoder's, freed after the others (dt_gpu_decode.h) */
+        cudaFree(d->out);
+        for (int k = 0; d->released && k < d->K; k++) {
+            if (d->released[k]) cudaEventDestroy(d->released[k]);
+            if (d->done[k]) cudaEventDestroy(d->done[k]);
+        }
+        free(d->released), free(d->done);
     }
     if (d->stream) cudaStreamDestroy(d->stream);
-    free(d->released), free(d->done), free(d->aug);
+    free(d->aug);
     free(d->as), free(d->sel), free(d->arow);
     free(d);
     cudaSetDevice(prev);

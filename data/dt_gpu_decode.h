@@ -49,8 +49,17 @@ enum {
 
 /* A decoder on `device` (the calling thread's device is left as it was) for batches of up to
  * B images into K output buffers u8 [B, S, S, 3]. NULL with err when there is no GPU, deftc
- * was built without CUDA, or nvJPEG cannot be loaded or started. */
-dt_gpu_decoder *dt_gpu_decoder_new(int device, int B, int S, int K, dt_err *err);
+ * was built without CUDA, or nvJPEG cannot be loaded or started.
+ *
+ * Several decoders (the loader's gpu_decoders, one thread each): the first is made with first =
+ * NULL and owns the K output buffers and their events; each later one is made with first = that
+ * decoder and the same device, B, S and K, has its own nvJPEG handle, states, stream, decoded-
+ * pixel buffer and augmentation staging, and writes the batches it decodes into the shared
+ * buffers (out_k's release and done events are shared too, so a batch in out_k waits for the
+ * last one there whichever decoder wrote it). A later decoder takes the first one's backend or
+ * fails (no mix of hardware and hybrid). dt_gpu_decoder_images / acquire / released may be called
+ * on any of them (the same buffers and events); the first is freed last. */
+dt_gpu_decoder *dt_gpu_decoder_new(int device, int B, int S, int K, const dt_gpu_decoder *first, dt_err *err);
 /* "nvJPEG 13.0.1 (...), hardware backend" */
 const char *dt_gpu_decoder_describe(const dt_gpu_decoder *d);
 /* 1 with the hardware backend (baseline JPEGs only: progressive and 12-bit files go to the CPU) */

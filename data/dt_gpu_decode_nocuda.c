@@ -3,8 +3,8 @@
  * so that no other entry is ever reached with a decoder; they fail or do nothing. */
 #include "data/dt_gpu_decode.h"
 
-dt_gpu_decoder *dt_gpu_decoder_new(int device, int B, int S, int K, dt_err *err) {
-    (void)device, (void)B, (void)S, (void)K;
+dt_gpu_decoder *dt_gpu_decoder_new(int device, int B, int S, int K, const dt_gpu_decoder *first, dt_err *err) {
+    (void)device, (void)B, (void)S, (void)K, (void)first;
     dt_errf(err, "GPU decode: deftc was built without CUDA (make CUDA=1)");
     return NULL;
 }

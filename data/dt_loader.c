@@ -30,6 +30,7 @@ dt_loader_opts dt_loader_default_opts(int train) {
     o.cache_max_mb = 0;
     o.drop_last = -1;
     o.prefetch = 4;
+    o.gpu_decoders = 1;
     o.crop_scale_min = 0.08;
     o.max_pixels = DT_IMAGE_MAX_PIXELS;
     return o;
@@ -57,6 +58,18 @@ static int check_opts(const dt_dataset *ds, dt_loader_opts *o, int *cache_size, 
     if (o->prefetch == 0) o->prefetch = 4;
     if (o->prefetch < 2 || o->prefetch > 64) {
         dt_errf(err, "loader: prefetch %d is out of range (2 .. 64 batches)", o->prefetch);
+        return -1;
+    }
+    if (o->gpu_decoders == 0) o->gpu_decoders = 1;
+    if (o->gpu_decoders < 1 || o->gpu_decoders > DT_LOADER_MAX_GPU_DECODERS) {
+        dt_errf(err, "loader: gpu_decoders %d is out of range (1 .. %d)", o->gpu_decoders, DT_LOADER_MAX_GPU_DECODERS);
+        return -1;
+    }
+    /* N decode threads on N consecutive batches while the consumer holds one: N + 1 slots */
+    if (o->gpu_decoders > o->prefetch - 1) {
+        dt_errf(err, "loader: gpu_decoders %d needs prefetch %d or more (prefetch %d lets at most prefetch - 1 = %d "
+                "batches decode while the consumer holds one)", o->gpu_decoders, o->gpu_decoders + 1, o->prefetch,
+                o->prefetch - 1);
         return -1;
     }
     if (o->crop_scale_min == 0) o->crop_scale_min = 0.08;
@@ -141,6 +154,41 @@ static int epoch_sizes(const dt_dataset *ds, dt_loader_opts *o, int64_t *m_out, 
     return 0;
 }
 
+/* The GPU decoders and their arrays, the first (whose buffers the others share) last; the
+ * threads are joined before. */
+static void free_gpu_decoders(dt_loader *l) {
+    for (int i = l->ndec - 1; i >= 0; i--) {
+        loader_decoder *dc = &l->decs[i];
+        l->api->free(dc->gpu);
+        free(dc->jobs), free(dc->rows), free(dc->refused), free(dc->host);
+    }
+    free(l->decs);
+    l->decs = NULL;
+    l->ndec = 0;
+    l->gpu = NULL;
+}
+
+/* The gpu_decoders GPU decoders, the first owning the buffers the others share (dt_gpu_decode.h):
+ * NULL, or the reason one of them could not be made. */
+static const char *make_gpu_decoders(dt_loader *l, int device, dt_err *e) {
+    const int n = l->o.gpu_decoders;
+    l->decs = dt_xcalloc((size_t)n, sizeof *l->decs);
+    for (int i = 0; i < n; i++) {
+        dt_err ei;
+        loader_decoder *dc = &l->decs[i];
+        dc->l = l, dc->i = i;
+        dc->gpu = l->api->make(device, l->B, l->S, l->K, i ? l->gpu : NULL, &ei);
+        if (!dc->gpu) {
+            if (n == 1) snprintf(e->msg, sizeof e->msg, "%s", ei.msg);
+            else snprintf(e->msg, sizeof e->msg, "decoder %d of %d: %.900s", i + 1, n, ei.msg);
+            return e->msg;
+        }
+        l->ndec++;
+        if (!i) l->gpu = dc->gpu;
+    }
+    return NULL;
+}
+
 /* The decoder: the GPU's when asked for (or auto and there), else the CPU workers'. 0, or -1
  * with err set when decode=gpu cannot be had. */
 static int choose_decoder(dt_loader *l, dt_err *err) {
@@ -154,17 +202,22 @@ static int choose_decoder(dt_loader *l, dt_err *err) {
     if (o.decode != DT_DECODE_CPU) {
         dt_err e;
         const char *why = NULL;
+        const int real = l->api == &loader_nvjpeg; /* an emulator needs neither CUDA nor a GPU */
         if (o.cache) why = "cache=1 keeps CPU-decoded images";
-        else if (!dt_built_with_cuda()) why = "deftc was built without CUDA";
-        else if (!dt_gpu_ready()) why = "no GPU context (dt_gpu_init comes before the loader)";
-        else if (!(l->gpu = dt_gpu_decoder_new(dt_gpu_current(), l->B, l->S, l->K, &e))) why = e.msg;
+        else if (real && !dt_built_with_cuda()) why = "deftc was built without CUDA";
+        else if (real && !dt_gpu_ready()) why = "no GPU context (dt_gpu_init comes before the loader)";
+        else why = make_gpu_decoders(l, real ? dt_gpu_current() : 0, &e);
         if (why && o.decode == DT_DECODE_GPU) {
             dt_errf(err, "loader: decode=gpu: %s", why);
             return -1;
         }
+        if (why) free_gpu_decoders(l);
         if (why) snprintf(l->decoder, sizeof l->decoder, "cpu (%s; decode=auto: %.600s)", cpu_name, why);
-        else snprintf(l->decoder, sizeof l->decoder, "gpu: %s (PNG, BMP and the JPEGs it does not take: %s)",
-                      dt_gpu_decoder_describe(l->gpu), cpu_name);
+        else if (l->ndec == 1)
+            snprintf(l->decoder, sizeof l->decoder, "gpu: %s (PNG, BMP and the JPEGs it does not take: %s)",
+                     l->api->describe(l->gpu), cpu_name);
+        else snprintf(l->decoder, sizeof l->decoder, "gpu: %d decoders, %s (PNG, BMP and the JPEGs they do not take: %s)",
+                      l->ndec, l->api->describe(l->gpu), cpu_name);
     }
     return 0;
 }
@@ -186,15 +239,16 @@ static void alloc_ring(dt_loader *l) {
             sk->pos = dt_xcalloc((size_t)l->B, sizeof *sk->pos);
         }
     }
-    if (l->gpu) {
-        l->dec_jobs = dt_xcalloc((size_t)l->B, sizeof *l->dec_jobs);
-        l->dec_rows = dt_xcalloc((size_t)l->B, sizeof *l->dec_rows);
-        l->dec_refused = dt_xcalloc((size_t)l->B, sizeof *l->dec_refused);
-        l->dec_host = dt_xcalloc((size_t)l->B, sizeof *l->dec_host);
+    for (int i = 0; i < l->ndec; i++) {
+        loader_decoder *dc = &l->decs[i];
+        dc->jobs = dt_xcalloc((size_t)l->B, sizeof *dc->jobs);
+        dc->rows = dt_xcalloc((size_t)l->B, sizeof *dc->rows);
+        dc->refused = dt_xcalloc((size_t)l->B, sizeof *dc->refused);
+        dc->host = dt_xcalloc((size_t)l->B, sizeof *dc->host);
     }
 }
 
-/* The CPU workers, and the GPU decode thread. 0, or -1 with err set. */
+/* The CPU workers, and the GPU decode threads. 0, or -1 with err set. */
 static int start_threads(dt_loader *l, dt_err *err) {
     l->threads = dt_xcalloc((size_t)l->nthreads, sizeof *l->threads);
     for (int t = 0; t < l->nthreads; t++) {
@@ -208,18 +262,22 @@ static int start_threads(dt_loader *l, dt_err *err) {
         }
         l->nstarted++;
     }
-    if (l->gpu) {
-        int rc = pthread_create(&l->dec_thread, NULL, loader_decode_main, l);
+    for (int i = 0; i < l->ndec; i++) {
+        int rc = pthread_create(&l->decs[i].thread, NULL, loader_decode_main, &l->decs[i]);
         if (rc != 0) {
-            dt_errf(err, "loader: cannot start the GPU decode thread: %s", strerror(rc));
+            dt_errf(err, "loader: cannot start GPU decode thread %d of %d: %s", i + 1, l->ndec, strerror(rc));
             return -1;
         }
-        l->dec_started = 1;
+        l->decs[i].started = 1;
     }
     return 0;
 }
 
 dt_loader *dt_loader_new(const dt_dataset *ds, const dt_loader_opts *opts, dt_err *err) {
+    return loader_new_with(ds, opts, &loader_nvjpeg, err);
+}
+
+dt_loader *loader_new_with(const dt_dataset *ds, const dt_loader_opts *opts, const loader_gpu_api *api, dt_err *err) {
     dt_loader_opts o = opts ? *opts : dt_loader_default_opts(1);
     int cache_size = 0;
     int64_t m, nb, n_used;
@@ -228,6 +286,7 @@ dt_loader *dt_loader_new(const dt_dataset *ds, const dt_loader_opts *opts, dt_er
     dt_loader *l = dt_xcalloc(1, sizeof *l);
     l->ds = ds;
     l->o = o;
+    l->api = api;
     l->S = o.image_size;
     l->B = o.batch;
     l->K = o.prefetch;
@@ -275,7 +334,7 @@ void dt_loader_start_epoch(dt_loader *l, int epoch) {
     l->gen++;
     for (int k = 0; k < l->K; k++) {
         /* a batch still held is abandoned: its device buffer is reused after the reads queued so far */
-        if (l->gpu && l->slots[k].state == SLOT_HELD) dt_gpu_decoder_released(l->gpu, k);
+        if (l->gpu && l->slots[k].state == SLOT_HELD) l->api->released(l->gpu, k);
         l->slots[k].state = SLOT_FREE;
     }
     memcpy(l->perm, l->base, (size_t)l->m * sizeof *l->perm);
@@ -294,6 +353,7 @@ void dt_loader_start_epoch(dt_loader *l, int epoch) {
     l->next_item = 0;
     l->next_batch = 0;
     l->dec_next = 0;
+    l->dec_failed = 0;
     l->n_gpu = l->n_not_jpeg = l->n_layout = l->n_refused = 0;
     l->gpu_ms = 0;
     l->gpu_times = (dt_gpu_decode_times){0, 0, 0};
@@ -332,19 +392,23 @@ int dt_loader_next(dt_loader *l, dt_batch *b) {
                  l->K, (long long)s->batch, l->K);
     }
     double t0 = dt_now_ms();
+    /* slot k's own batch, never a later one: with several decode threads batch k + 1 may be
+     * done first, and a failure is this batch's */
     const int done = l->gpu ? SLOT_DECODED : SLOT_READY;
-    while (!(s->state == done && s->batch == l->next_batch) && !l->failed) pthread_cond_wait(&l->ready_cv, &l->mu);
+    while (!((s->state == done || s->state == SLOT_FAILED) && s->batch == l->next_batch) && !l->failed)
+        pthread_cond_wait(&l->ready_cv, &l->mu);
     double waited = dt_now_ms() - t0;
     l->wait_ms += waited;
     l->total_wait_ms += waited;
+    if (!l->failed && s->state == SLOT_FAILED) loader_fail_locked(l, s->why);
     if (l->failed) {
         pthread_mutex_unlock(&l->mu);
         return -1;
     }
     s->state = SLOT_HELD;
     b->images = l->gpu ? NULL : s->images;
-    b->dev_images = l->gpu ? dt_gpu_decoder_images(l->gpu, (int)(l->next_batch % l->K)) : NULL;
-    if (l->gpu) dt_gpu_decoder_acquire(l->gpu, (int)(l->next_batch % l->K)); /* deftc's stream waits for it */
+    b->dev_images = l->gpu ? l->api->images(l->gpu, (int)(l->next_batch % l->K)) : NULL;
+    if (l->gpu) l->api->acquire(l->gpu, (int)(l->next_batch % l->K)); /* deftc's stream waits for it */
     b->labels = s->labels;
     b->n = s->n;
     b->index = l->next_batch;
@@ -369,7 +433,7 @@ void dt_loader_release(dt_loader *l, dt_batch *b) {
     slot *s = &l->slots[b->slot_];
     /* A batch of an abandoned epoch (start_epoch came between) is no longer ours to free. */
     if (b->gen_ == l->gen && s->state == SLOT_HELD && s->batch == b->index) {
-        if (l->gpu) dt_gpu_decoder_released(l->gpu, b->slot_); /* before a worker can refill it */
+        if (l->gpu) l->api->released(l->gpu, b->slot_); /* before a worker can refill it */
         s->state = SLOT_FREE;
         pthread_cond_broadcast(&l->work_cv);
     }
@@ -423,7 +487,7 @@ void dt_loader_stats_str(const dt_loader_stats *s, char *buf, size_t cap) {
     if (s->gpu_decode && len > 0 && (size_t)len < cap)
         snprintf(buf + len, cap - (size_t)len,
                  "; GPU decode: %lld images, on the CPU %lld (%lld not JPEG, %lld JPEG layout, %lld refused by nvJPEG), "
-                 "decode thread %.2f s (in nvJPEG's calls %.2f, the augmentation %.2f, waiting for a buffer %.2f)",
+                 "decode threads %.2f s (in nvJPEG's calls %.2f, the augmentation %.2f, waiting for a buffer %.2f)",
                  (long long)s->gpu_images, (long long)(s->cpu_not_jpeg + s->cpu_jpeg_layout + s->cpu_refused),
                  (long long)s->cpu_not_jpeg, (long long)s->cpu_jpeg_layout, (long long)s->cpu_refused, s->gpu_ms / 1e3,
                  s->gpu_nvjpeg_ms / 1e3, s->gpu_augment_ms / 1e3, s->gpu_wait_ms / 1e3);
@@ -446,8 +510,9 @@ void dt_loader_free(dt_loader *l) {
     pthread_cond_broadcast(&l->ready_cv);
     pthread_mutex_unlock(&l->mu);
     for (int t = 0; t < l->nstarted; t++) pthread_join(l->threads[t], NULL);
-    if (l->dec_started) pthread_join(l->dec_thread, NULL);
-    dt_gpu_decoder_free(l->gpu);
+    for (int i = 0; i < l->ndec; i++)
+        if (l->decs[i].started) pthread_join(l->decs[i].thread, NULL);
+    free_gpu_decoders(l);
     free(l->threads);
     for (int k = 0; l->slots && k < l->K; k++) {
         slot *sk = &l->slots[k];
@@ -456,7 +521,6 @@ void dt_loader_free(dt_loader *l) {
         for (int j = 0; sk->files && j < l->B; j++) dt_scratch_free(&sk->files[j]);
         free(sk->files), free(sk->jobs), free(sk->route), free(sk->idx), free(sk->pos);
     }
-    free(l->dec_jobs), free(l->dec_rows), free(l->dec_refused), free(l->dec_host);
     free(l->slots);
     free(l->perm);
     free(l->base);

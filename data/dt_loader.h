@@ -74,6 +74,16 @@
  * decode thread's stream waits for before it reuses the buffer. The epoch's counts per route are in
  * dt_loader_stats.
  *
+ * Several GPU decoders (opts.gpu_decoders = N): N decode threads, each with its own nvJPEG
+ * handle, states, stream, decoded-pixel buffer and augmentation staging, claim the ready batches
+ * in order (a batch counter under the loader's mutex) and decode consecutive batches at once
+ * into the ring's shared device buffers; dt_loader_next hands batch k out only once its own
+ * thread is done with it (never a later one first), so batches come in order, bit-identical for
+ * any N (sample i's streams do not depend on the thread). N <= prefetch - 1: the consumer holds
+ * a slot while N others decode. A decode thread's error ("GPU decode thread i of N: ...") is
+ * returned by dt_loader_next at the batch it failed on (the batches before it are handed out),
+ * and no thread claims a batch after it in that epoch.
+ *
  * Cache (opts.cache): every decoded image is kept in memory as uint8 with its shorter side
  * reduced to cache_size (default round(S * 256 / 224), the val resize, so val batches are
  * bit-identical with and without the cache); train crops are then taken from the cached
@@ -119,7 +129,12 @@ typedef struct {
     int shard, shards;     /* data parallel: this replica's share of each epoch (default 0 of 1) */
     int64_t subset;        /* 0: every image; N: a fixed sample of N, stratified by class (see above) */
     int decode;            /* dt_decode (default DT_DECODE_CPU: batches in host memory) */
+    int gpu_decoders;      /* GPU decode: decode threads, each with its own nvJPEG decoder, on
+                              consecutive batches at once (default 1; 1 .. DT_LOADER_MAX_GPU_DECODERS,
+                              at most prefetch - 1; not used when the CPU decodes) */
 } dt_loader_opts;
+
+#define DT_LOADER_MAX_GPU_DECODERS 8
 
 /* The defaults above; train selects the train defaults. */
 dt_loader_opts dt_loader_default_opts(int train);
@@ -150,7 +165,7 @@ typedef struct {
     /* GPU decode, this epoch: images decoded by nvJPEG; decoded on the CPU instead because the
      * file is not a JPEG, because its layout is not one nvJPEG decodes as the CPU does
      * (progressive, CMYK, 12-bit, truncated, ...), or because nvJPEG refused it; the decode
-     * thread's time, and of it: inside nvJPEG's calls, building and launching the augmentation,
+     * threads' time (summed over the gpu_decoders threads), and of it: inside nvJPEG's calls, building and launching the augmentation,
      * waiting on the host for a buffer's previous batch */
     int gpu_decode;
     int64_t gpu_images, cpu_not_jpeg, cpu_jpeg_layout, cpu_refused;

@@ -24,11 +24,12 @@
 
 /* Slot life cycle: FREE -> FILLING (a worker claimed its first sample) -> READY (all samples
  * written) -> HELD (handed to the training loop) -> FREE (released). With GPU decode, READY ->
- * DECODING (the decode thread took it) -> DECODED -> HELD. Batch b lives in slot b % K. All
- * state changes happen under the loader mutex; the pixel writes of a sample happen outside
- * it, and the mutex hand-over (done++ under the lock, READY seen under the lock) orders them
- * before the consumer's (or the decode thread's) reads. */
-enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_DECODING, SLOT_DECODED, SLOT_HELD };
+ * DECODING (a decode thread claimed it) -> DECODED -> HELD, or DECODING -> FAILED (the thread's
+ * error in the slot's `why`, returned by dt_loader_next when it reaches that batch). Batch b
+ * lives in slot b % K. All state changes happen under the loader mutex; the pixel writes of a
+ * sample happen outside it, and the mutex hand-over (done++ under the lock, READY seen under
+ * the lock) orders them before the consumer's (or the decode thread's) reads. */
+enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_DECODING, SLOT_DECODED, SLOT_FAILED, SLOT_HELD };
 
 /* GPU decode: where a row's pixels come from (the epoch's counts in dt_loader_stats). */
 enum { ROUTE_GPU, ROUTE_NOT_JPEG, ROUTE_JPEG_LAYOUT, ROUTE_REFUSED };
@@ -45,7 +46,43 @@ typedef struct {
     dt_gpu_decode_job *jobs;
     int *route;
     int64_t *idx, *pos;
+    char why[1024]; /* SLOT_FAILED: "GPU decode thread i of N: <message>" */
 } slot;
+
+/* The GPU decoder's calls that the loader makes, as dt_gpu_decode.h has them (loader_nvjpeg);
+ * a test puts an emulator in their place (loader_new_with) to run the decode threads' claiming,
+ * in-order delivery, errors and shutdown without a GPU. decode takes the batch's index in the
+ * epoch besides (an emulator's failure injection; nvJPEG's does not need it). */
+typedef struct {
+    dt_gpu_decoder *(*make)(int device, int B, int S, int K, const dt_gpu_decoder *first, dt_err *err);
+    const char *(*describe)(const dt_gpu_decoder *d);
+    int (*hardware)(const dt_gpu_decoder *d);
+    int (*supported)(const dt_gpu_decoder *d, const uint8_t *jpeg, size_t bytes, dt_gpu_parse **parse);
+    void (*parse_free)(const dt_gpu_decoder *d, dt_gpu_parse *parse);
+    void (*bind_thread)(const dt_gpu_decoder *d);
+    int (*decode)(dt_gpu_decoder *d, int64_t batch, int k, const dt_gpu_decode_job *jobs, const int *rows, int n,
+                  int *refused, dt_gpu_decode_times *times, dt_err *err);
+    int (*finish)(dt_gpu_decoder *d, int k, const uint8_t *host_images, const int *rows, int n, dt_err *err);
+    void (*acquire)(const dt_gpu_decoder *d, int k);
+    const uint8_t *(*images)(const dt_gpu_decoder *d, int k);
+    void (*released)(dt_gpu_decoder *d, int k);
+    void (*free)(dt_gpu_decoder *d);
+} loader_gpu_api;
+
+extern const loader_gpu_api loader_nvjpeg;
+
+/* One GPU decode thread (of gpu_decoders): its decoder (i > 0: sharing decs[0]'s buffers) and its
+ * arrays [B] (the chosen jobs, their rows, why nvJPEG refused one, the rows copied up from the
+ * host). */
+typedef struct {
+    struct dt_loader *l;
+    int i; /* 0 .. ndec - 1 */
+    dt_gpu_decoder *gpu;
+    pthread_t thread;
+    int started;
+    dt_gpu_decode_job *jobs;
+    int *rows, *refused, *host;
+} loader_decoder;
 
 /* A cached image: immutable once published (release store), read by any worker. */
 typedef struct {
@@ -92,14 +129,16 @@ struct dt_loader {
     atomic_int dead_class;
     int64_t max_pixels; /* images with more pixels are skipped before decoding */
 
-    /* GPU decode: the decoder, its thread, the next batch it decodes, its arrays [B] (the
-     * chosen jobs, their rows, why nvJPEG refused one, the rows copied up from the host) */
+    /* GPU decode: the decoders' calls (nvJPEG's or a test's emulator), the gpu_decoders threads
+     * (decs[0].gpu is `gpu`, whose buffers the others share: the workers' header checks and the
+     * consumer's calls go to it), the next batch a decode thread claims, whether one failed this
+     * epoch (no more claims: the batches before the failed one are still delivered) */
+    const loader_gpu_api *api;
     dt_gpu_decoder *gpu;
-    pthread_t dec_thread;
-    int dec_started;
+    loader_decoder *decs;
+    int ndec;
     int64_t dec_next;
-    dt_gpu_decode_job *dec_jobs;
-    int *dec_rows, *dec_refused, *dec_host;
+    int dec_failed;
     int64_t n_gpu, n_not_jpeg, n_layout, n_refused; /* this epoch, under mu */
     double gpu_ms;
     dt_gpu_decode_times gpu_times; /* this epoch, under mu */
@@ -147,5 +186,9 @@ void *loader_worker_main(void *arg);
 
 /* dt_loader_gpu.c */
 void *loader_decode_main(void *arg);
+
+/* dt_loader.c: dt_loader_new with the GPU decoder's calls `api` (dt_loader_new: loader_nvjpeg;
+ * tests: an emulator, which skips the CUDA build and GPU context checks). */
+dt_loader *loader_new_with(const dt_dataset *ds, const dt_loader_opts *opts, const loader_gpu_api *api, dt_err *err);
 
 #endif

@@ -37,8 +37,8 @@ static int gpu_route(worker_ctx *w, const uint8_t *data, size_t n, int iw, int i
     const char *why;
     if (dt_jpeg_read_layout(data, n, &lay, &why) || !dt_jpeg_gpu_decodable(&lay, &why) || lay.w != iw || lay.h != ih)
         return ROUTE_JPEG_LAYOUT;
-    if (dt_gpu_decoder_hardware(l->gpu) && lay.sof != 0xC0) return ROUTE_JPEG_LAYOUT; /* the engines: baseline only */
-    return dt_gpu_decoder_supported(l->gpu, data, n, &w->parse) ? ROUTE_GPU : ROUTE_REFUSED;
+    if (l->api->hardware(l->gpu) && lay.sof != 0xC0) return ROUTE_JPEG_LAYOUT; /* the engines: baseline only */
+    return l->api->supported(l->gpu, data, n, &w->parse) ? ROUTE_GPU : ROUTE_REFUSED;
 }
 
 /* Decodes and transforms one candidate; 0 on success. Without the cache the transform is
@@ -186,7 +186,7 @@ void *loader_worker_main(void *arg) {
     pthread_mutex_unlock(&l->mu);
     dt_scratch_free(&w->file);
     dt_scratch_free(&w->resample);
-    if (w->parse) dt_gpu_decoder_parse_free(l->gpu, w->parse);
+    if (w->parse) l->api->parse_free(l->gpu, w->parse);
     free(w);
     return NULL;
 }

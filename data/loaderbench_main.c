@@ -2,7 +2,8 @@
  *
  *   build/loaderbench --data DIR [--split train] [--workers N] [--batch 64] [--size 224]
  *                     [--epochs 1] [--cache 0|1] [--val] [--max-batches N] [--decode cpu|gpu|auto]
- *   build/loaderbench --data DIR --decode-only [--batch 256] [--max-batches N] [--beside-ms M]
+ *                     [--gpu-decoders N]
+ *   build/loaderbench --data DIR --decode-only [--batch 256] [--max-batches N] [--beside-ms M] [--gpu-decoders N]
  *                                                    (nvJPEG alone, or beside a stream kept busy)
  *   build/loaderbench --scan-test N [--scan-classes C] [--tmp DIR]
  *                                                    time dt_dataset_open on N empty files
@@ -39,16 +40,17 @@
 #include "data/dt_loader.h"
 #include "core/dt_timer.h"
 #include "data/dt_transform.h"
+#include <pthread.h>
 #ifdef DT_CUDA
 #include <cuda_runtime.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #endif
 
 static void usage(void) {
     puts("usage: loaderbench --data DIR [--split train] [--workers N] [--batch 64] [--size 224]\n"
          "                   [--epochs 1] [--cache 0|1] [--val] [--max-batches N] [--decode cpu|gpu|auto]\n"
-         "       loaderbench --data DIR --decode-only [--batch 256] [--max-batches N] [--beside-ms M]\n"
+         "                   [--gpu-decoders N]\n"
+         "       loaderbench --data DIR --decode-only [--batch 256] [--max-batches N] [--beside-ms M] [--gpu-decoders N]\n"
          "       loaderbench --scan-test N [--scan-classes C] [--tmp DIR]\n"
          "  --data DIR       dataset root (DIR/train/<class>/<image>)\n"
          "  --split NAME     split to read (default train)\n"
@@ -63,6 +65,8 @@ static void usage(void) {
          "                   memory), auto (gpu where a CUDA GPU is visible, else cpu)\n"
          "  --decode-only    the GPU decoder alone on files read into memory first: nvJPEG + the augmentation of\n"
          "                   a val transform, batches of --batch, every JPEG nvJPEG takes (--max-batches of them)\n"
+         "  --gpu-decoders N GPU decode threads, each with its own nvJPEG decoder and stream, on consecutive batches\n"
+         "                   (1 .. 8, default 1; the loader's prefetch is raised to N + 1 where 4 is too few)\n"
          "  --beside-ms M    with --decode-only: another stream of the device kept busy meanwhile by host functions\n"
          "                   of M ms each, back to back (no kernel: no SM is used); a decoder slowed by it waits\n"
          "                   for the whole device somewhere (an implicit synchronization), not for SMs\n"
@@ -164,24 +168,50 @@ static void *beside_main(void *arg) {
 }
 #endif
 
-/* --decode-only: the files read into memory first (as many as max_batches batches take, or
- * all), then the GPU decoder alone - nvJPEG's batched decode and the augmentation kernel with
- * a val transform, into two buffers in turn - timed from the end of a warm-up batch to the end
- * of the last. */
-static int decode_only_bench(const dt_dataset *ds, int batch, int size, int max_batches, int beside_ms) {
-    int64_t n = ds->count;
-    if (max_batches && (int64_t)(max_batches + 1) * batch < n) n = (int64_t)(max_batches + 1) * batch;
+/* --decode-only, one of its --gpu-decoders threads: decoder d (its own nvJPEG decoder and
+ * stream; the first one's 2 N output buffers, shared) decodes batches i, i + N, i + 2N, ... of
+ * jobs [nb, batch] into buffer b % 2N (each buffer stays one thread's: no release needed).
+ * Batch i warms up (allocations, the engines), then the threads wait for each other and the
+ * clock at `start` (decode_only_bench has at least 2 N batches: every thread warms up). */
+typedef struct {
+    dt_gpu_decoder *d;
+    const dt_gpu_decode_job *jobs;
+    int64_t nb, refusals;
+    int i, n, batch, rc;
+    int *rows, *refused;
+    dt_gpu_decode_times times;
+    pthread_barrier_t *start;
     dt_err err;
-    dt_gpu_decoder *d = dt_gpu_decoder_new(dt_gpu_current(), batch, size, 2, &err); /* two buffers, alternating */
-    if (!d) {
-        fprintf(stderr, "loaderbench: %s\n", err.msg);
-        return 1;
+} decode_thread;
+
+static void *decode_thread_main(void *arg) {
+    decode_thread *t = arg;
+    dt_gpu_decoder_bind_thread(t->d);
+    for (int64_t b = t->i; b < t->nb && !t->rc; b += t->n) {
+        const int k = (int)(b % (2 * t->n));
+        t->rc = dt_gpu_decoder_decode(t->d, k, t->jobs + b * t->batch, t->rows, t->batch, t->refused, &t->times,
+                                      &t->err) ||
+                dt_gpu_decoder_finish(t->d, k, NULL, t->rows, 0, &t->err);
+        for (int r = 0; b >= t->n && r < t->batch; r++) t->refusals += t->refused[r] != 0;
+        if (b == t->i) { /* the warm-up batch: done, then the others' */
+            if (!t->rc) t->rc = dt_gpu_decoder_sync(t->d, &t->err);
+            t->times = (dt_gpu_decode_times){0};
+            pthread_barrier_wait(t->start);
+        }
     }
-    printf("decode-only: %s, batch %d, val transform to %d\n", dt_gpu_decoder_describe(d), batch, size);
+    if (!t->rc) t->rc = dt_gpu_decoder_sync(t->d, &t->err);
+    return NULL;
+}
+
+/* --decode-only: the JPEGs of ds (as many as max_batches + 1 batches take, or all) read into
+ * memory, probed and planned (a val transform): jobs [*m] over files [n] (malloc'ed). */
+static dt_gpu_decode_job *read_jobs(const dt_dataset *ds, int64_t n, int size, dt_scratch **files_out, int64_t *m_out,
+                                    double *bytes) {
+    dt_err err;
     dt_gpu_decode_job *jobs = dt_xcalloc((size_t)n, sizeof *jobs);
     dt_scratch *files = dt_xcalloc((size_t)n, sizeof *files);
     int64_t m = 0;
-    double bytes = 0;
+    *bytes = 0;
     for (int64_t i = 0; i < n; i++) {
         size_t len;
         int w, h;
@@ -191,18 +221,43 @@ static int decode_only_bench(const dt_dataset *ds, int batch, int size, int max_
             continue;
         jobs[m].jpeg = files[m].p, jobs[m].bytes = len, jobs[m].w = w, jobs[m].h = h;
         dt_transform_plan_val(w, h, size, &jobs[m].plan);
-        bytes += (double)len;
+        *bytes += (double)len;
         m++;
     }
-    int *rows = dt_xcalloc((size_t)batch, sizeof *rows), *refused = dt_xcalloc((size_t)batch, sizeof *refused);
-    for (int i = 0; i < batch; i++) rows[i] = i;
+    *files_out = files;
+    *m_out = m;
+    return jobs;
+}
+
+/* --decode-only: the files read into memory first, then the GPU decoders alone - nvJPEG's
+ * batched decode and the augmentation kernel with a val transform, ndec threads on batches in
+ * turn (decode_thread) - timed from the end of the warm-up batches to the end of the last. */
+static int decode_only_bench(const dt_dataset *ds, int batch, int size, int max_batches, int beside_ms, int ndec) {
+    int64_t n = ds->count;
+    if (max_batches && (int64_t)(max_batches + ndec) * batch < n) n = (int64_t)(max_batches + ndec) * batch;
+    dt_err err;
+    dt_gpu_decoder *d[DT_LOADER_MAX_GPU_DECODERS] = {0};
+    for (int i = 0; i < ndec; i++)
+        if (!(d[i] = dt_gpu_decoder_new(dt_gpu_current(), batch, size, 2 * ndec, i ? d[0] : NULL, &err))) {
+            fprintf(stderr, "loaderbench: decoder %d of %d: %s\n", i + 1, ndec, err.msg);
+            return 1;
+        }
+    printf("decode-only: %d decoder%s, %s, batch %d, val transform to %d\n", ndec, ndec > 1 ? "s" : "",
+           dt_gpu_decoder_describe(d[0]), batch, size);
+    dt_scratch *files;
+    int64_t m;
+    double bytes;
+    dt_gpu_decode_job *jobs = read_jobs(ds, n, size, &files, &m, &bytes);
     int64_t nb = m / batch, images = 0, refusals = 0;
-    if (nb < 2) {
-        fprintf(stderr, "loaderbench: --decode-only needs at least 2 batches of JPEGs (%lld found)\n", (long long)m);
+    if (nb < 2 * ndec) {
+        fprintf(stderr, "loaderbench: --decode-only needs at least %d batches of JPEGs (%lld found)\n", 2 * ndec,
+                (long long)m);
         return 1;
     }
-    double t0 = 0;
-    dt_gpu_decode_times times = {0};
+    pthread_barrier_t start;
+    pthread_barrier_init(&start, NULL, (unsigned)ndec + 1);
+    decode_thread th[DT_LOADER_MAX_GPU_DECODERS];
+    pthread_t tid[DT_LOADER_MAX_GPU_DECODERS];
 #ifdef DT_CUDA
     beside_load load = {.device = dt_gpu_current(), .ms = beside_ms};
     if (beside_ms > 0 && pthread_create(&load.th, NULL, beside_main, &load)) {
@@ -210,22 +265,30 @@ static int decode_only_bench(const dt_dataset *ds, int batch, int size, int max_
         return 1;
     }
 #endif
-    for (int64_t b = 0; b < nb; b++) {
-        if (b == 1 && dt_gpu_decoder_sync(d, &err)) break;
-        if (b == 1) t0 = dt_now_ms(), times = (dt_gpu_decode_times){0}; /* batch 0 warms up (allocations, the engines) */
-        if (dt_gpu_decoder_decode(d, (int)(b & 1), jobs + b * batch, rows, batch, refused, &times, &err) ||
-            dt_gpu_decoder_finish(d, (int)(b & 1), NULL, rows, 0, &err)) {
-            fprintf(stderr, "loaderbench: %s\n", err.msg);
+    for (int i = 0; i < ndec; i++) {
+        th[i] = (decode_thread){.d = d[i], .jobs = jobs, .nb = nb, .i = i, .n = ndec, .batch = batch, .start = &start};
+        th[i].rows = dt_xcalloc((size_t)batch, sizeof *th[i].rows);
+        th[i].refused = dt_xcalloc((size_t)batch, sizeof *th[i].refused);
+        for (int r = 0; r < batch; r++) th[i].rows[r] = r;
+        if (pthread_create(&tid[i], NULL, decode_thread_main, &th[i])) {
+            fprintf(stderr, "loaderbench: no decode thread %d\n", i + 1);
             return 1;
         }
-        for (int i = 0; b > 0 && i < batch; i++) refusals += refused[i] != 0;
-        if (b > 0) images += batch;
     }
-    if (dt_gpu_decoder_sync(d, &err)) {
-        fprintf(stderr, "loaderbench: %s\n", err.msg);
-        return 1;
+    pthread_barrier_wait(&start);
+    double t0 = dt_now_ms();
+    dt_gpu_decode_times times = {0};
+    int rc = 0;
+    for (int i = 0; i < ndec; i++) {
+        pthread_join(tid[i], NULL);
+        if (th[i].rc && !rc) fprintf(stderr, "loaderbench: decode thread %d of %d: %s\n", i + 1, ndec, th[i].err.msg);
+        rc |= th[i].rc;
+        refusals += th[i].refusals;
+        times.nvjpeg_ms += th[i].times.nvjpeg_ms, times.wait_ms += th[i].times.wait_ms;
+        free(th[i].rows), free(th[i].refused);
     }
     double s = (dt_now_ms() - t0) / 1e3;
+    images = (nb - ndec) * batch;
     long long holds = 0;
 #ifdef DT_CUDA
     if (beside_ms > 0) {
@@ -234,28 +297,32 @@ static int decode_only_bench(const dt_dataset *ds, int batch, int size, int max_
         holds = load.holds;
     }
 #endif
-    printf("decode-only: %lld images in %.3f s = %.0f images/s (%lld refused by nvJPEG; %.0f KB a file); a batch: "
-           "%.2f ms in nvJPEG's calls, %.2f ms waiting for its buffer",
-           (long long)images, s, images / s, (long long)refusals, bytes / (double)m / 1024, times.nvjpeg_ms / (nb - 1),
-           times.wait_ms / (nb - 1));
-    if (beside_ms > 0) printf("; beside a stream held %d ms at a time (%lld holds)", beside_ms, holds);
-    printf("\n");
+    pthread_barrier_destroy(&start);
+    if (!rc) {
+        printf("decode-only: %lld images in %.3f s = %.0f images/s (%lld refused by nvJPEG; %.0f KB a file); a batch: "
+               "%.2f ms in nvJPEG's calls, %.2f ms waiting for its buffer (a thread's, on average)",
+               (long long)images, s, images / s, (long long)refusals, bytes / (double)m / 1024,
+               times.nvjpeg_ms / (double)(nb - ndec), times.wait_ms / (double)(nb - ndec));
+        if (beside_ms > 0) printf("; beside a stream held %d ms at a time (%lld holds)", beside_ms, holds);
+        printf("\n");
+    }
     for (int64_t i = 0; i < n; i++) dt_scratch_free(&files[i]);
-    free(files), free(jobs), free(rows), free(refused);
-    dt_gpu_decoder_free(d);
-    return 0;
+    free(files), free(jobs);
+    for (int i = ndec - 1; i >= 0; i--) dt_gpu_decoder_free(d[i]); /* the first, owning the buffers, last */
+    return rc ? 1 : 0;
 }
 
 /* The command line's settings (usage() says what each means). */
 typedef struct {
     const char *data, *split, *tmpbase;
     int workers, batch, size, epochs, cache, val, max_batches, scan_n, scan_classes, decode, decode_only, beside_ms;
+    int gpu_decoders;
 } bench_opts;
 
 /* Reads the flags into *o: -1 to go on, else the exit code (0 after --help, 2 on a bad flag). */
 static int parse_args(int argc, char **argv, bench_opts *o) {
     *o = (bench_opts){.split = "train", .tmpbase = "/tmp", .workers = -1, .batch = 64, .size = 224, .epochs = 1,
-                      .scan_classes = 100, .decode = DT_DECODE_CPU};
+                      .scan_classes = 100, .decode = DT_DECODE_CPU, .gpu_decoders = 1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int has = i + 1 < argc;
@@ -295,6 +362,8 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
                 fprintf(stderr, "loaderbench: --decode '%s': expected cpu, gpu or auto\n", v);
                 return 2;
             }
+        } else if (!strcmp(a, "--gpu-decoders")) {
+            o->gpu_decoders = arg_int(a, argv[++i], 1, DT_LOADER_MAX_GPU_DECODERS);
         } else if (!strcmp(a, "--beside-ms")) {
             o->beside_ms = arg_int(a, argv[++i], 1, 10000);
         } else if (!strcmp(a, "--max-batches")) {
@@ -305,7 +374,8 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
             o->scan_n = arg_int(a, argv[++i], 1, 100000000);
         } else {
             fprintf(stderr, "loaderbench: unknown flag %s; valid: --data --split --workers --batch --size --epochs "
-                            "--cache --val --max-batches --decode --decode-only --beside-ms --scan-test --scan-classes --tmp\n", a);
+                            "--cache --val --max-batches --decode --decode-only --gpu-decoders --beside-ms --scan-test --scan-classes "
+                            "--tmp\n", a);
             return 2;
         }
     }
@@ -393,6 +463,8 @@ static int time_loader(const dt_dataset *ds, const bench_opts *o, int workers, i
     lo.workers = workers;
     lo.cache = o->cache;
     lo.decode = o->decode;
+    lo.gpu_decoders = o->gpu_decoders;
+    lo.prefetch = o->gpu_decoders + 1 > 4 ? o->gpu_decoders + 1 : 4; /* the loader's rule: at most prefetch - 1 */
     lo.seed = 1;
     dt_err err;
     const size_t heap0 = heap_in_use();
@@ -454,7 +526,8 @@ int main(int argc, char **argv) {
            ds.dir, (long long)ds.count, ds.num_classes, scan_ms, index / 1e6, index * per, peak / 1e6, peak * per);
     fflush(stdout); /* before any error on stderr: a caller reading both sees them in order */
     if (choose_decoder(&o)) return 1;
-    rc = o.decode_only ? decode_only_bench(&ds, o.batch, o.size, o.max_batches, o.beside_ms) : pipeline_bench(&ds, &o);
+    rc = o.decode_only ? decode_only_bench(&ds, o.batch, o.size, o.max_batches, o.beside_ms, o.gpu_decoders)
+                       : pipeline_bench(&ds, &o);
     dt_dataset_close(&ds);
     return rc;
 }

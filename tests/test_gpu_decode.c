@@ -185,6 +185,64 @@ static void compare_epoch(const dt_dataset *ds, int train, int S, int B, dt_load
     dt_loader_free(lg);
 }
 
+/* Two epochs of a decode=gpu loader with n decode threads, every batch downloaded: u8
+ * [rows, S, S, 3] and the labels [rows] (malloc'ed), *rows_out their count. */
+static uint8_t *gpu_epochs(const dt_dataset *ds, dt_loader_opts o, int n, int32_t **labels, int64_t *rows_out) {
+    dt_err err;
+    o.decode = DT_DECODE_GPU, o.gpu_decoders = n;
+    dt_loader *l = dt_loader_new(ds, &o, &err);
+    EXPECT_MSG(l != NULL, "gpu_decoders %d: %s", n, err.msg);
+    if (!l) return NULL;
+    const size_t per = (size_t)o.image_size * o.image_size * 3;
+    const int64_t cap = 2 * dt_loader_batches(l) * o.batch;
+    uint8_t *px = malloc((size_t)cap * per);
+    *labels = malloc((size_t)cap * sizeof **labels);
+    int64_t rows = 0;
+    for (int epoch = 0; epoch < 2; epoch++) {
+        dt_loader_start_epoch(l, epoch);
+        dt_batch b = {0};
+        int rc;
+        while ((rc = dt_loader_next(l, &b)) == 1) {
+            dt_copy_d2h(px + (size_t)rows * per, b.dev_images, per * (size_t)b.n);
+            memcpy(*labels + rows, b.labels, sizeof **labels * (size_t)b.n);
+            rows += b.n;
+            dt_loader_release(l, &b);
+        }
+        EXPECT_MSG(rc == 0, "gpu_decoders %d: %s", n, dt_loader_error(l));
+    }
+    dt_loader_free(l);
+    *rows_out = rows;
+    return px;
+}
+
+/* gpu_decoders = 2 and 3 (prefetch 4 lets 3 decode at once): every batch of two epochs bit for
+ * bit the one decoder's - the batches come in order, and a sample's pixels do not depend on the
+ * thread that decoded its batch. */
+static void decoders_match_one(const dt_dataset *ds, int train, int S, int B) {
+    dt_loader_opts o = dt_loader_default_opts(train);
+    o.batch = B, o.image_size = S, o.workers = 3, o.seed = 11;
+    const size_t per = (size_t)S * S * 3;
+    int32_t *lab1 = NULL;
+    int64_t rows1 = 0;
+    uint8_t *px1 = gpu_epochs(ds, o, 1, &lab1, &rows1);
+    if (!px1) return;
+    for (int n = 2; n <= 3; n++) {
+        int32_t *lab = NULL;
+        int64_t rows = 0;
+        uint8_t *px = gpu_epochs(ds, o, n, &lab, &rows);
+        if (!px) break;
+        EXPECT_MSG(rows == rows1, "%s gpu_decoders %d: %lld rows, %lld with one", train ? "train" : "val", n,
+                   (long long)rows, (long long)rows1);
+        int64_t first = -1;
+        for (int64_t r = 0; r < rows && r < rows1 && first < 0; r++)
+            if (lab[r] != lab1[r] || memcmp(px + (size_t)r * per, px1 + (size_t)r * per, per)) first = r;
+        EXPECT_MSG(first < 0, "%s gpu_decoders %d: row %lld of two epochs (batch %lld) differs from one decoder's",
+                   train ? "train" : "val", n, (long long)first, (long long)(first / B));
+        free(px), free(lab);
+    }
+    free(px1), free(lab1);
+}
+
 DT_GPU_TEST(gpu_loader_gpu_decode_matches_cpu) {
     if (!have_nvjpeg()) return;
     dt_dataset ds;
@@ -197,6 +255,8 @@ DT_GPU_TEST(gpu_loader_gpu_decode_matches_cpu) {
     EXPECT_EQ_INT(st.cpu_not_jpeg + st.cpu_jpeg_layout + st.cpu_refused, 0);
     compare_epoch(&ds, 0, 80, 10, &st); /* val: resize + center crop, the last batch short (96 = 9 x 10 + 6) */
     EXPECT_EQ_INT(st.gpu_images, st.images);
+    decoders_match_one(&ds, 1, 64, 16);
+    decoders_match_one(&ds, 0, 80, 10);
     dt_dataset_close(&ds);
 }
 

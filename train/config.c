@@ -41,6 +41,10 @@ static const key_spec KEYS[] = {
     {"decode", T_ENUM, F(decode), "auto", "auto|cpu|gpu", 0, 0, 1,
      "where JPEGs are decoded: gpu (nvJPEG, then the augmentation on the GPU), cpu (the loader's workers), auto (gpu "
      "where nvJPEG and a GPU are there and cache=0; docs/data.md)"},
+    {"gpu_decoders", T_INT, F(gpu_decoders), "1", NULL, 1, 8, 0,
+     "GPU decode: decode threads, each with its own nvJPEG decoder and stream, on consecutive batches at once "
+     "(1 .. 8, at most prefetch - 1; docs/data.md)"},
+    {"prefetch", T_INT, F(prefetch), "4", NULL, 2, 64, 0, "the loader's ring of batch slots (2 .. 64)"},
     {"cache", T_BOOL, F(cache), "0", NULL, 0, 1, 1, "keep decoded, downsized images in memory (small datasets)"},
     {"max_val_batches", T_INT, F(max_val_batches), "0", NULL, 0, 1 << 30, 0, "evaluate on a fixed class-stratified sample of this many val batches (0 = all)"},
     {"device", T_ENUM, F(device), "cuda", "cuda|cpu", 0, 0, 1, "where to train"},
@@ -549,6 +553,12 @@ int dt_config_check(const dt_train_cfg *c, dt_err *err) {
         return dt_errf(err, "decode=gpu decodes on the GPU, and device=cpu trains without one: use decode=cpu or auto");
     if (!strcmp(c->decode, "gpu") && c->cache)
         return dt_errf(err, "decode=gpu with cache=1: the cache keeps images decoded on the CPU; use one of them");
+    /* the loader's rule (dt_loader_opts.gpu_decoders): the consumer holds a slot while each
+     * decoder fills another */
+    if (c->gpu_decoders > c->prefetch - 1)
+        return dt_errf(err, "gpu_decoders=%d needs prefetch=%d or more (prefetch=%d lets at most prefetch - 1 = %d "
+                       "batches decode while the training step holds one)", c->gpu_decoders, c->gpu_decoders + 1,
+                       c->prefetch, c->prefetch - 1);
     dt_err e;
     if (dt_config_gpus(c, NULL, &e) < 0) return dt_errf(err, "%s", e.msg);
     return 0;

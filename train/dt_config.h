@@ -41,6 +41,8 @@ typedef struct {
     int bucket_mb;         /* gradient all-reduce bucket size (MiB) */
     int col_budget_mb;
     char decode[8];        /* auto | cpu | gpu: where the loader decodes JPEGs (dt_decode) */
+    int prefetch;          /* the loader's ring of batch slots (dt_loader_opts.prefetch) */
+    int gpu_decoders;      /* GPU decode threads, each its own nvJPEG decoder (at most prefetch - 1) */
     char conv_algo[16];    /* auto | gemm | igemm128 | igemm64 | sm90 | measure: the engine of bf16 NHWC convs (dt_conv_algo) */
     int graphs;            /* GPU: the step captured once as a CUDA graph and replayed */
     /* schedule */

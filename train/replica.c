@@ -127,6 +127,8 @@ static int make_loaders(replica *r) {
                    : !strcmp(c->decode, "gpu") ? DT_DECODE_GPU
                    : !strcmp(c->decode, "cpu") ? DT_DECODE_CPU
                                                : DT_DECODE_AUTO;
+        o.prefetch = c->prefetch;
+        o.gpu_decoders = c->gpu_decoders;
         o.crop_scale_min = c->crop_scale_min;
         o.max_pixels = c->max_image_pixels;
         o.shard = r->rank;
