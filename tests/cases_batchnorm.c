@@ -16,6 +16,9 @@
 #include "core/dt_alloc.h"
 #include "ops/batchnorm/batchnorm.h" /* dt_bn_sync */
 #include "core/dt_common.h"
+#include "core/dt_dtype.h"
+#include "core/dt_graph.h"
+#include "core/dt_kernel.h"
 #include "ops/dt_layers.h"
 #include "tests/dt_opcase.h"
 #include "ops/dt_ops.h"
@@ -65,6 +68,9 @@ static void *state_new(const dt_opcase *c, dt_dev dev, dt_layout layout) {
     s->bn = (dt_batchnorm){.C = C, .eps = 1e-5f, .momentum = 0.1f};
     s->bn.running_mean = dt_tensor_new_unscoped(1, sc, dev, DT_F32, DT_NCHW);
     s->bn.running_var = dt_tensor_new_unscoped(1, sc, dev, DT_F32, DT_NCHW);
+    int64_t st[1] = {dt_bn_tickets_len(C)}; /* as dt_batchnorm_init: the one-launch kernels' */
+    s->bn.tickets = dt_tensor_new_unscoped(1, st, dev, DT_I32, DT_NCHW);
+    dt_tensor_fill(s->bn.tickets, 0.0f);
     float *rm = dt_xmalloc((size_t)C * sizeof(float)), *rv = dt_xmalloc((size_t)C * sizeof(float));
     for (int64_t k = 0; k < C; k++) {
         rm[k] = channel_offset(k) + 0.02f * sinf((float)k);
@@ -300,4 +306,212 @@ DT_GPU_TEST(gpu_batchnorm_bitwise_repeatable) {
     }
     free(v);
     free(r);
+}
+
+/* ---- the one-launch NHWC passes (ops/batchnorm/batchnorm.cu): the forward and the backward
+ * of a training step one kernel each, with the bits of the separate passes (tickets NULL: the
+ * same roles launched one kind at a time, the same sums in the same order), call after call
+ * and replay after replay of a CUDA graph (the tickets come back to zero). Odd shapes: C below,
+ * not a multiple of and past a block's channels (13, 72, 520 - bf16 blocks take 256), batch 1,
+ * N*H*W prime (8191, 127, 7). */
+
+typedef struct {
+    dt_tensor *x, *skip, *dy, *y, *dx, *dskip;          /* [n, c, h, w] NHWC */
+    dt_tensor *w, *b, *rm, *rv, *mean, *invstd, *dw, *db; /* [C] f32 */
+    int64_t N, C, P;
+    int relu;
+    void *ws;
+} bn_bufs;
+
+static dt_kernel_fn bn_kernel(const char *op, dt_dtype dt) {
+    const dt_op_table *t = dt_op_table_find(op);
+    return t ? dt_kernel_lookup(t, DT_GPU, dt, DT_NHWC) : NULL;
+}
+
+/* one training forward and backward; skip (if any) gets its gradient fresh (g in dskip) */
+static void bn_pair(const bn_bufs *s, dt_dtype dt, int32_t *tickets) {
+    dt_bn_forward_fn *fwd = (dt_bn_forward_fn *)bn_kernel("batchnorm2d", dt);
+    dt_bn_backward_fn *bwd = (dt_bn_backward_fn *)bn_kernel("batchnorm2d (backward)", dt);
+    const void *skip = s->skip ? s->skip->data : NULL;
+    fwd(s->N, s->C, s->P, s->x->data, 1, 1e-5f, 0.1f, dt_data_f32(s->rm), dt_data_f32(s->rv), dt_data_f32(s->mean),
+        dt_data_f32(s->invstd), dt_data_f32(s->w), dt_data_f32(s->b), skip, s->relu, s->y->data, s->ws, tickets, NULL);
+    bwd(s->N, s->C, s->P, s->x->data, s->y->data, skip, s->dy->data, dt_data_f32(s->mean), dt_data_f32(s->invstd),
+        dt_data_f32(s->w), dt_data_f32(s->b), s->relu, 1, s->dx->data, 0.0f, s->dskip ? s->dskip->data : NULL, 0.0f,
+        dt_data_f32(s->dw), 0.0f, dt_data_f32(s->db), 0.0f, s->ws, tickets, NULL);
+}
+
+/* Every output as floats, the running statistics last (2C): *len values */
+static float *bn_outputs(dt_tensor *const *t, int n, int64_t *len) {
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) total += t[i] ? t[i]->numel : 0;
+    float *out = dt_xmalloc((size_t)total * sizeof *out), *p = out;
+    for (int i = 0; i < n; i++) {
+        if (!t[i]) continue;
+        float *h = dt_tensor_host_copy(t[i]);
+        memcpy(p, h, (size_t)t[i]->numel * sizeof *h);
+        p += t[i]->numel;
+        free(h);
+    }
+    *len = total;
+    return out;
+}
+
+static int tickets_zero(const dt_tensor *t) {
+    float *h = dt_tensor_host_copy(t);
+    int z = 1;
+    for (int64_t i = 0; i < t->numel; i++) z &= h[i] == 0.0f;
+    free(h);
+    return z;
+}
+
+static dt_tensor *bn_tickets(int64_t C) {
+    int64_t s[1] = {dt_bn_tickets_len(C)};
+    dt_tensor *t = dt_tensor_new_unscoped(1, s, DT_GPU, DT_I32, DT_NCHW);
+    dt_tensor_fill(t, 0.0f);
+    return t;
+}
+
+static void one_launch_case(dt_dtype dt, int64_t n, int64_t c, int64_t h, int64_t w, int join, int relu) {
+    dt_scope_begin();
+    bn_bufs s = {.N = n, .C = c, .P = h * w, .relu = relu || join};
+    dt_tensor **act[6] = {&s.x, &s.skip, &s.dy, &s.y, &s.dx, &s.dskip};
+    for (int i = 0; i < 6; i++) {
+        if (!join && (i == 1 || i == 5)) continue;
+        *act[i] = dt_tensor_new4_as(DT_GPU, dt, DT_NHWC, n, c, h, w);
+        dt_tensor_fill_normal(*act[i], dt_test_rng(), i == 0 ? 0.3f : 0.0f, 1.0f);
+    }
+    dt_tensor **ch[8] = {&s.w, &s.b, &s.rm, &s.rv, &s.mean, &s.invstd, &s.dw, &s.db};
+    for (int i = 0; i < 8; i++) *ch[i] = dt_tensor_new1(DT_GPU, c);
+    dt_tensor_fill_normal(s.w, dt_test_rng(), 0.0f, 1.0f);
+    dt_tensor_fill_normal(s.b, dt_test_rng(), 0.0f, 1.0f);
+    s.ws = dt_gpu_malloc(dt_bn_ws_bytes(c));
+    dt_tensor *tk = bn_tickets(c);
+    dt_tensor *out[10] = {s.y, s.dx, s.dskip, s.mean, s.invstd, s.dw, s.db, s.rm, s.rv};
+    int64_t len, len2;
+    dt_tensor_fill(s.rm, 0.0f), dt_tensor_fill(s.rv, 1.0f);
+    bn_pair(&s, dt, NULL); /* the separate passes */
+    float *ref = bn_outputs(out, 9, &len);
+    int same = 1;
+    for (int k = 0; k < 20; k++) {
+        dt_tensor_fill(s.rm, 0.0f), dt_tensor_fill(s.rv, 1.0f);
+        bn_pair(&s, dt, dt_data_i32(tk));
+        float *o = bn_outputs(out, 9, &len2);
+        same &= len2 == len && !memcmp(o, ref, (size_t)len * sizeof *o);
+        free(o);
+    }
+    EXPECT_MSG(same, "%s %lldx%lldx%lldx%lld%s: one launch a pass is not the separate passes bit for bit",
+               dt_dtype_name(dt), (long long)n, (long long)c, (long long)h, (long long)w, join ? " join" : "");
+    EXPECT_MSG(tickets_zero(tk), "the tickets are not zero after the calls");
+    /* a CUDA graph of the pair: two kernels, the same bits at every replay (the running
+     * statistics move on each replay: not compared) */
+    dt_graph *g = dt_graph_begin();
+    bn_pair(&s, dt, dt_data_i32(tk));
+    char why[256];
+    double ms;
+    if (dt_graph_end(g, why, sizeof why, &ms) != 0) {
+        EXPECT_MSG(0, "the pair could not be captured: %s", why);
+    } else {
+        EXPECT_EQ_INT((long long)dt_graph_nodes(g), 2);
+        same = 1;
+        for (int k = 0; k < 10; k++) {
+            dt_graph_launch(g);
+            float *o = bn_outputs(out, 7, &len2);
+            same &= !memcmp(o, ref, (size_t)len2 * sizeof *o);
+            free(o);
+        }
+        EXPECT_MSG(same, "%s %lldx%lldx%lldx%lld: a graph replay differs", dt_dtype_name(dt), (long long)n,
+                   (long long)c, (long long)h, (long long)w);
+        dt_graph_free(g);
+        EXPECT_MSG(tickets_zero(tk), "the tickets are not zero after the replays");
+    }
+    free(ref);
+    dt_tensor_free(tk);
+    dt_gpu_free(s.ws);
+    dt_scope_end();
+}
+
+DT_GPU_TEST(gpu_batchnorm_one_launch_a_pass_bits_repeat) {
+    one_launch_case(DT_BF16, 1, 13, 1, 8191, 1, 1); /* no packs, N*H*W prime */
+    one_launch_case(DT_BF16, 7, 520, 1, 1, 0, 0);  /* 3 channel blocks, the last of 8 channels; 7 rows */
+    one_launch_case(DT_BF16, 1, 520, 1, 127, 1, 1);
+    one_launch_case(DT_BF16, 3, 72, 5, 7, 0, 1);
+    one_launch_case(DT_BF16, 5, 64, 7, 9, 1, 1);
+    one_launch_case(DT_BF16, 8, 64, 56, 56, 1, 1); /* 256 splits */
+    one_launch_case(DT_BF16, 4, 512, 7, 7, 1, 1);
+    one_launch_case(DT_F32, 1, 13, 1, 8191, 1, 1);
+    one_launch_case(DT_F32, 2, 36, 11, 13, 0, 0);
+    one_launch_case(DT_F32, 3, 128, 9, 9, 1, 1);
+}
+
+/* The forward from a conv's sums (groups of 64 rows, made here on the host from x) in one
+ * launch: the bits of the separate launches, call after call and replay after replay. */
+static void of_sums_case(int64_t n, int64_t c, int64_t h, int64_t w, int join) {
+    dt_scope_begin();
+    const int64_t P = h * w, R = n * P, G = (R + 63) / 64;
+    dt_tensor *x = dt_tensor_new4_as(DT_GPU, DT_BF16, DT_NHWC, n, c, h, w), *y = dt_tensor_like(x);
+    dt_tensor *skip = join ? dt_tensor_like(x) : NULL;
+    dt_tensor_fill_normal(x, dt_test_rng(), 0.5f, 2.0f);
+    if (skip) dt_tensor_fill_normal(skip, dt_test_rng(), 0.0f, 1.0f);
+    dt_tensor *ch[6];
+    for (int i = 0; i < 6; i++) ch[i] = dt_tensor_new1(DT_GPU, c); /* w, b, rm, rv, mean, invstd */
+    dt_tensor_fill_normal(ch[0], dt_test_rng(), 0.0f, 1.0f);
+    dt_tensor_fill_normal(ch[1], dt_test_rng(), 0.0f, 1.0f);
+    float *xv = dt_tensor_host_copy(x); /* logical [n, c, h, w] */
+    double *grp = dt_xcalloc((size_t)(G * c * 2), sizeof *grp);
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t k = 0; k < c; k++) {
+            const double v = xv[((r / P) * c + k) * P + r % P];
+            grp[((r / 64) * c + k) * 2] += v, grp[((r / 64) * c + k) * 2 + 1] += v * v;
+        }
+    double *sums = dt_gpu_malloc((size_t)(G * c * 2) * sizeof *sums);
+    dt_copy_h2d(sums, grp, (size_t)(G * c * 2) * sizeof *sums);
+    dt_bn_forward_of_sums_fn *fos = (dt_bn_forward_of_sums_fn *)bn_kernel("batchnorm2d (from the conv's sums)", DT_BF16);
+    dt_tensor *tk = bn_tickets(c), *out[5] = {y, ch[4], ch[5], ch[2], ch[3]};
+#define OF_SUMS(tickets)                                                                                             \
+    fos(n, c, P, sums, G, x->data, 1e-5f, 0.1f, dt_data_f32(ch[2]), dt_data_f32(ch[3]), dt_data_f32(ch[4]),         \
+        dt_data_f32(ch[5]), dt_data_f32(ch[0]), dt_data_f32(ch[1]), skip ? skip->data : NULL, 1, y->data, tickets, NULL)
+    int64_t len, len2;
+    dt_tensor_fill(ch[2], 0.0f), dt_tensor_fill(ch[3], 1.0f);
+    OF_SUMS(NULL);
+    float *ref = bn_outputs(out, 5, &len);
+    int same = 1;
+    for (int k = 0; k < 20; k++) {
+        dt_tensor_fill(ch[2], 0.0f), dt_tensor_fill(ch[3], 1.0f);
+        OF_SUMS(dt_data_i32(tk));
+        float *o = bn_outputs(out, 5, &len2);
+        same &= !memcmp(o, ref, (size_t)len * sizeof *o);
+        free(o);
+    }
+    EXPECT_MSG(same, "%lldx%lldx%lldx%lld: the one-launch forward of sums is not the separate launches bit for bit",
+               (long long)n, (long long)c, (long long)h, (long long)w);
+    dt_graph *g = dt_graph_begin();
+    OF_SUMS(dt_data_i32(tk));
+#undef OF_SUMS
+    char why[256];
+    double ms;
+    if (dt_graph_end(g, why, sizeof why, &ms) != 0) {
+        EXPECT_MSG(0, "the forward of sums could not be captured: %s", why);
+    } else {
+        EXPECT_EQ_INT((long long)dt_graph_nodes(g), 1);
+        same = 1;
+        for (int k = 0; k < 10; k++) {
+            dt_graph_launch(g);
+            float *o = bn_outputs(out, 3, &len2);
+            same &= !memcmp(o, ref, (size_t)len2 * sizeof *o);
+            free(o);
+        }
+        EXPECT_MSG(same, "a graph replay of the forward of sums differs");
+        dt_graph_free(g);
+    }
+    EXPECT_MSG(tickets_zero(tk), "the tickets are not zero after the forward of sums");
+    free(xv), free(grp), free(ref);
+    dt_gpu_free(sums);
+    dt_tensor_free(tk);
+    dt_scope_end();
+}
+
+DT_GPU_TEST(gpu_batchnorm_forward_of_sums_one_launch_bits_repeat) {
+    of_sums_case(2, 64, 96, 100, 1); /* 300 groups */
+    of_sums_case(1, 520, 1, 127, 0); /* 3 channel blocks, 2 groups, N*H*W prime */
+    of_sums_case(7, 13, 1, 1, 1);    /* no packs, one group of 7 rows */
 }

@@ -41,7 +41,10 @@ FUNC_LIMIT = 100
 EXTERNAL = {'jpeglib.h', 'png.h', 'nccl.h', 'stb_image.h', 'stb_image_write.h', 'cublas_v2.h',
             'torch_reference.py'}
 PLACEHOLDER_STEMS = {'name', 'NAME', 'CONFIG', 'FILE', 'x', 'X'}
-REMOVED = {'main_igemm', 'DT_DEFORM_API_BF16', 'engine_sampler'}
+REMOVED = {'main_igemm', 'DT_DEFORM_API_BF16', 'engine_sampler',
+           # the NHWC batch norm's separate passes, now roles of the one-launch kernels (docs/PERF.md's tables)
+           'k_nhwc_stats_partial', 'k_nhwc_apply', 'k_nhwc_bwd_partial', 'k_nhwc_bwd_dx', 'k_stats_of_groups',
+           'dt_bn_stats_of_sums'}
 OUTSIDE = ('build/', 'build-', 'runs/', 'shared/', '/', 'data_sample/', 'http')
 FORMULA = re.compile(r' [-+=.*/] ')
 
