@@ -540,7 +540,7 @@ struct nhwc_fwd {
 };
 
 template <typename T>
-__device__ __forceinline__ int64_t fwd_first_roles(const nhwc_fwd<T> &a) {
+__host__ __device__ __forceinline__ int64_t fwd_first_roles(const nhwc_fwd<T> &a) {
     return a.first == FWD_PARTIALS ? (int64_t)a.roles.CB * a.S : a.first == FWD_GROUPS ? a.C : 0;
 }
 
