@@ -429,17 +429,27 @@ __device__ __forceinline__ void relu_mask(float *g, const float *xv, const T *sk
 /* ---- NHWC one-launch passes: roles in ticket order ----
  *
  * A launch of k_nhwc_forward_of_groups or k_nhwc_backward is a list of roles: first the
- * reduction roles, then the pointwise roles (CB x RB: channel block cb, row block rb,
- * cb-major). A block takes the next ticket (tickets[0], atomicAdd) as it starts and plays the
- * role of that number - not of its blockIdx - so when a block holds ticket t every role before
- * t is held by a block that is already running. A pointwise role waits only for reduction roles
- * of its channel block, all before it, which wait for nothing: whatever order the hardware
- * starts blocks in and however few fit the GPU at once, every wait ends (no deadlock, no
- * co-residency assumed). A launch with one kind of role only (tickets NULL) plays blockIdx.x.
+ * reduction roles, then the finish roles (CB x F: the statistics or coefficients of channel
+ * block cb, FINISH_CHANNELS channels a role, a warp a channel), then the pointwise roles
+ * (CB x RB: channel block cb, row block rb, cb-major). A block takes the next ticket
+ * (tickets[0], atomicAdd) as it starts and plays the role of that number - not of its blockIdx
+ * - so when a block holds ticket t every role before t is held by a block that is already
+ * running. A finish role waits only for the reduction roles of its channel block and a
+ * pointwise role only for the finish roles of its channel block, all before it, and a reduction
+ * role waits for nothing: whatever order the hardware starts blocks in and however few fit the
+ * GPU at once, every wait ends (no deadlock, no co-residency assumed). A launch with one kind
+ * of role only (tickets NULL) plays blockIdx.x.
+ *
+ * The finish is spread over F roles a channel block because it is on the launch's critical
+ * path: every pointwise role of cb spins until it is done. Done by one block (8 warps for all
+ * of cb's channels, 32 channels a warp at C = 512) it held the whole GPU ~75 us a launch (H100,
+ * 2026-12-06: the plain bf16 step 7.58 ms instead of 4.73); F roles finish their channels in
+ * parallel, as k_stats_final's warps do in the separate passes.
  *
  * tickets (dt_bn_tickets_len(C) ints, zero before the launch): [0] the next ticket, [1] the
  * blocks that have finished, [2 + cb] the reduction roles of channel block cb that are done,
- * [2 + CB + cb] cb's ready count. The last block to finish zeroes them all for the next launch
+ * [2 + CB + cb] cb's finished roles (or channels, from a conv's sums). The last block to finish
+ * zeroes them all for the next launch
  * (stream order, CUDA graph replays: nothing else resets them). Data made in the launch by
  * other blocks (partials, statistics, coefficients, g) is read with ld.global.cg (L2), after a
  * __threadfence on both sides of the counter. */
@@ -450,6 +460,11 @@ struct bn_roles {
 
 __device__ __forceinline__ bool lead_thread() { return threadIdx.x == 0 && threadIdx.y == 0; }
 __device__ __forceinline__ int block_tid() { return (int)(threadIdx.y * blockDim.x + threadIdx.x); }
+
+/* A finish role's channels: one a warp of its BN_THREADS threads */
+#define FINISH_CHANNELS (BN_THREADS / 32)
+/* Finish roles of a channel block of cpb channels */
+__host__ __device__ __forceinline__ int64_t finish_roles(int64_t cpb) { return (cpb + FINISH_CHANNELS - 1) / FINISH_CHANNELS; }
 
 __device__ __forceinline__ int64_t take_role(int32_t *tickets) {
     __shared__ int role;
@@ -544,6 +559,12 @@ __host__ __device__ __forceinline__ int64_t fwd_first_roles(const nhwc_fwd<T> &a
     return a.first == FWD_PARTIALS ? (int64_t)a.roles.CB * a.S : a.first == FWD_GROUPS ? a.C : 0;
 }
 
+/* F, the finish roles of a channel block of the forward (cpb: its channels), 0 without them */
+template <typename T>
+__host__ __device__ __forceinline__ int64_t fwd_finish_roles(const nhwc_fwd<T> &a, int64_t cpb) {
+    return a.first == FWD_PARTIALS && a.finish ? finish_roles(cpb) : 0;
+}
+
 /* partial[(s*C + c)*2 + {0,1}] = sum x, sum x^2 of channel c over rows [s*R/S, (s+1)*R/S) */
 template <typename T, int V>
 __device__ __forceinline__ void fwd_partial(const nhwc_fwd<T> &a, int64_t cb, int64_t s) {
@@ -568,15 +589,19 @@ __device__ __forceinline__ void fwd_partial(const nhwc_fwd<T> &a, int64_t cb, in
     rows_reduce_store<V>(sa, sb, a.partial + (s * C + c0) * 2, c0 < C);
 }
 
-/* The statistics of channel block cb from its S partials: a warp a channel, as k_stats_final */
+/* The statistics of channel c from its S partials: a warp, as k_stats_final's (the same bits) */
 template <typename T>
-__device__ __forceinline__ void fwd_finish_partials(const nhwc_fwd<T> &a, int64_t c_begin, int64_t c_end) {
-    const int tid = block_tid();
-    for (int64_t c = c_begin + tid / 32; c < c_end; c += BN_THREADS / 32) {
-        double s1, s2;
-        add_splits_warp(a.partial, a.S, 1, a.C, c, tid & 31, s1, s2);
-        if ((tid & 31) == 0) finish_stats(c, a.M, s1, s2, a.eps, a.momentum, a.rm, a.rv, a.mean, a.invstd);
-    }
+__device__ __forceinline__ void fwd_finish_channel(const nhwc_fwd<T> &a, int64_t c) {
+    const int lane = block_tid() & 31;
+    double s1, s2;
+    add_splits_warp(a.partial, a.S, 1, a.C, c, lane, s1, s2);
+    if (lane == 0) finish_stats(c, a.M, s1, s2, a.eps, a.momentum, a.rm, a.rv, a.mean, a.invstd);
+}
+
+/* The channel warp w of finish role f of channel block cb finishes, or -1 (past cb or C) */
+__device__ __forceinline__ int64_t finish_channel(int64_t C, int64_t cpb, int64_t cb, int64_t f) {
+    const int64_t k = f * FINISH_CHANNELS + block_tid() / 32, c = cb * cpb + k;
+    return k < cpb && c < C ? c : -1;
 }
 
 /* y = act(fma(x, scale, shift) + skip) on row block rb of channel block cb */
@@ -605,24 +630,23 @@ __device__ __forceinline__ void fwd_apply(const nhwc_fwd<T> &a, int64_t cb, int6
     }
 }
 
-/* The forward's roles: FWD_PARTIALS role cb*S + s sums split s of channel block cb, and the
- * last split of cb to finish (its arrival count) adds the S partials in split order (the order
- * of k_stats_final), writes cb's mean, invstd and running update and marks cb ready; FWD_GROUPS
- * role c finishes channel c from the conv's groups (groups_sum's order) and counts it
- * into its block's ready count; then apply role (cb, rb) waits for cb to be ready. */
+/* The forward's roles: FWD_PARTIALS role cb*S + s sums split s of channel block cb and (with
+ * finish) counts itself done; finish role (cb, f), once all S of cb are done, adds the S
+ * partials of its channels in split order (the order of k_stats_final), writes their mean,
+ * invstd and running update and counts itself into cb's ready count; FWD_GROUPS role c
+ * finishes channel c from the conv's groups (groups_sum's order) and counts it into its
+ * block's ready count; then apply role (cb, rb) waits for cb to be ready (F roles, or its
+ * channels). */
 template <typename T, int V>
 __global__ void __launch_bounds__(BN_THREADS, 3) k_nhwc_forward_of_groups(const nhwc_fwd<T> a) {
-    const int64_t role = take_role(a.roles.tickets), n_first = fwd_first_roles(a), CPB = (int64_t)blockDim.x * V;
-    int32_t *ready = a.roles.tickets ? a.roles.tickets + 2 + a.roles.CB : NULL;
+    const int64_t CPB = (int64_t)blockDim.x * V, role = take_role(a.roles.tickets), n_first = fwd_first_roles(a),
+                  F = fwd_finish_roles(a, CPB), n_finish = F * a.roles.CB;
+    int32_t *done = a.roles.tickets ? a.roles.tickets + 2 : NULL, *ready = done ? done + a.roles.CB : NULL;
     if (role < n_first) {
         if (a.first == FWD_PARTIALS) {
             const int64_t cb = role / a.S;
             fwd_partial<T, V>(a, cb, role % a.S);
-            if (a.finish && arrive_last(&a.roles.tickets[2 + cb], a.S)) {
-                const int64_t c_end = (cb + 1) * CPB < a.C ? (cb + 1) * CPB : a.C;
-                fwd_finish_partials(a, cb * CPB, c_end);
-                publish(&ready[cb]);
-            }
+            if (a.finish) publish(&done[cb]);
         } else {
             double s1, s2;
             groups_sum(a.groups, a.G, a.C, role, s1, s2);
@@ -630,11 +654,16 @@ __global__ void __launch_bounds__(BN_THREADS, 3) k_nhwc_forward_of_groups(const 
                 finish_stats(role, a.M, s1, s2, a.eps, a.momentum, a.rm, a.rv, a.mean, a.invstd);
             publish(&ready[role / CPB]);
         }
+    } else if (role < n_first + n_finish) {
+        const int64_t t = role - n_first, cb = t / F, c = finish_channel(a.C, CPB, cb, t % F);
+        wait_for(&done[cb], a.S);
+        if (c >= 0) fwd_finish_channel(a, c);
+        publish(&ready[cb]);
     } else {
-        const int64_t t = role - n_first, cb = t / a.RB;
+        const int64_t t = role - n_first - n_finish, cb = t / a.RB;
         if (n_first) {
             const int64_t in_block = a.C - cb * CPB < CPB ? a.C - cb * CPB : CPB;
-            wait_for(&ready[cb], a.first == FWD_PARTIALS ? 1 : in_block);
+            wait_for(&ready[cb], a.first == FWD_PARTIALS ? F : in_block);
         }
         fwd_apply<T, V>(a, cb, t % a.RB);
     }
@@ -643,7 +672,7 @@ __global__ void __launch_bounds__(BN_THREADS, 3) k_nhwc_forward_of_groups(const 
 
 template <typename T>
 void launch_forward(const nhwc_fwd<T> &a, const nhwc_grid &g) {
-    const int64_t blocks = fwd_first_roles(a) + (int64_t)a.RB * g.CB;
+    const int64_t blocks = fwd_first_roles(a) + fwd_finish_roles(a, (int64_t)g.TX * g.V) * g.CB + (int64_t)a.RB * g.CB;
     if (blocks <= 0) return;
     dt_with_pack<T>(g.V != 1, [&](auto v) {
         k_nhwc_forward_of_groups<T, decltype(v)::value><<<(unsigned)blocks, dim3(g.TX, g.TY), 0, dt_stream()>>>(a);
@@ -717,19 +746,17 @@ __device__ __forceinline__ void bwd_partial(const nhwc_bwd<T> &a, int64_t cb, in
     rows_reduce_store<V>(sa, sx, a.partial + (s * C + c0) * 2, c0 < C);
 }
 
-/* The sums of channels [c_begin, c_end) from their S partials (a warp a channel, k_bwd_sums'
- * order), this replica's db, dw and the coefficients */
+/* The sums of channel c from its S partials (a warp, k_bwd_sums' order), this replica's db, dw
+ * and the coefficients */
 template <typename T>
-__device__ __forceinline__ void bwd_finish(const nhwc_bwd<T> &a, int64_t c_begin, int64_t c_end) {
-    const int tid = block_tid();
-    for (int64_t c = c_begin + tid / 32; c < c_end; c += BN_THREADS / 32) {
-        double s1, s2;
-        add_splits_warp(a.partial, a.S, 1, a.C, c, tid & 31, s1, s2);
-        if (tid & 31) continue;
-        if (a.db) dt_store_beta(&a.db[c], (float)s1, a.beta_b);
-        if (a.dw) dt_store_beta(&a.dw[c], (float)s2, a.beta_w);
-        bwd_coef(a.C, c, s1, s2, a.M, a.mean, a.invstd, a.w, a.b, a.training, a.coef);
-    }
+__device__ __forceinline__ void bwd_finish_channel(const nhwc_bwd<T> &a, int64_t c) {
+    const int lane = block_tid() & 31;
+    double s1, s2;
+    add_splits_warp(a.partial, a.S, 1, a.C, c, lane, s1, s2);
+    if (lane) return;
+    if (a.db) dt_store_beta(&a.db[c], (float)s1, a.beta_b);
+    if (a.dw) dt_store_beta(&a.dw[c], (float)s2, a.beta_w);
+    bwd_coef(a.C, c, s1, s2, a.M, a.mean, a.invstd, a.w, a.b, a.training, a.coef);
 }
 
 /* V consecutive per-channel floats from L2 (V = 1, 4 or 8; p aligned to V floats) */
@@ -789,24 +816,33 @@ __device__ __forceinline__ void bwd_dx(const nhwc_bwd<T> &a, int64_t cb, int64_t
     }
 }
 
-/* The backward's roles: pass-1 role cb*S + s sums split s of channel block cb; with finish the
- * last split of cb to arrive adds the S partials in split order, writes dw, db and cb's
- * coefficients and marks cb ready; pass-2 role (cb, rb) waits for that, then makes dx. */
+/* F, the finish roles of a channel block of the backward (cpb: its channels), 0 without them */
+template <typename T>
+__host__ __device__ __forceinline__ int64_t bwd_finish_roles(const nhwc_bwd<T> &a, int64_t cpb) {
+    return a.S && a.finish ? finish_roles(cpb) : 0;
+}
+
+/* The backward's roles: pass-1 role cb*S + s sums split s of channel block cb and (with finish)
+ * counts itself done; finish role (cb, f), once all S of cb are done, adds its channels' S
+ * partials in split order, writes their dw, db and coefficients and counts itself into cb's
+ * ready count; pass-2 role (cb, rb) waits for cb's F finish roles, then makes dx. */
 template <typename T, int V>
 __global__ void __launch_bounds__(BN_THREADS, 2) k_nhwc_backward(const nhwc_bwd<T> a) {
-    const int64_t role = take_role(a.roles.tickets), n_first = (int64_t)a.roles.CB * a.S,
-                  CPB = (int64_t)blockDim.x * V;
-    int32_t *ready = a.roles.tickets ? a.roles.tickets + 2 + a.roles.CB : NULL;
+    const int64_t CPB = (int64_t)blockDim.x * V, role = take_role(a.roles.tickets),
+                  n_first = (int64_t)a.roles.CB * a.S, F = bwd_finish_roles(a, CPB), n_finish = F * a.roles.CB;
+    int32_t *done = a.roles.tickets ? a.roles.tickets + 2 : NULL, *ready = done ? done + a.roles.CB : NULL;
     if (role < n_first) {
         const int64_t cb = role / a.S;
         bwd_partial<T, V>(a, cb, role % a.S);
-        if (a.finish && arrive_last(&a.roles.tickets[2 + cb], a.S)) {
-            bwd_finish(a, cb * CPB, (cb + 1) * CPB < a.C ? (cb + 1) * CPB : a.C);
-            publish(&ready[cb]);
-        }
+        if (a.finish) publish(&done[cb]);
+    } else if (role < n_first + n_finish) {
+        const int64_t t = role - n_first, cb = t / F, c = finish_channel(a.C, CPB, cb, t % F);
+        wait_for(&done[cb], a.S);
+        if (c >= 0) bwd_finish_channel(a, c);
+        publish(&ready[cb]);
     } else {
-        const int64_t t = role - n_first, cb = t / a.RB;
-        if (n_first) wait_for(&ready[cb], 1);
+        const int64_t t = role - n_first - n_finish, cb = t / a.RB;
+        if (n_finish) wait_for(&ready[cb], F);
         bwd_dx<T, V>(a, cb, t % a.RB);
     }
     end_of_launch(a.roles);
@@ -814,7 +850,7 @@ __global__ void __launch_bounds__(BN_THREADS, 2) k_nhwc_backward(const nhwc_bwd<
 
 template <typename T>
 void launch_backward(const nhwc_bwd<T> &a, const nhwc_grid &g) {
-    const int64_t blocks = (int64_t)g.CB * a.S + (int64_t)a.RB * g.CB;
+    const int64_t blocks = (int64_t)g.CB * a.S + bwd_finish_roles(a, (int64_t)g.TX * g.V) * g.CB + (int64_t)a.RB * g.CB;
     if (blocks <= 0) return;
     dt_with_pack<T>(g.V != 1, [&](auto v) {
         k_nhwc_backward<T, decltype(v)::value><<<(unsigned)blocks, dim3(g.TX, g.TY), 0, dt_stream()>>>(a);
