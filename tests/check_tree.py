@@ -19,11 +19,17 @@
      is CUDA throughout is a build-level choice in the Makefile, with its CPU-only stand-in);
   7. libdeftc.so (in BUILD) exports deftc's C API alone: every defined dynamic symbol starts
      with dt_ (core/libdeftc.map; a CUDA build's C++ runtime symbols, exported, stood in for a
-     host process's own libstdc++).
+     host process's own libstdc++);
+  8. no host code that nvcc compiled to exit(1): where host code calls a __device__-only
+     function that nvcc does not refuse (a template's, seen in ops/batchnorm/batchnorm.cu on
+     2026-12-06), the host side of the caller becomes a call to exit - no message, no error,
+     even with -Werror. In the CUDA objects (BUILD/obj/.../*.cu.o) nvcc's host shadows of
+     __device__ functions are such stubs, and are never called; a function that calls exit
+     among other calls, a stub with C linkage (dt_...), or a function calling a stub is one.
 
 usage: tests/check_tree.py [BUILD]   (the build folder: its objects give the file graph, its
                                      build/test --all --list the tests' names)
-Prints ok or FAIL for each of the seven checks (each violation under it) and, last, "N passed, N
+Prints ok or FAIL for each of the eight checks (each violation under it) and, last, "N passed, N
 failed, 0 skipped" (build/test --then counts them as a suite); exits 1 when one fails.
 """
 import os
@@ -373,6 +379,43 @@ def check_exports(build):
                         % (lib, len(foreign), ', '.join(foreign[:5])))
 
 
+def exit_stub_problems(obj):
+    out = subprocess.run(['objdump', '-dr', '--no-show-raw-insn', '-C', obj], capture_output=True, text=True)
+    if out.returncode != 0:
+        problems.append('objdump -dr %s failed: %s' % (obj, out.stderr.strip()))
+        return
+    funcs, cur = {}, None  # function -> the symbols its relocations name (its calls)
+    for line in out.stdout.splitlines():
+        m = re.match(r'^[0-9a-f]+ <(.*)>:$', line)
+        if m:
+            cur = m.group(1)
+            funcs.setdefault(cur, [])
+            continue
+        m = re.search(r'\sR_X86_64_(?:PLT32|PC32)\s+(.*?)(?:[-+]0x[0-9a-f]+)?$', line)
+        if m and cur is not None:
+            funcs[cur].append(m.group(1))
+    stubs = {f for f, calls in funcs.items() if 'exit' in calls}
+    rel = os.path.relpath(obj, ROOT)
+    for f, calls in funcs.items():
+        if f in stubs and (f.startswith('dt_') or any(c != 'exit' for c in calls)):
+            problems.append('%s: %s ends the process (nvcc compiled a call to a __device__ function to exit(1))'
+                            % (rel, f[:160]))
+        elif f not in stubs and any(c in stubs for c in calls):
+            stub = next(c for c in calls if c in stubs)
+            problems.append('%s: %s calls %s, which nvcc compiled to exit(1)' % (rel, f[:120], stub[:120]))
+
+
+def check_exit_stubs(build):
+    objdir = os.path.join(build, 'obj') if build else None
+    if not objdir or not os.path.isdir(objdir):
+        return
+    for d in LIB_DIRS:
+        for dirpath, _, names in os.walk(os.path.join(objdir, d)):
+            for n in sorted(names):
+                if n.endswith('.cu.o'):
+                    exit_stub_problems(os.path.join(dirpath, n))
+
+
 def main():
     build = sys.argv[1] if len(sys.argv) > 1 else None
     testbin = os.path.join(build, 'test') if build and os.path.isfile(os.path.join(build, 'test')) else None
@@ -385,14 +428,15 @@ def main():
                          lambda: (check_docs(files, testbin), check_public_list(files))),
                         ('no exit or abort in library code', lambda: check_no_exit(files)),
                         ('no DT_CUDA dispatch outside core/', lambda: check_no_cuda_dispatch(files)),
-                        ('libdeftc.so exports only dt_ symbols', lambda: check_exports(build))):
+                        ('libdeftc.so exports only dt_ symbols', lambda: check_exports(build)),
+                        ('no host code compiled to exit by nvcc', lambda: check_exit_stubs(build))):
         before = len(problems)
         check()
         for p in problems[before:]:
             print('      ' + p)
         print('%s  tree: %s' % ('ok  ' if len(problems) == before else 'FAIL', name))
         failed += len(problems) != before
-    print('%d passed, %d failed, 0 skipped' % (7 - failed, failed))
+    print('%d passed, %d failed, 0 skipped' % (8 - failed, failed))
     return 1 if failed else 0
 
 
