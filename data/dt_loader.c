@@ -30,7 +30,7 @@ dt_loader_opts dt_loader_default_opts(int train) {
     o.cache_max_mb = 0;
     o.drop_last = -1;
     o.prefetch = 4;
-    o.gpu_decoders = 1;
+    o.gpu_decoders = 0; /* the default: DT_LOADER_GPU_DECODERS, at most prefetch - 1 */
     o.crop_scale_min = 0.08;
     o.max_pixels = DT_IMAGE_MAX_PIXELS;
     return o;
@@ -60,7 +60,8 @@ static int check_opts(const dt_dataset *ds, dt_loader_opts *o, int *cache_size, 
         dt_errf(err, "loader: prefetch %d is out of range (2 .. 64 batches)", o->prefetch);
         return -1;
     }
-    if (o->gpu_decoders == 0) o->gpu_decoders = 1;
+    if (o->gpu_decoders == 0) o->gpu_decoders = DT_LOADER_GPU_DECODERS < o->prefetch - 1 ? DT_LOADER_GPU_DECODERS
+                                                                                          : o->prefetch - 1;
     if (o->gpu_decoders < 1 || o->gpu_decoders > DT_LOADER_MAX_GPU_DECODERS) {
         dt_errf(err, "loader: gpu_decoders %d is out of range (1 .. %d)", o->gpu_decoders, DT_LOADER_MAX_GPU_DECODERS);
         return -1;

@@ -130,11 +130,16 @@ typedef struct {
     int64_t subset;        /* 0: every image; N: a fixed sample of N, stratified by class (see above) */
     int decode;            /* dt_decode (default DT_DECODE_CPU: batches in host memory) */
     int gpu_decoders;      /* GPU decode: decode threads, each with its own nvJPEG decoder, on
-                              consecutive batches at once (default 1; 1 .. DT_LOADER_MAX_GPU_DECODERS,
-                              at most prefetch - 1; not used when the CPU decodes) */
+                              consecutive batches at once (1 .. DT_LOADER_MAX_GPU_DECODERS, at most
+                              prefetch - 1; 0: DT_LOADER_GPU_DECODERS, at most prefetch - 1; not
+                              used when the CPU decodes) */
 } dt_loader_opts;
 
 #define DT_LOADER_MAX_GPU_DECODERS 8
+/* The default count (opts.gpu_decoders 0, the config's gpu_decoders): two decode threads measured
+ * 1.27x one decode-only and took the real-data bf16 batch-256 step from 28.4 to 19.7 ms (H100,
+ * 2026-12-06, docs/data.md); three were no faster than two. */
+#define DT_LOADER_GPU_DECODERS 2
 
 /* The defaults above; train selects the train defaults. */
 dt_loader_opts dt_loader_default_opts(int train);

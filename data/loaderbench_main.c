@@ -66,7 +66,7 @@ static void usage(void) {
          "  --decode-only    the GPU decoder alone on files read into memory first: nvJPEG + the augmentation of\n"
          "                   a val transform, batches of --batch, every JPEG nvJPEG takes (--max-batches of them)\n"
          "  --gpu-decoders N GPU decode threads, each with its own nvJPEG decoder and stream, on consecutive batches\n"
-         "                   (1 .. 8, default 1; the loader's prefetch is raised to N + 1 where 4 is too few)\n"
+         "                   (1 .. 8, default 2 as the loader's; the loader's prefetch is raised to N + 1 where 4 is too few)\n"
          "  --beside-ms M    with --decode-only: another stream of the device kept busy meanwhile by host functions\n"
          "                   of M ms each, back to back (no kernel: no SM is used); a decoder slowed by it waits\n"
          "                   for the whole device somewhere (an implicit synchronization), not for SMs\n"
@@ -322,7 +322,7 @@ typedef struct {
 /* Reads the flags into *o: -1 to go on, else the exit code (0 after --help, 2 on a bad flag). */
 static int parse_args(int argc, char **argv, bench_opts *o) {
     *o = (bench_opts){.split = "train", .tmpbase = "/tmp", .workers = -1, .batch = 64, .size = 224, .epochs = 1,
-                      .scan_classes = 100, .decode = DT_DECODE_CPU, .gpu_decoders = 1};
+                      .scan_classes = 100, .decode = DT_DECODE_CPU, .gpu_decoders = DT_LOADER_GPU_DECODERS};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int has = i + 1 < argc;

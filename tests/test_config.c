@@ -548,14 +548,14 @@ DT_TEST(config_gpu_decoders_range_and_prefetch) {
     dt_train_cfg c;
     dt_config_defaults(&c);
     dt_err err;
-    EXPECT_EQ_INT(c.gpu_decoders, 1);
+    EXPECT_EQ_INT(c.gpu_decoders, 2);
     EXPECT_EQ_INT(c.prefetch, 4);
     const char *bad[] = {"gpu_decoders=0", "gpu_decoders=9"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         EXPECT_MSG(dt_config_set(&c, bad[i], &err) != 0, "%s was accepted", bad[i]);
         EXPECT_MSG(strstr(err.msg, "gpu_decoders"), "%s: message '%s'", bad[i], err.msg);
     }
-    EXPECT_EQ_INT(c.gpu_decoders, 1);
+    EXPECT_EQ_INT(c.gpu_decoders, 2);
     EXPECT_EQ_INT(dt_config_set(&c, "synthetic=1", &err), 0);
     EXPECT_EQ_INT(dt_config_set(&c, "gpu_decoders=3", &err), 0);
     EXPECT_MSG(dt_config_check(&c, &err) == 0, "%s", err.msg);

@@ -226,7 +226,19 @@ DT_TEST(data_loader_gpu_decoders_option_errors) {
     EXPECT_EQ_INT(dt_dataset_open(&ds, dt_test_shapes("shapes", 3, 6, 2, 40), "train", NULL, &err), 0);
     dt_loader_opts o = dt_loader_default_opts(1);
     o.batch = 4, o.image_size = 16, o.workers = 1, o.decode = DT_DECODE_GPU;
-    EXPECT_EQ_INT(o.gpu_decoders, 1);
+    EXPECT_EQ_INT(o.gpu_decoders, 0); /* the default: DT_LOADER_GPU_DECODERS, at most prefetch - 1 */
+    const int prefetch[] = {4, 2}, made[] = {DT_LOADER_GPU_DECODERS, 1};
+    for (int i = 0; i < 2; i++) {
+        o.prefetch = prefetch[i];
+        emu.fail_thread = -1;
+        dt_loader *l = loader_new_with(&ds, &o, &emulator, &err);
+        char want[64];
+        snprintf(want, sizeof want, made[i] == 1 ? "gpu: the emulator" : "gpu: %d decoders, the emulator", made[i]);
+        EXPECT_MSG(l && strstr(dt_loader_decoder(l), want), "prefetch %d: '%s', wanted '%s'", prefetch[i],
+                   l ? dt_loader_decoder(l) : err.msg, want);
+        dt_loader_free(l);
+    }
+    o.prefetch = 4;
     const int bad[] = {-1, 9};
     for (int i = 0; i < 2; i++) {
         o.gpu_decoders = bad[i];

@@ -41,9 +41,9 @@ static const key_spec KEYS[] = {
     {"decode", T_ENUM, F(decode), "auto", "auto|cpu|gpu", 0, 0, 1,
      "where JPEGs are decoded: gpu (nvJPEG, then the augmentation on the GPU), cpu (the loader's workers), auto (gpu "
      "where nvJPEG and a GPU are there and cache=0; docs/data.md)"},
-    {"gpu_decoders", T_INT, F(gpu_decoders), "1", NULL, 1, 8, 0,
+    {"gpu_decoders", T_INT, F(gpu_decoders), "2", NULL, 1, 8, 0,
      "GPU decode: decode threads, each with its own nvJPEG decoder and stream, on consecutive batches at once "
-     "(1 .. 8, at most prefetch - 1; docs/data.md)"},
+     "(1 .. 8, at most prefetch - 1; 2 by default: the measured fastest; docs/data.md)"},
     {"prefetch", T_INT, F(prefetch), "4", NULL, 2, 64, 0, "the loader's ring of batch slots (2 .. 64)"},
     {"cache", T_BOOL, F(cache), "0", NULL, 0, 1, 1, "keep decoded, downsized images in memory (small datasets)"},
     {"max_val_batches", T_INT, F(max_val_batches), "0", NULL, 0, 1 << 30, 0, "evaluate on a fixed class-stratified sample of this many val batches (0 = all)"},
