@@ -34,7 +34,7 @@ CATEGORIES = [  # (category, pattern on the kernel name), first match wins
     ("cast (convert)", r"convert|cast_chunks|f32_to_bf16|bf16_to_f32"),
     ("gemm (cuBLAS)", r"gemm|Gemm|sm90|cutlass|nvjet|xmma|ampere|Kernel2"),
     ("im2col / col2im", r"im2col|col2im"),
-    ("batch norm", r"stats|bn_|k_nhwc_forward|k_nhwc_backward|k_apply|bwd_partial|bwd_dx|bwd_sums|sum_splits|bwd_params|batchnorm|nhwc_apply"),
+    ("batch norm", r"stats|bn_|k_apply|bwd_partial|bwd_dx|bwd_sums|sum_splits|bwd_params|batchnorm|nhwc_apply"),
     ("deformable", r"deform|sample|gather|index|offconv|offset|radix|scan|Radix|Scan|DeviceSort|Onesweep|_tc|_halo|"
                    r"db_parts|sum_parts|dw_|fwd_"),
     ("pooling", r"pool"),

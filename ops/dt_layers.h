@@ -81,8 +81,6 @@ typedef struct {
     float eps, momentum;
     dt_tensor *weight, *bias;             /* [C] parameters (gamma, beta) */
     dt_tensor *running_mean, *running_var; /* [C] buffers */
-    dt_tensor *tickets; /* int32 [dt_bn_tickets_len(C)], zero between calls: the one-launch kernels' roles
-                           (dt_batchnorm_init makes it; NULL: the CUDA passes as separate launches) */
     const dt_bn_sync *sync;
 } dt_batchnorm;
 

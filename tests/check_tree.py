@@ -21,7 +21,7 @@
      with dt_ (core/libdeftc.map; a CUDA build's C++ runtime symbols, exported, stood in for a
      host process's own libstdc++);
   8. no host code that nvcc compiled to exit(1): where host code calls a __device__-only
-     function that nvcc does not refuse (a template's, seen in ops/batchnorm/batchnorm.cu on
+     function that nvcc does not refuse (a template's, seen in the one-launch batch norm on
      2026-12-06), the host side of the caller becomes a call to exit - no message, no error,
      even with -Werror. In the CUDA objects (BUILD/obj/.../*.cu.o) nvcc's host shadows of
      __device__ functions are such stubs, and are never called; a function that calls exit
@@ -48,9 +48,8 @@ EXTERNAL = {'jpeglib.h', 'png.h', 'nccl.h', 'stb_image.h', 'stb_image_write.h', 
             'torch_reference.py'}
 PLACEHOLDER_STEMS = {'name', 'NAME', 'CONFIG', 'FILE', 'x', 'X'}
 REMOVED = {'main_igemm', 'DT_DEFORM_API_BF16', 'engine_sampler',
-           # the NHWC batch norm's separate passes, now roles of the one-launch kernels (docs/PERF.md's tables)
-           'k_nhwc_stats_partial', 'k_nhwc_apply', 'k_nhwc_bwd_partial', 'k_nhwc_bwd_dx', 'k_stats_of_groups',
-           'dt_bn_stats_of_sums'}
+           # the one-launch batch norm, measured and dropped (docs/batchnorm.md, docs/PERF.md section 26)
+           'k_nhwc_forward_of_groups', 'k_nhwc_backward', 'dt_bn_forward_of_sums'}
 OUTSIDE = ('build/', 'build-', 'runs/', 'shared/', '/', 'data_sample/', 'http')
 FORMULA = re.compile(r' [-+=.*/] ')
 

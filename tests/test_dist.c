@@ -193,9 +193,9 @@ DT_TEST(dist_sync_bn_kernels_equal_bn_over_all_replicas_batches) {
     dt_bn_apply_f32_nchw_cpu(N, C, P, x2, mean[0], inv[0], w, b, NULL, 1, y);
     dt_bn_apply_f32_nchw_cpu(2 * N, C, P, x2, mean[1], inv[1], w, b, NULL, 1, y2);
     dt_bn_backward_f32_nchw_cpu(N, C, P, x2, y, NULL, dy2, mean[0], inv[0], w, b, 1, 1, dx, 0, NULL, 0, dw[0], 0, db[0], 0,
-                                ws, NULL, &sync);
+                                ws, &sync);
     dt_bn_backward_f32_nchw_cpu(2 * N, C, P, x2, y2, NULL, dy2, mean[1], inv[1], w, b, 1, 1, dx2, 0, NULL, 0, dw[1], 0,
-                                db[1], 0, ws, NULL, NULL);
+                                db[1], 0, ws, NULL);
     EXPECT(dt_expect_close("sync dx", dx, dx2, n1, 1e-5));
     for (int c = 0; c < C; c++) {
         EXPECT_NEAR(dw[0][c], dw[1][c] / 2, 1e-5 * (1 + fabs(dw[1][c])));

@@ -1,15 +1,12 @@
-/* CUDA batch norm (+ residual add, + ReLU): batchnorm.h. Three passes per layout:
+/* CUDA batch norm (+ residual add, + ReLU): batchnorm.h. Three passes, each a kernel family
+ * per layout:
  *   statistics  per-split partial sums (sum x, sum x^2) in double -> the in-order sum of the
  *               splits per channel (-> sync all-reduce) -> mean, invstd, running update;
  *   apply       y = act(fma(x, scale, shift) + skip), one read of x (and skip), one write of y;
  *   backward    partial sums of g and g*xhat -> per-channel sums, dw, db (-> all-reduce) ->
  *               the pointwise dx (and dskip).
- * No floating-point atomics: every sum's order is fixed by the shape (the split boundaries, the
- * in-block trees, the in-order sum of the splits), so the bits repeat on any GPU.
- * NHWC in training without sync: the forward (statistics + apply) is one launch of
- * k_nhwc_forward_of_groups and the backward one of k_nhwc_backward, their passes roles taken
- * in ticket order (see "NHWC one-launch passes" below, docs/batchnorm.md); eval, sync and NCHW
- * keep separate launches.
+ * No atomics: every sum's order is fixed by the shape (the split boundaries, the in-block
+ * trees, the in-order sum of the splits), so the bits repeat on any GPU.
  *
  * NCHW (f32, the reference; its numbers are those of the original kernels): reductions on a
  * (split, channel) grid, each block summing whole planes of one channel; pointwise kernels one
@@ -19,7 +16,7 @@
  * (TX*TY = 256): TX lanes over channel vectors of V channels (one 16-byte pack - 4 f32 or
  * 8 bf16 - when C and the pointers allow, else V = 1: any C works), TY over rows. A warp reads
  * whole consecutive rows, so every access is coalesced, and a thread keeps its channels'
- * constants in registers for all its rows. Reductions: role (cb, s) sums the fixed row range
+ * constants in registers for all its rows. Reductions: block (cb, s) sums the fixed row range
  * [s*R/S, (s+1)*R/S) of its channels; the TY row-threads are combined by a fixed tree in shared
  * memory; partials land at (s*C + c) and are summed in split order. S comes from the shape only
  * (~4 blocks per SM of a 132-SM GPU, at least 4 rows per thread, at most DT_BN_MAX_SPLITS), so
@@ -60,16 +57,16 @@ __device__ __forceinline__ void add_splits(const double *partial, int S, int64_t
 /* The same sums by one warp per channel (the NHWC reductions have up to DT_BN_MAX_SPLITS
  * splits, strided by C: a lone thread walking them serially is latency-bound - 40 us a call
  * at 256 splits): lane l adds splits l, l + 32, ... in order, then the 32 lane sums meet in a
- * fixed shuffle tree. The order depends on S alone: deterministic. Lane 0 holds the result.
- * The partials are read from L2 (the one-launch passes make them in the same launch). */
+ * fixed shuffle tree. The order depends on S alone: deterministic. Lane 0 holds the result. */
 __device__ __forceinline__ void add_splits_warp(const double *partial, int S, int64_t sc, int64_t ss, int64_t c,
-                                                int lane, double &a, double &b) {
+                                                double &a, double &b) {
+    const int lane = threadIdx.x & 31;
     a = 0.0;
     b = 0.0;
     for (int s = lane; s < S; s += 32) {
         const double *q = partial + (c * sc + s * ss) * 2;
-        a += __ldcg(q);
-        b += __ldcg(q + 1);
+        a += q[0];
+        b += q[1];
     }
     for (int o = 16; o > 0; o >>= 1) {
         a += __shfl_down_sync(0xffffffffu, a, o);
@@ -88,7 +85,7 @@ __device__ __forceinline__ int64_t split_channel(int64_t C, bool *store) {
 template <bool WARP>
 __device__ __forceinline__ void sum_splits(const double *partial, int S, int64_t sc, int64_t ss, int64_t c, double &a,
                                            double &b) {
-    if (WARP) add_splits_warp(partial, S, sc, ss, c, threadIdx.x & 31, a, b);
+    if (WARP) add_splits_warp(partial, S, sc, ss, c, a, b);
     else add_splits(partial, S, sc, ss, c, a, b);
 }
 
@@ -140,35 +137,27 @@ __global__ void k_stats_final(int64_t C, int64_t M, const double *partial, int S
     if (store) finish_stats(c, M, s1, s2, eps, momentum, rm, rv, mean, invstd);
 }
 
-/* The sums of channel c over the groups [G][C][2] a conv's epilogue made, by a block of 256
- * threads: thread t adds groups t, t + 256, ... in order, then a fixed tree (deterministic);
- * thread 0 holds the result. */
-__device__ __forceinline__ void groups_sum(const double *__restrict__ groups, int64_t G, int64_t C, int64_t c,
-                                           double &a, double &b) {
+/* The same from the groups [G][C][2] a conv's epilogue made (dt_bn_stats_of_sums): block c, thread
+ * t adds groups t, t + 256, ... in order, then a fixed tree (deterministic); the channel's sums
+ * go to `sums` (a synchronized batch norm all-reduces them next) or straight to its statistics. */
+__global__ void k_stats_of_groups(int64_t C, int64_t M, const double *__restrict__ groups, int64_t G, double *sums,
+                                  float eps, float momentum, float *rm, float *rv, float *mean, float *invstd) {
     __shared__ double sa[256], sb[256];
-    const int t = (int)(threadIdx.y * blockDim.x + threadIdx.x);
-    a = 0.0, b = 0.0;
-    for (int64_t g = t; g < G; g += 256) {
+    const int64_t c = blockIdx.x;
+    double a = 0.0, b = 0.0;
+    for (int64_t g = threadIdx.x; g < G; g += 256) {
         const double2 v = *reinterpret_cast<const double2 *>(groups + (g * C + c) * 2);
         a += v.x, b += v.y;
     }
-    sa[t] = a, sb[t] = b;
+    sa[threadIdx.x] = a, sb[threadIdx.x] = b;
     __syncthreads();
     for (int o = 128; o > 0; o >>= 1) {
-        if (t < o) sa[t] += sa[t + o], sb[t] += sb[t + o];
+        if ((int)threadIdx.x < o) sa[threadIdx.x] += sa[threadIdx.x + o], sb[threadIdx.x] += sb[threadIdx.x + o];
         __syncthreads();
     }
-    a = sa[0], b = sb[0];
-    __syncthreads(); /* sa, sb free again */
-}
-
-/* The synchronized forward's sums from the groups (dt_bn_forward_of_sums): block c, its
- * channel's sums into `sums` (all-reduced next) */
-__global__ void k_sums_of_groups(int64_t C, const double *__restrict__ groups, int64_t G, double *sums) {
-    double a, b;
-    groups_sum(groups, G, C, blockIdx.x, a, b);
     if (threadIdx.x) return;
-    sums[blockIdx.x * 2] = a, sums[blockIdx.x * 2 + 1] = b;
+    if (sums) sums[c * 2] = sa[0], sums[c * 2 + 1] = sb[0];
+    else finish_stats(c, M, sa[0], sb[0], eps, momentum, rm, rv, mean, invstd);
 }
 
 /* The NHWC backward's per-channel coefficients, so that its pointwise pass reads a few floats a
@@ -352,8 +341,8 @@ int plane_threads(int64_t P) { return P >= 1024 ? 256 : P >= 256 ? 128 : 64; }
  * share, so the mask is recomputed bit for bit (the CPU twins use fmaf the same way). */
 __device__ __forceinline__ void bn_coef(const float *mean, const float *invstd, const float *w, const float *b,
                                         int64_t c, float &scale, float &shift) {
-    scale = __ldcg(invstd + c) * w[c]; /* mean, invstd: L2 (the one-launch forward makes them) */
-    shift = fmaf(-__ldcg(mean + c), scale, b[c]);
+    scale = invstd[c] * w[c];
+    shift = fmaf(-mean[c], scale, b[c]);
 }
 
 struct nhwc_grid {
@@ -412,168 +401,15 @@ __device__ __forceinline__ void rows_reduce_store(const double *a, const double 
         for (int j = 0; j < 2 * V; j++) out[j] = sh[j][tid];
 }
 
-/* g = dy, zeroed where the pre-activation fma(x, scale, shift) (+ skip) is not > 0 (relu) */
-template <int V, typename T>
-__device__ __forceinline__ void relu_mask(float *g, const float *xv, const T *skip, int64_t o, const float *sc,
-                                          const float *sh) {
-    float s[V];
-    if (skip) dt_ldv<V>(skip + o, s);
-#pragma unroll
-    for (int k = 0; k < V; k++) {
-        float pre = fmaf(xv[k], sc[k], sh[k]);
-        if (skip) pre += s[k];
-        if (!(pre > 0.0f)) g[k] = 0.0f;
-    }
-}
-
-/* ---- NHWC one-launch passes: roles in ticket order ----
- *
- * A launch of k_nhwc_forward_of_groups or k_nhwc_backward is a list of roles: first the
- * reduction roles, then the finish roles (CB x F: the statistics or coefficients of channel
- * block cb, FINISH_CHANNELS channels a role, a warp a channel), then the pointwise roles
- * (CB x RB: channel block cb, row block rb, cb-major). A block takes the next ticket
- * (tickets[0], atomicAdd) as it starts and plays the role of that number - not of its blockIdx
- * - so when a block holds ticket t every role before t is held by a block that is already
- * running. A finish role waits only for the reduction roles of its channel block and a
- * pointwise role only for the finish roles of its channel block, all before it, and a reduction
- * role waits for nothing: whatever order the hardware starts blocks in and however few fit the
- * GPU at once, every wait ends (no deadlock, no co-residency assumed). A launch with one kind
- * of role only (tickets NULL) plays blockIdx.x.
- *
- * The finish is spread over F roles a channel block because it is on the launch's critical
- * path: every pointwise role of cb spins until it is done. Done by one block (8 warps for all
- * of cb's channels, 32 channels a warp at C = 512) it held the whole GPU ~75 us a launch (H100,
- * 2026-12-06: the plain bf16 step 7.58 ms instead of 4.73); F roles finish their channels in
- * parallel, as k_stats_final's warps do in the separate passes.
- *
- * tickets (dt_bn_tickets_len(C) ints, zero before the launch): [0] the next ticket, [1] the
- * blocks that have finished, [2 + cb] the reduction roles of channel block cb that are done,
- * [2 + CB + cb] cb's finished roles (or channels, from a conv's sums). The last block to finish
- * zeroes them all for the next launch
- * (stream order, CUDA graph replays: nothing else resets them). Data made in the launch by
- * other blocks (partials, statistics, coefficients, g) is read with ld.global.cg (L2), after a
- * __threadfence on both sides of the counter. */
-struct bn_roles {
-    int32_t *tickets; /* NULL: one kind of role, role = blockIdx.x */
-    int CB;           /* channel blocks */
-};
-
-__device__ __forceinline__ bool lead_thread() { return threadIdx.x == 0 && threadIdx.y == 0; }
-__device__ __forceinline__ int block_tid() { return (int)(threadIdx.y * blockDim.x + threadIdx.x); }
-
-/* A finish role's channels: one a warp of its BN_THREADS threads */
-#define FINISH_CHANNELS (BN_THREADS / 32)
-/* Finish roles of a channel block of cpb channels */
-__host__ __device__ __forceinline__ int64_t finish_roles(int64_t cpb) { return (cpb + FINISH_CHANNELS - 1) / FINISH_CHANNELS; }
-
-__device__ __forceinline__ int64_t take_role(int32_t *tickets) {
-    __shared__ int role;
-    if (lead_thread()) role = tickets ? atomicAdd(&tickets[0], 1) : (int)blockIdx.x;
-    __syncthreads();
-    return role;
-}
-
-/* The block's stores made visible GPU-wide, then counter += 1; true (in every thread) in the
- * block whose increment made it `total`, which then sees every other arrival's stores. */
-__device__ __forceinline__ bool arrive_last(int32_t *counter, int64_t total) {
-    __shared__ int last;
-    __threadfence();
-    __syncthreads();
-    if (lead_thread()) {
-        last = atomicAdd(counter, 1) == total - 1;
-        __threadfence();
-    }
-    __syncthreads();
-    return last;
-}
-
-/* counter += 1 once the block's stores are visible GPU-wide */
-__device__ __forceinline__ void publish(int32_t *counter) {
-    __threadfence();
-    __syncthreads();
-    if (lead_thread()) atomicAdd(counter, 1);
-}
-
-/* Until counter >= target (set by roles before this one: they are running). */
-__device__ __forceinline__ void wait_for(const int32_t *counter, int64_t target) {
-    if (lead_thread()) {
-        while (*(const volatile int32_t *)counter < target) {
-#if __CUDA_ARCH__ >= 700
-            __nanosleep(64);
-#endif
-        }
-        __threadfence();
-    }
-    __syncthreads();
-}
-
-/* The last block of a launch zeroes the tickets. */
-__device__ __forceinline__ void end_of_launch(const bn_roles &r) {
-    if (!r.tickets) return;
-    if (arrive_last(&r.tickets[1], gridDim.x))
-        for (int i = block_tid(); i < 2 + 2 * r.CB; i += BN_THREADS) r.tickets[i] = 0;
-}
-
-/* V elements from L2 (ld.global.cg: made in this launch by another block), widened as dt_ldv */
-template <int V, typename T>
-__device__ __forceinline__ void ldv_l2(const T *p, float *v) {
-    if constexpr (V * sizeof(T) == 16) {
-        const uint4 u = __ldcg(reinterpret_cast<const uint4 *>(p));
-        dt_ldv<V>(reinterpret_cast<const T *>(&u), v);
-    } else if constexpr (sizeof(T) == 4) {
-        static_assert(V == 1, "one float or a pack");
-        const float f = __ldcg(reinterpret_cast<const float *>(p));
-        dt_ldv<1>(reinterpret_cast<const T *>(&f), v);
-    } else {
-        static_assert(V == 1 && sizeof(T) == 2, "one bf16 or a pack");
-        const unsigned short h = __ldcg(reinterpret_cast<const unsigned short *>(p));
-        dt_ldv<1>(reinterpret_cast<const T *>(&h), v);
-    }
-}
-
-/* ---- the forward: statistics and apply in one launch ---- */
-
-enum { FWD_NONE, FWD_PARTIALS, FWD_GROUPS };
-
-template <typename T>
-struct nhwc_fwd {
-    int64_t R, C, M; /* rows, channels, values per channel the statistics count */
-    int first;       /* the reduction roles: FWD_PARTIALS (CB x S), FWD_GROUPS (C) or FWD_NONE */
-    int S;           /* FWD_PARTIALS: row splits */
-    int finish;      /* FWD_PARTIALS: the last split of a channel block finishes its statistics */
-    int RB;          /* row blocks of the apply roles (0: no apply) */
-    const T *x, *skip;
-    T *y;
-    double *partial;       /* FWD_PARTIALS: [S][C][2], written here */
-    const double *groups;  /* FWD_GROUPS: the conv's [G][C][2] */
-    int64_t G;
-    const float *w, *b;
-    float *rm, *rv, *mean, *invstd;
-    float eps, momentum;
-    int relu;
-    bn_roles roles;
-};
-
-template <typename T>
-__host__ __device__ __forceinline__ int64_t fwd_first_roles(const nhwc_fwd<T> &a) {
-    return a.first == FWD_PARTIALS ? (int64_t)a.roles.CB * a.S : a.first == FWD_GROUPS ? a.C : 0;
-}
-
-/* F, the finish roles of a channel block of the forward (cpb: its channels), 0 without them */
-template <typename T>
-__host__ __device__ __forceinline__ int64_t fwd_finish_roles(const nhwc_fwd<T> &a, int64_t cpb) {
-    return a.first == FWD_PARTIALS && a.finish ? finish_roles(cpb) : 0;
-}
-
 /* partial[(s*C + c)*2 + {0,1}] = sum x, sum x^2 of channel c over rows [s*R/S, (s+1)*R/S) */
 template <typename T, int V>
-__device__ __forceinline__ void fwd_partial(const nhwc_fwd<T> &a, int64_t cb, int64_t s) {
-    const T *__restrict__ x = a.x;
-    const int64_t C = a.C, c0 = (cb * blockDim.x + threadIdx.x) * V;
-    const int64_t r0 = s * a.R / a.S, r1 = (s + 1) * a.R / a.S;
-    double sa[V], sb[V];
+__global__ void __launch_bounds__(BN_THREADS)
+    k_nhwc_stats_partial(int64_t R, int64_t C, const T *__restrict__ x, double *__restrict__ partial) {
+    const int64_t c0 = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * V;
+    const int64_t r0 = (int64_t)blockIdx.y * R / gridDim.y, r1 = ((int64_t)blockIdx.y + 1) * R / gridDim.y;
+    double a[V], b[V];
 #pragma unroll
-    for (int k = 0; k < V; k++) sa[k] = sb[k] = 0.0;
+    for (int k = 0; k < V; k++) a[k] = b[k] = 0.0;
     if (c0 < C) {
 #pragma unroll 4
         for (int64_t r = r0 + threadIdx.y; r < r1; r += blockDim.y) {
@@ -581,41 +417,26 @@ __device__ __forceinline__ void fwd_partial(const nhwc_fwd<T> &a, int64_t cb, in
             dt_ldv<V>(x + r * C + c0, v);
 #pragma unroll
             for (int k = 0; k < V; k++) {
-                sa[k] += v[k];
-                sb[k] += (double)v[k] * v[k];
+                a[k] += v[k];
+                b[k] += (double)v[k] * v[k];
             }
         }
     }
-    rows_reduce_store<V>(sa, sb, a.partial + (s * C + c0) * 2, c0 < C);
+    rows_reduce_store<V>(a, b, partial + ((int64_t)blockIdx.y * C + c0) * 2, c0 < C);
 }
 
-/* The statistics of channel c from its S partials: a warp, as k_stats_final's (the same bits) */
-template <typename T>
-__device__ __forceinline__ void fwd_finish_channel(const nhwc_fwd<T> &a, int64_t c) {
-    const int lane = block_tid() & 31;
-    double s1, s2;
-    add_splits_warp(a.partial, a.S, 1, a.C, c, lane, s1, s2);
-    if (lane == 0) finish_stats(c, a.M, s1, s2, a.eps, a.momentum, a.rm, a.rv, a.mean, a.invstd);
-}
-
-/* The channel warp w of finish role f of channel block cb finishes, or -1 (past cb or C) */
-__device__ __forceinline__ int64_t finish_channel(int64_t C, int64_t cpb, int64_t cb, int64_t f) {
-    const int64_t k = f * FINISH_CHANNELS + block_tid() / 32, c = cb * cpb + k;
-    return k < cpb && c < C ? c : -1;
-}
-
-/* y = act(fma(x, scale, shift) + skip) on row block rb of channel block cb */
+/* y = act(fma(x, scale, shift) + skip) */
 template <typename T, int V>
-__device__ __forceinline__ void fwd_apply(const nhwc_fwd<T> &a, int64_t cb, int64_t rb) {
-    const T *__restrict__ x = a.x, *__restrict__ skip = a.skip;
-    T *__restrict__ y = a.y;
-    const int64_t C = a.C, c0 = (cb * blockDim.x + threadIdx.x) * V;
+__global__ void __launch_bounds__(BN_THREADS)
+    k_nhwc_apply(int64_t R, int64_t C, const T *__restrict__ x, const float *__restrict__ mean,
+                 const float *__restrict__ invstd, const float *__restrict__ w, const float *__restrict__ b,
+                 const T *__restrict__ skip, int relu, T *__restrict__ y) {
+    const int64_t c0 = ((int64_t)blockIdx.y * blockDim.x + threadIdx.x) * V;
     if (c0 >= C) return;
     float sc[V], sh[V];
 #pragma unroll
-    for (int k = 0; k < V; k++) bn_coef(a.mean, a.invstd, a.w, a.b, c0 + k, sc[k], sh[k]);
-    const int relu = a.relu;
-    for (int64_t r = rb * blockDim.y + threadIdx.y; r < a.R; r += (int64_t)a.RB * blockDim.y) {
+    for (int k = 0; k < V; k++) bn_coef(mean, invstd, w, b, c0 + k, sc[k], sh[k]);
+    for (int64_t r = (int64_t)blockIdx.x * blockDim.y + threadIdx.y; r < R; r += (int64_t)gridDim.x * blockDim.y) {
         const int64_t o = r * C + c0;
         float v[V], s[V];
         dt_ldv<V>(x + o, v);
@@ -630,104 +451,41 @@ __device__ __forceinline__ void fwd_apply(const nhwc_fwd<T> &a, int64_t cb, int6
     }
 }
 
-/* The forward's roles: FWD_PARTIALS role cb*S + s sums split s of channel block cb and (with
- * finish) counts itself done; finish role (cb, f), once all S of cb are done, adds the S
- * partials of its channels in split order (the order of k_stats_final), writes their mean,
- * invstd and running update and counts itself into cb's ready count; FWD_GROUPS role c
- * finishes channel c from the conv's groups (groups_sum's order) and counts it into its
- * block's ready count; then apply role (cb, rb) waits for cb to be ready (F roles, or its
- * channels). */
-template <typename T, int V>
-__global__ void __launch_bounds__(BN_THREADS, 3) k_nhwc_forward_of_groups(const nhwc_fwd<T> a) {
-    const int64_t CPB = (int64_t)blockDim.x * V, role = take_role(a.roles.tickets), n_first = fwd_first_roles(a),
-                  F = fwd_finish_roles(a, CPB), n_finish = F * a.roles.CB;
-    int32_t *done = a.roles.tickets ? a.roles.tickets + 2 : NULL, *ready = done ? done + a.roles.CB : NULL;
-    if (role < n_first) {
-        if (a.first == FWD_PARTIALS) {
-            const int64_t cb = role / a.S;
-            fwd_partial<T, V>(a, cb, role % a.S);
-            if (a.finish) publish(&done[cb]);
-        } else {
-            double s1, s2;
-            groups_sum(a.groups, a.G, a.C, role, s1, s2);
-            if (block_tid() == 0)
-                finish_stats(role, a.M, s1, s2, a.eps, a.momentum, a.rm, a.rv, a.mean, a.invstd);
-            publish(&ready[role / CPB]);
-        }
-    } else if (role < n_first + n_finish) {
-        const int64_t t = role - n_first, cb = t / F, c = finish_channel(a.C, CPB, cb, t % F);
-        wait_for(&done[cb], a.S);
-        if (c >= 0) fwd_finish_channel(a, c);
-        publish(&ready[cb]);
-    } else {
-        const int64_t t = role - n_first - n_finish, cb = t / a.RB;
-        if (n_first) {
-            const int64_t in_block = a.C - cb * CPB < CPB ? a.C - cb * CPB : CPB;
-            wait_for(&ready[cb], a.first == FWD_PARTIALS ? F : in_block);
-        }
-        fwd_apply<T, V>(a, cb, t % a.RB);
-    }
-    end_of_launch(a.roles);
-}
-
-template <typename T>
-void launch_forward(const nhwc_fwd<T> &a, const nhwc_grid &g) {
-    const int64_t blocks = fwd_first_roles(a) + fwd_finish_roles(a, (int64_t)g.TX * g.V) * g.CB + (int64_t)a.RB * g.CB;
-    if (blocks <= 0) return;
-    dt_with_pack<T>(g.V != 1, [&](auto v) {
-        k_nhwc_forward_of_groups<T, decltype(v)::value><<<(unsigned)blocks, dim3(g.TX, g.TY), 0, dt_stream()>>>(a);
-    });
-    DT_CHECK_LAUNCH();
-}
-
-template <typename T>
-nhwc_fwd<T> fwd_args(int64_t N, int64_t C, int64_t P, const void *x, const nhwc_grid &g) {
-    nhwc_fwd<T> a = {};
-    a.R = N * P, a.C = C, a.M = N * P;
-    a.x = (const T *)x;
-    a.roles = {NULL, (int)g.CB};
-    return a;
-}
-
-/* ---- the backward: sums, coefficients and dx in one launch ---- */
-
-template <typename T>
-struct nhwc_bwd {
-    int64_t R, C, M;
-    int S;      /* pass-1 row splits (0: no pass 1) */
-    int finish; /* the last split of a channel block makes its dw, db and coefficients */
-    int RB;     /* row blocks of pass 2 (0: no pass 2) */
-    const T *x, *skip, *dy;
-    T *dx, *dskip;
-    float beta_x, beta_s, beta_w, beta_b;
-    const float *mean, *invstd, *w, *b;
-    int relu, training, g_ready; /* g_ready: pass 1 writes g into dskip (fresh), pass 2 reads it */
-    double *partial;             /* [S][C][2] */
-    float *coef;                 /* [4][C], bwd_coef */
-    float *dw, *db;
-    bn_roles roles;
-};
-
-/* Pass 1: partial sums of g and g*xhat per (split, channel) as fwd_partial; with g_ready g itself
- * into dskip. */
-template <typename T, int V>
-__device__ __forceinline__ void bwd_partial(const nhwc_bwd<T> &a, int64_t cb, int64_t s) {
-    const T *__restrict__ x = a.x, *__restrict__ dy = a.dy, *__restrict__ skip = a.skip;
-    T *__restrict__ g_out = a.g_ready ? a.dskip : NULL;
-    const int64_t C = a.C, c0 = (cb * blockDim.x + threadIdx.x) * V;
-    const int64_t r0 = s * a.R / a.S, r1 = (s + 1) * a.R / a.S;
-    double sa[V], sx[V];
+/* g = dy, zeroed where the pre-activation fma(x, scale, shift) (+ skip) is not > 0 (relu) */
+template <int V, typename T>
+__device__ __forceinline__ void relu_mask(float *g, const float *xv, const T *skip, int64_t o, const float *sc,
+                                          const float *sh) {
+    float s[V];
+    if (skip) dt_ldv<V>(skip + o, s);
 #pragma unroll
-    for (int k = 0; k < V; k++) sa[k] = sx[k] = 0.0;
+    for (int k = 0; k < V; k++) {
+        float pre = fmaf(xv[k], sc[k], sh[k]);
+        if (skip) pre += s[k];
+        if (!(pre > 0.0f)) g[k] = 0.0f;
+    }
+}
+
+/* Pass 1: partial sums of g and g*xhat per (split, channel) as k_nhwc_stats_partial; g_out
+ * (or NULL) receives g itself. */
+template <typename T, int V>
+__global__ void __launch_bounds__(BN_THREADS)
+    k_nhwc_bwd_partial(int64_t R, int64_t C, const T *__restrict__ x, const T *__restrict__ skip,
+                       const T *__restrict__ dy, const float *__restrict__ mean, const float *__restrict__ invstd,
+                       const float *__restrict__ w, const float *__restrict__ b, int relu, T *__restrict__ g_out,
+                       double *__restrict__ partial) {
+    const int64_t c0 = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * V;
+    const int64_t r0 = (int64_t)blockIdx.y * R / gridDim.y, r1 = ((int64_t)blockIdx.y + 1) * R / gridDim.y;
+    double a[V], ax[V];
+#pragma unroll
+    for (int k = 0; k < V; k++) a[k] = ax[k] = 0.0;
     if (c0 < C) {
         float mu[V], is[V], sc[V], sh[V];
 #pragma unroll
         for (int k = 0; k < V; k++) {
-            mu[k] = __ldcg(a.mean + c0 + k);
-            is[k] = __ldcg(a.invstd + c0 + k);
-            bn_coef(a.mean, a.invstd, a.w, a.b, c0 + k, sc[k], sh[k]);
+            mu[k] = mean[c0 + k];
+            is[k] = invstd[c0 + k];
+            bn_coef(mean, invstd, w, b, c0 + k, sc[k], sh[k]);
         }
-        const int relu = a.relu;
 #pragma unroll 2
         for (int64_t r = r0 + threadIdx.y; r < r1; r += blockDim.y) {
             const int64_t o = r * C + c0;
@@ -737,58 +495,40 @@ __device__ __forceinline__ void bwd_partial(const nhwc_bwd<T> &a, int64_t cb, in
             if (relu) relu_mask<V>(g, xv, skip, o, sc, sh);
 #pragma unroll
             for (int k = 0; k < V; k++) {
-                sa[k] += g[k];
-                sx[k] += (double)g[k] * ((xv[k] - mu[k]) * is[k]);
+                a[k] += g[k];
+                ax[k] += (double)g[k] * ((xv[k] - mu[k]) * is[k]);
             }
             if (g_out) dt_stv<V>(g_out + o, g);
         }
     }
-    rows_reduce_store<V>(sa, sx, a.partial + (s * C + c0) * 2, c0 < C);
+    rows_reduce_store<V>(a, ax, partial + ((int64_t)blockIdx.y * C + c0) * 2, c0 < C);
 }
 
-/* The sums of channel c from its S partials (a warp, k_bwd_sums' order), this replica's db, dw
- * and the coefficients */
-template <typename T>
-__device__ __forceinline__ void bwd_finish_channel(const nhwc_bwd<T> &a, int64_t c) {
-    const int lane = block_tid() & 31;
-    double s1, s2;
-    add_splits_warp(a.partial, a.S, 1, a.C, c, lane, s1, s2);
-    if (lane) return;
-    if (a.db) dt_store_beta(&a.db[c], (float)s1, a.beta_b);
-    if (a.dw) dt_store_beta(&a.dw[c], (float)s2, a.beta_w);
-    bwd_coef(a.C, c, s1, s2, a.M, a.mean, a.invstd, a.w, a.b, a.training, a.coef);
-}
-
-/* V consecutive per-channel floats from L2 (V = 1, 4 or 8; p aligned to V floats) */
-template <int V>
-__device__ __forceinline__ void ld_channels(const float *p, float *v) {
+/* V consecutive per-channel floats (V = 1, 4 or 8; p aligned to V floats, 16 bytes at most) */
+template <int V> __device__ __forceinline__ void ld_channels(const float *p, float *v) {
+    if (V == 1) v[0] = p[0];
+    else
 #pragma unroll
-    for (int j = 0; j < V; j += (V < 4 ? 1 : 4)) {
-        if (V == 1) v[j] = __ldcg(p + j);
-        else {
-            const float4 f = __ldcg(reinterpret_cast<const float4 *>(p + j));
-            v[j] = f.x, v[j + 1] = f.y, v[j + 2] = f.z, v[j + 3] = f.w;
-        }
-    }
+        for (int j = 0; j < V; j += 4) dt_ldv<4>(p + j, v + j);
 }
 
-/* Pass 2 on row block rb of channel block cb: dskip (unless pass 1 wrote g there: g_ready) and
- * dx, from the mean and the coefficients */
+/* Pass 2: dskip (unless pass 1 wrote g there: g_ready) and dx, from the mean and the per-channel
+ * coefficients coef [4][C] of bwd_coef. */
 template <typename T, int V>
-__device__ __forceinline__ void bwd_dx(const nhwc_bwd<T> &a, int64_t cb, int64_t rb) {
-    const T *__restrict__ x = a.x, *__restrict__ dy = a.dy, *__restrict__ skip = a.skip;
-    T *dskip = a.dskip, *__restrict__ dx = a.dx;
-    const int64_t C = a.C, c0 = (cb * blockDim.x + threadIdx.x) * V;
+__global__ void __launch_bounds__(BN_THREADS)
+    k_nhwc_bwd_dx(int64_t R, int64_t C, const T *__restrict__ x, const T *__restrict__ skip,
+                  const T *__restrict__ dy, const float *__restrict__ mean, const float *__restrict__ coef, int relu,
+                  int training, int g_ready, T *__restrict__ dskip, float beta_s, T *__restrict__ dx, float beta_x) {
+    const int64_t c0 = ((int64_t)blockIdx.y * blockDim.x + threadIdx.x) * V;
     if (c0 >= C) return;
     float sc[V], sh[V], mg[V], q[V], mu[V];
-    ld_channels<V>(a.coef + c0, sc);
-    ld_channels<V>(a.coef + C + c0, sh);
-    ld_channels<V>(a.coef + 2 * C + c0, mg);
-    ld_channels<V>(a.coef + 3 * C + c0, q);
-    ld_channels<V>(a.mean + c0, mu);
-    const int relu = a.relu, training = a.training, g_ready = a.g_ready;
+    ld_channels<V>(coef + c0, sc);
+    ld_channels<V>(coef + C + c0, sh);
+    ld_channels<V>(coef + 2 * C + c0, mg);
+    ld_channels<V>(coef + 3 * C + c0, q);
+    ld_channels<V>(mean + c0, mu);
     const bool need_x = (dx && training) || (relu && !g_ready);
-    for (int64_t r = rb * blockDim.y + threadIdx.y; r < a.R; r += (int64_t)a.RB * blockDim.y) {
+    for (int64_t r = (int64_t)blockIdx.x * blockDim.y + threadIdx.y; r < R; r += (int64_t)gridDim.x * blockDim.y) {
         const int64_t o = r * C + c0;
         float g[V], xv[V];
         if (need_x) dt_ldv<V>(x + o, xv);
@@ -796,7 +536,7 @@ __device__ __forceinline__ void bwd_dx(const nhwc_bwd<T> &a, int64_t cb, int64_t
 #pragma unroll
             for (int j = 0; j < V; j++) xv[j] = 0.0f;
         if (g_ready) {
-            ldv_l2<V>(dskip + o, g);
+            dt_ldv<V>(dskip + o, g);
         } else {
             dt_ldv<V>(dy + o, g);
             if (relu) relu_mask<V>(g, xv, skip, o, sc, sh);
@@ -804,76 +544,34 @@ __device__ __forceinline__ void bwd_dx(const nhwc_bwd<T> &a, int64_t cb, int64_t
                 float t[V];
 #pragma unroll
                 for (int j = 0; j < V; j++) t[j] = g[j];
-                dt_stv_beta<V>(dskip + o, t, a.beta_s);
+                dt_stv_beta<V>(dskip + o, t, beta_s);
             }
         }
         if (dx) {
             float v[V];
 #pragma unroll
             for (int j = 0; j < V; j++) v[j] = training ? fmaf(-q[j], xv[j] - mu[j], sc[j] * (g[j] - mg[j])) : sc[j] * g[j];
-            dt_stv_beta<V>(dx + o, v, a.beta_x);
+            dt_stv_beta<V>(dx + o, v, beta_x);
         }
     }
 }
 
-/* F, the finish roles of a channel block of the backward (cpb: its channels), 0 without them */
-template <typename T>
-__host__ __device__ __forceinline__ int64_t bwd_finish_roles(const nhwc_bwd<T> &a, int64_t cpb) {
-    return a.S && a.finish ? finish_roles(cpb) : 0;
-}
-
-/* The backward's roles: pass-1 role cb*S + s sums split s of channel block cb and (with finish)
- * counts itself done; finish role (cb, f), once all S of cb are done, adds its channels' S
- * partials in split order, writes their dw, db and coefficients and counts itself into cb's
- * ready count; pass-2 role (cb, rb) waits for cb's F finish roles, then makes dx. */
-template <typename T, int V>
-__global__ void __launch_bounds__(BN_THREADS, 2) k_nhwc_backward(const nhwc_bwd<T> a) {
-    const int64_t CPB = (int64_t)blockDim.x * V, role = take_role(a.roles.tickets),
-                  n_first = (int64_t)a.roles.CB * a.S, F = bwd_finish_roles(a, CPB), n_finish = F * a.roles.CB;
-    int32_t *done = a.roles.tickets ? a.roles.tickets + 2 : NULL, *ready = done ? done + a.roles.CB : NULL;
-    if (role < n_first) {
-        const int64_t cb = role / a.S;
-        bwd_partial<T, V>(a, cb, role % a.S);
-        if (a.finish) publish(&done[cb]);
-    } else if (role < n_first + n_finish) {
-        const int64_t t = role - n_first, cb = t / F, c = finish_channel(a.C, CPB, cb, t % F);
-        wait_for(&done[cb], a.S);
-        if (c >= 0) bwd_finish_channel(a, c);
-        publish(&ready[cb]);
-    } else {
-        const int64_t t = role - n_first - n_finish, cb = t / a.RB;
-        if (n_finish) wait_for(&ready[cb], F);
-        bwd_dx<T, V>(a, cb, t % a.RB);
-    }
-    end_of_launch(a.roles);
-}
-
-template <typename T>
-void launch_backward(const nhwc_bwd<T> &a, const nhwc_grid &g) {
-    const int64_t blocks = (int64_t)g.CB * a.S + bwd_finish_roles(a, (int64_t)g.TX * g.V) * g.CB + (int64_t)a.RB * g.CB;
-    if (blocks <= 0) return;
-    dt_with_pack<T>(g.V != 1, [&](auto v) {
-        k_nhwc_backward<T, decltype(v)::value><<<(unsigned)blocks, dim3(g.TX, g.TY), 0, dt_stream()>>>(a);
-    });
-    DT_CHECK_LAUNCH();
-}
-
-/* ---- host side ---- */
-
-/* The statistics alone (sync, eval, dt_bn_stats_*: the partials' launch, then k_stats_final) */
 template <typename T>
 void nhwc_stats(int64_t N, int64_t C, int64_t P, const void *xv, int training, float eps, float momentum, float *rm,
                 float *rv, float *mean, float *invstd, void *ws, const dt_bn_sync *sync) {
     if (C <= 0) return;
-    int64_t M = N * P;
+    const T *x = (const T *)xv;
+    int64_t R = N * P, M = R;
     double *partial = (double *)ws, *sums = partial + (size_t)C * DT_BN_MAX_SPLITS * 2;
-    nhwc_grid g = nhwc_tiling<T>(C, {xv});
-    int S = nhwc_splits(N * P, g);
+    nhwc_grid g = nhwc_tiling<T>(C, {x});
+    int S = nhwc_splits(R, g);
     const double *from = NULL;
     if (training) {
-        nhwc_fwd<T> a = fwd_args<T>(N, C, P, xv, g);
-        a.first = FWD_PARTIALS, a.S = S, a.partial = partial;
-        launch_forward(a, g);
+        dt_with_pack<T>(g.V != 1, [&](auto v) {
+            k_nhwc_stats_partial<T, decltype(v)::value>
+                <<<dim3((unsigned)g.CB, (unsigned)S), dim3(g.TX, g.TY), 0, dt_stream()>>>(R, C, x, partial);
+        });
+        DT_CHECK_LAUNCH();
         from = partial;
         if (sync) {
             k_sum_splits<true><<<channel_warp_blocks(C), 128, 0, dt_stream()>>>(C, S, 1, C, partial, sums);
@@ -888,112 +586,84 @@ void nhwc_stats(int64_t N, int64_t C, int64_t P, const void *xv, int training, f
     DT_CHECK_LAUNCH();
 }
 
-/* The apply alone: a launch of apply roles */
 template <typename T>
 void nhwc_apply(int64_t N, int64_t C, int64_t P, const void *x, const float *mean, const float *invstd,
                 const float *w, const float *b, const void *skip, int relu, void *y) {
     int64_t R = N * P;
     if (R * C <= 0) return;
     nhwc_grid g = nhwc_tiling<T>(C, {x, skip, y});
-    nhwc_fwd<T> a = fwd_args<T>(N, C, P, x, g);
-    a.RB = (int)nhwc_row_blocks(R, g), a.skip = (const T *)skip, a.y = (T *)y;
-    a.mean = (float *)mean, a.invstd = (float *)invstd, a.w = w, a.b = b, a.relu = relu;
-    launch_forward(a, g);
-}
-
-/* The forward: one launch in training without sync (tickets given), else stats then apply */
-template <typename T>
-void nhwc_forward(int64_t N, int64_t C, int64_t P, const void *x, int training, float eps, float momentum, float *rm,
-                  float *rv, float *mean, float *invstd, const float *w, const float *b, const void *skip, int relu,
-                  void *y, void *ws, int32_t *tickets, const dt_bn_sync *sync) {
-    if (!training || sync || !tickets) {
-        nhwc_stats<T>(N, C, P, x, training, eps, momentum, rm, rv, mean, invstd, ws, sync);
-        nhwc_apply<T>(N, C, P, x, mean, invstd, w, b, skip, relu, y);
-        return;
-    }
-    if (C <= 0 || N * P <= 0) return;
-    nhwc_grid g = nhwc_tiling<T>(C, {x, skip, y});
-    nhwc_fwd<T> a = fwd_args<T>(N, C, P, x, g);
-    a.first = FWD_PARTIALS, a.S = nhwc_splits(N * P, g), a.finish = 1, a.RB = (int)nhwc_row_blocks(N * P, g);
-    a.partial = (double *)ws, a.skip = (const T *)skip, a.y = (T *)y, a.w = w, a.b = b, a.relu = relu;
-    a.rm = rm, a.rv = rv, a.mean = mean, a.invstd = invstd, a.eps = eps, a.momentum = momentum;
-    a.roles.tickets = tickets;
-    launch_forward(a, g);
+    dt_with_pack<T>(g.V != 1, [&](auto v) {
+        k_nhwc_apply<T, decltype(v)::value><<<dim3(nhwc_row_blocks(R, g), (unsigned)g.CB), dim3(g.TX, g.TY), 0,
+                                              dt_stream()>>>(R, C, (const T *)x, mean, invstd, w, b,
+                                                             (const T *)skip, relu, (T *)y);
+    });
+    DT_CHECK_LAUNCH();
 }
 
 template <typename T>
 void nhwc_backward(int64_t N, int64_t C, int64_t P, const void *xv, const void *skipv, const void *dyv,
                    const float *mean, const float *invstd, const float *w, const float *b, int relu, int training,
                    void *dxv, float beta_x, void *dskipv, float beta_s, float *dw, float beta_w, float *db,
-                   float beta_b, void *ws, int32_t *tickets, const dt_bn_sync *sync) {
+                   float beta_b, void *ws, const dt_bn_sync *sync) {
     if (C <= 0) return;
+    const T *x = (const T *)xv, *skip = (const T *)skipv, *dy = (const T *)dyv;
+    T *dx = (T *)dxv, *dskip = (T *)dskipv;
     int64_t R = N * P, M = R;
     double *partial = (double *)ws, *sums = partial + (size_t)C * DT_BN_MAX_SPLITS * 2;
-    float *coef = (float *)(sums + (size_t)C * 2); /* [4][C] */
-    nhwc_grid g = nhwc_tiling<T>(C, {xv, skipv, dyv, dxv, dskipv});
-    nhwc_bwd<T> a = {};
-    a.R = R, a.C = C, a.M = M, a.S = nhwc_splits(R, g);
-    a.x = (const T *)xv, a.skip = (const T *)skipv, a.dy = (const T *)dyv, a.dx = (T *)dxv, a.dskip = (T *)dskipv;
-    a.beta_x = beta_x, a.beta_s = beta_s, a.beta_w = beta_w, a.beta_b = beta_b;
-    a.mean = mean, a.invstd = invstd, a.w = w, a.b = b, a.relu = relu, a.training = training;
+    nhwc_grid g = nhwc_tiling<T>(C, {x, skip, dy, dx, dskip});
+    int S = nhwc_splits(R, g);
     /* the ResNet join: dskip is written fresh, so pass 1 stores g there for pass 2 */
-    a.g_ready = a.dskip && beta_s == 0.0f;
-    a.partial = partial, a.coef = coef, a.dw = dw, a.db = db;
-    a.roles = {NULL, (int)g.CB};
-    const int pass2 = a.dx || (a.dskip && !a.g_ready), synced = sync && training;
-    const int rows = pass2 ? (int)nhwc_row_blocks(R, g) : 0;
-    if (!synced && tickets) { /* one launch */
-        a.finish = 1, a.RB = rows, a.roles.tickets = tickets;
-        launch_backward(a, g);
-        return;
-    }
-    launch_backward(a, g); /* pass 1 alone */
-    k_bwd_sums<true><<<channel_warp_blocks(C), 128, 0, dt_stream()>>>(C, a.S, 1, C, partial, sums, dw, beta_w, db,
-                                                                      beta_b, M, mean, invstd, w, b, training,
+    int g_ready = dskip && beta_s == 0.0f;
+    dt_with_pack<T>(g.V != 1, [&](auto v) {
+        k_nhwc_bwd_partial<T, decltype(v)::value><<<dim3((unsigned)g.CB, (unsigned)S), dim3(g.TX, g.TY), 0,
+                                                    dt_stream()>>>(R, C, x, skip, dy, mean, invstd, w, b, relu,
+                                                                   g_ready ? dskip : NULL, partial);
+    });
+    DT_CHECK_LAUNCH();
+    /* the coefficients: in the sums' kernel, or after the all-reduce when the sums are synchronized */
+    float *coef = (float *)(sums + (size_t)C * 2); /* [4][C] */
+    const int synced = sync && training;
+    k_bwd_sums<true><<<channel_warp_blocks(C), 128, 0, dt_stream()>>>(C, S, 1, C, partial, sums, dw, beta_w, db, beta_b,
+                                                                      M, mean, invstd, w, b, training,
                                                                       synced ? NULL : coef);
     DT_CHECK_LAUNCH();
     if (synced) { /* even without dx: every replica makes the same collective calls */
         sync->allreduce(sync->ctx, sums, 2 * C);
-        a.M = M * sync->ranks;
-        k_bwd_coef<<<channel_blocks(C), 128, 0, dt_stream()>>>(C, sums, a.M, mean, invstd, w, b, training, coef);
+        M *= sync->ranks;
+        k_bwd_coef<<<channel_blocks(C), 128, 0, dt_stream()>>>(C, sums, M, mean, invstd, w, b, training, coef);
         DT_CHECK_LAUNCH();
     }
-    a.S = 0, a.RB = rows; /* pass 2 alone */
-    launch_backward(a, g);
+    if (!dx && !(dskip && !g_ready)) return;
+    dt_with_pack<T>(g.V != 1, [&](auto v) {
+        k_nhwc_bwd_dx<T, decltype(v)::value><<<dim3(nhwc_row_blocks(R, g), (unsigned)g.CB), dim3(g.TX, g.TY), 0,
+                                               dt_stream()>>>(R, C, x, skip, dy, mean, coef, relu, training, g_ready,
+                                                              dskip, beta_s, dx, beta_x);
+    });
+    DT_CHECK_LAUNCH();
 }
 
 }  // namespace
 
-
 /* ---- entry points ---- */
 
-extern "C" void dt_bn_forward_of_sums_cuda(int64_t N, int64_t C, int64_t P, const double *sums, int64_t groups,
-                                           const void *x, float eps, float momentum, float *rm, float *rv, float *mean,
-                                           float *invstd, const float *w, const float *b, const void *skip, int relu,
-                                           void *y, int32_t *tickets, const dt_bn_sync *sync) {
-    typedef __nv_bfloat16 T;
+extern "C" void dt_bn_stats_of_sums_cuda(int64_t C, int64_t M, const double *sums, int64_t groups, float eps,
+                                         float momentum, float *rm, float *rv, float *mean, float *invstd,
+                                         const dt_bn_sync *sync) {
     if (C <= 0) return;
-    if (sync || !tickets) { /* the sums (all-reduced), the statistics, then apply */
-        double *s = (double *)dt_gpu_malloc(sizeof(double) * 2 * (size_t)C); /* [C][2] */
-        k_sums_of_groups<<<(unsigned)C, 256, 0, dt_stream()>>>(C, sums, groups, s);
+    if (!sync) {
+        k_stats_of_groups<<<(unsigned)C, 256, 0, dt_stream()>>>(C, M, sums, groups, NULL, eps, momentum, rm, rv, mean,
+                                                                invstd);
         DT_CHECK_LAUNCH();
-        if (sync) sync->allreduce(sync->ctx, s, 2 * C);
-        k_stats_final<false><<<channel_blocks(C), 128, 0, dt_stream()>>>(C, N * P * (sync ? sync->ranks : 1), NULL, 0,
-                                                                         1, C, s, 1, eps, momentum, rm, rv, mean,
-                                                                         invstd);
-        DT_CHECK_LAUNCH();
-        dt_gpu_free(s);
-        nhwc_apply<T>(N, C, P, x, mean, invstd, w, b, skip, relu, y);
         return;
     }
-    if (N * P <= 0) return;
-    nhwc_grid g = nhwc_tiling<T>(C, {x, skip, y});
-    nhwc_fwd<T> a = fwd_args<T>(N, C, P, x, g);
-    a.first = FWD_GROUPS, a.groups = sums, a.G = groups, a.RB = (int)nhwc_row_blocks(N * P, g);
-    a.skip = (const T *)skip, a.y = (T *)y, a.w = w, a.b = b, a.relu = relu;
-    a.rm = rm, a.rv = rv, a.mean = mean, a.invstd = invstd, a.eps = eps, a.momentum = momentum;
-    a.roles.tickets = tickets;
-    launch_forward(a, g);
+    double *s = (double *)dt_gpu_malloc(sizeof(double) * 2 * (size_t)C); /* [C][2] */
+    k_stats_of_groups<<<(unsigned)C, 256, 0, dt_stream()>>>(C, M, sums, groups, s, eps, momentum, rm, rv, mean, invstd);
+    DT_CHECK_LAUNCH();
+    sync->allreduce(sync->ctx, s, 2 * C);
+    k_stats_final<false><<<channel_blocks(C), 128, 0, dt_stream()>>>(C, M * sync->ranks, NULL, 0, 1, C, s, 1, eps,
+                                                                     momentum, rm, rv, mean, invstd);
+    DT_CHECK_LAUNCH();
+    dt_gpu_free(s);
 }
 
 extern "C" void dt_bn_stats_f32_nchw_cuda(int64_t N, int64_t C, int64_t P, const void *xv, int training, float eps,
@@ -1036,10 +706,8 @@ extern "C" void dt_bn_backward_f32_nchw_cuda(int64_t N, int64_t C, int64_t P, co
                                              const void *skip, const void *dy, const float *mean, const float *invstd,
                                              const float *w, const float *b, int relu, int training, void *dx,
                                              float beta_x, void *dskip, float beta_s, float *dw, float beta_w,
-                                             float *db, float beta_b, void *ws, int32_t *tickets,
-                                             const dt_bn_sync *sync) {
+                                             float *db, float beta_b, void *ws, const dt_bn_sync *sync) {
     (void)skip; /* the mask is y's */
-    (void)tickets; /* separate launches */
     (void)b;
     if (C <= 0) return;
     int S = nchw_splits(N, C, P);
@@ -1064,15 +732,6 @@ extern "C" void dt_bn_backward_f32_nchw_cuda(int64_t N, int64_t C, int64_t P, co
     }
 }
 
-extern "C" void dt_bn_forward_f32_nchw_cuda(int64_t N, int64_t C, int64_t P, const void *x, int training, float eps,
-                                            float momentum, float *rm, float *rv, float *mean, float *invstd,
-                                            const float *w, const float *b, const void *skip, int relu, void *y,
-                                            void *ws, int32_t *tickets, const dt_bn_sync *sync) {
-    (void)tickets; /* the reference kernels: stats, then apply */
-    dt_bn_stats_f32_nchw_cuda(N, C, P, x, training, eps, momentum, rm, rv, mean, invstd, ws, sync);
-    dt_bn_apply_f32_nchw_cuda(N, C, P, x, mean, invstd, w, b, skip, relu, y);
-}
-
 #define DT_BN_NHWC_ENTRIES(name, T)                                                                                   \
     extern "C" void dt_bn_stats_##name##_nhwc_cuda(int64_t N, int64_t C, int64_t P, const void *x, int training,     \
                                                    float eps, float momentum, float *rm, float *rv, float *mean,     \
@@ -1084,21 +743,14 @@ extern "C" void dt_bn_forward_f32_nchw_cuda(int64_t N, int64_t C, int64_t P, con
                                                    const void *skip, int relu, void *y) {                            \
         nhwc_apply<T>(N, C, P, x, mean, invstd, w, b, skip, relu, y);                                                \
     }                                                                                                                 \
-    extern "C" void dt_bn_forward_##name##_nhwc_cuda(                                                                 \
-        int64_t N, int64_t C, int64_t P, const void *x, int training, float eps, float momentum, float *rm,          \
-        float *rv, float *mean, float *invstd, const float *w, const float *b, const void *skip, int relu, void *y,  \
-        void *ws, int32_t *tickets, const dt_bn_sync *sync) {                                                         \
-        nhwc_forward<T>(N, C, P, x, training, eps, momentum, rm, rv, mean, invstd, w, b, skip, relu, y, ws, tickets, \
-                        sync);                                                                                        \
-    }                                                                                                                 \
     extern "C" void dt_bn_backward_##name##_nhwc_cuda(                                                                \
         int64_t N, int64_t C, int64_t P, const void *x, const void *y, const void *skip, const void *dy,              \
         const float *mean, const float *invstd, const float *w, const float *b, int relu, int training, void *dx,     \
         float beta_x, void *dskip, float beta_s, float *dw, float beta_w, float *db, float beta_b, void *ws,          \
-        int32_t *tickets, const dt_bn_sync *sync) {                                                                   \
+        const dt_bn_sync *sync) {                                                                                     \
         (void)y; /* the mask is recomputed from x (and skip) */                                                       \
         nhwc_backward<T>(N, C, P, x, skip, dy, mean, invstd, w, b, relu, training, dx, beta_x, dskip, beta_s, dw,    \
-                         beta_w, db, beta_b, ws, tickets, sync);                                                     \
+                         beta_w, db, beta_b, ws, sync);                                                              \
     }
 
 DT_BN_NHWC_ENTRIES(f32, float)

@@ -56,12 +56,6 @@ static inline size_t dt_bn_ws_bytes(int64_t C) {
     return (size_t)C * (DT_BN_MAX_SPLITS + 1) * 2 * sizeof(double) + (size_t)C * 4 * sizeof(float);
 }
 
-/* Tickets of the one-launch CUDA passes (the NHWC forward and backward, training): int32 on
- * the kernel's device, zero before a call and zero again after it (the launch's last block
- * resets them), so one buffer serves every call of a layer in stream order, CUDA graph
- * replays included. dt_batchnorm keeps one (dt_batchnorm_init); the CPU twins ignore it. */
-static inline int64_t dt_bn_tickets_len(int64_t C) { return 2 * C + 2; }
-
 /* x: the input in the entry's dtype and layout. Writes mean, invstd [C]; in training also
  * updates running_mean / running_var (when not NULL). */
 typedef void dt_bn_stats_fn(int64_t N, int64_t C, int64_t P, const void *x, int training, float eps,
@@ -70,37 +64,28 @@ typedef void dt_bn_stats_fn(int64_t N, int64_t C, int64_t P, const void *x, int 
 /* y = act(bn(x) + skip); x, skip (or NULL), y in the entry's dtype and layout. */
 typedef void dt_bn_apply_fn(int64_t N, int64_t C, int64_t P, const void *x, const float *mean, const float *invstd,
                             const float *w, const float *b, const void *skip, int relu, void *y);
-/* stats then apply, the layer's forward: one launch for the NHWC kernels in training without
- * sync (tickets: dt_bn_tickets_len(C) ints, see above), the two passes elsewhere. */
-typedef void dt_bn_forward_fn(int64_t N, int64_t C, int64_t P, const void *x, int training, float eps,
-                              float momentum, float *running_mean, float *running_var, float *mean, float *invstd,
-                              const float *w, const float *b, const void *skip, int relu, void *y, void *ws,
-                              int32_t *tickets, const dt_bn_sync *sync);
 /* The gradients of apply from dy; x, y, skip (the forward's), dy, dx, dskip in the entry's dtype
- * and layout. mean/invstd: what stats returned. One launch for the NHWC kernels without sync
- * (tickets as the forward's). */
+ * and layout. mean/invstd: what stats returned. */
 typedef void dt_bn_backward_fn(int64_t N, int64_t C, int64_t P, const void *x, const void *y, const void *skip,
                                const void *dy, const float *mean, const float *invstd, const float *w,
                                const float *b, int relu, int training, void *dx, float beta_x, void *dskip,
                                float beta_s, float *dw, float beta_w, float *db, float beta_b, void *ws,
-                               int32_t *tickets, const dt_bn_sync *sync);
+                               const dt_bn_sync *sync);
 
-/* The training forward from the sums the producer of x made (conv + batch-norm statistics,
- * dt_conv_bn), bf16 NHWC: sums [groups][C][2] = (sum x, sum x^2) of each channel over `groups`
- * ranges of its M = N*P values, added in group order - then the channel sums all-reduced when
- * synchronized (M then counts every replica's values), mean, invstd, the running update, and
- * apply (y = act(bn(x) + skip)). On the GPU one launch without sync. */
-typedef void dt_bn_forward_of_sums_fn(int64_t N, int64_t C, int64_t P, const double *sums, int64_t groups,
-                                      const void *x, float eps, float momentum, float *running_mean,
-                                      float *running_var, float *mean, float *invstd, const float *w, const float *b,
-                                      const void *skip, int relu, void *y, int32_t *tickets, const dt_bn_sync *sync);
-dt_bn_forward_of_sums_fn dt_bn_forward_of_sums_cpu;
-dt_bn_forward_of_sums_fn dt_bn_forward_of_sums_cuda;
+/* Training statistics from the sums the producer of x made (conv + batch-norm statistics,
+ * dt_conv_bn): sums [groups][C][2] = (sum x, sum x^2) of each channel over `groups` ranges of
+ * its M values, added in group order - then the second half of stats: the channel sums
+ * all-reduced when synchronized (M then counts every replica's values), mean, invstd and the
+ * running update. One entry for every format (the sums are double wherever x lives). */
+typedef void dt_bn_stats_of_sums_fn(int64_t C, int64_t M, const double *sums, int64_t groups, float eps,
+                                    float momentum, float *running_mean, float *running_var, float *mean,
+                                    float *invstd, const dt_bn_sync *sync);
+dt_bn_stats_of_sums_fn dt_bn_stats_of_sums_cpu;
+dt_bn_stats_of_sums_fn dt_bn_stats_of_sums_cuda;
 
 #define DT_DECL_BN(sfx)                     \
     dt_bn_stats_fn dt_bn_stats_##sfx;       \
     dt_bn_apply_fn dt_bn_apply_##sfx;       \
-    dt_bn_forward_fn dt_bn_forward_##sfx;   \
     dt_bn_backward_fn dt_bn_backward_##sfx;
 
 DT_DECL_BN(f32_nchw_cpu)

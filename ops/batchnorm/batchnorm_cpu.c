@@ -69,35 +69,20 @@ static void stats(bn_job *j, dt_range_fn sums_range, int64_t grain, const dt_bn_
     dt_parallel_for(j->C, 1, stats_final_range, j);
 }
 
-void dt_bn_forward_of_sums_cpu(int64_t N, int64_t C, int64_t P, const double *sums, int64_t groups, const void *x,
-                               float eps, float momentum, float *rm, float *rv, float *mean, float *invstd,
-                               const float *w, const float *b, const void *skip, int relu, void *y, int32_t *tickets,
-                               const dt_bn_sync *sync) {
-    (void)tickets;
+void dt_bn_stats_of_sums_cpu(int64_t C, int64_t M, const double *sums, int64_t groups, float eps, float momentum,
+                             float *rm, float *rv, float *mean, float *invstd, const dt_bn_sync *sync) {
     double *s = dt_xcalloc((size_t)(2 * C), sizeof *s); /* [C][2]: the groups in group order */
     for (int64_t g = 0; g < groups; g++)
         for (int64_t i = 0; i < 2 * C; i++) s[i] += sums[g * 2 * C + i];
     bn_job j = {.C = C, .training = 1, .eps = eps, .momentum = momentum, .rm = rm, .rv = rv, .mean = mean,
-                .invstd = invstd, .sums = s, .M = N * P};
+                .invstd = invstd, .sums = s, .M = M};
     if (sync) {
         sync->allreduce(sync->ctx, s, 2 * C);
         j.M *= sync->ranks;
     }
     dt_parallel_for(C, 1, stats_final_range, &j);
     free(s);
-    dt_bn_apply_bf16_nhwc_cpu(N, C, P, x, mean, invstd, w, b, skip, relu, y);
 }
-
-/* The forward of a format: its stats, then its apply. */
-#define DT_BN_FORWARD_TWIN(sfx)                                                                                      \
-    void dt_bn_forward_##sfx(int64_t N, int64_t C, int64_t P, const void *x, int training, float eps, float momentum, \
-                             float *rm, float *rv, float *mean, float *invstd, const float *w, const float *b,       \
-                             const void *skip, int relu, void *y, void *ws, int32_t *tickets,                        \
-                             const dt_bn_sync *sync) {                                                               \
-        (void)tickets;                                                                                               \
-        dt_bn_stats_##sfx(N, C, P, x, training, eps, momentum, rm, rv, mean, invstd, ws, sync);                      \
-        dt_bn_apply_##sfx(N, C, P, x, mean, invstd, w, b, skip, relu, y);                                            \
-    }
 
 /* ---- NCHW f32 ---- */
 
@@ -199,8 +184,7 @@ void dt_bn_backward_f32_nchw_cpu(int64_t N, int64_t C, int64_t P, const void *x,
                                  const void *dy, const float *mean, const float *invstd, const float *w,
                                  const float *b, int relu, int training, void *dx, float beta_x, void *dskip,
                                  float beta_s, float *dw, float beta_w, float *db, float beta_b, void *ws,
-                                 int32_t *tickets, const dt_bn_sync *sync) {
-    (void)tickets;
+                                 const dt_bn_sync *sync) {
     (void)skip; /* the mask is y's */
     (void)b;
     bn_job j = {.N = N, .C = C, .P = P, .x = x, .y = y, .dy = dy, .mean_c = mean, .invstd_c = invstd, .w = w,
@@ -353,16 +337,11 @@ static void nhwc_backward(dt_dtype dt, int64_t N, int64_t C, int64_t P, const vo
                                           const void *skip, const void *dy, const float *mean, const float *invstd, \
                                           const float *w, const float *b, int relu, int training, void *dx,         \
                                           float beta_x, void *dskip, float beta_s, float *dw, float beta_w,         \
-                                          float *db, float beta_b, void *ws, int32_t *tickets,                      \
-                                          const dt_bn_sync *sync) {                                                 \
+                                          float *db, float beta_b, void *ws, const dt_bn_sync *sync) {              \
         (void)y; /* the mask is recomputed from x (and skip) */                                                      \
-        (void)tickets;                                                                                               \
         nhwc_backward(dtype, N, C, P, x, skip, dy, mean, invstd, w, b, relu, training, dx, beta_x, dskip, beta_s,   \
                       dw, beta_w, db, beta_b, ws, sync);                                                             \
     }
 
 DT_BN_NHWC_TWIN(f32, DT_F32)
 DT_BN_NHWC_TWIN(bf16, DT_BF16)
-DT_BN_FORWARD_TWIN(f32_nchw_cpu)
-DT_BN_FORWARD_TWIN(f32_nhwc_cpu)
-DT_BN_FORWARD_TWIN(bf16_nhwc_cpu)

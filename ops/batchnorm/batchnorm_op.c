@@ -1,6 +1,6 @@
 /* batchnorm2d (+ residual add, + ReLU) on the tape: one op for y = act(bn(x) + skip), forward
- * and backward each one call (ops/batchnorm/batchnorm.h: one launch each for the NHWC kernels
- * in training without sync) picked from op tables by the input's (device, dtype, layout). The node saves the batch mean and 1/std ([C] fp32) and
+ * and backward each one set of fused kernels (ops/batchnorm/batchnorm.h) picked from op tables by the
+ * input's (device, dtype, layout). The node saves the batch mean and 1/std ([C] fp32) and
  * nothing else: the ReLU mask comes from the op's own output (nchw) or is recomputed from x
  * and skip (nhwc). */
 #include <string.h>
@@ -12,9 +12,10 @@
 #include "ops/dt_layers.h"
 #include "core/dt_param.h"
 
-DT_OP_TABLE(bn_forward_k, "batchnorm2d", dt_bn_forward_fn, DT_ACT_FORMATS(bn_forward_k, dt_bn_forward))
-DT_OP_TABLE(bn_sums_k, "batchnorm2d (from the conv's sums)", dt_bn_forward_of_sums_fn,
-            DT_TWINS(bn_sums_k, dt_bn_forward_of_sums, DT_BF16, DT_NHWC))
+DT_OP_TABLE(bn_stats_k, "batchnorm2d", dt_bn_stats_fn, DT_ACT_FORMATS(bn_stats_k, dt_bn_stats))
+DT_OP_TABLE(bn_apply_k, "batchnorm2d (apply)", dt_bn_apply_fn, DT_ACT_FORMATS(bn_apply_k, dt_bn_apply))
+DT_OP_TABLE(bn_sums_k, "batchnorm2d (statistics from sums)", dt_bn_stats_of_sums_fn,
+            DT_TWINS(bn_sums_k, dt_bn_stats_of_sums, DT_BF16, DT_NHWC))
 DT_OP_TABLE(bn_backward_k, "batchnorm2d (backward)", dt_bn_backward_fn, DT_ACT_FORMATS(bn_backward_k, dt_bn_backward))
 
 void dt_batchnorm_init(dt_batchnorm *bn, void *params, const char *name, int64_t C, dt_dev dev) {
@@ -37,22 +38,17 @@ void dt_batchnorm_init(dt_batchnorm *bn, void *params, const char *name, int64_t
     dt_tensor_set_name(bn->running_var, n);
     dt_tensor_fill(bn->running_mean, 0.0f);
     dt_tensor_fill(bn->running_var, 1.0f);
-    int64_t t[1] = {dt_bn_tickets_len(C)};
-    bn->tickets = dt_tensor_new_unscoped(1, t, dev, DT_I32, DT_NCHW);
-    dt_tensor_fill(bn->tickets, 0.0f); /* once: each launch leaves them zero */
 }
 
 void dt_batchnorm_free(dt_batchnorm *bn) {
     dt_tensor_free(bn->running_mean);
     dt_tensor_free(bn->running_var);
-    dt_tensor_free(bn->tickets);
-    bn->running_mean = bn->running_var = bn->tickets = NULL;
+    bn->running_mean = bn->running_var = NULL;
 }
 
 typedef struct {
     int training, relu;
     const dt_bn_sync *sync;
-    int32_t *tickets; /* the layer's (dt_batchnorm.tickets) */
 } bn_ctx;
 
 /* in: x, weight, bias (, skip); saved: mean, invstd */
@@ -67,7 +63,7 @@ static void bn_backward(dt_node *n) {
     void *ws = dt_dev_alloc(x->dev, dt_bn_ws_bytes(C));
     DT_PICK(bn_backward_k, x->dev, x->dtype, x->layout)(
         N, C, P, x->data, y->data, skip ? skip->data : NULL, y->grad->data, dt_data_f32(mean), dt_data_f32(invstd),
-        dt_data_f32(w), dt_data_f32(b), c->relu, c->training, dx, bx, ds, bs, dw, bw, db, bb, ws, c->tickets, c->sync);
+        dt_data_f32(w), dt_data_f32(b), c->relu, c->training, dx, bx, ds, bs, dw, bw, db, bb, ws, c->sync);
     dt_dev_free(x->dev, ws);
 }
 
@@ -105,26 +101,24 @@ static dt_tensor *bn_op(const char *op, dt_tensor *x, dt_tensor *skip, dt_batchn
     dt_tensor *y = dt_tensor_like(x);
     dt_tensor *mean = dt_tensor_new1(x->dev, C), *invstd = dt_tensor_new1(x->dev, C);
     const dt_bn_sync *sync = training ? bn->sync : NULL;
-    int32_t *tickets = bn->tickets ? dt_data_i32(bn->tickets) : NULL; /* NULL: separate launches */
-    const float *w = dt_data_f32(bn->weight), *b = dt_data_f32(bn->bias);
-    const void *sk = skip ? skip->data : NULL;
     if (stats) {
-        DT_PICK(bn_sums_k, x->dev, x->dtype, x->layout)(N, C, P, stats->sums, stats->groups, x->data, bn->eps,
-                                                        bn->momentum, dt_data_f32(bn->running_mean),
-                                                        dt_data_f32(bn->running_var), dt_data_f32(mean),
-                                                        dt_data_f32(invstd), w, b, sk, relu, y->data, tickets, sync);
+        DT_PICK(bn_sums_k, x->dev, x->dtype, x->layout)(C, N * P, stats->sums, stats->groups, bn->eps, bn->momentum,
+                                                        dt_data_f32(bn->running_mean), dt_data_f32(bn->running_var),
+                                                        dt_data_f32(mean), dt_data_f32(invstd), sync);
     } else {
         void *ws = dt_dev_alloc(x->dev, dt_bn_ws_bytes(C));
-        DT_PICK(bn_forward_k, x->dev, x->dtype, x->layout)(N, C, P, x->data, training, bn->eps, bn->momentum,
-                                                           dt_data_f32(bn->running_mean), dt_data_f32(bn->running_var),
-                                                           dt_data_f32(mean), dt_data_f32(invstd), w, b, sk, relu,
-                                                           y->data, ws, tickets, sync);
+        DT_PICK(bn_stats_k, x->dev, x->dtype, x->layout)(N, C, P, x->data, training, bn->eps, bn->momentum,
+                                                         dt_data_f32(bn->running_mean), dt_data_f32(bn->running_var),
+                                                         dt_data_f32(mean), dt_data_f32(invstd), ws, sync);
         dt_dev_free(x->dev, ws);
     }
+    DT_PICK(bn_apply_k, x->dev, x->dtype, x->layout)(N, C, P, x->data, dt_data_f32(mean), dt_data_f32(invstd),
+                                                     dt_data_f32(bn->weight), dt_data_f32(bn->bias),
+                                                     skip ? skip->data : NULL, relu, y->data);
     dt_tensor *in[4] = {x, bn->weight, bn->bias, skip};
     dt_node *n = dt_record(op, bn_backward, y, skip ? 4 : 3, in, sizeof(bn_ctx));
     if (n) {
-        *(bn_ctx *)n->ctx = (bn_ctx){training, relu, sync, tickets};
+        *(bn_ctx *)n->ctx = (bn_ctx){training, relu, sync};
         dt_node_save(n, mean);
         dt_node_save(n, invstd);
     }
