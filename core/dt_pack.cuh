@@ -109,30 +109,36 @@ __device__ __forceinline__ void dt_stv_beta(T *p, float *v, float beta) {
     dt_stv<V>(p, v);
 }
 
-/* V int32 (argmax indices next to V elements of a pack): V == 1, or a multiple of 4 from a
- * 16-byte aligned address. */
+/* V bytes (the max pool's argmax taps next to V elements of a pack): V == 1, or 4 or 8 from an
+ * address aligned to V - one 32- or 64-bit access (the element pack's offset / E, so aligned
+ * whenever the pack is). */
 template <int V>
-__device__ __forceinline__ void dt_ldv_i32(const int32_t *p, int32_t *v) {
+__device__ __forceinline__ void dt_ldv_u8(const uint8_t *p, int *v) {
+    static_assert(V == 1 || V == 4 || V == 8, "byte packs are 1, 4 or 8 bytes");
     if constexpr (V == 1) {
         v[0] = *p;
     } else {
-        static_assert(V % 4 == 0, "int32 packs are 4 elements");
-#pragma unroll
-        for (int i = 0; i < V / 4; i++) {
-            int4 a = reinterpret_cast<const int4 *>(p)[i];
-            v[4 * i] = a.x, v[4 * i + 1] = a.y, v[4 * i + 2] = a.z, v[4 * i + 3] = a.w;
+        uint32_t w[V / 4];
+        if constexpr (V == 4) w[0] = *reinterpret_cast<const uint32_t *>(p);
+        else {
+            const uint2 a = *reinterpret_cast<const uint2 *>(p);
+            w[0] = a.x, w[1] = a.y;
         }
+#pragma unroll
+        for (int i = 0; i < V; i++) v[i] = (int)((w[i / 4] >> (8 * (i % 4))) & 0xFFu);
     }
 }
 template <int V>
-__device__ __forceinline__ void dt_stv_i32(int32_t *p, const int32_t *v) {
+__device__ __forceinline__ void dt_stv_u8(uint8_t *p, const int *v) {
+    static_assert(V == 1 || V == 4 || V == 8, "byte packs are 1, 4 or 8 bytes");
     if constexpr (V == 1) {
-        *p = v[0];
+        *p = (uint8_t)v[0];
     } else {
-        static_assert(V % 4 == 0, "int32 packs are 4 elements");
+        uint32_t w[V / 4] = {};
 #pragma unroll
-        for (int i = 0; i < V / 4; i++)
-            reinterpret_cast<int4 *>(p)[i] = make_int4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
+        for (int i = 0; i < V; i++) w[i / 4] |= ((uint32_t)v[i] & 0xFFu) << (8 * (i % 4));
+        if constexpr (V == 4) *reinterpret_cast<uint32_t *>(p) = w[0];
+        else *reinterpret_cast<uint2 *>(p) = make_uint2(w[0], w[1]);
     }
 }
 

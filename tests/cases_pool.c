@@ -143,6 +143,43 @@ static void maxpool_rules(dt_dev dev) {
 DT_TEST(maxpool_ties_nan_padding_every_layout) { maxpool_rules(DT_CPU); }
 DT_GPU_TEST(gpu_maxpool_ties_nan_padding_every_layout) { maxpool_rules(DT_GPU); }
 
+/* The largest window, 16x16 (the argmax's tap ky*16 + kx in a byte: 0 .. 255), over a 17x17
+ * plane with stride 1: 4 windows. Channel c is 0 but for its maximum 2 + c at (ym, xm) =
+ * (16, 16), (0, 0), (15, 1), (8, 9), ...: a window holding it takes it (for (16, 16) the last
+ * tap, 255, of window (1, 1)); one that does not ties at 0 and takes its first element, tap 0 -
+ * so where dy = 1 goes is known exactly, in every dtype. */
+static void maxpool_largest_window(dt_dev dev) {
+    enum { C = 8, S = 17, K = 16 };
+    static const int ym[C] = {16, 0, 15, 8, 1, 16, 3, 10}, xm[C] = {16, 0, 1, 9, 15, 0, 3, 12};
+    const int64_t s[4] = {1, C, S, S};
+    float v[C * S * S], want_g[C * S * S];
+    for (int i = 0; i < C * S * S; i++) v[i] = want_g[i] = 0.0f;
+    for (int c = 0; c < C; c++) {
+        v[(c * S + ym[c]) * S + xm[c]] = 2.0f + (float)c;
+        for (int oy = 0; oy < 2; oy++)
+            for (int ox = 0; ox < 2; ox++) {
+                const int holds = ym[c] >= oy && ym[c] < oy + K && xm[c] >= ox && xm[c] < ox + K;
+                want_g[c * S * S + (holds ? ym[c] * S + xm[c] : oy * S + ox)] += 1.0f;
+            }
+    }
+    const dt_dtype dts[3] = {DT_F32, DT_F32, DT_BF16};
+    const dt_layout ls[3] = {DT_NCHW, DT_NHWC, DT_NHWC};
+    for (int k = 0; k < 3; k++) {
+        dt_tensor *x = dt_tensor_from_values(4, s, dev, dts[k], ls[k], v);
+        dt_requires_grad(x);
+        dt_backward(dt_sum(dt_maxpool2d(x, K, 1, 0)));
+        float *hg = dt_tensor_host_copy(x->grad);
+        int off = 0;
+        for (int i = 0; i < C * S * S; i++) off += hg[i] != want_g[i];
+        EXPECT_MSG(off == 0, "%s %s %s: %d of dx's elements are not where the 16x16 windows' maxima are",
+                   dt_dev_name(dev), dt_dtype_name(dts[k]), dt_layout_name(ls[k]), off);
+        free(hg);
+    }
+}
+
+DT_TEST(maxpool_largest_window_every_layout) { maxpool_largest_window(DT_CPU); }
+DT_GPU_TEST(gpu_maxpool_largest_window_every_layout) { maxpool_largest_window(DT_GPU); }
+
 static void pool_refused(void *p) {
     (void)p;
     dt_tensor *x = dt_tensor_new4_as(DT_CPU, DT_BF16, DT_NCHW, 1, 2, 4, 4);
@@ -151,3 +188,13 @@ static void pool_refused(void *p) {
 }
 
 DT_TEST(maxpool_refuses_bf16_nchw) { EXPECT_DEATH(pool_refused, NULL, "maxpool2d: no kernel for bf16 nchw"); }
+
+/* the argmax is kept as its tap in a byte: a 17x17 window is refused, naming the limit */
+static void pool_too_wide(void *p) {
+    (void)p;
+    dt_tensor *x = dt_tensor_new4_as(DT_CPU, DT_F32, DT_NCHW, 1, 2, 20, 20);
+    dt_tensor_fill(x, 1.0f);
+    dt_maxpool2d(x, 17, 1, 0);
+}
+
+DT_TEST(maxpool_refuses_a_window_past_16) { EXPECT_DEATH(pool_too_wide, NULL, "the kernel at most 16"); }

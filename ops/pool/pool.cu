@@ -9,8 +9,9 @@
  * tree: deterministic.
  *
  * Bytes (E = element size): maxpool forward reads x once from DRAM (a 3x3/s2 window overlaps
- * its neighbours: the re-reads hit L1/L2) and writes y and idx, (E + 4) per output; the backward
- * reads dy and idx once (re-reads cached) and writes dx once. avgpool reads x once and writes
+ * its neighbours: the re-reads hit L1/L2) and writes y and the argmax taps, (E + 1) per output;
+ * the backward reads dy and the taps once (re-reads cached: an input of a 3x3/s2 window lies in
+ * 2.25 windows on average, so (E + 1) bytes 2.25 times an input through L2) and writes dx once. avgpool reads x once and writes
  * N*C; its backward reads N*C and writes dx once. */
 #include "core/dt_dtype.cuh"
 #include "core/dt_kernel_util.cuh"
@@ -22,7 +23,7 @@ namespace {
 /* ---- NCHW f32 ---- */
 
 __global__ void k_maxpool_fwd(const float *__restrict__ x, int64_t NC, int H, int W, int k, int s, int p, int Ho,
-                              int Wo, float *__restrict__ y, int32_t *__restrict__ idx) {
+                              int Wo, float *__restrict__ y, uint8_t *__restrict__ tap) {
     DT_GRID_STRIDE(t, NC * Ho * Wo) {
         int ox = (int)(t % Wo), oy = (int)((t / Wo) % Ho);
         int64_t pl = t / ((int64_t)Ho * Wo);
@@ -38,13 +39,13 @@ __global__ void k_maxpool_fwd(const float *__restrict__ x, int64_t NC, int H, in
                 float v = __ldg(xp + iy * W + ix);
                 if (bi < 0 || v > best || isnan(v)) {
                     best = v;
-                    bi = iy * W + ix;
+                    bi = ky * k + kx;
                     if (isnan(v)) { ky = k; break; }
                 }
             }
         }
         y[t] = best;
-        idx[t] = bi;
+        tap[t] = (uint8_t)bi;
     }
 }
 
@@ -54,7 +55,7 @@ __device__ __forceinline__ void windows_of(int i, int k, int s, int p, int On, i
     o1 = min((i + p) / s, On - 1);
 }
 
-__global__ void k_maxpool_bwd(const float *__restrict__ dy, const int32_t *__restrict__ idx, int64_t NC, int H, int W,
+__global__ void k_maxpool_bwd(const float *__restrict__ dy, const uint8_t *__restrict__ tap, int64_t NC, int H, int W,
                               int k, int s, int p, int Ho, int Wo, float beta, float *__restrict__ dx) {
     DT_GRID_STRIDE(t, NC * H * W) {
         int ix = (int)(t % W), iy = (int)((t / W) % H);
@@ -63,11 +64,10 @@ __global__ void k_maxpool_bwd(const float *__restrict__ dy, const int32_t *__res
         windows_of(iy, k, s, p, Ho, oy0, oy1);
         windows_of(ix, k, s, p, Wo, ox0, ox1);
         float acc = 0.0f;
-        int me = iy * W + ix;
         for (int oy = oy0; oy <= oy1; oy++)
             for (int ox = ox0; ox <= ox1; ox++) {
                 int64_t o = (pl * Ho + oy) * Wo + ox;
-                if (idx[o] == me) acc += dy[o];
+                if (tap[o] == (iy - oy * s + p) * k + (ix - ox * s + p)) acc += dy[o]; /* this input's tap */
             }
         dt_store_beta(&dx[t], acc, beta);
     }
@@ -92,7 +92,7 @@ __global__ void k_avgpool_bwd(const float *__restrict__ dy, int64_t NC, int64_t 
 
 template <typename T, int V>
 __global__ void k_maxpool_nhwc_fwd(const T *__restrict__ x, int64_t N, int C, int H, int W, int k, int s, int p,
-                                   int Ho, int Wo, T *__restrict__ y, int32_t *__restrict__ idx) {
+                                   int Ho, int Wo, T *__restrict__ y, uint8_t *__restrict__ tap) {
     const int CV = C / V;
     DT_GRID_STRIDE(t, N * Ho * Wo * CV) {
         const int c0 = (int)(t % CV) * V;
@@ -100,7 +100,7 @@ __global__ void k_maxpool_nhwc_fwd(const T *__restrict__ x, int64_t N, int C, in
         const int ox = (int)(q % Wo), oy = (int)((q / Wo) % Ho);
         const int64_t n = q / ((int64_t)Ho * Wo);
         float best[V];
-        int32_t bi[V];
+        int bi[V]; /* the argmax's tap ky*k + kx */
 #pragma unroll
         for (int j = 0; j < V; j++) best[j] = -INFINITY, bi[j] = -1;
         for (int ky = 0; ky < k; ky++) {
@@ -115,17 +115,17 @@ __global__ void k_maxpool_nhwc_fwd(const T *__restrict__ x, int64_t N, int C, in
                 for (int j = 0; j < V; j++) /* the first maximum wins; a NaN wins and stays */
                     if (bi[j] < 0 || v[j] > best[j] || (isnan(v[j]) && !isnan(best[j]))) {
                         best[j] = v[j];
-                        bi[j] = iy * W + ix;
+                        bi[j] = ky * k + kx;
                     }
             }
         }
         dt_stv<V>(y + q * C + c0, best);
-        dt_stv_i32<V>(idx + q * C + c0, bi);
+        dt_stv_u8<V>(tap + q * C + c0, bi);
     }
 }
 
 template <typename T, int V>
-__global__ void k_maxpool_nhwc_bwd(const T *__restrict__ dy, const int32_t *__restrict__ idx, int64_t N, int C, int H,
+__global__ void k_maxpool_nhwc_bwd(const T *__restrict__ dy, const uint8_t *__restrict__ tap, int64_t N, int C, int H,
                                    int W, int k, int s, int p, int Ho, int Wo, float beta, T *__restrict__ dx) {
     const int CV = C / V;
     DT_GRID_STRIDE(t, N * H * W * CV) {
@@ -136,15 +136,15 @@ __global__ void k_maxpool_nhwc_bwd(const T *__restrict__ dy, const int32_t *__re
         int oy0, oy1, ox0, ox1;
         windows_of(iy, k, s, p, Ho, oy0, oy1);
         windows_of(ix, k, s, p, Wo, ox0, ox1);
-        const int me = iy * W + ix;
         float acc[V];
 #pragma unroll
         for (int j = 0; j < V; j++) acc[j] = 0.0f;
         for (int oy = oy0; oy <= oy1; oy++)
             for (int ox = ox0; ox <= ox1; ox++) {
                 const int64_t o = ((n * Ho + oy) * Wo + ox) * C + c0;
-                int32_t w[V];
-                dt_ldv_i32<V>(idx + o, w);
+                const int me = (iy - oy * s + p) * k + (ix - ox * s + p); /* this input's tap in the window */
+                int w[V];
+                dt_ldv_u8<V>(tap + o, w);
                 float g[V];
                 dt_ldv<V>(dy + o, g);
 #pragma unroll
@@ -208,26 +208,26 @@ __global__ void k_avgpool_nhwc_bwd(const T *__restrict__ dy, int64_t N, int64_t 
 
 template <typename T>
 void maxpool_nhwc_fwd(const void *x, int64_t N, int64_t C, int64_t H, int64_t W, int k, int s, int p, int64_t Ho,
-                      int64_t Wo, void *y, int32_t *idx) {
+                      int64_t Wo, void *y, uint8_t *tap) {
     if (N * C * Ho * Wo <= 0) return;
-    dt_with_pack<T>(dt_pack_ok<T>(C, {x, y, idx}), [&](auto v) {
+    dt_with_pack<T>(dt_pack_ok<T>(C, {x, y, tap}), [&](auto v) {
         constexpr int V = decltype(v)::value;
         int64_t n = N * Ho * Wo * (C / V);
         k_maxpool_nhwc_fwd<T, V><<<dt_grid_for(n, 256), 256, 0, dt_stream()>>>(
-            (const T *)x, N, (int)C, (int)H, (int)W, k, s, p, (int)Ho, (int)Wo, (T *)y, idx);
+            (const T *)x, N, (int)C, (int)H, (int)W, k, s, p, (int)Ho, (int)Wo, (T *)y, tap);
     });
     DT_CHECK_LAUNCH();
 }
 
 template <typename T>
-void maxpool_nhwc_bwd(const void *dy, const int32_t *idx, int64_t N, int64_t C, int64_t H, int64_t W, int k, int s,
+void maxpool_nhwc_bwd(const void *dy, const uint8_t *tap, int64_t N, int64_t C, int64_t H, int64_t W, int k, int s,
                       int p, int64_t Ho, int64_t Wo, float beta, void *dx) {
     if (N * C * H * W <= 0) return;
-    dt_with_pack<T>(dt_pack_ok<T>(C, {dy, idx, dx}), [&](auto v) {
+    dt_with_pack<T>(dt_pack_ok<T>(C, {dy, tap, dx}), [&](auto v) {
         constexpr int V = decltype(v)::value;
         int64_t n = N * H * W * (C / V);
         k_maxpool_nhwc_bwd<T, V><<<dt_grid_for(n, 256), 256, 0, dt_stream()>>>(
-            (const T *)dy, idx, N, (int)C, (int)H, (int)W, k, s, p, (int)Ho, (int)Wo, beta, (T *)dx);
+            (const T *)dy, tap, N, (int)C, (int)H, (int)W, k, s, p, (int)Ho, (int)Wo, beta, (T *)dx);
     });
     DT_CHECK_LAUNCH();
 }
@@ -262,18 +262,18 @@ void avgpool_nhwc_bwd(const void *dy, int64_t N, int64_t C, int64_t P, float bet
 
 extern "C" {
 void dt_maxpool_fwd_f32_nchw_cuda(const void *x, int64_t N, int64_t C, int64_t H, int64_t W, int k, int s, int p,
-                                  int64_t Ho, int64_t Wo, void *y, int32_t *idx) {
+                                  int64_t Ho, int64_t Wo, void *y, uint8_t *tap) {
     int64_t NC = N * C;
     if (NC * Ho * Wo <= 0) return;
     k_maxpool_fwd<<<dt_grid_for(NC * Ho * Wo, 256), 256, 0, dt_stream()>>>((const float *)x, NC, (int)H, (int)W, k, s,
-                                                                           p, (int)Ho, (int)Wo, (float *)y, idx);
+                                                                           p, (int)Ho, (int)Wo, (float *)y, tap);
     DT_CHECK_LAUNCH();
 }
-void dt_maxpool_bwd_f32_nchw_cuda(const void *dy, const int32_t *idx, int64_t N, int64_t C, int64_t H, int64_t W,
+void dt_maxpool_bwd_f32_nchw_cuda(const void *dy, const uint8_t *tap, int64_t N, int64_t C, int64_t H, int64_t W,
                                   int k, int s, int p, int64_t Ho, int64_t Wo, float beta, void *dx) {
     int64_t NC = N * C;
     if (NC * H * W <= 0) return;
-    k_maxpool_bwd<<<dt_grid_for(NC * H * W, 256), 256, 0, dt_stream()>>>((const float *)dy, idx, NC, (int)H, (int)W,
+    k_maxpool_bwd<<<dt_grid_for(NC * H * W, 256), 256, 0, dt_stream()>>>((const float *)dy, tap, NC, (int)H, (int)W,
                                                                          k, s, p, (int)Ho, (int)Wo, beta, (float *)dx);
     DT_CHECK_LAUNCH();
 }
@@ -294,13 +294,13 @@ void dt_avgpool_bwd_f32_nchw_cuda(const void *dy, int64_t N, int64_t C, int64_t 
 #define DT_POOL_NHWC_ENTRIES(name, T)                                                                                \
     extern "C" void dt_maxpool_fwd_##name##_nhwc_cuda(const void *x, int64_t N, int64_t C, int64_t H, int64_t W,     \
                                                       int k, int s, int p, int64_t Ho, int64_t Wo, void *y,          \
-                                                      int32_t *idx) {                                                \
-        maxpool_nhwc_fwd<T>(x, N, C, H, W, k, s, p, Ho, Wo, y, idx);                                                 \
+                                                      uint8_t *tap) {                                                \
+        maxpool_nhwc_fwd<T>(x, N, C, H, W, k, s, p, Ho, Wo, y, tap);                                                 \
     }                                                                                                                \
-    extern "C" void dt_maxpool_bwd_##name##_nhwc_cuda(const void *dy, const int32_t *idx, int64_t N, int64_t C,      \
+    extern "C" void dt_maxpool_bwd_##name##_nhwc_cuda(const void *dy, const uint8_t *tap, int64_t N, int64_t C,      \
                                                       int64_t H, int64_t W, int k, int s, int p, int64_t Ho,         \
                                                       int64_t Wo, float beta, void *dx) {                            \
-        maxpool_nhwc_bwd<T>(dy, idx, N, C, H, W, k, s, p, Ho, Wo, beta, dx);                                         \
+        maxpool_nhwc_bwd<T>(dy, tap, N, C, H, W, k, s, p, Ho, Wo, beta, dx);                                         \
     }                                                                                                                \
     extern "C" void dt_avgpool_fwd_##name##_nhwc_cuda(const void *x, int64_t N, int64_t C, int64_t P, void *y) {     \
         avgpool_nhwc_fwd<T>(x, N, C, P, y);                                                                          \

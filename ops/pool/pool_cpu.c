@@ -26,12 +26,12 @@ typedef struct {
     dt_dtype dt;
     dt_layout l;
     const void *x, *dy;
-    const int32_t *idx_in;
+    const uint8_t *tap_in;
     int64_t C, H, W, Ho, Wo;
     int k, s, p;
     float beta;
     void *y, *dx;
-    int32_t *idx;
+    uint8_t *tap;
 } maxpool_job;
 
 /* planes of about 8 K window reads and up per thread */
@@ -48,14 +48,14 @@ static void maxpool_fwd_planes(void *ctx, int64_t q0, int64_t q1) {
     int64_t C = j->C, H = j->H, W = j->W, Ho = j->Ho, Wo = j->Wo;
     int k = j->k, s = j->s, p = j->p;
     void *y = j->y;
-    int32_t *idx = j->idx;
+    uint8_t *tap = j->tap;
     for (int64_t q = q0; q < q1; q++) {
         int64_t n = q / C, c = q % C;
         plane xi = plane_of(l, n, c, C, H * W), yo = plane_of(l, n, c, C, Ho * Wo);
         for (int64_t oy = 0; oy < Ho; oy++)
             for (int64_t ox = 0; ox < Wo; ox++) {
                 float best = -INFINITY;
-                int32_t bi = -1;
+                int bi = -1; /* the argmax's tap ky*k + kx */
                 for (int ky = 0; ky < k; ky++) {
                     int64_t iy = oy * s - p + ky;
                     if (iy < 0 || iy >= H) continue;
@@ -66,21 +66,21 @@ static void maxpool_fwd_planes(void *ctx, int64_t q0, int64_t q1) {
                         /* the first maximum wins; a NaN wins and stays */
                         if (bi < 0 || v > best || (isnan(v) && !isnan(best))) {
                             best = v;
-                            bi = (int32_t)(iy * W + ix);
+                            bi = ky * k + kx;
                         }
                     }
                 }
                 int64_t o = yo.base + (oy * Wo + ox) * yo.stride;
                 dt_elem_st(y, dt, o, best);
-                idx[o] = bi;
+                tap[o] = (uint8_t)bi;
             }
     }
 }
 
 static void maxpool_fwd(dt_dtype dt, dt_layout l, const void *x, int64_t N, int64_t C, int64_t H, int64_t W, int k,
-                        int s, int p, int64_t Ho, int64_t Wo, void *y, int32_t *idx) {
+                        int s, int p, int64_t Ho, int64_t Wo, void *y, uint8_t *tap) {
     maxpool_job j = {.dt = dt, .l = l, .x = x, .C = C, .H = H, .W = W, .Ho = Ho, .Wo = Wo, .k = k, .s = s, .p = p,
-                     .y = y, .idx = idx};
+                     .y = y, .tap = tap};
     dt_parallel_for(N * C, maxpool_grain(Ho, Wo, k), maxpool_fwd_planes, &j);
 }
 
@@ -95,7 +95,7 @@ static void maxpool_bwd_planes(void *ctx, int64_t q0, int64_t q1) {
     dt_dtype dt = j->dt;
     dt_layout l = j->l;
     const void *dy = j->dy;
-    const int32_t *idx = j->idx_in;
+    const uint8_t *tap = j->tap_in;
     int64_t C = j->C, H = j->H, W = j->W, Ho = j->Ho, Wo = j->Wo;
     int k = j->k, s = j->s, p = j->p;
     float beta = j->beta;
@@ -112,16 +112,17 @@ static void maxpool_bwd_planes(void *ctx, int64_t q0, int64_t q1) {
                 for (int64_t oy = oy0; oy <= oy1; oy++)
                     for (int64_t ox = ox0; ox <= ox1; ox++) {
                         int64_t o = yo.base + (oy * Wo + ox) * yo.stride;
-                        if (idx[o] == iy * W + ix) acc += dt_elem_ld(dy, dt, o);
+                        /* the input is tap (iy - oy*s + p)*k + (ix - ox*s + p) of window (oy, ox) */
+                        if (tap[o] == (iy - oy * s + p) * k + (ix - ox * s + p)) acc += dt_elem_ld(dy, dt, o);
                     }
                 dt_elem_st_beta(dx, dt, xi.base + (iy * W + ix) * xi.stride, acc, beta);
             }
     }
 }
 
-static void maxpool_bwd(dt_dtype dt, dt_layout l, const void *dy, const int32_t *idx, int64_t N, int64_t C,
+static void maxpool_bwd(dt_dtype dt, dt_layout l, const void *dy, const uint8_t *tap, int64_t N, int64_t C,
                         int64_t H, int64_t W, int k, int s, int p, int64_t Ho, int64_t Wo, float beta, void *dx) {
-    maxpool_job j = {.dt = dt, .l = l, .dy = dy, .idx_in = idx, .C = C, .H = H, .W = W, .Ho = Ho, .Wo = Wo, .k = k,
+    maxpool_job j = {.dt = dt, .l = l, .dy = dy, .tap_in = tap, .C = C, .H = H, .W = W, .Ho = Ho, .Wo = Wo, .k = k,
                      .s = s, .p = p, .beta = beta, .dx = dx};
     dt_parallel_for(N * C, maxpool_grain(H, W, k), maxpool_bwd_planes, &j);
 }
@@ -150,13 +151,13 @@ static void avgpool_bwd(dt_dtype dt, dt_layout l, const void *dy, int64_t N, int
 /* The public twins of one format (name: f32_nchw, f32_nhwc, bf16_nhwc). */
 #define DT_POOL_TWIN(name, dtype, layout)                                                                     \
     void dt_maxpool_fwd_##name##_cpu(const void *x, int64_t N, int64_t C, int64_t H, int64_t W, int k, int s, \
-                                     int p, int64_t Ho, int64_t Wo, void *y, int32_t *idx) {                   \
-        maxpool_fwd(dtype, layout, x, N, C, H, W, k, s, p, Ho, Wo, y, idx);                                   \
+                                     int p, int64_t Ho, int64_t Wo, void *y, uint8_t *tap) {                   \
+        maxpool_fwd(dtype, layout, x, N, C, H, W, k, s, p, Ho, Wo, y, tap);                                   \
     }                                                                                                         \
-    void dt_maxpool_bwd_##name##_cpu(const void *dy, const int32_t *idx, int64_t N, int64_t C, int64_t H,      \
+    void dt_maxpool_bwd_##name##_cpu(const void *dy, const uint8_t *tap, int64_t N, int64_t C, int64_t H,      \
                                      int64_t W, int k, int s, int p, int64_t Ho, int64_t Wo, float beta,       \
                                      void *dx) {                                                               \
-        maxpool_bwd(dtype, layout, dy, idx, N, C, H, W, k, s, p, Ho, Wo, beta, dx);                           \
+        maxpool_bwd(dtype, layout, dy, tap, N, C, H, W, k, s, p, Ho, Wo, beta, dx);                           \
     }                                                                                                         \
     void dt_avgpool_fwd_##name##_cpu(const void *x, int64_t N, int64_t C, int64_t P, void *y) {               \
         avgpool_fwd(dtype, layout, x, N, C, P, y);                                                            \

@@ -14,35 +14,36 @@ typedef struct {
     int k, s, p;
 } pool_ctx;
 
-/* saved[0]: the argmax indices, [N, C, Ho, Wo] int32 in y's layout */
+/* saved[0]: the argmax taps, [N, C, Ho, Wo] uint8 in y's layout */
 static void maxpool_backward(dt_node *n) {
-    dt_tensor *x = n->in[0], *y = n->out, *idx = n->saved[0];
+    dt_tensor *x = n->in[0], *y = n->out, *tap = n->saved[0];
     const pool_ctx *c = n->ctx;
     float beta;
     void *dx = dt_grad_dst(x, &beta);
     if (!dx) return;
-    DT_PICK(maxpool_bwd_k, x->dev, x->dtype, x->layout)(y->grad->data, dt_data_i32(idx), DT_N(x), DT_C(x), DT_H(x),
+    DT_PICK(maxpool_bwd_k, x->dev, x->dtype, x->layout)(y->grad->data, dt_data_u8(tap), DT_N(x), DT_C(x), DT_H(x),
                                                         DT_W(x), c->k, c->s, c->p, DT_H(y), DT_W(y), beta, dx);
 }
 
 dt_tensor *dt_maxpool2d(dt_tensor *x, int k, int stride, int pad) {
     dt_require_ndim("maxpool2d", "input", x, 4);
     dt_require_live("maxpool2d", x);
-    if (k < 1 || stride < 1 || pad < 0 || pad > k / 2)
-        dt_fatal("maxpool2d: invalid kernel %d stride %d padding %d (padding must be at most half the kernel)", k, stride, pad);
+    if (k < 1 || k > DT_MAXPOOL_MAX_K || stride < 1 || pad < 0 || pad > k / 2)
+        dt_fatal("maxpool2d: invalid kernel %d stride %d padding %d (the kernel at most %d, padding at most half the kernel)",
+                 k, stride, pad, DT_MAXPOOL_MAX_K);
     int64_t Ho = dt_conv_out_size(DT_H(x), k, stride, pad, 1), Wo = dt_conv_out_size(DT_W(x), k, stride, pad, 1);
     if (Ho < 1 || Wo < 1) {
         char s[160];
         dt_fatal("maxpool2d: input %s is too small for a %dx%d window", dt_tensor_desc(x, s, sizeof s), k, k);
     }
     dt_tensor *y = dt_tensor_new4_as(x->dev, x->dtype, x->layout, DT_N(x), DT_C(x), Ho, Wo);
-    dt_tensor *idx = dt_tensor_new4_as(x->dev, DT_I32, x->layout, DT_N(x), DT_C(x), Ho, Wo);
+    dt_tensor *tap = dt_tensor_new4_as(x->dev, DT_U8, x->layout, DT_N(x), DT_C(x), Ho, Wo);
     DT_PICK(maxpool_k, x->dev, x->dtype, x->layout)(x->data, DT_N(x), DT_C(x), DT_H(x), DT_W(x), k, stride, pad, Ho,
-                                                    Wo, y->data, dt_data_i32(idx));
+                                                    Wo, y->data, dt_data_u8(tap));
     dt_node *n = dt_record("maxpool2d", maxpool_backward, y, 1, &x, sizeof(pool_ctx));
     if (n) {
         *(pool_ctx *)n->ctx = (pool_ctx){k, stride, pad};
-        dt_node_save(n, idx);
+        dt_node_save(n, tap);
     }
     return y;
 }
