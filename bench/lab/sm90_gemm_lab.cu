@@ -131,7 +131,7 @@ static void launch_cfg(const problem &pb, const bf16 *a, const bf16 *b, const bf
         attr = true;
     }
     const int grid = std::min(p.tiles_m * p.tiles_n, g_sms);
-    dt_sm90::k_sm90_gemm<CFG><<<grid, 384, CFG::SMEM>>>(CFG::AP == dt_sm90::A_IM2COL ? mb : ma, mb,
+    dt_sm90::k_sm90_gemm<CFG><<<grid, 384, CFG::SMEM>>>(dt_sm90::a_gathers(CFG::AP) ? mb : ma, mb,
                                                         CFG::EPI == dt_sm90::EPI_TMA ? my : mb, p);
     CK(cudaGetLastError());
 }
@@ -151,6 +151,11 @@ static const variant g_variants[] = {
     V(256, 64, 5, A_IM2COL, EPI_DIRECT, "im2col_256x64_d"),
     V(256, 64, 4, A_IM2COL, EPI_TMA, "im2col_256x64"),
     V(128, 128, 5, A_IM2COL, EPI_TMA, "im2col_128x128"),
+    V(128, 64, 6, A_IM2COL, EPI_TMA, "im2col_128x64"),
+    /* the same gather through L1 (cp.async.ca): the stem's windows overlap ~12-fold */
+    V(128, 64, 6, A_IM2COL_L1, EPI_TMA, "im2col_l1_128x64"),
+    V(256, 64, 4, A_IM2COL_L1, EPI_TMA, "im2col_l1_256x64"),
+    V(128, 128, 5, A_IM2COL_L1, EPI_TMA, "im2col_l1_128x128"),
     V(128, 128, 6, A_TMA_IM2COL, EPI_DIRECT, "tmaim2col_128x128_d"),
     V(256, 64, 5, A_TMA_IM2COL, EPI_DIRECT, "tmaim2col_256x64_d"),
     V(128, 256, 3, A_TMA_IM2COL, EPI_TMA, "tmaim2col_128x256"),

@@ -102,7 +102,7 @@ CUtensorMap map_a(const a_source &s, int box_rows) {
  * a.yf [M, a.ldy] fp32, y unused). */
 template <class CFG> void run_gemm(gemm_args a, const a_source &src, const void *b, void *y) {
     const CUtensorMap mb = dt_sm90_map_rows(b, a.N, a.K, CFG::BN);
-    const CUtensorMap ma = CFG::AP == A_IM2COL ? mb : map_a(src, CFG::BM); /* A_IM2COL: cp.async, no map */
+    const CUtensorMap ma = a_gathers(CFG::AP) ? mb : map_a(src, CFG::BM); /* a gather: cp.async, no map */
     const CUtensorMap my = CFG::EPI == EPI_TMA ? dt_sm90_map_rows(y, a.M, a.N, CFG::WM) : mb; /* mb: not read */
     a.y = (bf16 *)y;
     a.tiles_m = (a.M + CFG::BM - 1) / CFG::BM;
@@ -303,10 +303,11 @@ bf16 *padded_channels(const void *src, int64_t rows, int C, int Cp) {
 }
 
 /* fprop of x with C channels as that of xp with Cp (the padded channels' products are zeros,
- * exact in fp32): the A tile gathered by the producer's cp.async - 8 channels of one tap a
- * 16-byte chunk, so a 64-column k-slice holds 8 taps of the stem - the B tile (wp [Cout, kh*kw*Cp])
- * by TMA; the 128-row tiles of the offset conv's dgrad, which runs the same producer. The
- * padded x (the stem at batch 64: 51 MB) replaces the column matrix (244 MB written and read). */
+ * exact in fp32): the A tile gathered by the producer's cp.async through L1 (A_IM2COL_L1: the
+ * stem's windows overlap ~12-fold) - 8 channels of one tap a 16-byte chunk, so a 64-column
+ * k-slice holds 8 taps of the stem - the B tile (wp [Cout, kh*kw*Cp]) by TMA; the 128-row tiles
+ * of the offset conv's dgrad, which runs the same producer through L2. The padded x (the stem at
+ * batch 64: 51 MB) replaces the column matrix (244 MB written and read). */
 void fprop_gather(const dt_conv_problem *p, const void *x, const void *w, const float *bias, void *y, double *stats) {
     const dt_conv_geom &g = p->g;
     const int Cp = (int)((p->C + 7) / 8 * 8);
@@ -317,8 +318,8 @@ void fprop_gather(const dt_conv_problem *p, const void *x, const void *w, const 
     a.x = xp, a.H = (int)p->H, a.W = (int)p->W, a.C = Cp, a.Ho = (int)p->Ho, a.Wo = (int)p->Wo;
     a.KW = g.kw, a.SH = g.sh, a.SW = g.sw, a.PH = g.ph, a.PW = g.pw, a.DH = g.dh, a.DW = g.dw;
     const a_source src = {xp, p->N, p->H, p->W, Cp, p->Ho, p->Wo, g};
-    if (a.N <= 64) run_gemm<tile_cfg<128, 64, 6, A_IM2COL>>(a, src, wp, y);
-    else run_gemm<tile_cfg<128, 128, 5, A_IM2COL>>(a, src, wp, y);
+    if (a.N <= 64) run_gemm<tile_cfg<128, 64, 6, A_IM2COL_L1>>(a, src, wp, y);
+    else run_gemm<tile_cfg<128, 128, 5, A_IM2COL_L1>>(a, src, wp, y);
     dt_gpu_free(xp); /* stream-ordered, as every buffer here */
     dt_gpu_free(wp);
 }

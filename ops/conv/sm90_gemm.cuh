@@ -45,9 +45,16 @@ typedef __nv_bfloat16 bf16;
 /* A_TMA: a dense A by TMA. A_TMA_IM2COL: the im2col of x by TMA's im2col mode - one copy per
  * (tap, 64-channel block) brings BM consecutive output positions' pixels, wrapping across rows
  * and images, 0 outside the image (needs C % 64 == 0, so that a k-slice is one tap's channel
- * block). A_IM2COL: the same gather by the producer warpgroup's cp.async, any C % 8 == 0.
- * A_EXT: tile_cfg's producer class (a_needs). */
-enum a_producer { A_TMA = 0, A_IM2COL = 1, A_TMA_IM2COL = 2, A_EXT = 3 };
+ * block). A_IM2COL: the same gather by the producer warpgroup's cp.async, any C % 8 == 0, through
+ * L2 only (cp.async.cg); A_IM2COL_L1 the same through L1 too (cp.async.ca), for a gather whose
+ * windows overlap a lot within a tile - the stem's 7x7/2 over 8 channels, each pixel in ~12
+ * windows, would otherwise bring M*K*2 bytes (629 MB at batch 64) from L2. A_EXT: tile_cfg's
+ * producer class (a_needs). */
+enum a_producer { A_TMA = 0, A_IM2COL = 1, A_TMA_IM2COL = 2, A_EXT = 3, A_IM2COL_L1 = 4 };
+/* the im2col gathers by cp.async (no tensor map for A), and the producers whose threads write the
+ * A tile (cp.async or stores: one arrival each on full[s]) */
+__host__ __device__ constexpr bool a_gathers(int ap) { return ap == A_IM2COL || ap == A_IM2COL_L1; }
+__host__ __device__ constexpr bool a_by_threads(int ap) { return a_gathers(ap) || ap == A_EXT; }
 
 /* What a launch computes (see the header comment). The im2col fields are read by A_IM2COL only. */
 struct gemm_args {
@@ -138,10 +145,15 @@ __device__ __forceinline__ void tma_load_im2col(void *dst, const CUtensorMap *ma
                  : "memory");
 }
 
-/* 16 bytes global -> shared; src_bytes 0 reads nothing and writes zeros (src must still be valid) */
-__device__ __forceinline__ void cp_async16_zfill(void *dst, const void *src, int src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes)
-                 : "memory");
+/* 16 bytes global -> shared; src_bytes 0 reads nothing and writes zeros (src must still be valid);
+ * L1: cached in L1 too (.ca), else in L2 only (.cg) */
+template <bool L1 = false> __device__ __forceinline__ void cp_async16_zfill(void *dst, const void *src, int src_bytes) {
+    if constexpr (L1)
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes)
+                     : "memory");
+    else
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes)
+                     : "memory");
 }
 
 /* named barrier among `threads` threads (the producer warpgroup: id 1, 128) */
@@ -208,7 +220,7 @@ template <int AP, class EXT> struct a_needs {
 };
 template <int AP> struct a_needs<AP, void> {
     static_assert(AP != A_EXT, "A_EXT: tile_cfg names its producer class");
-    static constexpr int PRODUCER_REGS = AP == A_IM2COL ? 56 : 40, CONSUMER_REGS = AP == A_IM2COL ? 224 : 232;
+    static constexpr int PRODUCER_REGS = a_gathers(AP) ? 56 : 40, CONSUMER_REGS = a_gathers(AP) ? 224 : 232;
     static constexpr int ROW_BYTES = 16;
     typedef gemm_args args;
 };
@@ -312,12 +324,12 @@ __global__ void __launch_bounds__(384, 1)
     double *stats_scratch = (double *)(staging + CFG::STAGING_BYTES); /* [CONSUMERS][128][4] */
     uint64_t *full = (uint64_t *)((uint8_t *)stats_scratch + CFG::STATS_BYTES);
     uint64_t *empty = full + STAGES;
-    int4 *rows = (int4 *)(empty + STAGES); /* A_IM2COL, A_EXT: the producer's row table (ROWS_BYTES) */
+    int4 *rows = (int4 *)(empty + STAGES); /* A_IM2COL(_L1), A_EXT: the producer's row table (ROWS_BYTES) */
 
     const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; s++) {
-            mbar_init(&full[s], CFG::AP == A_IM2COL || CFG::AP == A_EXT ? 1 + 128 : 1);
+            mbar_init(&full[s], a_by_threads(CFG::AP) ? 1 + 128 : 1);
             mbar_init(&empty[s], CFG::CONSUMERS * 4); /* lane 0 of every consumer warp */
         }
         fence_mbar_init();
@@ -400,7 +412,7 @@ __global__ void __launch_bounds__(384, 1)
                         const int h = e.y + dh, w = e.z + dw;
                         const bool ok = (unsigned)h < (unsigned)p.H && (unsigned)w < (unsigned)p.W;
                         const bf16 *src = ok ? p.x + ((int64_t)(e.x + h * p.W + w) * p.C + c) : p.x;
-                        cp_async16_zfill(dst + i * 16 * 128, src, ok ? 16 : 0);
+                        cp_async16_zfill<CFG::AP == A_IM2COL_L1>(dst + i * 16 * 128, src, ok ? 16 : 0);
                     }
                     mbar_arrive_cp_async(&full[s]);
                 }
@@ -424,7 +436,7 @@ __global__ void __launch_bounds__(384, 1)
                 const int s = it % STAGES;
                 mbar_wait(&full[s], (it / STAGES) & 1);
                 /* cp.async or the producer's stores wrote it (generic proxy) */
-                if (CFG::AP == A_IM2COL || CFG::AP == A_EXT) fence_proxy_async();
+                if (a_by_threads(CFG::AP)) fence_proxy_async();
                 const uint8_t *a = sA + s * CFG::A_BYTES + cw * CFG::WM * 128;
                 const uint64_t db = desc_sw128(sB + s * CFG::B_BYTES);
                 wgmma_fence();
