@@ -178,20 +178,17 @@ __device__ __forceinline__ void bwd_coef(int64_t C, int64_t c, double s1, double
 }
 
 /* The backward's per-channel sums (sum g, sum g*xhat) and from them this replica's db, dw; with
- * coef (an unsynchronized NHWC batch norm: the sums are final here) its coefficients too. The
- * partials hold (g, g*xhat), or with gx (the NHWC pass 1) (g, g*x), made into
- * sum g*xhat = invstd * (sum g*x - mean * sum g) here, in double. */
+ * coef (an unsynchronized NHWC batch norm: the sums are final here) its coefficients too. */
 template <bool WARP>
-__global__ void k_bwd_sums(int64_t C, int S, int64_t sc, int64_t ss, const double *partial, int gx, double *sums,
-                           float *dw, float beta_w, float *db, float beta_b, int64_t M, const float *mean,
-                           const float *invstd, const float *w, const float *b, int training, float *coef) {
+__global__ void k_bwd_sums(int64_t C, int S, int64_t sc, int64_t ss, const double *partial, double *sums, float *dw,
+                           float beta_w, float *db, float beta_b, int64_t M, const float *mean, const float *invstd,
+                           const float *w, const float *b, int training, float *coef) {
     bool store;
     int64_t c = split_channel<WARP>(C, &store);
     if (c < 0) return;
     double a, bs;
     sum_splits<WARP>(partial, S, sc, ss, c, a, bs);
     if (!store) return;
-    if (gx) bs = (double)invstd[c] * (bs - (double)mean[c] * a);
     sums[c * 2] = a;
     sums[c * 2 + 1] = bs;
     if (db) dt_store_beta(&db[c], (float)a, beta_b);
@@ -468,12 +465,10 @@ __device__ __forceinline__ void relu_mask(float *g, const float *xv, const T *sk
     }
 }
 
-/* Pass 1: partial sums of g and g*x per (split, channel) as k_nhwc_stats_partial - g*x, not
- * g*xhat: the mean and 1/std stay out of the loop (k_bwd_sums makes sum g*xhat = invstd *
- * (sum g*x - mean * sum g) of the channel's totals, in double), 16 registers fewer a thread;
- * g_out (or NULL) receives g itself. */
+/* Pass 1: partial sums of g and g*xhat per (split, channel) as k_nhwc_stats_partial; g_out
+ * (or NULL) receives g itself. */
 template <typename T, int V>
-__global__ void __launch_bounds__(BN_THREADS, 3)
+__global__ void __launch_bounds__(BN_THREADS)
     k_nhwc_bwd_partial(int64_t R, int64_t C, const T *__restrict__ x, const T *__restrict__ skip,
                        const T *__restrict__ dy, const float *__restrict__ mean, const float *__restrict__ invstd,
                        const float *__restrict__ w, const float *__restrict__ b, int relu, T *__restrict__ g_out,
@@ -484,9 +479,13 @@ __global__ void __launch_bounds__(BN_THREADS, 3)
 #pragma unroll
     for (int k = 0; k < V; k++) a[k] = ax[k] = 0.0;
     if (c0 < C) {
-        float sc[V], sh[V]; /* the ReLU mask's pre-activation fmaf(x, sc, sh) */
+        float mu[V], is[V], sc[V], sh[V];
 #pragma unroll
-        for (int k = 0; k < V; k++) bn_coef(mean, invstd, w, b, c0 + k, sc[k], sh[k]);
+        for (int k = 0; k < V; k++) {
+            mu[k] = mean[c0 + k];
+            is[k] = invstd[c0 + k];
+            bn_coef(mean, invstd, w, b, c0 + k, sc[k], sh[k]);
+        }
 #pragma unroll 2
         for (int64_t r = r0 + threadIdx.y; r < r1; r += blockDim.y) {
             const int64_t o = r * C + c0;
@@ -497,7 +496,7 @@ __global__ void __launch_bounds__(BN_THREADS, 3)
 #pragma unroll
             for (int k = 0; k < V; k++) {
                 a[k] += g[k];
-                ax[k] += (double)g[k] * xv[k]; /* exact: 24 x 24 bits */
+                ax[k] += (double)g[k] * ((xv[k] - mu[k]) * is[k]);
             }
             if (g_out) dt_stv<V>(g_out + o, g);
         }
@@ -624,7 +623,7 @@ void nhwc_backward(int64_t N, int64_t C, int64_t P, const void *xv, const void *
     /* the coefficients: in the sums' kernel, or after the all-reduce when the sums are synchronized */
     float *coef = (float *)(sums + (size_t)C * 2); /* [4][C] */
     const int synced = sync && training;
-    k_bwd_sums<true><<<channel_warp_blocks(C), 128, 0, dt_stream()>>>(C, S, 1, C, partial, 1, sums, dw, beta_w, db, beta_b,
+    k_bwd_sums<true><<<channel_warp_blocks(C), 128, 0, dt_stream()>>>(C, S, 1, C, partial, sums, dw, beta_w, db, beta_b,
                                                                       M, mean, invstd, w, b, training,
                                                                       synced ? NULL : coef);
     DT_CHECK_LAUNCH();
@@ -718,7 +717,7 @@ extern "C" void dt_bn_backward_f32_nchw_cuda(int64_t N, int64_t C, int64_t P, co
     k_bwd_partial<<<dim3(S, (unsigned)C), BN_THREADS, 0, dt_stream()>>>(N, C, P, (const float *)x, (const float *)y,
                                                                         (const float *)dy, mean, invstd, relu, partial);
     DT_CHECK_LAUNCH();
-    k_bwd_sums<false><<<channel_blocks(C), 128, 0, dt_stream()>>>(C, S, S, 1, partial, 0, sums, dw, beta_w, db, beta_b,
+    k_bwd_sums<false><<<channel_blocks(C), 128, 0, dt_stream()>>>(C, S, S, 1, partial, sums, dw, beta_w, db, beta_b,
                                                                    0, NULL, NULL, NULL, NULL, 0, NULL);
     DT_CHECK_LAUNCH();
     if (sync && training) { /* even without dx: every replica makes the same collective calls */

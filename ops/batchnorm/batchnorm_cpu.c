@@ -279,10 +279,9 @@ static void nhwc_backward_sums_range(void *ctx, int64_t c0, int64_t c1) {
             int64_t i = r * C + c;
             float x = dt_elem_ld(j->x, j->dt, i), g = nhwc_g(j, i, c, x);
             j->sums[2 * c] += g;
-            j->sums[2 * c + 1] += (double)g * x;
+            j->sums[2 * c + 1] += (double)g * ((x - COEF(j, MU, c)) * COEF(j, IS, c));
         }
-    for (int64_t c = c0; c < c1; c++) { /* sum g*xhat = invstd * (sum g*x - mean * sum g), as k_bwd_sums */
-        j->sums[2 * c + 1] = (double)COEF(j, IS, c) * (j->sums[2 * c + 1] - (double)COEF(j, MU, c) * j->sums[2 * c]);
+    for (int64_t c = c0; c < c1; c++) {
         if (j->db) STORE(j->db[c], (float)j->sums[2 * c], j->beta_b);
         if (j->dw) STORE(j->dw[c], (float)j->sums[2 * c + 1], j->beta_w);
     }
