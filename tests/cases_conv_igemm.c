@@ -76,11 +76,9 @@ DT_OPCASES_NO_GRADCHECK(conv_igemm, conv_igemm_cases)
  * output rows of a box over rows and images), Cout not a multiple of 64 (dgrad declines, fprop
  * and wgrad run), strides (dgrad declines), dilation, a non-square kernel, the pointwise
  * convs (a dense A, dgrad too), the downsampling 1x1, a layer1-sized wgrad (its split
- * reduction), dx accumulated (beta 1); the gathered fprop of a C that is not a multiple of 8
- * (the stem's C = 3 padded to 8, C = 13 to 16: x and w copied with zero channels, the producer's
- * cp.async); and the columns path where TMA's im2col cannot read x - fprop and wgrad of C = 32,
- * wgrad of the stem (its odd K = 147) and of C = 13 - also in chunks of images under a small
- * column budget. */
+ * reduction), dx accumulated (beta 1); and the columns path of fprop and wgrad where TMA's
+ * im2col cannot read x (C = 32, the stem's C = 3 with its odd K = 147, C = 13), also in chunks
+ * of images under a small column budget. */
 #define SM90_FPROP "conv2d (Hopper engine, fprop)"
 #define IG_SM90_SHAPES(t, A)                                                                                        \
     IG_CASE(SM90_FPROP, t " 3x3 s1 odd 13x11, C 64 -> 72, bias", A, build, 3, 64, 13, 11, 72, 3, 3, 1, 0.05f, 3, 3, 1, 1, 1, 1, \
@@ -101,13 +99,13 @@ DT_OPCASES_NO_GRADCHECK(conv_igemm, conv_igemm_cases)
     IG_CASE(SM90_FPROP, t " ResNet l1 shape 56x56 64 -> 64, batch 1", A, build, 1, 64, 56, 56, 64, 3, 3, 0, 0.05f, 3, 3, 1, 1, \
             1, 1, 1, 1),                                                                                            \
     IG_CASE(SM90_FPROP, t " 3x3 s1, C = 32 (columns)", A, build, 2, 32, 9, 9, 32, 3, 3, 0, 0.1f, 3, 3, 1, 1, 1, 1, 1, 1),     \
-    IG_CASE(SM90_FPROP, t " 7x7 s2 stem, C = 3 (fprop gathered, wgrad columns K = 147), bias", A, build, 3, 3, 45, 45, 64, 7, 7, 1, 0.1f, 7, 7, 2, 2, \
+    IG_CASE(SM90_FPROP, t " 7x7 s2 stem, C = 3 (columns, K = 147), bias", A, build, 3, 3, 45, 45, 64, 7, 7, 1, 0.1f, 7, 7, 2, 2, \
             3, 3, 1, 1),                                                                                            \
-    IG_CASE(SM90_FPROP, t " 3x3 s1, C = 13 (fprop gathered, wgrad columns)", A, build, 3, 13, 10, 9, 16, 3, 3, 0, 0.2f, 3, 3, 1, 1, 1, 1, 1, 1),    \
+    IG_CASE(SM90_FPROP, t " 3x3 s1, C = 13 (columns)", A, build, 3, 13, 10, 9, 16, 3, 3, 0, 0.2f, 3, 3, 1, 1, 1, 1, 1, 1),    \
     IG_CASE(SM90_FPROP, t " 3x3 s1, C = 32, 3x270 (a row's patch past shared memory)", A, build, 1, 32, 3, 270, 16, 3, 3, 0, 0.1f, \
             3, 3, 1, 1, 1, 1, 1, 1)
 
-/* the stem shape with a column budget of one image's columns (23*23*152*2 bytes: wgrad in 3 chunks): set
+/* the stem shape with a column budget of one image's columns (23*23*152*2 bytes: 3 chunks): set
  * while an instance of the case lives, the process's budget back when the last goes */
 static int budget_live;
 static size_t saved_budget;
@@ -124,7 +122,7 @@ static void small_budget_free(void *state) {
 
 static const dt_opcase conv_sm90_cases[] = {
     IG_SM90_SHAPES("sm90", DT_CONV_ALGO_SM90),
-    {.name = "sm90 7x7 s2 stem, wgrad in 3 chunks of columns", .ops = {SM90_FPROP, "conv2d (im2col, nchw)"},
+    {.name = "sm90 7x7 s2 stem in 3 chunks of columns", .ops = {SM90_FPROP, "conv2d (im2col, nchw)"},
      .n_in = 3, .grad_tol = -1,
      .in = {{4, {3, 3, 45, 45}, DT_IN_ACT, 1.0f, 1}, {4, {64, 3, 7, 7}, DT_IN_WEIGHT, 0.1f, 1}, {1, {64}, DT_IN_F32, 1.0f, 1}},
      .build = build, .arg = &(const igemm_arg){{7, 7, 2, 2, 3, 3, 1, 1}, DT_CONV_ALGO_SM90},

@@ -5,8 +5,7 @@
  * - op cases (dt_opcase.h) with conv_algo=sm90: the bf16 mode runs the CPU twins' fused form
  *   against the unfused f32 reference; the parity mode the engine's epilogue against the twins
  *   - every tile the engine picks (128x64, 256x64, 128x128, 256x128, 128x256), M tails, Cout
- *   not a multiple of the tile, the gathered fprop (the stem's C = 3 padded to 8), the columns
- *   path (C = 32) also in chunks, the join
+ *   not a multiple of the tile, the columns path (the stem's C = 3) also in chunks, the join
  *   with a skip, eval (no fusion); the ReLU cases shift the batch norm's bias by +-8 a channel,
  *   away from the kink where a bf16 rounding would flip the mask;
  * - on the CPU the fused op is the unfused pair bit for bit (outputs, statistics, running
@@ -107,10 +106,10 @@ static const dt_opcase conv_bn_cases[] = {
             1, 0, 0, 1, 1),
     CB_CASE("conv+bn 3x3 + skip + relu (the join), 64 -> 64", 2, 64, 9, 10, 64, 3, 3, 9, 10, 0.05f, 1, 1, 1, 0, 3, 3,
             1, 1, 1, 1, 1, 1),
-    CB_CASE("conv+bn 7x7 s2 stem, C = 3 (gathered from C padded to 8), relu", 3, 3, 45, 45, 64, 7, 7, 23, 23, 0.1f, 1, 0, 1, 0, 7, 7, 2,
+    CB_CASE("conv+bn 7x7 s2 stem, C = 3 (columns), relu", 3, 3, 45, 45, 64, 7, 7, 23, 23, 0.1f, 1, 0, 1, 0, 7, 7, 2,
             2, 3, 3, 1, 1),
-    CB_CASE("conv+bn 3x3 C = 32 in 3 chunks of columns (groups per chunk)", 3, 32, 15, 15, 64, 3, 3, 15, 15, 0.1f, 0,
-            0, 1, 15 * 15 * 288 * 2, 3, 3, 1, 1, 1, 1, 1, 1),
+    CB_CASE("conv+bn 7x7 s2 stem in 3 chunks of columns (groups per chunk)", 3, 3, 45, 45, 64, 7, 7, 23, 23, 0.1f, 0,
+            0, 1, 23 * 23 * 152 * 2, 7, 7, 2, 2, 3, 3, 1, 1),
     CB_CASE("conv+bn eval (running statistics: no fusion), relu", 2, 64, 9, 9, 64, 3, 3, 9, 9, 0.05f, 1, 0, 0, 0, 3,
             3, 1, 1, 1, 1, 1, 1),
 };
@@ -209,8 +208,7 @@ DT_GPU_TEST(gpu_conv_sm90_statistics_are_those_of_its_output) {
     check_epilogue_sums(2, 64, 17, 15, 256, 3, 2); /* 256x128 */
     check_epilogue_sums(2, 64, 30, 30, 64, 1, 1);  /* 256x64, dense A */
     check_epilogue_sums(3, 64, 9, 7, 512, 1, 1);   /* 128x256 */
-    check_epilogue_sums(3, 3, 45, 45, 64, 7, 2);   /* gathered from C padded to 8 */
-    check_epilogue_sums(3, 32, 15, 15, 64, 3, 1);  /* the columns */
+    check_epilogue_sums(3, 3, 45, 45, 64, 7, 2);   /* the columns */
 }
 
 DT_GPU_TEST(gpu_conv_bn_fused_matches_the_pair) {

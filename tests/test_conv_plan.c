@@ -142,7 +142,7 @@ DT_TEST(conv_algo_names_round_trip) {
 
 /* How the engine reads each pass's operand (conv_sm90.h, dt_conv_sm90_read) on its edges */
 DT_TEST(conv_sm90_reads_its_operands) {
-    enum { NO = DT_SM90_NONE, DE = DT_SM90_DENSE, IM = DT_SM90_IM2COL, GA = DT_SM90_GATHER, CO = DT_SM90_COLUMNS };
+    enum { NO = DT_SM90_NONE, DE = DT_SM90_DENSE, IM = DT_SM90_IM2COL, CO = DT_SM90_COLUMNS };
     const struct {
         const char *name;
         plan_row r;
@@ -154,9 +154,8 @@ DT_TEST(conv_sm90_reads_its_operands) {
         {"3x3 Cout 12: Cout % 8", {"", 64, 9, 9, 12, 3, 1, 1, G, G, G, G, G, G}, 2, NO, NO, NO},
         {"3x3 s2: no dgrad", {"", 64, 17, 15, 128, 3, 2, 1, G, G, G, G, G, G}, 2, IM, NO, IM},
         {"pointwise 24 -> 40", {"", 24, 9, 7, 40, 1, 1, 0, G, G, G, G, G, G}, 3, DE, DE, CO},
-        {"pointwise 20 -> 40: C % 8, fprop gathered from C padded to 24", {"", 20, 9, 7, 40, 1, 1, 0, G, G, G, G, G, G}, 3, GA, NO, CO},
-        {"stem C = 3: fprop gathered from C padded to 8", {"", 3, 224, 224, 64, 7, 2, 3, G, G, G, G, G, G}, 64, GA, NO, CO},
-        {"3x3 C 13: fprop gathered from C padded to 16", {"", 13, 9, 9, 16, 3, 1, 1, G, G, G, G, G, G}, 2, GA, NO, CO},
+        {"pointwise 20 -> 40: C % 8", {"", 20, 9, 7, 40, 1, 1, 0, G, G, G, G, G, G}, 3, CO, NO, CO},
+        {"stem C = 3", {"", 3, 224, 224, 64, 7, 2, 3, G, G, G, G, G, G}, 64, CO, NO, CO},
         {"pad 200: corners past TMA's 8 bits", {"", 64, 9, 9, 64, 3, 1, 200, G, G, G, G, G, G}, 1, CO, NO, CO},
         {"stride 9: past TMA's traversal stride", {"", 64, 40, 40, 64, 3, 9, 1, G, G, G, G, G, G}, 1, CO, NO, CO},
     };

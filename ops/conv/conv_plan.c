@@ -99,9 +99,9 @@ dt_conv_plan dt_conv_plan_bf16(const dt_conv_problem *p, dt_conv_algo algo, dt_c
     const int64_t M = p->N * p->Ho * p->Wo, K = (int64_t)p->g.kh * p->g.kw * p->C;
     if (dt_conv_geom_pointwise(p->g) && M * K * p->Cout >= ((int64_t)1 << 31)) return plan;
     const int wgrad_long = M >= 12544 && M >= 4 * K && !(p->g.kh * p->g.kw == 1 && K >= 512);
-    /* the engine's column path (COLUMNS) only where C % 8 != 0: its wgrad, where cuBLAS's wgrad
-     * materializes the columns anyway (fprop of such a C is GATHER's, from x padded to a multiple
-     * of 8 channels: the stem's fprop); other C keep their measured paths */
+    /* the column matrix is written and read once more than the other reads: measured for the
+     * stem (C = 3), where the mma.sync path pads C to 8 and cuBLAS's wgrad materializes the
+     * columns anyway; other C keep their measured paths */
     const int columns_ok = p->C % 8 != 0;
     const dt_conv_engine_id S = DT_CONV_ENGINE_SM90;
     if (supports(S, p, DT_CONV_FPROP, t) && (dt_conv_sm90_read(p, DT_CONV_FPROP) != DT_SM90_COLUMNS || columns_ok))

@@ -102,7 +102,7 @@ CUtensorMap map_a(const a_source &s, int box_rows) {
  * a.yf [M, a.ldy] fp32, y unused). */
 template <class CFG> void run_gemm(gemm_args a, const a_source &src, const void *b, void *y) {
     const CUtensorMap mb = dt_sm90_map_rows(b, a.N, a.K, CFG::BN);
-    const CUtensorMap ma = a_gathers(CFG::AP) ? mb : map_a(src, CFG::BM); /* a gather: cp.async, no map */
+    const CUtensorMap ma = CFG::AP == A_IM2COL ? mb : map_a(src, CFG::BM); /* A_IM2COL: cp.async, no map */
     const CUtensorMap my = CFG::EPI == EPI_TMA ? dt_sm90_map_rows(y, a.M, a.N, CFG::WM) : mb; /* mb: not read */
     a.y = (bf16 *)y;
     a.tiles_m = (a.M + CFG::BM - 1) / CFG::BM;
@@ -162,7 +162,7 @@ __global__ void k_flip_weight(const bf16 *__restrict__ w, int Cout, int KH, int 
     }
 }
 
-/* ---- the columns path (dt_sm90_read COLUMNS: the stem's wgrad, fprop and wgrad with C % 64 != 0) */
+/* ---- the columns path (dt_sm90_read COLUMNS: the stem's C = 3) */
 
 /* cols [nc*Ho*Wo, Kp] bf16 = the im2col of images n0 .. n0+nc-1 of x [N, H, W, C] for the conv g,
  * column k = (r*kw + t)*C + c (the weight's order) for k < K, zero for K <= k < Kp. One thread a
@@ -279,51 +279,6 @@ void fprop_columns(const dt_conv_problem *p, const void *x, const void *w, const
     dt_gpu_free(wp);
 }
 
-/* ---- the gather path (dt_sm90_read GATHER: fprop with C % 8 != 0, the stem's C = 3) */
-
-/* dst [rows, Cp] bf16 = src [rows, C] with zero channels C .. Cp-1 (Cp a multiple of 8): one
- * thread a 16-byte chunk of dst. x [N*H*W, C] and w [Cout*kh*kw, C] alike. */
-__global__ void k_pad_channels(const bf16 *__restrict__ src, int64_t rows, int C, int Cp, bf16 *__restrict__ dst) {
-    const int chunks = Cp / 8;
-    DT_GRID_STRIDE(i, rows * chunks) {
-        const int64_t r = i / chunks;
-        const int c0 = (int)(i - r * chunks) * 8;
-        __align__(16) bf16 v[8];
-#pragma unroll
-        for (int e = 0; e < 8; e++) v[e] = c0 + e < C ? src[r * C + c0 + e] : __float2bfloat16_rn(0.0f);
-        *reinterpret_cast<int4 *>(dst + r * Cp + c0) = *reinterpret_cast<const int4 *>(v);
-    }
-}
-
-bf16 *padded_channels(const void *src, int64_t rows, int C, int Cp) {
-    bf16 *dst = (bf16 *)dt_gpu_malloc(sizeof(bf16) * (size_t)(rows * Cp));
-    k_pad_channels<<<dt_grid_for(rows * (Cp / 8), 256), 256, 0, dt_stream()>>>((const bf16 *)src, rows, C, Cp, dst);
-    DT_CHECK_LAUNCH();
-    return dst;
-}
-
-/* fprop of x with C channels as that of xp with Cp (the padded channels' products are zeros,
- * exact in fp32): the A tile gathered by the producer's cp.async through L1 (A_IM2COL_L1: the
- * stem's windows overlap ~12-fold) - 8 channels of one tap a 16-byte chunk, so a 64-column
- * k-slice holds 8 taps of the stem - the B tile (wp [Cout, kh*kw*Cp]) by TMA; the 128-row tiles
- * of the offset conv's dgrad, which runs the same producer through L2. The padded x (the stem at
- * batch 64: 51 MB) replaces the column matrix (244 MB written and read). */
-void fprop_gather(const dt_conv_problem *p, const void *x, const void *w, const float *bias, void *y, double *stats) {
-    const dt_conv_geom &g = p->g;
-    const int Cp = (int)((p->C + 7) / 8 * 8);
-    bf16 *xp = padded_channels(x, p->N * p->H * p->W, (int)p->C, Cp);
-    bf16 *wp = padded_channels(w, p->Cout * g.kh * g.kw, (int)p->C, Cp);
-    gemm_args a = {};
-    a.M = (int)(p->N * p->Ho * p->Wo), a.N = (int)p->Cout, a.K = g.kh * g.kw * Cp, a.bias = bias, a.stats = stats;
-    a.x = xp, a.H = (int)p->H, a.W = (int)p->W, a.C = Cp, a.Ho = (int)p->Ho, a.Wo = (int)p->Wo;
-    a.KW = g.kw, a.SH = g.sh, a.SW = g.sw, a.PH = g.ph, a.PW = g.pw, a.DH = g.dh, a.DW = g.dw;
-    const a_source src = {xp, p->N, p->H, p->W, Cp, p->Ho, p->Wo, g};
-    if (a.N <= 64) run_gemm<tile_cfg<128, 64, 6, A_IM2COL_L1>>(a, src, wp, y);
-    else run_gemm<tile_cfg<128, 128, 5, A_IM2COL_L1>>(a, src, wp, y);
-    dt_gpu_free(xp); /* stream-ordered, as every buffer here */
-    dt_gpu_free(wp);
-}
-
 /* The 64-row groups of the engine's statistics epilogue for fprop of p: those of M, or of each
  * chunk of the column path (a group never straddles two GEMMs) */
 int64_t stat_groups(const dt_conv_problem *p) {
@@ -345,9 +300,7 @@ extern "C" void dt_conv_sm90_fprop(const dt_conv_problem *p, const void *x, cons
         stats->groups = stat_groups(p);
         stats->sums = sums = (double *)dt_gpu_malloc(sizeof(double) * 2 * (size_t)(stats->groups * p->Cout));
     }
-    const dt_sm90_read read = dt_conv_sm90_read(p, DT_CONV_FPROP);
-    if (read == DT_SM90_COLUMNS) return fprop_columns(p, x, w, bias, y, sums);
-    if (read == DT_SM90_GATHER) return fprop_gather(p, x, w, bias, y, sums);
+    if (dt_conv_sm90_read(p, DT_CONV_FPROP) == DT_SM90_COLUMNS) return fprop_columns(p, x, w, bias, y, sums);
     const a_source src = {x, p->N, p->H, p->W, p->C, p->Ho, p->Wo, p->g};
     conv_gemm(src, w, p->Cout, bias, 0.0f, y, sums);
 }

@@ -26,17 +26,13 @@ extern "C" {
  *   IM2COL   TMA's im2col mode brings one tap's 64-channel block a k-slice (C % 64 == 0, for
  *            dgrad Cout % 64 == 0), strides <= 8 and the window's bounding-box corners within
  *            [-128, 127];
- *   GATHER   fprop with C % 8 != 0 (the stem's C = 3): x and w are copied with zero channels
- *            up to Cp, C rounded up to 8 (x [N, H, W, Cp], w [Cout, kh, kw, Cp]), and the
- *            producer warpgroup gathers the padded im2col by cp.async, 16 bytes (8 channels of
- *            one tap) a row - no column matrix, Cp/C times the MMAs;
- *   COLUMNS  any other fprop or wgrad (the stem's wgrad, C = 32): the column matrix [M, Kp] is
+ *   COLUMNS  any other fprop or wgrad (the stem's C = 3): the column matrix [M, Kp] is
  *            materialized (K = kh*kw*C padded to Kp, a multiple of 8), in chunks of images
  *            within the column budget, and read densely;
  * fprop and wgrad need Cout % 8 == 0; dgrad is the conv of dy with the weight mirrored and its
  * channel axes swapped (dt_conv_dgrad_geom: stride 1 only) and C % 8 == 0; every pass fewer
  * than 2^31 rows; groups 1. */
-typedef enum { DT_SM90_NONE = 0, DT_SM90_DENSE, DT_SM90_IM2COL, DT_SM90_GATHER, DT_SM90_COLUMNS } dt_sm90_read;
+typedef enum { DT_SM90_NONE = 0, DT_SM90_DENSE, DT_SM90_IM2COL, DT_SM90_COLUMNS } dt_sm90_read;
 dt_sm90_read dt_conv_sm90_read(const dt_conv_problem *p, dt_conv_pass pass);
 
 /* The CPU twins: the implicit GEMM's (conv_igemm.h), whose function the engine computes; fprop's

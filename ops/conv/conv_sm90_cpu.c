@@ -19,9 +19,9 @@ static int im2col_ok(int64_t H, int64_t W, int64_t Ho, int64_t Wo, dt_conv_geom 
 
 dt_sm90_read dt_conv_sm90_read(const dt_conv_problem *p, dt_conv_pass pass) {
     const dt_conv_geom g = p->g;
-    const int64_t lim = (int64_t)1 << 31, taps = (int64_t)g.kh * g.kw, Cp = (p->C + 7) / 8 * 8; /* GATHER's C */
+    const int64_t lim = (int64_t)1 << 31, taps = (int64_t)g.kh * g.kw;
     if (p->groups != 1 || p->C < 1 || p->Cout < 1 || p->N * p->H * p->W >= lim || p->N * p->Ho * p->Wo >= lim ||
-        taps * (Cp > p->Cout ? Cp : p->Cout) >= lim)
+        taps * (p->C > p->Cout ? p->C : p->Cout) >= lim)
         return DT_SM90_NONE;
     const int pw = dt_conv_geom_pointwise(g);
     if (pass == DT_CONV_DGRAD) {
@@ -31,8 +31,7 @@ dt_sm90_read dt_conv_sm90_read(const dt_conv_problem *p, dt_conv_pass pass) {
                                                                                                : DT_SM90_NONE;
     }
     if (p->Cout % 8) return DT_SM90_NONE;
-    if (pass == DT_CONV_FPROP && p->C % 8) return DT_SM90_GATHER;
-    if (pass == DT_CONV_FPROP && pw) return DT_SM90_DENSE;
+    if (pass == DT_CONV_FPROP && pw && p->C % 8 == 0) return DT_SM90_DENSE;
     return p->C % 64 == 0 && im2col_ok(p->H, p->W, p->Ho, p->Wo, g) ? DT_SM90_IM2COL : DT_SM90_COLUMNS;
 }
 

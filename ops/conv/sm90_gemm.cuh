@@ -48,8 +48,8 @@ typedef __nv_bfloat16 bf16;
  * block). A_IM2COL: the same gather by the producer warpgroup's cp.async, any C % 8 == 0, through
  * L2 only (cp.async.cg); A_IM2COL_L1 the same through L1 too (cp.async.ca), for a gather whose
  * windows overlap a lot within a tile - the stem's 7x7/2 over 8 channels, each pixel in ~12
- * windows, would otherwise bring M*K*2 bytes (629 MB at batch 64) from L2. A_EXT: tile_cfg's
- * producer class (a_needs). */
+ * windows, would otherwise bring M*K*2 bytes (629 MB at batch 64) from L2 (the lab's variants;
+ * the library runs none yet). A_EXT: tile_cfg's producer class (a_needs). */
 enum a_producer { A_TMA = 0, A_IM2COL = 1, A_TMA_IM2COL = 2, A_EXT = 3, A_IM2COL_L1 = 4 };
 /* the im2col gathers by cp.async (no tensor map for A), and the producers whose threads write the
  * A tile (cp.async or stores: one arrival each on full[s]) */
