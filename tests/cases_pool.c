@@ -88,6 +88,10 @@ DT_OPCASES(pool, pool_cases)
 
 /* ---- max pooling's rules, exactly: ties, NaN, padding ---- */
 
+/* the op's three formats: f32 NCHW, f32 NHWC, bf16 NHWC */
+static const dt_dtype dts[3] = {DT_F32, DT_F32, DT_BF16};
+static const dt_layout ls[3] = {DT_NCHW, DT_NHWC, DT_NHWC};
+
 /* One 4x4 plane per channel, 2x2/2 windows (k = 2): window (0,0) {1 3 / 2 3} ties at 3 -> the
  * first, (0,1); (0,1) {3 0 / 1 0} -> (0,2); (1,0) all 0 -> (2,0); (1,1) all 5 -> (2,2). Channel
  * 1 has a NaN at (3,3), channel 2 NaNs at (2,3) and (3,3): a NaN wins, the first one. C = 8 so
@@ -107,8 +111,6 @@ static void maxpool_rules(dt_dev dev) {
     }
     v[1 * 16 + 15] = NAN;
     v[2 * 16 + 11] = v[2 * 16 + 15] = NAN;
-    const dt_dtype dts[3] = {DT_F32, DT_F32, DT_BF16};
-    const dt_layout ls[3] = {DT_NCHW, DT_NHWC, DT_NHWC};
     for (int k = 0; k < 3; k++) {
         dt_tensor *x = dt_tensor_from_values(4, s, dev, dts[k], ls[k], v);
         dt_requires_grad(x);
@@ -162,8 +164,6 @@ static void maxpool_largest_window(dt_dev dev) {
                 want_g[c * S * S + (holds ? ym[c] * S + xm[c] : oy * S + ox)] += 1.0f;
             }
     }
-    const dt_dtype dts[3] = {DT_F32, DT_F32, DT_BF16};
-    const dt_layout ls[3] = {DT_NCHW, DT_NHWC, DT_NHWC};
     for (int k = 0; k < 3; k++) {
         dt_tensor *x = dt_tensor_from_values(4, s, dev, dts[k], ls[k], v);
         dt_requires_grad(x);
@@ -180,21 +180,27 @@ static void maxpool_largest_window(dt_dev dev) {
 DT_TEST(maxpool_largest_window_every_layout) { maxpool_largest_window(DT_CPU); }
 DT_GPU_TEST(gpu_maxpool_largest_window_every_layout) { maxpool_largest_window(DT_GPU); }
 
+/* a max pool the op refuses: x [1, 2, h, h] of ones in the format, a k x k window of stride s */
+typedef struct {
+    dt_dtype dt;
+    dt_layout l;
+    int h, k, s;
+} refused_pool;
+
 static void pool_refused(void *p) {
-    (void)p;
-    dt_tensor *x = dt_tensor_new4_as(DT_CPU, DT_BF16, DT_NCHW, 1, 2, 4, 4);
+    const refused_pool *r = p;
+    dt_tensor *x = dt_tensor_new4_as(DT_CPU, r->dt, r->l, 1, 2, r->h, r->h);
     dt_tensor_fill(x, 1.0f);
-    dt_maxpool2d(x, 2, 2, 0);
+    dt_maxpool2d(x, r->k, r->s, 0);
 }
 
-DT_TEST(maxpool_refuses_bf16_nchw) { EXPECT_DEATH(pool_refused, NULL, "maxpool2d: no kernel for bf16 nchw"); }
+DT_TEST(maxpool_refuses_bf16_nchw) {
+    refused_pool r = {DT_BF16, DT_NCHW, 4, 2, 2};
+    EXPECT_DEATH(pool_refused, &r, "maxpool2d: no kernel for bf16 nchw");
+}
 
 /* the argmax is kept as its tap in a byte: a 17x17 window is refused, naming the limit */
-static void pool_too_wide(void *p) {
-    (void)p;
-    dt_tensor *x = dt_tensor_new4_as(DT_CPU, DT_F32, DT_NCHW, 1, 2, 20, 20);
-    dt_tensor_fill(x, 1.0f);
-    dt_maxpool2d(x, 17, 1, 0);
+DT_TEST(maxpool_refuses_a_window_past_16) {
+    refused_pool r = {DT_F32, DT_NCHW, 20, 17, 1};
+    EXPECT_DEATH(pool_refused, &r, "the kernel at most 16");
 }
-
-DT_TEST(maxpool_refuses_a_window_past_16) { EXPECT_DEATH(pool_too_wide, NULL, "the kernel at most 16"); }

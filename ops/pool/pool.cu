@@ -11,8 +11,8 @@
  * Bytes (E = element size): maxpool forward reads x once from DRAM (a 3x3/s2 window overlaps
  * its neighbours: the re-reads hit L1/L2) and writes y and the argmax taps, (E + 1) per output;
  * the backward reads dy and the taps once (re-reads cached: an input of a 3x3/s2 window lies in
- * 2.25 windows on average, so (E + 1) bytes 2.25 times an input through L2) and writes dx once. avgpool reads x once and writes
- * N*C; its backward reads N*C and writes dx once. */
+ * 2.25 windows on average, so (E + 1) bytes 2.25 times an input through L2) and writes dx once.
+ * avgpool reads x once and writes N*C; its backward reads N*C and writes dx once. */
 #include "core/dt_dtype.cuh"
 #include "core/dt_kernel_util.cuh"
 #include "core/dt_pack.cuh"
