@@ -167,7 +167,7 @@ CHART_OBJ := $(BUILD)/obj/bench/chart.o
 BENCH_OBJ := $(filter-out $(CHART_OBJ),$(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out %_main.c,$(wildcard bench/*.c))))
 # The kernel lab (bench/lab/, CUDA only): variants validated then timed; built with everything
 # so that it never rots.
-LAB := $(if $(filter 1,$(CUDA)),$(BUILD)/deform_lab $(BUILD)/conv_lab $(BUILD)/depthwise_lab $(if $(filter 1,$(SM90A)),$(BUILD)/sm90_gemm_lab),)
+LAB := $(if $(filter 1,$(CUDA)),$(BUILD)/deform_lab $(BUILD)/conv_lab $(BUILD)/depthwise_lab $(BUILD)/bn_lab $(if $(filter 1,$(SM90A)),$(BUILD)/sm90_gemm_lab),)
 
 # Every target that is not a file, in the order `make help` lists them; each has a HELP_ line
 # below (make stops when one is missing, so that no target is left out of make help). A line
@@ -281,8 +281,13 @@ $(BUILD)/conv_lab: $(BUILD)/obj/bench/lab/conv_lab.cu.o $(BUILD)/obj/bench/bench
 
 # build/depthwise_lab: the depthwise lab (issue 38): the shipping kernels beside the
 # register-blocked variant (ops/conv/depthwise_rb.cuh), validated against the CPU twins, timed.
-$(BUILD)/depthwise_lab: $(BUILD)/obj/bench/lab/depthwise_lab.cu.o $(BUILD)/libdeftc.a
-	$(CC) -o $@ $< $(BUILD)/libdeftc.a $(IMG_STATIC) $(LDLIBS)
+$(BUILD)/depthwise_lab: $(BUILD)/obj/bench/lab/depthwise_lab.cu.o $(BUILD)/obj/bench/bench_common.o $(BUILD)/libdeftc.a
+	$(CC) -o $@ $< $(BUILD)/obj/bench/bench_common.o $(BUILD)/libdeftc.a $(IMG_STATIC) $(LDLIBS)
+
+# build/bn_lab: the batch-norm lab (issue 34): the NHWC passes at the tunings of
+# ops/batchnorm/batchnorm_nhwc.cuh beside the library's, validated, then timed.
+$(BUILD)/bn_lab: $(BUILD)/obj/bench/lab/bn_lab.cu.o $(BUILD)/obj/bench/bench_common.o $(BUILD)/libdeftc.a
+	$(CC) -o $@ $< $(BUILD)/obj/bench/bench_common.o $(BUILD)/libdeftc.a $(IMG_STATIC) $(LDLIBS)
 
 # build/sm90_gemm_lab: the Hopper engine's lab (docs/conv.md "The Hopper engine"): its GEMM and
 # conv variants validated, then timed beside cuBLAS; it uses the library's tensor maps.
@@ -394,7 +399,7 @@ HELP_lib = only the library, $(BUILD)/libdeftc.a and $(BUILD)/libdeftc.so
 HELP_torch-op = the compiled PyTorch operator $(BUILD)/deftc_torch_op.so for python/deftc_torch.py (TORCH_PYTHON=$(TORCH_PYTHON): a Python with torch)
 HELP_test-gpu = the GPU parity suite (needs a visible CUDA GPU)
 HELP_data = the sample dataset into $(DATA)/ (build/mkdata --help)
-HELP_lab = the kernel labs (build/deform_lab, build/conv_lab, build/depthwise_lab, build/sm90_gemm_lab: variants validated, then timed; GPU)
+HELP_lab = the kernel labs (build/deform_lab, build/conv_lab, build/depthwise_lab, build/bn_lab, build/sm90_gemm_lab: variants validated, then timed; GPU)
 HELP_bench-loader = loader images/s on ImageNet-like JPEGs: the CPU workers, and with a GPU the nvJPEG decode
 HELP_reproduce = plain / unfused / deft training-time table, ablation and precisions, CSV + chart in runs/ (GPU; MODEL=resnet50: another model)
 HELP_dw-chart = the depthwise chart (time vs dilation per kernel/channels panel) from the committed logs: docs/depthwise_dilation.png

@@ -165,6 +165,22 @@ double dt_bench_time(void (*fn)(void *), void *arg, int warmup, int reps) {
     return m;
 }
 
+typedef struct {
+    void *src, *dst;
+    size_t bytes;
+} copy_arg;
+static void copy_run(void *p) {
+    copy_arg *c = p;
+    dt_copy_d2d(c->dst, c->src, c->bytes);
+}
+double dt_bench_copy_rate(void) {
+    copy_arg c = {dt_gpu_malloc((size_t)1 << 30), dt_gpu_malloc((size_t)1 << 30), (size_t)1 << 30};
+    dt_memset_gpu(c.src, 0x3f, c.bytes);
+    const double ms = dt_bench_time(copy_run, &c, 3, 10);
+    dt_gpu_free(c.src), dt_gpu_free(c.dst);
+    return 2.0 * (double)c.bytes / (ms * 1e-3);
+}
+
 dt_tensor *dt_bench_randn(int64_t n, int64_t c, int64_t h, int64_t w, float std, uint64_t seed) {
     dt_tensor *t = dt_tensor_new4(DT_GPU, n, c, h, w);
     dt_set_seed(seed);

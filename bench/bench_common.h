@@ -45,6 +45,8 @@ typedef struct {
 int dt_bench_parse(dt_bench_opts *o, int argc, char **argv, dt_err *err);
 /* Median of reps timings of fn(arg) with CUDA events, after warmup calls. */
 double dt_bench_time(void (*fn)(void *), void *arg, int warmup, int reps);
+/* Bytes read + written a second by a 1 GiB device-to-device copy (the memory-bound floors' rate). */
+double dt_bench_copy_rate(void);
 void dt_bench_conv(const dt_bench_opts *o, FILE *csv);
 void dt_bench_deform(const dt_bench_opts *o, FILE *csv);
 /* The depthwise sweep (bench_depthwise.c): the 1-D grid of issue 38 and MobileNetV2's 3x3s. */

@@ -54,23 +54,6 @@ static void dw_run(void *p) {
     dt_scope_end();
 }
 
-typedef struct {
-    void *src, *dst;
-    size_t bytes;
-} copy_arg;
-static void copy_run(void *p) {
-    copy_arg *c = p;
-    dt_copy_d2d(c->dst, c->src, c->bytes);
-}
-/* bytes read + written a second by a 1 GiB device-to-device copy */
-static double copy_rate(void) {
-    copy_arg c = {dt_gpu_malloc((size_t)1 << 30), dt_gpu_malloc((size_t)1 << 30), (size_t)1 << 30};
-    dt_memset_gpu(c.src, 0x3f, c.bytes);
-    const double ms = dt_bench_time(copy_run, &c, 3, 10);
-    dt_gpu_free(c.src), dt_gpu_free(c.dst);
-    return 2.0 * (double)c.bytes / (ms * 1e-3);
-}
-
 /* cuDNN's (fwd, f+b) ms for a key line of --torch ("dw1d fp32 4 128 8"), or -1 */
 static void torch_times(const char *file, const char *key, double *f, double *fb) {
     *f = *fb = -1;
@@ -121,7 +104,7 @@ static void header(void) {
 }
 
 void dt_bench_depthwise(const dt_bench_opts *o, FILE *csv) {
-    dw_ctx c = {copy_rate(), (double)dt_gpu_sm_count() * 128 * CLOCK_GHZ * 1e9, csv};
+    dw_ctx c = {dt_bench_copy_rate(), (double)dt_gpu_sm_count() * 128 * CLOCK_GHZ * 1e9, csv};
     printf("\n## depthwise conv (dt_conv2d_grouped, groups = C, conv_algo %s), %s %s; floor: copy %.0f GB/s, fp32 FMA "
            "%.1f T/s (%d SMs x 128 x %.2f GHz); %%flr = 100 x floor / time; x cud = cuDNN's time / ours\n",
            dt_conv_algo_name(o->conv_algo), dt_dtype_name(o->dtype), dt_layout_name(o->layout), c.copy_bps / 1e9,

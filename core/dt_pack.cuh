@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include <initializer_list>
+#include <type_traits>
 #include <utility>
 
 #include "core/dt_dtype.cuh"
@@ -68,6 +69,29 @@ __device__ __forceinline__ void dt_ldv(const __nv_bfloat16 *p, float *v) {
             v[2 * i] = f.x, v[2 * i + 1] = f.y;
         }
     }
+}
+
+/* The raw bits of V elements of T (one 16-byte pack, or one element): what a kernel that issues
+ * several loads before it computes keeps in flight - 4 registers a bf16 pack where its fp32
+ * values take 8. dt_ldp loads, dt_unpack widens (exactly as dt_ldv). */
+template <typename T, int V>
+struct dt_raw {
+    typename std::conditional<V == 1, T, uint4>::type bits;
+};
+template <int V, typename T>
+__device__ __forceinline__ dt_raw<T, V> dt_ldp(const T *p) {
+    dt_raw<T, V> r;
+    if constexpr (V == 1) r.bits = *p;
+    else {
+        static_assert(V * sizeof(T) == 16, "a raw pack is one 16-byte pack");
+        r.bits = *reinterpret_cast<const uint4 *>(p);
+    }
+    return r;
+}
+template <int V, typename T>
+__device__ __forceinline__ void dt_unpack(const dt_raw<T, V> &r, float *v) {
+    if constexpr (V == 1) dt_ldv<1>(&r.bits, v);
+    else dt_ldv<V>(reinterpret_cast<const T *>(&r.bits), v);
 }
 
 /* p[0 .. V) = v[0 .. V), rounded to T */

@@ -42,6 +42,7 @@
 #include <string.h>
 
 #include "ops/conv/depthwise_rb.cuh"
+#include "bench/bench_common.h"
 #include "bench/dw_shapes.h"
 #include "core/dt_alloc.h"
 #include "core/dt_common.h"
@@ -345,30 +346,6 @@ static double time_var(int v, int pass, dev_prob *d, int warmup, int reps) {
     return med;
 }
 
-/* bytes read + written a second by a 1 GiB device-to-device copy */
-static double copy_rate(void) {
-    const size_t bytes = (size_t)1 << 30;
-    void *a = dt_gpu_malloc(bytes), *b = dt_gpu_malloc(bytes);
-    dt_memset_gpu(a, 0x3f, bytes);
-    cudaEvent_t e0, e1;
-    DT_CHECK(cudaEventCreate(&e0));
-    DT_CHECK(cudaEventCreate(&e1));
-    float best = 1e30f;
-    for (int i = 0; i < 8; i++) {
-        DT_CHECK(cudaEventRecord(e0, dt_stream()));
-        DT_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, dt_stream()));
-        DT_CHECK(cudaEventRecord(e1, dt_stream()));
-        DT_CHECK(cudaEventSynchronize(e1));
-        float ms;
-        DT_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-        if (i >= 2 && ms < best) best = ms;
-    }
-    DT_CHECK(cudaEventDestroy(e0));
-    DT_CHECK(cudaEventDestroy(e1));
-    dt_gpu_free(a), dt_gpu_free(b);
-    return 2.0 * (double)bytes / (best * 1e-3);
-}
-
 /* cuDNN's (fwd, f+b) ms for key ("dw1d bf16 64 512 8") in --torch's file, or -1 */
 static void torch_times(const char *file, const char *key, double *f, double *fb) {
     *f = *fb = -1;
@@ -421,7 +398,7 @@ int main(int argc, char **argv) {
     for (int q = 0; q < N_PASS; q++) passes[q] = has(pass_list, PASS_NAME[q]);
     static dw_shape shapes[128];
     const int n_shapes = make_shapes(shapes, 128, which, batch2d);
-    const double copy_bps = copy_rate(), fma_ps = (double)dt_gpu_sm_count() * 128 * CLOCK_GHZ * 1e9;
+    const double copy_bps = dt_bench_copy_rate(), fma_ps = (double)dt_gpu_sm_count() * 128 * CLOCK_GHZ * 1e9;
     printf("# depthwise lab: ship = ops/conv/depthwise.cu, rb = ops/conv/depthwise_rb.cuh; floor: copy %.0f GB/s, "
            "fp32 FMA %.1f T/s (%d SMs x 128 x %.2f GHz); validation at batch %d (0: the timed batch)\n",
            copy_bps / 1e9, fma_ps / 1e12, dt_gpu_sm_count(), CLOCK_GHZ, check_batch);

@@ -12,15 +12,11 @@
  * (split, channel) grid, each block summing whole planes of one channel; pointwise kernels one
  * block per (n, c) plane, so scale and shift are uniform per block (float4 when P % 4 == 0).
  *
- * NHWC (f32, bf16): x is R = N*P rows of C contiguous channels. A block is TX x TY threads
- * (TX*TY = 256): TX lanes over channel vectors of V channels (one 16-byte pack - 4 f32 or
- * 8 bf16 - when C and the pointers allow, else V = 1: any C works), TY over rows. A warp reads
- * whole consecutive rows, so every access is coalesced, and a thread keeps its channels'
- * constants in registers for all its rows. Reductions: block (cb, s) sums the fixed row range
- * [s*R/S, (s+1)*R/S) of its channels; the TY row-threads are combined by a fixed tree in shared
- * memory; partials land at (s*C + c) and are summed in split order. S comes from the shape only
- * (~4 blocks per SM of a 132-SM GPU, at least 4 rows per thread, at most DT_BN_MAX_SPLITS), so
- * C = 512 at 7x7 (R = 3136 at batch 64) still gets 98 x 2 blocks, and C = 64 at 56x56 256.
+ * NHWC (f32, bf16): rows of C contiguous channels, 16-byte channel packs a thread, reductions
+ * over fixed row splits (~4 blocks an SM of a 132-SM GPU, at least 4 rows a thread, at most
+ * DT_BN_MAX_SPLITS: C = 512 at 7x7, R = 3136 at batch 64, still gets 98 x 2 blocks, and C = 64 at
+ * 56x56 256). The kernels and their tuning are batchnorm_nhwc.cuh's (bench/lab/bn_lab.cu times
+ * the tunings); the per-channel sums, statistics and coefficients between them are here.
  *
  * Bytes moved per element of x (E = the element size, NHWC; skip when present):
  *   forward    stats: read x (E); apply: read x (+ skip), write y -> 3E (4E with skip); the
@@ -34,8 +30,8 @@
 #include "core/dt_dtype.cuh"
 #include "core/dt_kernel_util.cuh"
 #include "core/dt_pack.cuh"
+#include "ops/batchnorm/batchnorm_nhwc.cuh"
 
-#define BN_THREADS 256
 #define NCHW_MAX_SPLITS 64
 
 namespace {
@@ -220,7 +216,7 @@ int nchw_splits(int64_t N, int64_t C, int64_t P) {
 }
 
 __device__ void block_sum2(double &a, double &b) {
-    __shared__ double sa[BN_THREADS / 32], sb[BN_THREADS / 32];
+    __shared__ double sa[DT_BN_THREADS / 32], sb[DT_BN_THREADS / 32];
     for (int o = 16; o > 0; o >>= 1) {
         a += __shfl_down_sync(0xffffffffu, a, o);
         b += __shfl_down_sync(0xffffffffu, b, o);
@@ -229,8 +225,8 @@ __device__ void block_sum2(double &a, double &b) {
     if (lane == 0) { sa[warp] = a; sb[warp] = b; }
     __syncthreads();
     if (warp == 0) {
-        a = lane < BN_THREADS / 32 ? sa[lane] : 0.0;
-        b = lane < BN_THREADS / 32 ? sb[lane] : 0.0;
+        a = lane < DT_BN_THREADS / 32 ? sa[lane] : 0.0;
+        b = lane < DT_BN_THREADS / 32 ? sb[lane] : 0.0;
         for (int o = 16; o > 0; o >>= 1) {
             a += __shfl_down_sync(0xffffffffu, a, o);
             b += __shfl_down_sync(0xffffffffu, b, o);
@@ -245,7 +241,7 @@ __global__ void k_stats_partial(int64_t N, int64_t C, int64_t P, const float *__
     double a = 0.0, b = 0.0;
     for (int64_t n = n0; n < n1; n++) {
         const float *xp = x + (n * C + c) * P;
-        for (int64_t p = threadIdx.x; p < P; p += BN_THREADS) {
+        for (int64_t p = threadIdx.x; p < P; p += DT_BN_THREADS) {
             double v = xp[p];
             a += v;
             b += v * v;
@@ -300,7 +296,7 @@ __global__ void k_bwd_partial(int64_t N, int64_t C, int64_t P, const float *__re
     double a = 0.0, b = 0.0;
     for (int64_t n = n0; n < n1; n++) {
         int64_t o = (n * C + c) * P;
-        for (int64_t p = threadIdx.x; p < P; p += BN_THREADS) {
+        for (int64_t p = threadIdx.x; p < P; p += DT_BN_THREADS) {
             float g = relu && !(y[o + p] > 0.0f) ? 0.0f : dy[o + p];
             a += g;
             b += (double)g * ((x[o + p] - mu) * is);
@@ -335,226 +331,9 @@ __global__ void k_bwd_dx(int64_t C, int64_t P, int64_t M, const float *__restric
 
 int plane_threads(int64_t P) { return P >= 1024 ? 256 : P >= 256 ? 128 : 64; }
 
-/* ---- NHWC f32 / bf16 ---- */
+/* ---- NHWC f32 / bf16: the kernels are batchnorm_nhwc.cuh's, run at dt_bn_nhwc_tuned ---- */
 
-/* bn(x) = fma(x, scale, shift): the one definition the forward and the backward's ReLU mask
- * share, so the mask is recomputed bit for bit (the CPU twins use fmaf the same way). */
-__device__ __forceinline__ void bn_coef(const float *mean, const float *invstd, const float *w, const float *b,
-                                        int64_t c, float &scale, float &shift) {
-    scale = invstd[c] * w[c];
-    shift = fmaf(-mean[c], scale, b[c]);
-}
-
-struct nhwc_grid {
-    int V, TX, TY;
-    int64_t CB; /* blocks over channels */
-};
-
-template <typename T>
-nhwc_grid nhwc_tiling(int64_t C, std::initializer_list<const void *> ptrs) {
-    nhwc_grid g;
-    g.V = dt_pack_ok<T>(C, ptrs) ? dt_pack_len<T>() : 1;
-    int64_t CV = C / g.V;
-    g.TX = 1;
-    while (g.TX < 32 && g.TX < CV) g.TX *= 2;
-    g.TY = BN_THREADS / g.TX;
-    g.CB = dt_ceil_div(CV, g.TX);
-    return g;
-}
-
-/* Row splits of a reduction: a function of the shape only (see the header comment). */
-int nhwc_splits(int64_t R, const nhwc_grid &g) {
-    int64_t s = dt_ceil_div(4 * 132, g.CB), most = R / (4 * g.TY);
-    if (s > most) s = most;
-    if (s > DT_BN_MAX_SPLITS) s = DT_BN_MAX_SPLITS;
-    return s < 1 ? 1 : (int)s;
-}
-
-/* Blocks over rows of a pointwise pass: ~8 blocks per SM in all (no sum: any count gives the
- * same bits). */
-unsigned nhwc_row_blocks(int64_t R, const nhwc_grid &g) {
-    int64_t need = dt_ceil_div(R, g.TY), want = dt_ceil_div((int64_t)dt_gpu_sm_count() * 8, g.CB);
-    int64_t n = need < want ? need : want;
-    return (unsigned)(n < 1 ? 1 : n);
-}
-
-/* Adds each thread's 2V sums over the block's TY rows of threads by a fixed tree, and row 0
- * writes its channels' results: out[2k + {0,1}] for channel c0 + k. */
-template <int V>
-__device__ __forceinline__ void rows_reduce_store(const double *a, const double *b, double *out, bool active) {
-    __shared__ double sh[2 * V][BN_THREADS];
-    const int TX = blockDim.x, tid = threadIdx.y * TX + threadIdx.x;
-#pragma unroll
-    for (int k = 0; k < V; k++) {
-        sh[2 * k][tid] = a[k];
-        sh[2 * k + 1][tid] = b[k];
-    }
-    __syncthreads();
-    for (int o = blockDim.y / 2; o > 0; o >>= 1) {
-        if ((int)threadIdx.y < o)
-#pragma unroll
-            for (int j = 0; j < 2 * V; j++) sh[j][tid] += sh[j][tid + o * TX];
-        __syncthreads();
-    }
-    if (threadIdx.y == 0 && active)
-#pragma unroll
-        for (int j = 0; j < 2 * V; j++) out[j] = sh[j][tid];
-}
-
-/* partial[(s*C + c)*2 + {0,1}] = sum x, sum x^2 of channel c over rows [s*R/S, (s+1)*R/S) */
-template <typename T, int V>
-__global__ void __launch_bounds__(BN_THREADS)
-    k_nhwc_stats_partial(int64_t R, int64_t C, const T *__restrict__ x, double *__restrict__ partial) {
-    const int64_t c0 = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * V;
-    const int64_t r0 = (int64_t)blockIdx.y * R / gridDim.y, r1 = ((int64_t)blockIdx.y + 1) * R / gridDim.y;
-    double a[V], b[V];
-#pragma unroll
-    for (int k = 0; k < V; k++) a[k] = b[k] = 0.0;
-    if (c0 < C) {
-#pragma unroll 4
-        for (int64_t r = r0 + threadIdx.y; r < r1; r += blockDim.y) {
-            float v[V];
-            dt_ldv<V>(x + r * C + c0, v);
-#pragma unroll
-            for (int k = 0; k < V; k++) {
-                a[k] += v[k];
-                b[k] += (double)v[k] * v[k];
-            }
-        }
-    }
-    rows_reduce_store<V>(a, b, partial + ((int64_t)blockIdx.y * C + c0) * 2, c0 < C);
-}
-
-/* y = act(fma(x, scale, shift) + skip) */
-template <typename T, int V>
-__global__ void __launch_bounds__(BN_THREADS)
-    k_nhwc_apply(int64_t R, int64_t C, const T *__restrict__ x, const float *__restrict__ mean,
-                 const float *__restrict__ invstd, const float *__restrict__ w, const float *__restrict__ b,
-                 const T *__restrict__ skip, int relu, T *__restrict__ y) {
-    const int64_t c0 = ((int64_t)blockIdx.y * blockDim.x + threadIdx.x) * V;
-    if (c0 >= C) return;
-    float sc[V], sh[V];
-#pragma unroll
-    for (int k = 0; k < V; k++) bn_coef(mean, invstd, w, b, c0 + k, sc[k], sh[k]);
-    for (int64_t r = (int64_t)blockIdx.x * blockDim.y + threadIdx.y; r < R; r += (int64_t)gridDim.x * blockDim.y) {
-        const int64_t o = r * C + c0;
-        float v[V], s[V];
-        dt_ldv<V>(x + o, v);
-        if (skip) dt_ldv<V>(skip + o, s);
-#pragma unroll
-        for (int k = 0; k < V; k++) {
-            float u = fmaf(v[k], sc[k], sh[k]);
-            if (skip) u += s[k];
-            v[k] = relu ? fmaxf(u, 0.0f) : u;
-        }
-        dt_stv<V>(y + o, v);
-    }
-}
-
-/* g = dy, zeroed where the pre-activation fma(x, scale, shift) (+ skip) is not > 0 (relu) */
-template <int V, typename T>
-__device__ __forceinline__ void relu_mask(float *g, const float *xv, const T *skip, int64_t o, const float *sc,
-                                          const float *sh) {
-    float s[V];
-    if (skip) dt_ldv<V>(skip + o, s);
-#pragma unroll
-    for (int k = 0; k < V; k++) {
-        float pre = fmaf(xv[k], sc[k], sh[k]);
-        if (skip) pre += s[k];
-        if (!(pre > 0.0f)) g[k] = 0.0f;
-    }
-}
-
-/* Pass 1: partial sums of g and g*xhat per (split, channel) as k_nhwc_stats_partial; g_out
- * (or NULL) receives g itself. */
-template <typename T, int V>
-__global__ void __launch_bounds__(BN_THREADS)
-    k_nhwc_bwd_partial(int64_t R, int64_t C, const T *__restrict__ x, const T *__restrict__ skip,
-                       const T *__restrict__ dy, const float *__restrict__ mean, const float *__restrict__ invstd,
-                       const float *__restrict__ w, const float *__restrict__ b, int relu, T *__restrict__ g_out,
-                       double *__restrict__ partial) {
-    const int64_t c0 = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * V;
-    const int64_t r0 = (int64_t)blockIdx.y * R / gridDim.y, r1 = ((int64_t)blockIdx.y + 1) * R / gridDim.y;
-    double a[V], ax[V];
-#pragma unroll
-    for (int k = 0; k < V; k++) a[k] = ax[k] = 0.0;
-    if (c0 < C) {
-        float mu[V], is[V], sc[V], sh[V];
-#pragma unroll
-        for (int k = 0; k < V; k++) {
-            mu[k] = mean[c0 + k];
-            is[k] = invstd[c0 + k];
-            bn_coef(mean, invstd, w, b, c0 + k, sc[k], sh[k]);
-        }
-#pragma unroll 2
-        for (int64_t r = r0 + threadIdx.y; r < r1; r += blockDim.y) {
-            const int64_t o = r * C + c0;
-            float xv[V], g[V];
-            dt_ldv<V>(x + o, xv);
-            dt_ldv<V>(dy + o, g);
-            if (relu) relu_mask<V>(g, xv, skip, o, sc, sh);
-#pragma unroll
-            for (int k = 0; k < V; k++) {
-                a[k] += g[k];
-                ax[k] += (double)g[k] * ((xv[k] - mu[k]) * is[k]);
-            }
-            if (g_out) dt_stv<V>(g_out + o, g);
-        }
-    }
-    rows_reduce_store<V>(a, ax, partial + ((int64_t)blockIdx.y * C + c0) * 2, c0 < C);
-}
-
-/* V consecutive per-channel floats (V = 1, 4 or 8; p aligned to V floats, 16 bytes at most) */
-template <int V> __device__ __forceinline__ void ld_channels(const float *p, float *v) {
-    if (V == 1) v[0] = p[0];
-    else
-#pragma unroll
-        for (int j = 0; j < V; j += 4) dt_ldv<4>(p + j, v + j);
-}
-
-/* Pass 2: dskip (unless pass 1 wrote g there: g_ready) and dx, from the mean and the per-channel
- * coefficients coef [4][C] of bwd_coef. */
-template <typename T, int V>
-__global__ void __launch_bounds__(BN_THREADS)
-    k_nhwc_bwd_dx(int64_t R, int64_t C, const T *__restrict__ x, const T *__restrict__ skip,
-                  const T *__restrict__ dy, const float *__restrict__ mean, const float *__restrict__ coef, int relu,
-                  int training, int g_ready, T *__restrict__ dskip, float beta_s, T *__restrict__ dx, float beta_x) {
-    const int64_t c0 = ((int64_t)blockIdx.y * blockDim.x + threadIdx.x) * V;
-    if (c0 >= C) return;
-    float sc[V], sh[V], mg[V], q[V], mu[V];
-    ld_channels<V>(coef + c0, sc);
-    ld_channels<V>(coef + C + c0, sh);
-    ld_channels<V>(coef + 2 * C + c0, mg);
-    ld_channels<V>(coef + 3 * C + c0, q);
-    ld_channels<V>(mean + c0, mu);
-    const bool need_x = (dx && training) || (relu && !g_ready);
-    for (int64_t r = (int64_t)blockIdx.x * blockDim.y + threadIdx.y; r < R; r += (int64_t)gridDim.x * blockDim.y) {
-        const int64_t o = r * C + c0;
-        float g[V], xv[V];
-        if (need_x) dt_ldv<V>(x + o, xv);
-        else
-#pragma unroll
-            for (int j = 0; j < V; j++) xv[j] = 0.0f;
-        if (g_ready) {
-            dt_ldv<V>(dskip + o, g);
-        } else {
-            dt_ldv<V>(dy + o, g);
-            if (relu) relu_mask<V>(g, xv, skip, o, sc, sh);
-            if (dskip) {
-                float t[V];
-#pragma unroll
-                for (int j = 0; j < V; j++) t[j] = g[j];
-                dt_stv_beta<V>(dskip + o, t, beta_s);
-            }
-        }
-        if (dx) {
-            float v[V];
-#pragma unroll
-            for (int j = 0; j < V; j++) v[j] = training ? fmaf(-q[j], xv[j] - mu[j], sc[j] * (g[j] - mg[j])) : sc[j] * g[j];
-            dt_stv_beta<V>(dx + o, v, beta_x);
-        }
-    }
-}
+using namespace dt_bn_nhwc;
 
 template <typename T>
 void nhwc_stats(int64_t N, int64_t C, int64_t P, const void *xv, int training, float eps, float momentum, float *rm,
@@ -563,15 +342,10 @@ void nhwc_stats(int64_t N, int64_t C, int64_t P, const void *xv, int training, f
     const T *x = (const T *)xv;
     int64_t R = N * P, M = R;
     double *partial = (double *)ws, *sums = partial + (size_t)C * DT_BN_MAX_SPLITS * 2;
-    nhwc_grid g = nhwc_tiling<T>(C, {x});
-    int S = nhwc_splits(R, g);
+    int S = 1;
     const double *from = NULL;
     if (training) {
-        dt_with_pack<T>(g.V != 1, [&](auto v) {
-            k_nhwc_stats_partial<T, decltype(v)::value>
-                <<<dim3((unsigned)g.CB, (unsigned)S), dim3(g.TX, g.TY), 0, dt_stream()>>>(R, C, x, partial);
-        });
-        DT_CHECK_LAUNCH();
+        launch_stats_partial<T>(R, C, x, partial, dt_bn_nhwc_tuned_shape, &S);
         from = partial;
         if (sync) {
             k_sum_splits<true><<<channel_warp_blocks(C), 128, 0, dt_stream()>>>(C, S, 1, C, partial, sums);
@@ -591,13 +365,8 @@ void nhwc_apply(int64_t N, int64_t C, int64_t P, const void *x, const float *mea
                 const float *w, const float *b, const void *skip, int relu, void *y) {
     int64_t R = N * P;
     if (R * C <= 0) return;
-    nhwc_grid g = nhwc_tiling<T>(C, {x, skip, y});
-    dt_with_pack<T>(g.V != 1, [&](auto v) {
-        k_nhwc_apply<T, decltype(v)::value><<<dim3(nhwc_row_blocks(R, g), (unsigned)g.CB), dim3(g.TX, g.TY), 0,
-                                              dt_stream()>>>(R, C, (const T *)x, mean, invstd, w, b,
-                                                             (const T *)skip, relu, (T *)y);
-    });
-    DT_CHECK_LAUNCH();
+    launch_apply<dt_bn_nhwc_tuned, T>(R, C, (const T *)x, mean, invstd, w, b, (const T *)skip, relu, (T *)y,
+                                      dt_bn_nhwc_tuned_shape);
 }
 
 template <typename T>
@@ -610,16 +379,10 @@ void nhwc_backward(int64_t N, int64_t C, int64_t P, const void *xv, const void *
     T *dx = (T *)dxv, *dskip = (T *)dskipv;
     int64_t R = N * P, M = R;
     double *partial = (double *)ws, *sums = partial + (size_t)C * DT_BN_MAX_SPLITS * 2;
-    nhwc_grid g = nhwc_tiling<T>(C, {x, skip, dy, dx, dskip});
-    int S = nhwc_splits(R, g);
     /* the ResNet join: dskip is written fresh, so pass 1 stores g there for pass 2 */
-    int g_ready = dskip && beta_s == 0.0f;
-    dt_with_pack<T>(g.V != 1, [&](auto v) {
-        k_nhwc_bwd_partial<T, decltype(v)::value><<<dim3((unsigned)g.CB, (unsigned)S), dim3(g.TX, g.TY), 0,
-                                                    dt_stream()>>>(R, C, x, skip, dy, mean, invstd, w, b, relu,
-                                                                   g_ready ? dskip : NULL, partial);
-    });
-    DT_CHECK_LAUNCH();
+    int g_ready = dskip && beta_s == 0.0f, S;
+    launch_bwd_partial<dt_bn_nhwc_tuned, T>(R, C, x, skip, dy, mean, invstd, w, b, relu, g_ready ? dskip : NULL, dx,
+                                            dskip, partial, dt_bn_nhwc_tuned_shape, &S);
     /* the coefficients: in the sums' kernel, or after the all-reduce when the sums are synchronized */
     float *coef = (float *)(sums + (size_t)C * 2); /* [4][C] */
     const int synced = sync && training;
@@ -634,12 +397,8 @@ void nhwc_backward(int64_t N, int64_t C, int64_t P, const void *xv, const void *
         DT_CHECK_LAUNCH();
     }
     if (!dx && !(dskip && !g_ready)) return;
-    dt_with_pack<T>(g.V != 1, [&](auto v) {
-        k_nhwc_bwd_dx<T, decltype(v)::value><<<dim3(nhwc_row_blocks(R, g), (unsigned)g.CB), dim3(g.TX, g.TY), 0,
-                                               dt_stream()>>>(R, C, x, skip, dy, mean, coef, relu, training, g_ready,
-                                                              dskip, beta_s, dx, beta_x);
-    });
-    DT_CHECK_LAUNCH();
+    launch_bwd_dx<dt_bn_nhwc_tuned, T>(R, C, x, skip, dy, mean, coef, relu, training, g_ready, dskip, beta_s, dx, beta_x,
+                                       dt_bn_nhwc_tuned_shape);
 }
 
 }  // namespace
@@ -677,7 +436,7 @@ extern "C" void dt_bn_stats_f32_nchw_cuda(int64_t N, int64_t C, int64_t P, const
     const double *from = NULL;
     if (training) {
         dt_check_grid_yz("batchnorm2d", C, 1);
-        k_stats_partial<<<dim3(S, (unsigned)C), BN_THREADS, 0, dt_stream()>>>(N, C, P, x, partial);
+        k_stats_partial<<<dim3(S, (unsigned)C), DT_BN_THREADS, 0, dt_stream()>>>(N, C, P, x, partial);
         DT_CHECK_LAUNCH();
         from = partial;
         if (sync) {
@@ -714,7 +473,7 @@ extern "C" void dt_bn_backward_f32_nchw_cuda(int64_t N, int64_t C, int64_t P, co
     double *partial = (double *)ws, *sums = partial + (size_t)C * DT_BN_MAX_SPLITS * 2;
     int64_t M = N * P;
     dt_check_grid_yz("batchnorm2d", C, 1);
-    k_bwd_partial<<<dim3(S, (unsigned)C), BN_THREADS, 0, dt_stream()>>>(N, C, P, (const float *)x, (const float *)y,
+    k_bwd_partial<<<dim3(S, (unsigned)C), DT_BN_THREADS, 0, dt_stream()>>>(N, C, P, (const float *)x, (const float *)y,
                                                                         (const float *)dy, mean, invstd, relu, partial);
     DT_CHECK_LAUNCH();
     k_bwd_sums<false><<<channel_blocks(C), 128, 0, dt_stream()>>>(C, S, S, 1, partial, sums, dw, beta_w, db, beta_b,
