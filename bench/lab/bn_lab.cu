@@ -129,6 +129,7 @@ typedef void (*pass_fn)(bn_case *c);
 typedef struct {
     const char *name;
     pass_fn fn;
+    int (*splits)(const bn_case *c); /* a partial variant's row splits on c (else NULL) */
 } variant;
 
 /* apply at U rows a step, PER_SM pointwise blocks an SM (0: resident) into yv */
@@ -166,25 +167,21 @@ static void dx_v(bn_case *c) {
 static void lib_apply_timed(bn_case *c) { lib_apply(c, c->yv); }
 
 static const variant APPLY[] = {
-    {"lib", lib_apply_timed},
-    {"u1_g8", apply_v<1, 8>},   {"u2_g8", apply_v<2, 8>},   {"u4_g8", apply_v<4, 8>},
-    {"u1_res", apply_v<1, 0>},  {"u2_res", apply_v<2, 0>},  {"u4_res", apply_v<4, 0>},
+    {"lib", lib_apply_timed, NULL},
+    {"u1_g8", apply_v<1, 8>, NULL},   {"u2_g8", apply_v<2, 8>, NULL},   {"u4_g8", apply_v<4, 8>, NULL},
+    {"u1_res", apply_v<1, 0>, NULL},  {"u2_res", apply_v<2, 0>, NULL},  {"u4_res", apply_v<4, 0>, NULL},
 };
-typedef struct {
-    variant v;
-    int (*splits)(const bn_case *c);
-} partial_variant;
-static const partial_variant PARTIAL[] = {
-    {{"u1_b0_s4", partial_v<1, 0, 4>}, partial_splits<4>},  {{"u2_b0_s4", partial_v<2, 0, 4>}, partial_splits<4>},
-    {{"u4_b0_s4", partial_v<4, 0, 4>}, partial_splits<4>},  {{"u1_b3_s4", partial_v<1, 3, 4>}, partial_splits<4>},
-    {{"u2_b3_s4", partial_v<2, 3, 4>}, partial_splits<4>},  {{"u2_b2_s4", partial_v<2, 2, 4>}, partial_splits<4>},
-    {{"u1_b0_s8", partial_v<1, 0, 8>}, partial_splits<8>},  {{"u2_b3_s8", partial_v<2, 3, 8>}, partial_splits<8>},
-    {{"u4_b2_s8", partial_v<4, 2, 8>}, partial_splits<8>},
+static const variant PARTIAL[] = {
+    {"u1_b0_s4", partial_v<1, 0, 4>, partial_splits<4>},  {"u2_b0_s4", partial_v<2, 0, 4>, partial_splits<4>},
+    {"u4_b0_s4", partial_v<4, 0, 4>, partial_splits<4>},  {"u1_b3_s4", partial_v<1, 3, 4>, partial_splits<4>},
+    {"u2_b3_s4", partial_v<2, 3, 4>, partial_splits<4>},  {"u2_b2_s4", partial_v<2, 2, 4>, partial_splits<4>},
+    {"u1_b0_s8", partial_v<1, 0, 8>, partial_splits<8>},  {"u2_b3_s8", partial_v<2, 3, 8>, partial_splits<8>},
+    {"u4_b2_s8", partial_v<4, 2, 8>, partial_splits<8>},
 };
 static const variant DX[] = {
-    {"u1_b3_g8", dx_v<1, 3, 8>},  {"u1_b0_g8", dx_v<1, 0, 8>},  {"u2_b0_g8", dx_v<2, 0, 8>},
-    {"u2_b3_g8", dx_v<2, 3, 8>},  {"u4_b0_g8", dx_v<4, 0, 8>},  {"u1_b3_res", dx_v<1, 3, 0>},
-    {"u2_b0_res", dx_v<2, 0, 0>}, {"u2_b3_res", dx_v<2, 3, 0>}, {"u4_b0_res", dx_v<4, 0, 0>},
+    {"u1_b3_g8", dx_v<1, 3, 8>, NULL},  {"u1_b0_g8", dx_v<1, 0, 8>, NULL},  {"u2_b0_g8", dx_v<2, 0, 8>, NULL},
+    {"u2_b3_g8", dx_v<2, 3, 8>, NULL},  {"u4_b0_g8", dx_v<4, 0, 8>, NULL},  {"u1_b3_res", dx_v<1, 3, 0>, NULL},
+    {"u2_b0_res", dx_v<2, 0, 0>, NULL}, {"u2_b3_res", dx_v<2, 3, 0>, NULL}, {"u4_b0_res", dx_v<4, 0, 0>, NULL},
 };
 #define COUNT(a) ((int)(sizeof a / sizeof a[0]))
 
@@ -288,7 +285,7 @@ static void check_lib(bn_case *c) {
 
 /* a partial variant's sums against lib's: bitwise for the same splits, else within 1e-12 of the
  * sums of |terms| */
-static int check_partial(bn_case *c, const partial_variant *pv) {
+static int check_partial(bn_case *c, const variant *pv) {
     const int S = pv->splits(c);
     const int64_t C = c->C;
     double *part = (double *)dt_xmalloc((size_t)S * C * 2 * sizeof(double));
@@ -301,7 +298,7 @@ static int check_partial(bn_case *c, const partial_variant *pv) {
             const double ref = c->sums_lib[2 * k + j];
             if (S == c->S_lib ? memcmp(&sum, &ref, sizeof sum) != 0 : !(fabs(sum - ref) <= 1e-12 * c->abs_sums[2 * k + j])) {
                 printf("FAIL %s %s partial %s: channel %lld sum %d %.17g vs lib's %.17g (%d vs %d splits)\n", c->s->stage,
-                       KIND_NAME[c->s->kind], pv->v.name, (long long)k, j, sum, ref, S, c->S_lib);
+                       KIND_NAME[c->s->kind], pv->name, (long long)k, j, sum, ref, S, c->S_lib);
                 g_failures++;
                 ok = 0;
             }
@@ -310,6 +307,9 @@ static int check_partial(bn_case *c, const partial_variant *pv) {
     if (ok && has_skip(c)) ok = same_bits("partial g", c, c->gv, c->dskip, act_bytes(c));
     return ok;
 }
+
+static int check_apply(bn_case *c, const variant *v) { return same_bits(v->name, c, c->yv, c->y, act_bytes(c)); }
+static int check_dx(bn_case *c, const variant *v) { return same_bits(v->name, c, c->dxv, c->dx, act_bytes(c)); }
 
 /* ================================================================== timing and the table */
 
@@ -352,6 +352,21 @@ static void print_row(const char *pass, const char *name, const double *us, bn_c
         step += us[i] < 0 ? 0 : us[i] * cases[i].s->count;
     }
     printf(" %10.1f %8.0f\n", step, us[0] > 0 ? pass_bytes(pass, &cases[0]) / (us[0] * 1e-6) / 1e9 : 0.0);
+}
+
+/* One pass's table: each variant run, checked, then timed on every shape (not timed where it
+ * fails). */
+static void run_pass(const char *pass, const variant *vs, int nv, int (*check)(bn_case *, const variant *),
+                     bn_case *cases, int n) {
+    print_head(pass, cases, n);
+    for (int v = 0; v < nv; v++) {
+        double us[N_SHAPES];
+        for (int i = 0; i < n; i++) {
+            vs[v].fn(&cases[i]);
+            us[i] = check(&cases[i], &vs[v]) ? time_us(vs[v].fn, &cases[i]) : -1;
+        }
+        print_row(pass, vs[v].name, us, cases, n);
+    }
 }
 
 static int has(const char *list, const char *name) { return strstr(list, name) != NULL; }
@@ -421,41 +436,9 @@ int main(int argc, char **argv) {
         check_lib(c);
     }
 
-    if (has(passes, "apply")) {
-        print_head("apply", cases, n);
-        for (int v = 0; v < COUNT(APPLY); v++) {
-            double us[N_SHAPES];
-            for (int i = 0; i < n; i++) {
-                APPLY[v].fn(&cases[i]);
-                us[i] = same_bits(APPLY[v].name, &cases[i], cases[i].yv, cases[i].y, act_bytes(&cases[i]))
-                            ? time_us(APPLY[v].fn, &cases[i]) : -1;
-            }
-            print_row("apply", APPLY[v].name, us, cases, n);
-        }
-    }
-    if (has(passes, "partial")) {
-        print_head("partial", cases, n);
-        for (int v = 0; v < COUNT(PARTIAL); v++) {
-            double us[N_SHAPES];
-            for (int i = 0; i < n; i++) {
-                PARTIAL[v].v.fn(&cases[i]);
-                us[i] = check_partial(&cases[i], &PARTIAL[v]) ? time_us(PARTIAL[v].v.fn, &cases[i]) : -1;
-            }
-            print_row("partial", PARTIAL[v].v.name, us, cases, n);
-        }
-    }
-    if (has(passes, "dx")) {
-        print_head("dx", cases, n);
-        for (int v = 0; v < COUNT(DX); v++) {
-            double us[N_SHAPES];
-            for (int i = 0; i < n; i++) {
-                DX[v].fn(&cases[i]);
-                us[i] = same_bits(DX[v].name, &cases[i], cases[i].dxv, cases[i].dx, act_bytes(&cases[i]))
-                            ? time_us(DX[v].fn, &cases[i]) : -1;
-            }
-            print_row("dx", DX[v].name, us, cases, n);
-        }
-    }
+    if (has(passes, "apply")) run_pass("apply", APPLY, COUNT(APPLY), check_apply, cases, n);
+    if (has(passes, "partial")) run_pass("partial", PARTIAL, COUNT(PARTIAL), check_partial, cases, n);
+    if (has(passes, "dx")) run_pass("dx", DX, COUNT(DX), check_dx, cases, n);
     printf("\n%s: %d failure(s)\n", g_failures ? "FAILED" : "all variants valid", g_failures);
     return g_failures ? 1 : 0;
 }
