@@ -135,7 +135,7 @@ typedef struct {
 /* apply at U rows a step, PER_SM pointwise blocks an SM (0: resident) into yv */
 template <int U, int PER_SM>
 static void apply_v(bn_case *c) {
-    const dt_bn_nhwc::shape sh = {PER_SM, 4};
+    const dt_bn_nhwc::shape sh = {PER_SM, 8, 4};
     dt_bn_nhwc::launch_apply<dt_bn_nhwc::tuning<U, 1, 0, 1, 3>, bf16>(c->R, c->C, c->x, c->mean, c->invstd, c->w, c->b,
                                                                     has_skip(c) ? c->skip : NULL, has_relu(c), c->yv,
                                                                     sh);
@@ -143,7 +143,7 @@ static void apply_v(bn_case *c) {
 /* the backward's partial sums at U rows a step, MINB, SPLITS an SM into wsv (g into gv for a join) */
 template <int U, int MINB, int SPLITS>
 static void partial_v(bn_case *c) {
-    const dt_bn_nhwc::shape sh = {8, SPLITS};
+    const dt_bn_nhwc::shape sh = {8, 8, SPLITS};
     int S;
     dt_bn_nhwc::launch_bwd_partial<dt_bn_nhwc::tuning<1, U, MINB, 1, 3>, bf16>(
         c->R, c->C, c->x, has_skip(c) ? c->skip : NULL, c->dy, c->mean, c->invstd, c->w, c->b, has_relu(c),
@@ -158,7 +158,7 @@ static int partial_splits(const bn_case *c) {
  * lib's g from dskip) */
 template <int U, int MINB, int PER_SM>
 static void dx_v(bn_case *c) {
-    const dt_bn_nhwc::shape sh = {PER_SM, 4};
+    const dt_bn_nhwc::shape sh = {8, PER_SM, 4};
     dt_bn_nhwc::launch_bwd_dx<dt_bn_nhwc::tuning<1, 1, 0, U, MINB>, bf16>(
         c->R, c->C, c->x, has_skip(c) ? c->skip : NULL, c->dy, c->mean, lib_coef(c), has_relu(c), 1, has_skip(c),
         has_skip(c) ? c->dskip : NULL, 0.0f, c->dxv, 0.0f, sh);

@@ -18,8 +18,8 @@
  *          their registers (what does not fit spills): the reduction's 16 double accumulators
  *          and 32 per-channel constants want ~120 registers, 2 blocks of 256 threads an SM
  *          (MINB 3 caps them at 80); dx's 40 constants want ~89 at U = 1 (MINB 3: 80).
- *   point_blocks_per_sm  blocks a pointwise pass launches per SM, over all channel blocks (0:
- *          exactly as many as are resident, one wave of a grid-stride loop).
+ *   apply_blocks_per_sm, dx_blocks_per_sm  blocks a pointwise pass launches per SM, over all
+ *          channel blocks (0: exactly as many as are resident, one wave of a grid-stride loop).
  *   splits_per_sm  the reductions' row splits target per SM of a 132-SM GPU (a constant, so the
  *          split boundaries - and the sums' bits - depend on the shape alone, on any GPU), at
  *          most DT_BN_MAX_SPLITS. Changing it changes the sums' rounding (not their accuracy).
@@ -54,7 +54,7 @@ struct tuning {
 };
 
 struct shape {
-    int point_blocks_per_sm; /* 0: the resident count */
+    int apply_blocks_per_sm, dx_blocks_per_sm; /* 0: the resident count */
     int splits_per_sm;
 };
 
@@ -356,7 +356,8 @@ static inline void launch_apply(int64_t R, int64_t C, const T *x, const float *m
     dt_with_pack<T>(g.V != 1, [&](auto v) {
         auto k = k_nhwc_apply<T, decltype(v)::value, TU::u_apply>;
         static std::atomic<int> resident;
-        const int per_sm = sh.point_blocks_per_sm > 0 ? sh.point_blocks_per_sm : resident_blocks((const void *)k, &resident);
+        const int per_sm =
+            sh.apply_blocks_per_sm > 0 ? sh.apply_blocks_per_sm : resident_blocks((const void *)k, &resident);
         k<<<dim3(row_blocks(R, g, per_sm), (unsigned)g.CB), dim3(g.TX, g.TY), 0, dt_stream()>>>(R, C, x, mean, invstd, w, b, skip, relu, y);
     });
     DT_CHECK_LAUNCH();
@@ -386,8 +387,9 @@ static inline void launch_bwd_dx(int64_t R, int64_t C, const T *x, const T *skip
     dt_with_pack<T>(g.V != 1, [&](auto v) {
         auto k = k_nhwc_bwd_dx<T, decltype(v)::value, TU::u_dx, TU::minb_dx>;
         static std::atomic<int> resident;
-        const int per_sm = sh.point_blocks_per_sm > 0 ? sh.point_blocks_per_sm : resident_blocks((const void *)k, &resident);
-        k<<<dim3(row_blocks(R, g, per_sm), (unsigned)g.CB), dim3(g.TX, g.TY), 0, dt_stream()>>>(R, C, x, skip, dy, mean, coef, relu, training, g_ready, dskip, beta_s, dx, beta_x);
+        const int per_sm = sh.dx_blocks_per_sm > 0 ? sh.dx_blocks_per_sm : resident_blocks((const void *)k, &resident);
+        k<<<dim3(row_blocks(R, g, per_sm), (unsigned)g.CB), dim3(g.TX, g.TY), 0, dt_stream()>>>(
+            R, C, x, skip, dy, mean, coef, relu, training, g_ready, dskip, beta_s, dx, beta_x);
     });
     DT_CHECK_LAUNCH();
 }
@@ -398,6 +400,6 @@ static inline void launch_bwd_dx(int64_t R, int64_t C, const T *x, const T *skip
  * splits an SM, dx held to 3 blocks an SM as the compiler gave it before U existed);
  * bench/lab/bn_lab.cu times the others. */
 typedef dt_bn_nhwc::tuning<1, 1, 0, 1, 3> dt_bn_nhwc_tuned;
-static const dt_bn_nhwc::shape dt_bn_nhwc_tuned_shape = {8, 4};
+static const dt_bn_nhwc::shape dt_bn_nhwc_tuned_shape = {8, 8, 4};
 
 #endif
