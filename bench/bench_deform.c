@@ -79,29 +79,6 @@ static void layer_run(void *p) {
     dt_scope_end();
 }
 
-typedef struct {
-    float *src, *dst;
-    size_t bytes;
-} copy_arg;
-static void copy_run(void *p) {
-    copy_arg *c = p;
-    dt_copy_d2d(c->dst, c->src, c->bytes);
-}
-
-/* Device-to-device copy bandwidth (bytes read + written per second), 1 GiB. */
-static double copy_bandwidth(void) {
-    copy_arg c;
-    c.bytes = (size_t)1 << 30;
-    c.src = dt_gpu_malloc(c.bytes);
-    c.dst = dt_gpu_malloc(c.bytes);
-    dt_memset_gpu(c.src, 0x3f, c.bytes);
-    double ms = dt_bench_time(copy_run, &c, 3, 10);
-    dt_gpu_free(c.src);
-    dt_gpu_free(c.dst);
-    return 2.0 * c.bytes / (ms * 1e-3);
-}
-
-
 void dt_bench_deform(const dt_bench_opts *o, FILE *csv) {
     mode_spec modes[DT_BENCH_MAX];
     int nm = 0;
@@ -120,7 +97,7 @@ void dt_bench_deform(const dt_bench_opts *o, FILE *csv) {
                             "bf16: --modes deft,...)\n", modes[i].label, o->precision);
             exit(2);
         }
-    double bw = copy_bandwidth();
+    double bw = dt_bench_copy_rate();
     int version = o->mask ? 2 : 1;
     printf("\n## deformable conv (DCNv%d), offsets ~ N(0, %.2f) px, device copy bandwidth %.0f GB/s\n", version, o->sigma,
            bw / 1e9);
