@@ -396,10 +396,13 @@ static inline void launch_bwd_dx(int64_t R, int64_t C, const T *x, const T *skip
 
 }  // namespace dt_bn_nhwc
 
-/* The library's tuning: as measured before the lab (one row a step, 8 pointwise blocks an SM, 4
- * splits an SM, dx held to 3 blocks an SM as the compiler gave it before U existed);
- * bench/lab/bn_lab.cu times the others. */
-typedef dt_bn_nhwc::tuning<1, 1, 0, 1, 3> dt_bn_nhwc_tuned;
-static const dt_bn_nhwc::shape dt_bn_nhwc_tuned_shape = {8, 8, 4};
+/* The library's tuning, bench/lab/bn_lab.cu's fastest valid variants (H100, 2026-12-07, ResNet-18's
+ * batch norms at batch 64, count-weighted us of a step; docs/PERF.md section 27): apply 4 rows
+ * a thread in flight, exactly the resident grid (350 against 423 for 1 row, 8 blocks an SM); dx
+ * 2 rows, no register cap, the resident grid (399 against 457 for 1 row capped at 3 blocks an
+ * SM); the partial pass as before (1 row, 4 splits an SM: the lab's run gave it no timing).
+ * Pointwise outputs are the same bits under every tuning. */
+typedef dt_bn_nhwc::tuning<4, 1, 0, 2, 0> dt_bn_nhwc_tuned;
+static const dt_bn_nhwc::shape dt_bn_nhwc_tuned_shape = {0, 0, 4};
 
 #endif
