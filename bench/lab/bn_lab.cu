@@ -29,6 +29,11 @@
  *            variant's and of lib's partials, both added on the host in split order, within
  *            1e-12 of the sums of |terms| (double sums over other row ranges); g (the join's
  *            dskip) bitwise equal.
+ *   groups variants      (the statistics from a conv epilogue's 64-row group sums,
+ *            k_stats_of_groups, on random groups [ceil(R/64)][C][2]) the channel sums (the kernel's
+ *            sums mode) within 1e-12 of the host's sums of |terms|; mean and 1/std bitwise equal
+ *            to lib's (dt_bn_stats_of_sums_cuda) for lib's threads and accumulators, else within
+ *            2^-20 relative of them.
  * A variant that fails is not timed; any failure: exit status 1.
  *
  * Timing: median of --reps after --warmup launches (CUDA events; dt_bench_time), fresh random
@@ -36,7 +41,7 @@
  * x, dy, skip and writes g for a join; dx reads x, dy or g and writes dx) over its time, beside
  * a 1 GiB device copy's.
  *
- *   build/bn_lab [--batch 64] [--reps 20] [--warmup 3] [--only SUBSTR] [--pass apply,partial,dx] */
+ *   build/bn_lab [--batch 64] [--reps 20] [--warmup 3] [--only SUBSTR] [--pass apply,partial,dx,groups] */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <math.h>
@@ -90,6 +95,11 @@ typedef struct {
     int S_lib;              /* the library's splits (the partial variants compare against) */
     double *part_lib;       /* host [S_lib][C][2]: lib's partials (sum g, sum g xhat per split) */
     double *abs_sums;       /* host [C][2]: sums of |g|, |g xhat| (the partial variants' bound) */
+    int64_t G;              /* groups of 64 rows: ceil(R / 64) */
+    double *groups;         /* device [G][C][2]: random (sum x, sum x^2) per group, as a conv's epilogue */
+    double *gsums;          /* device [C][2]: a groups variant's channel sums */
+    float *meanv, *invstdv; /* device [C]: a groups variant's statistics */
+    float *mean_g, *invstd_g; /* host [C]: lib's statistics from the groups */
 } bn_case;
 
 static size_t act_bytes(const bn_case *c) { return (size_t)(c->R * c->C) * sizeof(bf16); }
@@ -143,7 +153,7 @@ typedef struct {
 template <int U, int PER_SM>
 static void apply_v(bn_case *c) {
     const dt_bn_nhwc::shape sh = {PER_SM, 8, 4, 256};
-    dt_bn_nhwc::launch_apply<dt_bn_nhwc::tuning<U, 1, 0, 1, 3>, bf16>(c->R, c->C, c->x, c->mean, c->invstd, c->w, c->b,
+    dt_bn_nhwc::launch_apply<dt_bn_nhwc::tuning<U, 1, 0, 1, 3, 256, 1>, bf16>(c->R, c->C, c->x, c->mean, c->invstd, c->w, c->b,
                                                                     has_skip(c) ? c->skip : NULL, has_relu(c), c->yv,
                                                                     sh);
 }
@@ -153,7 +163,7 @@ template <int U, int MINB, int SPLITS, int MAXS>
 static void partial_v(bn_case *c) {
     const dt_bn_nhwc::shape sh = {8, 8, SPLITS, MAXS};
     int S;
-    dt_bn_nhwc::launch_bwd_partial<dt_bn_nhwc::tuning<1, U, MINB, 1, 3>, bf16>(
+    dt_bn_nhwc::launch_bwd_partial<dt_bn_nhwc::tuning<1, U, MINB, 1, 3, 256, 1>, bf16>(
         c->R, c->C, c->x, has_skip(c) ? c->skip : NULL, c->dy, c->mean, c->invstd, c->w, c->b, has_relu(c),
         has_skip(c) ? c->gv : NULL, c->dx, has_skip(c) ? c->dskip : NULL, c->wsv, sh, &S);
 }
@@ -169,9 +179,21 @@ static int partial_splits(const bn_case *c) { return splits_at(c, dt_bn_nhwc::sh
 template <int U, int MINB, int PER_SM>
 static void dx_v(bn_case *c) {
     const dt_bn_nhwc::shape sh = {8, PER_SM, 4, 256};
-    dt_bn_nhwc::launch_bwd_dx<dt_bn_nhwc::tuning<1, 1, 0, U, MINB>, bf16>(
+    dt_bn_nhwc::launch_bwd_dx<dt_bn_nhwc::tuning<1, 1, 0, U, MINB, 256, 1>, bf16>(
         c->R, c->C, c->x, has_skip(c) ? c->skip : NULL, c->dy, c->mean, lib_coef(c), has_relu(c), 1, has_skip(c),
         has_skip(c) ? c->dskip : NULL, 0.0f, c->dxv, 0.0f, sh);
+}
+
+/* the statistics from the groups at T threads a channel, A accumulators a thread, into meanv,
+ * invstdv (the running estimates rm, rv updated as the step does) */
+template <int T, int A>
+static void groups_v(bn_case *c) {
+    dt_bn_nhwc::launch_stats_of_groups<dt_bn_nhwc::tuning<1, 1, 0, 1, 0, T, A>>(c->C, c->R, c->groups, c->G, NULL,
+                                                                              1e-5f, 0.1f, c->rm, c->rv, c->meanv,
+                                                                              c->invstdv);
+}
+static void lib_groups(bn_case *c) {
+    dt_bn_stats_of_sums_cuda(c->C, c->R, c->groups, c->G, 1e-5f, 0.1f, c->rm, c->rv, c->meanv, c->invstdv, NULL);
 }
 
 static void lib_apply_timed(bn_case *c) { lib_apply(c, c->yv); }
@@ -193,6 +215,12 @@ static const variant DX[] = {
     {"u1_b3_g8", dx_v<1, 3, 8>, NULL},  {"u1_b0_g8", dx_v<1, 0, 8>, NULL},  {"u2_b0_g8", dx_v<2, 0, 8>, NULL},
     {"u2_b3_g8", dx_v<2, 3, 8>, NULL},  {"u4_b0_g8", dx_v<4, 0, 8>, NULL},  {"u1_b3_res", dx_v<1, 3, 0>, NULL},
     {"u2_b0_res", dx_v<2, 0, 0>, NULL}, {"u2_b3_res", dx_v<2, 3, 0>, NULL}, {"u4_b0_res", dx_v<4, 0, 0>, NULL},
+};
+/* name: t<threads a channel>_a<accumulators a thread>; `splits` unused, `lib` is the library's entry */
+#define GROUPS_V(T, A) {"t" #T "_a" #A, groups_v<T, A>, NULL}
+static const variant GROUPS[] = {
+    {"lib", lib_groups, NULL}, GROUPS_V(256, 1),  GROUPS_V(256, 2),  GROUPS_V(256, 4), GROUPS_V(512, 1),
+    GROUPS_V(512, 2),          GROUPS_V(1024, 1), GROUPS_V(1024, 2), GROUPS_V(128, 4),
 };
 #define COUNT(a) ((int)(sizeof a / sizeof a[0]))
 
@@ -344,6 +372,64 @@ static int check_partial(bn_case *c, const variant *pv) {
     return ok;
 }
 
+/* a groups variant: its sums against the host's, its statistics against lib's (see the header) */
+template <int T, int A>
+static void groups_sums(bn_case *c) {
+    dt_bn_nhwc::launch_stats_of_groups<dt_bn_nhwc::tuning<1, 1, 0, 1, 0, T, A>>(c->C, c->R, c->groups, c->G, c->gsums,
+                                                                              1e-5f, 0.1f, NULL, NULL, NULL, NULL);
+}
+static const struct {
+    const char *name;
+    pass_fn sums;
+} GROUP_SUMS[] = {{"t256_a1", groups_sums<256, 1>},  {"t256_a2", groups_sums<256, 2>},
+                  {"t256_a4", groups_sums<256, 4>},  {"t512_a1", groups_sums<512, 1>},
+                  {"t512_a2", groups_sums<512, 2>},  {"t1024_a1", groups_sums<1024, 1>},
+                  {"t1024_a2", groups_sums<1024, 2>}, {"t128_a4", groups_sums<128, 4>}};
+
+static int check_groups(bn_case *c, const variant *v) {
+    const int64_t C = c->C;
+    int ok = 1;
+    char tuned[32]; /* dt_bn_nhwc_tuned's variant: the same bits as lib */
+    snprintf(tuned, sizeof tuned, "t%d_a%d", dt_bn_nhwc_tuned::group_threads, dt_bn_nhwc_tuned::group_acc);
+    const int is_lib = !strcmp(v->name, "lib") || !strcmp(v->name, tuned);
+    for (size_t i = 0; i < sizeof GROUP_SUMS / sizeof GROUP_SUMS[0]; i++) {
+        if (strcmp(GROUP_SUMS[i].name, v->name)) continue;
+        GROUP_SUMS[i].sums(c);
+        double *got = (double *)dt_xmalloc((size_t)C * 2 * sizeof(double));
+        double *h = (double *)dt_xmalloc((size_t)c->G * C * 2 * sizeof(double));
+        dt_copy_d2h(got, c->gsums, (size_t)C * 2 * sizeof(double));
+        dt_copy_d2h(h, c->groups, (size_t)c->G * C * 2 * sizeof(double));
+        for (int64_t k = 0; k < C && ok; k++)
+            for (int j = 0; j < 2 && ok; j++) {
+                double sum = 0, abs = 0;
+                for (int64_t g = 0; g < c->G; g++) sum += h[(g * C + k) * 2 + j], abs += fabs(h[(g * C + k) * 2 + j]);
+                if (!(fabs(got[2 * k + j] - sum) <= 1e-12 * abs)) {
+                    printf("FAIL %s %s groups %s: channel %lld sum %d %.17g vs the host's %.17g\n", c->s->stage,
+                           KIND_NAME[c->s->kind], v->name, (long long)k, j, got[2 * k + j], sum);
+                    g_failures++;
+                    ok = 0;
+                }
+            }
+        free(got), free(h);
+    }
+    float *m = (float *)dt_xmalloc((size_t)C * 2 * sizeof(float)), *is = m + C;
+    dt_copy_d2h(m, c->meanv, (size_t)C * sizeof(float));
+    dt_copy_d2h(is, c->invstdv, (size_t)C * sizeof(float));
+    for (int64_t k = 0; k < C && ok; k++) {
+        const int same = !memcmp(&m[k], &c->mean_g[k], sizeof(float)) && !memcmp(&is[k], &c->invstd_g[k], sizeof(float));
+        const int near = fabsf(m[k] - c->mean_g[k]) <= ldexpf(fabsf(c->mean_g[k]), -20) + 1e-12f &&
+                         fabsf(is[k] - c->invstd_g[k]) <= ldexpf(fabsf(c->invstd_g[k]), -20);
+        if (is_lib ? !same : !near) {
+            printf("FAIL %s %s groups %s: channel %lld mean %.9g 1/std %.9g vs lib's %.9g %.9g\n", c->s->stage,
+                   KIND_NAME[c->s->kind], v->name, (long long)k, m[k], is[k], c->mean_g[k], c->invstd_g[k]);
+            g_failures++;
+            ok = 0;
+        }
+    }
+    free(m);
+    return ok;
+}
+
 static int check_apply(bn_case *c, const variant *v) { return same_bits(v->name, c, c->yv, c->y, act_bytes(c)); }
 static int check_dx(bn_case *c, const variant *v) { return same_bits(v->name, c, c->dxv, c->dx, act_bytes(c)); }
 
@@ -365,6 +451,7 @@ static double pass_bytes(const char *pass, const bn_case *c) {
     const double e = (double)act_bytes(c);
     if (!strcmp(pass, "apply")) return e * (2 + has_skip(c));
     if (!strcmp(pass, "partial")) return e * (2 + 2 * has_skip(c));
+    if (!strcmp(pass, "groups")) return (double)c->G * c->C * 2 * sizeof(double);
     return 3 * e;
 }
 
@@ -410,7 +497,7 @@ static int has(const char *list, const char *name) { return strstr(list, name) !
 int main(int argc, char **argv) {
     dt_set_fatal_handler(exit);
     int batch = 64;
-    const char *only = NULL, *passes = "apply,partial,dx";
+    const char *only = NULL, *passes = "apply,partial,dx,groups";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--batch") && i + 1 < argc) batch = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) g_reps = atoi(argv[++i]);
@@ -418,7 +505,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
         else if (!strcmp(argv[i], "--pass") && i + 1 < argc) passes = argv[++i];
         else {
-            fprintf(stderr, "usage: bn_lab [--batch 64] [--reps 20] [--warmup 3] [--only SUBSTR] [--pass apply,partial,dx]\n");
+            fprintf(stderr, "usage: bn_lab [--batch 64] [--reps 20] [--warmup 3] [--only SUBSTR] [--pass apply,partial,dx,groups]\n");
             return 2;
         }
     }
@@ -465,6 +552,24 @@ int main(int argc, char **argv) {
         fill_f32(c->rm, c->C, 0, 0), fill_f32(c->rv, c->C, 1, 1);
         dt_bn_stats_bf16_nhwc_cuda(c->N, c->C, c->R / c->N, c->x, 1, 1e-5f, 0.1f, c->rm, c->rv, c->mean, c->invstd, c->ws,
                                    NULL);
+        /* the groups: sums of 64 rows of a conv output with a per-channel mean around 0.5 and a
+         * spread of 1 (sum x ~ 32 +- 8, sum x^2 ~ 80 +- 16), and lib's statistics from them */
+        c->G = dt_ceil_div(c->R, 64);
+        {
+            const size_t ng = (size_t)c->G * c->C * 2;
+            double *hg = (double *)dt_xmalloc(ng * sizeof(double));
+            for (size_t k = 0; k < ng; k += 2) hg[k] = urand(24, 40), hg[k + 1] = urand(64, 96);
+            c->groups = (double *)dt_gpu_malloc(ng * sizeof(double));
+            dt_copy_h2d(c->groups, hg, ng * sizeof(double));
+            free(hg);
+        }
+        c->gsums = (double *)dt_gpu_malloc((size_t)c->C * 2 * sizeof(double));
+        c->meanv = (float *)dt_gpu_malloc((size_t)c->C * sizeof(float));
+        c->invstdv = (float *)dt_gpu_malloc((size_t)c->C * sizeof(float));
+        c->mean_g = (float *)dt_xmalloc((size_t)c->C * 2 * sizeof(float)), c->invstd_g = c->mean_g + c->C;
+        lib_groups(c);
+        dt_copy_d2h(c->mean_g, c->meanv, (size_t)c->C * sizeof(float));
+        dt_copy_d2h(c->invstd_g, c->invstdv, (size_t)c->C * sizeof(float));
         lib_apply(c, c->y);
         lib_backward(c);
         c->S_lib = splits_at(c, dt_bn_nhwc_tuned_shape);
@@ -475,6 +580,7 @@ int main(int argc, char **argv) {
     if (has(passes, "apply")) run_pass("apply", APPLY, COUNT(APPLY), check_apply, cases, n);
     if (has(passes, "partial")) run_pass("partial", PARTIAL, COUNT(PARTIAL), check_partial, cases, n);
     if (has(passes, "dx")) run_pass("dx", DX, COUNT(DX), check_dx, cases, n);
+    if (has(passes, "groups")) run_pass("groups", GROUPS, COUNT(GROUPS), check_groups, cases, n);
     printf("\n%s: %d failure(s)\n", g_failures ? "FAILED" : "all variants valid", g_failures);
     return g_failures ? 1 : 0;
 }

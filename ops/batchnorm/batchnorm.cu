@@ -97,20 +97,6 @@ __global__ void k_sum_splits(int64_t C, int S, int64_t sc, int64_t ss, const dou
     sums[c * 2 + 1] = b;
 }
 
-/* mean, invstd and the running update of channel c from its sums over M values */
-__device__ __forceinline__ void finish_stats(int64_t c, int64_t M, double s1, double s2, float eps, float momentum,
-                                             float *rm, float *rv, float *mean, float *invstd) {
-    double mu = s1 / M, var = s2 / M - mu * mu;
-    if (var < 0) var = 0;
-    mean[c] = (float)mu;
-    invstd[c] = (float)(1.0 / sqrt(var + eps));
-    if (rm) {
-        double unbiased = M > 1 ? var * M / (M - 1) : var;
-        rm[c] = (float)((1.0 - momentum) * rm[c] + momentum * mu);
-        rv[c] = (float)((1.0 - momentum) * rv[c] + momentum * unbiased);
-    }
-}
-
 /* mean, invstd (and the running update) of channel c from its sums: the partials when
  * `partial` is given, else the (all-reduced) sums. */
 template <bool WARP>
@@ -129,30 +115,7 @@ __global__ void k_stats_final(int64_t C, int64_t M, const double *partial, int S
     double s1, s2;
     if (partial) sum_splits<WARP>(partial, S, sc, ss, c, s1, s2);
     else s1 = sums[c * 2], s2 = sums[c * 2 + 1];
-    if (store) finish_stats(c, M, s1, s2, eps, momentum, rm, rv, mean, invstd);
-}
-
-/* The same from the groups [G][C][2] a conv's epilogue made (dt_bn_stats_of_sums): block c, thread
- * t adds groups t, t + 256, ... in order, then a fixed tree (deterministic); the channel's sums
- * go to `sums` (a synchronized batch norm all-reduces them next) or straight to its statistics. */
-__global__ void k_stats_of_groups(int64_t C, int64_t M, const double *__restrict__ groups, int64_t G, double *sums,
-                                  float eps, float momentum, float *rm, float *rv, float *mean, float *invstd) {
-    __shared__ double sa[256], sb[256];
-    const int64_t c = blockIdx.x;
-    double a = 0.0, b = 0.0;
-    for (int64_t g = threadIdx.x; g < G; g += 256) {
-        const double2 v = *reinterpret_cast<const double2 *>(groups + (g * C + c) * 2);
-        a += v.x, b += v.y;
-    }
-    sa[threadIdx.x] = a, sb[threadIdx.x] = b;
-    __syncthreads();
-    for (int o = 128; o > 0; o >>= 1) {
-        if ((int)threadIdx.x < o) sa[threadIdx.x] += sa[threadIdx.x + o], sb[threadIdx.x] += sb[threadIdx.x + o];
-        __syncthreads();
-    }
-    if (threadIdx.x) return;
-    if (sums) sums[c * 2] = sa[0], sums[c * 2 + 1] = sb[0];
-    else finish_stats(c, M, sa[0], sb[0], eps, momentum, rm, rv, mean, invstd);
+    if (store) dt_bn_nhwc::finish_stats(c, M, s1, s2, eps, momentum, rm, rv, mean, invstd);
 }
 
 /* The NHWC backward's per-channel coefficients, so that its pointwise pass reads a few floats a
@@ -409,14 +372,11 @@ extern "C" void dt_bn_stats_of_sums_cuda(int64_t C, int64_t M, const double *sum
                                          const dt_bn_sync *sync) {
     if (C <= 0) return;
     if (!sync) {
-        k_stats_of_groups<<<(unsigned)C, 256, 0, dt_stream()>>>(C, M, sums, groups, NULL, eps, momentum, rm, rv, mean,
-                                                                invstd);
-        DT_CHECK_LAUNCH();
+        dt_bn_nhwc::launch_stats_of_groups<dt_bn_nhwc_tuned>(C, M, sums, groups, NULL, eps, momentum, rm, rv, mean, invstd);
         return;
     }
     double *s = (double *)dt_gpu_malloc(sizeof(double) * 2 * (size_t)C); /* [C][2] */
-    k_stats_of_groups<<<(unsigned)C, 256, 0, dt_stream()>>>(C, M, sums, groups, s, eps, momentum, rm, rv, mean, invstd);
-    DT_CHECK_LAUNCH();
+    dt_bn_nhwc::launch_stats_of_groups<dt_bn_nhwc_tuned>(C, M, sums, groups, s, eps, momentum, rm, rv, mean, invstd);
     sync->allreduce(sync->ctx, s, 2 * C);
     k_stats_final<false><<<channel_blocks(C), 128, 0, dt_stream()>>>(C, M * sync->ranks, NULL, 0, 1, C, s, 1, eps,
                                                                      momentum, rm, rv, mean, invstd);

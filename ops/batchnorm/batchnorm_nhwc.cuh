@@ -20,6 +20,10 @@
  *          (MINB 3 caps them at 80); dx's 40 constants want ~89 at U = 1 (MINB 3: 80).
  *   apply_blocks_per_sm, dx_blocks_per_sm  blocks a pointwise pass launches per SM, over all
  *          channel blocks (0: exactly as many as are resident, one wave of a grid-stride loop).
+ *   GROUP_THREADS, GROUP_ACC  the finish of a conv epilogue's groups (k_stats_of_groups): threads
+ *          a channel's block, and the accumulators a thread interleaves its groups over (GROUP_ACC
+ *          independent chains of loads and adds instead of one). Both change the order of the
+ *          double sums, so their rounding.
  *   splits_per_sm, max_splits  the reductions' row splits: splits_per_sm per SM of a 132-SM GPU
  *          (a constant, so the split boundaries - and the sums' bits - depend on the shape alone,
  *          on any GPU), at most max_splits (<= DT_BN_MAX_SPLITS, the workspace's capacity): the
@@ -50,10 +54,10 @@ namespace dt_bn_nhwc {
 
 /* The compile-time half of a tuning (see the header comment); the runtime half is
  * dt_bn_nhwc_shape. */
-template <int U_APPLY, int U_PARTIAL, int MINB_PARTIAL, int U_DX, int MINB_DX>
+template <int U_APPLY, int U_PARTIAL, int MINB_PARTIAL, int U_DX, int MINB_DX, int GROUP_THREADS, int GROUP_ACC>
 struct tuning {
     static constexpr int u_apply = U_APPLY, u_partial = U_PARTIAL, minb_partial = MINB_PARTIAL, u_dx = U_DX,
-                         minb_dx = MINB_DX;
+                         minb_dx = MINB_DX, group_threads = GROUP_THREADS, group_acc = GROUP_ACC;
 };
 
 struct shape {
@@ -340,7 +344,71 @@ __global__ void __launch_bounds__(DT_BN_THREADS, MINB)
     }
 }
 
+/* mean, invstd and the running update of channel c from its sums over M values */
+__device__ __forceinline__ void finish_stats(int64_t c, int64_t M, double s1, double s2, float eps, float momentum,
+                                             float *rm, float *rv, float *mean, float *invstd) {
+    double mu = s1 / M, var = s2 / M - mu * mu;
+    if (var < 0) var = 0;
+    mean[c] = (float)mu;
+    invstd[c] = (float)(1.0 / sqrt(var + eps));
+    if (rm) {
+        double unbiased = M > 1 ? var * M / (M - 1) : var;
+        rm[c] = (float)((1.0 - momentum) * rm[c] + momentum * mu);
+        rv[c] = (float)((1.0 - momentum) * rv[c] + momentum * unbiased);
+    }
+}
+
+/* The statistics from the groups [G][C][2] (sum x, sum x^2) a conv's epilogue made
+ * (dt_bn_stats_of_sums): block c, thread t takes groups t, t + T, t + 2T, ... into accumulator
+ * (i mod A) for its i-th group, adds its A accumulators in order, then a fixed tree over the T
+ * threads (deterministic: the order depends on G, T and A alone); the channel's sums go to `sums`
+ * (a synchronized batch norm all-reduces them next) or straight to its statistics. */
+template <int T, int A>
+__global__ void __launch_bounds__(T)
+    k_stats_of_groups(int64_t C, int64_t M, const double *__restrict__ groups, int64_t G, double *sums, float eps,
+                      float momentum, float *rm, float *rv, float *mean, float *invstd) {
+    __shared__ double sa[T], sb[T];
+    const int64_t c = blockIdx.x;
+    double a[A], b[A];
+#pragma unroll
+    for (int k = 0; k < A; k++) a[k] = b[k] = 0.0;
+    int64_t g = threadIdx.x;
+    for (; g + (A - 1) * T < G; g += A * T)
+#pragma unroll
+        for (int k = 0; k < A; k++) {
+            const double2 v = *reinterpret_cast<const double2 *>(groups + ((g + k * T) * C + c) * 2);
+            a[k] += v.x, b[k] += v.y;
+        }
+#pragma unroll
+    for (int k = 0; k < A - 1; k++) /* the last < A groups of this thread */
+        if (g + k * T < G) {
+            const double2 v = *reinterpret_cast<const double2 *>(groups + ((g + k * T) * C + c) * 2);
+            a[k] += v.x, b[k] += v.y;
+        }
+#pragma unroll
+    for (int k = 1; k < A; k++) a[0] += a[k], b[0] += b[k];
+    sa[threadIdx.x] = a[0], sb[threadIdx.x] = b[0];
+    __syncthreads();
+#pragma unroll
+    for (int o = T / 2; o > 0; o >>= 1) {
+        if ((int)threadIdx.x < o) sa[threadIdx.x] += sa[threadIdx.x + o], sb[threadIdx.x] += sb[threadIdx.x + o];
+        __syncthreads();
+    }
+    if (threadIdx.x) return;
+    if (sums) sums[c * 2] = sa[0], sums[c * 2 + 1] = sb[0];
+    else finish_stats(c, M, sa[0], sb[0], eps, momentum, rm, rv, mean, invstd);
+}
+
 /* ---- launches (stream dt_stream()); `TU` a tuning<>, `sh` its shape ---- */
+
+template <typename TU>
+static inline void launch_stats_of_groups(int64_t C, int64_t M, const double *groups, int64_t G, double *sums,
+                                          float eps, float momentum, float *rm, float *rv, float *mean,
+                                          float *invstd) {
+    k_stats_of_groups<TU::group_threads, TU::group_acc><<<(unsigned)C, TU::group_threads, 0, dt_stream()>>>(
+        C, M, groups, G, sums, eps, momentum, rm, rv, mean, invstd);
+    DT_CHECK_LAUNCH();
+}
 
 template <typename T>
 static inline void launch_stats_partial(int64_t R, int64_t C, const T *x, double *partial, const shape &sh, int *S) {
@@ -404,9 +472,10 @@ static inline void launch_bwd_dx(int64_t R, int64_t C, const T *x, const T *skip
  * batch norms at batch 64, count-weighted us of a step; docs/PERF.md section 27): apply 4 rows
  * a thread in flight, exactly the resident grid (350 against 423 for 1 row, 8 blocks an SM); dx
  * 2 rows, no register cap, the resident grid (399 against 457 for 1 row capped at 3 blocks an
- * SM); the partial pass as before (1 row, 4 splits an SM: the lab's run gave it no timing).
+ * SM); the partial pass as before (1 row, 4 splits an SM: the lab's run gave it no timing); the
+ * groups' finish as before (256 threads, one accumulator: not yet timed).
  * Pointwise outputs are the same bits under every tuning. */
-typedef dt_bn_nhwc::tuning<4, 1, 0, 2, 0> dt_bn_nhwc_tuned;
+typedef dt_bn_nhwc::tuning<4, 1, 0, 2, 0, 256, 1> dt_bn_nhwc_tuned;
 static const dt_bn_nhwc::shape dt_bn_nhwc_tuned_shape = {0, 0, 4, 256};
 
 #endif
