@@ -152,33 +152,32 @@ typedef struct {
 /* apply at U rows a step, PER_SM pointwise blocks an SM (0: resident) into yv */
 template <int U, int PER_SM>
 static void apply_v(bn_case *c) {
-    const dt_bn_nhwc::shape sh = {PER_SM, 8, 4, 256};
+    const dt_bn_nhwc::shape sh = {PER_SM, 8, 4};
     dt_bn_nhwc::launch_apply<dt_bn_nhwc::tuning<U, 1, 0, 1, 3, 256, 1>, bf16>(c->R, c->C, c->x, c->mean, c->invstd, c->w, c->b,
                                                                     has_skip(c) ? c->skip : NULL, has_relu(c), c->yv,
                                                                     sh);
 }
-/* the backward's partial sums at U rows a step, MINB, SPLITS an SM (at most MAXS) into wsv (g into
- * gv for a join) */
-template <int U, int MINB, int SPLITS, int MAXS>
+/* the backward's partial sums at U rows a step, MINB, SPLITS an SM into wsv (g into gv for a join) */
+template <int U, int MINB, int SPLITS>
 static void partial_v(bn_case *c) {
-    const dt_bn_nhwc::shape sh = {8, 8, SPLITS, MAXS};
+    const dt_bn_nhwc::shape sh = {8, 8, SPLITS};
     int S;
     dt_bn_nhwc::launch_bwd_partial<dt_bn_nhwc::tuning<1, U, MINB, 1, 3, 256, 1>, bf16>(
         c->R, c->C, c->x, has_skip(c) ? c->skip : NULL, c->dy, c->mean, c->invstd, c->w, c->b, has_relu(c),
         has_skip(c) ? c->gv : NULL, c->dx, has_skip(c) ? c->dskip : NULL, c->wsv, sh, &S);
 }
-/* the backward's row splits on c under shape sh (launch_bwd_partial's tiling) */
-static int splits_at(const bn_case *c, const dt_bn_nhwc::shape &sh) {
+/* the backward's row splits on c at splits_per_sm (launch_bwd_partial's tiling) */
+static int splits_at(const bn_case *c, int splits_per_sm) {
     const dt_bn_nhwc::grid g = dt_bn_nhwc::tiling<bf16>(c->C, {c->x, c->skip, c->dy, c->dx, c->dskip});
-    return dt_bn_nhwc::splits(c->R, g, sh);
+    return dt_bn_nhwc::splits(c->R, g, splits_per_sm);
 }
-template <int SPLITS, int MAXS>
-static int partial_splits(const bn_case *c) { return splits_at(c, dt_bn_nhwc::shape{8, 8, SPLITS, MAXS}); }
+template <int SPLITS>
+static int partial_splits(const bn_case *c) { return splits_at(c, SPLITS); }
 /* dx at U rows a step, MINB, PER_SM blocks an SM into dxv, from lib's coefficients (a join reads
  * lib's g from dskip) */
 template <int U, int MINB, int PER_SM>
 static void dx_v(bn_case *c) {
-    const dt_bn_nhwc::shape sh = {8, PER_SM, 4, 256};
+    const dt_bn_nhwc::shape sh = {8, PER_SM, 4};
     dt_bn_nhwc::launch_bwd_dx<dt_bn_nhwc::tuning<1, 1, 0, U, MINB, 256, 1>, bf16>(
         c->R, c->C, c->x, has_skip(c) ? c->skip : NULL, c->dy, c->mean, lib_coef(c), has_relu(c), 1, has_skip(c),
         has_skip(c) ? c->dskip : NULL, 0.0f, c->dxv, 0.0f, sh);
@@ -203,13 +202,11 @@ static const variant APPLY[] = {
     {"u1_g8", apply_v<1, 8>, NULL},   {"u2_g8", apply_v<2, 8>, NULL},   {"u4_g8", apply_v<4, 8>, NULL},
     {"u1_res", apply_v<1, 0>, NULL},  {"u2_res", apply_v<2, 0>, NULL},  {"u4_res", apply_v<4, 0>, NULL},
 };
-/* name: u<U>_b<MINB>_s<splits an SM>_m<most splits> */
-#define PARTIAL_V(U, B, S, M) {"u" #U "_b" #B "_s" #S "_m" #M, partial_v<U, B, S, M>, partial_splits<S, M>}
+/* name: u<U>_b<MINB>_s<splits an SM> */
+#define PARTIAL_V(U, B, S) {"u" #U "_b" #B "_s" #S, partial_v<U, B, S>, partial_splits<S>}
 static const variant PARTIAL[] = {
-    PARTIAL_V(1, 0, 4, 256),  PARTIAL_V(2, 0, 4, 256),  PARTIAL_V(4, 0, 4, 256),  PARTIAL_V(1, 3, 4, 256),
-    PARTIAL_V(2, 3, 4, 256),  PARTIAL_V(2, 2, 4, 256),  PARTIAL_V(1, 0, 8, 256),  PARTIAL_V(2, 3, 8, 256),
-    PARTIAL_V(4, 2, 8, 256),  PARTIAL_V(1, 0, 8, 1024), PARTIAL_V(2, 0, 8, 1024), PARTIAL_V(4, 0, 8, 1024),
-    PARTIAL_V(2, 2, 8, 512),  PARTIAL_V(4, 2, 8, 512),  PARTIAL_V(2, 0, 16, 1024), PARTIAL_V(4, 2, 16, 1024),
+    PARTIAL_V(1, 0, 4), PARTIAL_V(2, 0, 4), PARTIAL_V(4, 0, 4), PARTIAL_V(1, 3, 4), PARTIAL_V(2, 3, 4),
+    PARTIAL_V(2, 2, 4), PARTIAL_V(1, 0, 8), PARTIAL_V(2, 3, 8), PARTIAL_V(4, 2, 8),
 };
 static const variant DX[] = {
     {"u1_b3_g8", dx_v<1, 3, 8>, NULL},  {"u1_b0_g8", dx_v<1, 0, 8>, NULL},  {"u2_b0_g8", dx_v<2, 0, 8>, NULL},
@@ -572,7 +569,7 @@ int main(int argc, char **argv) {
         dt_copy_d2h(c->invstd_g, c->invstdv, (size_t)c->C * sizeof(float));
         lib_apply(c, c->y);
         lib_backward(c);
-        c->S_lib = splits_at(c, dt_bn_nhwc_tuned_shape);
+        c->S_lib = splits_at(c, dt_bn_nhwc_tuned_shape.splits_per_sm);
         dt_gpu_sync();
         check_lib(c);
     }

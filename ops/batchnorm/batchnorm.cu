@@ -14,7 +14,7 @@
  *
  * NHWC (f32, bf16): rows of C contiguous channels, 16-byte channel packs a thread, reductions
  * over fixed row splits (the tuning's splits an SM of a 132-SM GPU, at least 4 rows a thread, at
- * most its max_splits). The kernels and their tuning are batchnorm_nhwc.cuh's (bench/lab/bn_lab.cu times
+ * most DT_BN_MAX_SPLITS). The kernels and their tuning are batchnorm_nhwc.cuh's (bench/lab/bn_lab.cu times
  * the tunings); the per-channel sums, statistics and coefficients between them are here.
  *
  * Bytes moved per element of x (E = the element size, NHWC; skip when present):

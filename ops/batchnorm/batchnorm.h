@@ -47,9 +47,8 @@ typedef struct dt_bn_sync {
     int ranks;
 } dt_bn_sync;
 
-/* The most row splits a CUDA reduction may use (their partials live in ws): the capacity the
- * NHWC tunings' max_splits (batchnorm_nhwc.cuh) choose within. */
-#define DT_BN_MAX_SPLITS 1024
+/* The most row splits a CUDA reduction uses (their partials live in ws). */
+#define DT_BN_MAX_SPLITS 256
 
 /* Workspace of one call: (C, DT_BN_MAX_SPLITS) partials then (C) sums, two doubles each, then
  * the NHWC backward's four per-channel coefficients (floats). */

@@ -24,12 +24,9 @@
  *          a channel's block, and the accumulators a thread interleaves its groups over (GROUP_ACC
  *          independent chains of loads and adds instead of one). Both change the order of the
  *          double sums, so their rounding.
- *   splits_per_sm, max_splits  the reductions' row splits: splits_per_sm per SM of a 132-SM GPU
- *          (a constant, so the split boundaries - and the sums' bits - depend on the shape alone,
- *          on any GPU), at most max_splits (<= DT_BN_MAX_SPLITS, the workspace's capacity): the
- *          cap is what bounds the grid of the large shapes (C = 64 has one channel block, so
- *          its whole grid is the splits). Changing either changes the sums' rounding (not their
- *          accuracy).
+ *   splits_per_sm  the reductions' row splits target per SM of a 132-SM GPU (a constant, so the
+ *          split boundaries - and the sums' bits - depend on the shape alone, on any GPU), at
+ *          most DT_BN_MAX_SPLITS. Changing it changes the sums' rounding (not their accuracy).
  *
  * Reductions: block (cb, s) sums the fixed row range [s*R/S, (s+1)*R/S) of its channels; the TY
  * row-threads are combined by a fixed tree in shared memory; partials land at (s*C + c) and are
@@ -62,7 +59,7 @@ struct tuning {
 
 struct shape {
     int apply_blocks_per_sm, dx_blocks_per_sm; /* 0: the resident count */
-    int splits_per_sm, max_splits;
+    int splits_per_sm;
 };
 
 /* bn(x) = fma(x, scale, shift): the one definition the forward and the backward's ReLU mask
@@ -90,13 +87,12 @@ static inline grid tiling(int64_t C, std::initializer_list<const void *> ptrs) {
     return g;
 }
 
-/* Row splits of a reduction: a function of the shape (and the tuning's constants) only, at least 4
+/* Row splits of a reduction: a function of the shape (and the tuning's constant) only, at least 4
  * rows a thread. */
-static inline int splits(int64_t R, const grid &g, const shape &sh) {
-    int64_t s = dt_ceil_div((int64_t)sh.splits_per_sm * 132, g.CB), most = R / (4 * g.TY);
-    const int cap = sh.max_splits < DT_BN_MAX_SPLITS ? sh.max_splits : DT_BN_MAX_SPLITS;
+static inline int splits(int64_t R, const grid &g, int splits_per_sm) {
+    int64_t s = dt_ceil_div((int64_t)splits_per_sm * 132, g.CB), most = R / (4 * g.TY);
     if (s > most) s = most;
-    if (s > cap) s = cap;
+    if (s > DT_BN_MAX_SPLITS) s = DT_BN_MAX_SPLITS;
     return s < 1 ? 1 : (int)s;
 }
 
@@ -413,7 +409,7 @@ static inline void launch_stats_of_groups(int64_t C, int64_t M, const double *gr
 template <typename T>
 static inline void launch_stats_partial(int64_t R, int64_t C, const T *x, double *partial, const shape &sh, int *S) {
     const grid g = tiling<T>(C, {x});
-    *S = splits(R, g, sh);
+    *S = splits(R, g, sh.splits_per_sm);
     dt_with_pack<T>(g.V != 1, [&](auto v) {
         k_nhwc_stats_partial<T, decltype(v)::value>
             <<<dim3((unsigned)g.CB, (unsigned)*S), dim3(g.TX, g.TY), 0, dt_stream()>>>(R, C, x, partial);
@@ -442,7 +438,7 @@ static inline void launch_bwd_partial(int64_t R, int64_t C, const T *x, const T 
                                       const float *invstd, const float *w, const float *b, int relu, T *g_out,
                                       const T *dx, const T *dskip, double *partial, const shape &sh, int *S) {
     const grid g = tiling<T>(C, {x, skip, dy, dx, dskip});
-    *S = splits(R, g, sh);
+    *S = splits(R, g, sh.splits_per_sm);
     dt_with_pack<T>(g.V != 1, [&](auto v) {
         k_nhwc_bwd_partial<T, decltype(v)::value, TU::u_partial, TU::minb_partial>
             <<<dim3((unsigned)g.CB, (unsigned)*S), dim3(g.TX, g.TY), 0, dt_stream()>>>(R, C, x, skip, dy, mean, invstd,
@@ -472,10 +468,11 @@ static inline void launch_bwd_dx(int64_t R, int64_t C, const T *x, const T *skip
  * batch norms at batch 64, count-weighted us of a step; docs/PERF.md section 27): apply 4 rows
  * a thread in flight, exactly the resident grid (350 against 423 for 1 row, 8 blocks an SM); dx
  * 2 rows, no register cap, the resident grid (399 against 457 for 1 row capped at 3 blocks an
- * SM); the partial pass as before (1 row, 4 splits an SM: the lab's run gave it no timing); the
- * groups' finish as before (256 threads, one accumulator: not yet timed).
+ * SM); the partial pass 1 row, no cap, 4 splits an SM (475 us; every other variant 488-1143) and
+ * the groups' finish 256 threads, one accumulator (161 us; the others 160-202: noise or slower),
+ * both from the lab's second run (section 28).
  * Pointwise outputs are the same bits under every tuning. */
 typedef dt_bn_nhwc::tuning<4, 1, 0, 2, 0, 256, 1> dt_bn_nhwc_tuned;
-static const dt_bn_nhwc::shape dt_bn_nhwc_tuned_shape = {0, 0, 4, 256};
+static const dt_bn_nhwc::shape dt_bn_nhwc_tuned_shape = {0, 0, 4};
 
 #endif
