@@ -147,6 +147,7 @@ typedef struct {
     const char *name;
     pass_fn fn;
     int (*splits)(const bn_case *c); /* a partial variant's row splits on c (else NULL) */
+    pass_fn sums;                    /* a groups variant in its sums mode, into gsums (else NULL) */
 } variant;
 
 /* apply at U rows a step, PER_SM pointwise blocks an SM (0: resident) into yv */
@@ -198,25 +199,31 @@ static void lib_groups(bn_case *c) {
 static void lib_apply_timed(bn_case *c) { lib_apply(c, c->yv); }
 
 static const variant APPLY[] = {
-    {"lib", lib_apply_timed, NULL},
-    {"u1_g8", apply_v<1, 8>, NULL},   {"u2_g8", apply_v<2, 8>, NULL},   {"u4_g8", apply_v<4, 8>, NULL},
-    {"u1_res", apply_v<1, 0>, NULL},  {"u2_res", apply_v<2, 0>, NULL},  {"u4_res", apply_v<4, 0>, NULL},
+    {"lib", lib_apply_timed, NULL, NULL},
+    {"u1_g8", apply_v<1, 8>, NULL, NULL},   {"u2_g8", apply_v<2, 8>, NULL, NULL},   {"u4_g8", apply_v<4, 8>, NULL, NULL},
+    {"u1_res", apply_v<1, 0>, NULL, NULL},  {"u2_res", apply_v<2, 0>, NULL, NULL},  {"u4_res", apply_v<4, 0>, NULL, NULL},
 };
 /* name: u<U>_b<MINB>_s<splits an SM> */
-#define PARTIAL_V(U, B, S) {"u" #U "_b" #B "_s" #S, partial_v<U, B, S>, partial_splits<S>}
+#define PARTIAL_V(U, B, S) {"u" #U "_b" #B "_s" #S, partial_v<U, B, S>, partial_splits<S>, NULL}
 static const variant PARTIAL[] = {
     PARTIAL_V(1, 0, 4), PARTIAL_V(2, 0, 4), PARTIAL_V(4, 0, 4), PARTIAL_V(1, 3, 4), PARTIAL_V(2, 3, 4),
     PARTIAL_V(2, 2, 4), PARTIAL_V(1, 0, 8), PARTIAL_V(2, 3, 8), PARTIAL_V(4, 2, 8),
 };
 static const variant DX[] = {
-    {"u1_b3_g8", dx_v<1, 3, 8>, NULL},  {"u1_b0_g8", dx_v<1, 0, 8>, NULL},  {"u2_b0_g8", dx_v<2, 0, 8>, NULL},
-    {"u2_b3_g8", dx_v<2, 3, 8>, NULL},  {"u4_b0_g8", dx_v<4, 0, 8>, NULL},  {"u1_b3_res", dx_v<1, 3, 0>, NULL},
-    {"u2_b0_res", dx_v<2, 0, 0>, NULL}, {"u2_b3_res", dx_v<2, 3, 0>, NULL}, {"u4_b0_res", dx_v<4, 0, 0>, NULL},
+    {"u1_b3_g8", dx_v<1, 3, 8>, NULL, NULL},  {"u1_b0_g8", dx_v<1, 0, 8>, NULL, NULL},  {"u2_b0_g8", dx_v<2, 0, 8>, NULL, NULL},
+    {"u2_b3_g8", dx_v<2, 3, 8>, NULL, NULL},  {"u4_b0_g8", dx_v<4, 0, 8>, NULL, NULL},  {"u1_b3_res", dx_v<1, 3, 0>, NULL, NULL},
+    {"u2_b0_res", dx_v<2, 0, 0>, NULL, NULL}, {"u2_b3_res", dx_v<2, 3, 0>, NULL, NULL}, {"u4_b0_res", dx_v<4, 0, 0>, NULL, NULL},
 };
-/* name: t<threads a channel>_a<accumulators a thread>; `splits` unused, `lib` is the library's entry */
-#define GROUPS_V(T, A) {"t" #T "_a" #A, groups_v<T, A>, NULL}
+/* the same in its sums mode (what a synchronized batch norm all-reduces) into gsums */
+template <int T, int A>
+static void groups_sums(bn_case *c) {
+    dt_bn_nhwc::launch_stats_of_groups<dt_bn_nhwc::tuning<1, 1, 0, 1, 0, T, A>>(c->C, c->R, c->groups, c->G, c->gsums,
+                                                                              1e-5f, 0.1f, NULL, NULL, NULL, NULL);
+}
+/* name: t<threads a channel>_a<accumulators a thread>; `lib` is the library's entry */
+#define GROUPS_V(T, A) {"t" #T "_a" #A, groups_v<T, A>, NULL, groups_sums<T, A>}
 static const variant GROUPS[] = {
-    {"lib", lib_groups, NULL}, GROUPS_V(256, 1),  GROUPS_V(256, 2),  GROUPS_V(256, 4), GROUPS_V(512, 1),
+    {"lib", lib_groups, NULL, NULL}, GROUPS_V(256, 1),  GROUPS_V(256, 2),  GROUPS_V(256, 4), GROUPS_V(512, 1),
     GROUPS_V(512, 2),          GROUPS_V(1024, 1), GROUPS_V(1024, 2), GROUPS_V(128, 4),
 };
 #define COUNT(a) ((int)(sizeof a / sizeof a[0]))
@@ -370,28 +377,14 @@ static int check_partial(bn_case *c, const variant *pv) {
 }
 
 /* a groups variant: its sums against the host's, its statistics against lib's (see the header) */
-template <int T, int A>
-static void groups_sums(bn_case *c) {
-    dt_bn_nhwc::launch_stats_of_groups<dt_bn_nhwc::tuning<1, 1, 0, 1, 0, T, A>>(c->C, c->R, c->groups, c->G, c->gsums,
-                                                                              1e-5f, 0.1f, NULL, NULL, NULL, NULL);
-}
-static const struct {
-    const char *name;
-    pass_fn sums;
-} GROUP_SUMS[] = {{"t256_a1", groups_sums<256, 1>},  {"t256_a2", groups_sums<256, 2>},
-                  {"t256_a4", groups_sums<256, 4>},  {"t512_a1", groups_sums<512, 1>},
-                  {"t512_a2", groups_sums<512, 2>},  {"t1024_a1", groups_sums<1024, 1>},
-                  {"t1024_a2", groups_sums<1024, 2>}, {"t128_a4", groups_sums<128, 4>}};
-
 static int check_groups(bn_case *c, const variant *v) {
     const int64_t C = c->C;
     int ok = 1;
     char tuned[32]; /* dt_bn_nhwc_tuned's variant: the same bits as lib */
     snprintf(tuned, sizeof tuned, "t%d_a%d", dt_bn_nhwc_tuned::group_threads, dt_bn_nhwc_tuned::group_acc);
     const int is_lib = !strcmp(v->name, "lib") || !strcmp(v->name, tuned);
-    for (size_t i = 0; i < sizeof GROUP_SUMS / sizeof GROUP_SUMS[0]; i++) {
-        if (strcmp(GROUP_SUMS[i].name, v->name)) continue;
-        GROUP_SUMS[i].sums(c);
+    if (v->sums) {
+        v->sums(c);
         double *got = (double *)dt_xmalloc((size_t)C * 2 * sizeof(double));
         double *h = (double *)dt_xmalloc((size_t)c->G * C * 2 * sizeof(double));
         dt_copy_d2h(got, c->gsums, (size_t)C * 2 * sizeof(double));

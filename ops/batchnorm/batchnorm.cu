@@ -13,8 +13,9 @@
  * block per (n, c) plane, so scale and shift are uniform per block (float4 when P % 4 == 0).
  *
  * NHWC (f32, bf16): rows of C contiguous channels, 16-byte channel packs a thread, reductions
- * over fixed row splits (the tuning's splits an SM of a 132-SM GPU, at least 4 rows a thread, at
- * most DT_BN_MAX_SPLITS). The kernels and their tuning are batchnorm_nhwc.cuh's (bench/lab/bn_lab.cu times
+ * over fixed row splits (~4 blocks an SM of a 132-SM GPU, at least 4 rows a thread, at most
+ * DT_BN_MAX_SPLITS: C = 512 at 7x7, R = 3136 at batch 64, still gets 98 x 2 blocks, and C = 64 at
+ * 56x56 256). The kernels and their tuning are batchnorm_nhwc.cuh's (bench/lab/bn_lab.cu times
  * the tunings); the per-channel sums, statistics and coefficients between them are here.
  *
  * Bytes moved per element of x (E = the element size, NHWC; skip when present):
@@ -49,8 +50,8 @@ __device__ __forceinline__ void add_splits(const double *partial, int S, int64_t
     }
 }
 
-/* The same sums by one warp per channel (the NHWC reductions have hundreds of splits, strided
- * by C: a lone thread walking them serially is latency-bound - 40 us a call
+/* The same sums by one warp per channel (the NHWC reductions have up to DT_BN_MAX_SPLITS
+ * splits, strided by C: a lone thread walking them serially is latency-bound - 40 us a call
  * at 256 splits): lane l adds splits l, l + 32, ... in order, then the 32 lane sums meet in a
  * fixed shuffle tree. The order depends on S alone: deterministic. Lane 0 holds the result. */
 __device__ __forceinline__ void add_splits_warp(const double *partial, int S, int64_t sc, int64_t ss, int64_t c,

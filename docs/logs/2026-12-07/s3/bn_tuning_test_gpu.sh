@@ -1,6 +1,10 @@
 set -uo pipefail
 L=/tmp/logs; mkdir -p $L; S=$L/summary.txt; t0=$(date +%s); el() { echo "$(( $(date +%s) - t0 )) s"; }
 snap() { cp $S $OUT/ 2>/dev/null; tar czf $OUT/logs.tgz -C /tmp logs 2>/dev/null; }
-nvidia-smi --query-gpu=name --format=csv,noheader > $S; git log --oneline -1 >> $S 2>/dev/null
+nvidia-smi --query-gpu=name --format=csv,noheader > $S
 make -j16 STB_INCLUDE=$PWD/.stb all > $L/build.log 2>&1; echo "build rc $? $(el)" >> $S; snap
-timeout $(( 380 - ($(date +%s) - t0) )) make STB_INCLUDE=$PWD/.stb test-gpu > $L/test_gpu.log 2>&1; echo "test-gpu rc $? $(el)" >> $S; grep -E "^FAIL" $L/test_gpu.log | head >> $S; tail -4 $L/test_gpu.log >> $S; snap
+timeout 30 build/train configs/synthetic_timing.cfg overwrite=1 progress=0 precision=bf16 deform=none batch=64 steps=30 log=$L/plain64 > /dev/null 2>&1; echo "plain b64: $(awk '/^median_step_ms/{print $2}' $L/plain64_summary.txt) ms" >> $S
+timeout 90 python3 bench/torch_yardstick.py resnet18 --amp --channels-last --graphs --batch 64 > $L/yard.log 2>&1; grep "ms/step" $L/yard.log | head -1 >> $S; snap
+for s in 5 6; do timeout 40 ncu --clock-control none --cache-control none --csv --metrics gpu__time_duration.sum --print-units base build/train configs/synthetic_timing.cfg deform=none precision=bf16 batch=64 steps=$s timing_warmup=0 log_every=1 progress=0 overwrite=1 log=$L/ncu_$s > $L/ncu_$s.csv 2> $L/ncu_$s.err; done
+python3 bench/kernel_breakdown.py $L/ncu_5.csv $L/ncu_6.csv > $L/breakdown.txt 2>&1; rm -f $L/ncu_*.csv; echo "ncu $(el)" >> $S; head -1 $L/breakdown.txt >> $S; grep -A6 "by category" $L/breakdown.txt >> $S; snap
+timeout $(( 520 - ($(date +%s) - t0) )) make STB_INCLUDE=$PWD/.stb test-gpu > $L/test_gpu.log 2>&1; echo "test-gpu rc $? $(el)" >> $S; grep -E "^FAIL" $L/test_gpu.log | head >> $S; tail -4 $L/test_gpu.log >> $S; snap
