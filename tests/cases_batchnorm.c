@@ -197,13 +197,6 @@ static const dt_opcase bn_cases[] = {
     BN_BIG("ResNet l4 join 64x512x7x7, train+add+relu", 64, 512, 7, 7, 1, .training = 1, .relu = 1, .skip = 1),
     BN_BIG("ResNet l4 64x512x7x7, eval+relu", 64, 512, 7, 7, 0, .relu = 1),
     BN_BIG("32x64x28x28 train+add+relu, sync", 32, 64, 28, 28, 1, .training = 1, .relu = 1, .skip = 1, .sync = 1),
-    /* the NHWC reductions finish in their own launch with a counter a channel block, 1024 of them
-     * (batchnorm_nhwc.cuh): odd C has no packs, so 32767 channels are 1024 blocks (the most that
-     * finish in the launch) and 32769 are 1025 (the separate sums kernels) */
-    BN_BIG("train+add+relu, C = 32767: the most channel blocks that finish in the launch", 2, 32767, 1, 1, 1,
-           .training = 1, .relu = 1, .skip = 1),
-    BN_BIG("train+relu, C = 32769: one channel block more (the separate sums)", 2, 32769, 1, 1, 0, .training = 1,
-           .relu = 1),
 };
 DT_OPCASES(batchnorm, bn_cases)
 

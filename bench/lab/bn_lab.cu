@@ -1,6 +1,5 @@
 /* The batch-norm lab (issue 34): the NHWC bf16 batch-norm passes of ResNet-18's training step -
- * apply (y = act(bn(x) + skip)), the backward's partial sums (alone, or with the last split's
- * finish in the same launch), the backward's dx - at the tunings
+ * apply (y = act(bn(x) + skip)), the backward's partial sums, the backward's dx - at the tunings
  * of ops/batchnorm/batchnorm_nhwc.cuh (rows a thread loads at once, U; a register cap, MINB; the
  * pointwise grid; the reductions' splits), beside the library's own entry points (`lib`).
  * Same habit as the other labs: every variant is validated on fresh random inputs (never zeros)
@@ -29,8 +28,7 @@
  *            same (U and MINB keep each thread's order); else the per-channel sums of the
  *            variant's and of lib's partials, both added on the host in split order, within
  *            1e-12 of the sums of |terms| (double sums over other row ranges); g (the join's
- *            dskip) bitwise equal; a variant that finishes in its launch (_fin, the library's
- *            form): its coefficients [4][C] bitwise equal to lib's where the splits are the same.
+ *            dskip) bitwise equal.
  *   groups variants      (the statistics from a conv epilogue's 64-row group sums,
  *            k_stats_of_groups, on random groups [ceil(R/64)][C][2]) the channel sums (the kernel's
  *            sums mode) within 1e-12 of the host's sums of |terms|; mean and 1/std bitwise equal
@@ -150,8 +148,6 @@ typedef struct {
     pass_fn fn;
     int (*splits)(const bn_case *c); /* a partial variant's row splits on c (else NULL) */
     pass_fn sums;                    /* a groups variant in its sums mode, into gsums (else NULL) */
-    int finishes;                    /* a partial variant that finishes in its launch (the sums and
-                                        coefficients into wsv, laid out as the library's ws) */
 } variant;
 
 /* apply at U rows a step, PER_SM pointwise blocks an SM (0: resident) into yv */
@@ -162,22 +158,14 @@ static void apply_v(bn_case *c) {
                                                                     has_skip(c) ? c->skip : NULL, has_relu(c), c->yv,
                                                                     sh);
 }
-/* the backward's partial sums at U rows a step, MINB, SPLITS an SM into wsv (g into gv for a
- * join); FIN: and the last split's finish in the same launch, the sums and coefficients where
- * the library's ws has them (no dw, db) */
-template <int U, int MINB, int SPLITS, int FIN>
+/* the backward's partial sums at U rows a step, MINB, SPLITS an SM into wsv (g into gv for a join) */
+template <int U, int MINB, int SPLITS>
 static void partial_v(bn_case *c) {
     const dt_bn_nhwc::shape sh = {8, 8, SPLITS};
-    double *sums = c->wsv + (size_t)c->C * DT_BN_MAX_SPLITS * 2;
-    const dt_bn_nhwc::bwd_finish fin = {FIN, sums, NULL, NULL, 0.0f, 0.0f, (float *)(sums + (size_t)c->C * 2), c->R, 1};
     int S;
-    if (!dt_bn_nhwc::launch_bwd_partial<dt_bn_nhwc::tuning<1, U, MINB, 1, 3, 256, 1>, bf16>(
-            c->R, c->C, c->x, has_skip(c) ? c->skip : NULL, c->dy, c->mean, c->invstd, c->w, c->b, has_relu(c),
-            has_skip(c) ? c->gv : NULL, c->dx, has_skip(c) ? c->dskip : NULL, c->wsv, fin, sh, &S) &&
-        FIN) {
-        fprintf(stderr, "bn_lab: C = %lld has more channel blocks than the finish's counters\n", (long long)c->C);
-        exit(1);
-    }
+    dt_bn_nhwc::launch_bwd_partial<dt_bn_nhwc::tuning<1, U, MINB, 1, 3, 256, 1>, bf16>(
+        c->R, c->C, c->x, has_skip(c) ? c->skip : NULL, c->dy, c->mean, c->invstd, c->w, c->b, has_relu(c),
+        has_skip(c) ? c->gv : NULL, c->dx, has_skip(c) ? c->dskip : NULL, c->wsv, sh, &S);
 }
 /* the backward's row splits on c at splits_per_sm (launch_bwd_partial's tiling) */
 static int splits_at(const bn_case *c, int splits_per_sm) {
@@ -211,23 +199,20 @@ static void lib_groups(bn_case *c) {
 static void lib_apply_timed(bn_case *c) { lib_apply(c, c->yv); }
 
 static const variant APPLY[] = {
-    {"lib", lib_apply_timed, NULL, NULL, 0},
-    {"u1_g8", apply_v<1, 8>, NULL, NULL, 0},   {"u2_g8", apply_v<2, 8>, NULL, NULL, 0},   {"u4_g8", apply_v<4, 8>, NULL, NULL, 0},
-    {"u1_res", apply_v<1, 0>, NULL, NULL, 0},  {"u2_res", apply_v<2, 0>, NULL, NULL, 0},  {"u4_res", apply_v<4, 0>, NULL, NULL, 0},
+    {"lib", lib_apply_timed, NULL, NULL},
+    {"u1_g8", apply_v<1, 8>, NULL, NULL},   {"u2_g8", apply_v<2, 8>, NULL, NULL},   {"u4_g8", apply_v<4, 8>, NULL, NULL},
+    {"u1_res", apply_v<1, 0>, NULL, NULL},  {"u2_res", apply_v<2, 0>, NULL, NULL},  {"u4_res", apply_v<4, 0>, NULL, NULL},
 };
-/* name: u<U>_b<MINB>_s<splits an SM>, _fin when it finishes in its launch (the library's form;
- * the others time the partials alone, what the library ran before its separate sums kernel) */
-#define PARTIAL_V(U, B, S) {"u" #U "_b" #B "_s" #S, partial_v<U, B, S, 0>, partial_splits<S>, NULL, 0}
-#define PARTIAL_F(U, B, S) {"u" #U "_b" #B "_s" #S "_fin", partial_v<U, B, S, 1>, partial_splits<S>, NULL, 1}
+/* name: u<U>_b<MINB>_s<splits an SM> */
+#define PARTIAL_V(U, B, S) {"u" #U "_b" #B "_s" #S, partial_v<U, B, S>, partial_splits<S>, NULL}
 static const variant PARTIAL[] = {
-    PARTIAL_F(1, 0, 4), PARTIAL_V(1, 0, 4), PARTIAL_F(1, 0, 2), PARTIAL_F(1, 0, 8), PARTIAL_V(2, 0, 4),
-    PARTIAL_V(4, 0, 4), PARTIAL_V(1, 3, 4), PARTIAL_V(2, 3, 4), PARTIAL_V(2, 2, 4), PARTIAL_V(1, 0, 8),
-    PARTIAL_V(2, 3, 8), PARTIAL_V(4, 2, 8),
+    PARTIAL_V(1, 0, 4), PARTIAL_V(2, 0, 4), PARTIAL_V(4, 0, 4), PARTIAL_V(1, 3, 4), PARTIAL_V(2, 3, 4),
+    PARTIAL_V(2, 2, 4), PARTIAL_V(1, 0, 8), PARTIAL_V(2, 3, 8), PARTIAL_V(4, 2, 8),
 };
 static const variant DX[] = {
-    {"u1_b3_g8", dx_v<1, 3, 8>, NULL, NULL, 0},  {"u1_b0_g8", dx_v<1, 0, 8>, NULL, NULL, 0},  {"u2_b0_g8", dx_v<2, 0, 8>, NULL, NULL, 0},
-    {"u2_b3_g8", dx_v<2, 3, 8>, NULL, NULL, 0},  {"u4_b0_g8", dx_v<4, 0, 8>, NULL, NULL, 0},  {"u1_b3_res", dx_v<1, 3, 0>, NULL, NULL, 0},
-    {"u2_b0_res", dx_v<2, 0, 0>, NULL, NULL, 0}, {"u2_b3_res", dx_v<2, 3, 0>, NULL, NULL, 0}, {"u4_b0_res", dx_v<4, 0, 0>, NULL, NULL, 0},
+    {"u1_b3_g8", dx_v<1, 3, 8>, NULL, NULL},  {"u1_b0_g8", dx_v<1, 0, 8>, NULL, NULL},  {"u2_b0_g8", dx_v<2, 0, 8>, NULL, NULL},
+    {"u2_b3_g8", dx_v<2, 3, 8>, NULL, NULL},  {"u4_b0_g8", dx_v<4, 0, 8>, NULL, NULL},  {"u1_b3_res", dx_v<1, 3, 0>, NULL, NULL},
+    {"u2_b0_res", dx_v<2, 0, 0>, NULL, NULL}, {"u2_b3_res", dx_v<2, 3, 0>, NULL, NULL}, {"u4_b0_res", dx_v<4, 0, 0>, NULL, NULL},
 };
 /* the same in its sums mode (what a synchronized batch norm all-reduces) into gsums */
 template <int T, int A>
@@ -236,9 +221,9 @@ static void groups_sums(bn_case *c) {
                                                                               1e-5f, 0.1f, NULL, NULL, NULL, NULL);
 }
 /* name: t<threads a channel>_a<accumulators a thread>; `lib` is the library's entry */
-#define GROUPS_V(T, A) {"t" #T "_a" #A, groups_v<T, A>, NULL, groups_sums<T, A>, 0}
+#define GROUPS_V(T, A) {"t" #T "_a" #A, groups_v<T, A>, NULL, groups_sums<T, A>}
 static const variant GROUPS[] = {
-    {"lib", lib_groups, NULL, NULL, 0}, GROUPS_V(256, 1),  GROUPS_V(256, 2),  GROUPS_V(256, 4), GROUPS_V(512, 1),
+    {"lib", lib_groups, NULL, NULL}, GROUPS_V(256, 1),  GROUPS_V(256, 2),  GROUPS_V(256, 4), GROUPS_V(512, 1),
     GROUPS_V(512, 2),          GROUPS_V(1024, 1), GROUPS_V(1024, 2), GROUPS_V(128, 4),
 };
 #define COUNT(a) ((int)(sizeof a / sizeof a[0]))
@@ -388,10 +373,6 @@ static int check_partial(bn_case *c, const variant *pv) {
             }
     free(part);
     if (ok && has_skip(c)) ok = same_bits("partial g", c, c->gv, c->dskip, act_bytes(c));
-    if (ok && pv->finishes && S == c->S_lib) { /* the same partials, finished as lib's finishes them */
-        const double *sums = c->wsv + (size_t)C * DT_BN_MAX_SPLITS * 2;
-        ok = same_bits("finish's coefficients", c, sums + (size_t)C * 2, lib_coef(c), (size_t)C * 4 * sizeof(float));
-    }
     return ok;
 }
 
@@ -547,7 +528,7 @@ int main(int argc, char **argv) {
         float **vecs[] = {&c->mean, &c->invstd, &c->w, &c->b, &c->rm, &c->rv, &c->dw, &c->db};
         for (float **v : vecs) *v = (float *)dt_gpu_malloc((size_t)c->C * sizeof(float));
         c->ws = dt_gpu_malloc(dt_bn_ws_bytes(c->C));
-        c->wsv = (double *)dt_gpu_malloc(dt_bn_ws_bytes(c->C)); /* laid out as the library's ws */
+        c->wsv = (double *)dt_gpu_malloc((size_t)c->C * DT_BN_MAX_SPLITS * 2 * sizeof(double));
         c->part_lib = (double *)dt_xmalloc((size_t)c->C * DT_BN_MAX_SPLITS * 2 * sizeof(double));
         c->abs_sums = (double *)dt_xmalloc((size_t)c->C * 2 * sizeof(double));
         dt_bf16 *h = (dt_bf16 *)dt_xmalloc(e);

@@ -5,8 +5,8 @@
  *   apply       y = act(fma(x, scale, shift) + skip), one read of x (and skip), one write of y;
  *   backward    partial sums of g and g*xhat -> per-channel sums, dw, db (-> all-reduce) ->
  *               the pointwise dx (and dskip).
- * No atomic sums: every sum's order is fixed by the shape (the split boundaries, the in-block
- * trees, the order the splits are added in), so the bits repeat on any GPU.
+ * No atomics: every sum's order is fixed by the shape (the split boundaries, the in-block
+ * trees, the in-order sum of the splits), so the bits repeat on any GPU.
  *
  * NCHW (f32, the reference; its numbers are those of the original kernels): reductions on a
  * (split, channel) grid, each block summing whole planes of one channel; pointwise kernels one
@@ -16,11 +16,7 @@
  * over fixed row splits (~4 blocks an SM of a 132-SM GPU, at least 4 rows a thread, at most
  * DT_BN_MAX_SPLITS: C = 512 at 7x7, R = 3136 at batch 64, still gets 98 x 2 blocks, and C = 64 at
  * 56x56 256). The kernels and their tuning are batchnorm_nhwc.cuh's (bench/lab/bn_lab.cu times
- * the tunings). Each reduction finishes in its own launch - the block of a channel block that
- * stores its partials last adds them and makes the statistics, or the backward's sums, dw, db
- * and coefficients (batchnorm_nhwc.cuh, "the last split's finish") - so the statistics are one
- * launch and the backward two; what that finish does not cover (a synchronized batch norm's
- * all-reduce and what follows it, grids wider than its counters) runs the kernels here.
+ * the tunings); the per-channel sums, statistics and coefficients between them are here.
  *
  * Bytes moved per element of x (E = the element size, NHWC; skip when present):
  *   forward    stats: read x (E); apply: read x (+ skip), write y -> 3E (4E with skip); the
@@ -123,10 +119,25 @@ __global__ void k_stats_final(int64_t C, int64_t M, const double *partial, int S
     if (store) dt_bn_nhwc::finish_stats(c, M, s1, s2, eps, momentum, rm, rv, mean, invstd);
 }
 
+/* The NHWC backward's per-channel coefficients, so that its pointwise pass reads a few floats a
+ * channel and divides nothing: coef [4][C] = (scale, shift, mean_g, q) with scale = w invstd and
+ * shift = b - mean scale (the forward's, for the ReLU mask) and, from the sums (sum g, sum g
+ * xhat) over M values, mean_g = sum g / M and q = scale invstd sum (g xhat) / M, so that
+ *   dx = scale (g - mean_g - xhat mean_gxhat) = scale (g - mean_g) - q (x - mean)
+ * (training; else dx = scale g), x - mean taken first as the direct form does (no cancellation
+ * of large terms when |mean| >> std); computed in double, rounded once. */
+__device__ __forceinline__ void bwd_coef(int64_t C, int64_t c, double s1, double s2, int64_t M, const float *mean,
+                                         const float *invstd, const float *w, const float *b, int training,
+                                         float *coef) {
+    const double is = invstd[c], scale = (double)w[c] * is;
+    coef[c] = (float)scale;
+    coef[C + c] = (float)((double)b[c] - (double)mean[c] * scale);
+    coef[2 * C + c] = training ? (float)(s1 / M) : 0.0f;
+    coef[3 * C + c] = training ? (float)(scale * is * (s2 / M)) : 0.0f;
+}
+
 /* The backward's per-channel sums (sum g, sum g*xhat) and from them this replica's db, dw; with
- * coef (an unsynchronized NHWC batch norm: the sums are final here) its coefficients too
- * (batchnorm_nhwc.cuh's bwd_coef). NCHW, and the NHWC grids the last split's finish has no
- * counters for. */
+ * coef (an unsynchronized NHWC batch norm: the sums are final here) its coefficients too. */
 template <bool WARP>
 __global__ void k_bwd_sums(int64_t C, int S, int64_t sc, int64_t ss, const double *partial, double *sums, float *dw,
                            float beta_w, float *db, float beta_b, int64_t M, const float *mean, const float *invstd,
@@ -141,14 +152,14 @@ __global__ void k_bwd_sums(int64_t C, int S, int64_t sc, int64_t ss, const doubl
     sums[c * 2 + 1] = bs;
     if (db) dt_store_beta(&db[c], (float)a, beta_b);
     if (dw) dt_store_beta(&dw[c], (float)bs, beta_w);
-    if (coef) dt_bn_nhwc::bwd_coef(C, c, a, bs, M, mean, invstd, w, b, training, coef);
+    if (coef) bwd_coef(C, c, a, bs, M, mean, invstd, w, b, training, coef);
 }
 
 /* The same coefficients from all-reduced sums (a synchronized batch norm), one thread a channel */
 __global__ void k_bwd_coef(int64_t C, const double *sums, int64_t M, const float *mean, const float *invstd,
                            const float *w, const float *b, int training, float *coef) {
     const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (c < C) dt_bn_nhwc::bwd_coef(C, c, sums[c * 2], sums[c * 2 + 1], M, mean, invstd, w, b, training, coef);
+    if (c < C) bwd_coef(C, c, sums[c * 2], sums[c * 2 + 1], M, mean, invstd, w, b, training, coef);
 }
 
 unsigned channel_blocks(int64_t C) { return (unsigned)dt_ceil_div(C, 128); }
@@ -297,16 +308,11 @@ void nhwc_stats(int64_t N, int64_t C, int64_t P, const void *xv, int training, f
     int S = 1;
     const double *from = NULL;
     if (training) {
-        /* one launch: the partials and their finish (the sums when synchronized, else the statistics) */
-        const stats_finish fin = {1, sync ? sums : NULL, M, eps, momentum, rm, rv, mean, invstd};
-        const int finished = launch_stats_partial<T>(R, C, x, partial, fin, dt_bn_nhwc_tuned_shape, &S);
-        if (finished && !sync) return;
+        launch_stats_partial<T>(R, C, x, partial, dt_bn_nhwc_tuned_shape, &S);
         from = partial;
         if (sync) {
-            if (!finished) {
-                k_sum_splits<true><<<channel_warp_blocks(C), 128, 0, dt_stream()>>>(C, S, 1, C, partial, sums);
-                DT_CHECK_LAUNCH();
-            }
+            k_sum_splits<true><<<channel_warp_blocks(C), 128, 0, dt_stream()>>>(C, S, 1, C, partial, sums);
+            DT_CHECK_LAUNCH();
             sync->allreduce(sync->ctx, sums, 2 * C);
             M *= sync->ranks;
             from = NULL;
@@ -338,18 +344,15 @@ void nhwc_backward(int64_t N, int64_t C, int64_t P, const void *xv, const void *
     double *partial = (double *)ws, *sums = partial + (size_t)C * DT_BN_MAX_SPLITS * 2;
     /* the ResNet join: dskip is written fresh, so pass 1 stores g there for pass 2 */
     int g_ready = dskip && beta_s == 0.0f, S;
-    /* the coefficients: in pass 1's finish (or the sums' kernel), or after the all-reduce when the
-     * sums are synchronized */
+    launch_bwd_partial<dt_bn_nhwc_tuned, T>(R, C, x, skip, dy, mean, invstd, w, b, relu, g_ready ? dskip : NULL, dx,
+                                            dskip, partial, dt_bn_nhwc_tuned_shape, &S);
+    /* the coefficients: in the sums' kernel, or after the all-reduce when the sums are synchronized */
     float *coef = (float *)(sums + (size_t)C * 2); /* [4][C] */
     const int synced = sync && training;
-    const bwd_finish fin = {1, sums, dw, db, beta_w, beta_b, synced ? NULL : coef, M, training};
-    if (!launch_bwd_partial<dt_bn_nhwc_tuned, T>(R, C, x, skip, dy, mean, invstd, w, b, relu, g_ready ? dskip : NULL,
-                                                 dx, dskip, partial, fin, dt_bn_nhwc_tuned_shape, &S)) {
-        k_bwd_sums<true><<<channel_warp_blocks(C), 128, 0, dt_stream()>>>(C, S, 1, C, partial, sums, dw, beta_w, db,
-                                                                          beta_b, M, mean, invstd, w, b, training,
-                                                                          synced ? NULL : coef);
-        DT_CHECK_LAUNCH();
-    }
+    k_bwd_sums<true><<<channel_warp_blocks(C), 128, 0, dt_stream()>>>(C, S, 1, C, partial, sums, dw, beta_w, db, beta_b,
+                                                                      M, mean, invstd, w, b, training,
+                                                                      synced ? NULL : coef);
+    DT_CHECK_LAUNCH();
     if (synced) { /* even without dx: every replica makes the same collective calls */
         sync->allreduce(sync->ctx, sums, 2 * C);
         M *= sync->ranks;

@@ -29,12 +29,8 @@
  *          most DT_BN_MAX_SPLITS. Changing it changes the sums' rounding (not their accuracy).
  *
  * Reductions: block (cb, s) sums the fixed row range [s*R/S, (s+1)*R/S) of its channels; the TY
- * row-threads are combined by a fixed tree in shared memory; partials land at (s*C + c). The
- * block of each channel block that stores its partials last then adds the S partials of its
- * channels and makes the pass's per-channel results in the same launch (the last split's finish,
- * below); grids of more channel blocks than the finish has counters leave the partials to
- * batchnorm.cu's separate sums kernels (k_bwd_sums / k_stats_final). No atomics in any sum: the
- * one atomic counts arrivals, and which block arrives last changes no result. */
+ * row-threads are combined by a fixed tree in shared memory; partials land at (s*C + c) and are
+ * summed in split order by batchnorm.cu's k_bwd_sums / k_stats_final. No atomics. */
 #ifndef DT_BATCHNORM_NHWC_CUH
 #define DT_BATCHNORM_NHWC_CUH
 
@@ -123,11 +119,10 @@ static inline unsigned row_blocks(int64_t R, const grid &g, int per_sm) {
     return (unsigned)(n < 1 ? 1 : n);
 }
 
-/* Adds each thread's 2V sums over the block's TY rows of threads by a fixed tree; row 0's
- * threads get their channels' block sums back in a, b. One shared array for every call in a
- * kernel (static storage): a second call comes after a __syncthreads. */
+/* Adds each thread's 2V sums over the block's TY rows of threads by a fixed tree, and row 0
+ * writes its channels' results: out[2k + {0,1}] for channel c0 + k. */
 template <int V>
-__device__ __forceinline__ void rows_reduce(double *a, double *b) {
+__device__ __forceinline__ void rows_reduce_store(const double *a, const double *b, double *out, bool active) {
     __shared__ double sh[2 * V][DT_BN_THREADS];
     const int TX = blockDim.x, tid = threadIdx.y * TX + threadIdx.x;
 #pragma unroll
@@ -142,126 +137,15 @@ __device__ __forceinline__ void rows_reduce(double *a, double *b) {
             for (int j = 0; j < 2 * V; j++) sh[j][tid] += sh[j][tid + o * TX];
         __syncthreads();
     }
-    if (threadIdx.y == 0)
-#pragma unroll
-        for (int k = 0; k < V; k++) a[k] = sh[2 * k][tid], b[k] = sh[2 * k + 1][tid];
-}
-
-/* rows_reduce, and row 0 writes its channels' results: out[2k + {0,1}] for channel c0 + k */
-template <int V>
-__device__ __forceinline__ void rows_reduce_store(double *a, double *b, double *out, bool active) {
-    rows_reduce<V>(a, b);
     if (threadIdx.y == 0 && active)
 #pragma unroll
-        for (int k = 0; k < V; k++) out[2 * k] = a[k], out[2 * k + 1] = b[k];
+        for (int j = 0; j < 2 * V; j++) out[j] = sh[j][tid];
 }
 
-/* ---- the last split's finish
- * Every block of a reduction's (CB, S) grid, once its partials are stored, counts itself on its
- * channel block's counter; the block that counts S-th (atomicInc wraps the counter back to 0,
- * ready for the next launch) adds the S partials of its channels - thread (tx, ty) the splits
- * ty, ty + TY, ... in increasing order, then rows_reduce's tree - and row 0 hands each channel's
- * two sums to the pass's finish. The order is the shape's alone: which block counts last changes
- * no bit. The counters are per device and per file (static), zero between launches; the
- * library's reductions on a device run one at a time (its one stream), so no two launches in
- * flight share them. A grid of more channel blocks than counters does not finish (its caller
- * runs the separate sums kernel). */
-#define DT_BN_FINISH_SLOTS 1024
-static __device__ unsigned g_bn_done[DT_BN_FINISH_SLOTS];
-
-/* true in every thread of the block that stores its channel block's partials last; the fences
- * order this block's partial stores before its count, and the others' before its reads */
-__device__ __forceinline__ bool last_split() {
-    __shared__ bool last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0 && threadIdx.y == 0)
-        last = atomicInc(&g_bn_done[blockIdx.x], gridDim.y - 1) == gridDim.y - 1;
-    __syncthreads();
-    if (last) __threadfence();
-    return last;
-}
-
-/* The gridDim.y partials [S][C][2] of this thread's V channels from c0, added as this section's
- * comment says; row 0 gets the sums in a, b. Read past L1 (__ldcg): other SMs wrote them. */
-template <int V>
-__device__ __forceinline__ void sum_partials(const double *partial, int64_t C, int64_t c0, double *a, double *b) {
-#pragma unroll
-    for (int k = 0; k < V; k++) a[k] = b[k] = 0.0;
-    if (c0 < C)
-#pragma unroll 4 /* several splits' loads in flight: this runs after the rest of the grid, alone */
-        for (int s = threadIdx.y; s < (int)gridDim.y; s += blockDim.y) {
-            const double2 *q = reinterpret_cast<const double2 *>(partial + ((int64_t)s * C + c0) * 2);
-#pragma unroll
-            for (int k = 0; k < V; k++) {
-                const double2 v = __ldcg(q + k);
-                a[k] += v.x, b[k] += v.y;
-            }
-        }
-    rows_reduce<V>(a, b);
-}
-
-/* The backward's finish: what batchnorm.h's ws and the parameter gradients get from the channel
- * sums (sum g, sum g xhat) over M values. on 0: the partials only. */
-struct bwd_finish {
-    int on;
-    double *sums;   /* [C][2] */
-    float *dw, *db; /* [C] or NULL, written with beta_w / beta_b */
-    float beta_w, beta_b;
-    float *coef;    /* [4][C] (bwd_coef), or NULL: a synchronized batch norm makes them after
-                       its all-reduce */
-    int64_t M;
-    int training;
-};
-
-/* The statistics' finish: the channel sums [C][2] (a synchronized batch norm all-reduces them
- * next) or, sums NULL, mean, invstd [C] and the running update from M values (finish_stats).
- * on 0: the partials only. */
-struct stats_finish {
-    int on;
-    double *sums;
-    int64_t M;
-    float eps, momentum;
-    float *rm, *rv, *mean, *invstd;
-};
-
-/* mean, invstd and the running update of channel c from its sums over M values */
-__device__ __forceinline__ void finish_stats(int64_t c, int64_t M, double s1, double s2, float eps, float momentum,
-                                             float *rm, float *rv, float *mean, float *invstd) {
-    double mu = s1 / M, var = s2 / M - mu * mu;
-    if (var < 0) var = 0;
-    mean[c] = (float)mu;
-    invstd[c] = (float)(1.0 / sqrt(var + eps));
-    if (rm) {
-        double unbiased = M > 1 ? var * M / (M - 1) : var;
-        rm[c] = (float)((1.0 - momentum) * rm[c] + momentum * mu);
-        rv[c] = (float)((1.0 - momentum) * rv[c] + momentum * unbiased);
-    }
-}
-
-/* The NHWC backward's per-channel coefficients, so that its pointwise pass reads a few floats a
- * channel and divides nothing: coef [4][C] = (scale, shift, mean_g, q) with scale = w invstd and
- * shift = b - mean scale (the forward's, for the ReLU mask) and, from the sums (sum g, sum g
- * xhat) over M values, mean_g = sum g / M and q = scale invstd sum (g xhat) / M, so that
- *   dx = scale (g - mean_g - xhat mean_gxhat) = scale (g - mean_g) - q (x - mean)
- * (training; else dx = scale g), x - mean taken first as the direct form does (no cancellation
- * of large terms when |mean| >> std); computed in double, rounded once. */
-__device__ __forceinline__ void bwd_coef(int64_t C, int64_t c, double s1, double s2, int64_t M, const float *mean,
-                                         const float *invstd, const float *w, const float *b, int training,
-                                         float *coef) {
-    const double is = invstd[c], scale = (double)w[c] * is;
-    coef[c] = (float)scale;
-    coef[C + c] = (float)((double)b[c] - (double)mean[c] * scale);
-    coef[2 * C + c] = training ? (float)(s1 / M) : 0.0f;
-    coef[3 * C + c] = training ? (float)(scale * is * (s2 / M)) : 0.0f;
-}
-
-/* partial[(s*C + c)*2 + {0,1}] = sum x, sum x^2 of channel c over rows [s*R/S, (s+1)*R/S) ; with fin.on the last
- * split's block finishes (stats_finish) */
+/* partial[(s*C + c)*2 + {0,1}] = sum x, sum x^2 of channel c over rows [s*R/S, (s+1)*R/S) */
 template <typename T, int V>
 __global__ void __launch_bounds__(DT_BN_THREADS)
-    k_nhwc_stats_partial(int64_t R, int64_t C, const T *__restrict__ x, double *__restrict__ partial,
-                         stats_finish fin) {
+    k_nhwc_stats_partial(int64_t R, int64_t C, const T *__restrict__ x, double *__restrict__ partial) {
     const int64_t c0 = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * V;
     const int64_t r0 = (int64_t)blockIdx.y * R / gridDim.y, r1 = ((int64_t)blockIdx.y + 1) * R / gridDim.y;
     double a[V], b[V];
@@ -280,15 +164,6 @@ __global__ void __launch_bounds__(DT_BN_THREADS)
         }
     }
     rows_reduce_store<V>(a, b, partial + ((int64_t)blockIdx.y * C + c0) * 2, c0 < C);
-    if (!fin.on || !last_split()) return;
-    sum_partials<V>(partial, C, c0, a, b);
-    if (threadIdx.y != 0 || c0 >= C) return;
-#pragma unroll
-    for (int k = 0; k < V; k++) {
-        const int64_t c = c0 + k;
-        if (fin.sums) fin.sums[c * 2] = a[k], fin.sums[c * 2 + 1] = b[k];
-        else finish_stats(c, fin.M, a[k], b[k], fin.eps, fin.momentum, fin.rm, fin.rv, fin.mean, fin.invstd);
-    }
 }
 
 /* y = act(fma(x, scale, shift) + skip); a thread's rows r, r + step, ... taken U at a time */
@@ -344,14 +219,13 @@ __device__ __forceinline__ void relu_mask(float *g, const float *xv, bool has_sk
 
 /* Pass 1: partial sums of g and g*xhat per (split, channel) as k_nhwc_stats_partial; g_out
  * (or NULL) receives g itself. A thread's rows r0 + ty, r0 + ty + TY, ... are loaded U at a
- * time and added in increasing order. With fin.on the last split's block finishes
- * (bwd_finish: the sums, dw, db, the coefficients). */
+ * time and added in increasing order. */
 template <typename T, int V, int U, int MINB>
 __global__ void __launch_bounds__(DT_BN_THREADS, MINB)
     k_nhwc_bwd_partial(int64_t R, int64_t C, const T *__restrict__ x, const T *__restrict__ skip,
                        const T *__restrict__ dy, const float *__restrict__ mean, const float *__restrict__ invstd,
                        const float *__restrict__ w, const float *__restrict__ b, int relu, T *__restrict__ g_out,
-                       double *__restrict__ partial, bwd_finish fin) {
+                       double *__restrict__ partial) {
     const int64_t c0 = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * V;
     const int64_t r0 = (int64_t)blockIdx.y * R / gridDim.y, r1 = ((int64_t)blockIdx.y + 1) * R / gridDim.y;
     double a[V], ax[V];
@@ -396,17 +270,6 @@ __global__ void __launch_bounds__(DT_BN_THREADS, MINB)
         }
     }
     rows_reduce_store<V>(a, ax, partial + ((int64_t)blockIdx.y * C + c0) * 2, c0 < C);
-    if (!fin.on || !last_split()) return;
-    sum_partials<V>(partial, C, c0, a, ax);
-    if (threadIdx.y != 0 || c0 >= C) return;
-#pragma unroll
-    for (int k = 0; k < V; k++) {
-        const int64_t c = c0 + k;
-        fin.sums[c * 2] = a[k], fin.sums[c * 2 + 1] = ax[k];
-        if (fin.db) dt_store_beta(&fin.db[c], (float)a[k], fin.beta_b);
-        if (fin.dw) dt_store_beta(&fin.dw[c], (float)ax[k], fin.beta_w);
-        if (fin.coef) bwd_coef(C, c, a[k], ax[k], fin.M, mean, invstd, w, b, fin.training, fin.coef);
-    }
 }
 
 /* V consecutive per-channel floats (V = 1, 4 or 8; p aligned to V floats, 16 bytes at most) */
@@ -477,6 +340,20 @@ __global__ void __launch_bounds__(DT_BN_THREADS, MINB)
     }
 }
 
+/* mean, invstd and the running update of channel c from its sums over M values */
+__device__ __forceinline__ void finish_stats(int64_t c, int64_t M, double s1, double s2, float eps, float momentum,
+                                             float *rm, float *rv, float *mean, float *invstd) {
+    double mu = s1 / M, var = s2 / M - mu * mu;
+    if (var < 0) var = 0;
+    mean[c] = (float)mu;
+    invstd[c] = (float)(1.0 / sqrt(var + eps));
+    if (rm) {
+        double unbiased = M > 1 ? var * M / (M - 1) : var;
+        rm[c] = (float)((1.0 - momentum) * rm[c] + momentum * mu);
+        rv[c] = (float)((1.0 - momentum) * rv[c] + momentum * unbiased);
+    }
+}
+
 /* The statistics from the groups [G][C][2] (sum x, sum x^2) a conv's epilogue made
  * (dt_bn_stats_of_sums): block c, thread t takes groups t, t + T, t + 2T, ... into accumulator
  * (i mod A) for its i-th group, adds its A accumulators in order, then a fixed tree over the T
@@ -529,20 +406,15 @@ static inline void launch_stats_of_groups(int64_t C, int64_t M, const double *gr
     DT_CHECK_LAUNCH();
 }
 
-/* The statistics' partials [S][C][2] (*S their splits) and, where the grid has counters enough
- * and fin.on, their finish in the same launch: returns whether it finished. */
 template <typename T>
-static inline bool launch_stats_partial(int64_t R, int64_t C, const T *x, double *partial, stats_finish fin,
-                                        const shape &sh, int *S) {
+static inline void launch_stats_partial(int64_t R, int64_t C, const T *x, double *partial, const shape &sh, int *S) {
     const grid g = tiling<T>(C, {x});
     *S = splits(R, g, sh.splits_per_sm);
-    fin.on = fin.on && g.CB <= DT_BN_FINISH_SLOTS;
     dt_with_pack<T>(g.V != 1, [&](auto v) {
         k_nhwc_stats_partial<T, decltype(v)::value>
-            <<<dim3((unsigned)g.CB, (unsigned)*S), dim3(g.TX, g.TY), 0, dt_stream()>>>(R, C, x, partial, fin);
+            <<<dim3((unsigned)g.CB, (unsigned)*S), dim3(g.TX, g.TY), 0, dt_stream()>>>(R, C, x, partial);
     });
     DT_CHECK_LAUNCH();
-    return fin.on;
 }
 
 template <typename TU, typename T>
@@ -560,23 +432,19 @@ static inline void launch_apply(int64_t R, int64_t C, const T *x, const float *m
 }
 
 /* The backward's pass 1 into partial [S][C][2]; *S its splits. The grid's channel tiling is that
- * of every tensor the backward touches, so that both passes use the same V. Where the grid has
- * counters enough and fin.on, the finish in the same launch: returns whether it finished. */
+ * of every tensor the backward touches, so that both passes use the same V. */
 template <typename TU, typename T>
-static inline bool launch_bwd_partial(int64_t R, int64_t C, const T *x, const T *skip, const T *dy, const float *mean,
+static inline void launch_bwd_partial(int64_t R, int64_t C, const T *x, const T *skip, const T *dy, const float *mean,
                                       const float *invstd, const float *w, const float *b, int relu, T *g_out,
-                                      const T *dx, const T *dskip, double *partial, bwd_finish fin, const shape &sh,
-                                      int *S) {
+                                      const T *dx, const T *dskip, double *partial, const shape &sh, int *S) {
     const grid g = tiling<T>(C, {x, skip, dy, dx, dskip});
     *S = splits(R, g, sh.splits_per_sm);
-    fin.on = fin.on && g.CB <= DT_BN_FINISH_SLOTS;
     dt_with_pack<T>(g.V != 1, [&](auto v) {
         k_nhwc_bwd_partial<T, decltype(v)::value, TU::u_partial, TU::minb_partial>
             <<<dim3((unsigned)g.CB, (unsigned)*S), dim3(g.TX, g.TY), 0, dt_stream()>>>(R, C, x, skip, dy, mean, invstd,
-                                                                                      w, b, relu, g_out, partial, fin);
+                                                                                      w, b, relu, g_out, partial);
     });
     DT_CHECK_LAUNCH();
-    return fin.on;
 }
 
 template <typename TU, typename T>
