@@ -65,6 +65,7 @@ else
     run deft_fuse1_stage1 fp32 "$b" deform=all deform_mode=deft fuse_offset=1 stage=1
     run deft_fuse1_stage1_swizzle0 fp32 "$b" deform=all deform_mode=deft fuse_offset=1 stage=1 swizzle=0
     run deft_det fp32 "$b" deform=all deform_mode=deft deterministic=1
+    run deft_keep_cols0 fp32 "$b" deform=all deform_mode=deft keep_cols=0
     run unfused_det fp32 "$b" deform=all deform_mode=unfused deterministic=1
     # the precision axis (docs/training.md, "Precision")
     for p in $PRECISIONS; do

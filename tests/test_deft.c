@@ -250,6 +250,43 @@ DT_TEST(deft_layer_matches_unfused_every_knob) {
     }
 }
 
+/* keep_cols (the forward's columns kept for the backward's weight gradient) against sampling
+ * them again, bit for bit, on every CPU layer case and both dx methods: with the whole batch in
+ * one chunk and with one image a chunk (a column budget of one byte), where chunk n0's columns
+ * live at row n0*P of the kept buffer. */
+DT_TEST(deft_layer_keep_cols_changes_no_bit) {
+    const dt_deform_case *c;
+    const size_t budget = dt_conv_col_budget();
+    for (int li = 0; (c = dt_deform_case_at(DT_DC_CPU_LAYER, li)); li++) {
+        dt_deform_conv l;
+        dt_deform_conv_init(&l, NULL, "dcn", c->c, c->cout, c->g, c->groups, c->mask ? 2 : 1, c->bias, 0.0f, DT_CPU,
+                            DT_NCHW);
+        dt_tensor *own[4] = {l.weight, l.off_weight, l.off_bias, l.bias};
+        dt_tensor *in[5];
+        layer_inputs(&l, c->n, c->h, c->w, in);
+        for (int m = 0; m < 4; m++) {
+            dt_conv_set_col_budget(m & 2 ? 1 : budget);
+            op_out o[2];
+            for (int keep = 0; keep < 2; keep++) {
+                dt_deform_knobs k = dt_deform_knobs_default();
+                k.dx = m & 1 ? DT_DX_ATOMIC : DT_DX_GATHER;
+                k.keep_cols = keep;
+                o[keep] = run_layer(&l, in, DT_DEFORM_DEFT, &k);
+            }
+            const char *what = m & 2 ? "one image a chunk" : "one chunk";
+            EXPECT_MSG(!memcmp(o[0].y, o[1].y, sizeof(float) * (size_t)o[0].ny), "%s, dx %s, %s: forward differs",
+                       c->name, dt_deform_dx_name(m & 1), what);
+            for (int i = 0; i < 5; i++)
+                EXPECT_MSG(!memcmp(o[0].g[i], o[1].g[i], sizeof(float) * (size_t)o[0].n[i]),
+                           "%s, dx %s, %s: gradient of input %d differs", c->name, dt_deform_dx_name(m & 1), what, i);
+            free_out(&o[0]);
+            free_out(&o[1]);
+        }
+        dt_conv_set_col_budget(budget);
+        for (int i = 0; i < 4; i++) dt_tensor_free(own[i]);
+    }
+}
+
 /* ---- the pieces ---- */
 
 DT_TEST(fastdiv_matches_division) {

@@ -977,6 +977,45 @@ static void graph_vs_eager(const char *name, const char *deform, const char *pre
     dt_train_result_free(&r[1]);
 }
 
+/* keep_cols = 1 (the default: the forward's columns kept for the backward's weight gradient)
+ * against keep_cols = 0 (sampled again), 4 steps of the tiny all-deformable deft job each on
+ * `device` in `precision`: the same losses and the same weights, bit for bit. */
+static void keep_cols_changes_no_bit(const char *name, const char *device, const char *precision) {
+    dt_train_result r[2];
+    float w[2][4];
+    for (int keep = 0; keep < 2; keep++) {
+        dt_train_cfg c;
+        tiny_cfg(&c);
+        strcpy(c.device, device);
+        strcpy(c.deform_mode, "deft");
+        snprintf(c.precision, sizeof c.precision, "%s", precision);
+        c.deterministic = 1;
+        c.keep_cols = keep;
+        c.steps = 4;
+        c.eval_every = 0;
+        snprintf(c.log, sizeof c.log, "%s/%s_k%d", dt_test_tmpdir(), name, keep);
+        dt_err err;
+        dt_set_quiet(1);
+        int rc = dt_train_run(&c, &r[keep], &err);
+        EXPECT_MSG(rc == 0, "%s keep_cols=%d failed: %s", name, keep, err.msg);
+        if (rc) {
+            if (keep) dt_train_result_free(&r[0]);
+            return;
+        }
+        for (int i = 0; i < 4; i++) w[keep][i] = i < r[keep].steps ? r[keep].losses[i] : NAN;
+    }
+    EXPECT_EQ_INT(r[0].steps, 4);
+    EXPECT_EQ_INT(r[1].steps, 4);
+    EXPECT_MSG(!memcmp(w[0], w[1], sizeof w[0]),
+               "%s: losses with keep_cols=1 (%.9g %.9g %.9g %.9g) differ from keep_cols=0's (%.9g %.9g %.9g %.9g)", name,
+               w[1][0], w[1][1], w[1][2], w[1][3], w[0][0], w[0][1], w[0][2], w[0][3]);
+    dt_train_result_free(&r[0]);
+    dt_train_result_free(&r[1]);
+}
+
+DT_TEST(train_deft_keep_cols_changes_no_bit) { keep_cols_changes_no_bit("keep_cols_cpu", "cpu", "fp32"); }
+DT_GPU_TEST(gpu_train_deft_keep_cols_changes_no_bit) { keep_cols_changes_no_bit("keep_cols_bf16", "cuda", "bf16"); }
+
 DT_GPU_TEST(gpu_train_graph_plain_bf16_matches_eager_bitwise) { graph_vs_eager("graph_plain_bf16", "none", "bf16", 0, 0); }
 DT_GPU_TEST(gpu_train_graph_deft_bf16_matches_eager_bitwise) { graph_vs_eager("graph_deft_bf16", "all", "bf16", 0, 0); }
 DT_GPU_TEST(gpu_train_graph_deft_fp32_matches_eager_bitwise) { graph_vs_eager("graph_deft_fp32", "all", "fp32", 0, 0); }

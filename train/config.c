@@ -108,6 +108,8 @@ static const key_spec KEYS[] = {
     {"stage", T_BOOL, F(stage), "0", NULL, 0, 1, 0, "deft: sampling reads the tile's input + halo from shared memory (DefT)"},
     {"dx", T_ENUM, F(dx), "gather", "gather|atomic", 0, 0, 0, "deft: input gradient by inverse index + gather, or float4 atomics"},
     {"deterministic", T_BOOL, F(deterministic), "0", NULL, 0, 1, 0, "bitwise-reproducible deformable backward (deft: dx=gather)"},
+    {"keep_cols", T_BOOL, F(keep_cols), "1", NULL, 0, 1, 0,
+     "deft: keep the forward's sampled columns for the backward (N*P*K*C elements a layer) instead of sampling again"},
     {"seed", T_U64, F(seed), "0", NULL, 0, 1.8e19, 1, "seed of initialization, shuffling and augmentation"},
     {"checkpoint", T_STR, F(checkpoint), "", NULL, 0, 0, 0, "write a checkpoint here after every epoch and at the end (stop_at, checkpoint_every and an interrupt write one "
      "anyway: here, or to PREFIX.ckpt of log=)"},

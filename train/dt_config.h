@@ -63,7 +63,7 @@ typedef struct {
     int init_from_partial; /* 1: an fc of another shape (or none) in it stays at its init */
     char deform_mode[16];  /* unfused | deft */
     char tile[16];         /* auto | HxW */
-    int halo, halo_refresh, swizzle, fuse_offset, stage, deterministic;
+    int halo, halo_refresh, swizzle, fuse_offset, stage, deterministic, keep_cols;
     char dx[16];           /* gather | atomic */
     /* run */
     uint64_t seed;

@@ -31,5 +31,6 @@ void train_model_cfg(const dt_train_cfg *c, int classes, dt_resnet_cfg *mc) {
     k.stage = c->stage;
     k.dx = dt_deform_dx_parse(c->dx);
     k.deterministic = c->deterministic;
+    k.keep_cols = c->keep_cols;
     mc->knobs = k;
 }

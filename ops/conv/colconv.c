@@ -81,11 +81,20 @@ static void check(const dt_colconv *cc) {
         dt_fatal("column conv: no %s products (f32 or bf16)", dt_dtype_name(cc->dtype));
     if ((cc->layout == DT_COLS_CN || !cc->nhwc) && cc->dtype != DT_F32)
         dt_fatal("column conv: NCHW tensors are f32 only (the %s path is channels last)", dt_dtype_name(cc->dtype));
+    if (cc->kept && (cc->layout != DT_COLS_NC || cc->cols_direct))
+        dt_fatal("column conv: kept columns are channels last [N*P, R], and exclude direct columns");
 }
 
-/* The chunk's columns: the caller's memory (cols_direct), or the buffer filled now. */
-static const void *cols_of(const dt_colconv *cc, void *buf, int64_t n0, int64_t b) {
+/* The chunk's columns: the caller's memory (cols_direct), the kept batch's rows of the chunk
+ * (filled now in the forward, fresh = 1; as the forward left them in the backward), or the
+ * buffer filled now. */
+static const void *cols_of(const dt_colconv *cc, void *buf, int64_t n0, int64_t b, int fresh) {
     if (cc->cols_direct) return cc->cols_direct(cc->ctx, n0);
+    if (cc->kept) {
+        void *rows = at_w(cc->kept, n0 * cc->P * cc->R, dt_colconv_elem(cc));
+        if (fresh) cc->fill(cc->ctx, n0, b, rows);
+        return rows;
+    }
     cc->fill(cc->ctx, n0, b, buf);
     return buf;
 }
@@ -96,7 +105,7 @@ void dt_colconv_forward(const dt_colconv *cc, const void *w, const float *bias, 
     int64_t P = cc->P, R = cc->R, Cout = cc->Cout;
     size_t el = dt_colconv_elem(cc);
     const blocks k = blocks_of(cc);
-    void *col = cc->cols_direct ? NULL : dt_dev_alloc(dev, (size_t)R * cc->nb * P * el);
+    void *col = cc->cols_direct || cc->kept ? NULL : dt_dev_alloc(dev, (size_t)R * cc->nb * P * el);
     int direct = cc->layout == DT_COLS_NC ? cc->nhwc : cc->nb == 1; /* the GEMM writes y itself */
     /* NC grouped bf16 sums its taps in the fp32 buffer, then rounds y once */
     const int acc32 = cc->layout == DT_COLS_NC && k.nt > 1 && cc->dtype != DT_F32;
@@ -104,7 +113,7 @@ void dt_colconv_forward(const dt_colconv *cc, const void *w, const float *bias, 
     for (int64_t n0 = 0; n0 < cc->N; n0 += cc->nb) {
         int64_t b = cc->N - n0 < cc->nb ? cc->N - n0 : cc->nb, bP = b * P;
         if (cc->begin) cc->begin(cc->ctx, n0, b, 0);
-        const void *cols = cols_of(cc, col, n0, b);
+        const void *cols = cols_of(cc, col, n0, b, 1);
         if (cc->layout == DT_COLS_NC) { /* yT [bP, Cout] = col [bP, R] . w^T, group j's [bP, Og] block per tap */
             void *yc = (char *)y + (size_t)(n0 * Cout * P) * el;
             void *out = direct && !acc32 ? yc : t;
@@ -138,8 +147,8 @@ void dt_colconv_backward(const dt_colconv *cc, const void *w, const void *dy, fl
     int64_t P = cc->P, R = cc->R, Cout = cc->Cout;
     size_t el = dt_colconv_elem(cc);
     const blocks k = blocks_of(cc);
-    /* the column buffer also holds the column gradient */
-    void *col = cc->cols_direct && !cc->adjoint ? NULL : dt_dev_alloc(dev, (size_t)R * cc->nb * P * el);
+    /* the column buffer also holds the column gradient (the only thing it holds with kept columns) */
+    void *col = (cc->cols_direct || cc->kept) && !cc->adjoint ? NULL : dt_dev_alloc(dev, (size_t)R * cc->nb * P * el);
     int direct = cc->layout == DT_COLS_NC ? cc->nhwc : cc->nb == 1; /* dy is already the GEMM's operand */
     float *dyt = direct ? NULL : dt_dev_alloc(dev, (size_t)Cout * cc->nb * P * sizeof(float));
     for (int64_t n0 = 0; n0 < cc->N; n0 += cc->nb) {
@@ -155,7 +164,7 @@ void dt_colconv_backward(const dt_colconv *cc, const void *w, const void *dy, fl
             /* dW [Cout, Rg] += dYT^T col;  dcol [bP, R] = dYT w - per (group, tap) block, each
              * written once: group j's dYT columns [j*Og, +Og), its column block, its weight block */
             if (dw) {
-                const void *cols = cols_of(cc, col, n0, b);
+                const void *cols = cols_of(cc, col, n0, b, 0);
                 for (int64_t j = 0; j < k.G; j++)
                     for (int64_t tp = 0; tp < k.nt; tp++)
                         gemm(cc, 1, 0, k.Og, k.kb, bP, at(dyc, j * k.Og, el), Cout, at(cols, col_k(&k, j, tp), el), R, bw,
@@ -174,7 +183,7 @@ void dt_colconv_backward(const dt_colconv *cc, const void *w, const void *dy, fl
             /* dW [Cout, Rg] += dY' col^T;  dcol [R, bP] = w^T dY' - group j's rows of each */
             const float *dyf = dyc;
             if (dw) {
-                const float *cols = cols_of(cc, col, n0, b);
+                const float *cols = cols_of(cc, col, n0, b, 0);
                 for (int64_t j = 0; j < k.G; j++)
                     gemm(cc, 0, 1, k.Og, k.kb, bP, dyf + j * k.Og * bP, bP, cols + col_k(&k, j, 0) * bP, bP, bw,
                          dw + j * k.Og * k.Rg, DT_F32, k.Rg);

@@ -71,6 +71,11 @@ typedef struct {
      * there, and no column buffer is needed */
     void *(*dcols_direct)(void *ctx, int64_t n0);
     float dcols_beta;
+    /* optional, NC only: [N*P, R] of dtype, the columns of the whole batch kept from the forward
+     * for the backward (the deformable layer's keep_cols: sampled once a step, not twice). The
+     * forward fills chunk n0's columns at row n0*P instead of its own buffer; the backward's dW
+     * reads them there instead of calling fill. NULL: every pass fills its chunk buffer. */
+    void *kept;
 } dt_colconv;
 
 /* y = conv (+ bias [Cout] or NULL), [N, Cout, P] (NCHW) or [N*P, Cout] (NHWC); w [Cout, R / groups]. */

@@ -74,6 +74,15 @@ typedef struct {
     dt_deform_plan plan;
 } plan_ctx;
 
+/* The columns a deft call keeps for its backward (knobs.keep_cols), or NULL: [N*P, K*C] of the
+ * plan's dtype, when the backward will want the weight gradient (dt_deform_args.cols; saved on
+ * the node, so they live until the backward has run). */
+static dt_tensor *kept_cols(const dt_deform_plan *p, dt_tensor *w) {
+    if (p->mode != DT_DEFORM_DEFT || !p->knobs.keep_cols || !dt_any_requires_grad(1, &w)) return NULL;
+    const int64_t shape[2] = {p->prob.N * p->P, p->KC};
+    return dt_tensor_new_as(2, shape, w->dev, p->dtype, DT_NCHW);
+}
+
 static void op_backward(dt_node *n) {
     dt_tensor *x = n->in[0], *offset = n->in[1], *mask = n->in[2], *w = n->in[3], *bias = n->in[4];
     dt_deform_grads gr = {0};
@@ -83,7 +92,7 @@ static void op_backward(dt_node *n) {
     gr.doff = dt_grad_dst(offset, &gr.boff);
     gr.dmask = dt_grad_dst(mask, &gr.bmask);
     dt_deform_args a = {.x = x->data, .offset = offset->data, .mask = mask ? mask->data : NULL, .w = w->data,
-                        .bias = bias ? bias->data : NULL};
+                        .bias = bias ? bias->data : NULL, .cols = n->n_saved && n->saved[0] ? n->saved[0]->data : NULL};
     dt_deform_backward_raw(&((plan_ctx *)n->ctx)->plan, x->dev, &a, n->out->grad->data, &gr);
 }
 
@@ -96,12 +105,16 @@ dt_tensor *dt_deform_conv2d_mode(dt_tensor *x, dt_tensor *offset, dt_tensor *mas
     check_offsets(op, x, offset, mask, g, groups, Ho, Wo);
     dt_deform_plan p = plan_for(op, x, w, g, groups, mask != NULL, mode, knobs, math);
     dt_tensor *y = dt_tensor_new4_as(x->dev, x->dtype, x->layout, x->shape[0], w->shape[0], Ho, Wo);
+    dt_tensor *cols = kept_cols(&p, w);
     dt_deform_args a = {.x = x->data, .offset = offset->data, .mask = mask ? mask->data : NULL, .w = w->data,
-                        .bias = bias ? bias->data : NULL};
+                        .bias = bias ? bias->data : NULL, .cols = cols ? cols->data : NULL};
     dt_deform_forward_raw(&p, x->dev, &a, y->data);
     dt_tensor *in[5] = {x, offset, mask, w, bias};
     dt_node *n = dt_record(op, op_backward, y, 5, in, sizeof(plan_ctx));
-    if (n) ((plan_ctx *)n->ctx)->plan = p;
+    if (n) {
+        ((plan_ctx *)n->ctx)->plan = p;
+        if (cols) dt_node_save(n, cols);
+    }
     return y;
 }
 
@@ -116,6 +129,7 @@ dt_tensor *dt_deform_conv2d(dt_tensor *x, dt_tensor *offset, dt_tensor *mask, dt
 
 static void deft_backward(dt_node *n) {
     dt_tensor *x = n->in[0], *woff = n->in[1], *boff = n->in[2], *w = n->in[3], *bias = n->in[4], *om = n->saved[0];
+    dt_tensor *cols = n->n_saved > 1 ? n->saved[1] : NULL; /* NULL also when freed first: sampled again */
     dt_deform_grads gr = {0};
     gr.db = dt_grad_dst(bias, &gr.bb);
     gr.dw = dt_grad_dst(w, &gr.bw);
@@ -123,7 +137,7 @@ static void deft_backward(dt_node *n) {
     gr.dwoff = dt_grad_dst(woff, &gr.bwoff);
     gr.dboff = dt_grad_dst(boff, &gr.bboff);
     dt_deform_args a = {.x = x->data, .woff = woff->data, .boff = boff->data, .w = w->data,
-                        .bias = bias ? bias->data : NULL, .om = om->data};
+                        .bias = bias ? bias->data : NULL, .om = om->data, .cols = cols ? cols->data : NULL};
     dt_deform_backward_raw(&((plan_ctx *)n->ctx)->plan, x->dev, &a, n->out->grad->data, &gr);
 }
 
@@ -149,8 +163,9 @@ dt_tensor *dt_deform_conv2d_deft(dt_tensor *x, dt_tensor *off_w, dt_tensor *off_
     dt_require_same_device(op, x, off_b);
     dt_tensor *y = dt_tensor_new4_as(x->dev, x->dtype, x->layout, p.prob.N, p.prob.Cout, Ho, Wo);
     dt_tensor *om = dt_tensor_new2(x->dev, p.prob.N * p.P, p.OCS);
+    dt_tensor *cols = kept_cols(&p, w);
     dt_deform_args args = {.x = x->data, .woff = off_w->data, .boff = off_b->data, .w = w->data,
-                           .bias = bias ? bias->data : NULL, .om = om->data};
+                           .bias = bias ? bias->data : NULL, .om = om->data, .cols = cols ? cols->data : NULL};
     dt_deform_forward_raw(&p, x->dev, &args, y->data);
     if (om_out) *om_out = om;
     dt_tensor *in[5] = {x, off_w, off_b, w, bias};
@@ -158,6 +173,7 @@ dt_tensor *dt_deform_conv2d_deft(dt_tensor *x, dt_tensor *off_w, dt_tensor *off_
     if (n) {
         ((plan_ctx *)n->ctx)->plan = p;
         dt_node_save(n, om);
+        if (cols) dt_node_save(n, cols);
     }
     return y;
 }

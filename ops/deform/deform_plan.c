@@ -22,7 +22,7 @@ int dt_deform_dx_parse(const char *s) {
 /* The measured-fastest settings (docs/deft.md, docs/PERF.md). */
 dt_deform_knobs dt_deform_knobs_default(void) {
     dt_deform_knobs k = {.dx = DT_DX_GATHER, .fuse_offset = 0, .stage = 0, .swizzle = 1, .tile_h = 0, .tile_w = 0,
-                         .halo = -1, .halo_refresh = 200, .deterministic = 0};
+                         .halo = -1, .halo_refresh = 200, .deterministic = 0, .keep_cols = 1};
     return k;
 }
 
@@ -37,6 +37,8 @@ int dt_deform_knobs_validate(const dt_deform_knobs *k, char *err, int errlen) {
     }
     if (k->halo < -1 || k->halo > 32) return snprintf(err, errlen, "halo %d: must be -1 (automatic) or 0..32", k->halo), -1;
     if (k->halo_refresh < 0) return snprintf(err, errlen, "halo_refresh %d: must be >= 0", k->halo_refresh), -1;
+    if (k->keep_cols != 0 && k->keep_cols != 1)
+        return snprintf(err, errlen, "keep_cols %d: must be 0 (sample again in the backward) or 1 (keep)", k->keep_cols), -1;
     return 0;
 }
 

@@ -61,6 +61,9 @@ typedef struct {
     int halo;           /* px staged around the footprint; -1: from the offset statistics */
     int halo_refresh;   /* calls between automatic halo updates */
     int deterministic;  /* bitwise-reproducible backward: deft uses the gather; unfused fixed point */
+    int keep_cols;      /* deft on the tape: the forward's columns kept for the backward's weight
+                           gradient (N*P*K*C elements a layer held from forward to backward) instead
+                           of sampled again; the C API's separate calls always sample again */
 } dt_deform_knobs;
 
 int dt_deform_mode_parse(const char *s); /* -1 when unknown */

@@ -18,7 +18,7 @@ static dt_colconv skeleton(const dt_deform_impl *im, dt_deform_run *r) {
     dt_colconv cc = {.dev = r->dev, .layout = im->layout, .dtype = p->dtype, .math = p->math,
                      .nhwc = p->layout == DT_NHWC, .N = p->prob.N, .Cout = p->prob.Cout, .P = p->P, .R = p->KC, .nb = p->nb,
                      .groups = r->a->groups, .taps = p->K, .ctx = r, .begin = im->begin, .fill = im->fill,
-                     .adjoint = NULL};
+                     .adjoint = NULL, .kept = p->mode == DT_DEFORM_DEFT ? r->a->cols : NULL};
     return cc;
 }
 

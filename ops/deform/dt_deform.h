@@ -65,6 +65,9 @@ typedef struct {
                                    the forward, read by the backward */
     int64_t groups;             /* weight groups (torchvision's groups; 0 or 1: dense): the column
                                    skeleton's per-group GEMMs (dt_colconv.h), dw [Cout, C / groups, kh, kw] */
+    void *cols;                 /* deft only, or NULL: [N*P, K*C] of the plan's dtype, the sampled columns
+                                   written by the forward and read by the backward's weight gradient
+                                   instead of sampling again (knobs.keep_cols; the same call's args) */
 } dt_deform_args;
 typedef struct {
     void *dx;                                   /* like x; NULL: not wanted (every one) */
