@@ -2,6 +2,8 @@
  *
  * Vectors: a "vector" is VEC consecutive channels, VEC = 4 (float4: one 16-byte load per
  * lane) when the group's channel count allows, else 1. vload/vstore/vfma/vdot work on both.
+ * The gather of bf16 rows also takes VEC = 8 (dt_f8: 8 bf16 channels, one 16-byte load, held as
+ * two float4): its zero, fma, dot and row moves only.
  *
  * Lane groups: L consecutive lanes of a warp (L a power of two, 1..32) share one row (a sample,
  * a pixel, a position) and split its channel vectors; group_sum<L> adds a value over the
@@ -28,6 +30,14 @@ template <>
 struct dt_vec<1> {
     typedef float T;
 };
+/* 8 channels in fp32: channels 0-3 in lo, 4-7 in hi */
+struct dt_f8 {
+    float4 lo, hi;
+};
+template <>
+struct dt_vec<8> {
+    typedef dt_f8 T;
+};
 
 __device__ __forceinline__ float4 vload(const float4 *p) { return __ldg(p); }
 __device__ __forceinline__ float vload(const float *p) { return __ldg(p); }
@@ -41,6 +51,8 @@ __device__ __forceinline__ void vfma(float4 &a, float w, float4 b) {
     a.w = fmaf(w, b.w, a.w);
 }
 __device__ __forceinline__ void vfma(float &a, float w, float b) { a = fmaf(w, b, a); }
+__device__ __forceinline__ void vzero(dt_f8 &v) { vzero(v.lo), vzero(v.hi); }
+__device__ __forceinline__ void vfma(dt_f8 &a, float w, const dt_f8 &b) { vfma(a.lo, w, b.lo), vfma(a.hi, w, b.hi); }
 /* a += b */
 __device__ __forceinline__ void vadd(float4 &a, float4 b) {
     a.x += b.x;
@@ -51,6 +63,7 @@ __device__ __forceinline__ void vadd(float4 &a, float4 b) {
 __device__ __forceinline__ void vadd(float &a, float b) { a += b; }
 __device__ __forceinline__ float vdot(float4 a, float4 b) { return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w; }
 __device__ __forceinline__ float vdot(float a, float b) { return a * b; }
+__device__ __forceinline__ float vdot(const dt_f8 &a, const dt_f8 &b) { return vdot(a.lo, b.lo) + vdot(a.hi, b.hi); }
 __device__ __forceinline__ float4 vscale(float s, float4 v) { return make_float4(s * v.x, s * v.y, s * v.z, s * v.w); }
 __device__ __forceinline__ float vscale(float s, float v) { return s * v; }
 __device__ __forceinline__ float vget(float4 v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
@@ -84,12 +97,24 @@ __device__ __forceinline__ void cload(const __nv_bfloat16 *row, int v, float4 &o
     out = bf16x4_to_float4(__ldg(reinterpret_cast<const uint2 *>(row) + v));
 }
 __device__ __forceinline__ void cload(const __nv_bfloat16 *row, int v, float &out) { out = __bfloat162float(row[v]); }
+/* vector v of 8 bf16: one 16-byte load */
+__device__ __forceinline__ void cload(const __nv_bfloat16 *row, int v, dt_f8 &out) {
+    const uint4 u = __ldg(reinterpret_cast<const uint4 *>(row) + v);
+    out.lo = bf16x4_to_float4(make_uint2(u.x, u.y)), out.hi = bf16x4_to_float4(make_uint2(u.z, u.w));
+}
 __device__ __forceinline__ void cload_rw(const float *row, int v, float4 &out) { out = reinterpret_cast<const float4 *>(row)[v]; }
 __device__ __forceinline__ void cload_rw(const float *row, int v, float &out) { out = row[v]; }
 __device__ __forceinline__ void cload_rw(const __nv_bfloat16 *row, int v, float4 &out) {
     out = bf16x4_to_float4(reinterpret_cast<const uint2 *>(row)[v]);
 }
 __device__ __forceinline__ void cload_rw(const __nv_bfloat16 *row, int v, float &out) { out = __bfloat162float(row[v]); }
+__device__ __forceinline__ void cload_rw(const float *row, int v, dt_f8 &out) {
+    cload_rw(row, 2 * v, out.lo), cload_rw(row, 2 * v + 1, out.hi);
+}
+__device__ __forceinline__ void cload_rw(const __nv_bfloat16 *row, int v, dt_f8 &out) {
+    const uint4 u = reinterpret_cast<const uint4 *>(row)[v];
+    out.lo = bf16x4_to_float4(make_uint2(u.x, u.y)), out.hi = bf16x4_to_float4(make_uint2(u.z, u.w));
+}
 __device__ __forceinline__ void cstore(float *row, int v, float4 val) { reinterpret_cast<float4 *>(row)[v] = val; }
 __device__ __forceinline__ void cstore(float *row, int v, float val) { row[v] = val; }
 __device__ __forceinline__ void cstore(__nv_bfloat16 *row, int v, float4 val) {
@@ -100,6 +125,10 @@ __device__ __forceinline__ void cstore(__nv_bfloat16 *row, int v, float4 val) {
     reinterpret_cast<uint2 *>(row)[v] = u;
 }
 __device__ __forceinline__ void cstore(__nv_bfloat16 *row, int v, float val) { row[v] = __float2bfloat16_rn(val); }
+__device__ __forceinline__ void cstore(float *row, int v, const dt_f8 &val) { cstore(row, 2 * v, val.lo), cstore(row, 2 * v + 1, val.hi); }
+__device__ __forceinline__ void cstore(__nv_bfloat16 *row, int v, const dt_f8 &val) {
+    cstore(row, 2 * v, val.lo), cstore(row, 2 * v + 1, val.hi); /* two 8-byte stores: once a pixel */
+}
 /* The backward convention on a vector: row[v] = val (beta 0: the old value may be NaN) or
  * beta*row[v] + val, summed in fp32 and rounded once to the row's type. */
 template <typename T, typename V>
