@@ -391,6 +391,16 @@ void dt_deform_sample_nhwc_cuda(const dt_deform_plan *p, int64_t nb, const void 
         typedef DT_TAG_TYPE(tag) T;
 #define SAMPLE(V) \
     k_sample<V, L_, T><<<blocks_for_rows(c.S, L_), THREADS, 0, dt_stream()>>>(c, (const T *)xT, om, (T *)colT)
+        /* bf16 rows with Cg % 8 == 0: 16-byte vectors of 8 channels, the same lanes a sample
+         * (each takes half the vectors: fewer loads and stores a corner row) */
+        bool v8 = false;
+        if constexpr (sizeof(T) == 2) {
+            if (p->Cg % 8 == 0) {
+                v8 = true;
+                DISPATCH_L(L, SAMPLE(8));
+            }
+        }
+        if (v8) return;
         if (v4) { DISPATCH_L(L, SAMPLE(4)); }
         else { DISPATCH_L(L, SAMPLE(1)); }
 #undef SAMPLE
