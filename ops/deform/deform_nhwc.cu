@@ -11,7 +11,8 @@
  * moved per vector, cheaper than sharing them through shared memory.
  *
  * Every kernel is templated on the plan's tensor type T (float, or bf16 for bf16 plans): x,
- * the columns and their gradient are read as stored (a vector of 4 bf16 is one 8-byte load)
+ * the columns and their gradient are read as stored (the sampling and the gather take 8 bf16
+ * channels a vector where Cg % 8 == 0: one 16-byte load; else 4, one 8-byte load)
  * and widened; all arithmetic is fp32; a bf16 result is rounded once, on its store.
  * The sampling and gather row kernels (k_sample, k_gather) are in deform_nhwc.cuh, which the
  * kernel lab includes too. */
