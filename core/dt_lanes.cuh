@@ -2,8 +2,8 @@
  *
  * Vectors: a "vector" is VEC consecutive channels, VEC = 4 (float4: one 16-byte load per
  * lane) when the group's channel count allows, else 1. vload/vstore/vfma/vdot work on both.
- * bf16 rows also take VEC = 8 (dt_f8: 8 bf16 channels, one 16-byte load or store, held as two
- * float4) in the sampling and the gather: zero, fma, scale, dot and the row moves.
+ * The gather of bf16 rows also takes VEC = 8 (dt_f8: 8 bf16 channels, one 16-byte load, held as
+ * two float4): its zero, fma, dot and row moves only.
  *
  * Lane groups: L consecutive lanes of a warp (L a power of two, 1..32) share one row (a sample,
  * a pixel, a position) and split its channel vectors; group_sum<L> adds a value over the
@@ -66,7 +66,6 @@ __device__ __forceinline__ float vdot(float a, float b) { return a * b; }
 __device__ __forceinline__ float vdot(const dt_f8 &a, const dt_f8 &b) { return vdot(a.lo, b.lo) + vdot(a.hi, b.hi); }
 __device__ __forceinline__ float4 vscale(float s, float4 v) { return make_float4(s * v.x, s * v.y, s * v.z, s * v.w); }
 __device__ __forceinline__ float vscale(float s, float v) { return s * v; }
-__device__ __forceinline__ dt_f8 vscale(float s, const dt_f8 &v) { return dt_f8{vscale(s, v.lo), vscale(s, v.hi)}; }
 __device__ __forceinline__ float vget(float4 v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
 __device__ __forceinline__ float vget(float v, int) { return v; }
 __device__ __forceinline__ void vatomic_add(float4 *p, float4 v) {
@@ -128,9 +127,7 @@ __device__ __forceinline__ void cstore(__nv_bfloat16 *row, int v, float4 val) {
 __device__ __forceinline__ void cstore(__nv_bfloat16 *row, int v, float val) { row[v] = __float2bfloat16_rn(val); }
 __device__ __forceinline__ void cstore(float *row, int v, const dt_f8 &val) { cstore(row, 2 * v, val.lo), cstore(row, 2 * v + 1, val.hi); }
 __device__ __forceinline__ void cstore(__nv_bfloat16 *row, int v, const dt_f8 &val) {
-    __nv_bfloat162 h[4] = {__floats2bfloat162_rn(val.lo.x, val.lo.y), __floats2bfloat162_rn(val.lo.z, val.lo.w),
-                           __floats2bfloat162_rn(val.hi.x, val.hi.y), __floats2bfloat162_rn(val.hi.z, val.hi.w)};
-    reinterpret_cast<uint4 *>(row)[v] = *reinterpret_cast<const uint4 *>(h); /* one 16-byte store */
+    cstore(row, 2 * v, val.lo), cstore(row, 2 * v + 1, val.hi); /* two 8-byte stores: once a pixel */
 }
 /* The backward convention on a vector: row[v] = val (beta 0: the old value may be NaN) or
  * beta*row[v] + val, summed in fp32 and rounded once to the row's type. */

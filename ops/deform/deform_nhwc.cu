@@ -11,8 +11,8 @@
  * moved per vector, cheaper than sharing them through shared memory.
  *
  * Every kernel is templated on the plan's tensor type T (float, or bf16 for bf16 plans): x,
- * the columns and their gradient are read as stored (the sampling and the gather take 8 bf16
- * channels a vector where Cg % 8 == 0: one 16-byte load; else 4, one 8-byte load)
+ * the columns and their gradient are read as stored (the gather takes 8 bf16 channels a vector
+ * where Cg % 8 == 0: one 16-byte load; else 4, one 8-byte load)
  * and widened; all arithmetic is fp32; a bf16 result is rounded once, on its store.
  * The sampling and gather row kernels (k_sample, k_gather) are in deform_nhwc.cuh, which the
  * kernel lab includes too. */
@@ -392,16 +392,6 @@ void dt_deform_sample_nhwc_cuda(const dt_deform_plan *p, int64_t nb, const void 
         typedef DT_TAG_TYPE(tag) T;
 #define SAMPLE(V) \
     k_sample<V, L_, T><<<blocks_for_rows(c.S, L_), THREADS, 0, dt_stream()>>>(c, (const T *)xT, om, (T *)colT)
-        /* bf16 rows with Cg % 8 == 0: 16-byte vectors of 8 channels, the same lanes a sample
-         * (each takes half the vectors: fewer loads and stores a corner row) */
-        bool v8 = false;
-        if constexpr (sizeof(T) == 2) {
-            if (p->Cg % 8 == 0) {
-                v8 = true;
-                DISPATCH_L(L, SAMPLE(8));
-            }
-        }
-        if (v8) return;
         if (v4) { DISPATCH_L(L, SAMPLE(4)); }
         else { DISPATCH_L(L, SAMPLE(1)); }
 #undef SAMPLE
