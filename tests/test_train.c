@@ -982,7 +982,7 @@ static void graph_vs_eager(const char *name, const char *deform, const char *pre
  * `device` in `precision`: the same losses and the same weights, bit for bit. */
 static void keep_cols_changes_no_bit(const char *name, const char *device, const char *precision) {
     dt_train_result r[2];
-    float w[2][4];
+    float losses[2][4];
     for (int keep = 0; keep < 2; keep++) {
         dt_train_cfg c;
         tiny_cfg(&c);
@@ -1002,13 +1002,14 @@ static void keep_cols_changes_no_bit(const char *name, const char *device, const
             if (keep) dt_train_result_free(&r[0]);
             return;
         }
-        for (int i = 0; i < 4; i++) w[keep][i] = i < r[keep].steps ? r[keep].losses[i] : NAN;
+        for (int i = 0; i < 4; i++) losses[keep][i] = i < r[keep].steps ? r[keep].losses[i] : NAN;
     }
     EXPECT_EQ_INT(r[0].steps, 4);
     EXPECT_EQ_INT(r[1].steps, 4);
-    EXPECT_MSG(!memcmp(w[0], w[1], sizeof w[0]),
+    EXPECT_MSG(!memcmp(losses[0], losses[1], sizeof losses[0]),
                "%s: losses with keep_cols=1 (%.9g %.9g %.9g %.9g) differ from keep_cols=0's (%.9g %.9g %.9g %.9g)", name,
-               w[1][0], w[1][1], w[1][2], w[1][3], w[0][0], w[0][1], w[0][2], w[0][3]);
+               losses[1][0], losses[1][1], losses[1][2], losses[1][3], losses[0][0], losses[0][1],
+               losses[0][2], losses[0][3]);
     dt_train_result_free(&r[0]);
     dt_train_result_free(&r[1]);
 }
