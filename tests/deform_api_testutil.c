@@ -41,6 +41,9 @@ const dt_api_path dt_api_paths[] = {
     {"deft bf16 NHWC, f32 NCHW master weight", DEFT, CPU, DT_BF16, DT_NHWC, DT_F32, DT_NCHW, DT_BF16, DT_NHWC, 2e-2},
     {"deft bf16 NHWC, bf16 NHWC weight", DEFT, CPU, DT_BF16, DT_NHWC, DT_BF16, DT_NHWC, DT_F32, DT_NCHW, 2e-2},
     {"deft f32 NHWC x, bf16 NCHW offsets and mask", DEFT, CPU, DT_F32, DT_NHWC, DT_F32, DT_NHWC, DT_BF16, DT_NCHW, 2e-2},
+    /* PyTorch's bf16 autocast + channels_last: the offset conv's output, bf16 NHWC, handed over as it is */
+    {"deft bf16 NHWC, bf16 NHWC offsets and mask", DEFT | DET, CPU, DT_BF16, DT_NHWC, DT_BF16, DT_NHWC, DT_BF16, DT_NHWC,
+     2e-2},
 };
 const int dt_api_n_paths = sizeof dt_api_paths / sizeof *dt_api_paths;
 const dt_api_path dt_api_f64_path = {"f64", DEFT, CPU, F64, DT_NCHW, F64, DT_NCHW, F64, DT_NCHW, 1e-12};

@@ -2,8 +2,10 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <stdlib.h>
 
 #include "core/dt_autograd.h"
+#include "ops/pointwise/convert.h"
 #include "tests/dt_check.h"
 #include "ops/deform/dt_deform.h"
 #include "tests/dt_test.h"
@@ -87,4 +89,29 @@ void dt_test_deform_direct(const dt_deform_case *c, const float *x, const float 
                     }
                     y[((n * c->cout + o) * Ho + oy) * Wo + ox] = (float)s;
                 }
+}
+
+/* ---- the om pack's problems and fields ---- */
+
+const dt_om_pack_case dt_om_pack_cases[] = {
+    {2, 7, 9, 0},   /* a 3x3 conv's offsets alone: OC 18, 2 padding columns */
+    {2, 7, 9, 1},   /* with its mask: OC 27, OCS 28 */
+    {3, 70, 12, 1}, /* OC 36 = OCS: two column tiles, positions past one tile */
+    {1, 130, 18, 1}, /* 2 offset groups of 9 taps: OC 54, OCS 56, three position tiles */
+    {2, 5, 1, 0},   /* a 1x1 conv: OC 2, OCS 4 */
+};
+const int dt_om_pack_n_cases = sizeof dt_om_pack_cases / sizeof *dt_om_pack_cases;
+
+dt_deform_field_fmt dt_test_field_fmt(int i) {
+    return (dt_deform_field_fmt){(i & 1) ? DT_BF16 : DT_F32, (i & 2) ? DT_NHWC : DT_NCHW};
+}
+
+void *dt_test_field(int64_t nb, int64_t Cf, int64_t P, dt_deform_field_fmt f) {
+    const int64_t n = nb * Cf * P;
+    float *v = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+    dt_rng_fill_normal(dt_test_rng(), v, n, 0.0f, 2.0f);
+    void *out = malloc(dt_dtype_size(f.dtype) * (size_t)(n > 0 ? n : 1));
+    dt_convert_cpu(nb, Cf, P, v, DT_F32, DT_NCHW, 0.0f, out, f.dtype, f.layout);
+    free(v);
+    return out;
 }

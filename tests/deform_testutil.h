@@ -88,4 +88,23 @@ dt_tensor *dt_test_deform_layer_forward(dt_tensor **in, void *layer);
 void dt_test_deform_direct(const dt_deform_case *c, const float *x, const float *off, const float *mask, const float *w,
                            const float *bias, int64_t Ho, int64_t Wo, float *y);
 
+/* ---- the om pack (ops/deform/om_pack.h): its problems and fields ---- */
+/* nb images of P positions, GK = groups x taps, with or without a mask; om's row stride is the
+ * plan's, OCS = 4 * ceil(OC / 4). The table crosses the CUDA tiles' edges (64 positions, 32
+ * columns) and has padding columns and none. */
+typedef struct {
+    int64_t nb, P, GK;
+    int mask;
+} dt_om_pack_case;
+extern const dt_om_pack_case dt_om_pack_cases[];
+extern const int dt_om_pack_n_cases;
+static inline int64_t dt_om_pack_ocs(const dt_om_pack_case *c) {
+    const int64_t oc = (c->mask ? 3 : 2) * c->GK;
+    return (oc + 3) / 4 * 4;
+}
+/* The i-th (0..3) field format: f32 / bf16 x NCHW / NHWC. */
+dt_deform_field_fmt dt_test_field_fmt(int i);
+/* A field [nb, Cf, P] ~ N(0, 2) stored in format f, in host memory (dt_dtype_size(f.dtype) per element). */
+void *dt_test_field(int64_t nb, int64_t Cf, int64_t P, dt_deform_field_fmt f);
+
 #endif

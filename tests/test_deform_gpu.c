@@ -4,6 +4,7 @@
  *    strides, dilation, groups of odd sizes, masks, batch 1 and a prime batch, offsets far
  *    outside the image and of 20 px;
  *  - the layer's staged / fused tiles, swizzle and halos against the CPU's unfused layer;
+ *  - the op's offsets packed into om and its gradients unpacked, bit for bit the twins';
  *  - bitwise determinism, zero offsets = conv2d, deft = unfused on ResNet shapes, a chunk
  *    whose column buffer has more than 2^31 elements, a second device.
  * (The op and the layer's node in every mode and knob against their CPU twins, chunked
@@ -24,6 +25,7 @@
 #include "tests/dt_test.h"
 #include "ops/pointwise/layout.h"
 #include "ops/deform/offset_conv.h"
+#include "ops/deform/om_pack.h"
 
 /* The problems: the DT_DC_KERNELS, DT_DC_GPU_LAYER and DT_DC_GPU_RESNET rows of the deformable
  * tests' one table (tests/cases_deform.c). */
@@ -214,6 +216,73 @@ DT_GPU_TEST(gpu_deft_kernels_match_cpu_twins) {
         dt_gpu_free(gws);
         free(cws);
     }
+}
+
+/* The om pack's CUDA versions against their twins, bit for bit (copies and conversions): om in
+ * NaN, each gradient over NaN (beta 0) and over values (beta 1), both wanted and one. */
+static void *to_gpu_bytes(const void *h, size_t bytes) {
+    void *d = dt_gpu_malloc(bytes ? bytes : 1);
+    dt_copy_h2d(d, h, bytes);
+    return d;
+}
+static int gpu_same_bytes(const void *d, const void *h, size_t bytes) {
+    void *back = malloc(bytes ? bytes : 1);
+    dt_copy_d2h(back, d, bytes);
+    int same = !memcmp(back, h, bytes);
+    free(back);
+    return same;
+}
+
+DT_GPU_TEST(gpu_deft_om_pack_bitwise_the_cpu_twin) {
+    int64_t bad = 0, runs = 0;
+    for (int ci = 0; ci < dt_om_pack_n_cases; ci++) {
+        const dt_om_pack_case *c = &dt_om_pack_cases[ci];
+        const int64_t nb = c->nb, P = c->P, GK = c->GK, OCS = dt_om_pack_ocs(c), Q = nb * P;
+        for (int fo = 0; fo < 4; fo++)
+            for (int fm = 0; fm < (c->mask ? 4 : 1); fm++) {
+                const dt_deform_field_fmt of = dt_test_field_fmt(fo), mf = dt_test_field_fmt(fm);
+                const size_t bytes[2] = {nb * 2 * GK * P * dt_dtype_size(of.dtype), nb * GK * P * dt_dtype_size(mf.dtype)};
+                void *off = dt_test_field(nb, 2 * GK, P, of), *mask = c->mask ? dt_test_field(nb, GK, P, mf) : NULL;
+                void *goff = to_gpu_bytes(off, bytes[0]), *gmask = mask ? to_gpu_bytes(mask, bytes[1]) : NULL;
+                float *om = malloc(Q * OCS * 4), *gom = dt_gpu_malloc(Q * OCS * 4);
+                dt_deform_om_pack_cpu(nb, P, GK, OCS, off, of, mask, mf, om);
+                dt_memset_gpu(gom, 0xFF, Q * OCS * 4);
+                dt_deform_om_pack_cuda(nb, P, GK, OCS, goff, of, gmask, mf, gom);
+                if (!gpu_same_bytes(gom, om, Q * OCS * 4)) {
+                    bad++;
+                    fprintf(stderr, "pack: case %d, formats %d / %d differ\n", ci, fo, fm);
+                }
+                float *dom = host_randn(Q * OCS, 1.0f), *gdom = to_gpu(dom, Q * OCS);
+                for (int beta = 0; beta < 2; beta++)
+                    for (int want = 1; want < (mask ? 4 : 2); want++) {
+                        void *h[2], *d[2];
+                        for (int k = 0; k < 2; k++) {
+                            h[k] = k == 0 ? dt_test_field(nb, 2 * GK, P, of) : dt_test_field(nb, GK, P, mf);
+                            if (!beta) memset(h[k], 0xFF, bytes[k]);
+                            d[k] = to_gpu_bytes(h[k], bytes[k]);
+                        }
+                        dt_deform_om_unpack_cpu(nb, P, GK, OCS, dom, (want & 1) ? h[0] : NULL, of, (float)beta,
+                                                (want & 2) ? h[1] : NULL, mf, (float)beta);
+                        dt_deform_om_unpack_cuda(nb, P, GK, OCS, gdom, (want & 1) ? d[0] : NULL, of, (float)beta,
+                                                 (want & 2) ? d[1] : NULL, mf, (float)beta);
+                        for (int k = 0; k < 2; k++) {
+                            if (!gpu_same_bytes(d[k], h[k], bytes[k])) {
+                                bad++;
+                                fprintf(stderr, "unpack: case %d, formats %d / %d, beta %d, wanted %d: gradient %d differs\n",
+                                        ci, fo, fm, beta, want, k);
+                            }
+                            free(h[k]);
+                            dt_gpu_free(d[k]);
+                        }
+                        runs++;
+                    }
+                free(off), free(mask), free(om), free(dom);
+                dt_gpu_free(goff), dt_gpu_free(gom), dt_gpu_free(gdom);
+                if (gmask) dt_gpu_free(gmask);
+            }
+    }
+    EXPECT_EQ_INT(bad, 0);
+    EXPECT(runs > 100);
 }
 
 #endif /* DT_CUDA */

@@ -17,6 +17,8 @@
 #include "ops/dt_layers.h"
 #include "tests/dt_test.h"
 #include "ops/pointwise/layout.h"
+#include "ops/pointwise/convert.h"
+#include "ops/deform/om_pack.h"
 
 /* Forward and every gradient of the op in `mode`, copied out. */
 typedef struct {
@@ -329,6 +331,80 @@ DT_TEST(layout_nchw_nhwc_round_trip) {
     EXPECT_EQ_INT(bad, 0);
     free(y);
     free(back);
+}
+
+/* The om pack (om_pack.h) against the passes it replaced: each field converted to f32 NCHW and
+ * relaid out into a zeroed om; dom relaid out to f32 NCHW and converted into each gradient with
+ * its beta. Bit for bit, for every problem of the table and every pair of field formats; a
+ * gradient not asked for is left as it was. */
+static void *copy_of(const void *p, size_t bytes) { return memcpy(malloc(bytes), p, bytes); }
+
+DT_TEST(deft_om_pack_is_the_conversions_it_replaces) {
+    int64_t bad = 0, runs = 0;
+    for (int ci = 0; ci < dt_om_pack_n_cases; ci++) {
+        const dt_om_pack_case *c = &dt_om_pack_cases[ci];
+        const int64_t nb = c->nb, P = c->P, GK = c->GK, OCS = dt_om_pack_ocs(c), Q = nb * P;
+        const int64_t n_off = nb * 2 * GK * P, n_mask = nb * GK * P;
+        for (int fo = 0; fo < 4; fo++)
+            for (int fm = 0; fm < (c->mask ? 4 : 1); fm++) {
+                const dt_deform_field_fmt of = dt_test_field_fmt(fo), mf = dt_test_field_fmt(fm);
+                const size_t b_off = n_off * dt_dtype_size(of.dtype), b_mask = n_mask * dt_dtype_size(mf.dtype);
+                void *off = dt_test_field(nb, 2 * GK, P, of), *mask = c->mask ? dt_test_field(nb, GK, P, mf) : NULL;
+                /* pack */
+                float *ref = calloc(Q * OCS, 4), *om = malloc(Q * OCS * 4), *f32 = malloc((n_off + 1) * 4);
+                dt_convert_cpu(nb, 2 * GK, P, off, of.dtype, of.layout, 0.0f, f32, DT_F32, DT_NCHW);
+                dt_nchw_to_nhwc_cpu(nb, 2 * GK, P, f32, OCS, ref);
+                if (mask) {
+                    dt_convert_cpu(nb, GK, P, mask, mf.dtype, mf.layout, 0.0f, f32, DT_F32, DT_NCHW);
+                    dt_nchw_to_nhwc_cpu(nb, GK, P, f32, OCS, ref + 2 * GK);
+                }
+                memset(om, 0xFF, Q * OCS * 4);
+                dt_deform_om_pack_cpu(nb, P, GK, OCS, off, of, mask, mf, om);
+                if (memcmp(om, ref, Q * OCS * 4)) {
+                    bad++;
+                    fprintf(stderr, "pack: case %d, formats %d / %d differ\n", ci, fo, fm);
+                }
+                /* unpack: beta 0 over NaN and 1 over values; both gradients, or one */
+                float *dom = malloc(Q * OCS * 4);
+                dt_rng_fill_normal(dt_test_rng(), dom, Q * OCS, 0.0f, 1.0f);
+                for (int beta = 0; beta < 2; beta++)
+                    for (int want = 1; want < (mask ? 4 : 2); want++) {
+                        void *g[2], *g_ref[2], *g0[2];
+                        const size_t bytes[2] = {b_off, b_mask};
+                        for (int k = 0; k < 2; k++) {
+                            g[k] = k == 0 ? dt_test_field(nb, 2 * GK, P, of) : dt_test_field(nb, GK, P, mf);
+                            if (!beta) memset(g[k], 0xFF, bytes[k]);
+                            g_ref[k] = copy_of(g[k], bytes[k]);
+                            g0[k] = copy_of(g[k], bytes[k]);
+                        }
+                        float *t = malloc((n_off + 1) * 4);
+                        if (want & 1) {
+                            dt_nhwc_to_nchw_cpu(nb, 2 * GK, P, dom, OCS, NULL, 0.0f, t);
+                            dt_convert_cpu(nb, 2 * GK, P, t, DT_F32, DT_NCHW, (float)beta, g_ref[0], of.dtype, of.layout);
+                        }
+                        if (want & 2) {
+                            dt_nhwc_to_nchw_cpu(nb, GK, P, dom + 2 * GK, OCS, NULL, 0.0f, t);
+                            dt_convert_cpu(nb, GK, P, t, DT_F32, DT_NCHW, (float)beta, g_ref[1], mf.dtype, mf.layout);
+                        }
+                        dt_deform_om_unpack_cpu(nb, P, GK, OCS, dom, (want & 1) ? g[0] : NULL, of, (float)beta,
+                                                (want & 2) ? g[1] : NULL, mf, (float)beta);
+                        for (int k = 0; k < 2; k++) {
+                            const void *expect = (want >> k) & 1 ? g_ref[k] : g0[k];
+                            if (memcmp(g[k], expect, bytes[k])) {
+                                bad++;
+                                fprintf(stderr, "unpack: case %d, formats %d / %d, beta %d, wanted %d: gradient %d differs\n",
+                                        ci, fo, fm, beta, want, k);
+                            }
+                            free(g[k]), free(g_ref[k]), free(g0[k]);
+                        }
+                        free(t);
+                        runs++;
+                    }
+                free(off), free(mask), free(ref), free(om), free(f32), free(dom);
+            }
+    }
+    EXPECT_EQ_INT(bad, 0);
+    EXPECT(runs > 100); /* every case ran: 5 problems, 52 format pairs, 2 betas */
 }
 
 DT_TEST(deform_plan_chunks_and_errors) {

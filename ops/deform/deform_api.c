@@ -9,9 +9,11 @@
  *   f32, bf16   the plan's orchestration. x, y and their gradients define the plan's dtype and
  *               layout and are handed to the kernels as they are. The weight, the offsets and the
  *               mask - and their gradients - are handed over as they are when they already are
- *               in the format the kernels read (the weight in x's dtype and layout, offsets and
- *               mask f32 NCHW); otherwise each goes through a scratch buffer in that format,
- *               converted with one dt_convert kernel on the way in (inputs) or out (gradients).
+ *               in the format the kernels read (the weight in x's dtype and layout; offsets and
+ *               mask: any of their formats in deft mode, which packs them into its om and
+ *               unpacks their gradients in one pass each (om_pack.h), f32 NCHW in unfused
+ *               mode); otherwise each goes through a scratch buffer in that format, converted
+ *               with one dt_convert kernel on the way in (inputs) or out (gradients).
  *               Weight groups: the grouped weight (in the kernels' format) and its gradient
  *               as they are, the column skeleton's GEMMs one per group (dt_deform_args.groups;
  *               dt_colconv.h) - no dense block-diagonal weight.
@@ -368,7 +370,8 @@ static void grad_out(dt_dev dev, const void *made, fmt k, void *dst, fmt f) {
  * with the grouped sizes: N = cout, C = c/groups). */
 typedef struct {
     fmt w, off, mask;       /* the caller's */
-    fmt kw, koff, kmask;    /* the kernels': weight in x's format, offsets and mask f32 NCHW */
+    fmt kw, koff, kmask;    /* the kernels': weight in x's format; offsets and mask the caller's (deft) or
+                               f32 NCHW (unfused) */
     fmt kdw;                /* the weight gradient as the kernels make it: f32 in x's layout */
 } formats;
 
@@ -381,11 +384,15 @@ static formats formats_of(const call *c) {
     f.off = (fmt){N, 2 * p->GK, p->P, (dt_dtype)d->offset_dtype, (dt_layout)d->offset_layout};
     f.mask = (fmt){N, p->GK, p->P, (dt_dtype)d->mask_dtype, (dt_layout)d->mask_layout};
     f.kw = (fmt){p->prob.Cout, cw, p->K, p->dtype, p->layout};
-    f.koff = (fmt){N, 2 * p->GK, p->P, DT_F32, DT_NCHW};
-    f.kmask = (fmt){N, p->GK, p->P, DT_F32, DT_NCHW};
+    const int own = p->mode == DT_DEFORM_DEFT; /* deft reads the fields as they are (om_pack.h) */
+    f.koff = own ? f.off : (fmt){N, 2 * p->GK, p->P, DT_F32, DT_NCHW};
+    f.kmask = own ? f.mask : (fmt){N, p->GK, p->P, DT_F32, DT_NCHW};
     f.kdw = (fmt){p->prob.Cout, cw, p->K, DT_F32, p->layout};
     return f;
 }
+
+/* A field's format as dt_deform_args carries it. */
+static dt_deform_field_fmt field_fmt(fmt f) { return (dt_deform_field_fmt){f.dtype, f.layout}; }
 
 static dt_deform_f64_shape f64_shape(const dt_deform_desc *d) {
     int ho, wo;
@@ -442,6 +449,8 @@ static int forward(const dt_deform_desc *d, int mode, const void *x, const void 
     dt_deform_args a = {.x = x,
                         .offset = input_as(&s, offset, f.off, f.koff),
                         .mask = input_as(&s, mask, f.mask, f.kmask),
+                        .offset_fmt = field_fmt(f.koff),
+                        .mask_fmt = field_fmt(f.kmask),
                         .w = input_as(&s, weight, f.w, f.kw),
                         .bias = bias,
                         .groups = c.d.weight_groups};
@@ -493,6 +502,8 @@ static int backward(const dt_deform_desc *d, int mode, const void *x, const void
     dt_deform_args a = {.x = x,
                         .offset = input_as(&s, offset, f.off, f.koff),
                         .mask = input_as(&s, mask, f.mask, f.kmask),
+                        .offset_fmt = field_fmt(f.koff),
+                        .mask_fmt = field_fmt(f.kmask),
                         .w = input_as(&s, weight, f.w, f.kw),
                         .groups = c.d.weight_groups};
     void *dw = grad_as(&s, grad_weight, f.w, f.kdw); /* the grouped gradient in the kernels' format */

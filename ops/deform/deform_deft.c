@@ -6,8 +6,8 @@
  * conversion pass (fp32 sums inside, a bf16 result rounded once).
  * Per call (open): the main weight relaid out to [Cout, K, C] (NCHW plans: an NHWC weight
  *   already is); om, the offsets and mask of the batch as [N*P, OCS] - the layer's (computed
- *   chunk by chunk by the forward, saved for the backward) or the op's (its NCHW offset/mask
- *   inputs relaid out).
+ *   chunk by chunk by the forward, saved for the backward) or the op's (its offset and mask
+ *   inputs packed in one pass from their own dtype and layout, om_pack.h).
  * Per chunk:
  *   begin    xT = the chunk's input, channels last (NCHW: relaid out into a buffer; NHWC: the
  *            input itself); the layer's forward also runs the offset conv here
@@ -18,8 +18,8 @@
  *   adjoint  dom and the input gradient from dcolT - inverse index (built in begin, on the
  *            GPU's side stream while the GEMMs run) + gather + offset gradients (dx=gather,
  *            deterministic) or float4 atomics (dx=atomic) - then the layer's offset conv
- *            backward (weight, bias, and its input gradient), or the op's dom relaid out into
- *            doffset/dmask.
+ *            backward (weight, bias, and its input gradient), or the op's dom unpacked into
+ *            doffset/dmask in their formats (one pass, om_pack.h).
  * close: NCHW plans: dW back from the skeleton's [Cout, K*C] to [Cout, C, kh, kw] (with beta).
  * Weight groups (args.groups = WG): the same with C/WG for C in the weight's shapes.
  *
@@ -43,6 +43,7 @@
 #include "ops/pointwise/elementwise.h"
 #include "ops/pointwise/layout.h"
 #include "ops/deform/offset_conv.h"
+#include "ops/deform/om_pack.h"
 
 /* The deft kernels (deform_nhwc.h, offset_conv.h): one CPU twin and one CUDA kernel each,
  * for f32 and bf16 plans (the plan carries the dtype to the kernel; the kernels work channels
@@ -58,6 +59,12 @@ DEFT_TABLE(scatter_k, "deft (atomic input gradient)", dt_deform_scatter_dx)
 DEFT_TABLE(offconv_fwd_k, "deft (offset conv)", dt_offconv_fwd)
 DEFT_TABLE(offconv_bwd_k, "deft (offset conv gradients)", dt_offconv_bwd)
 DEFT_TABLE(tile_ws_k, "deft (tile workspace)", dt_deform_tile_ws_bytes)
+/* the op's offsets and mask in and their gradients out (om_pack.h): any field format, picked
+ * by device alone */
+DT_OP_TABLE(om_pack_k, "deft (offsets and mask into om)", __typeof__(dt_deform_om_pack_cpu),
+            DT_TWINS(om_pack_k, dt_deform_om_pack, DT_ANY_DTYPE, DT_ANY_LAYOUT))
+DT_OP_TABLE(om_unpack_k, "deft (dom into the offsets' and mask's gradients)", __typeof__(dt_deform_om_unpack_cpu),
+            DT_TWINS(om_unpack_k, dt_deform_om_unpack, DT_ANY_DTYPE, DT_ANY_LAYOUT))
 DEFT_TABLE(index_ws_k, "deft (index workspace)", dt_deform_index_ws_bytes)
 DEFT_TABLE(offconv_ws_k, "deft (offset conv workspace)", dt_offconv_ws_bytes)
 #define WS_BYTES(t, p, nb) DT_PICK(t, dev, (p)->dtype, DT_NHWC)(p, nb)
@@ -115,11 +122,13 @@ static void deft_open(dt_deform_run *r) {
         if (!a->om) dt_fatal("deform_conv2d (deft): the layer needs an om buffer for its offsets");
         r->om = a->om;
     } else {
+        const char *bad = dt_deform_field_fmt_refusal(a->offset_fmt);
+        if (!bad && a->mask) bad = dt_deform_field_fmt_refusal(a->mask_fmt);
+        if (bad) dt_fatal("deform_conv2d (deft): %s", bad);
         r->own_om = 1;
         r->om = dt_dev_alloc(dev, (size_t)p->prob.N * p->P * p->OCS * sizeof(float));
-        if (p->OCS > p->OC) DT_PICK(dt_fill_k, dev, DT_F32, DT_NCHW)(p->prob.N * p->P * p->OCS, 0.0f, r->om);
-        DT_PICK(dt_nchw_to_nhwc_k, dev, DT_F32, DT_NCHW)(p->prob.N, 2 * p->GK, p->P, a->offset, p->OCS, r->om);
-        if (a->mask) DT_PICK(dt_nchw_to_nhwc_k, dev, DT_F32, DT_NCHW)(p->prob.N, p->GK, p->P, a->mask, p->OCS, r->om + 2 * p->GK);
+        DT_PICK(om_pack_k, dev, DT_ANY_DTYPE, DT_ANY_LAYOUT)(p->prob.N, p->P, p->GK, p->OCS, a->offset, a->offset_fmt,
+                                                             a->mask, a->mask_fmt, r->om);
     }
     size_t img = (size_t)nb * p->prob.H * p->prob.W * p->prob.C * sizeof(float); /* an fp32 chunk of x */
     if (p->layout == DT_NCHW) r->xT_buf = dt_dev_alloc(dev, img);
@@ -213,10 +222,12 @@ static void deft_adjoint(void *rv, int64_t n0, int64_t nb, void *dcol) {
         if (g->dwoff || g->dboff || dst)
             DT_PICK(offconv_bwd_k, dev, p->dtype, DT_NHWC)(p, nb, r->xT, r->dom, r->a->woff, bw, g->dwoff, bb, g->dboff, add, beta, dst, r->ws);
     } else {
-        if (g->doff)
-            DT_PICK(dt_nhwc_to_nchw_k, dev, DT_F32, DT_NCHW)(nb, 2 * p->GK, p->P, r->dom, p->OCS, NULL, g->boff, g->doff + n0 * 2 * p->GK * p->P);
-        if (g->dmask)
-            DT_PICK(dt_nhwc_to_nchw_k, dev, DT_F32, DT_NCHW)(nb, p->GK, p->P, r->dom + 2 * p->GK, p->OCS, NULL, g->bmask, g->dmask + n0 * p->GK * p->P);
+        /* the chunk's images start n0 * (channels x P) elements in, in either layout */
+        const dt_deform_args *a = r->a;
+        void *doff = g->doff ? (char *)g->doff + (size_t)(n0 * 2 * p->GK * p->P) * dt_dtype_size(a->offset_fmt.dtype) : NULL;
+        void *dmask = g->dmask ? (char *)g->dmask + (size_t)(n0 * p->GK * p->P) * dt_dtype_size(a->mask_fmt.dtype) : NULL;
+        DT_PICK(om_unpack_k, dev, DT_ANY_DTYPE, DT_ANY_LAYOUT)(nb, p->P, p->GK, p->OCS, r->dom, doff, a->offset_fmt, g->boff,
+                                                               dmask, a->mask_fmt, g->bmask);
     }
     if (!g->dx) return;
     if (p->layout == DT_NCHW) DT_PICK(dt_nhwc_to_nchw_k, dev, DT_F32, DT_NCHW)(nb, p->prob.C, HW, acc, p->prob.C, NULL, g->bx, dx);

@@ -27,6 +27,9 @@ DT_OP_TABLE(col2im_det_k, "deform_conv2d unfused (deterministic scatter)", col2i
 static void unfused_open(dt_deform_run *r) {
     if (r->a->woff || !r->a->offset)
         dt_fatal("deform_conv2d (unfused): the offsets are an input (the unfused layer runs its offset conv as a node)");
+    const dt_deform_field_fmt of = r->a->offset_fmt, mf = r->a->mask_fmt;
+    if (of.dtype != DT_F32 || of.layout != DT_NCHW || (r->a->mask && (mf.dtype != DT_F32 || mf.layout != DT_NCHW)))
+        dt_fatal("deform_conv2d (unfused): offsets and mask are f32 NCHW (the baseline's kernels read nothing else)");
     r->gemm_w = r->a->w; /* f32 NCHW (dt_deform_plan_types) */
     if (r->g) {
         r->gemm_dw = r->g->dw;
@@ -38,7 +41,7 @@ static void unfused_fill(void *rv, int64_t n0, int64_t nb, void *col) {
     dt_deform_run *r = rv;
     const dt_deform_plan *p = r->p;
     const dt_deform_args *a = r->a;
-    DT_PICK(unfused_im2col_k, r->dev, DT_F32, DT_NCHW)(p, nb, (const float *)a->x + n0 * p->prob.C * p->prob.H * p->prob.W, a->offset + n0 * 2 * p->GK * p->P, a->mask ? a->mask + n0 * p->GK * p->P : NULL, col);
+    DT_PICK(unfused_im2col_k, r->dev, DT_F32, DT_NCHW)(p, nb, (const float *)a->x + n0 * p->prob.C * p->prob.H * p->prob.W, (const float *)a->offset + n0 * 2 * p->GK * p->P, a->mask ? (const float *)a->mask + n0 * p->GK * p->P : NULL, col);
 }
 
 static void unfused_adjoint(void *rv, int64_t n0, int64_t nb, void *dcol) {
@@ -47,10 +50,11 @@ static void unfused_adjoint(void *rv, int64_t n0, int64_t nb, void *dcol) {
     const dt_deform_args *a = r->a;
     const dt_deform_grads *g = r->g;
     dt_dev dev = r->dev;
-    const float *off = a->offset + n0 * 2 * p->GK * p->P, *mask = a->mask ? a->mask + n0 * p->GK * p->P : NULL;
+    const float *off = (const float *)a->offset + n0 * 2 * p->GK * p->P;
+    const float *mask = a->mask ? (const float *)a->mask + n0 * p->GK * p->P : NULL;
     if (g->doff || g->dmask) { /* the coord kernel writes both; a missing one goes to scratch */
-        float *o = g->doff ? g->doff + n0 * 2 * p->GK * p->P : dt_dev_alloc(dev, (size_t)nb * 2 * p->GK * p->P * sizeof(float));
-        DT_PICK(unfused_coord_k, dev, DT_F32, DT_NCHW)(p, nb, dcol, (const float *)a->x + n0 * p->prob.C * p->prob.H * p->prob.W, off, mask, o, g->doff ? g->boff : 0.0f, g->dmask ? g->dmask + n0 * p->GK * p->P : NULL, g->bmask);
+        float *o = g->doff ? (float *)g->doff + n0 * 2 * p->GK * p->P : dt_dev_alloc(dev, (size_t)nb * 2 * p->GK * p->P * sizeof(float));
+        DT_PICK(unfused_coord_k, dev, DT_F32, DT_NCHW)(p, nb, dcol, (const float *)a->x + n0 * p->prob.C * p->prob.H * p->prob.W, off, mask, o, g->doff ? g->boff : 0.0f, g->dmask ? (float *)g->dmask + n0 * p->GK * p->P : NULL, g->bmask);
         if (!g->doff) dt_dev_free(dev, o);
     }
     if (!g->dx) return;

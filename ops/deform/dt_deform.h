@@ -22,6 +22,7 @@
 
 #include "ops/conv/conv_geom.h"
 #include "ops/deform/deform_plan.h"
+#include "ops/deform/om_pack.h"
 #include "core/dt_param.h"
 #include "core/dt_tensor.h"
 
@@ -57,7 +58,10 @@ void dt_offset_stats_format(const dt_offset_stats *st, char *buf, int len);
  * gradient are f32 (offsets and mask NCHW). */
 typedef struct {
     const void *x;              /* [N, C, H, W] */
-    const float *offset, *mask; /* the op: [N, 2GK, Ho, Wo], [N, GK, Ho, Wo] or NULL */
+    const void *offset, *mask;  /* the op: [N, 2GK, Ho, Wo], [N, GK, Ho, Wo] or NULL, stored as offset_fmt and
+                                   mask_fmt say */
+    dt_deform_field_fmt offset_fmt, mask_fmt; /* deft: f32 / bf16, NCHW / NHWC, read as they are (om_pack.h);
+                                                 unfused: f32 NCHW only. {0}: f32 NCHW */
     const float *woff, *boff;   /* the deft layer instead: offset conv [OC, C, kh, kw], [OC] */
     const void *w;              /* [Cout, C / groups, kh, kw] (the grouped weight as stored) */
     const float *bias;          /* [Cout] or NULL */
@@ -71,7 +75,8 @@ typedef struct {
 } dt_deform_args;
 typedef struct {
     void *dx;                                   /* like x; NULL: not wanted (every one) */
-    float *doff, *dmask, *dw, *db, *dwoff, *dboff;
+    void *doff, *dmask;                         /* in the args' offset_fmt and mask_fmt */
+    float *dw, *db, *dwoff, *dboff;
     float bx, boff, bmask, bw, bb, bwoff, bboff;         /* 0 overwrite, 1 accumulate */
 } dt_deform_grads;
 void dt_deform_forward_raw(const dt_deform_plan *p, dt_dev dev, const dt_deform_args *a, void *y);
