@@ -31,9 +31,12 @@ PyTorch's contiguous (NCHW) or channels_last (NHWC) memory format - the weight t
 channels_last is [cout, kh, kw, c/groups]). x, y and their gradients share one format: x's
 (bf16 is always channels_last; 'unfused' is float32 NCHW; float64 is NCHW). A weight, offset or
 mask in another format than deftc's kernels read is converted inside deftc through a small
-scratch buffer (docs/deform_api.md). Anything else - other strides, a view that is not 16-byte
-aligned, float16 - is copied into a dense tensor first. Gradients come back in each input's own
-dtype and layout.
+scratch buffer (docs/deform_api.md; mode='deft' reads offsets and mask in any of these formats).
+Anything else - other strides, a view that is not 16-byte aligned, float16 - is copied into a
+dense tensor first: with mode='deft' an offset or mask keeps its dtype (float16: float32) and
+its stride order, so that the channel slices o[:, :18] and o[:, 18:] of a bf16 channels_last
+offset-conv output are copied into bf16 channels_last and their gradients come back as autograd
+keeps them. Gradients come back in each input's own dtype and layout.
 
 Autocast (CUDA or CPU) follows torchvision's autocast kernel - floating inputs cast to float32,
 the op run, the result cast back to the input's dtype - except where deftc has the kernels
@@ -115,6 +118,15 @@ def _fmt(t, prefer, copy_dtype=None):
     if t.dtype in (torch.float32, torch.bfloat16) and layout is not None:
         return t.dtype, layout
     return copy_dtype or (t.dtype if t.dtype in (torch.float32, torch.bfloat16) else torch.float32), prefer
+
+
+def _stride_order(t):
+    """The layout of torch.empty_like(t): NHWC when t, 4-D and not contiguous, has the channels-last
+    stride order (a channel slice of a channels_last tensor), else NCHW. A copy of t made in it is a
+    plain strided copy, and its gradient, made like it, is the one autograd keeps (_grad_as)."""
+    if t.dim() != 4 or t.is_contiguous():
+        return NCHW
+    return NHWC if torch.empty_like(t, device='meta').is_contiguous(memory_format=torch.channels_last) else NCHW
 
 
 def _as(t, dtype, layout):
@@ -219,7 +231,13 @@ class _Plan:
         if xd == torch.float64:  # every tensor double NCHW
             self.off = self.mask = self.w = (xd, NCHW)
             self.bias_dtype = xd
-        else:  # offsets and mask that must be copied anyway are copied into what the kernels read, f32 NCHW
+        elif mode == 'deft':  # offsets and mask: deft packs either dtype and layout itself; one that must be
+            # copied (a channel slice of the offset conv's output) keeps its dtype and stride order
+            self.off = _fmt(offset, _stride_order(offset))
+            self.mask = _fmt(mask, _stride_order(mask)) if mask is not None else (torch.float32, NCHW)
+            self.w = _fmt(weight, xl)
+            self.bias_dtype = torch.float32
+        else:  # unfused: offsets and mask that must be copied anyway are copied into what its kernels read, f32 NCHW
             self.off = _fmt(offset, NCHW, torch.float32)
             self.mask = _fmt(mask, NCHW, torch.float32) if mask is not None else (torch.float32, NCHW)
             self.w = _fmt(weight, xl)

@@ -111,6 +111,14 @@ Format format_of(const at::Tensor &t, int prefer, std::optional<at::ScalarType> 
     return {copy_dtype.value_or(kept ? t.scalar_type() : at::kFloat), prefer};
 }
 
+// The layout of at::empty_like(t) (_stride_order): NHWC when t, 4-D and not contiguous, has the
+// channels-last stride order (a channel slice of a channels_last tensor), else NCHW. A copy of t
+// made in it is a plain strided copy, and its gradient, made like it, is the one autograd keeps.
+int stride_order(const at::Tensor &t) {
+    if (t.dim() != 4 || t.is_contiguous()) return DT_NCHW;
+    return t.suggest_memory_format() == at::MemoryFormat::ChannelsLast ? DT_NHWC : DT_NCHW;
+}
+
 // t in format f, 16-byte aligned: t itself when it is so already, else one copy (_as).
 at::Tensor as_format(const at::Tensor &t, Format f) {
     at::MemoryFormat mf = memory_format(f.layout);
@@ -247,7 +255,13 @@ Plan::Plan(const at::Tensor &input, const at::Tensor &offset, const at::Tensor &
     if (x_format.dtype == at::kDouble) {  // every tensor double NCHW
         offset_format = mask_format = weight_format = {at::kDouble, DT_NCHW};
         bias_dtype = at::kDouble;
-    } else {  // offsets and mask that must be copied anyway are copied into what the kernels read, f32 NCHW
+    } else if (mode == "deft") {  // offsets and mask: deft packs either dtype and layout itself; one that must
+        // be copied (a channel slice of the offset conv's output) keeps its dtype and stride order
+        offset_format = format_of(offset, stride_order(offset));
+        mask_format = mask_t ? format_of(*mask_t, stride_order(*mask_t)) : Format{at::kFloat, DT_NCHW};
+        weight_format = format_of(weight, x_format.layout);
+        bias_dtype = at::kFloat;
+    } else {  // unfused: offsets and mask that must be copied anyway are copied into what its kernels read, f32 NCHW
         offset_format = format_of(offset, DT_NCHW, at::kFloat);
         mask_format = mask_t ? format_of(*mask_t, DT_NCHW, at::kFloat) : Format{at::kFloat, DT_NCHW};
         weight_format = format_of(weight, x_format.layout);
