@@ -21,15 +21,16 @@ GEOMETRY = ('n', 'c', 'h', 'w', 'cout', 'kh', 'kw', 'stride_h', 'stride_w', 'pad
 FORMATS = ('dtype', 'layout', 'weight_dtype', 'weight_layout', 'offset_dtype', 'offset_layout', 'mask_dtype',
            'mask_layout')
 PLACEMENT = ('weight_groups', 'device')  # the 108-byte version's fields
+PITCHES = ('offset_pitch', 'mask_pitch')  # the 116-byte version's: offsets and mask as channel slices
 
 
 class Desc(ctypes.Structure):
     """dt_deform_desc: Desc(n, c, h, w, cout, kh, kw, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w,
     offset_groups, has_mask, has_bias, dtype=F32, layout=NCHW, weight_dtype=..., ...,
-    weight_groups=1, device=CUDA). .size is set to this struct's size, 108 bytes (the library
-    refuses a size it does not know: a stale library or module shows up as that message, not as
-    misread fields)."""
-    _fields_ = [(n, ctypes.c_int) for n in GEOMETRY + ('size',) + FORMATS + PLACEMENT]
+    weight_groups=1, device=CUDA, offset_pitch=0, mask_pitch=0). .size is set to this struct's size,
+    116 bytes (the library refuses a size it does not know: a stale library or module shows up as
+    that message, not as misread fields)."""
+    _fields_ = [(n, ctypes.c_int) for n in GEOMETRY + ('size',) + FORMATS + PLACEMENT + PITCHES]
 
     def __init__(self, *geometry, **fields):
         if len(geometry) > len(GEOMETRY):

@@ -31,12 +31,13 @@ PyTorch's contiguous (NCHW) or channels_last (NHWC) memory format - the weight t
 channels_last is [cout, kh, kw, c/groups]). x, y and their gradients share one format: x's
 (bf16 is always channels_last; 'unfused' is float32 NCHW; float64 is NCHW). A weight, offset or
 mask in another format than deftc's kernels read is converted inside deftc through a small
-scratch buffer (docs/deform_api.md; mode='deft' reads offsets and mask in any of these formats).
-Anything else - other strides, a view that is not 16-byte aligned, float16 - is copied into a
-dense tensor first: with mode='deft' an offset or mask keeps its dtype (float16: float32) and
-its stride order, so that the channel slices o[:, :18] and o[:, 18:] of a bf16 channels_last
-offset-conv output are copied into bf16 channels_last and their gradients come back as autograd
-keeps them. Gradients come back in each input's own dtype and layout.
+scratch buffer (docs/deform_api.md). mode='deft' reads offsets and mask in any of these formats
+and also as channel slices of a larger tensor - o[:, :18] and torch.sigmoid(o)[:, 18:] of an
+offset conv's output o, as DCNv2 layers take them - where they lie, whatever their alignment
+(_field: the descriptor's pitches), so such a layer's calls copy nothing. Anything else - other
+strides, a view that is not 16-byte aligned, float16 - is copied into a dense tensor first (with
+mode='deft' an offset or mask keeps its dtype, float16: float32, and its stride order).
+Gradients come back in each input's own dtype and layout.
 
 Autocast (CUDA or CPU) follows torchvision's autocast kernel - floating inputs cast to float32,
 the op run, the result cast back to the input's dtype - except where deftc has the kernels
@@ -118,6 +119,28 @@ def _fmt(t, prefer, copy_dtype=None):
     if t.dtype in (torch.float32, torch.bfloat16) and layout is not None:
         return t.dtype, layout
     return copy_dtype or (t.dtype if t.dtype in (torch.float32, torch.bfloat16) else torch.float32), prefer
+
+
+def _field(t):
+    """(dtype, layout, pitch) in which mode='deft' reads the offsets or mask t where they lie: float32 or
+    bfloat16, dense NCHW / NHWC (pitch 0) or a channel slice of such a larger tensor - o[:, :18] and
+    o[:, 18:] of an offset conv's output o - with its pitch (dt_deform_api.h: the elements from one
+    position to the next, NHWC, or from one image to the next, NCHW); None when it has to be copied.
+    Alignment does not matter: deft packs the fields element by element."""
+    if t.dtype not in (torch.float32, torch.bfloat16) or t.dim() != 4:
+        return None
+    layout = _layout(t, NCHW)
+    if layout is not None:
+        return t.dtype, layout, 0
+    n, c, h, w = t.shape
+    sn, sc, sh, sw = t.stride()
+    fits = lambda *dims: all(size == 1 or stride == want for size, stride, want in dims)
+    ld = sw if w > 1 else sh if h > 1 else sn  # NHWC: from one position to the next
+    if ld >= c and fits((c, sc, 1), (w, sw, ld), (h, sh, w * ld), (n, sn, h * w * ld)):
+        return (t.dtype, NHWC, ld) if ld < 2 ** 31 else None
+    if sn >= c * h * w and fits((w, sw, 1), (h, sh, w), (c, sc, h * w)):  # NCHW: from one image to the next
+        return (t.dtype, NCHW, sn) if sn < 2 ** 31 else None
+    return None
 
 
 def _stride_order(t):
@@ -228,13 +251,16 @@ class _Plan:
             _fail('bias has %d elements, the weight %d output channels', bias.shape[0], cout)
         xd, xl, self.out = _compute(input, mode, precision)
         self.x = (xd, xl)
+        self.kept, self.pitch = (False, False), (0, 0)  # offset, mask: handed over where they lie; their pitches
         if xd == torch.float64:  # every tensor double NCHW
             self.off = self.mask = self.w = (xd, NCHW)
             self.bias_dtype = xd
-        elif mode == 'deft':  # offsets and mask: deft packs either dtype and layout itself; one that must be
-            # copied (a channel slice of the offset conv's output) keeps its dtype and stride order
-            self.off = _fmt(offset, _stride_order(offset))
-            self.mask = _fmt(mask, _stride_order(mask)) if mask is not None else (torch.float32, NCHW)
+        elif mode == 'deft':  # offsets and mask: deft reads either dtype and layout, and channel slices, where
+            # they lie (_field); one that must be copied keeps its dtype and stride order
+            fields = [_field(t) if t is not None else (torch.float32, NCHW, 0) for t in (offset, mask)]
+            self.kept = tuple(f is not None for f in fields)
+            self.off, self.mask = (f[:2] if f else _fmt(t, _stride_order(t)) for f, t in zip(fields, (offset, mask)))
+            self.pitch = tuple(f[2] if f else 0 for f in fields)
             self.w = _fmt(weight, xl)
             self.bias_dtype = torch.float32
         else:  # unfused: offsets and mask that must be copied anyway are copied into what its kernels read, f32 NCHW
@@ -251,12 +277,14 @@ class _Plan:
         return Desc(*self.geometry, dtype=_CODE[self.x[0]], layout=self.x[1], offset_dtype=_CODE[self.off[0]],
                     offset_layout=self.off[1], mask_dtype=_CODE[self.mask[0]], mask_layout=self.mask[1],
                     weight_dtype=_CODE[self.w[0]], weight_layout=self.w[1], weight_groups=self.weight_groups,
-                    device=CPU if device.type == 'cpu' else CUDA)
+                    device=CPU if device.type == 'cpu' else CUDA, offset_pitch=self.pitch[0], mask_pitch=self.pitch[1])
 
     def inputs(self, input, offset, weight, bias, mask):
         """The tensors in the formats deftc gets (copies only where _as must): x, offset, mask, weight, bias."""
-        return (_as(input, *self.x), _as(offset, *self.off), _as(mask, *self.mask) if mask is not None else None,
-                _as(weight, *self.w), _as(bias, self.bias_dtype, NCHW) if bias is not None else None)
+        off = offset if self.kept[0] else _as(offset, *self.off)
+        m = None if mask is None else mask if self.kept[1] else _as(mask, *self.mask)
+        return (_as(input, *self.x), off, m, _as(weight, *self.w),
+                _as(bias, self.bias_dtype, NCHW) if bias is not None else None)
 
 
 @ALLOC_FN

@@ -32,21 +32,26 @@ const int dt_api_n_f64_cases = sizeof dt_api_f64_cases / sizeof *dt_api_f64_case
 
 /* name, mode, device, x dtype / layout, weight's, offsets' and mask's, tolerance */
 const dt_api_path dt_api_paths[] = {
-    {"unfused f32 NCHW", UNF, CPU, DT_F32, DT_NCHW, DT_F32, DT_NCHW, DT_F32, DT_NCHW, 1e-5},
-    {"unfused det, NHWC weight, NHWC offsets", UNF | DET, CPU, DT_F32, DT_NCHW, DT_F32, DT_NHWC, DT_F32, DT_NHWC, 1e-5},
-    {"deft f32 NCHW x, NHWC weight", DEFT, CPU, DT_F32, DT_NCHW, DT_F32, DT_NHWC, DT_F32, DT_NCHW, 1e-5},
-    {"deft f32 NHWC", DEFT, CPU, DT_F32, DT_NHWC, DT_F32, DT_NHWC, DT_F32, DT_NHWC, 1e-5},
-    {"deft det, f32 NHWC x, NCHW weight", DEFT | DET, CPU, DT_F32, DT_NHWC, DT_F32, DT_NCHW, DT_F32, DT_NCHW, 1e-5},
+    {"unfused f32 NCHW", UNF, CPU, DT_F32, DT_NCHW, DT_F32, DT_NCHW, DT_F32, DT_NCHW, 1e-5, 0},
+    {"unfused det, NHWC weight, NHWC offsets", UNF | DET, CPU, DT_F32, DT_NCHW, DT_F32, DT_NHWC, DT_F32, DT_NHWC, 1e-5, 0},
+    {"deft f32 NCHW x, NHWC weight", DEFT, CPU, DT_F32, DT_NCHW, DT_F32, DT_NHWC, DT_F32, DT_NCHW, 1e-5, 0},
+    {"deft f32 NHWC", DEFT, CPU, DT_F32, DT_NHWC, DT_F32, DT_NHWC, DT_F32, DT_NHWC, 1e-5, 0},
+    {"deft det, f32 NHWC x, NCHW weight", DEFT | DET, CPU, DT_F32, DT_NHWC, DT_F32, DT_NCHW, DT_F32, DT_NCHW, 1e-5, 0},
     /* bf16 operands and results, rounded (2^-9 a rounding) */
-    {"deft bf16 NHWC, f32 NCHW master weight", DEFT, CPU, DT_BF16, DT_NHWC, DT_F32, DT_NCHW, DT_BF16, DT_NHWC, 2e-2},
-    {"deft bf16 NHWC, bf16 NHWC weight", DEFT, CPU, DT_BF16, DT_NHWC, DT_BF16, DT_NHWC, DT_F32, DT_NCHW, 2e-2},
-    {"deft f32 NHWC x, bf16 NCHW offsets and mask", DEFT, CPU, DT_F32, DT_NHWC, DT_F32, DT_NHWC, DT_BF16, DT_NCHW, 2e-2},
-    /* PyTorch's bf16 autocast + channels_last: the offset conv's output, bf16 NHWC, handed over as it is */
+    {"deft bf16 NHWC, f32 NCHW master weight", DEFT, CPU, DT_BF16, DT_NHWC, DT_F32, DT_NCHW, DT_BF16, DT_NHWC, 2e-2, 0},
+    {"deft bf16 NHWC, bf16 NHWC weight", DEFT, CPU, DT_BF16, DT_NHWC, DT_BF16, DT_NHWC, DT_F32, DT_NCHW, 2e-2, 0},
+    {"deft f32 NHWC x, bf16 NCHW offsets and mask", DEFT, CPU, DT_F32, DT_NHWC, DT_F32, DT_NHWC, DT_BF16, DT_NCHW, 2e-2, 0},
+    /* PyTorch's bf16 autocast + channels_last: the offset conv's output, bf16 NHWC, handed over as it is -
+     * dense, and as the channel slices a DCNv2 layer takes of it */
     {"deft bf16 NHWC, bf16 NHWC offsets and mask", DEFT | DET, CPU, DT_BF16, DT_NHWC, DT_BF16, DT_NHWC, DT_BF16, DT_NHWC,
-     2e-2},
+     2e-2, 0},
+    {"deft bf16 NHWC, offsets and mask sliced from one bf16 NHWC tensor", DEFT, CPU, DT_BF16, DT_NHWC, DT_BF16, DT_NHWC,
+     DT_BF16, DT_NHWC, 2e-2, 1},
+    {"deft f32 NCHW, offsets and mask sliced from one f32 NCHW tensor", DEFT | DET, CPU, DT_F32, DT_NCHW, DT_F32, DT_NCHW,
+     DT_F32, DT_NCHW, 1e-5, 1},
 };
 const int dt_api_n_paths = sizeof dt_api_paths / sizeof *dt_api_paths;
-const dt_api_path dt_api_f64_path = {"f64", DEFT, CPU, F64, DT_NCHW, F64, DT_NCHW, F64, DT_NCHW, 1e-12};
+const dt_api_path dt_api_f64_path = {"f64", DEFT, CPU, F64, DT_NCHW, F64, DT_NCHW, F64, DT_NCHW, 1e-12, 0};
 
 static int64_t taps(const dt_api_case *c) { return (int64_t)c->g.kh * c->g.kw; }
 
@@ -272,8 +277,26 @@ int dt_api_run(const dt_api_problem *pr, const dt_api_path *path, dt_api_result 
         g[i] = pr->in[i] ? output(s[i]) : NULL;
     }
     void *y = output(sy), *gy = upload(pr->gy, sy);
-    int rc = dt_deform_api_forward(&d, path->mode, in[0], in[1], in[2], in[3], in[4], y, NULL);
-    if (!rc) rc = dt_deform_api_backward(&d, path->mode, in[0], in[1], in[2], in[3], gy, g[0], g[1], g[2], g[3], g[4], NULL);
+    const void *off = in[DT_API_OFF], *mask = in[DT_API_MASK];
+    void *whole = NULL; /* sliced: the one tensor the offsets and mask are channels of */
+    if (path->sliced && c->n > 0) {
+        const int64_t oc = 2 * c->G * K, mc = c->mask ? c->G * K : 0, Cw = oc + mc + 1;
+        double *v = fresh(c->n * Cw * P);
+        for (int64_t n = 0; n < c->n; n++) {
+            memcpy(v + n * Cw * P, pr->in[DT_API_OFF] + n * oc * P, sizeof(double) * (size_t)(oc * P));
+            if (mc) memcpy(v + (n * Cw + oc) * P, pr->in[DT_API_MASK] + n * mc * P, sizeof(double) * (size_t)(mc * P));
+        }
+        spec sw = {c->n, Cw, P, path->odtype, path->olayout, dev};
+        whole = upload(v, sw);
+        free(v);
+        const size_t es = elem(sw);
+        off = whole;
+        mask = c->mask ? (const char *)whole + (size_t)(path->olayout == DT_NHWC ? oc : oc * P) * es : NULL;
+        d.offset_pitch = d.mask_pitch = (int)(path->olayout == DT_NHWC ? Cw : Cw * P);
+    }
+    int rc = dt_deform_api_forward(&d, path->mode, in[0], off, mask, in[3], in[4], y, NULL);
+    if (!rc) rc = dt_deform_api_backward(&d, path->mode, in[0], off, mask, in[3], gy, g[0], g[1], g[2], g[3], g[4], NULL);
+    if (whole) release(whole, dev);
     EXPECT_MSG(rc == 0, "%s: %s", path->name, dt_deform_api_error());
     memset(r, 0, sizeof *r);
     r->y = download(y, sy);

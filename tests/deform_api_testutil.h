@@ -36,12 +36,16 @@ void dt_api_problem_free(dt_api_problem *pr);
 
 /* How a run hands the tensors to the API: mode (| flags), device, x's dtype / layout
  * (DT_DEFORM_API_F64: every tensor double NCHW), the weight's, the offsets' and mask's; tol: its
- * relative error against an exact result (f32's rounding, or bf16's where a result is bf16). */
+ * relative error against an exact result (f32's rounding, or bf16's where a result is bf16);
+ * sliced: offsets and mask as channels [0, 2GK) and [2GK, 3GK) of one tensor of 3GK + 1 channels
+ * (2GK + 1 without a mask), the offset conv's output a DCNv2 layer slices, passed with their
+ * pitches (their gradients dense). */
 typedef struct {
     const char *name;
     int mode, device;
     int dtype, layout, wdtype, wlayout, odtype, olayout;
     double tol;
+    int sliced;
 } dt_api_path;
 
 /* The tests' problems: weight groups of several sizes (also torchvision's test geometry) with

@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/dt_autograd.h"
 #include "ops/pointwise/convert.h"
@@ -103,7 +104,25 @@ const dt_om_pack_case dt_om_pack_cases[] = {
 const int dt_om_pack_n_cases = sizeof dt_om_pack_cases / sizeof *dt_om_pack_cases;
 
 dt_deform_field_fmt dt_test_field_fmt(int i) {
-    return (dt_deform_field_fmt){(i & 1) ? DT_BF16 : DT_F32, (i & 2) ? DT_NHWC : DT_NCHW};
+    return (dt_deform_field_fmt){(i & 1) ? DT_BF16 : DT_F32, (i & 2) ? DT_NHWC : DT_NCHW, 0};
+}
+
+dt_test_field_slice dt_test_field_sliced(int64_t nb, int64_t Cf, int64_t P, dt_deform_field_fmt f) {
+    const int64_t Cw = Cf + 5, c0 = 3; /* channels [3, 3 + Cf) of a tensor of Cf + 5 */
+    const size_t es = dt_dtype_size(f.dtype);
+    dt_test_field_slice r;
+    r.wide = dt_test_field(nb, Cw, P, f);
+    r.fmt = (dt_deform_field_fmt){f.dtype, f.layout, f.layout == DT_NHWC ? Cw : Cw * P};
+    r.slice = (const char *)r.wide + (size_t)(f.layout == DT_NHWC ? c0 : c0 * P) * es;
+    r.bytes = (size_t)(nb * Cw * P) * es;
+    /* the dense copy: through f32 NCHW, where the slice is one block of rows an image */
+    float *w32 = malloc(sizeof(float) * (size_t)(nb * Cw * P)), *d32 = malloc(sizeof(float) * (size_t)(nb * Cf * P));
+    dt_convert_cpu(nb, Cw, P, r.wide, f.dtype, f.layout, 0.0f, w32, DT_F32, DT_NCHW);
+    for (int64_t n = 0; n < nb; n++) memcpy(d32 + n * Cf * P, w32 + (n * Cw + c0) * P, sizeof(float) * (size_t)(Cf * P));
+    r.dense = malloc(es * (size_t)(nb * Cf * P));
+    dt_convert_cpu(nb, Cf, P, d32, DT_F32, DT_NCHW, 0.0f, r.dense, f.dtype, f.layout);
+    free(w32), free(d32);
+    return r;
 }
 
 void *dt_test_field(int64_t nb, int64_t Cf, int64_t P, dt_deform_field_fmt f) {

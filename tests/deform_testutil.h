@@ -106,5 +106,16 @@ static inline int64_t dt_om_pack_ocs(const dt_om_pack_case *c) {
 dt_deform_field_fmt dt_test_field_fmt(int i);
 /* A field [nb, Cf, P] ~ N(0, 2) stored in format f, in host memory (dt_dtype_size(f.dtype) per element). */
 void *dt_test_field(int64_t nb, int64_t Cf, int64_t P, dt_deform_field_fmt f);
+/* A field [nb, Cf, P] in f's dtype and layout as a channel slice of a wider one, [nb, Cf + 5, P]
+ * from channel 3 (its pitch in fmt), and a dense copy of it in f's dtype and layout - host
+ * memory, wide and dense to free. */
+typedef struct {
+    void *wide;           /* [nb, Cf + 5, P], bytes of it */
+    size_t bytes;
+    const void *slice;    /* into wide, read with fmt */
+    dt_deform_field_fmt fmt;
+    void *dense;          /* [nb, Cf, P] dense */
+} dt_test_field_slice;
+dt_test_field_slice dt_test_field_sliced(int64_t nb, int64_t Cf, int64_t P, dt_deform_field_fmt f);
 
 #endif

@@ -58,26 +58,29 @@ DT_TEST(deform_api_rejects_bad_descriptors) {
     EXPECT_MSG(has("x, offset, weight and y must not be NULL"), "%s", dt_deform_api_error());
 }
 
-DT_TEST(deform_api_knows_both_descriptor_versions) {
+DT_TEST(deform_api_knows_every_descriptor_version) {
     dt_deform_desc d = base();
-    EXPECT_EQ_INT(sizeof d, 108);
+    EXPECT_EQ_INT(sizeof d, 116);
     EXPECT_EQ_INT(dt_deform_api_check(&d, 1), 0);
-    /* The 100-byte version, in a block of exactly its size (the sanitizers catch a read past
-     * it): no weight groups, CUDA. */
-    d.size = DT_DEFORM_DESC_SIZE_V1;
-    dt_deform_desc *v1 = malloc(DT_DEFORM_DESC_SIZE_V1);
-    memcpy(v1, &d, DT_DEFORM_DESC_SIZE_V1);
-    EXPECT_EQ_INT(dt_deform_api_check(v1, 1), 0);
-    free(v1);
+    /* The 100- and 108-byte versions, each in a block of exactly its size (the sanitizers catch a
+     * read past it): no weight groups and CUDA / dense offsets and mask. */
+    const int sizes[2] = {DT_DEFORM_DESC_SIZE_V1, DT_DEFORM_DESC_SIZE_V2};
+    for (int i = 0; i < 2; i++) {
+        d.size = sizes[i];
+        dt_deform_desc *old = malloc((size_t)sizes[i]);
+        memcpy(old, &d, (size_t)sizes[i]);
+        EXPECT_EQ_INT(dt_deform_api_check(old, 1), 0);
+        free(old);
+    }
     d.size = 64;
     EXPECT_EQ_INT(dt_deform_api_check(&d, 1), -1);
-    EXPECT_MSG(has("desc.size is 64") && has("108") && has("100"), "%s", dt_deform_api_error());
+    EXPECT_MSG(has("desc.size is 64") && has("116") && has("108") && has("100"), "%s", dt_deform_api_error());
     d = base();
     d.weight_groups = 2; /* 6 and 4 channels split in two */
     EXPECT_EQ_INT(dt_deform_api_check(&d, 1), 0);
 }
 
-DT_TEST(deform_api_refuses_groups_f64_mixes_and_devices) {
+DT_TEST(deform_api_refuses_groups_f64_mixes_devices_and_pitches) {
     struct {
         const char *what;
         dt_deform_desc d;
@@ -93,7 +96,15 @@ DT_TEST(deform_api_refuses_groups_f64_mixes_and_devices) {
         {"f64 channels last", f64(base()), 1, "NCHW in every tensor"},
         {"f64 with TF32", f64(base()), 1 | DT_DEFORM_API_TF32, "DT_DEFORM_API_TF32 is for f32 x"},
         {"device 2", base(), 1, "desc.device is 2"},
+        {"pitched offsets, unfused", base(), 0, "pitched offsets and mask are read by DT_DEFORM_API_DEFT"},
+        {"an NCHW offset pitch below the dense one", base(), 1, "desc.offset_pitch is 100: 0 (dense) or at least 1458"},
+        {"an NHWC mask pitch below its 9 channels", base(), 1, "desc.mask_pitch is 8: 0 (dense) or at least 9"},
+        {"f64 with a pitch", f64(base()), 1, "an f64 call reads dense offsets and mask"},
     };
+    cases[9].d.offset_pitch = 27 * 81;
+    cases[10].d.offset_pitch = 100;
+    cases[11].d.has_mask = 1, cases[11].d.mask_layout = DT_NHWC, cases[11].d.mask_pitch = 8;
+    cases[12].d.offset_pitch = 27 * 81;
     cases[0].d.weight_groups = 4;
     cases[1].d.weight_groups = 3;
     cases[2].d.weight_groups = -1;
@@ -111,6 +122,12 @@ DT_TEST(deform_api_refuses_groups_f64_mixes_and_devices) {
     d.weight_groups = 2;
     EXPECT_EQ_INT(dt_deform_api_check(&d, 0), 0);
     EXPECT_EQ_INT(dt_deform_api_check(&d, 1 | DT_DEFORM_API_DETERMINISTIC), 0);
+    /* and offsets and mask as channel slices of one [2, 27, 9, 9] tensor, in deft mode */
+    d = base();
+    d.has_mask = 1, d.offset_pitch = d.mask_pitch = 27 * 81;
+    EXPECT_EQ_INT(dt_deform_api_check(&d, 1), 0);
+    d.offset_layout = d.mask_layout = DT_NHWC, d.offset_pitch = d.mask_pitch = 27;
+    EXPECT_EQ_INT(dt_deform_api_check(&d, 1), 0);
 }
 
 static int all_zero(const void *p, size_t bytes) {

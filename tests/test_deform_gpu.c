@@ -283,6 +283,30 @@ DT_GPU_TEST(gpu_deft_om_pack_bitwise_the_cpu_twin) {
     }
     EXPECT_EQ_INT(bad, 0);
     EXPECT(runs > 100);
+    /* pitched fields: channel slices of wider tensors, read where they lie */
+    for (int ci = 0; ci < dt_om_pack_n_cases; ci++) {
+        const dt_om_pack_case *c = &dt_om_pack_cases[ci];
+        const int64_t nb = c->nb, P = c->P, GK = c->GK, OCS = dt_om_pack_ocs(c), Q = nb * P;
+        for (int fo = 0; fo < 4; fo++)
+            for (int fm = 0; fm < (c->mask ? 4 : 1); fm++) {
+                dt_test_field_slice o = dt_test_field_sliced(nb, 2 * GK, P, dt_test_field_fmt(fo));
+                dt_test_field_slice m = dt_test_field_sliced(nb, GK, P, dt_test_field_fmt(fm));
+                char *go = to_gpu_bytes(o.wide, o.bytes), *gm = to_gpu_bytes(m.wide, m.bytes);
+                const char *gos = go + ((const char *)o.slice - (const char *)o.wide);
+                const char *gms = gm + ((const char *)m.slice - (const char *)m.wide);
+                float *om = malloc(Q * OCS * 4), *gom = dt_gpu_malloc(Q * OCS * 4);
+                dt_deform_om_pack_cpu(nb, P, GK, OCS, o.slice, o.fmt, c->mask ? m.slice : NULL, m.fmt, om);
+                dt_memset_gpu(gom, 0xFF, Q * OCS * 4);
+                dt_deform_om_pack_cuda(nb, P, GK, OCS, gos, o.fmt, c->mask ? gms : NULL, m.fmt, gom);
+                if (!gpu_same_bytes(gom, om, Q * OCS * 4)) {
+                    bad++;
+                    fprintf(stderr, "pack of slices: case %d, formats %d / %d differ\n", ci, fo, fm);
+                }
+                free(om), free(o.wide), free(o.dense), free(m.wide), free(m.dense);
+                dt_gpu_free(go), dt_gpu_free(gm), dt_gpu_free(gom);
+            }
+    }
+    EXPECT_EQ_INT(bad, 0);
 }
 
 #endif /* DT_CUDA */

@@ -407,6 +407,37 @@ DT_TEST(deft_om_pack_is_the_conversions_it_replaces) {
     EXPECT(runs > 100); /* every case ran: 5 problems, 52 format pairs, 2 betas */
 }
 
+/* A pitched field (a channel slice of a wider tensor, om_pack.h) packs as its dense copy does. */
+DT_TEST(deft_om_pack_reads_channel_slices_where_they_lie) {
+    int64_t bad = 0;
+    for (int ci = 0; ci < dt_om_pack_n_cases; ci++) {
+        const dt_om_pack_case *c = &dt_om_pack_cases[ci];
+        const int64_t nb = c->nb, P = c->P, GK = c->GK, OCS = dt_om_pack_ocs(c), Q = nb * P;
+        for (int fo = 0; fo < 4; fo++)
+            for (int fm = 0; fm < (c->mask ? 4 : 1); fm++) {
+                dt_test_field_slice o = dt_test_field_sliced(nb, 2 * GK, P, dt_test_field_fmt(fo));
+                dt_test_field_slice m = dt_test_field_sliced(nb, GK, P, dt_test_field_fmt(fm));
+                EXPECT(!dt_deform_field_fmt_refusal(o.fmt, 2 * GK, P) && !dt_deform_field_fmt_refusal(m.fmt, GK, P));
+                float *got = malloc(Q * OCS * 4), *want = malloc(Q * OCS * 4);
+                memset(got, 0xFF, Q * OCS * 4);
+                dt_deform_om_pack_cpu(nb, P, GK, OCS, o.slice, o.fmt, c->mask ? m.slice : NULL, m.fmt, got);
+                dt_deform_om_pack_cpu(nb, P, GK, OCS, o.dense, dt_test_field_fmt(fo), c->mask ? m.dense : NULL,
+                                      dt_test_field_fmt(fm), want);
+                if (memcmp(got, want, Q * OCS * 4)) {
+                    bad++;
+                    fprintf(stderr, "case %d, formats %d / %d: the slices pack otherwise than their copies\n", ci, fo, fm);
+                }
+                free(got), free(want), free(o.wide), free(o.dense), free(m.wide), free(m.dense);
+            }
+    }
+    EXPECT_EQ_INT(bad, 0);
+    /* a pitch below the dense one is refused, naming the pitch */
+    const dt_deform_field_fmt nhwc = {DT_F32, DT_NHWC, 17}, nchw = {DT_BF16, DT_NCHW, 18 * 7 - 1};
+    EXPECT(dt_deform_field_fmt_refusal(nhwc, 18, 7) && strstr(dt_deform_field_fmt_refusal(nhwc, 18, 7), "pitch"));
+    EXPECT(dt_deform_field_fmt_refusal(nchw, 18, 7) != NULL);
+    EXPECT(!dt_deform_field_fmt_refusal((dt_deform_field_fmt){DT_F32, DT_NHWC, 18}, 18, 7));
+}
+
 DT_TEST(deform_plan_chunks_and_errors) {
     dt_deform_plan p;
     dt_deform_knobs k = dt_deform_knobs_default();

@@ -78,17 +78,20 @@ static double train_mlp(dt_dev dev, int steps, double *first, double *last) {
     return *first / *last;
 }
 
-/* The loss must fall at least 10x in 600 full-batch SGD steps (it falls 20-100x, depending on the random teacher). */
+/* The loss must fall at least 10x in STEPS full-batch SGD steps. How far it falls depends on the
+ * random teacher: in 600 steps it fell 9.5-11x for the worst 3 of 400 seeds (a test that failed
+ * about once in 300 runs); in 1200 the worst of those 400 fell 15.9x. */
+#define STEPS 1200
 DT_TEST(mlp_trains_on_cpu) {
     double first, last;
-    double f = train_mlp(DT_CPU, 600, &first, &last);
+    double f = train_mlp(DT_CPU, STEPS, &first, &last);
     if (dt_test_verbose()) printf("    loss %.4f -> %.5f (%.0fx)\n", first, last, f);
     EXPECT_MSG(f > 10.0, "MSE fell only %.1fx (%.4f -> %.5f)", f, first, last);
 }
 
 DT_GPU_TEST(mlp_trains_on_gpu) {
     double first, last;
-    double f = train_mlp(DT_GPU, 600, &first, &last);
+    double f = train_mlp(DT_GPU, STEPS, &first, &last);
     printf("    loss %.4f -> %.5f (%.0fx)\n", first, last, f);
     EXPECT_MSG(f > 10.0, "MSE fell only %.1fx (%.4f -> %.5f)", f, first, last);
 }

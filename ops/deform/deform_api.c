@@ -41,6 +41,8 @@
 
 _Static_assert(offsetof(dt_deform_desc, weight_groups) == DT_DEFORM_DESC_SIZE_V1,
                "the 100-byte descriptor ends where weight_groups begins");
+_Static_assert(offsetof(dt_deform_desc, offset_pitch) == DT_DEFORM_DESC_SIZE_V2,
+               "the 108-byte descriptor ends where offset_pitch begins");
 
 /* The calling thread's last failure (dt_common.h): an argument check's message, or what a raise
  * inside the call said. */
@@ -86,12 +88,18 @@ typedef struct {
     int f64;
 } call;
 
-/* The caller's descriptor as this version reads it: a 100-byte struct's missing fields are 0. */
+/* The descriptor sizes this version reads (dt_deform_api.h's ABI note). */
+static int known_size(int size) {
+    return size == DT_DEFORM_DESC_SIZE_V1 || size == DT_DEFORM_DESC_SIZE_V2 || size == (int)sizeof(dt_deform_desc);
+}
+
+/* The caller's descriptor as this version reads it: an older struct's missing fields are 0. */
 static int desc_read(const dt_deform_desc *d, dt_deform_desc *out) {
-    if (d->size != DT_DEFORM_DESC_SIZE_V1 && d->size != (int)sizeof *d)
-        return fail("desc.size is %d, not sizeof(dt_deform_desc) = %d (or %d, the version before weight_groups and "
-                    "device): set it (a caller's struct with other fields is from another version of dt_deform_api.h)",
-                    d->size, (int)sizeof *d, DT_DEFORM_DESC_SIZE_V1);
+    if (!known_size(d->size))
+        return fail("desc.size is %d, not sizeof(dt_deform_desc) = %d (or %d / %d, the versions before the pitches / "
+                    "before weight_groups and device): set it (a caller's struct with other fields is from another "
+                    "version of dt_deform_api.h)",
+                    d->size, (int)sizeof *d, DT_DEFORM_DESC_SIZE_V2, DT_DEFORM_DESC_SIZE_V1);
     memset(out, 0, sizeof *out);
     memcpy(out, d, (size_t)d->size);
     if (out->weight_groups == 0) out->weight_groups = 1;
@@ -129,6 +137,9 @@ static int check_f64(const dt_deform_desc *d, int mode) {
         return fail("an f64 call is NCHW in every tensor (layouts x %d, weight %d, offset %d, mask %d)", d->layout,
                     d->weight_layout, d->offset_layout, d->mask_layout);
     if (mode & DT_DEFORM_API_TF32) return fail("DT_DEFORM_API_TF32 is for f32 x; an f64 call computes in double");
+    if (d->offset_pitch || d->mask_pitch)
+        return fail("an f64 call reads dense offsets and mask (desc.offset_pitch %d, desc.mask_pitch %d)", d->offset_pitch,
+                    d->mask_pitch);
     return 0;
 }
 
@@ -137,6 +148,28 @@ static int check_mode(int mode) {
     if (impl != DT_DEFORM_API_UNFUSED && impl != DT_DEFORM_API_DEFT)
         return fail("unknown mode %d (DT_DEFORM_API_UNFUSED or DT_DEFORM_API_DEFT, optionally | DT_DEFORM_API_DETERMINISTIC "
                     "and | DT_DEFORM_API_TF32; bf16 is the descriptor's dtype, not a flag)", mode);
+    return 0;
+}
+
+/* The offsets' and mask's pitches: deft mode only, 0 or at least the dense one. */
+static int check_pitches(const dt_deform_desc *d, int mode, const dt_deform_plan *p) {
+    const int pitch[2] = {d->offset_pitch, d->mask_pitch};
+    const dt_dtype dtype[2] = {(dt_dtype)d->offset_dtype, (dt_dtype)d->mask_dtype};
+    const dt_layout layout[2] = {(dt_layout)d->offset_layout, (dt_layout)d->mask_layout};
+    const int64_t channels[2] = {2 * p->GK, p->GK};
+    static const char *const field[2] = {"offset", "mask"};
+    for (int i = 0; i < 2; i++) {
+        if (!pitch[i]) continue;
+        if (!(mode & DT_DEFORM_API_DEFT))
+            return fail("desc.%s_pitch is %d: pitched offsets and mask are read by DT_DEFORM_API_DEFT (the unfused "
+                        "baseline reads dense f32 NCHW)", field[i], pitch[i]);
+        if (dt_deform_field_fmt_refusal((dt_deform_field_fmt){dtype[i], layout[i], pitch[i]}, channels[i], p->P))
+            return fail("desc.%s_pitch is %d: 0 (dense) or at least %lld, the %s's %s (%lld channels of %lld "
+                        "positions)", field[i], pitch[i],
+                        (long long)(layout[i] == DT_NHWC ? channels[i] : channels[i] * p->P), field[i],
+                        layout[i] == DT_NHWC ? "channels (NHWC: a position's)" : "channels x positions (NCHW: an image's)",
+                        (long long)channels[i], (long long)p->P);
+    }
     return 0;
 }
 
@@ -175,7 +208,7 @@ static int check_desc(const dt_deform_desc *raw, int mode, call *c) {
     bad = dt_deform_plan_types(&c->p, (dt_dtype)d->dtype, (dt_layout)d->layout, math, dt_deform_col_budget());
     if (bad) return fail("x, y and their gradients (desc.dtype %s, desc.layout %s): %s", dt_dtype_name((dt_dtype)d->dtype),
                          dt_layout_name((dt_layout)d->layout), bad);
-    return 0;
+    return check_pitches(d, mode, &c->p);
 }
 
 static int check(const dt_deform_desc *d, int mode) {
@@ -219,7 +252,7 @@ static __thread uint64_t t_calls;
  * NULL with the message. */
 static kept_call *call_of(const dt_deform_desc *d, int mode, call *c) {
     dt_deform_desc raw;
-    if (!d || (d->size != DT_DEFORM_DESC_SIZE_V1 && d->size != (int)sizeof raw)) {
+    if (!d || !known_size(d->size)) {
         check_call(d, mode, c); /* refuses it (out_size, desc_read), saying why */
         return NULL;
     }
@@ -391,8 +424,8 @@ static formats formats_of(const call *c) {
     return f;
 }
 
-/* A field's format as dt_deform_args carries it. */
-static dt_deform_field_fmt field_fmt(fmt f) { return (dt_deform_field_fmt){f.dtype, f.layout}; }
+/* A field's format as dt_deform_args carries it (the pitch: the caller's, a deft call's alone). */
+static dt_deform_field_fmt field_fmt(fmt f, int pitch) { return (dt_deform_field_fmt){f.dtype, f.layout, pitch}; }
 
 static dt_deform_f64_shape f64_shape(const dt_deform_desc *d) {
     int ho, wo;
@@ -449,8 +482,8 @@ static int forward(const dt_deform_desc *d, int mode, const void *x, const void 
     dt_deform_args a = {.x = x,
                         .offset = input_as(&s, offset, f.off, f.koff),
                         .mask = input_as(&s, mask, f.mask, f.kmask),
-                        .offset_fmt = field_fmt(f.koff),
-                        .mask_fmt = field_fmt(f.kmask),
+                        .offset_fmt = field_fmt(f.koff, c.d.offset_pitch),
+                        .mask_fmt = field_fmt(f.kmask, c.d.mask_pitch),
                         .w = input_as(&s, weight, f.w, f.kw),
                         .bias = bias,
                         .groups = c.d.weight_groups};
@@ -502,8 +535,8 @@ static int backward(const dt_deform_desc *d, int mode, const void *x, const void
     dt_deform_args a = {.x = x,
                         .offset = input_as(&s, offset, f.off, f.koff),
                         .mask = input_as(&s, mask, f.mask, f.kmask),
-                        .offset_fmt = field_fmt(f.koff),
-                        .mask_fmt = field_fmt(f.kmask),
+                        .offset_fmt = field_fmt(f.koff, c.d.offset_pitch),
+                        .mask_fmt = field_fmt(f.kmask, c.d.mask_pitch),
                         .w = input_as(&s, weight, f.w, f.kw),
                         .groups = c.d.weight_groups};
     void *dw = grad_as(&s, grad_weight, f.w, f.kdw); /* the grouped gradient in the kernels' format */

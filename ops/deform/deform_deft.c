@@ -122,8 +122,8 @@ static void deft_open(dt_deform_run *r) {
         if (!a->om) dt_fatal("deform_conv2d (deft): the layer needs an om buffer for its offsets");
         r->om = a->om;
     } else {
-        const char *bad = dt_deform_field_fmt_refusal(a->offset_fmt);
-        if (!bad && a->mask) bad = dt_deform_field_fmt_refusal(a->mask_fmt);
+        const char *bad = dt_deform_field_fmt_refusal(a->offset_fmt, 2 * p->GK, p->P);
+        if (!bad && a->mask) bad = dt_deform_field_fmt_refusal(a->mask_fmt, p->GK, p->P);
         if (bad) dt_fatal("deform_conv2d (deft): %s", bad);
         r->own_om = 1;
         r->om = dt_dev_alloc(dev, (size_t)p->prob.N * p->P * p->OCS * sizeof(float));
@@ -222,12 +222,14 @@ static void deft_adjoint(void *rv, int64_t n0, int64_t nb, void *dcol) {
         if (g->dwoff || g->dboff || dst)
             DT_PICK(offconv_bwd_k, dev, p->dtype, DT_NHWC)(p, nb, r->xT, r->dom, r->a->woff, bw, g->dwoff, bb, g->dboff, add, beta, dst, r->ws);
     } else {
-        /* the chunk's images start n0 * (channels x P) elements in, in either layout */
-        const dt_deform_args *a = r->a;
-        void *doff = g->doff ? (char *)g->doff + (size_t)(n0 * 2 * p->GK * p->P) * dt_dtype_size(a->offset_fmt.dtype) : NULL;
-        void *dmask = g->dmask ? (char *)g->dmask + (size_t)(n0 * p->GK * p->P) * dt_dtype_size(a->mask_fmt.dtype) : NULL;
-        DT_PICK(om_unpack_k, dev, DT_ANY_DTYPE, DT_ANY_LAYOUT)(nb, p->P, p->GK, p->OCS, r->dom, doff, a->offset_fmt, g->boff,
-                                                               dmask, a->mask_fmt, g->bmask);
+        /* the gradients are dense in their fields' dtype and layout: the chunk's images start
+         * n0 * (channels x P) elements in, in either layout */
+        const dt_deform_field_fmt of = {r->a->offset_fmt.dtype, r->a->offset_fmt.layout, 0};
+        const dt_deform_field_fmt mf = {r->a->mask_fmt.dtype, r->a->mask_fmt.layout, 0};
+        void *doff = g->doff ? (char *)g->doff + (size_t)(n0 * 2 * p->GK * p->P) * dt_dtype_size(of.dtype) : NULL;
+        void *dmask = g->dmask ? (char *)g->dmask + (size_t)(n0 * p->GK * p->P) * dt_dtype_size(mf.dtype) : NULL;
+        DT_PICK(om_unpack_k, dev, DT_ANY_DTYPE, DT_ANY_LAYOUT)(nb, p->P, p->GK, p->OCS, r->dom, doff, of, g->boff, dmask,
+                                                               mf, g->bmask);
     }
     if (!g->dx) return;
     if (p->layout == DT_NCHW) DT_PICK(dt_nhwc_to_nchw_k, dev, DT_F32, DT_NCHW)(nb, p->prob.C, HW, acc, p->prob.C, NULL, g->bx, dx);

@@ -28,8 +28,9 @@ static void unfused_open(dt_deform_run *r) {
     if (r->a->woff || !r->a->offset)
         dt_fatal("deform_conv2d (unfused): the offsets are an input (the unfused layer runs its offset conv as a node)");
     const dt_deform_field_fmt of = r->a->offset_fmt, mf = r->a->mask_fmt;
-    if (of.dtype != DT_F32 || of.layout != DT_NCHW || (r->a->mask && (mf.dtype != DT_F32 || mf.layout != DT_NCHW)))
-        dt_fatal("deform_conv2d (unfused): offsets and mask are f32 NCHW (the baseline's kernels read nothing else)");
+    if (of.dtype != DT_F32 || of.layout != DT_NCHW || of.pitch ||
+        (r->a->mask && (mf.dtype != DT_F32 || mf.layout != DT_NCHW || mf.pitch)))
+        dt_fatal("deform_conv2d (unfused): offsets and mask are dense f32 NCHW (the baseline's kernels read nothing else)");
     r->gemm_w = r->a->w; /* f32 NCHW (dt_deform_plan_types) */
     if (r->g) {
         r->gemm_dw = r->g->dw;

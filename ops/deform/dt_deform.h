@@ -60,8 +60,9 @@ typedef struct {
     const void *x;              /* [N, C, H, W] */
     const void *offset, *mask;  /* the op: [N, 2GK, Ho, Wo], [N, GK, Ho, Wo] or NULL, stored as offset_fmt and
                                    mask_fmt say */
-    dt_deform_field_fmt offset_fmt, mask_fmt; /* deft: f32 / bf16, NCHW / NHWC, read as they are (om_pack.h);
-                                                 unfused: f32 NCHW only. {0}: f32 NCHW */
+    dt_deform_field_fmt offset_fmt, mask_fmt; /* deft: f32 / bf16, NCHW / NHWC, with a pitch or dense, read as
+                                                 they are (om_pack.h); unfused: dense f32 NCHW only. {0}: f32
+                                                 NCHW, dense */
     const float *woff, *boff;   /* the deft layer instead: offset conv [OC, C, kh, kw], [OC] */
     const void *w;              /* [Cout, C / groups, kh, kw] (the grouped weight as stored) */
     const float *bias;          /* [Cout] or NULL */
@@ -75,7 +76,8 @@ typedef struct {
 } dt_deform_args;
 typedef struct {
     void *dx;                                   /* like x; NULL: not wanted (every one) */
-    void *doff, *dmask;                         /* in the args' offset_fmt and mask_fmt */
+    void *doff, *dmask;                         /* dense, in the dtype and layout of the args' offset_fmt and
+                                                   mask_fmt (the pitch is the inputs' alone) */
     float *dw, *db, *dwoff, *dboff;
     float bx, boff, bmask, bw, bb, bwoff, bboff;         /* 0 overwrite, 1 accumulate */
 } dt_deform_grads;

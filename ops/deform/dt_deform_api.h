@@ -22,19 +22,23 @@
  *                          dtype and layout; deftc computes it in fp32 - written in place for an
  *                          f32 weight in x's layout without groups, else in scratch and then
  *                          converted (a bf16 grad_weight is rounded once, to nearest even).
- *   offset, grad_offset    .offset_dtype (f32 or bf16), .offset_layout
- *   mask, grad_mask        .mask_dtype (f32 or bf16), .mask_layout
- *                          The kernels read f32 NCHW offsets and mask; in another format they (and
- *                          their gradients) go through a scratch f32 NCHW copy, one conversion
- *                          kernel each way (docs/deform_api.md: what it costs).
+ *   offset, grad_offset    .offset_dtype (f32 or bf16), .offset_layout (+ .offset_pitch)
+ *   mask, grad_mask        .mask_dtype (f32 or bf16), .mask_layout (+ .mask_pitch)
+ *                          DT_DEFORM_API_DEFT reads offsets and mask in any of these formats and
+ *                          writes their gradients in place, one pass each way (packing them
+ *                          into its own layout); offset and mask - not their gradients - may
+ *                          also be channel slices of a larger tensor (the pitch fields). The
+ *                          unfused kernels read dense f32 NCHW: another format goes through a
+ *                          scratch f32 NCHW copy, one conversion kernel each way
+ *                          (docs/deform_api.md: what it costs).
  *   bias, grad_bias        f32 (f64 in an f64 call)
  *   f64                    DT_DEFORM_API_F64 in every dtype field (x, weight, offset, mask; the
  *                          bias is then double too), every layout NCHW: a plain double-precision
  *                          computation (ops/deform/deform_f64.h) for gradient checks - slow on the GPU.
  *                          An f64 field beside an f32 or bf16 one is refused.
- * Weight groups (WG > 1, c % WG == 0, cout % WG == 0): the main convolution runs on a
- * block-diagonal dense weight [cout, c, kh, kw] built in scratch - WG times the GEMMs' work of
- * the grouped product, exact (the zero blocks add exact zeros); f64 computes the groups directly.
+ * Weight groups (WG > 1, c % WG == 0, cout % WG == 0): the main convolution runs one GEMM per
+ * group on the grouped weight as it is (no dense block-diagonal weight); f64 computes the groups
+ * directly.
  * A batch of n = 0 is valid: nothing is computed, grad_weight and grad_bias are zeros, and the
  * pointers of the empty tensors (x, offset, mask, y and their gradients) may be NULL.
  * x, y, the weight and their gradients must be 16-byte aligned (the kernels' vector loads);
@@ -76,10 +80,11 @@ DT_PUBLIC_BEGIN
 
 /* ABI: fields are only ever appended. The first 16 (the geometry) are those of the first
  * version, which had no .size; .size tells the library which version the caller's struct is, and
- * a call whose .size is not a version this library knows fails with a message. It knows two:
- * 100 bytes (up to mask_layout: the formats) and sizeof(dt_deform_desc) = 108 (+ weight_groups,
- * device); the fields a 100-byte struct lacks read as 0. dt_deform_api_out_size reads only the
- * geometry. Every field's 0 is the default: f32 / NCHW, no weight groups, CUDA. */
+ * a call whose .size is not a version this library knows fails with a message. It knows three:
+ * 100 bytes (up to mask_layout: the formats), 108 (+ weight_groups, device) and
+ * sizeof(dt_deform_desc) = 116 (+ offset_pitch, mask_pitch); the fields an older struct lacks
+ * read as 0. dt_deform_api_out_size reads only the geometry. Every field's 0 is the default: f32
+ * / NCHW, no weight groups, CUDA, dense offsets and mask. */
 typedef struct {
     int n, c, h, w;           /* input */
     int cout;                 /* output channels */
@@ -94,10 +99,18 @@ typedef struct {
     int mask_dtype, mask_layout;     /* mask, grad_mask */
     int weight_groups;        /* WG: weight [cout, c/WG, kh, kw]; c % WG == 0, cout % WG == 0; 0 reads as 1 */
     int device;               /* DT_DEFORM_API_CUDA or DT_DEFORM_API_CPU: where every buffer lives */
+    /* offset, mask (not their gradients, which are dense): the elements from one position to the
+     * next (NHWC: >= the field's channels, 2*G*K or G*K) or from one image to the next (NCHW: >=
+     * channels x ho*wo); 0: dense. So offsets and mask given as channels [0, 2GK) and [2GK, 3GK)
+     * of one offset-conv output [n, 3GK, ho, wo] are read where they lie: pitch 3GK (NHWC) or
+     * 3GK*ho*wo (NCHW), the mask's pointer 2GK channels in. DT_DEFORM_API_DEFT only. */
+    int offset_pitch, mask_pitch;
 } dt_deform_desc;
 
-/* The size of the descriptor's first versioned layout (up to mask_layout), still accepted. */
+/* The sizes of the descriptor's earlier versioned layouts, still accepted: up to mask_layout,
+ * and up to device. */
 #define DT_DEFORM_DESC_SIZE_V1 100
+#define DT_DEFORM_DESC_SIZE_V2 108
 
 /* desc.device */
 enum { DT_DEFORM_API_CUDA = 0, DT_DEFORM_API_CPU = 1 };

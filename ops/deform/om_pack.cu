@@ -22,6 +22,11 @@ __device__ __forceinline__ int field_of(int col, int GK, bool has_mask) {
 /* Visits the tile's (r, c) entries whose column belongs to a field for which `mine` holds,
  * in the order that field's layout reads best: nchw - c major, lanes along r (positions);
  * else r major, lanes along c (channels). np: the tile's positions (<= TP), nc its columns. */
+/* Element (i, j, p) of a field: ld is its pitch (om_pack.h), made explicit by the host (ld_of). */
+__device__ __forceinline__ int64_t at(int nhwc, int64_t ld, int P, int64_t i, int j, int64_t p) {
+    return nhwc ? (i * P + p) * ld + j : i * ld + (int64_t)j * P + p;
+}
+
 template <typename F>
 __device__ __forceinline__ void visit(bool nchw, int np, int nc, F f) {
     for (int e = threadIdx.x; e < TP * TC; e += THREADS) {
@@ -32,8 +37,8 @@ __device__ __forceinline__ void visit(bool nchw, int np, int nc, F f) {
 
 template <typename To, typename Tm>
 __global__ void __launch_bounds__(THREADS) k_om_pack(int64_t nb, int P, int GK, int OCS, const To *__restrict__ off,
-                                                     int off_nhwc, const Tm *__restrict__ mask, int mask_nhwc,
-                                                     float *__restrict__ om) {
+                                                     int off_nhwc, int64_t off_ld, const Tm *__restrict__ mask,
+                                                     int mask_nhwc, int64_t mask_ld, float *__restrict__ om) {
     __shared__ float t[TP][TC + 1];
     const int p0 = blockIdx.x * TP, c0 = blockIdx.y * TC;
     const int np = min(TP, P - p0), nc = min(TC, OCS - c0);
@@ -47,11 +52,8 @@ __global__ void __launch_bounds__(THREADS) k_om_pack(int64_t nb, int P, int GK, 
                 if (field_nchw != nchw) return;
                 const int64_t p = p0 + r;
                 float v = 0.0f;
-                if (fld == 0) v = dt_ld(&off[off_nhwc ? (i * P + p) * (2 * GK) + col : (i * 2 * GK + col) * P + p]);
-                else if (fld == 1) {
-                    int j = col - 2 * GK;
-                    v = dt_ld(&mask[mask_nhwc ? (i * P + p) * GK + j : (i * GK + j) * P + p]);
-                }
+                if (fld == 0) v = dt_ld(&off[at(off_nhwc, off_ld, P, i, col, p)]);
+                else if (fld == 1) v = dt_ld(&mask[at(mask_nhwc, mask_ld, P, i, col - 2 * GK, p)]);
                 t[r][c] = v;
             });
         }
@@ -64,8 +66,9 @@ __global__ void __launch_bounds__(THREADS) k_om_pack(int64_t nb, int P, int GK, 
 
 template <typename To, typename Tm>
 __global__ void __launch_bounds__(THREADS) k_om_unpack(int64_t nb, int P, int GK, int OCS, const float *__restrict__ dom,
-                                                       To *__restrict__ doff, int off_nhwc, float boff,
-                                                       Tm *__restrict__ dmask, int mask_nhwc, float bmask) {
+                                                       To *__restrict__ doff, int off_nhwc, int64_t off_ld, float boff,
+                                                       Tm *__restrict__ dmask, int mask_nhwc, int64_t mask_ld,
+                                                       float bmask) {
     __shared__ float t[TP][TC + 1];
     const int p0 = blockIdx.x * TP, c0 = blockIdx.y * TC;
     const int np = min(TP, P - p0), nc = min(TC, OCS - c0);
@@ -80,12 +83,8 @@ __global__ void __launch_bounds__(THREADS) k_om_unpack(int64_t nb, int P, int GK
                 if (fld < 0 || (fld == 0 && !doff)) return;
                 if ((fld == 0 ? !off_nhwc : !mask_nhwc) != nchw) return;
                 const int64_t p = p0 + r;
-                if (fld == 0) {
-                    dt_st_beta(&doff[off_nhwc ? (i * P + p) * (2 * GK) + col : (i * 2 * GK + col) * P + p], t[r][c], boff);
-                } else {
-                    int j = col - 2 * GK;
-                    dt_st_beta(&dmask[mask_nhwc ? (i * P + p) * GK + j : (i * GK + j) * P + p], t[r][c], bmask);
-                }
+                if (fld == 0) dt_st_beta(&doff[at(off_nhwc, off_ld, P, i, col, p)], t[r][c], boff);
+                else dt_st_beta(&dmask[at(mask_nhwc, mask_ld, P, i, col - 2 * GK, p)], t[r][c], bmask);
             });
         }
         __syncthreads();
@@ -95,12 +94,16 @@ __global__ void __launch_bounds__(THREADS) k_om_unpack(int64_t nb, int P, int GK
 /* f with a null pointer of a field dtype's CUDA type (f32 or bf16 only: four instantiations a
  * kernel rather than dt_dispatch_dtype's twenty-five). */
 template <typename F>
-void dispatch_field(dt_deform_field_fmt f, F fn) {
-    const char *bad = dt_deform_field_fmt_refusal(f);
-    if (bad) dt_fatal("deform om pack: %s (dtype %d, layout %d)", bad, (int)f.dtype, (int)f.layout);
+void dispatch_field(dt_deform_field_fmt f, int64_t Cf, int64_t P, F fn) {
+    const char *bad = dt_deform_field_fmt_refusal(f, Cf, P);
+    if (bad) dt_fatal("deform om pack: %s (dtype %d, layout %d, pitch %lld)", bad, (int)f.dtype, (int)f.layout,
+                      (long long)f.pitch);
     if (f.dtype == DT_F32) fn((float *)0);
     else fn((__nv_bfloat16 *)0);
 }
+
+/* A field's pitch, explicit: a dense one's is Cf (NHWC) or Cf*P (NCHW). */
+int64_t ld_of(dt_deform_field_fmt f, int64_t Cf, int64_t P) { return f.pitch ? f.pitch : f.layout == DT_NHWC ? Cf : Cf * P; }
 
 dim3 grid_of(int64_t nb, int64_t P, int64_t GK, int64_t OCS) {
     if (P > INT32_MAX || OCS > INT32_MAX || 3 * GK > INT32_MAX)
@@ -118,14 +121,15 @@ void dt_deform_om_pack_cuda(int64_t nb, int64_t P, int64_t GK, int64_t OCS, cons
                             const void *mask, dt_deform_field_fmt mf, float *om) {
     if (nb * P * OCS <= 0) return;
     dim3 grid = grid_of(nb, P, GK, OCS);
-    if (!mask) mf = of; /* no mask: one instantiation per offset dtype */
-    dispatch_field(of, [&](auto *ot) {
+    if (!mask) mf = (dt_deform_field_fmt){of.dtype, DT_NCHW, 0}; /* no mask: one instantiation per offset dtype */
+    dispatch_field(of, 2 * GK, P, [&](auto *ot) {
         using To = typename std::remove_pointer<decltype(ot)>::type;
-        dispatch_field(mf, [&](auto *mt) {
+        dispatch_field(mf, GK, P, [&](auto *mt) {
             using Tm = typename std::remove_pointer<decltype(mt)>::type;
             k_om_pack<To, Tm><<<grid, THREADS, 0, dt_stream()>>>(nb, (int)P, (int)GK, (int)OCS, (const To *)offset,
-                                                                 of.layout == DT_NHWC, (const Tm *)mask,
-                                                                 mf.layout == DT_NHWC, om);
+                                                                 of.layout == DT_NHWC, ld_of(of, 2 * GK, P),
+                                                                 (const Tm *)mask, mf.layout == DT_NHWC,
+                                                                 ld_of(mf, GK, P), om);
             DT_CHECK_LAUNCH();
         });
     });
@@ -135,15 +139,17 @@ void dt_deform_om_unpack_cuda(int64_t nb, int64_t P, int64_t GK, int64_t OCS, co
                               dt_deform_field_fmt of, float boff, void *dmask, dt_deform_field_fmt mf, float bmask) {
     if (nb * P * OCS <= 0 || (!doffset && !dmask)) return;
     dim3 grid = grid_of(nb, P, GK, OCS);
-    if (!doffset) of = mf;
-    if (!dmask) mf = of;
-    dispatch_field(of, [&](auto *ot) {
+    /* a field not wanted takes the other's dtype (fewer instantiations), dense */
+    if (!doffset) of = (dt_deform_field_fmt){mf.dtype, DT_NCHW, 0};
+    if (!dmask) mf = (dt_deform_field_fmt){of.dtype, DT_NCHW, 0};
+    dispatch_field(of, 2 * GK, P, [&](auto *ot) {
         using To = typename std::remove_pointer<decltype(ot)>::type;
-        dispatch_field(mf, [&](auto *mt) {
+        dispatch_field(mf, GK, P, [&](auto *mt) {
             using Tm = typename std::remove_pointer<decltype(mt)>::type;
             k_om_unpack<To, Tm><<<grid, THREADS, 0, dt_stream()>>>(nb, (int)P, (int)GK, (int)OCS, dom, (To *)doffset,
-                                                                   of.layout == DT_NHWC, boff, (Tm *)dmask,
-                                                                   mf.layout == DT_NHWC, bmask);
+                                                                   of.layout == DT_NHWC, ld_of(of, 2 * GK, P), boff,
+                                                                   (Tm *)dmask, mf.layout == DT_NHWC, ld_of(mf, GK, P),
+                                                                   bmask);
             DT_CHECK_LAUNCH();
         });
     });

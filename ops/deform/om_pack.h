@@ -12,7 +12,10 @@
  *
  * A field is an offset-shaped tensor, [nb, 2GK, Ho, Wo] (offsets) or [nb, GK, Ho, Wo] (mask),
  * stored f32 or bf16 in NCHW or NHWC, each field in its own format (dt_deform_field_fmt; the
- * zero value is f32 NCHW). Why one kernel: a bf16 or channels-last field used to be converted
+ * zero value is f32 NCHW, dense). An input field may have a pitch: the channel slice of a larger
+ * tensor - offsets and mask as channels [0, 2GK) and [2GK, 3GK) of one offset-conv output - is
+ * read where it lies (unpack's gradients take a pitch too; the C API's and the drop-in's are
+ * dense). Why one kernel: a bf16 or channels-last field used to be converted
  * to f32 NCHW, om zero-filled and each field relaid out - up to five launches a direction
  * where this is one, and a PyTorch caller pays its host time per launch (docs/deform_api.md).
  *
@@ -34,10 +37,14 @@ extern "C" {
 typedef struct {
     dt_dtype dtype;   /* DT_F32 or DT_BF16 */
     dt_layout layout; /* DT_NCHW or DT_NHWC */
+    int64_t pitch;    /* elements from one position to the next (NHWC, >= Cf) or from one image to the
+                         next (NCHW, >= Cf*P); 0: dense (Cf, Cf*P). Element (n, j, p) of a field of
+                         Cf channels is at (n*P + p)*pitch + j (NHWC) or n*pitch + j*P + p (NCHW). */
 } dt_deform_field_fmt;
 
-/* NULL when f is a format the kernels take, else what is wrong with it. */
-const char *dt_deform_field_fmt_refusal(dt_deform_field_fmt f);
+/* NULL when f is a format the kernels take for a field of Cf channels and P positions, else what
+ * is wrong with it. */
+const char *dt_deform_field_fmt_refusal(dt_deform_field_fmt f, int64_t Cf, int64_t P);
 
 #define DT_DECL_OM_PACK(sfx)                                                                                      \
     void dt_deform_om_pack_##sfx(int64_t nb, int64_t P, int64_t GK, int64_t OCS, const void *offset,             \

@@ -24,6 +24,7 @@
 #include <torch/autograd.h>
 #include <torch/library.h>
 
+#include <array>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -99,6 +100,8 @@ int layout_of(const at::Tensor &t, int prefer) {
 struct Format {
     at::ScalarType dtype;
     int layout;
+    int pitch = 0;      // an offset or mask handed over where it lies (kept): dt_deform_api.h's pitch
+    bool kept = false;  // handed over as it is, whatever its alignment (field_of)
 };
 
 // The format deftc gets t in, in an f32 / bf16 call (_fmt): t's own when it is float32 or
@@ -119,8 +122,32 @@ int stride_order(const at::Tensor &t) {
     return t.suggest_memory_format() == at::MemoryFormat::ChannelsLast ? DT_NHWC : DT_NCHW;
 }
 
-// t in format f, 16-byte aligned: t itself when it is so already, else one copy (_as).
+// The format in which mode='deft' reads the offsets or mask t where they lie (_field): float32 or
+// bfloat16, dense NCHW / NHWC (pitch 0) or a channel slice of such a larger tensor with its pitch;
+// nullopt when it has to be copied. Alignment does not matter: deft packs the fields element by
+// element.
+std::optional<Format> field_of(const at::Tensor &t) {
+    if ((t.scalar_type() != at::kFloat && t.scalar_type() != at::kBFloat16) || t.dim() != 4) return std::nullopt;
+    int layout = layout_of(t, DT_NCHW);
+    if (layout >= 0) return Format{t.scalar_type(), layout, 0, true};
+    const int64_t n = t.size(0), c = t.size(1), h = t.size(2), w = t.size(3);
+    const int64_t sn = t.stride(0), sc = t.stride(1), sh = t.stride(2), sw = t.stride(3);
+    auto fits = [](std::initializer_list<std::array<int64_t, 3>> dims) {
+        for (const auto &d : dims)
+            if (d[0] != 1 && d[1] != d[2]) return false;
+        return true;
+    };
+    const int64_t ld = w > 1 ? sw : h > 1 ? sh : sn;  // NHWC: from one position to the next
+    if (ld >= c && fits({{c, sc, 1}, {w, sw, ld}, {h, sh, w * ld}, {n, sn, h * w * ld}}))
+        return ld < (int64_t{1} << 31) ? std::optional<Format>(Format{t.scalar_type(), DT_NHWC, int(ld), true}) : std::nullopt;
+    if (sn >= c * h * w && fits({{w, sw, 1}, {h, sh, w}, {c, sc, h * w}}))  // NCHW: from one image to the next
+        return sn < (int64_t{1} << 31) ? std::optional<Format>(Format{t.scalar_type(), DT_NCHW, int(sn), true}) : std::nullopt;
+    return std::nullopt;
+}
+
+// t in format f, 16-byte aligned: t itself when it is so already (or f keeps it), else one copy (_as).
 at::Tensor as_format(const at::Tensor &t, Format f) {
+    if (f.kept) return t;
     at::MemoryFormat mf = memory_format(f.layout);
     if (t.scalar_type() == f.dtype && t.is_contiguous(mf) && reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0)
         return t;
@@ -255,10 +282,11 @@ Plan::Plan(const at::Tensor &input, const at::Tensor &offset, const at::Tensor &
     if (x_format.dtype == at::kDouble) {  // every tensor double NCHW
         offset_format = mask_format = weight_format = {at::kDouble, DT_NCHW};
         bias_dtype = at::kDouble;
-    } else if (mode == "deft") {  // offsets and mask: deft packs either dtype and layout itself; one that must
-        // be copied (a channel slice of the offset conv's output) keeps its dtype and stride order
-        offset_format = format_of(offset, stride_order(offset));
-        mask_format = mask_t ? format_of(*mask_t, stride_order(*mask_t)) : Format{at::kFloat, DT_NCHW};
+    } else if (mode == "deft") {  // offsets and mask: deft reads either dtype and layout, and channel slices,
+        // where they lie (field_of); one that must be copied keeps its dtype and stride order
+        offset_format = field_of(offset).value_or(format_of(offset, stride_order(offset)));
+        mask_format = mask_t ? field_of(*mask_t).value_or(format_of(*mask_t, stride_order(*mask_t)))
+                             : Format{at::kFloat, DT_NCHW};
         weight_format = format_of(weight, x_format.layout);
         bias_dtype = at::kFloat;
     } else {  // unfused: offsets and mask that must be copied anyway are copied into what its kernels read, f32 NCHW
@@ -274,6 +302,7 @@ Plan::Plan(const at::Tensor &input, const at::Tensor &offset, const at::Tensor &
     desc.dtype = dtype_code(x_format.dtype), desc.layout = x_format.layout;
     desc.offset_dtype = dtype_code(offset_format.dtype), desc.offset_layout = offset_format.layout;
     desc.mask_dtype = dtype_code(mask_format.dtype), desc.mask_layout = mask_format.layout;
+    desc.offset_pitch = offset_format.pitch, desc.mask_pitch = mask_format.pitch;
     desc.weight_dtype = dtype_code(weight_format.dtype), desc.weight_layout = weight_format.layout;
     desc.weight_groups = static_cast<int>(c / cw);
     desc.device = input.device().is_cpu() ? DT_DEFORM_API_CPU : DT_DEFORM_API_CUDA;
