@@ -19,14 +19,14 @@ __device__ __forceinline__ int field_of(int col, int GK, bool has_mask) {
     return col < 2 * GK ? 0 : (has_mask && col < 3 * GK) ? 1 : -1;
 }
 
-/* Visits the tile's (r, c) entries whose column belongs to a field for which `mine` holds,
- * in the order that field's layout reads best: nchw - c major, lanes along r (positions);
- * else r major, lanes along c (channels). np: the tile's positions (<= TP), nc its columns. */
 /* Element (i, j, p) of a field: ld is its pitch (om_pack.h), made explicit by the host (ld_of). */
 __device__ __forceinline__ int64_t at(int nhwc, int64_t ld, int P, int64_t i, int j, int64_t p) {
     return nhwc ? (i * P + p) * ld + j : i * ld + (int64_t)j * P + p;
 }
 
+/* Calls f(r, c) for every entry of the tile (np <= TP positions, nc <= TC columns), in the order
+ * a layout reads best: nchw - c major, consecutive lanes along r (positions); else r major,
+ * consecutive lanes along c (channels). f skips the entries that are not its pass's. */
 template <typename F>
 __device__ __forceinline__ void visit(bool nchw, int np, int nc, F f) {
     for (int e = threadIdx.x; e < TP * TC; e += THREADS) {
