@@ -275,6 +275,31 @@ big_y = majorants(x.detach().to(BF16), o, None, wt, None, torch.zeros_like(y), 1
 ok, worst = within(y, ref_y, big_y, factor(U_BF16, 4, terms(x, wt, o)))
 check('autocast, channels_last net: y within the bound', ok, 'worst %.2f of it' % worst)
 
+# DCNv2 as detection models write it: one offset conv, its channels [0, 18) the offsets and the
+# sigmoid of [18, 27) the mask - channel slices deftc reads where they lie (the pitches), no copy
+woff27 = (torch.randn(27, 32, 3, 3, device=dev) * 0.05).contiguous(memory_format=CL).requires_grad_()
+with torch.autocast('cuda', dtype=BF16):
+    o27 = F.conv2d(x, woff27, padding=1)
+    sig = torch.sigmoid(o27)
+    sl_off, sl_m = o27[:, :18], sig[:, 18:]
+    rec = Recorder(lib)
+    dtt.library = lambda: rec
+    a0 = allocations(dev)
+    y = dtt.deform_conv2d(x, sl_off, wt, padding=1, mask=sl_m)
+    a1 = allocations(dev)
+    dtt.library = lambda: lib
+    # the compiled op's own record of that call (taken before the next one), or the Recorder's
+    fwd_call, sf = (last_calls()[0][0], last_calls()[1][0]) if dtt.OP_PATH == 'compiled' else (rec.calls[0], 0)
+    y_dense = dtt.deform_conv2d(x, sl_off.contiguous(memory_format=CL), wt, padding=1,
+                                mask=sl_m.contiguous(memory_format=CL))
+check('DCNv2 slices: offsets and mask passed where they lie', fwd_call[1] == sl_off.data_ptr() and
+      fwd_call[2] == sl_m.data_ptr(), '%s vs %x %x' % (fwd_call[1:3], sl_off.data_ptr(), sl_m.data_ptr()))
+check('DCNv2 slices: the forward allocates y alone', a1 - a0 - sf == 1, '%d allocations, %d scratch' % (a1 - a0, sf))
+check('DCNv2 slices: y bit for bit that of dense copies', torch.equal(y, y_dense))
+g_sl = torch.autograd.grad(y.float().square().sum(), (x, woff27, wt))
+g_de = torch.autograd.grad(y_dense.float().square().sum(), (x, woff27, wt))
+check('DCNv2 slices: every gradient bit for bit that of dense copies', all(torch.equal(a, b2) for a, b2 in zip(g_sl, g_de)))
+
 # float32 under autocast where deftc has no bf16 path to offer, as torchvision does
 x, off, m, wt, b, gy = inputs(*CASES[3], dev=dev, seed=61)
 for label, kw, dt in (("mode='unfused'", dict(mode='unfused'), BF16), ("precision='fp32'", dict(precision='fp32'), BF16),
