@@ -30,7 +30,7 @@ static inline dt_conv_geom dt_geom(int k, int stride, int pad, int dil) {
 
 /* Output size along one axis; <= 0 means the input is too small for the kernel. */
 static inline int64_t dt_conv_out_size(int64_t in, int k, int s, int p, int d) {
-    return (in + 2 * p - d * (k - 1) - 1) / s + 1;
+    return (in + 2 * (int64_t)p - (int64_t)d * (k - 1) - 1) / s + 1; /* int64: a caller's 65536 x 196607 */
 }
 
 /* One convolution problem, what every convolution path is given (the implicit GEMM and the

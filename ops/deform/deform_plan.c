@@ -46,6 +46,12 @@ int dt_deform_knobs_validate(const dt_deform_knobs *k, char *err, int errlen) {
  * per-chunk index of the kernels (positions x taps x groups, padded pixel keys) below 2^31. */
 static const char *chunk(dt_deform_plan *p, size_t col_budget_bytes) {
     static __thread char msg[160];
+    /* sizes a caller can state but no int64 product holds (the C API's fuzzer found them) */
+    const double big = (double)p->P * (double)p->KC * 8.0 + (double)(p->prob.H + 1) * (double)(p->prob.W + 1) * (double)p->G +
+                       (double)p->P * (double)p->K * (double)p->G;
+    if (big > 0x1p62)
+        return snprintf(msg, sizeof msg, "one image's columns (%lld positions x %lld) are beyond what is supported",
+                        (long long)p->P, (long long)p->KC), msg;
     int64_t per_image = p->P * p->KC * (int64_t)dt_dtype_size(p->dtype);
     int64_t nb = (int64_t)col_budget_bytes / (per_image > 0 ? per_image : 1);
     int64_t rows = p->P * p->K * p->G, keys = (p->prob.H + 1) * (p->prob.W + 1) * p->G, pix = p->prob.H * p->prob.W * p->G;
